@@ -1,0 +1,56 @@
+"""wheelmill's sessions: one ``build-<cell>`` per supported cell of recipes/matrix.toml,
+plus ``tests`` and ``lint``. Each session is one call into the package.
+
+Run them from the environment scripts/setup makes: ``.venv/bin/nox -l``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nox
+
+from wheelmill.cli import main
+from wheelmill.matrix import load_matrix
+
+nox.options.default_venv_backend = "none"  # the pinned tools of .venv; builds make their own envs
+nox.options.sessions = ["lint", "tests"]
+
+ROOT = Path(__file__).parent
+
+
+def _wheelmill(session: nox.Session, *args: str) -> None:
+    """Run wheelmill in-process, keeping its exit code (nox would turn it into 1)."""
+    session.log("wheelmill " + " ".join(args))
+    code = main(list(args))
+    if code:
+        session.log(f"wheelmill exited with {code}")
+        sys.exit(code)
+
+
+def _build_session(cell_id: str) -> None:
+    def build(session: nox.Session) -> None:
+        _wheelmill(session, "build", "--cell", cell_id, *session.posargs)
+
+    build.__doc__ = f"Build, check, repair and install-test every recipe of {cell_id} (-- --recipe NAME for one)."
+    nox.session(name=f"build-{cell_id}", python=False)(build)
+
+
+for _cell in load_matrix(ROOT / "recipes" / "matrix.toml").cells:
+    _build_session(_cell.id)
+
+
+@nox.session(python=False)
+def tests(session: nox.Session) -> None:
+    """Unit and integration tests (-- -m "not integration" for the unit tests alone)."""
+    session.run(sys.executable, "-m", "pytest", *session.posargs)
+
+
+@nox.session(python=False)
+def lint(session: nox.Session) -> None:
+    """ruff (lint and format check), mypy --strict, and validation of every recipe."""
+    session.run(sys.executable, "-m", "ruff", "check", ".")
+    session.run(sys.executable, "-m", "ruff", "format", "--check", ".")
+    session.run(sys.executable, "-m", "mypy")
+    _wheelmill(session, "validate")

@@ -1,0 +1,3 @@
+from wheelmill.cli import entry
+
+entry()

@@ -1,0 +1,159 @@
+"""GPU device code in the wheel must be exactly what the arch list asked for.
+
+CUDA: ``cuobjdump --list-elf/--list-ptx`` names each cubin and PTX in the embedded
+fatbinary (``x.1.sm_80.cubin``). A missing arch means users of that GPU silently get no
+kernel; an extra one means the list the wheel claims is not the list it carries.
+ROCm: the ``.hip_fatbin`` section is a clang offload bundle whose entry ids name the gfx
+targets (``hipv4-amdgcn-amd-amdhsa--gfx90a``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from elftools.elf.elffile import ELFFile
+
+from wheelmill.archs import CudaArchs, RocmArchs
+from wheelmill.checks import CheckResult
+from wheelmill.checks.elf import ElfSummary
+from wheelmill.runner import capture
+
+_CUBIN = re.compile(r"\.(sm_\d+[af]?)\.cubin\s*$")
+_PTX = re.compile(r"\.(sm_\d+[af]?|compute_\d+[af]?)\.ptx\s*$")
+_BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
+_GFX = re.compile(r"--(gfx[0-9a-f]+)(?::[a-z+-]+)*$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceCode:
+    sass: frozenset[str] = field(default_factory=frozenset)
+    ptx: frozenset[str] = field(default_factory=frozenset)
+
+
+def find_cuobjdump(toolkit_bin: Path | None) -> Path | None:
+    """cuobjdump from the toolkit, else from pip's nvidia-cuda-cuobjdump, else PATH."""
+    if toolkit_bin and (toolkit_bin / "cuobjdump").is_file():
+        return toolkit_bin / "cuobjdump"
+    spec = importlib.util.find_spec("nvidia")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        for candidate in sorted(Path(location).glob("*/bin/cuobjdump")):
+            return candidate
+    found = shutil.which("cuobjdump")
+    return Path(found) if found else None
+
+
+def parse_listing(text: str) -> tuple[set[str], set[str]]:
+    """SASS and PTX arches from cuobjdump listings.
+
+    >>> parse_listing("ELF file    1: _C.1.sm_80.cubin\\nPTX file    1: _C.1.sm_90.ptx")
+    ({'sm_80'}, {'sm_90'})
+    """
+    sass = {m.group(1) for line in text.splitlines() if (m := _CUBIN.search(line))}
+    ptx = {m.group(1).replace("compute_", "sm_") for line in text.splitlines() if (m := _PTX.search(line))}
+    return sass, ptx
+
+
+def cuda_device_code(path: Path, cuobjdump: Path) -> DeviceCode:
+    listing = ""
+    for flag in ("--list-elf", "--list-ptx"):
+        result = capture([cuobjdump, flag, path], timeout=120)
+        if result.returncode not in (0, 255):
+            raise RuntimeError(f"{cuobjdump} {flag} {path.name} failed: {result.stderr.strip()[:200]}")
+        listing += result.stdout
+    sass, ptx = parse_listing(listing)
+    return DeviceCode(sass=frozenset(sass), ptx=frozenset(ptx))
+
+
+def judge_cuda(found: dict[str, DeviceCode], requested: CudaArchs, *, required: bool) -> CheckResult:
+    name = "device-code"
+    if not found:
+        if required:
+            return CheckResult.failed(
+                name, "no library in the wheel carries CUDA device code", "check that the CUDA sources were compiled (FORCE_CUDA=1, nvcc on PATH)"
+            )
+        return CheckResult.skipped(name, "no CUDA device code in the wheel")
+    problems = []
+    for lib, code in sorted(found.items()):
+        problems += _diff(lib, "SASS", code.sass, requested.sass)
+        problems += _diff(lib, "PTX", code.ptx, requested.ptx)
+    if problems:
+        return CheckResult.failed(
+            name, f"requested {requested.text}: " + "; ".join(problems), "build with TORCH_CUDA_ARCH_LIST set to the requested list and no extra -gencode flags"
+        )
+    return CheckResult.passed(name, f"{len(found)} libraries carry exactly {requested.text}")
+
+
+def _diff(lib: str, kind: str, have: frozenset[str], want: frozenset[str]) -> list[str]:
+    out = []
+    if missing := sorted(want - have):
+        out.append(f"{lib} lacks {kind} for {', '.join(missing)}")
+    if extra := sorted(have - want):
+        out.append(f"{lib} has unrequested {kind} for {', '.join(extra)}")
+    return out
+
+
+def rocm_targets(path: Path) -> frozenset[str]:
+    """gfx targets in the ``.hip_fatbin`` offload bundle of a library."""
+    with path.open("rb") as f:
+        section = ELFFile(f).get_section_by_name(".hip_fatbin")
+        data = section.data() if section is not None else b""
+    return frozenset(bundle_targets(data))
+
+
+def bundle_targets(data: bytes) -> set[str]:
+    """Targets of every clang offload bundle in ``data``.
+
+    Layout: magic, u64 entry count, then per entry u64 offset, u64 size, u64 id length, id.
+    """
+    targets: set[str] = set()
+    start = data.find(_BUNDLE_MAGIC)
+    while start != -1:
+        pos = start + len(_BUNDLE_MAGIC)
+        (count,) = struct.unpack_from("<Q", data, pos)
+        pos += 8
+        for _ in range(count):
+            _offset, _size, id_len = struct.unpack_from("<QQQ", data, pos)
+            pos += 24
+            entry = data[pos : pos + id_len].decode("ascii", errors="replace")
+            pos += id_len
+            if match := _GFX.search(entry):
+                targets.add(match.group(1))
+        start = data.find(_BUNDLE_MAGIC, pos)
+    return targets
+
+
+def judge_rocm(found: dict[str, frozenset[str]], requested: RocmArchs, *, required: bool) -> CheckResult:
+    name = "device-code"
+    if not found:
+        if required:
+            return CheckResult.failed(name, "no library in the wheel carries ROCm code objects", "check that the HIP sources were compiled")
+        return CheckResult.skipped(name, "no ROCm device code in the wheel")
+    want = frozenset(t.split(":")[0] for t in requested.targets)
+    problems = []
+    for lib, have in sorted(found.items()):
+        problems += _diff(lib, "code object", have, want)
+    if problems:
+        return CheckResult.failed(name, f"requested {requested.text}: " + "; ".join(problems), "build with PYTORCH_ROCM_ARCH set to the requested list")
+    return CheckResult.passed(name, f"{len(found)} libraries carry exactly {requested.text}")
+
+
+def carries_cuda(elf: ElfSummary) -> bool:
+    return ".nv_fatbin" in elf.sections or "__nv_relfatbin" in elf.sections
+
+
+def carries_rocm(elf: ElfSummary) -> bool:
+    return ".hip_fatbin" in elf.sections
+
+
+def scan_cuda(elves: Sequence[ElfSummary], root: Path, cuobjdump: Path) -> dict[str, DeviceCode]:
+    return {str(e.path.relative_to(root)): cuda_device_code(e.path, cuobjdump) for e in elves if carries_cuda(e)}
+
+
+def scan_rocm(elves: Sequence[ElfSummary], root: Path) -> dict[str, frozenset[str]]:
+    return {str(e.path.relative_to(root)): rocm_targets(e.path) for e in elves if carries_rocm(e)}

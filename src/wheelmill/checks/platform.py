@@ -1,0 +1,126 @@
+"""The platform tag must not promise more than the binaries keep.
+
+Every versioned symbol a binary needs from the system libraries a manylinux policy allows
+(GLIBC_2.34 from libc.so.6, GLIBCXX_3.4.30 from libstdc++.so.6, ...) must be within that
+policy; the policies are auditwheel's own data (PEP 600 tags), not a table written here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from wheelmill.checks import CheckResult
+from wheelmill.checks.elf import ElfSummary
+
+_TAG = re.compile(r"^manylinux_(\d+)_(\d+)_(\w+)$")
+_LEGACY = {"manylinux1": "manylinux_2_5", "manylinux2010": "manylinux_2_12", "manylinux2014": "manylinux_2_17"}
+_VERSIONED = re.compile(r"^([A-Z]+)_(\d+(?:\.\d+)*)$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Policy:
+    name: str  # manylinux_2_28
+    glibc: tuple[int, int]
+    symbol_versions: Mapping[str, frozenset[str]]  # namespace -> allowed versions (one arch)
+    libraries: frozenset[str]
+
+
+@cache
+def policies(arch: str) -> dict[str, Policy]:
+    raw: list[dict[str, Any]] = json.loads(resources.files("auditwheel").joinpath("policy/manylinux-policy.json").read_text())
+    out = {}
+    for entry in raw:
+        match = re.match(r"^manylinux_(\d+)_(\d+)$", entry["name"])
+        if not match or arch not in entry["symbol_versions"]:
+            continue
+        out[entry["name"]] = Policy(
+            name=entry["name"],
+            glibc=(int(match.group(1)), int(match.group(2))),
+            symbol_versions={ns: frozenset(v) for ns, v in entry["symbol_versions"][arch].items()},
+            libraries=frozenset(entry["lib_whitelist"]),
+        )
+    return out
+
+
+def normalize_platform(platform: str) -> str:
+    """PEP 600 form of a platform tag.
+
+    >>> normalize_platform("manylinux2014_x86_64")
+    'manylinux_2_17_x86_64'
+    """
+    for legacy, modern in _LEGACY.items():
+        if platform.startswith(legacy + "_"):
+            return modern + platform[len(legacy) :]
+    return platform
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("."))
+
+
+def highest_needs(elves: Sequence[ElfSummary]) -> dict[str, str]:
+    """The highest version needed per namespace (GLIBC, GLIBCXX, CXXABI, GCC)."""
+    best: dict[str, str] = {}
+    for elf in elves:
+        for _lib, name in elf.version_needs:
+            match = _VERSIONED.match(name)
+            if not match:
+                continue
+            ns, version = match.groups()
+            if ns not in best or version_key(version) > version_key(best[ns]):
+                best[ns] = version
+    return best
+
+
+def judge_platform(elves: Sequence[ElfSummary], platforms: frozenset[str]) -> CheckResult:
+    name = "platform-tag"
+    manylinux = sorted(normalize_platform(p) for p in platforms if normalize_platform(p).startswith("manylinux_"))
+    if not manylinux:
+        return CheckResult.failed(name, f"platform {', '.join(sorted(platforms))} is not a manylinux tag", "repair the wheel with auditwheel")
+    needs = highest_needs(elves)
+    shown = ", ".join(f"{ns}_{v}" for ns, v in sorted(needs.items()) if ns in ("GLIBC", "GLIBCXX")) or "no versioned symbols"
+    for platform in manylinux:
+        problem = _violations(elves, platform)
+        if problem:
+            return CheckResult.failed(
+                name, f"{platform} but {problem}", "repair with auditwheel (it picks a tag the symbols allow), or build on an older glibc"
+            )
+    return CheckResult.passed(name, f"{', '.join(manylinux)}; needs at most {shown}")
+
+
+def _violations(elves: Sequence[ElfSummary], platform: str) -> str | None:
+    match = _TAG.match(platform)
+    if not match:
+        return f"{platform} is not a PEP 600 tag"
+    policy = policies(match.group(3)).get(f"manylinux_{match.group(1)}_{match.group(2)}")
+    if policy is None:
+        return f"no manylinux policy {platform} is known"
+    for elf in elves:
+        for lib, version in elf.version_needs:
+            ns = _VERSIONED.match(version)
+            allowed = policy.symbol_versions.get(ns.group(1)) if ns and lib in policy.libraries else None
+            if ns and allowed is not None and ns.group(2) not in allowed:
+                return f"{elf.path.name} needs {version} from {lib}"
+    return None
+
+
+def judge_baseline(platforms: frozenset[str], baseline: str, *, engine: str) -> CheckResult:
+    """Is the wheel as portable as the variant promises (``manylinux_2_28``)?"""
+    name = "glibc-baseline"
+    tags = [normalize_platform(p) for p in platforms]
+    glibcs = [(int(m.group(1)), int(m.group(2))) for t in tags if (m := _TAG.match(t))]
+    want = tuple(int(x) for x in baseline.removeprefix("manylinux_").split("_"))
+    if glibcs and min(glibcs) <= want:
+        return CheckResult.passed(name, f"{min(tags)} is within the variant's {baseline}")
+    have = f"manylinux_{min(glibcs)[0]}_{min(glibcs)[1]}" if glibcs else "no manylinux tag"
+    detail = f"{have} is newer than the variant's {baseline}"
+    fix = "build in the variant's builder container, whose glibc is the baseline"
+    if engine == "none":
+        return CheckResult.warned(name, f"{detail} (built on this machine's glibc, not in a container)", fix)
+    return CheckResult.failed(name, detail, fix)

@@ -1,0 +1,166 @@
+"""The ``wheelmill`` command. This is the one place where errors become exit codes: every
+``WheelmillError`` is printed as one line (what happened; the fix) with its own code, and
+nothing prints a traceback at a user."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from types import FrameType
+from typing import NoReturn
+
+from rich.console import Console
+from rich.table import Table
+
+from wheelmill import __version__
+from wheelmill.errors import Interrupted, UsageError, WheelmillError
+from wheelmill.executor import execute
+from wheelmill.matrix import Matrix, load_matrix
+from wheelmill.plan import CellPlan, plan
+from wheelmill.recipes import Recipe, load_recipes
+from wheelmill.settings import Settings
+from wheelmill.ui import UI, make_console
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}", fix=f"see `{self.prog} --help`")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="wheelmill", description="Build, check and repair PyTorch extension wheels for every cell of a matrix.")
+    parser.add_argument("--version", action="version", version=f"wheelmill {__version__}")
+    parser.add_argument("--recipes", type=Path, default=Path(os.environ.get("WHEELMILL_RECIPES", "recipes")), help="the recipes directory (default: recipes)")
+    parser.add_argument("--output", type=Path, default=None, help="output root (default: $WHEELMILL_OUTPUT or wheels)")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    matrix = commands.add_parser("matrix", help="print the supported cells")
+    matrix.add_argument("--json", action="store_true", help='GitHub Actions matrix: {"include": [...]}')
+    matrix.set_defaults(func=cmd_matrix)
+
+    for name, func, text in (("plan", cmd_plan, "print the ordered steps; run nothing"), ("build", cmd_build, "build, check, repair and install-test")):
+        sub = commands.add_parser(name, help=text)
+        sub.add_argument("--cell", action="append", required=True, help="cell id or glob, e.g. cuda118-py311 (repeatable)")
+        sub.add_argument("--recipe", action="append", default=[], help="only this recipe and what it depends on (repeatable)")
+        sub.set_defaults(func=func)
+
+    validate = commands.add_parser("validate", help="load and check the matrix and every recipe")
+    validate.set_defaults(func=cmd_validate)
+    return parser
+
+
+def _load(args: argparse.Namespace) -> tuple[Matrix, dict[str, Recipe]]:
+    directory: Path = args.recipes
+    if not (directory / "matrix.toml").is_file():
+        raise UsageError(f"no matrix.toml in {directory.resolve()}", fix="run from the repository root or pass --recipes DIR")
+    return load_matrix(directory / "matrix.toml"), load_recipes(directory)
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    settings = Settings.from_environ()
+    return replace(settings, output=args.output) if args.output else settings
+
+
+def cmd_matrix(args: argparse.Namespace, console: Console) -> int:
+    matrix, _recipes = _load(args)
+    if args.json:
+        include = [
+            {"cell": c.id, "variant": c.variant.name, "python": c.python, "family": c.variant.family.value, "label": c.variant.label} for c in matrix.cells
+        ]
+        print(json.dumps({"include": include}, separators=(",", ":")))
+        return 0
+    table = Table(title=f"matrix ({len(matrix.cells)} cells)", title_justify="left")
+    for column in ("variant", "toolkit", "torch", "arch list", "glibc", *matrix.pythons):
+        table.add_column(column, overflow="fold")
+    for v in matrix.variants.values():
+        cells = ["yes" if p in v.pythons else "-" for p in matrix.pythons]
+        table.add_row(v.name, v.toolkit or "-", f"{v.torch}+{v.label}", v.arch_list or "-", v.glibc, *cells)
+    Console(highlight=False, width=max(console.width, 160)).print(table)
+    return 0
+
+
+def _plans(args: argparse.Namespace) -> tuple[Matrix, tuple[CellPlan, ...], Settings]:
+    matrix, recipes = _load(args)
+    settings = _settings(args)
+    cells = matrix.select(args.cell)
+    return matrix, plan(matrix, recipes, cells, args.recipe, settings), settings
+
+
+def cmd_plan(args: argparse.Namespace, _console: Console) -> int:
+    _matrix, plans, _settings = _plans(args)
+    for cell_plan in plans:
+        print(render_plan(cell_plan))
+    return 0
+
+
+def render_plan(cell_plan: CellPlan) -> str:
+    cell = cell_plan.cell
+    lines = [f"plan for {cell.id}: {cell.variant.describe()}; Python {cell.python}; engine {cell_plan.engine}"]
+    lines.append(f"recipes, in build order: {', '.join(r.name for r in cell_plan.recipes)}")
+    width = max(len(s.id) for s in cell_plan.steps)
+    for index, step in enumerate(cell_plan.steps, start=1):
+        lines.append(f"{index:3d}. {step.id:<{width}}  {step.detail}")
+    return "\n".join(lines)
+
+
+def cmd_build(args: argparse.Namespace, console: Console) -> int:
+    matrix, plans, settings = _plans(args)
+    ui = UI(console)
+    worst = 0
+    for cell_plan in plans:
+        report = execute(cell_plan, matrix=matrix, settings=settings, ui=ui)
+        failed = report.failed
+        if failed is not None and failed.error:
+            _print_error(f"{failed.step.id}: {failed.error}")
+            worst = worst or report.exit_code
+    return worst
+
+
+def cmd_validate(args: argparse.Namespace, _console: Console) -> int:
+    matrix, recipes = _load(args)
+    print(f"ok: {len(matrix.variants)} variants, {len(matrix.cells)} cells, {len(recipes)} recipes ({', '.join(sorted(recipes))})")
+    return 0
+
+
+def _print_error(text: str) -> None:
+    print(f"wheelmill: error: {' '.join(text.split())}", file=sys.stderr, flush=True)
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """CI cancels with SIGTERM: treat it like Ctrl-C, so the same cleanup runs."""
+
+    def handler(_signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    console = make_console()
+    try:
+        with _sigterm_as_interrupt():
+            args = build_parser().parse_args(argv)
+            code: int = args.func(args, console)
+            return code
+    except WheelmillError as exc:
+        _print_error(exc.one_line())
+        return exc.exit_code
+    except KeyboardInterrupt:
+        _print_error("interrupted")
+        return Interrupted.exit_code
+
+
+def entry() -> NoReturn:
+    sys.exit(main())

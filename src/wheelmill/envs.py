@@ -1,0 +1,173 @@
+"""Level-2 environments: a Python env with the cell's interpreter and the variant's torch,
+created from a lock with hashes.
+
+Backends are subclasses of ``EnvBackend`` looked up by name (``BACKENDS``), like nox's
+virtualenv/uv/conda backends; ``uv`` is the default. Every command goes through the
+step's ``Runner``, so the same backend works on the host and inside a container.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from packaging.utils import canonicalize_name
+
+from wheelmill.errors import ConfigError
+from wheelmill.runner import Runner, StepLog, base_environment
+from wheelmill.sources import PackageSources
+from wheelmill.toolchain import uv_bin
+
+_PINNED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;\\]+)")
+# Output of a failed install that means "try again later", not "this cannot work".
+_TRANSIENT = (
+    "error sending request",
+    "connection reset",
+    "connection refused",
+    "timed out",
+    "operation timed out",
+    "dns error",
+    "temporary failure in name resolution",
+    "server error (50",
+    "status: 50",
+    "status code: 50",
+    "too many requests",
+    "broken pipe",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Env:
+    root: Path
+
+    @property
+    def python(self) -> Path:
+        return self.root / "bin" / "python"
+
+    @property
+    def bin_dir(self) -> Path:
+        return self.root / "bin"
+
+
+def pinned_versions(lock_text: str) -> dict[str, str]:
+    """``name -> version`` of every pinned line of a requirements lock.
+
+    >>> pinned_versions("torch==2.14.1 \\\\\\n    --hash=sha256:ab\\nnumpy==2.1.0\\n")
+    {'torch': '2.14.1', 'numpy': '2.1.0'}
+    """
+    out: dict[str, str] = {}
+    for line in lock_text.splitlines():
+        match = _PINNED.match(line.strip())
+        if match:
+            out[canonicalize_name(match.group(1))] = match.group(3)
+    return out
+
+
+def is_transient(output: str) -> bool:
+    text = output.lower()
+    return any(marker in text for marker in _TRANSIENT)
+
+
+class EnvBackend(ABC):
+    name: ClassVar[str]
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+
+    @abstractmethod
+    def lock(
+        self,
+        requirements: Path,
+        lock: Path,
+        *,
+        python: Path,
+        sources: PackageSources,
+        log: StepLog,
+        hashes: bool = True,
+        deps: bool = True,
+        fail_fast: bool = False,
+    ) -> dict[str, str]:
+        """Resolve ``requirements`` for ``python`` into ``lock``; return the pinned versions.
+        ``fail_fast`` gives up on an unreachable index at once (for pre-checks)."""
+
+    @abstractmethod
+    def create(self, root: Path, *, python: Path, log: StepLog) -> Env:
+        """A new, empty env at ``root`` (replacing whatever was there)."""
+
+    @abstractmethod
+    def sync(self, env: Env, lock: Path, *, sources: PackageSources, log: StepLog) -> None:
+        """Make ``env`` hold exactly the locked packages, hashes verified."""
+
+    @abstractmethod
+    def install(self, env: Env, args: Sequence[str], *, sources: PackageSources, log: StepLog, constraints: Path | None = None, deps: bool = True) -> None:
+        """Add packages (requirements or wheel paths) to ``env``."""
+
+
+class UvBackend(EnvBackend):
+    """uv venvs, resolved with ``uv pip compile`` and made with ``uv pip sync``."""
+
+    name = "uv"
+
+    def _env(self, *, fail_fast: bool = False) -> dict[str, str]:
+        # uv reads no config file and no UV_* variable of the caller: sources are explicit.
+        retries = "1" if fail_fast else "3"
+        return base_environment([], {"UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1", "UV_HTTP_RETRIES": retries})
+
+    def _uv(self, *args: str | Path) -> list[str]:
+        return [uv_bin(), *[str(a) for a in args], "--no-config"]
+
+    def lock(
+        self,
+        requirements: Path,
+        lock: Path,
+        *,
+        python: Path,
+        sources: PackageSources,
+        log: StepLog,
+        hashes: bool = True,
+        deps: bool = True,
+        fail_fast: bool = False,
+    ) -> dict[str, str]:
+        argv = self._uv("pip", "compile", requirements, "-o", lock, "--python", python, "--no-header", "--quiet", *sources.uv_args())
+        argv += ["--generate-hashes"] if hashes else []
+        argv += [] if deps else ["--no-deps"]
+        self.runner.run(argv, env=self._env(fail_fast=fail_fast), log=log)
+        return pinned_versions(lock.read_text(encoding="utf-8"))
+
+    def create(self, root: Path, *, python: Path, log: StepLog) -> Env:
+        if root.exists():
+            shutil.rmtree(root)
+        self.runner.run(self._uv("venv", "--python", python, "--quiet", root), env=self._env(), log=log)
+        return Env(root=root)
+
+    def sync(self, env: Env, lock: Path, *, sources: PackageSources, log: StepLog) -> None:
+        argv = self._uv("pip", "sync", "--python", env.python, "--require-hashes", *sources.uv_args(), lock)
+        self.runner.run(argv, env=self._env(), log=log)
+
+    def install(self, env: Env, args: Sequence[str], *, sources: PackageSources, log: StepLog, constraints: Path | None = None, deps: bool = True) -> None:
+        argv = self._uv("pip", "install", "--python", env.python, *sources.uv_args())
+        argv += ["--constraint", str(constraints)] if constraints else []
+        argv += [] if deps else ["--no-deps"]
+        self.runner.run([*argv, *args], env=self._env(), log=log)
+
+
+BACKENDS: Mapping[str, type[EnvBackend]] = {UvBackend.name: UvBackend}
+
+
+def backend(name: str, runner: Runner) -> EnvBackend:
+    try:
+        return BACKENDS[name](runner)
+    except KeyError:
+        raise ConfigError(f"environment: WHEELMILL_ENV_BACKEND={name!r} is not a backend", fix=f"use one of: {', '.join(BACKENDS)}") from None
+
+
+def constraints_from_lock(lock: Path, out: Path) -> Path:
+    """The lock's pins without hashes: a constraints file for installing a subset of it."""
+    pins = pinned_versions(lock.read_text(encoding="utf-8"))
+    out.write_text("".join(f"{name}=={version}\n" for name, version in sorted(pins.items())), encoding="utf-8")
+    return out

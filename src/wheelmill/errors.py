@@ -1,0 +1,117 @@
+"""The one error family of wheelmill.
+
+Every failure a user can cause or meet is a ``WheelmillError`` subclass with its own exit
+code. The CLI (and the nox session wrapper, which calls it) is the only place that turns
+them into a one-line message and an exit status; nothing else prints a traceback.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from typing import ClassVar
+
+
+class WheelmillError(Exception):
+    """Base class: a message that says what happened, and a fix that says what to do."""
+
+    exit_code: ClassVar[int] = 1
+
+    def __init__(self, message: str, *, fix: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fix = fix
+
+    def one_line(self) -> str:
+        text = self.message if not self.fix else f"{self.message}; fix: {self.fix}"
+        return " ".join(text.split())
+
+
+class UsageError(WheelmillError):
+    """The command line itself is wrong."""
+
+    exit_code = 2
+
+
+class ConfigError(WheelmillError):
+    """A recipe, the matrix or a setting is malformed: names the file and the key."""
+
+    exit_code = 3
+
+
+class SelectionError(WheelmillError):
+    """An unknown or unsupported cell, variant, Python or recipe was asked for."""
+
+    exit_code = 4
+
+
+class PrecheckError(WheelmillError):
+    """The cell cannot be built here: a toolchain, Python or torch is missing or wrong."""
+
+    exit_code = 5
+
+
+class FetchError(WheelmillError):
+    """A source or index could not be downloaded (after retries, where retrying helps)."""
+
+    exit_code = 6
+
+
+class IntegrityError(WheelmillError):
+    """Downloaded bytes do not match their pinned sha256. Never retried."""
+
+    exit_code = 7
+
+
+class EnvError(WheelmillError):
+    """The level-2 environment (locked build or test env) could not be made."""
+
+    exit_code = 8
+
+
+class BuildError(WheelmillError):
+    """The recipe's build command failed. Never retried: compile errors are not flaky."""
+
+    exit_code = 9
+
+
+class CheckError(WheelmillError):
+    """A post-build check found a defect in the wheel."""
+
+    exit_code = 10
+
+
+class RepairError(WheelmillError):
+    """auditwheel could not repair the wheel."""
+
+    exit_code = 11
+
+
+class InstallTestError(WheelmillError):
+    """The wheel did not install, import or pass its smoke command in a clean env."""
+
+    exit_code = 12
+
+
+class BusyError(WheelmillError):
+    """Another wheelmill process holds the cell's output directory."""
+
+    exit_code = 13
+
+
+class Interrupted(WheelmillError):
+    """Ctrl-C or SIGTERM: everything started was stopped and cleaned up."""
+
+    exit_code = 130
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """The "Perhaps you meant ...?" suffix for a typo, or an empty string.
+
+    >>> did_you_mean("cuda18", ["cpu", "cuda118", "cuda121"])
+    " (perhaps you meant 'cuda118'?)"
+    >>> did_you_mean("zzz", ["cpu"])
+    ''
+    """
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (perhaps you meant '{close[0]}'?)" if close else ""

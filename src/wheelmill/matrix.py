@@ -1,0 +1,230 @@
+"""The matrix: variants, Pythons and the supported cells, loaded from ``recipes/matrix.toml``.
+
+A cell id has a grammar, ``<variant>-py<major><minor>`` (``cuda118-py311``); overrides,
+selections, logs and output paths all use it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from wheelmill.archs import CudaArchs, RocmArchs
+from wheelmill.config import load_toml, parse_size, validate
+from wheelmill.errors import ConfigError, SelectionError, did_you_mean
+
+SCHEMA = "matrix.schema.json"
+_CELL_ID = re.compile(r"^(?P<variant>[a-z0-9]+)-py(?P<major>3)(?P<minor>[0-9]{1,2})$")
+
+
+class Family(StrEnum):
+    CPU = "cpu"
+    CUDA = "cuda"
+    ROCM = "rocm"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Variant:
+    """One accelerator toolchain and everything pinned by it."""
+
+    name: str
+    family: Family
+    label: str
+    torch: str
+    torch_on_pypi: bool
+    torch_index: str | None
+    glibc: str
+    pythons: tuple[str, ...]
+    toolkit: str | None = None
+    cudnn: str | None = None
+    nccl: str | None = None
+    arch_list: str | None = None
+
+    @property
+    def toolkit_short(self) -> str | None:
+        """``11.8`` for toolkit ``11.8.0``: what nvcc/hipcc must report."""
+        return ".".join(self.toolkit.split(".")[:2]) if self.toolkit else None
+
+    @property
+    def channel(self) -> str:
+        """The index channel of this variant: its local label (``cu118``, ``cpu``)."""
+        return self.label
+
+    @property
+    def torch_requirement(self) -> str:
+        """The exact torch this variant builds against.
+
+        With ``torch-on-pypi`` the unlabeled release counts too (PEP 440: ``==2.14.1``
+        matches any local label), and the env check then insists on the right CUDA.
+        """
+        return f"torch=={self.torch}" if self.torch_on_pypi else f"torch=={self.torch}+{self.label}"
+
+    def describe(self) -> str:
+        match self.family:
+            case Family.CPU:
+                return f"CPU, torch {self.torch}+{self.label}, {self.glibc}"
+            case Family.CUDA:
+                return f"CUDA {self.toolkit}, torch {self.torch}+{self.label}, archs {self.arch_list}, {self.glibc}"
+            case Family.ROCM:
+                return f"ROCm {self.toolkit}, torch {self.torch}+{self.label}, archs {self.arch_list}, {self.glibc}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cell:
+    """(variant, python): the unit of a nox session and of a CI job."""
+
+    variant: Variant
+    python: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.variant.name}-py{self.python.replace('.', '')}"
+
+    @property
+    def python_tag(self) -> str:
+        return f"cp{self.python.replace('.', '')}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Matrix:
+    path: Path
+    pythons: tuple[str, ...]
+    variants: Mapping[str, Variant]
+    torch_index: str
+    build_requires: tuple[str, ...]
+    test_requires: tuple[str, ...]
+    repair_exclude: Mapping[str, tuple[str, ...]]
+    forbid: tuple[str, ...]
+    max_wheel_size: int
+    min_free_disk: Mapping[str, int]
+    memory_per_job: Mapping[str, int]
+
+    @property
+    def cells(self) -> tuple[Cell, ...]:
+        return tuple(Cell(variant=v, python=p) for v in self.variants.values() for p in v.pythons)
+
+    def excludes_for(self, variant: Variant) -> tuple[str, ...]:
+        return self.repair_exclude.get("all", ()) + self.repair_exclude.get(variant.family.value, ())
+
+    def cell(self, cell_id: str) -> Cell:
+        """The cell with this id, or a ``SelectionError`` that lists what is valid."""
+        match = _CELL_ID.match(cell_id)
+        if not match:
+            known = [c.id for c in self.cells]
+            raise SelectionError(
+                f"'{cell_id}' is not a cell id{did_you_mean(cell_id, known)}",
+                fix="write <variant>-py<XY>, e.g. cuda118-py311 (`wheelmill matrix` lists them)",
+            )
+        variant = self.variant(match.group("variant"))
+        python = f"{match.group('major')}.{match.group('minor')}"
+        if python not in self.pythons:
+            raise SelectionError(
+                f"unknown Python {python} in cell '{cell_id}'",
+                fix=f"use one of: {', '.join(self.pythons)}",
+            )
+        if python not in variant.pythons:
+            raise SelectionError(
+                f"variant {variant.name} does not support Python {python} (cell '{cell_id}')",
+                fix=f"use one of its Pythons: {', '.join(variant.pythons)}, or add it in {self.path}",
+            )
+        return Cell(variant=variant, python=python)
+
+    def variant(self, name: str) -> Variant:
+        try:
+            return self.variants[name]
+        except KeyError:
+            raise SelectionError(
+                f"unknown variant '{name}'{did_you_mean(name, self.variants)}",
+                fix=f"use one of: {', '.join(self.variants)}",
+            ) from None
+
+    def select(self, patterns: Iterable[str]) -> tuple[Cell, ...]:
+        """Cells whose id matches any glob; a pattern that matches nothing is an error."""
+        chosen: dict[str, Cell] = {}
+        for pattern in patterns:
+            hits = [c for c in self.cells if fnmatch.fnmatchcase(c.id, pattern)]
+            if not hits:
+                if not any(ch in pattern for ch in "*?["):
+                    self.cell(pattern)  # raises the precise error for a plain id
+                raise SelectionError(f"no cell matches '{pattern}'", fix="`wheelmill matrix` lists the cells")
+            chosen.update((c.id, c) for c in hits)
+        return tuple(chosen.values())
+
+
+def load_matrix(path: Path) -> Matrix:
+    data = load_toml(path)
+    validate(data, schema_path=path.parent / "schema" / SCHEMA, file=path)
+    pythons = tuple(data["pythons"])
+    variants = {name: _variant(name, raw, file=path, pythons=pythons) for name, raw in data["variants"].items()}
+    checks = data["checks"]
+    return Matrix(
+        path=path,
+        pythons=pythons,
+        variants=variants,
+        torch_index=data["torch"]["index"],
+        build_requires=tuple(data["build-env"]["requires"]),
+        test_requires=tuple(data["test-env"]["requires"]),
+        repair_exclude={k: tuple(v) for k, v in data["repair"]["exclude"].items()},
+        forbid=tuple(data["repair"].get("forbid", ())),
+        max_wheel_size=parse_size(checks.get("max-wheel-size", "300MiB")),
+        min_free_disk={k: parse_size(v) for k, v in checks.get("min-free-disk", {}).items()},
+        memory_per_job={k: parse_size(v) for k, v in checks.get("memory-per-job", {}).items()},
+    )
+
+
+def _variant(name: str, raw: Mapping[str, Any], *, file: Path, pythons: tuple[str, ...]) -> Variant:
+    variant = Variant(
+        name=name,
+        family=Family(raw["family"]),
+        label=raw["label"],
+        torch=raw["torch"],
+        torch_on_pypi=raw.get("torch-on-pypi", False),
+        torch_index=raw.get("torch-index"),
+        glibc=raw["glibc"],
+        pythons=tuple(raw["pythons"]),
+        toolkit=raw.get("toolkit"),
+        cudnn=raw.get("cudnn"),
+        nccl=raw.get("nccl"),
+        arch_list=raw.get("arch-list"),
+    )
+    _check_variant(variant, file=file, pythons=pythons)
+    return variant
+
+
+def _check_variant(v: Variant, *, file: Path, pythons: tuple[str, ...]) -> None:
+    where = f"{file}: variants.{v.name}"
+    for python in v.pythons:
+        if python not in pythons:
+            raise ConfigError(f"{where}.pythons: {python} is not in the top-level pythons", fix=f"add it there or use one of: {', '.join(pythons)}")
+    if not v.name.startswith(v.family.value):
+        raise ConfigError(f"{where}.family: '{v.family}' does not match the variant name", fix=f"name {v.family} variants {v.family}...")
+    if v.family is Family.CPU:
+        if v.toolkit or v.arch_list:
+            raise ConfigError(f"{where}: a cpu variant has no toolkit or arch-list", fix="remove toolkit and arch-list")
+        if v.label != "cpu":
+            raise ConfigError(f"{where}.label: a cpu variant's label is 'cpu'", fix='set label = "cpu"')
+        return
+    if not v.toolkit or not v.arch_list:
+        raise ConfigError(f"{where}: a {v.family} variant needs toolkit and arch-list", fix="add both (see the other variants)")
+    _check_accelerator(v, where=where)
+
+
+def _check_accelerator(v: Variant, *, where: str) -> None:
+    assert v.toolkit is not None
+    assert v.arch_list is not None
+    major, minor = v.toolkit.split(".")[:2]
+    expected_label = f"cu{major}{minor}" if v.family is Family.CUDA else f"rocm{major}.{minor}"
+    expected_name = f"cuda{major}{minor}" if v.family is Family.CUDA else f"rocm{major}{minor}"
+    if v.label != expected_label:
+        raise ConfigError(f"{where}.label: '{v.label}' does not match toolkit {v.toolkit}", fix=f'set label = "{expected_label}"')
+    if v.name != expected_name:
+        raise ConfigError(f"{where}.toolkit: {v.toolkit} does not match the variant name", fix=f"name it {expected_name} or fix the toolkit version")
+    try:
+        CudaArchs.parse(v.arch_list) if v.family is Family.CUDA else RocmArchs.parse(v.arch_list)
+    except ValueError as exc:
+        raise ConfigError(f"{where}.arch-list: {exc}", fix="list archs separated by ';'") from None

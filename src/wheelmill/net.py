@@ -1,0 +1,168 @@
+"""HTTP downloads and package-index queries, with failures sorted into transient or not.
+
+Connection errors, timeouts, 5xx, 408 and 429 are transient (``TransientError``: the
+caller's retry policy decides); 404 and other 4xx are final (``FetchError``); a sha256
+mismatch is an ``IntegrityError`` and the bad bytes are deleted, never kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html.parser
+import json
+import os
+import shutil
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from wheelmill.errors import FetchError, IntegrityError
+from wheelmill.retry import TransientError
+
+TIMEOUT = 60.0
+CHUNK = 1 << 20
+PEP691_JSON = "application/vnd.pypi.simple.v1+json"
+_TRANSIENT_STATUS = {408, 425, 429, 500, 502, 503, 504}
+
+
+@dataclass(frozen=True, kw_only=True)
+class IndexFile:
+    filename: str
+    url: str
+    sha256: str | None
+
+
+def _open(url: str, *, accept: str | None = None, timeout: float = TIMEOUT) -> urllib.response.addinfourl:
+    headers = {"User-Agent": "wheelmill"}
+    if accept:
+        headers["Accept"] = accept
+    request = urllib.request.Request(url, headers=headers)  # noqa: S310 - http(s) and file URLs by design
+    try:
+        response: urllib.response.addinfourl = urllib.request.urlopen(request, timeout=timeout)  # noqa: S310
+    except urllib.error.HTTPError as exc:
+        if exc.code in _TRANSIENT_STATUS:
+            raise TransientError(f"{url}: HTTP {exc.code} {exc.reason}") from None
+        raise FetchError(f"{url}: HTTP {exc.code} {exc.reason}", fix="check the URL, or the project and version") from None
+    except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise TransientError(f"{url}: {reason}") from None
+    return response
+
+
+def download(url: str, dest: Path, *, sha256: str, on_progress: Callable[[int, int | None], None] | None = None) -> Path:
+    """Fetch ``url`` to ``dest`` atomically and verify its sha256.
+
+    The bytes go to a temporary file beside ``dest`` and are renamed only once verified, so
+    an interrupted or corrupt download never leaves a file under the final name.
+    """
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    tmp = Path(tmp_name)
+    try:
+        digest = hashlib.sha256()
+        with os.fdopen(fd, "wb") as out:
+            _copy_response(url, out, digest, on_progress)
+        actual = digest.hexdigest()
+        if actual != sha256:
+            raise IntegrityError(
+                f"{url}: sha256 mismatch: expected {sha256}, got {actual}",
+                fix="the file changed or was tampered with; check the source and update sha256 only if you trust it",
+            )
+        tmp.replace(dest)
+        return dest
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _copy_response(url: str, out: object, digest: hashlib._Hash, on_progress: Callable[[int, int | None], None] | None) -> None:
+    with _open(url) as response:
+        total = response.headers.get("Content-Length")
+        size = int(total) if total and total.isdigit() else None
+        done = 0
+        try:
+            while chunk := response.read(CHUNK):
+                digest.update(chunk)
+                out.write(chunk)  # type: ignore[attr-defined]
+                done += len(chunk)
+                if on_progress:
+                    on_progress(done, size)
+        except (TimeoutError, ConnectionError, urllib.error.URLError) as exc:
+            raise TransientError(f"{url}: connection lost after {done} bytes: {exc}") from None
+        if size is not None and done != size:
+            raise TransientError(f"{url}: connection closed after {done} of {size} bytes")
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def project_files(location: str, project: str) -> list[IndexFile]:
+    """Files of ``project`` at an index (PEP 691 JSON or PEP 503 HTML) or a find-links
+    location (a directory, or a page of links)."""
+    name = canonicalize_name(project)
+    if "://" not in location or location.startswith("file://"):
+        path = Path(urllib.parse.urlparse(location).path if location.startswith("file://") else location)
+        if (path / name / "index.html").is_file():  # a PEP 503 tree on disk
+            page = (path / name / "index.html").as_uri()
+            return _parse_html((path / name / "index.html").read_text(encoding="utf-8", errors="replace"), page)
+        if path.is_dir():  # find-links directory
+            return [IndexFile(filename=p.name, url=p.as_uri(), sha256=None) for p in sorted(path.iterdir()) if p.is_file()]
+        return []
+    page = location.rstrip("/") + f"/{name}/"
+    try:
+        with _open(page, accept=f"{PEP691_JSON}, text/html;q=0.1") as response:
+            body = response.read().decode("utf-8", errors="replace")
+            content_type = response.headers.get("Content-Type", "")
+    except FetchError:
+        return []  # 404: the project is not on this index
+    if content_type.startswith(PEP691_JSON):
+        return _parse_json(body, page)
+    return _parse_html(body, page)
+
+
+def _parse_json(body: str, page: str) -> list[IndexFile]:
+    data = json.loads(body)
+    return [
+        IndexFile(filename=f["filename"], url=urllib.parse.urljoin(page, f["url"]), sha256=f.get("hashes", {}).get("sha256")) for f in data.get("files", [])
+    ]
+
+
+class _Links(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            href = dict(attrs).get("href")
+            if href:
+                self.hrefs.append(href)
+
+
+def _parse_html(body: str, page: str) -> list[IndexFile]:
+    parser = _Links()
+    parser.feed(body)
+    files = []
+    for href in parser.hrefs:
+        url, _, fragment = urllib.parse.urljoin(page, href).partition("#")
+        sha = fragment.removeprefix("sha256=") if fragment.startswith("sha256=") else None
+        filename = urllib.parse.unquote(url.rsplit("/", 1)[-1])
+        files.append(IndexFile(filename=filename, url=url, sha256=sha))
+    return files
+
+
+def copy_local(path: Path, dest: Path) -> None:
+    """Copy a local file into place atomically."""
+    tmp = dest.with_name(f".{dest.name}.part")
+    shutil.copyfile(path, tmp)
+    tmp.replace(dest)

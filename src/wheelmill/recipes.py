@@ -1,0 +1,273 @@
+"""Recipes: what to build for one package, loaded from ``recipes/<name>.toml``.
+
+Per-cell overrides (``[[override]]`` tables selected by glob on the cell id) are resolved
+in exactly one place, :func:`resolve`, which returns the frozen ``ResolvedRecipe`` a plan
+and its steps work from.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import graphlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wheelmill.archs import CudaArchs, RocmArchs
+from wheelmill.config import load_toml, parse_size, validate
+from wheelmill.errors import ConfigError, SelectionError, did_you_mean
+from wheelmill.matrix import Cell, Family
+
+SCHEMA = "recipe.schema.json"
+MATRIX_FILE = "matrix.toml"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PathSource:
+    path: Path
+
+
+@dataclass(frozen=True, kw_only=True)
+class SdistSource:
+    """An sdist named ``project==version``, found through the configured package index."""
+
+    project: str
+    version: str
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class UrlSource:
+    url: str
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class GitSource:
+    url: str
+    rev: str
+
+
+Source = PathSource | SdistSource | UrlSource | GitSource
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recipe:
+    """A recipe as written: its own keys, plus the raw tables overrides merge into."""
+
+    name: str
+    file: Path
+    description: str
+    cells: tuple[str, ...]
+    depends_on: tuple[str, ...]
+    source: Source
+    subdir: str | None
+    tables: Mapping[str, Any]
+    overrides: tuple[Mapping[str, Any], ...]
+
+    def applies_to(self, cell: Cell) -> bool:
+        return any(fnmatch.fnmatchcase(cell.id, glob) for glob in self.cells)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResolvedRecipe:
+    """A recipe for one cell, with every override applied and every default filled in."""
+
+    name: str
+    file: Path
+    depends_on: tuple[str, ...]
+    source: Source
+    subdir: str | None
+    command: tuple[str, ...] | None
+    env: Mapping[str, str]
+    arch_list: str | None
+    memory_per_job: int | None
+    build_requires: tuple[str, ...]
+    local_label: bool
+    torch_pin: bool
+    run_requires: tuple[str, ...]
+    test_requires: tuple[str, ...]
+    imports: tuple[str, ...]
+    torch_ops: tuple[str, ...]
+    symbols: tuple[str, ...]
+    smoke: tuple[str, ...] | None
+    max_wheel_size: int | None
+    device_code: bool | None
+    repair_exclude: tuple[str, ...] = field(default=())
+
+
+def load_recipes(directory: Path) -> dict[str, Recipe]:
+    """Every ``*.toml`` in ``directory`` but the matrix, validated, with a valid DAG."""
+    files = sorted(p for p in directory.glob("*.toml") if p.name != MATRIX_FILE)
+    recipes = {}
+    for file in files:
+        recipe = load_recipe(file)
+        recipes[recipe.name] = recipe
+    _check_graph(recipes)
+    return recipes
+
+
+def load_recipe(file: Path) -> Recipe:
+    data = load_toml(file)
+    validate(data, schema_path=file.parent / "schema" / SCHEMA, file=file)
+    if data["name"] != file.stem:
+        raise ConfigError(
+            f"{file}: name: '{data['name']}' differs from the file name", fix=f'rename the file to {data["name"]}.toml or set name = "{file.stem}"'
+        )
+    for index, override in enumerate(data.get("override", ())):
+        _check_tables(override, file=file, where=f"override[{index}].")
+    _check_tables(data, file=file, where="")
+    return Recipe(
+        name=data["name"],
+        file=file,
+        description=data.get("description", ""),
+        cells=tuple(data.get("cells", ["*"])),
+        depends_on=tuple(data.get("depends-on", ())),
+        source=_source(data["source"], file=file),
+        subdir=data["source"].get("subdir"),
+        tables={k: data[k] for k in ("version", "build", "requirements", "checks", "repair") if k in data},
+        overrides=tuple(data.get("override", ())),
+    )
+
+
+def _source(raw: Mapping[str, Any], *, file: Path) -> Source:
+    kinds = [k for k in ("path", "sdist", "url", "git") if k in raw]
+    if len(kinds) != 1:
+        found = ", ".join(kinds) or "none"
+        raise ConfigError(f"{file}: source: give exactly one of path, sdist, url, git (found: {found})", fix="keep one source kind")
+    kind = kinds[0]
+    if kind in ("sdist", "url") and "sha256" not in raw:
+        raise ConfigError(f"{file}: source.sha256: a {kind} source needs its sha256", fix='add sha256 = "<64 hex digits>" (`pip hash FILE`)')
+    if kind == "git" and "rev" not in raw:
+        raise ConfigError(f"{file}: source.rev: a git source needs a pinned commit", fix='add rev = "<40-hex commit id>"')
+    if kind != "git" and "rev" in raw:
+        raise ConfigError(f"{file}: source.rev: only a git source takes rev", fix="remove rev")
+    if kind in ("path", "git") and "sha256" in raw:
+        raise ConfigError(f"{file}: source.sha256: a {kind} source takes no sha256", fix="remove sha256")
+    match kind:
+        case "path":
+            path = (file.parent / raw["path"]).resolve()
+            if not path.is_dir():
+                raise ConfigError(f"{file}: source.path: {path} is not a directory", fix="point it at the package's source directory, relative to the recipe")
+            return PathSource(path=path)
+        case "sdist":
+            project, version = raw["sdist"].split("==", 1)
+            return SdistSource(project=project, version=version, sha256=raw["sha256"])
+        case "url":
+            return UrlSource(url=raw["url"], sha256=raw["sha256"])
+        case _:
+            return GitSource(url=raw["git"], rev=raw["rev"])
+
+
+def _check_tables(tables: Mapping[str, Any], *, file: Path, where: str) -> None:
+    """Checks the schema cannot express: arch-list syntax and sizes."""
+    arch = tables.get("build", {}).get("arch-list")
+    if arch is not None:
+        try:
+            RocmArchs.parse(arch) if arch.lstrip().startswith("gfx") else CudaArchs.parse(arch)
+        except ValueError as exc:
+            raise ConfigError(f"{file}: {where}build.arch-list: {exc}", fix="list archs separated by ';'") from None
+
+
+def _check_graph(recipes: Mapping[str, Recipe]) -> None:
+    for recipe in recipes.values():
+        for dep in recipe.depends_on:
+            if dep not in recipes:
+                raise ConfigError(
+                    f"{recipe.file}: depends-on: unknown recipe '{dep}'{did_you_mean(dep, recipes)}",
+                    fix=f"use one of: {', '.join(sorted(recipes))}",
+                )
+            if dep == recipe.name:
+                raise ConfigError(f"{recipe.file}: depends-on: a recipe cannot depend on itself", fix=f"remove '{dep}'")
+    try:
+        tuple(graphlib.TopologicalSorter({r.name: r.depends_on for r in recipes.values()}).static_order())
+    except graphlib.CycleError as exc:
+        cycle = " -> ".join(exc.args[1])
+        first = recipes[exc.args[1][0]].file
+        raise ConfigError(f"{first}: depends-on: cycle {cycle}", fix="break the cycle: recipes form a DAG") from None
+
+
+def order(recipes: Mapping[str, Recipe], names: Sequence[str]) -> tuple[str, ...]:
+    """``names`` and everything they depend on, dependencies first, ties by name."""
+    wanted: set[str] = set()
+    stack = list(names)
+    while stack:
+        name = stack.pop()
+        if name not in wanted:
+            wanted.add(name)
+            stack.extend(recipes[name].depends_on)
+    sorter = graphlib.TopologicalSorter({n: recipes[n].depends_on for n in sorted(wanted)})
+    sorter.prepare()
+    result: list[str] = []
+    while sorter.is_active():
+        ready = sorted(sorter.get_ready())
+        result.extend(ready)
+        sorter.done(*ready)
+    return tuple(result)
+
+
+def select(recipes: Mapping[str, Recipe], cell: Cell, names: Sequence[str]) -> tuple[str, ...]:
+    """The recipes to build in ``cell``: the named ones (or all that apply) and their deps."""
+    for name in names:
+        if name not in recipes:
+            raise SelectionError(f"unknown recipe '{name}'{did_you_mean(name, recipes)}", fix=f"use one of: {', '.join(sorted(recipes))}")
+        if not recipes[name].applies_to(cell):
+            raise SelectionError(
+                f"recipe '{name}' is not built for cell {cell.id} (its cells: {', '.join(recipes[name].cells)})",
+                fix="pick a cell it applies to, or widen its cells in " + str(recipes[name].file),
+            )
+    chosen = list(names) or [n for n, r in sorted(recipes.items()) if r.applies_to(cell)]
+    result = order(recipes, chosen)
+    for name in result:
+        if not recipes[name].applies_to(cell):
+            needer = next(n for n in result if name in recipes[n].depends_on)
+            raise SelectionError(
+                f"recipe '{needer}' depends on '{name}', which is not built for cell {cell.id}",
+                fix=f"add the cell to the cells of {recipes[name].file}",
+            )
+    return result
+
+
+def resolve(recipe: Recipe, cell: Cell) -> ResolvedRecipe:
+    """The recipe for ``cell``: overrides whose globs match, merged in file order."""
+    tables: dict[str, Any] = _merge({}, dict(recipe.tables))
+    for override in recipe.overrides:
+        if any(fnmatch.fnmatchcase(cell.id, glob) for glob in override["cells"]):
+            tables = _merge(tables, {k: v for k, v in override.items() if k != "cells"})
+    build, checks = tables.get("build", {}), tables.get("checks", {})
+    requirements, repair = tables.get("requirements", {}), tables.get("repair", {})
+    return ResolvedRecipe(
+        name=recipe.name,
+        file=recipe.file,
+        depends_on=recipe.depends_on,
+        source=recipe.source,
+        subdir=recipe.subdir,
+        command=tuple(build["command"]) if "command" in build else None,
+        env=dict(build.get("env", {})),
+        arch_list=build.get("arch-list") if cell.variant.family is not Family.CPU else None,
+        memory_per_job=parse_size(build["memory-per-job"]) if "memory-per-job" in build else None,
+        build_requires=tuple(build.get("requires", ())),
+        local_label=tables.get("version", {}).get("local-label", True),
+        torch_pin=requirements.get("torch", "exact") == "exact",
+        run_requires=tuple(requirements.get("run", ())),
+        test_requires=tuple(requirements.get("test", ())),
+        imports=tuple(checks.get("imports", ())),
+        torch_ops=tuple(checks.get("torch-ops", ())),
+        symbols=tuple(checks.get("symbols", ())),
+        smoke=tuple(checks["smoke"]) if "smoke" in checks else None,
+        max_wheel_size=parse_size(checks["max-wheel-size"]) if "max-wheel-size" in checks else None,
+        device_code=checks.get("device-code"),
+        repair_exclude=tuple(repair.get("exclude", ())),
+    )
+
+
+def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep merge: tables merge key by key, anything else (lists too) replaces."""
+    result = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(result.get(key), Mapping):
+            result[key] = _merge(dict(result[key]), value)
+        else:
+            result[key] = dict(value) if isinstance(value, Mapping) else value
+    return result

@@ -1,0 +1,237 @@
+"""The one way wheelmill runs a subprocess.
+
+Every command a step runs goes through a ``Runner``: it logs the command and its explicit
+environment to the step log, streams the output there (and to a progress callback), and
+raises ``CommandFailed`` when the exit status is not zero. ``HostRunner`` runs on this
+machine; a container runner only has to wrap the argv, so no step changes when builds move
+into containers. Children get their own process group, so Ctrl-C stops a whole compiler
+tree, not just its parent.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Protocol
+
+# Variables a build may legitimately need from the caller; everything else is explicit.
+PASSTHROUGH = (
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "TERM",
+    "TMPDIR",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "SOURCE_DATE_EPOCH",
+)
+# /usr/local/bin is left out on purpose: a stray nvcc there must not turn a CPU build into
+# a CUDA one. Toolkits are added to PATH explicitly, per variant.
+SYSTEM_PATH = ("/usr/sbin", "/usr/bin", "/sbin", "/bin")
+TERMINATE_GRACE = 10.0
+
+
+class CommandFailed(Exception):
+    """A command exited non-zero (or could not start: returncode 127)."""
+
+    def __init__(self, argv: Sequence[str], returncode: int, log: Path | None, tail: Sequence[str]) -> None:
+        super().__init__(f"{argv[0]} exited with {returncode}")
+        self.argv = tuple(argv)
+        self.returncode = returncode
+        self.log = log
+        self.tail = tuple(tail)
+
+    def last_line(self) -> str:
+        lines = [line for line in self.tail if line.strip()]
+        return lines[-1].strip()[:200] if lines else "(no output)"
+
+
+class StepLog:
+    """A step's log file: every command, its environment and all of its output."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file: IO[str] = path.open("a", encoding="utf-8", errors="replace")
+
+    def write(self, text: str) -> None:
+        self._file.write(text)
+        self._file.flush()
+
+    def note(self, text: str) -> None:
+        self.write(f"# {text}\n")
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> StepLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommandResult:
+    argv: tuple[str, ...]
+    returncode: int
+    seconds: float
+    output: str
+
+
+class Runner(Protocol):
+    name: str
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        log: StepLog,
+        cwd: Path | None = None,
+        on_line: Callable[[str], None] | None = None,
+        keep_output: bool = False,
+    ) -> CommandResult: ...
+
+
+class HostRunner:
+    """Runs commands directly on this machine (engine ``none``)."""
+
+    name = "host"
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        log: StepLog,
+        cwd: Path | None = None,
+        on_line: Callable[[str], None] | None = None,
+        keep_output: bool = False,
+    ) -> CommandResult:
+        argv = [str(a) for a in argv]
+        _log_command(log, argv, env, cwd)
+        started = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=dict(env),
+                cwd=cwd,
+                start_new_session=True,
+                text=True,
+                errors="replace",
+                bufsize=1,
+            )
+        except OSError as exc:
+            log.note(f"could not start: {exc}")
+            raise CommandFailed(argv, 127, log.path, [str(exc)]) from None
+        with proc:  # closes the pipe and reaps the child, whatever happens
+            tail, kept = _drain(proc, log, on_line, keep_output)
+        seconds = time.monotonic() - started
+        log.note(f"exit status {proc.returncode} after {seconds:.1f}s")
+        if proc.returncode != 0:
+            raise CommandFailed(argv, proc.returncode, log.path, tail)
+        return CommandResult(argv=tuple(argv), returncode=0, seconds=seconds, output="".join(kept))
+
+
+def _drain(
+    proc: subprocess.Popen[str],
+    log: StepLog,
+    on_line: Callable[[str], None] | None,
+    keep_output: bool,
+) -> tuple[list[str], list[str]]:
+    tail: deque[str] = deque(maxlen=60)
+    kept: list[str] = []
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            log.write(line)
+            tail.append(line.rstrip("\n"))
+            if keep_output:
+                kept.append(line)
+            if on_line:
+                on_line(line)
+        proc.wait()
+    except BaseException:
+        terminate(proc)
+        raise
+    return list(tail), kept
+
+
+def terminate(proc: subprocess.Popen[str]) -> None:
+    """Stop a child's whole process group: SIGTERM, then SIGKILL after a grace period."""
+    if proc.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGTERM, TERMINATE_GRACE), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _log_command(log: StepLog, argv: Sequence[str], env: Mapping[str, str], cwd: Path | None) -> None:
+    log.write(f"$ {subprocess.list2cmdline(argv)}\n")
+    if cwd:
+        log.note(f"cwd {cwd}")
+    for key in sorted(env):
+        log.note(f"env {key}={env[key]}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Captured:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def capture(argv: Sequence[str | Path], *, env: Mapping[str, str] | None = None, timeout: float = 60.0) -> Captured:
+    """Run a quick query (a version, a config list) and return its output; never raises
+    for a non-zero status. A missing program is status 127, a hung one 124."""
+    try:
+        done = subprocess.run(
+            [str(a) for a in argv],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            env=None if env is None else dict(env),
+            stdin=subprocess.DEVNULL,
+            timeout=timeout,
+            check=False,
+        )
+    except OSError as exc:
+        return Captured(returncode=127, stdout="", stderr=str(exc))
+    except subprocess.TimeoutExpired:
+        return Captured(returncode=124, stdout="", stderr=f"timed out after {timeout:.0f}s")
+    return Captured(returncode=done.returncode, stdout=done.stdout, stderr=done.stderr)
+
+
+def base_environment(path: Sequence[Path | str], extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """An explicit environment: the pass-through variables, a UTF-8 locale, the given PATH
+    (then the system directories), and ``extra``."""
+    env = {key: os.environ[key] for key in PASSTHROUGH if key in os.environ}
+    env["LANG"] = env["LC_ALL"] = "C.UTF-8"
+    env["PYTHONUNBUFFERED"] = "1"
+    dirs = [str(p) for p in path] + [d for d in SYSTEM_PATH if d not in map(str, path)]
+    env["PATH"] = os.pathsep.join(dict.fromkeys(dirs))
+    env.update(extra or {})
+    return env

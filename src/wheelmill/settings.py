@@ -1,0 +1,70 @@
+"""Site settings: what differs between machines, read from ``WHEELMILL_*`` variables.
+
+The repo's data (matrix, recipes) says what to build; settings say where things come from
+on this machine: package sources, the torch index mirror, retry budget. Nothing here is
+read anywhere else.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from wheelmill.errors import ConfigError
+from wheelmill.retry import RetryPolicy
+
+N = TypeVar("N", int, float)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    output: Path
+    # None: the matrix's template. "": no torch index, only the package sources.
+    torch_index: str | None
+    # Package sources; when all are None wheelmill reads pip's configuration.
+    index_url: str | None
+    extra_index_urls: tuple[str, ...] | None
+    find_links: tuple[str, ...] | None
+    retry: RetryPolicy
+    env_backend: str
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        return cls(
+            output=Path(env.get("WHEELMILL_OUTPUT", "wheels")),
+            torch_index=env.get("WHEELMILL_TORCH_INDEX"),
+            index_url=env.get("WHEELMILL_INDEX_URL") or None,
+            extra_index_urls=_words(env, "WHEELMILL_EXTRA_INDEX_URL"),
+            find_links=_words(env, "WHEELMILL_FIND_LINKS"),
+            retry=RetryPolicy(
+                attempts=_number(env, "WHEELMILL_RETRIES", 5, int),
+                base_delay=_number(env, "WHEELMILL_RETRY_DELAY", 1.0, float),
+            ),
+            env_backend=env.get("WHEELMILL_ENV_BACKEND", "uv"),
+        )
+
+    @property
+    def sources_overridden(self) -> bool:
+        return any(x is not None for x in (self.index_url, self.extra_index_urls, self.find_links))
+
+
+def _words(env: Mapping[str, str], name: str) -> tuple[str, ...] | None:
+    value = env.get(name)
+    return None if value is None else tuple(value.split())
+
+
+def _number(env: Mapping[str, str], name: str, default: N, kind: type[N]) -> N:
+    raw = env.get(name)
+    if raw is None:
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise ConfigError(f"environment: {name}={raw!r} is not a number", fix=f"set {name} to a number or unset it") from None
+    if value < (1 if kind is int else 0):
+        raise ConfigError(f"environment: {name}={raw!r} is out of range", fix=f"set {name} to a positive number")
+    return value

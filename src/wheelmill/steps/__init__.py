@@ -1,0 +1,1 @@
+"""The steps of a build, each a small named function ``(run, [recipe,] log) -> checks``."""

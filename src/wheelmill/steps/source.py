@@ -1,0 +1,144 @@
+"""The fetch step: put the recipe's source, verified, under ``<cell>/src/<recipe>``.
+
+Downloads land in a cache keyed by their sha256 and are checked again on every use; a
+mismatch is an ``IntegrityError`` at once, never retried. Network failures raise
+``TransientError`` so the step's retry policy can try again.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tarfile
+import urllib.parse
+import zipfile
+from pathlib import Path
+
+from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
+from packaging.version import Version
+
+from wheelmill.checks import CheckResult
+from wheelmill.config import format_size
+from wheelmill.context import CellRun
+from wheelmill.envs import is_transient
+from wheelmill.errors import FetchError, IntegrityError
+from wheelmill.net import IndexFile, download, project_files, sha256_of
+from wheelmill.recipes import GitSource, PathSource, ResolvedRecipe, SdistSource, UrlSource
+from wheelmill.retry import TransientError
+from wheelmill.runner import CommandFailed, StepLog, base_environment
+
+# Never copied from a local source tree: build outputs and VCS/tool state.
+_IGNORE = shutil.ignore_patterns("build", "dist", "*.egg-info", "__pycache__", ".git", ".nox", ".pytest_cache", "*.so")
+
+
+def fetch(run: CellRun, recipe: ResolvedRecipe, log: StepLog) -> list[CheckResult]:
+    dest = run.layout.src / recipe.name
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    match recipe.source:
+        case PathSource(path=path):
+            shutil.copytree(path, dest, ignore=_IGNORE, symlinks=True)
+            root, detail = dest, f"copied {path}"
+        case SdistSource() as sdist:
+            archive = _fetch_sdist(run, sdist, log)
+            root, detail = _unpack(archive, dest), f"{archive.name}, sha256 verified"
+        case UrlSource(url=url, sha256=sha256):
+            archive = _cached_download(run, url, _filename(url), sha256, log)
+            root, detail = _unpack(archive, dest), f"{archive.name}, sha256 verified"
+        case GitSource() as git:
+            _git_checkout(run, git, dest, log)
+            root, detail = dest, f"{git.url} at {git.rev}"
+    if recipe.subdir:
+        root = root / recipe.subdir
+        if not root.is_dir():
+            raise FetchError(f"{recipe.file}: source.subdir: {recipe.subdir} is not in the source", fix="point subdir at the package inside the source")
+    run.source_dirs[recipe.name] = root
+    return [CheckResult.passed("source", detail)]
+
+
+def _filename(url: str) -> str:
+    return urllib.parse.unquote(urllib.parse.urlparse(url).path.rsplit("/", 1)[-1]) or "source.tar.gz"
+
+
+def _fetch_sdist(run: CellRun, sdist: SdistSource, log: StepLog) -> Path:
+    sources = run.need_sources()
+    locations = [*sources.indexes(), *sources.find_links]
+    for location in locations:
+        log.note(f"looking for {sdist.project}=={sdist.version} at {location}")
+        match = _pick_sdist(project_files(location, sdist.project), sdist)
+        if match is None:
+            continue
+        if match.sha256 and match.sha256 != sdist.sha256:
+            raise IntegrityError(
+                f"{match.url}: the index lists sha256 {match.sha256}, the recipe pins {sdist.sha256}",
+                fix="the release was replaced or the pin is wrong; check it before updating sha256",
+            )
+        return _cached_download(run, match.url, match.filename, sdist.sha256, log)
+    raise FetchError(
+        f"sdist {sdist.project}=={sdist.version} is on none of: {', '.join(locations) or 'no index'}",
+        fix="check the project and version, or set WHEELMILL_INDEX_URL to an index that has it",
+    )
+
+
+def _pick_sdist(files: list[IndexFile], sdist: SdistSource) -> IndexFile | None:
+    want_name, want_version = canonicalize_name(sdist.project), Version(sdist.version)
+    for file in files:
+        try:
+            name, version = parse_sdist_filename(file.filename)
+        except InvalidSdistFilename:
+            continue
+        if name == want_name and version == want_version:
+            return file
+    return None
+
+
+def _cached_download(run: CellRun, url: str, filename: str, sha256: str, log: StepLog) -> Path:
+    cached = run.layout.cache / "sources" / sha256 / filename
+    if cached.is_file():
+        if sha256_of(cached) == sha256:
+            log.note(f"cache hit {cached}")
+            return cached
+        cached.unlink()  # corrupt cache entry: fetch again
+    log.note(f"downloading {url}")
+
+    def progress(done: int, total: int | None) -> None:
+        run.on_line(f"downloaded {format_size(done)}" + (f" of {format_size(total)}" if total else ""))
+
+    try:
+        return download(url, cached, sha256=sha256, on_progress=progress)
+    except TransientError as exc:
+        log.note(f"transient failure: {exc}")
+        raise
+
+
+def _unpack(archive: Path, dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    if archive.name.endswith(".zip"):
+        with zipfile.ZipFile(archive) as zf:
+            for name in zf.namelist():
+                if not (dest / name).resolve().is_relative_to(dest.resolve()):
+                    raise IntegrityError(f"{archive.name}: unsafe path {name!r} in the archive", fix="do not use this archive")
+            zf.extractall(dest)  # noqa: S202 - every member was checked to stay inside dest
+    else:
+        try:
+            with tarfile.open(archive) as tf:
+                tf.extractall(dest, filter="data")  # the "data" filter refuses unsafe members
+        except (tarfile.TarError, OSError) as exc:
+            raise IntegrityError(f"{archive.name}: cannot unpack: {exc}", fix="check the archive") from None
+    entries = list(dest.iterdir())
+    return entries[0] if len(entries) == 1 and entries[0].is_dir() else dest
+
+
+def _git_checkout(run: CellRun, git: GitSource, dest: Path, log: StepLog) -> None:
+    env = base_environment([], {"GIT_TERMINAL_PROMPT": "0"})
+    try:
+        run.runner.run(["git", "clone", "--quiet", "--no-checkout", "--filter=blob:none", git.url, str(dest)], env=env, log=log)
+        run.runner.run(["git", "-C", str(dest), "checkout", "--quiet", "--detach", git.rev], env=env, log=log)
+        head = run.runner.run(["git", "-C", str(dest), "rev-parse", "HEAD"], env=env, log=log, keep_output=True).output.strip()
+    except CommandFailed as failed:
+        shutil.rmtree(dest, ignore_errors=True)
+        if is_transient("\n".join(failed.tail)) or "could not read from remote" in "\n".join(failed.tail).lower():
+            raise TransientError(f"git: {failed.last_line()}") from None
+        raise FetchError(f"git {git.url} at {git.rev}: {failed.last_line()}", fix="check the URL and that the commit exists there") from None
+    if head != git.rev:
+        raise IntegrityError(f"git {git.url}: checked out {head}, not {git.rev}", fix="pin a full commit id")

@@ -1,0 +1,145 @@
+"""What a person sees: live progress while steps run, and a summary at the end.
+
+On a terminal a spinner shows the running step, its elapsed time and the last line of its
+output; elsewhere (CI) each step prints a start and an end line and long steps print a
+heartbeat. Full output is always in the step's log file, never lost to the screen.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.status import Status as Spinner
+from rich.table import Table
+
+from wheelmill.checks import Verdict
+from wheelmill.config import format_size
+from wheelmill.plan import Step
+from wheelmill.report import CellReport, Status, StepRecord
+
+HEARTBEAT = 60.0
+_MARK = {Status.OK: "[green]ok[/]", Status.FAILED: "[red]FAILED[/]", Status.SKIPPED: "[dim]skipped[/]", Status.INTERRUPTED: "[yellow]interrupted[/]"}
+_VERDICT = {Verdict.PASS: "[green]pass[/]", Verdict.FAIL: "[red]FAIL[/]", Verdict.WARN: "[yellow]warn[/]", Verdict.SKIP: "[dim]skip[/]"}
+
+
+def make_console(stream: object = None) -> Console:
+    file = stream or sys.stderr
+    interactive = hasattr(file, "isatty") and file.isatty()
+    return Console(file=file, width=None if interactive else 160, highlight=False, soft_wrap=False)  # type: ignore[arg-type]
+
+
+class UI:
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or make_console()
+        self.live = self.console.is_terminal and not os.environ.get("CI")
+        self._spinner: Spinner | None = None
+        self._step: Step | None = None
+        self._label = ""
+        self._started = 0.0
+        self._last_line = ""
+        self._last_draw = 0.0
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+
+    def cell_started(self, cell: str, detail: str) -> None:
+        self.console.print(f"[bold]wheelmill[/] build [bold]{cell}[/]: {escape(detail)}")
+
+    def step_started(self, step: Step, index: int, total: int) -> None:
+        self._step, self._started, self._last_line = step, time.monotonic(), ""
+        self._label = f"[{index}/{total}] {step.id}"
+        if self.live:
+            self._spinner = self.console.status(escape(self._label))
+            self._spinner.start()
+        else:
+            self.console.print(f"> {escape(self._label)}: {escape(step.detail)}")
+            self._stop.clear()
+            self._beat = threading.Thread(target=self._heartbeat, daemon=True)
+            self._beat.start()
+
+    def line(self, text: str) -> None:
+        self._last_line = text.strip()
+        now = time.monotonic()
+        if self._spinner and now - self._last_draw > 0.1:
+            self._last_draw = now
+            elapsed = _clock(now - self._started)
+            self._spinner.update(f"{escape(self._label)} {elapsed}  [dim]{escape(self._last_line[:120])}[/]")
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(HEARTBEAT):
+            elapsed = _clock(time.monotonic() - self._started)
+            self.console.print(f"  ... {escape(self._label)} running {elapsed}: {escape(self._last_line[:120])}")
+
+    def retrying(self, attempt: int, error: Exception, pause: float) -> None:
+        self.console.print(f"  [yellow]attempt {attempt} failed[/]: {escape(str(error))}; retrying in {pause:.1f}s")
+
+    def step_finished(self, record: StepRecord) -> None:
+        if self._spinner:
+            self._spinner.stop()
+            self._spinner = None
+        self._stop.set()
+        tries = f", {record.attempts} attempts" if record.attempts > 1 else ""
+        self.console.print(f"{_MARK[record.status]} {escape(self._label)} {record.seconds:.1f}s{tries}")
+        if record.error:
+            self.console.print(f"  [red]{escape(record.error)}[/]")
+        if record.status is Status.FAILED and record.log:
+            self._tail(Path(record.log))
+
+    def _tail(self, log: Path, lines: int = 25) -> None:
+        try:
+            text = log.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return
+        output = [line for line in text if not line.startswith("# env ")][-lines:]
+        if os.environ.get("GITHUB_ACTIONS"):
+            print(f"::group::last lines of {log}", file=self.console.file, flush=True)
+        self.console.print(f"  [dim]last lines of {escape(str(log))}:[/]")
+        for line in output:
+            self.console.print(f"  [dim]| {escape(line)}[/]")
+        if os.environ.get("GITHUB_ACTIONS"):
+            print("::endgroup::", file=self.console.file, flush=True)
+
+    def skipped(self, step: Step, reason: str) -> None:
+        self.console.print(f"[dim]skipped {escape(step.id)}: {escape(reason)}[/]")
+
+    def summary(self, report: CellReport) -> None:
+        self.console.print(self._steps_table(report))
+        if report.wheels:
+            self.console.print(self._wheels_table(report))
+        status = _MARK[report.status]
+        seconds = (report.finished or time.time()) - report.started
+        self.console.print(f"{report.plan.cell.id}: {status} in {_clock(seconds)}; report {escape(str(report.path))}")
+
+    def _steps_table(self, report: CellReport) -> Table:
+        table = Table(title=f"{report.plan.cell.id} ({report.plan.engine})", title_justify="left")
+        for column in ("recipe", "step", "status", "time", "tries", "checks"):
+            table.add_column(column, overflow="fold")
+        for record in report.steps:
+            checks = ", ".join(f"{c.name} {_VERDICT[c.verdict]}" for c in record.checks)
+            table.add_row(
+                record.step.recipe or "(cell)",
+                str(record.step.kind),
+                _MARK[record.status],
+                f"{record.seconds:.1f}s",
+                str(record.attempts),
+                checks or escape(record.error or ""),
+            )
+        return table
+
+    def _wheels_table(self, report: CellReport) -> Table:
+        table = Table(title="wheels", title_justify="left")
+        for column in ("recipe", "wheel", "size", "sha256"):
+            table.add_column(column, overflow="fold")
+        for recipe, wheel in report.wheels.items():
+            table.add_row(recipe, wheel.name, format_size(wheel.size), wheel.sha256)
+        return table
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"

@@ -1,0 +1,147 @@
+"""Bad input gets one line naming the file, the key or the step and the fix, and its own
+exit code; never a traceback, and nothing written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CliRunner
+from wheelmill.errors import ConfigError, SelectionError, UsageError
+
+GOOD_RECIPE = """
+name = "broken"
+[source]
+path = "../extensions/cpp-ops"
+"""
+
+# (case id, recipe text for recipes/broken.toml, substrings the one line must contain)
+RECIPE_CASES = [
+    ("toml-syntax", 'name = "broken"\n[source\npath = "x"\n', ["broken.toml", "invalid TOML", "line 2"]),
+    ("unknown-key-typo", GOOD_RECIPE + '[build]\ncomand = ["make"]\n', ["build", "unknown key 'comand'", "perhaps you meant 'command'"]),
+    ("missing-source", 'name = "broken"\n', ["missing required key 'source'"]),
+    ("two-source-kinds", GOOD_RECIPE + 'sdist = "x==1"\nsha256 = "' + "a" * 64 + '"\n', ["exactly one of path, sdist, url, git", "found: path, sdist"]),
+    ("sdist-without-sha256", 'name = "broken"\n[source]\nsdist = "torchsort==0.1.10"\n', ["source.sha256", "needs its sha256"]),
+    ("sha256-not-hex", 'name = "broken"\n[source]\nsdist = "torchsort==0.1.10"\nsha256 = "abc"\n', ["source.sha256", "64 lower-case hex"]),
+    ("sdist-not-pinned", 'name = "broken"\n[source]\nsdist = "torchsort>=0.1"\nsha256 = "' + "a" * 64 + '"\n', ["source.sdist", "project==version"]),
+    ("git-branch-not-commit", 'name = "broken"\n[source]\ngit = "https://example.invalid/x.git"\nrev = "main"\n', ["source.rev", "40-hex commit"]),
+    ("git-without-rev", 'name = "broken"\n[source]\ngit = "https://example.invalid/x.git"\n', ["source.rev", "pinned commit"]),
+    ("name-differs-from-file", GOOD_RECIPE.replace('"broken"', '"other"'), ["name: 'other' differs from the file name", "rename the file"]),
+    (
+        "unknown-dependency",
+        GOOD_RECIPE.replace('name = "broken"', 'name = "broken"\ndepends-on = ["example-cpp-op"]'),
+        ["depends-on", "unknown recipe 'example-cpp-op'", "perhaps you meant 'example-cpp-ops'"],
+    ),
+    ("self-dependency", GOOD_RECIPE.replace('name = "broken"', 'name = "broken"\ndepends-on = ["broken"]'), ["cannot depend on itself"]),
+    ("bad-arch-list", GOOD_RECIPE + '[build]\narch-list = "8.0;ampere"\n', ["build.arch-list", "'ampere' is not a CUDA arch"]),
+    ("bad-torch-op", GOOD_RECIPE + '[checks]\ntorch-ops = ["rms_norm"]\n', ["checks.torch-ops[0]", "namespace::op"]),
+    ("bad-size", GOOD_RECIPE + '[checks]\nmax-wheel-size = "big"\n', ["checks.max-wheel-size", "64MiB"]),
+    ("path-missing", 'name = "broken"\n[source]\npath = "../nowhere"\n', ["source.path", "is not a directory"]),
+    ("env-not-string", GOOD_RECIPE + "[build]\nenv = { MAX_JOBS = 4 }\n", ["build.env.MAX_JOBS", "as strings"]),
+    ("override-without-cells", GOOD_RECIPE + '[[override]]\n[override.build]\narch-list = "8.0"\n', ["override[0]", "missing required key 'cells'"]),
+    ("override-unknown-table", GOOD_RECIPE + '[[override]]\ncells = ["cuda*"]\n[override.source]\npath = "."\n', ["override[0]", "unknown key 'source'"]),
+    ("torch-pin-policy", GOOD_RECIPE + '[requirements]\ntorch = "latest"\n', ["requirements.torch", '"exact"']),
+]
+
+
+@pytest.mark.parametrize(("case", "text", "expected"), RECIPE_CASES, ids=[c[0] for c in RECIPE_CASES])
+def test_malformed_recipe_is_one_line_with_a_fix(cli: CliRunner, recipes_copy: Path, case: str, text: str, expected: list[str]) -> None:
+    (recipes_copy / "broken.toml").write_text(text)
+    result = cli("--recipes", str(recipes_copy), "validate")
+    assert_one_line_error(result.err, code=result.code, expected_code=ConfigError.exit_code, expected=["broken.toml", *expected])
+
+
+def test_dependency_cycle_names_the_cycle(cli: CliRunner, recipes_copy: Path) -> None:
+    (recipes_copy / "a.toml").write_text(GOOD_RECIPE.replace('"broken"', '"a"').replace('name = "a"', 'name = "a"\ndepends-on = ["b"]'))
+    (recipes_copy / "b.toml").write_text(GOOD_RECIPE.replace('"broken"', '"b"').replace('name = "b"', 'name = "b"\ndepends-on = ["a"]'))
+    result = cli("--recipes", str(recipes_copy), "validate")
+    assert_one_line_error(result.err, code=result.code, expected_code=ConfigError.exit_code, expected=["depends-on: cycle", "DAG"])
+
+
+MATRIX_CASES = [
+    (
+        "variant-python-not-listed",
+        ('pythons = ["3.9", "3.10", "3.11", "3.12", "3.13"]', 'pythons = ["3.10", "3.11", "3.12", "3.13"]'),
+        ["variants.cuda118.pythons", "3.9 is not in the top-level pythons"],
+    ),
+    ("label-mismatch", ('label = "cu118"', 'label = "cu117"'), ["variants.cuda118.label", "does not match toolkit 11.8.0", 'set label = "cu118"']),
+    ("toolkit-mismatch", ('toolkit = "11.8.0"', 'toolkit = "12.1.0"'), ["variants.cuda118"]),
+    ("bad-family", ('family = "rocm"\ntoolkit = "6.2.4"', 'family = "metal"\ntoolkit = "6.2.4"'), ["variants.rocm62.family", "cpu, cuda or rocm"]),
+    ("bad-variant-name", ("[variants.cuda118]", "[variants.cuda-11.8]"), ["variants", "cudaXYZ"]),
+    (
+        "bad-matrix-arch",
+        ('arch-list = "3.7;5.0;6.0;7.0;7.5;8.0;8.6;9.0"', 'arch-list = "3.7;sm_50"'),
+        ["variants.cuda118.arch-list", "'sm_50' is not a CUDA arch"],
+    ),
+    ("missing-torch-pin", ('label = "cu118"\ntorch = "2.7.1"', 'label = "cu118"'), ["variants.cuda118", "missing required key 'torch'"]),
+    ("bad-glibc", ('glibc = "manylinux_2_17"', 'glibc = "centos7"'), ["variants.cuda121.glibc", "manylinux_2_28"]),
+]
+
+
+@pytest.mark.parametrize(("case", "edit", "expected"), MATRIX_CASES, ids=[c[0] for c in MATRIX_CASES])
+def test_malformed_matrix_is_one_line_with_a_fix(cli: CliRunner, recipes_copy: Path, case: str, edit: tuple[str, str], expected: list[str]) -> None:
+    matrix = recipes_copy / "matrix.toml"
+    text = matrix.read_text()
+    assert edit[0] in text, "the fixture edit must apply"
+    matrix.write_text(text.replace(edit[0], edit[1], 1))
+    result = cli("--recipes", str(recipes_copy), "validate")
+    assert_one_line_error(result.err, code=result.code, expected_code=ConfigError.exit_code, expected=["matrix.toml", *expected])
+
+
+CLI_CASES = [
+    ("unknown-variant", ["plan", "--cell", "cuda999-py311"], SelectionError.exit_code, ["unknown variant 'cuda999'", "cuda118", "cuda130"]),
+    ("typo-variant", ["plan", "--cell", "cuda13-py311"], SelectionError.exit_code, ["unknown variant 'cuda13'", "perhaps you meant 'cuda130'"]),
+    ("unknown-python", ["plan", "--cell", "cpu-py38"], SelectionError.exit_code, ["unknown Python 3.8", "3.9, 3.10"]),
+    ("unsupported-combination", ["plan", "--cell", "cuda130-py39"], SelectionError.exit_code, ["cuda130 does not support Python 3.9", "3.10, 3.11"]),
+    ("not-a-cell-id", ["plan", "--cell", "py311-cuda118"], SelectionError.exit_code, ["not a cell id", "<variant>-py<XY>"]),
+    ("glob-matches-nothing", ["plan", "--cell", "cuda1*-py39?"], SelectionError.exit_code, ["no cell matches"]),
+    (
+        "unknown-recipe",
+        ["plan", "--cell", "cpu-py311", "--recipe", "torchsrot"],
+        SelectionError.exit_code,
+        ["unknown recipe 'torchsrot'", "perhaps you meant 'torchsort'"],
+    ),
+    (
+        "recipe-not-for-cell",
+        ["build", "--cell", "cpu-py311", "--recipe", "example-cuda-ops"],
+        SelectionError.exit_code,
+        ["not built for cell cpu-py311", "cuda*"],
+    ),
+    ("missing-cell", ["plan"], UsageError.exit_code, ["the following arguments are required: --cell", "--help"]),
+    ("unknown-command", ["publish-all"], UsageError.exit_code, ["invalid choice"]),
+]
+
+
+@pytest.mark.parametrize(("case", "args", "code", "expected"), CLI_CASES, ids=[c[0] for c in CLI_CASES])
+def test_bad_command_line_is_one_line_with_a_fix(cli: CliRunner, repo_root: Path, case: str, args: list[str], code: int, expected: list[str]) -> None:
+    result = cli("--recipes", str(repo_root / "recipes"), *args)
+    assert_one_line_error(result.err, code=result.code, expected_code=code, expected=expected)
+
+
+def test_missing_recipes_directory(cli: CliRunner, tmp_path: Path) -> None:
+    result = cli("--recipes", str(tmp_path / "nothing"), "matrix")
+    assert_one_line_error(result.err, code=result.code, expected_code=UsageError.exit_code, expected=["no matrix.toml", "--recipes"])
+
+
+def test_bad_setting_is_one_line(cli: CliRunner, repo_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WHEELMILL_RETRIES", "many")
+    result = cli("--recipes", str(repo_root / "recipes"), "plan", "--cell", "cpu-py311")
+    assert_one_line_error(result.err, code=result.code, expected_code=ConfigError.exit_code, expected=["WHEELMILL_RETRIES", "not a number"])
+
+
+def test_bad_input_writes_nothing(cli: CliRunner, repo_root: Path, tmp_path: Path) -> None:
+    result = cli("--recipes", str(repo_root / "recipes"), "build", "--cell", "cuda999-py311")
+    assert result.code == SelectionError.exit_code
+    assert not (tmp_path / "wheels").exists()
+
+
+def assert_one_line_error(err: str, *, code: int, expected_code: int, expected: list[str]) -> None:
+    lines = err.strip().splitlines()
+    assert code == expected_code, err
+    assert len(lines) == 1, err
+    assert lines[0].startswith("wheelmill: error: ")
+    assert "Traceback" not in err
+    assert "; fix: " in lines[0], lines[0]
+    for text in expected:
+        assert text in lines[0], f"{text!r} not in {lines[0]!r}"

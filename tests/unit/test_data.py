@@ -1,0 +1,76 @@
+"""The repository's own matrix and recipes, as loaded values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from wheelmill.archs import CudaArchs
+from wheelmill.errors import SelectionError
+from wheelmill.matrix import Family, load_matrix
+from wheelmill.recipes import SdistSource, load_recipes, resolve, select
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+@pytest.fixture(scope="module")
+def matrix():  # type: ignore[no-untyped-def]
+    return load_matrix(ROOT / "recipes" / "matrix.toml")
+
+
+@pytest.fixture(scope="module")
+def recipes():  # type: ignore[no-untyped-def]
+    return load_recipes(ROOT / "recipes")
+
+
+def test_required_cells_exist(matrix) -> None:  # type: ignore[no-untyped-def]
+    ids = {c.id for c in matrix.cells}
+    assert {"cuda118-py311", "cuda130-py311", "cpu-py311"} <= ids
+    assert {v.family for v in matrix.variants.values()} == {Family.CPU, Family.CUDA, Family.ROCM}
+    assert sum(v.family is Family.ROCM for v in matrix.variants.values()) >= 2
+
+
+def test_every_variant_pins_what_follows_from_it(matrix) -> None:  # type: ignore[no-untyped-def]
+    for v in matrix.variants.values():
+        assert v.glibc.startswith("manylinux_2_")
+        if v.family is Family.CUDA:
+            assert v.toolkit and v.toolkit.count(".") == 2
+            assert v.label == "cu" + v.toolkit_short.replace(".", "")
+            CudaArchs.parse(v.arch_list or "")
+
+
+def test_pytorch_arch_tables(matrix) -> None:  # type: ignore[no-untyped-def]
+    assert matrix.variants["cuda130"].arch_list == "7.5;8.0;8.6;9.0;10.0;12.0+PTX"
+    assert matrix.variants["cuda128"].arch_list == "7.0;7.5;8.0;8.6;9.0;10.0;12.0"
+    assert CudaArchs.parse(matrix.variants["cuda130"].arch_list).ptx == frozenset({"sm_120"})
+
+
+def test_cell_lookup_and_globs(matrix) -> None:  # type: ignore[no-untyped-def]
+    assert matrix.cell("cuda118-py311").variant.toolkit == "11.8.0"
+    assert {c.id for c in matrix.select(["cpu-*"])} == {"cpu-py310", "cpu-py311", "cpu-py312", "cpu-py313"}
+    with pytest.raises(SelectionError, match=r"does not support Python 3\.9"):
+        matrix.cell("cpu-py39")
+
+
+def test_torch_requirement_follows_the_label_rule(matrix) -> None:  # type: ignore[no-untyped-def]
+    assert matrix.variants["cuda118"].torch_requirement == "torch==2.7.1+cu118"
+    assert matrix.variants["cuda130"].torch_requirement == "torch==2.14.1"  # PyPI's 2.14.1 is the cu130 build
+    assert matrix.variants["cpu"].torch_requirement == "torch==2.13.0+cpu"
+
+
+def test_recipes_load_and_form_a_dag(recipes, matrix) -> None:  # type: ignore[no-untyped-def]
+    assert set(recipes) == {"example-cpp-ops", "example-cuda-ops", "torchsort"}
+    assert isinstance(recipes["torchsort"].source, SdistSource)
+    assert select(recipes, matrix.cell("cuda130-py311"), ["example-cuda-ops"]) == ("example-cpp-ops", "example-cuda-ops")
+    assert select(recipes, matrix.cell("cpu-py311"), []) == ("example-cpp-ops", "torchsort")
+
+
+def test_overrides_resolve_per_cell(recipes, matrix) -> None:  # type: ignore[no-untyped-def]
+    cpu = resolve(recipes["torchsort"], matrix.cell("cpu-py311"))
+    cuda = resolve(recipes["torchsort"], matrix.cell("cuda130-py311"))
+    assert "torchsort.isotonic_cuda" not in cpu.imports
+    assert "torchsort.isotonic_cuda" in cuda.imports
+    assert cuda.device_code is True and cpu.device_code is None
+    assert cuda.arch_list == "8.0;9.0" and cpu.arch_list is None
+    assert cuda.torch_pin and cuda.local_label

@@ -1,0 +1,183 @@
+"""Small pieces: sources from pip's configuration, locks, retries, runner, jobs."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from wheelmill.checks.elf import system_lib_dirs
+from wheelmill.envs import is_transient, pinned_versions
+from wheelmill.retry import RetryPolicy, TransientError, with_retries
+from wheelmill.runner import CommandFailed, HostRunner, StepLog, base_environment
+from wheelmill.settings import Settings
+from wheelmill.sources import PackageSources, machine_sources, sources_from_pip_config
+from wheelmill.steps.build import first_error, max_jobs
+
+
+def test_pip_configuration_becomes_uv_arguments() -> None:
+    listing = "\n".join(
+        [
+            "global.index-url='https://mirror.example/simple'",
+            "global.extra-index-url='file:///a/simple file:///b/simple'",
+            "global.find-links='/wheels'",
+            ":env:.find-links='/env-wheels'",
+            "global.cert='/etc/ssl/certs/ca.crt'",
+        ]
+    )
+    sources = sources_from_pip_config(listing)
+    assert sources.uv_args() == [
+        "--index-url", "https://mirror.example/simple",
+        "--extra-index-url", "file:///a/simple",
+        "--extra-index-url", "file:///b/simple",
+        "--find-links", "/env-wheels",
+    ]  # fmt: skip
+    assert sources.origin == "pip configuration"
+
+
+def test_no_pip_configuration_means_installer_defaults() -> None:
+    assert sources_from_pip_config("global.cert='/x'").uv_args() == []
+
+
+def test_settings_replace_pip_configuration() -> None:
+    settings = Settings.from_environ({"WHEELMILL_INDEX_URL": "https://i.example/simple", "WHEELMILL_FIND_LINKS": "/w1 /w2"})
+    sources = machine_sources(settings)
+    assert sources.origin == "WHEELMILL_* settings"
+    assert sources.uv_args() == ["--index-url", "https://i.example/simple", "--find-links", "/w1", "--find-links", "/w2"]
+
+
+def test_torch_index_goes_after_the_machine_sources() -> None:
+    base = PackageSources(index_url=None, extra_index_urls=("file:///a",))
+    with_torch = base.with_torch_index("https://torch.example/whl/cu118")
+    assert with_torch.extra_index_urls == ("file:///a", "https://torch.example/whl/cu118")
+    assert with_torch.uv_args()[-2:] == ["--index-strategy", "unsafe-first-match"]
+
+
+def test_lock_pins_are_read() -> None:
+    lock = "torch==2.14.1 \\\n    --hash=sha256:aa\nnvidia-cuda-runtime==13.0.96 ; platform_machine == 'x86_64' \\\n    --hash=sha256:bb\n"
+    assert pinned_versions(lock) == {"torch": "2.14.1", "nvidia-cuda-runtime": "13.0.96"}
+
+
+@pytest.mark.parametrize(
+    ("output", "transient"),
+    [
+        ("error: Failed to fetch: https://x/simple/torch/\n  cause: error sending request for url", True),
+        ("cause: dns error", True),
+        ("HTTP status server error (503 Service Unavailable)", True),
+        ("Because there is no version of torch==2.7.1+cu118 and you require it", False),
+        ("HTTP status client error (404 Not Found)", False),
+    ],
+)
+def test_transient_failures_are_told_apart(output: str, transient: bool) -> None:
+    assert is_transient(output) is transient
+
+
+def test_retries_back_off_and_stop_at_the_budget() -> None:
+    pauses: list[float] = []
+    calls: list[int] = []
+
+    def flaky(attempt: int) -> str:
+        calls.append(attempt)
+        if attempt < 3:
+            raise TransientError("503")
+        return "ok"
+
+    policy = RetryPolicy(attempts=5, base_delay=1.0, max_delay=8.0)
+    result = with_retries(flaky, policy=policy, on_retry=lambda *a: None, sleep=pauses.append, rng=random.Random(1))  # noqa: S311
+    assert result == ("ok", 3)
+    assert calls == [1, 2, 3]
+    assert 0.5 <= pauses[0] <= 1.0 and 1.0 <= pauses[1] <= 2.0
+
+    def always(attempt: int) -> str:
+        raise TransientError("down")
+
+    with pytest.raises(TransientError):
+        with_retries(always, policy=RetryPolicy(attempts=2), on_retry=lambda *a: None, sleep=pauses.append)
+
+
+def test_other_errors_are_never_retried() -> None:
+    calls: list[int] = []
+
+    def broken(attempt: int) -> None:
+        calls.append(attempt)
+        raise ValueError("compile error")
+
+    with pytest.raises(ValueError, match="compile error"):
+        with_retries(broken, policy=RetryPolicy(attempts=5), on_retry=lambda *a: None, sleep=lambda s: None)
+    assert calls == [1]
+
+
+def test_max_jobs_fits_memory_and_cores() -> None:
+    gib = 2**30
+    assert max_jobs(24 * gib, 3 * gib, 2) == 2
+    assert max_jobs(7 * gib, 3 * gib, 64) == 2
+    assert max_jobs(gib, 3 * gib, 8) == 1
+
+
+def test_runner_logs_command_env_and_output(tmp_path: Path) -> None:
+    lines: list[str] = []
+    with StepLog(tmp_path / "step.log") as log:
+        result = HostRunner().run(
+            ["sh", "-c", "echo hello; echo $WM_X"], env=base_environment([], {"WM_X": "explicit"}), log=log, on_line=lines.append, keep_output=True
+        )
+    text = (tmp_path / "step.log").read_text()
+    assert result.output == "hello\nexplicit\n"
+    assert lines == ["hello\n", "explicit\n"]
+    assert "$ sh -c" in text and "# env WM_X=explicit" in text and "exit status 0" in text
+
+
+def test_runner_environment_is_explicit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_HOME", "/leaked")
+    env = base_environment(["/opt/tool/bin"])
+    assert "CUDA_HOME" not in env
+    assert env["PATH"].split(":")[0] == "/opt/tool/bin"
+    assert "/usr/local/bin" not in env["PATH"].split(":")
+
+
+def test_runner_failure_carries_the_tail(tmp_path: Path) -> None:
+    with StepLog(tmp_path / "step.log") as log, pytest.raises(CommandFailed) as failed:
+        HostRunner().run(["sh", "-c", "echo first; echo 'fatal: broken' >&2; exit 3"], env=base_environment([]), log=log)
+    assert failed.value.returncode == 3
+    assert failed.value.last_line() == "fatal: broken"
+    with StepLog(tmp_path / "step.log") as log, pytest.raises(CommandFailed) as missing:
+        HostRunner().run(["/nonexistent/tool"], env=base_environment([]), log=log)
+    assert missing.value.returncode == 127
+
+
+def test_interrupt_stops_the_whole_process_group(tmp_path: Path) -> None:
+    """Ctrl-C during a command kills its children too (nvcc spawns a tree)."""
+    pid_file = tmp_path / "child.pid"
+
+    def interrupt_on_first_line(line: str) -> None:
+        raise KeyboardInterrupt
+
+    script = f"sleep 300 & echo $! > {pid_file}; echo started; wait"
+    with StepLog(tmp_path / "step.log") as log, pytest.raises(KeyboardInterrupt):
+        HostRunner().run(["sh", "-c", script], env=base_environment([]), log=log, on_line=interrupt_on_first_line)
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and Path(f"/proc/{child}").exists():
+        time.sleep(0.05)
+    assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
+
+
+def test_loader_cache_directories() -> None:
+    dirs = system_lib_dirs("\tlibm.so.6 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libm.so.6\n")
+    assert dirs[0] == Path("/usr/lib/x86_64-linux-gnu")
+    assert Path("/lib64") in dirs
+
+
+def test_build_error_is_the_first_compiler_error(tmp_path: Path) -> None:
+    log = tmp_path / "build.log"
+    log.write_text(
+        "# env PATH=/usr/bin\n"
+        "  [1/2] c++ -c ops.cpp\n"
+        "  /env/torch/include/ATen/cuda/CUDAContextLight.h:10:10: fatal error: cusparse.h: No such file or directory\n"
+        "  RuntimeError: Error compiling objects for extension\n"
+        "  error: subprocess-exited-with-error\n"
+    )
+    assert first_error(log, ()) == "/env/torch/include/ATen/cuda/CUDAContextLight.h:10:10: fatal error: cusparse.h: No such file or directory"
+    log.write_text("nothing useful\n")
+    assert first_error(log, ("last words",)) == "last words"

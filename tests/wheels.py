@@ -1,0 +1,36 @@
+"""Tiny real wheel files for tests: a valid zip with METADATA, WHEEL and RECORD."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import zipfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+
+def make_wheel(
+    directory: Path,
+    name: str,
+    version: str,
+    *,
+    requires: Sequence[str] = (),
+    files: Mapping[str, bytes] | None = None,
+    tag: str = "cp311-cp311-linux_x86_64",
+) -> Path:
+    dist = f"{name.replace('-', '_')}-{version}.dist-info"
+    metadata = "\n".join(["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}", *(f"Requires-Dist: {r}" for r in requires)])
+    entries: dict[str, bytes] = dict(files or {})
+    entries[f"{dist}/METADATA"] = (metadata + "\n\nA test package.\n").encode()
+    entries[f"{dist}/WHEEL"] = f"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: false\nTag: {tag}\n".encode()
+    record = [f"{path},sha256={_b64(data)},{len(data)}" for path, data in entries.items()]
+    entries[f"{dist}/RECORD"] = ("\n".join([*record, f"{dist}/RECORD,,"]) + "\n").encode()
+    path = directory / f"{name.replace('-', '_')}-{version}-{tag}.whl"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for entry, data in entries.items():
+            zf.writestr(entry, data)
+    return path
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
