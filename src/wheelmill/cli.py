@@ -42,7 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     matrix = commands.add_parser("matrix", help="print the supported cells")
-    matrix.add_argument("--json", action="store_true", help='GitHub Actions matrix: {"include": [...]}')
+    form = matrix.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help='GitHub Actions matrix: {"include": [...]}')
+    form.add_argument("--markdown", action="store_true", help="the table as Markdown (the README's copy)")
     matrix.set_defaults(func=cmd_matrix)
 
     for name, func, text in (("plan", cmd_plan, "print the ordered steps; run nothing"), ("build", cmd_build, "build, check, repair and install-test")):
@@ -76,6 +78,9 @@ def cmd_matrix(args: argparse.Namespace, console: Console) -> int:
         ]
         print(json.dumps({"include": include}, separators=(",", ":")))
         return 0
+    if args.markdown:
+        print(matrix_markdown(matrix))
+        return 0
     table = Table(title=f"matrix ({len(matrix.cells)} cells)", title_justify="left")
     for column in ("variant", "toolkit", "torch", "arch list", "glibc", *matrix.pythons):
         table.add_column(column, overflow="fold")
@@ -84,6 +89,23 @@ def cmd_matrix(args: argparse.Namespace, console: Console) -> int:
         table.add_row(v.name, v.toolkit or "-", f"{v.torch}+{v.label}", v.arch_list or "-", v.glibc, *cells)
     Console(highlight=False, width=max(console.width, 160)).print(table)
     return 0
+
+
+def matrix_markdown(matrix: Matrix) -> str:
+    head = ["variant", "toolkit", "torch", "arch list", "glibc", *matrix.pythons]
+    rows = [
+        [
+            v.name,
+            v.toolkit or "-",
+            f"{v.torch}+{v.label}",
+            f"`{v.arch_list}`" if v.arch_list else "-",
+            v.glibc,
+            *("yes" if p in v.pythons else "-" for p in matrix.pythons),
+        ]
+        for v in matrix.variants.values()
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
 def _plans(args: argparse.Namespace) -> tuple[Matrix, tuple[CellPlan, ...], Settings]:

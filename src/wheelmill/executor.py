@@ -63,7 +63,7 @@ def _run_steps(run: CellRun, report: CellReport, ui: UI) -> None:
             report.steps.append(StepRecord(step=step, status=Status.SKIPPED, error=reason))
             ui.skipped(step, reason)
             continue
-        record = _run_step(run, step, index, len(steps), ui)
+        record = run_step(run, step, index, len(steps), ui)
         report.steps.append(record)
         if record.status is Status.OK and step.kind is StepKind.INSTALL_TEST and step.recipe:
             report.wheels[step.recipe] = WheelRecord.of(run.final[step.recipe])
@@ -97,7 +97,7 @@ def _ancestors(run: CellRun, recipe: str) -> set[str]:
     return found
 
 
-def _run_step(run: CellRun, step: Step, index: int, total: int, ui: UI) -> StepRecord:
+def run_step(run: CellRun, step: Step, index: int, total: int, ui: UI) -> StepRecord:
     log = StepLog(run.layout.logs / f"{index:02d}-{step.id.replace('/', '-')}.log")
     record = StepRecord(step=step, status=Status.OK, log=str(log.path))
     policy = run.settings.retry if step.kind in NETWORK_STEPS else NO_RETRY

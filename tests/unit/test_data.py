@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from wheelmill.archs import CudaArchs
+from wheelmill.cli import matrix_markdown
 from wheelmill.errors import SelectionError
 from wheelmill.matrix import Family, load_matrix
 from wheelmill.recipes import SdistSource, load_recipes, resolve, select
@@ -74,3 +75,10 @@ def test_overrides_resolve_per_cell(recipes, matrix) -> None:  # type: ignore[no
     assert cuda.device_code is True and cpu.device_code is None
     assert cuda.arch_list == "8.0;9.0" and cpu.arch_list is None
     assert cuda.torch_pin and cuda.local_label
+
+
+def test_readme_matrix_table_is_in_sync(matrix) -> None:  # type: ignore[no-untyped-def]
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("<!-- matrix:start")
+    block = readme[readme.index("\n", start) + 1 : readme.index("<!-- matrix:end -->")]
+    assert block.strip() == matrix_markdown(matrix), "regenerate with `wheelmill matrix --markdown`"

@@ -1,0 +1,141 @@
+"""Whole cells, built the way a user builds them: `nox -s build-<cell>`.
+
+These are the slow tests (minutes): real compilers, real torch, real auditwheel, and a clean
+env per wheel. Each cell's outputs go to a temporary WHEELMILL_OUTPUT."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from wheelmill.checks.torchenv import judge_torch
+from wheelmill.context import TorchInfo
+from wheelmill.envs import Env
+from wheelmill.matrix import load_matrix
+from wheelmill.probes import TORCH, parse
+from wheelmill.settings import Settings
+from wheelmill.sources import machine_sources
+from wheelmill.wheelfile import read_wheel
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def nox(session: str, output: Path, *args: str, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "WHEELMILL_OUTPUT": str(output)}
+    command = [sys.executable, "-m", "nox", "--no-color", "-s", session, *(["--", *args] if args else [])]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def report(output: Path, cell: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((output / cell / "report.json").read_text())
+    return data
+
+
+def all_checks(data: dict[str, Any]) -> list[dict[str, Any]]:
+    return [check for step in data["steps"] for check in step["checks"]]
+
+
+def assert_cell_built(output: Path, cell: str, recipes: set[str], label: str, torch: str) -> dict[str, Any]:
+    data = report(output, cell)
+    assert data["status"] == "ok", json.dumps(data["steps"], indent=1)
+    assert {r["name"] for r in data["recipes"]} == recipes
+    assert all(step["status"] == "ok" for step in data["steps"])
+    checks = all_checks(data)
+    assert not [c for c in checks if c["verdict"] == "fail"]
+    # On the host the only acceptable warning is the glibc baseline (containers fix it).
+    assert {c["name"] for c in checks if c["verdict"] == "warn"} <= {"glibc-baseline"}
+    for recipe in data["recipes"]:
+        wheel = Path(recipe["wheel"]["path"])
+        assert wheel.parent == output / cell / "dist"
+        info = read_wheel(wheel)
+        assert info.version.local == label
+        assert all(p.startswith("manylinux_") for p in info.platforms)
+        assert f"torch=={torch}" in info.requires_dist
+        assert len(recipe["wheel"]["sha256"]) == 64
+    return data
+
+
+def test_nox_lists_a_session_per_cell() -> None:
+    result = subprocess.run([sys.executable, "-m", "nox", "-l"], cwd=ROOT, capture_output=True, text=True, check=True)
+    for session in ("build-cuda118-py311", "build-cuda130-py311", "build-cpu-py311", "build-rocm62-py311", "tests", "lint"):
+        assert f" {session} -> " in result.stdout or f" {session}\n" in result.stdout
+    cells = load_matrix(ROOT / "recipes" / "matrix.toml").cells
+    listed = [line for line in result.stdout.splitlines() if line[:2] in ("* ", "- ") and line[2:].startswith("build-")]
+    assert len(listed) == len(cells)
+
+
+def test_cpu_cell_builds_end_to_end(tmp_path: Path) -> None:
+    result = nox("build-cpu-py311", tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert_cell_built(tmp_path, "cpu-py311", {"example-cpp-ops", "torchsort"}, "cpu", "2.13.0+cpu")
+    assert "cpu-py311: ok" in result.stderr
+    assert "wheels" in result.stderr and "sha256" in result.stderr  # the summary tables
+
+
+@pytest.mark.cuda
+def test_cuda130_cell_builds_end_to_end(tmp_path: Path) -> None:
+    if shutil.which("nvcc", path="/usr/local/cuda-13.0/bin:" + os.environ.get("CUDA_HOME", "") + "/bin") is None:
+        pytest.skip("no CUDA 13.0 toolkit")
+    result = nox("build-cuda130-py311", tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    data = assert_cell_built(tmp_path, "cuda130-py311", {"example-cpp-ops", "example-cuda-ops", "torchsort"}, "cu130", "2.14.1")
+    device = {step["recipe"]: c for step in data["steps"] for c in step["checks"] if c["name"] == "device-code"}
+    assert device["example-cuda-ops"]["verdict"] == "pass"
+    assert device["torchsort"]["verdict"] == "pass"
+    cuda_ops = next(r for r in data["recipes"] if r["name"] == "example-cuda-ops")
+    assert "example-cpp-ops==0.1.0+cu130" in read_wheel(Path(cuda_ops["wheel"]["path"])).requires_dist
+
+
+def test_cuda118_stops_in_pre_checks_within_seconds(tmp_path: Path) -> None:
+    started = time.monotonic()
+    result = nox("build-cuda118-py311", tmp_path, timeout=300)
+    elapsed = time.monotonic() - started
+    assert result.returncode == 5, result.stderr[-3000:]
+    assert elapsed < 60, f"pre-checks took {elapsed:.0f}s"
+    error = [line for line in result.stderr.splitlines() if line.startswith("wheelmill: error:")]
+    assert len(error) == 1
+    assert "no CUDA 11.8 toolkit" in error[0]
+    assert "torch==2.7.1+cu118" in error[0]
+    assert "fix:" in error[0] and "CUDA_HOME" in error[0] and "WHEELMILL_TORCH_INDEX" in error[0]
+    data = report(tmp_path, "cuda118-py311")
+    statuses = {s["step"]: s["status"] for s in data["steps"] if s["recipe"] is None}
+    assert statuses["pre-checks"] == "failed"
+    assert statuses["prepare-env"] == "skipped"
+    assert not (tmp_path / "cuda118-py311" / "envs").exists()
+
+
+def test_a_cpu_torch_offered_to_a_cuda_cell_is_refused(tmp_path: Path, recipes_copy: Path) -> None:
+    """A variant whose torch pin resolves to a CPU build here stops before installing it."""
+    matrix = recipes_copy / "matrix.toml"
+    matrix.write_text(matrix.read_text().replace('label = "cu130"\ntorch = "2.14.1"', 'label = "cu130"\ntorch = "2.13.0"'))
+    env = {**os.environ, "WHEELMILL_OUTPUT": str(tmp_path / "out"), "WHEELMILL_TORCH_INDEX": ""}
+    command = [sys.executable, "-m", "wheelmill", "--recipes", str(recipes_copy), "build", "--cell", "cuda130-py311", "--recipe", "example-cpp-ops"]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=300)
+    assert result.returncode == 5, result.stderr[-3000:]
+    assert "offer torch 2.13.0+cpu, not 2.13.0+cu130" in result.stderr
+
+
+def test_env_check_catches_a_cpu_torch_installed_in_a_cuda_cell(tmp_path: Path) -> None:
+    """The env check asks torch itself: a real CPU torch, judged for the cuda130 variant."""
+    uv = shutil.which("uv", path=str(Path(sys.executable).parent))
+    assert uv
+    env = Env(root=tmp_path / "env")
+    subprocess.run([uv, "venv", "--quiet", "--python", sys.executable, str(env.root)], check=True)
+    sources = machine_sources(Settings.from_environ({})).uv_args()
+    subprocess.run([uv, "pip", "install", "--quiet", "--python", str(env.python), *sources, "torch==2.13.0+cpu"], check=True)
+    probe = subprocess.run([str(env.python), "-c", TORCH], capture_output=True, text=True, check=True)
+    data = parse(probe.stdout)
+    info = TorchInfo(**{**data, "lib_dir": Path(data["lib_dir"]), "site_packages": Path(data["site_packages"])})
+    variant = load_matrix(ROOT / "recipes" / "matrix.toml").variants["cuda130"]
+    verdicts = {r.name: r for r in judge_torch(info, variant)}
+    assert verdicts["torch-variant"].verdict == "fail"
+    assert "a CPU torch in a CUDA 13.0 cell" in verdicts["torch-variant"].detail

@@ -1,0 +1,242 @@
+"""Retries, proven against a real HTTP server that fails N times and then serves.
+
+The fetch step runs exactly as in a build (the executor's retry wrapper, the real download
+and sha256 verification, the shared cache); only the server is ours, on loopback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+import tarfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from wheelmill import envs
+from wheelmill.context import CellRun, Layout
+from wheelmill.errors import FetchError, IntegrityError
+from wheelmill.executor import run_step
+from wheelmill.matrix import load_matrix
+from wheelmill.plan import StepKind, plan_cell
+from wheelmill.recipes import load_recipes
+from wheelmill.report import Status, StepRecord
+from wheelmill.runner import HostRunner
+from wheelmill.settings import Settings
+from wheelmill.sources import machine_sources
+from wheelmill.ui import UI, make_console
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def sdist_bytes(name: str = "flaky_pkg", version: str = "1.0") -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tf:
+        for path, text in {"setup.py": "from setuptools import setup\nsetup()\n", "PKG-INFO": f"Name: {name}\nVersion: {version}\n"}.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{name}-{version}/{path}")
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+@dataclass
+class Behaviour:
+    """What the server does: fail the first ``failures`` requests of a file, then serve."""
+
+    payload: bytes
+    failures: int = 0
+    failure: str = "503"  # 503 | drop | short | 404
+    corrupt: bool = False
+    requests: list[str] = field(default_factory=list)
+
+
+class FlakyServer:
+    def __init__(self, behaviour: Behaviour) -> None:
+        self.behaviour = behaviour
+        handler = self._handler()
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        behaviour = self.behaviour
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                behaviour.requests.append(self.path)
+                file_requests = sum(1 for r in behaviour.requests if not r.startswith("/simple/"))
+                if self.path.startswith("/simple/"):
+                    self._index()
+                elif file_requests <= behaviour.failures:
+                    self._fail()
+                else:
+                    self._send(200, behaviour.payload[::-1] if behaviour.corrupt else behaviour.payload, "application/octet-stream")
+
+            def _index(self) -> None:
+                if self.path.rstrip("/") != "/simple/flaky-pkg":
+                    self._send(404, b"not found", "text/plain")
+                    return
+                digest = hashlib.sha256(behaviour.payload).hexdigest()
+                page = {
+                    "meta": {"api-version": "1.1"},
+                    "name": "flaky-pkg",
+                    "files": [{"filename": "flaky_pkg-1.0.tar.gz", "url": "/files/flaky_pkg-1.0.tar.gz", "hashes": {"sha256": digest}}],
+                }
+                self._send(200, json.dumps(page).encode(), "application/vnd.pypi.simple.v1+json")
+
+            def _fail(self) -> None:
+                match behaviour.failure:
+                    case "503":
+                        self._send(503, b"busy", "text/plain")
+                    case "404":
+                        self._send(404, b"gone", "text/plain")
+                    case "drop":
+                        self.close_connection = True
+                        self.connection.shutdown(2)
+                    case "short":
+                        self.send_response(200)
+                        self.send_header("Content-Length", str(len(behaviour.payload)))
+                        self.end_headers()
+                        self.wfile.write(behaviour.payload[:10])
+                        self.close_connection = True
+
+            def _send(self, status: int, body: bytes, content_type: str) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        return Handler
+
+    def __enter__(self) -> FlakyServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def fetch_once(tmp_path: Path, source: str, *, attempts: int = 4, env: dict[str, str] | None = None) -> tuple[StepRecord, Path]:
+    """Run the fetch step of a recipe with ``source`` (TOML lines) in a fresh cell layout."""
+    recipes = tmp_path / "recipes"
+    if not recipes.exists():
+        shutil.copytree(ROOT / "recipes" / "schema", recipes / "schema")
+        shutil.copy(ROOT / "recipes" / "matrix.toml", recipes)
+    (recipes / "flaky-pkg.toml").write_text(f'name = "flaky-pkg"\n[source]\n{source}\n')
+    matrix = load_matrix(recipes / "matrix.toml")
+    settings = Settings.from_environ({"WHEELMILL_RETRIES": str(attempts), "WHEELMILL_RETRY_DELAY": "0.01", **(env or {})})
+    cell_plan = plan_cell(matrix, load_recipes(recipes), matrix.cell("cpu-py311"), ["flaky-pkg"], settings)
+    layout = Layout(output=tmp_path / "wheels", cell="cpu-py311")
+    runner = HostRunner()
+    run = CellRun(plan=cell_plan, matrix=matrix, settings=settings, layout=layout, runner=runner, backend=envs.backend("uv", runner), on_line=lambda line: None)
+    run.sources = machine_sources(settings)
+    step = next(s for s in cell_plan.steps if s.kind is StepKind.FETCH)
+    record = run_step(run, step, 1, 1, UI(make_console(io.StringIO())))
+    return record, layout.cache
+
+
+@pytest.fixture
+def payload() -> bytes:
+    return sdist_bytes()
+
+
+@pytest.fixture
+def serve(payload: bytes) -> Iterator[FlakyServer]:
+    with FlakyServer(Behaviour(payload=payload)) as server:
+        yield server
+
+
+def url_source(server: FlakyServer, payload: bytes) -> str:
+    return f'url = "{server.url}/files/flaky_pkg-1.0.tar.gz"\nsha256 = "{hashlib.sha256(payload).hexdigest()}"'
+
+
+@pytest.mark.parametrize("failure", ["503", "drop", "short"])
+def test_transient_failures_within_the_budget_succeed(tmp_path: Path, serve: FlakyServer, payload: bytes, failure: str) -> None:
+    serve.behaviour.failures, serve.behaviour.failure = 2, failure
+    record, cache = fetch_once(tmp_path, url_source(serve, payload), attempts=4)
+    assert record.status is Status.OK, record.error
+    assert record.attempts == 3
+    assert len(serve.behaviour.requests) == 3
+    cached = list(cache.rglob("*.tar.gz"))
+    assert len(cached) == 1
+    assert cached[0].read_bytes() == payload
+    assert not list(cache.rglob("*.part"))
+    log = Path(record.log or "").read_text()
+    assert log.count("retrying in") == 2
+
+
+def test_beyond_the_budget_is_a_clear_error(tmp_path: Path, serve: FlakyServer, payload: bytes) -> None:
+    serve.behaviour.failures = 10
+    record, cache = fetch_once(tmp_path, url_source(serve, payload), attempts=3)
+    assert record.status is Status.FAILED
+    assert record.exit_code == FetchError.exit_code
+    assert record.attempts == 3
+    assert "gave up after 3 attempts" in (record.error or "")
+    assert "HTTP 503" in (record.error or "")
+    assert "WHEELMILL_RETRIES" in (record.error or "")
+    assert len(serve.behaviour.requests) == 3
+    assert not [p for p in cache.rglob("*") if p.is_file()], "nothing half-downloaded is kept"
+
+
+def test_sha256_mismatch_fails_at_once(tmp_path: Path, serve: FlakyServer, payload: bytes) -> None:
+    serve.behaviour.corrupt = True
+    record, cache = fetch_once(tmp_path, url_source(serve, payload), attempts=5)
+    assert record.status is Status.FAILED
+    assert record.exit_code == IntegrityError.exit_code
+    assert record.attempts == 1
+    assert len(serve.behaviour.requests) == 1
+    assert "sha256 mismatch" in (record.error or "")
+    assert not [p for p in cache.rglob("*") if p.is_file()], "no corrupt bytes are kept"
+
+
+def test_not_found_is_not_retried(tmp_path: Path, serve: FlakyServer, payload: bytes) -> None:
+    serve.behaviour.failures, serve.behaviour.failure = 10, "404"
+    record, _cache = fetch_once(tmp_path, url_source(serve, payload), attempts=5)
+    assert record.status is Status.FAILED
+    assert record.exit_code == FetchError.exit_code
+    assert record.attempts == 1
+    assert "HTTP 404" in (record.error or "")
+
+
+def test_sdist_found_through_a_pep691_index_with_retries(tmp_path: Path, serve: FlakyServer, payload: bytes) -> None:
+    serve.behaviour.failures = 1
+    digest = hashlib.sha256(payload).hexdigest()
+    env = {"WHEELMILL_INDEX_URL": f"{serve.url}/simple"}
+    record, _cache = fetch_once(tmp_path, f'sdist = "flaky-pkg==1.0"\nsha256 = "{digest}"', attempts=3, env=env)
+    assert record.status is Status.OK, record.error
+    assert record.attempts == 2
+    assert (tmp_path / "wheels" / "cpu-py311" / "src" / "flaky-pkg" / "flaky_pkg-1.0" / "setup.py").is_file()
+
+
+def test_index_hash_differing_from_the_pin_fails_before_downloading(tmp_path: Path, serve: FlakyServer) -> None:
+    env = {"WHEELMILL_INDEX_URL": f"{serve.url}/simple"}
+    record, _cache = fetch_once(tmp_path, f'sdist = "flaky-pkg==1.0"\nsha256 = "{"0" * 64}"', attempts=3, env=env)
+    assert record.status is Status.FAILED
+    assert record.exit_code == IntegrityError.exit_code
+    assert "the index lists sha256" in (record.error or "")
+    assert all(r.startswith("/simple/") for r in serve.behaviour.requests)
+
+
+def test_a_cached_download_is_verified_and_reused(tmp_path: Path, serve: FlakyServer, payload: bytes) -> None:
+    source = url_source(serve, payload)
+    first, _ = fetch_once(tmp_path, source)
+    second, _ = fetch_once(tmp_path, source)
+    assert first.status is Status.OK and second.status is Status.OK
+    assert len(serve.behaviour.requests) == 1
+    assert "cache hit" in Path(second.log or "").read_text()
