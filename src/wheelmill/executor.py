@@ -186,6 +186,7 @@ def _facts(run: CellRun) -> dict[str, object]:
         facts["toolkit"] = {"root": str(run.toolkit.root), "version": run.toolkit.version}
     if run.sources:
         facts["package_sources"] = run.sources.describe()
+        facts["package_source_args"] = run.sources.uv_args()
     if run.torch:
         facts["torch"] = {"version": run.torch.version, "cuda": run.torch.cuda, "hip": run.torch.hip, "cxx11_abi": run.torch.cxx11_abi}
     if run.layout.lock.is_file() and run.build_env:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -17,10 +18,9 @@ from typing import Any
 import pytest
 
 from wheelmill.checks.torchenv import judge_torch
-from wheelmill.context import TorchInfo
 from wheelmill.envs import Env
 from wheelmill.matrix import load_matrix
-from wheelmill.probes import TORCH, parse
+from wheelmill.probes import read_torch
 from wheelmill.settings import Settings
 from wheelmill.sources import machine_sources
 from wheelmill.wheelfile import read_wheel
@@ -132,10 +132,34 @@ def test_env_check_catches_a_cpu_torch_installed_in_a_cuda_cell(tmp_path: Path) 
     subprocess.run([uv, "venv", "--quiet", "--python", sys.executable, str(env.root)], check=True)
     sources = machine_sources(Settings.from_environ({})).uv_args()
     subprocess.run([uv, "pip", "install", "--quiet", "--python", str(env.python), *sources, "torch==2.13.0+cpu"], check=True)
-    probe = subprocess.run([str(env.python), "-c", TORCH], capture_output=True, text=True, check=True)
-    data = parse(probe.stdout)
-    info = TorchInfo(**{**data, "lib_dir": Path(data["lib_dir"]), "site_packages": Path(data["site_packages"])})
+    info = read_torch(env.root)
+    imported = subprocess.run([str(env.python), "-c", "import torch; print(torch.__version__, torch.version.cuda)"], capture_output=True, text=True, check=True)
+    assert imported.stdout.split() == [info.version, str(info.cuda)], "the files say what the import says"
     variant = load_matrix(ROOT / "recipes" / "matrix.toml").variants["cuda130"]
     verdicts = {r.name: r for r in judge_torch(info, variant)}
     assert verdicts["torch-variant"].verdict == "fail"
     assert "a CPU torch in a CUDA 13.0 cell" in verdicts["torch-variant"].detail
+
+
+def test_ctrl_c_during_a_build_stops_everything_and_keeps_a_report(tmp_path: Path) -> None:
+    """SIGINT mid-compile: exit 130, the compiler's whole process tree gone, a valid report."""
+    env = {**os.environ, "WHEELMILL_OUTPUT": str(tmp_path)}
+    command = [sys.executable, "-m", "wheelmill", "build", "--cell", "cpu-py311", "--recipe", "example-cpp-ops"]
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    build_log = tmp_path / "cpu-py311" / "logs" / "06-example-cpp-ops-build.log"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (build_log.exists() and "c++" in build_log.read_text(errors="replace")):
+        time.sleep(0.5)
+    assert build_log.exists(), "the build step started"
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted" in err.splitlines()[-1]
+    data = report(tmp_path, "cpu-py311")
+    assert data["status"] == "interrupted"
+    statuses = {f"{s['recipe']}/{s['step']}": s["status"] for s in data["steps"]}
+    assert statuses["example-cpp-ops/build"] == "interrupted"
+    assert statuses["example-cpp-ops/install-test"] == "skipped"
+    leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True, check=False).stdout.split()
+    assert not leftovers, f"processes left running: {leftovers}"
+    assert not list(tmp_path.glob("cpu-py311/dist/*.whl")), "nothing half-built is delivered"

@@ -13,9 +13,9 @@ from wheelmill.envs import is_transient
 from wheelmill.errors import EnvError, PrecheckError
 from wheelmill.matrix import Family
 from wheelmill.plan import build_requires
-from wheelmill.probes import TORCH, run_probe, torch_info
+from wheelmill.probes import read_torch
 from wheelmill.retry import TransientError
-from wheelmill.runner import CommandFailed, StepLog, base_environment
+from wheelmill.runner import CommandFailed, StepLog
 from wheelmill.sources import PackageSources, machine_sources
 from wheelmill.toolchain import Found, NotFound, Toolkit, find_compiler, find_python, find_toolkit
 
@@ -154,8 +154,8 @@ def prepare_env(run: CellRun, log: StepLog) -> list[CheckResult]:
 def env_checks(run: CellRun, log: StepLog) -> list[CheckResult]:
     env = run.build_env
     assert env is not None
-    data = run_probe(run.runner, env.python, TORCH, [], env=base_environment([env.bin_dir]), log=log)
-    info = torch_info(data)
+    info = read_torch(env.root)
+    log.note(f"torch/version.py: {info.version}, cuda {info.cuda}, hip {info.hip}; distribution {info.dist_version}")
     results = judge_torch(info, run.plan.cell.variant)
     if any(r.verdict is Verdict.FAIL for r in results):
         what, fix = summarize_failures(results)

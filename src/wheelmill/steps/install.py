@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
@@ -26,12 +27,20 @@ from wheelmill.wheelfile import read_wheel
 def install_test(run: CellRun, recipe: ResolvedRecipe, log: StepLog) -> list[CheckResult]:
     wheel = run.repaired[recipe.name]
     env = _test_env(run, recipe, wheel, log)
-    results = _probe(run, recipe, env, log)
+    # The import probe and the smoke command each start a Python that imports torch
+    # (seconds); they are independent, so they run side by side, the probe with its own log.
+    probe_log = StepLog(log.path.with_suffix(".imports.log"))
+    log.note(f"import probe running beside the smoke command, logging to {probe_log.path}")
+    with probe_log, ThreadPoolExecutor(max_workers=1) as pool:
+        probing = pool.submit(_probe, run, recipe, env, probe_log)
+        smoke = _smoke(run, recipe, env, log) if recipe.smoke else None
+        results = probing.result()
     failed = [r for r in results if r.verdict is Verdict.FAIL]
     if failed:
-        raise InstallTestError(f"{recipe.name}: " + "; ".join(f"{r.name}: {r.detail}" for r in failed), fix=f"read {log.path}")
-    if recipe.smoke:
-        results.append(_smoke(run, recipe, env, log))
+        raise InstallTestError(f"{recipe.name}: " + "; ".join(f"{r.name}: {r.detail}" for r in failed), fix=f"read {probe_log.path}")
+    if isinstance(smoke, InstallTestError):
+        raise smoke
+    results += [smoke] if smoke else []
     _deliver(run, recipe, wheel)
     shutil.rmtree(env.root, ignore_errors=True)
     return results
@@ -75,7 +84,8 @@ def _probe(run: CellRun, recipe: ResolvedRecipe, env: Env, log: StepLog) -> list
     ]
 
 
-def _smoke(run: CellRun, recipe: ResolvedRecipe, env: Env, log: StepLog) -> CheckResult:
+def _smoke(run: CellRun, recipe: ResolvedRecipe, env: Env, log: StepLog) -> CheckResult | InstallTestError:
+    """The smoke command's verdict, or its error (raised after the probe's, which says more)."""
     assert recipe.smoke is not None
     values = {"python": str(env.python), "source": str(run.source_dirs[recipe.name]), "cell": run.plan.cell.id, "label": run.plan.cell.variant.label}
     argv = [fill(part, values, recipe, "checks.smoke") for part in recipe.smoke]
@@ -83,7 +93,7 @@ def _smoke(run: CellRun, recipe: ResolvedRecipe, env: Env, log: StepLog) -> Chec
         try:
             result = run.runner.run(argv, env=base_environment([env.bin_dir]), log=log, cwd=Path(cwd), on_line=run.on_line, keep_output=True)
         except CommandFailed as failed:
-            raise InstallTestError(f"{recipe.name}: smoke command failed (exit {failed.returncode}): {failed.last_line()}", fix=f"read {failed.log}") from None
+            return InstallTestError(f"{recipe.name}: smoke command failed (exit {failed.returncode}): {failed.last_line()}", fix=f"read {failed.log}")
     last = [line for line in result.output.splitlines() if line.strip()]
     return CheckResult.passed("smoke", last[-1].strip()[:160] if last else "passed")
 
