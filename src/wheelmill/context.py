@@ -10,7 +10,7 @@ from pathlib import Path
 from wheelmill.envs import Env, EnvBackend
 from wheelmill.matrix import Matrix
 from wheelmill.plan import CellPlan
-from wheelmill.runner import Runner, StepLog
+from wheelmill.runner import Runner
 from wheelmill.settings import Settings
 from wheelmill.sources import PackageSources
 from wheelmill.toolchain import Toolkit
@@ -120,6 +120,3 @@ class CellRun:
     def need_sources(self) -> PackageSources:
         assert self.sources is not None, "pre-checks chose the package sources"
         return self.sources
-
-
-StepLogFactory = Callable[[str], StepLog]

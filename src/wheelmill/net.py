@@ -106,9 +106,9 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def project_files(location: str, project: str) -> list[IndexFile]:
-    """Files of ``project`` at an index (PEP 691 JSON or PEP 503 HTML) or a find-links
-    location (a directory, or a page of links)."""
+def project_files(location: str, project: str, *, flat: bool = False) -> list[IndexFile]:
+    """Files of ``project`` at an index (PEP 691 JSON or PEP 503 HTML) or, with ``flat``, a
+    find-links location (a directory, or one page of links)."""
     name = canonicalize_name(project)
     if "://" not in location or location.startswith("file://"):
         path = Path(urllib.parse.urlparse(location).path if location.startswith("file://") else location)
@@ -118,7 +118,7 @@ def project_files(location: str, project: str) -> list[IndexFile]:
         if path.is_dir():  # find-links directory
             return [IndexFile(filename=p.name, url=p.as_uri(), sha256=None) for p in sorted(path.iterdir()) if p.is_file()]
         return []
-    page = location.rstrip("/") + f"/{name}/"
+    page = location if flat else location.rstrip("/") + f"/{name}/"
     try:
         with _open(page, accept=f"{PEP691_JSON}, text/html;q=0.1") as response:
             body = response.read().decode("utf-8", errors="replace")

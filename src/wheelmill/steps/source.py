@@ -62,10 +62,10 @@ def _filename(url: str) -> str:
 
 def _fetch_sdist(run: CellRun, sdist: SdistSource, log: StepLog) -> Path:
     sources = run.need_sources()
-    locations = [*sources.indexes(), *sources.find_links]
-    for location in locations:
+    locations = [(index, False) for index in sources.indexes()] + [(links, True) for links in sources.find_links]
+    for location, flat in locations:
         log.note(f"looking for {sdist.project}=={sdist.version} at {location}")
-        match = _pick_sdist(project_files(location, sdist.project), sdist)
+        match = _pick_sdist(project_files(location, sdist.project, flat=flat), sdist)
         if match is None:
             continue
         if match.sha256 and match.sha256 != sdist.sha256:
@@ -75,7 +75,7 @@ def _fetch_sdist(run: CellRun, sdist: SdistSource, log: StepLog) -> Path:
             )
         return _cached_download(run, match.url, match.filename, sdist.sha256, log)
     raise FetchError(
-        f"sdist {sdist.project}=={sdist.version} is on none of: {', '.join(locations) or 'no index'}",
+        f"sdist {sdist.project}=={sdist.version} is on none of: {', '.join(loc for loc, _ in locations) or 'no index'}",
         fix="check the project and version, or set WHEELMILL_INDEX_URL to an index that has it",
     )
 

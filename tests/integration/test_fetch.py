@@ -1,4 +1,5 @@
-"""Retries, proven against a real HTTP server that fails N times and then serves.
+"""The fetch step: retries proven against a real HTTP server that fails N times and then
+serves, sha256 verification, sdists found through a PEP 691 index, git at a pinned commit.
 
 The fetch step runs exactly as in a build (the executor's retry wrapper, the real download
 and sha256 verification, the shared cache); only the server is ours, on loopback.
@@ -10,6 +11,7 @@ import hashlib
 import io
 import json
 import shutil
+import subprocess
 import tarfile
 import threading
 from collections.abc import Iterator
@@ -240,3 +242,33 @@ def test_a_cached_download_is_verified_and_reused(tmp_path: Path, serve: FlakySe
     assert first.status is Status.OK and second.status is Status.OK
     assert len(serve.behaviour.requests) == 1
     assert "cache hit" in Path(second.log or "").read_text()
+
+
+def git_repo(tmp_path: Path) -> tuple[Path, str]:
+    repo = tmp_path / "upstream"
+    repo.mkdir()
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"}
+    (repo / "setup.py").write_text("from setuptools import setup\nsetup(name='from-git')\n")
+    for argv in (["git", "init", "-q"], ["git", "add", "."], ["git", "commit", "-q", "-m", "first"]):
+        subprocess.run(argv, cwd=repo, env=env, check=True)
+    rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+    return repo, rev
+
+
+def test_git_source_checks_out_the_pinned_commit(tmp_path: Path) -> None:
+    repo, rev = git_repo(tmp_path)
+    record, _cache = fetch_once(tmp_path, f'git = "{repo.as_uri()}"\nrev = "{rev}"')
+    assert record.status is Status.OK, record.error
+    checkout = tmp_path / "wheels" / "cpu-py311" / "src" / "flaky-pkg"
+    assert (checkout / "setup.py").is_file()
+    head = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    assert head == rev
+
+
+def test_git_source_with_an_unknown_commit_is_a_clear_error(tmp_path: Path) -> None:
+    repo, _rev = git_repo(tmp_path)
+    record, _cache = fetch_once(tmp_path, f'git = "{repo.as_uri()}"\nrev = "{"1" * 40}"', attempts=2)
+    assert record.status is Status.FAILED
+    assert record.exit_code == FetchError.exit_code
+    assert record.attempts == 1
+    assert "check the URL and that the commit exists" in (record.error or "")
