@@ -47,11 +47,11 @@ def execute(plan: CellPlan, *, matrix: Matrix, settings: Settings, ui: UI) -> Ce
         ui.cell_started(plan.cell.id, plan.cell.variant.describe())
         try:
             _run_steps(run, report, ui)
-        finally:
+        finally:  # interrupted too: the report and the summary say how far it got
             report.finished = time.time()
             report.facts.update(_facts(run))
             report.write()
-    ui.summary(report)
+            ui.summary(report)
     return report
 
 

@@ -31,7 +31,7 @@ _VERDICT = {Verdict.PASS: "[green]pass[/]", Verdict.FAIL: "[red]FAIL[/]", Verdic
 def make_console(stream: object = None) -> Console:
     file = stream or sys.stderr
     interactive = hasattr(file, "isatty") and file.isatty()
-    return Console(file=file, width=None if interactive else 160, highlight=False, soft_wrap=False)  # type: ignore[arg-type]
+    return Console(file=file, width=None if interactive else 200, highlight=False, soft_wrap=False)  # type: ignore[arg-type]
 
 
 class UI:
