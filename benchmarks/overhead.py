@@ -31,7 +31,8 @@ from wheelmill.plan import arch_list
 from wheelmill.recipes import PathSource, load_recipes, resolve
 from wheelmill.runner import base_environment
 from wheelmill.steps.build import available_memory, max_jobs
-from wheelmill.toolchain import Toolkit, find_toolkit, uv_bin
+from wheelmill.toolchain import Toolkit, find_toolkit
+from wheelmill.tools import uv_bin
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ("example-cpp-ops", "example-cuda-ops")

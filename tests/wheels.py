@@ -17,16 +17,22 @@ def make_wheel(
     requires: Sequence[str] = (),
     files: Mapping[str, bytes] | None = None,
     tag: str = "cp311-cp311-linux_x86_64",
+    requires_python: str | None = None,
+    stored: bool = False,
 ) -> Path:
+    """A valid wheel; ``stored`` skips compression (fast for big incompressible payloads)."""
     dist = f"{name.replace('-', '_')}-{version}.dist-info"
-    metadata = "\n".join(["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}", *(f"Requires-Dist: {r}" for r in requires)])
+    headers = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    headers += [f"Requires-Python: {requires_python}"] if requires_python else []
+    metadata = "\n".join([*headers, *(f"Requires-Dist: {r}" for r in requires)])
     entries: dict[str, bytes] = dict(files or {})
     entries[f"{dist}/METADATA"] = (metadata + "\n\nA test package.\n").encode()
     entries[f"{dist}/WHEEL"] = f"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: false\nTag: {tag}\n".encode()
     record = [f"{path},sha256={_b64(data)},{len(data)}" for path, data in entries.items()]
     entries[f"{dist}/RECORD"] = ("\n".join([*record, f"{dist}/RECORD,,"]) + "\n").encode()
+    directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name.replace('-', '_')}-{version}-{tag}.whl"
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED) as zf:
         for entry, data in entries.items():
             zf.writestr(entry, data)
     return path

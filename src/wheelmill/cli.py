@@ -11,7 +11,6 @@ import signal
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import NoReturn
@@ -21,7 +20,7 @@ from rich.table import Table
 
 from wheelmill import __version__
 from wheelmill.errors import Interrupted, UsageError, WheelmillError
-from wheelmill.executor import execute
+from wheelmill.index import commands as index_commands
 from wheelmill.matrix import Matrix, load_matrix
 from wheelmill.plan import CellPlan, plan
 from wheelmill.recipes import Recipe, load_recipes
@@ -51,10 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=text)
         sub.add_argument("--cell", action="append", required=True, help="cell id or glob, e.g. cuda118-py311 (repeatable)")
         sub.add_argument("--recipe", action="append", default=[], help="only this recipe and what it depends on (repeatable)")
+        sub.add_argument("--no-publish", dest="publish", action="store_false", help="keep the wheels in dist/, out of the local index")
         sub.set_defaults(func=func)
 
     validate = commands.add_parser("validate", help="load and check the matrix and every recipe")
     validate.set_defaults(func=cmd_validate)
+    index_commands.add_commands(commands)
     return parser
 
 
@@ -66,8 +67,7 @@ def _load(args: argparse.Namespace) -> tuple[Matrix, dict[str, Recipe]]:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    settings = Settings.from_environ()
-    return replace(settings, output=args.output) if args.output else settings
+    return Settings.from_environ().with_output(args.output)
 
 
 def cmd_matrix(args: argparse.Namespace, console: Console) -> int:
@@ -112,7 +112,7 @@ def _plans(args: argparse.Namespace) -> tuple[Matrix, tuple[CellPlan, ...], Sett
     matrix, recipes = _load(args)
     settings = _settings(args)
     cells = matrix.select(args.cell)
-    return matrix, plan(matrix, recipes, cells, args.recipe, settings), settings
+    return matrix, plan(matrix, recipes, cells, args.recipe, settings, publish=args.publish), settings
 
 
 def cmd_plan(args: argparse.Namespace, _console: Console) -> int:
@@ -133,6 +133,8 @@ def render_plan(cell_plan: CellPlan) -> str:
 
 
 def cmd_build(args: argparse.Namespace, console: Console) -> int:
+    from wheelmill.executor import execute  # noqa: PLC0415 - the build machinery loads only to build
+
     matrix, plans, settings = _plans(args)
     ui = UI(console)
     worst = 0

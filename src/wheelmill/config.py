@@ -13,10 +13,10 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
-from jsonschema.exceptions import ValidationError, best_match
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError
 
 from wheelmill.errors import ConfigError, did_you_mean
 
@@ -37,6 +37,8 @@ def load_toml(path: Path) -> dict[str, Any]:
 
 @cache
 def _schema(path: Path) -> dict[str, Any]:
+    import jsonschema  # noqa: PLC0415 - a tenth of a second at start-up; only loading data needs it
+
     data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     jsonschema.Draft202012Validator.check_schema(data)
     return data
@@ -44,6 +46,9 @@ def _schema(path: Path) -> dict[str, Any]:
 
 def validate(data: Mapping[str, Any], *, schema_path: Path, file: Path) -> None:
     """Validate ``data`` read from ``file``; raise a one-line ``ConfigError`` on the first problem."""
+    import jsonschema  # noqa: PLC0415 - see _schema
+    from jsonschema.exceptions import best_match  # noqa: PLC0415
+
     schema = _schema(schema_path)
     validator = jsonschema.Draft202012Validator(schema)
     error = best_match(validator.iter_errors(data), key=_relevance)

@@ -21,24 +21,9 @@ from packaging.utils import canonicalize_name
 from wheelmill.errors import ConfigError
 from wheelmill.runner import Runner, StepLog, base_environment
 from wheelmill.sources import PackageSources
-from wheelmill.toolchain import uv_bin
+from wheelmill.tools import uv_bin
 
 _PINNED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;\\]+)")
-# Output of a failed install that means "try again later", not "this cannot work".
-_TRANSIENT = (
-    "error sending request",
-    "connection reset",
-    "connection refused",
-    "timed out",
-    "operation timed out",
-    "dns error",
-    "temporary failure in name resolution",
-    "server error (50",
-    "status: 50",
-    "status code: 50",
-    "too many requests",
-    "broken pipe",
-)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,11 +51,6 @@ def pinned_versions(lock_text: str) -> dict[str, str]:
         if match:
             out[canonicalize_name(match.group(1))] = match.group(3)
     return out
-
-
-def is_transient(output: str) -> bool:
-    text = output.lower()
-    return any(marker in text for marker in _TRANSIENT)
 
 
 class EnvBackend(ABC):

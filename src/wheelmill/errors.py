@@ -99,6 +99,24 @@ class BusyError(WheelmillError):
     exit_code = 13
 
 
+class IndexConflict(WheelmillError):
+    """A file name already published with different bytes: published files are immutable."""
+
+    exit_code = 14
+
+
+class IndexStoreError(WheelmillError):
+    """The index cannot take this: not a wheel, an unknown channel or project, a bad tree."""
+
+    exit_code = 15
+
+
+class PublishError(WheelmillError):
+    """Uploading to an external index failed (after retries, where retrying helps)."""
+
+    exit_code = 16
+
+
 class Interrupted(WheelmillError):
     """Ctrl-C or SIGTERM: everything started was stopped and cleaned up."""
 

@@ -28,7 +28,7 @@ from wheelmill.report import CellReport, Status, StepRecord, WheelRecord
 from wheelmill.retry import RetryPolicy, TransientError, with_retries
 from wheelmill.runner import HostRunner, StepLog
 from wheelmill.settings import Settings
-from wheelmill.steps import build, cell, install, source, verify
+from wheelmill.steps import build, cell, install, publish, source, verify
 from wheelmill.ui import UI
 
 NO_RETRY = RetryPolicy(attempts=1)
@@ -159,6 +159,8 @@ def _dispatch(run: CellRun, step: Step, log: StepLog) -> list[CheckResult]:
             return verify.post_repair_checks(run, recipe, log)
         case StepKind.INSTALL_TEST:
             return install.install_test(run, recipe, log)
+        case StepKind.PUBLISH:
+            return publish.publish_step(run, recipe, log)
         case _:
             assert_never(step.kind)
 

@@ -29,6 +29,30 @@ TIMEOUT = 60.0
 CHUNK = 1 << 20
 PEP691_JSON = "application/vnd.pypi.simple.v1+json"
 _TRANSIENT_STATUS = {408, 425, 429, 500, 502, 503, 504}
+# Output of a failed command (uv, git) that means "try again later", not "this cannot work".
+_TRANSIENT = (
+    "error sending request",
+    "connection reset",
+    "connection refused",
+    "timed out",
+    "operation timed out",
+    "dns error",
+    "temporary failure in name resolution",
+    "server error (50",
+    "status: 50",
+    "status code: 50",
+    "status code 50",
+    "status code 429",
+    "status code 408",
+    "too many requests",
+    "broken pipe",
+)
+
+
+def is_transient(output: str) -> bool:
+    """Does a failed command's output say "try again later" rather than "this cannot work"?"""
+    text = output.lower()
+    return any(marker in text for marker in _TRANSIENT)
 
 
 @dataclass(frozen=True, kw_only=True)

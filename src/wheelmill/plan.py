@@ -31,6 +31,7 @@ class StepKind(StrEnum):
     REPAIR = "repair"
     POST_REPAIR_CHECKS = "post-repair-checks"
     INSTALL_TEST = "install-test"
+    PUBLISH = "publish"
 
 
 CELL_STEPS = (StepKind.PREPARE_CONTAINER, StepKind.PRE_CHECKS, StepKind.PREPARE_ENV, StepKind.ENV_CHECKS)
@@ -70,16 +71,21 @@ class CellPlan:
         return next(r for r in self.recipes if r.name == name)
 
 
-def plan(matrix: Matrix, recipes: Mapping[str, Recipe], cells: Sequence[Cell], names: Sequence[str], settings: Settings) -> tuple[CellPlan, ...]:
-    return tuple(plan_cell(matrix, recipes, cell, names, settings) for cell in cells)
+def plan(
+    matrix: Matrix, recipes: Mapping[str, Recipe], cells: Sequence[Cell], names: Sequence[str], settings: Settings, *, publish: bool = True
+) -> tuple[CellPlan, ...]:
+    return tuple(plan_cell(matrix, recipes, cell, names, settings, publish=publish) for cell in cells)
 
 
-def plan_cell(matrix: Matrix, recipes: Mapping[str, Recipe], cell: Cell, names: Sequence[str], settings: Settings) -> CellPlan:
+def plan_cell(matrix: Matrix, recipes: Mapping[str, Recipe], cell: Cell, names: Sequence[str], settings: Settings, *, publish: bool = True) -> CellPlan:
+    """The ordered steps of one cell: its own, then each recipe's, dependencies first.
+    With ``publish``, each wheel that passes everything goes into the local index."""
     chosen = tuple(resolve(recipes[name], cell) for name in select(recipes, cell, names))
     torch_index = torch_index_url(cell.variant, settings=settings, template=matrix.torch_index)
     steps = [Step(kind=kind, recipe=None, detail=_cell_detail(kind, matrix, cell, chosen, torch_index)) for kind in CELL_STEPS]
+    kinds = (*RECIPE_STEPS, StepKind.PUBLISH) if publish else RECIPE_STEPS
     for recipe in chosen:
-        steps += [Step(kind=kind, recipe=recipe.name, detail=_recipe_detail(kind, matrix, cell, recipe)) for kind in RECIPE_STEPS]
+        steps += [Step(kind=kind, recipe=recipe.name, detail=_recipe_detail(kind, matrix, cell, recipe)) for kind in kinds]
     return CellPlan(cell=cell, engine="none", recipes=chosen, steps=tuple(steps), torch_index=torch_index)
 
 
@@ -139,6 +145,8 @@ def _recipe_detail(kind: StepKind, matrix: Matrix, cell: Cell, recipe: ResolvedR
             what += [f"torch.ops {', '.join(recipe.torch_ops)}"] if recipe.torch_ops else []
             what += [f"smoke: {' '.join(recipe.smoke)}"] if recipe.smoke else []
             return "clean env with the locked torch; " + "; ".join(what or ["install only"])
+        case StepKind.PUBLISH:
+            return f"add to channel {cell.variant.channel} of the local index (immutable: the same bytes again are a no-op)"
         case _:
             raise AssertionError(f"{kind} is not a recipe step")
 

@@ -11,6 +11,7 @@ tree, not just its parent.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -41,6 +42,8 @@ PASSTHROUGH = (
 # a CUDA one. Toolkits are added to PATH explicitly, per variant.
 SYSTEM_PATH = ("/usr/sbin", "/usr/bin", "/sbin", "/bin")
 TERMINATE_GRACE = 10.0
+# Never written to a log: credentials travel in the environment, not in argv.
+_SECRET = re.compile(r"PASSWORD|TOKEN|SECRET|CREDENTIAL", re.IGNORECASE)
 
 
 class CommandFailed(Exception):
@@ -194,7 +197,7 @@ def _log_command(log: StepLog, argv: Sequence[str], env: Mapping[str, str], cwd:
     if cwd:
         log.note(f"cwd {cwd}")
     for key in sorted(env):
-        log.note(f"env {key}={env[key]}")
+        log.note(f"env {key}={'***' if _SECRET.search(key) else env[key]}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -30,6 +30,7 @@ class Settings:
     find_links: tuple[str, ...] | None
     retry: RetryPolicy
     env_backend: str
+    index_root: Path | None = None  # None: <output>/index
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -45,7 +46,17 @@ class Settings:
                 base_delay=_number(env, "WHEELMILL_RETRY_DELAY", 1.0, float),
             ),
             env_backend=env.get("WHEELMILL_ENV_BACKEND", "uv"),
+            index_root=Path(env["WHEELMILL_INDEX_ROOT"]) if env.get("WHEELMILL_INDEX_ROOT") else None,
         )
+
+    def with_output(self, output: Path | None) -> Settings:
+        """These settings with the output root a command line gave (if it gave one)."""
+        return replace(self, output=output) if output else self
+
+    @property
+    def index(self) -> Path:
+        """The local index's storage root."""
+        return self.index_root or self.output / "index"
 
     @property
     def sources_overridden(self) -> bool:

@@ -14,10 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import uv
-
 from wheelmill.matrix import Family, Variant
 from wheelmill.runner import capture
+from wheelmill.tools import uv_bin
 
 _NVCC_RELEASE = re.compile(r"release (\d+\.\d+)")
 _HIP_VERSION = re.compile(r"HIP version:\s*(\d+\.\d+)")
@@ -56,10 +55,6 @@ class NotFound:
     """What was looked at, and what was there (``/usr/local/cuda: CUDA 13.0``)."""
 
     looked: tuple[str, ...]
-
-
-def uv_bin() -> str:
-    return uv.find_uv_bin()
 
 
 def find_python(version: str, environ: Mapping[str, str] | None = None) -> Found | NotFound:

@@ -19,6 +19,9 @@ import pytest
 
 from wheelmill.checks.torchenv import judge_torch
 from wheelmill.envs import Env
+from wheelmill.index.pages import Project
+from wheelmill.index.store import Channel
+from wheelmill.index.verify import verify
 from wheelmill.matrix import load_matrix
 from wheelmill.probes import read_torch
 from wheelmill.settings import Settings
@@ -53,8 +56,12 @@ def assert_cell_built(output: Path, cell: str, recipes: set[str], label: str, to
     assert not [c for c in checks if c["verdict"] == "fail"]
     # On the host the only acceptable warning is the glibc baseline (containers fix it).
     assert {c["name"] for c in checks if c["verdict"] == "warn"} <= {"glibc-baseline"}
+    channel = Channel(output / "index", label)
+    assert verify(channel) == []
+    published = {f.filename for name in channel.project_names() for f in (channel.project(name) or Project(name=name, files=())).files}
     for recipe in data["recipes"]:
         wheel = Path(recipe["wheel"]["path"])
+        assert wheel.name in published, "the publish step put it in the local index"
         assert wheel.parent == output / cell / "dist"
         info = read_wheel(wheel)
         assert info.version.local == label

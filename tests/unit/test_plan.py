@@ -49,7 +49,7 @@ def test_steps_come_in_design_order_and_dependencies_first(repo_root: Path) -> N
     (cell_plan,) = plan(matrix, recipes, matrix.select(["cuda130-py311"]), ["example-cuda-ops"], Settings.from_environ({}))
     assert [r.name for r in cell_plan.recipes] == ["example-cpp-ops", "example-cuda-ops"]
     kinds = [s.kind for s in cell_plan.steps]
-    assert kinds == [*CELL_STEPS, *RECIPE_STEPS, *RECIPE_STEPS]
+    assert kinds == [*CELL_STEPS, *RECIPE_STEPS, StepKind.PUBLISH, *RECIPE_STEPS, StepKind.PUBLISH]
     assert kinds.index(StepKind.PRE_CHECKS) < kinds.index(StepKind.PREPARE_ENV) < kinds.index(StepKind.BUILD)
 
 
@@ -60,3 +60,10 @@ def test_torch_index_setting_replaces_the_template(repo_root: Path) -> None:
     mirrored = plan(matrix, recipes, cells, [], Settings.from_environ({"WHEELMILL_TORCH_INDEX": "https://mirror.example/whl/{label}"}))
     assert mirrored[0].torch_index == "https://mirror.example/whl/cu118"
     assert plan(matrix, recipes, cells, [], Settings.from_environ({"WHEELMILL_TORCH_INDEX": ""}))[0].torch_index is None
+
+
+def test_no_publish_leaves_the_publish_steps_out(repo_root: Path) -> None:
+    matrix = load_matrix(repo_root / "recipes" / "matrix.toml")
+    recipes = load_recipes(repo_root / "recipes")
+    (cell_plan,) = plan(matrix, recipes, matrix.select(["cpu-py311"]), [], Settings.from_environ({}), publish=False)
+    assert StepKind.PUBLISH not in {s.kind for s in cell_plan.steps}

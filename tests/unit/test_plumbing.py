@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from wheelmill.checks.elf import system_lib_dirs
-from wheelmill.envs import is_transient, pinned_versions
+from wheelmill.envs import pinned_versions
+from wheelmill.net import is_transient
 from wheelmill.retry import RetryPolicy, TransientError, with_retries
 from wheelmill.runner import CommandFailed, HostRunner, StepLog, base_environment
 from wheelmill.settings import Settings

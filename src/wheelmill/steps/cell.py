@@ -9,9 +9,9 @@ from wheelmill.checks import CheckResult, Verdict, summarize_failures
 from wheelmill.checks.torchenv import judge_located, judge_torch
 from wheelmill.config import format_size
 from wheelmill.context import CellRun
-from wheelmill.envs import is_transient
 from wheelmill.errors import EnvError, PrecheckError
 from wheelmill.matrix import Family
+from wheelmill.net import is_transient
 from wheelmill.plan import build_requires
 from wheelmill.probes import read_torch
 from wheelmill.retry import TransientError

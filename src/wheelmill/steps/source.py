@@ -19,9 +19,8 @@ from packaging.version import Version
 from wheelmill.checks import CheckResult
 from wheelmill.config import format_size
 from wheelmill.context import CellRun
-from wheelmill.envs import is_transient
 from wheelmill.errors import FetchError, IntegrityError
-from wheelmill.net import IndexFile, download, project_files, sha256_of
+from wheelmill.net import IndexFile, download, is_transient, project_files, sha256_of
 from wheelmill.recipes import GitSource, PathSource, ResolvedRecipe, SdistSource, UrlSource
 from wheelmill.retry import TransientError
 from wheelmill.runner import CommandFailed, StepLog, base_environment

@@ -1,0 +1,163 @@
+"""The index's commands: ``publish``, ``yank``, ``unyank`` and ``index serve|config|verify|list``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from wheelmill.errors import IndexStoreError, UsageError
+from wheelmill.index import consumer
+from wheelmill.index.remote import Remote, upload
+from wheelmill.index.serve import make_server
+from wheelmill.index.store import Channel, publish, set_yanked
+from wheelmill.index.verify import leftovers, verify
+from wheelmill.runner import HostRunner, StepLog
+from wheelmill.settings import Settings
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    pub = commands.add_parser("publish", help="add wheels to a channel of the local index, or upload them to another index")
+    pub.add_argument("wheels", nargs="+", type=Path, metavar="WHEEL")
+    pub.add_argument("--channel", help="the local channel (cpu, cu118, rocm6.2, ...)")
+    pub.add_argument("--to", metavar="URL", help="upload to this index's upload API instead")
+    pub.add_argument("--check-url", metavar="URL", help="that index's simple API (default: URL/simple/)")
+    pub.set_defaults(func=cmd_publish)
+
+    for name, func in (("yank", cmd_yank), ("unyank", cmd_unyank)):
+        sub = commands.add_parser(name, help=f"{name} every file of a version (PEP 592)")
+        sub.add_argument("project")
+        sub.add_argument("version")
+        sub.add_argument("--channel", required=True)
+        if name == "yank":
+            sub.add_argument("--reason", required=True, help="shown to whoever still installs it")
+        sub.set_defaults(func=func)
+
+    index = commands.add_parser("index", help="serve, check and describe the local index")
+    actions = index.add_subparsers(dest="action", required=True, parser_class=type(index))
+    serve = actions.add_parser("serve", help="serve the index over HTTP (read-only)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--access-log", type=Path, help="append an access log here (with bytes sent)")
+    serve.set_defaults(func=cmd_serve)
+    config = actions.add_parser("config", help="pip and uv settings that use one channel, and only it")
+    config.add_argument("--channel", required=True)
+    config.add_argument("--url", default="http://127.0.0.1:8080", help="where the index is served")
+    config.add_argument("--form", choices=("all", "pip", "uv", "env"), default="all")
+    config.set_defaults(func=cmd_config)
+    check = actions.add_parser("verify", help="check that channels are valid indexes")
+    check.add_argument("--channel", action="append", help="default: every channel")
+    check.set_defaults(func=cmd_verify)
+    listing = actions.add_parser("list", help="projects and versions of a channel")
+    listing.add_argument("--channel", required=True)
+    listing.set_defaults(func=cmd_list)
+
+
+def _root(args: argparse.Namespace) -> Path:
+    return Settings.from_environ().with_output(args.output).index
+
+
+def _channel(args: argparse.Namespace, *, existing: bool = True) -> Channel:
+    channel = Channel(_root(args), args.channel)
+    if existing and not channel.exists():
+        known = ", ".join(sorted(p.parent.parent.name for p in _root(args).glob("*/simple/index.json"))) or "none"
+        raise IndexStoreError(f"{channel.path}: no channel '{args.channel}' in the index", fix=f"publish to it first; channels here: {known}")
+    return channel
+
+
+def cmd_publish(args: argparse.Namespace, console: Console) -> int:
+    missing = [str(w) for w in args.wheels if not w.is_file()]
+    if missing:
+        raise UsageError(f"publish: no such file: {', '.join(missing)}", fix="give paths of .whl files")
+    if bool(args.to) == bool(args.channel):
+        raise UsageError("publish: give either --channel (the local index) or --to URL (another index)", fix="see `wheelmill publish --help`")
+    if args.to:
+        return _publish_remote(args, console)
+    channel = _channel(args, existing=False)
+    for wheel in args.wheels:
+        done = publish(channel, wheel)
+        console.print(f"{done.outcome}: {channel.name}/{done.filename}", highlight=False)
+    return 0
+
+
+def _publish_remote(args: argparse.Namespace, console: Console) -> int:
+    remote = Remote.of(args.to, args.check_url)
+    settings = Settings.from_environ().with_output(args.output)
+    log_path = settings.output / "logs" / "publish.log"
+    with StepLog(log_path) as log:
+        for wheel in args.wheels:
+
+            def on_retry(attempt: int, error: Exception, pause: float, name: str = wheel.name) -> None:
+                console.print(f"  attempt {attempt} for {name} failed: {error}; retrying in {pause:.1f}s", highlight=False)
+
+            outcome, attempts = upload(remote, wheel, runner=HostRunner(), log=log, policy=settings.retry, on_retry=on_retry)
+            console.print(f"{outcome}: {wheel.name} -> {remote.url} ({attempts} attempt{'s' if attempts > 1 else ''})", highlight=False)
+    return 0
+
+
+def cmd_yank(args: argparse.Namespace, console: Console) -> int:
+    files = set_yanked(_channel(args), args.project, args.version, args.reason)
+    console.print(f"yanked {', '.join(files)}: {args.reason}", highlight=False)
+    return 0
+
+
+def cmd_unyank(args: argparse.Namespace, console: Console) -> int:
+    files = set_yanked(_channel(args), args.project, args.version, None)
+    console.print(f"unyanked {', '.join(files)}", highlight=False)
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace, console: Console) -> int:
+    root = _root(args)
+    log = args.access_log.open("a", encoding="utf-8") if args.access_log else None
+    server = make_server(root, args.host, args.port, log)
+    host, port = str(server.server_address[0]), int(server.server_address[1])
+    channels = sorted(p.parent.parent.name for p in root.glob("*/simple/index.json"))
+    console.print(f"serving {root} at http://{host}:{port}/ (channels: {', '.join(channels) or 'none yet'}); Ctrl-C stops", highlight=False)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        if log:
+            log.close()
+    return 0
+
+
+def cmd_config(args: argparse.Namespace, _console: Console) -> int:
+    Channel(_root(args), args.channel)  # validates the name
+    sys.stdout.write(consumer.render(args.url, args.channel, args.form))
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace, console: Console) -> int:
+    root = _root(args)
+    names = args.channel or sorted(p.parent.parent.name for p in root.glob("*/simple/index.json"))
+    if not names:
+        raise IndexStoreError(f"{root}: no channels", fix="publish a wheel first")
+    problems = []
+    for name in names:
+        channel = Channel(root, name)
+        found = verify(channel) + [f"{name}: leftover temporary file {p.name}" for p in leftovers(channel)]
+        problems += found
+        verdict = f"{len(found)} problems" if found else "ok"
+        console.print(f"{name}: {verdict} ({len(channel.project_names())} projects)", highlight=False)
+    if problems:
+        raise IndexStoreError(
+            "index verify: " + "; ".join(problems[:5]) + (f" and {len(problems) - 5} more" if len(problems) > 5 else ""), fix="republish the affected wheels"
+        )
+    return 0
+
+
+def cmd_list(args: argparse.Namespace, _console: Console) -> int:
+    channel = _channel(args)
+    for name in channel.project_names():
+        project = channel.project(name)
+        assert project is not None
+        yanked = {f.version for f in project.files if f.yanked is not None}
+        versions = [f"{v} (yanked)" if v in yanked else v for v in project.versions]
+        print(f"{name}: {', '.join(versions)}")
+    return 0

@@ -1,0 +1,44 @@
+"""Consumer settings: pip and uv configured to use exactly one index, the channel's.
+
+Never ``--extra-index-url``: with two indexes pip takes the highest version of a name
+from either (dependency confusion, and the silently-CPU torch of a public index); uv's
+default index is the only one when nothing else is configured. The pip form also blanks
+``extra-index-url`` and ``find-links`` a machine-wide pip.conf may set.
+"""
+
+from __future__ import annotations
+
+
+def channel_url(base: str, channel: str) -> str:
+    return f"{base.rstrip('/')}/{channel}/simple/"
+
+
+def pip_conf(url: str) -> str:
+    return f"[global]\nindex-url = {url}\nextra-index-url =\nfind-links =\n"
+
+
+def uv_toml(url: str, channel: str) -> str:
+    return f'[[index]]\nname = "wheelmill-{channel.replace(".", "-")}"\nurl = "{url}"\ndefault = true\n'
+
+
+def environment(url: str) -> str:
+    """For container images: variables pip and uv both honour, no file needed."""
+    return f"PIP_INDEX_URL={url}\nPIP_EXTRA_INDEX_URL=\nPIP_FIND_LINKS=\nUV_DEFAULT_INDEX={url}\n"
+
+
+def render(base: str, channel: str, form: str) -> str:
+    url = channel_url(base, channel)
+    match form:
+        case "pip":
+            return pip_conf(url)
+        case "uv":
+            return uv_toml(url, channel)
+        case "env":
+            return environment(url)
+        case _:
+            parts = [
+                f"# pip: save as pip.conf (or point PIP_CONFIG_FILE at it)\n{pip_conf(url)}",
+                f"# uv: save as uv.toml (or point UV_CONFIG_FILE at it)\n{uv_toml(url, channel)}",
+                f"# environment (container images)\n{environment(url)}",
+            ]
+            return "\n".join(parts)

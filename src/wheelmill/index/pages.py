@@ -1,0 +1,131 @@
+"""The pages of a channel, rendered from values: PEP 503 HTML and PEP 691 JSON.
+
+Every file link carries its sha256 (PEP 503), ``requires-python``, the hash of its
+``.metadata`` sidecar (PEP 658 ``data-dist-info-metadata`` and PEP 714 ``data-core-metadata``,
+both), its yank reason (PEP 592); the JSON adds ``versions``, ``size`` and ``upload-time``
+(PEP 700). File URLs are relative and percent-encoded, so ``+`` in a local version label
+reaches the file on servers that read ``+`` as a space (S3).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import urllib.parse
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from packaging.utils import parse_wheel_filename
+from packaging.version import Version
+
+API_VERSION = "1.1"  # PEP 700 fields need 1.1
+JSON_TYPE = "application/vnd.pypi.simple.v1+json"
+HTML_TYPE = "application/vnd.pypi.simple.v1+html"
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileEntry:
+    filename: str
+    version: str
+    sha256: str
+    size: int
+    upload_time: str  # RFC 3339, UTC, microseconds: 2026-11-22T13:05:01.123456Z
+    requires_python: str | None
+    metadata_sha256: str
+    yanked: str | None = None  # None: not yanked; "" yanked without a reason
+
+    @property
+    def url(self) -> str:
+        """Relative to a project page (``<channel>/simple/<project>/``)."""
+        return "../../files/" + urllib.parse.quote(self.filename, safe="")
+
+    def as_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "filename": self.filename,
+            "url": self.url,
+            "hashes": {"sha256": self.sha256},
+            "requires-python": self.requires_python,
+            "core-metadata": {"sha256": self.metadata_sha256},
+            "dist-info-metadata": {"sha256": self.metadata_sha256},
+            "yanked": self.yanked or (self.yanked is not None),
+            "size": self.size,
+            "upload-time": self.upload_time,
+        }
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], version: str) -> FileEntry:
+        """Read back an entry this module wrote (the inverse of ``as_json``)."""
+        yanked = data.get("yanked", False)
+        return cls(
+            filename=data["filename"],
+            version=version,
+            sha256=data["hashes"]["sha256"],
+            size=data["size"],
+            upload_time=data["upload-time"],
+            requires_python=data.get("requires-python"),
+            metadata_sha256=data["core-metadata"]["sha256"],
+            yanked=yanked if isinstance(yanked, str) else ("" if yanked else None),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Project:
+    name: str  # normalized (PEP 503)
+    files: tuple[FileEntry, ...]
+
+    @property
+    def versions(self) -> list[str]:
+        return sorted({f.version for f in self.files}, key=Version)
+
+
+def project_json(project: Project) -> str:
+    data = {
+        "meta": {"api-version": API_VERSION},
+        "name": project.name,
+        "versions": project.versions,
+        "files": [f.as_json() for f in project.files],
+    }
+    return json.dumps(data, indent=1, sort_keys=False) + "\n"
+
+
+def parse_project_json(text: str) -> Project:
+    """The project's state is its own JSON page: nothing else is stored."""
+    data = json.loads(text)
+    files = tuple(FileEntry.from_json(f, str(parse_wheel_filename(f["filename"])[1])) for f in data["files"])
+    return Project(name=data["name"], files=files)
+
+
+def project_html(project: Project) -> str:
+    links = [_link(f) for f in project.files]
+    return _page(f"Links for {project.name}", links)
+
+
+def _link(f: FileEntry) -> str:
+    attrs = [f'href="{html.escape(f.url)}#sha256={f.sha256}"']
+    if f.requires_python:
+        attrs.append(f'data-requires-python="{html.escape(f.requires_python)}"')
+    attrs.append(f'data-core-metadata="sha256={f.metadata_sha256}"')
+    attrs.append(f'data-dist-info-metadata="sha256={f.metadata_sha256}"')
+    if f.yanked is not None:
+        attrs.append(f'data-yanked="{html.escape(f.yanked)}"')
+    return f"<a {' '.join(attrs)}>{html.escape(f.filename)}</a><br>"
+
+
+def root_json(names: Iterable[str]) -> str:
+    data = {"meta": {"api-version": API_VERSION}, "projects": [{"name": n} for n in sorted(names)]}
+    return json.dumps(data, indent=1) + "\n"
+
+
+def parse_root_json(text: str) -> list[str]:
+    return [p["name"] for p in json.loads(text)["projects"]]
+
+
+def root_html(names: Iterable[str]) -> str:
+    return _page("Simple index", [f'<a href="{urllib.parse.quote(n)}/">{html.escape(n)}</a><br>' for n in sorted(names)])
+
+
+def _page(title: str, body: Sequence[str]) -> str:
+    head = f'<!DOCTYPE html>\n<html>\n<head>\n<meta name="pypi:repository-version" content="{API_VERSION}">\n<title>{html.escape(title)}</title>\n</head>\n'
+    return head + f"<body>\n<h1>{html.escape(title)}</h1>\n" + "\n".join(body) + "\n</body>\n</html>\n"

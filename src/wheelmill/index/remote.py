@@ -1,0 +1,106 @@
+"""Publishing to an external index (Artifactory, devpi, pypiserver, ...) through its upload
+API, idempotently and with retries.
+
+Before each upload the index's simple page is read: the same file name with the same
+sha256 is skipped, with another sha256 refused (``IndexConflict``). The upload itself is
+``uv publish`` (the field's tool), retried with backoff on transient failures (twine does
+not retry); afterwards the page is read again to confirm the bytes arrived. Credentials
+come from WHEELMILL_PUBLISH_USERNAME / WHEELMILL_PUBLISH_PASSWORD and reach uv through its
+environment, never its command line, and are never logged.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from wheelmill.errors import IndexConflict, PublishError
+from wheelmill.index.store import read_facts
+from wheelmill.net import is_transient, project_files, sha256_of
+from wheelmill.retry import RetryPolicy, TransientError, with_retries
+from wheelmill.runner import CommandFailed, Runner, StepLog, base_environment
+from wheelmill.tools import uv_bin
+
+
+class Upload(StrEnum):
+    UPLOADED = "uploaded"
+    SKIPPED = "skipped"  # already there, same bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class Remote:
+    url: str  # the upload endpoint
+    check_url: str  # its simple API
+
+    @classmethod
+    def of(cls, url: str, check_url: str | None) -> Remote:
+        return cls(url=url, check_url=check_url or url.rstrip("/") + "/simple/")
+
+
+def credentials(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = os.environ if environ is None else environ
+    out = {}
+    if env.get("WHEELMILL_PUBLISH_USERNAME"):
+        out["UV_PUBLISH_USERNAME"] = env["WHEELMILL_PUBLISH_USERNAME"]
+    if env.get("WHEELMILL_PUBLISH_PASSWORD"):
+        out["UV_PUBLISH_PASSWORD"] = env["WHEELMILL_PUBLISH_PASSWORD"]
+    return out
+
+
+def remote_sha256(remote: Remote, wheel: Path) -> str | None:
+    """The sha256 the index lists for this file name, or None when it has no such file."""
+    for file in project_files(remote.check_url, read_facts(wheel).project):
+        if file.filename == wheel.name:
+            if not file.sha256:
+                raise PublishError(f"{remote.check_url}: {wheel.name} is listed without a sha256", fix="configure the index to publish sha256 hashes")
+            return file.sha256
+    return None
+
+
+def upload(
+    remote: Remote,
+    wheel: Path,
+    *,
+    runner: Runner,
+    log: StepLog,
+    policy: RetryPolicy,
+    on_retry: Callable[[int, Exception, float], None],
+) -> tuple[Upload, int]:
+    """Upload one wheel unless it is there already; return what happened and the attempts."""
+    local = sha256_of(wheel)
+
+    def attempt(_number: int) -> Upload:
+        existing = remote_sha256(remote, wheel)
+        if existing == local:
+            return Upload.SKIPPED
+        if existing is not None:
+            raise IndexConflict(
+                f"{remote.check_url}: {wheel.name} is already there with other bytes (sha256 {existing[:16]}..., this one {local[:16]}...)",
+                fix="published files are immutable: bump the version or the build tag",
+            )
+        _uv_publish(remote, wheel, runner=runner, log=log)
+        if remote_sha256(remote, wheel) != local:
+            raise TransientError(f"{wheel.name}: not listed with its sha256 after the upload")
+        return Upload.UPLOADED
+
+    try:
+        return with_retries(attempt, policy=policy, on_retry=on_retry)
+    except TransientError as exc:
+        fix = "check the index and the network; WHEELMILL_RETRIES sets the attempts"
+        raise PublishError(f"{remote.url}: gave up on {wheel.name} after {policy.attempts} attempts: {exc}", fix=fix) from None
+
+
+def _uv_publish(remote: Remote, wheel: Path, *, runner: Runner, log: StepLog) -> None:
+    # uv's own retries off: this module's retry policy is the one that counts attempts.
+    env = base_environment([], {"UV_NO_PROGRESS": "1", "UV_HTTP_RETRIES": "0", **credentials()})
+    argv = [uv_bin(), "publish", "--no-config", "--publish-url", remote.url, "--check-url", remote.check_url, str(wheel)]
+    try:
+        runner.run(argv, env=env, log=log)
+    except CommandFailed as failed:
+        tail = "\n".join(failed.tail)
+        if is_transient(tail):
+            raise TransientError(f"uv publish: {failed.last_line()}") from None
+        raise PublishError(f"{remote.url}: uploading {wheel.name} failed: {failed.last_line()}", fix=f"read {failed.log}") from None

@@ -1,0 +1,245 @@
+"""``wheelmill index serve``: a read-only HTTP server over the index tree.
+
+PEP 691 content negotiation (the Accept header, ``?format=`` as a fallback), the simple
+API's content types, 404 for anything unknown (never a redirect to another index), single
+byte ranges (resolvers read wheel metadata that way), and no path outside the root: every
+request is mapped onto the three kinds of URL the tree has and nothing else.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import urllib.parse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import IO, ClassVar
+
+from packaging.utils import canonicalize_name
+
+from wheelmill.index.pages import HTML_TYPE, JSON_TYPE
+
+_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+CHUNK = 1 << 20
+# In the server's order of preference when the client accepts several equally.
+OFFERED = (JSON_TYPE, HTML_TYPE, "text/html")
+
+
+def negotiate(accept: str | None, fmt: str | None) -> str | None:
+    """The media type to answer with, or None (406).
+
+    >>> negotiate(None, None), negotiate("application/vnd.pypi.simple.v1+json, text/html;q=0.1", None)
+    ('text/html', 'application/vnd.pypi.simple.v1+json')
+    >>> negotiate("text/html", "application/vnd.pypi.simple.v1+json"), negotiate("image/png", None)
+    ('application/vnd.pypi.simple.v1+json', None)
+    """
+    if fmt:
+        return fmt if fmt in OFFERED else None
+    if not accept:
+        return "text/html"
+    ranked: list[tuple[float, int, str]] = []
+    for position, part in enumerate(accept.split(",")):
+        media, *params = [p.strip() for p in part.split(";")]
+        quality = 1.0
+        for param in params:
+            key, _, value = param.partition("=")
+            if key.strip() == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0
+        if quality > 0:
+            ranked.append((-quality, position, media.lower()))
+    for _quality, _position, media in sorted(ranked):
+        for offered in OFFERED:
+            if media in (offered, "*/*") or (media.endswith("/*") and offered.startswith(media[:-1])):
+                return offered
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    path: Path
+    content_type: str
+    vary: bool = False
+
+
+class IndexHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "wheelmill-index"
+    root: ClassVar[Path]
+    access_log: ClassVar[IO[str] | None] = None
+    log_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def do_GET(self) -> None:
+        self._respond(body=True)
+
+    def do_HEAD(self) -> None:
+        self._respond(body=False)
+
+    def do_POST(self) -> None:
+        self._status(HTTPStatus.METHOD_NOT_ALLOWED, "read-only index", {"Allow": "GET, HEAD"}, body=True)
+
+    do_PUT = do_DELETE = do_PATCH = do_POST  # noqa: N815 - http.server's method naming
+
+    def _respond(self, *, body: bool) -> None:
+        url = urllib.parse.urlsplit(self.path)
+        query = urllib.parse.parse_qs(url.query)
+        segments = [urllib.parse.unquote(s) for s in url.path.split("/")[1:]]
+        if segments == [""]:
+            self._channels(body=body)
+            return
+        if any(s in ("", ".", "..") or s.startswith(".") for s in segments[:-1]) or (segments[-1].startswith(".")):
+            self._status(HTTPStatus.NOT_FOUND, "not found", body=body)
+            return
+        if not all(_SEGMENT.match(s) for s in segments if s):
+            self._status(HTTPStatus.NOT_FOUND, "not found", body=body)
+            return
+        # A raw "+" in a query reads as a space; media types have none, so put it back.
+        fmt = query.get("format", [None])[0]
+        self._route(segments, fmt.replace(" ", "+") if fmt else None, body=body)
+
+    def _route(self, segments: list[str], fmt: str | None, *, body: bool) -> None:
+        match segments:
+            case [channel, "simple", ""]:
+                self._simple(self.root / channel / "simple", fmt, body=body)
+            case [channel, "simple", project, ""]:
+                normalized = canonicalize_name(project)
+                if normalized != project:  # PEP 503: redirect to the normalized name, same server
+                    self._redirect(f"/{channel}/simple/{normalized}/", body=body)
+                else:
+                    self._simple(self.root / channel / "simple" / project, fmt, body=body)
+            case [channel, "simple"] | [channel, "simple", _]:
+                self._redirect("/" + "/".join(segments) + "/", body=body)
+            case [channel, "files", filename]:
+                self._file(self.root / channel / "files" / filename, body=body)
+            case _:
+                self._status(HTTPStatus.NOT_FOUND, "not found", body=body)
+
+    def _simple(self, directory: Path, fmt: str | None, *, body: bool) -> None:
+        chosen = negotiate(self.headers.get("Accept"), fmt)
+        if chosen is None:
+            self._status(HTTPStatus.NOT_ACCEPTABLE, f"this index serves {', '.join(OFFERED)}", {"Vary": "Accept"}, body=body)
+            return
+        page = directory / ("index.json" if chosen == JSON_TYPE else "index.html")
+        content_type = chosen if chosen != "text/html" else "text/html; charset=utf-8"
+        self._send_file(Target(path=page, content_type=content_type, vary=True), body=body)
+
+    def _file(self, path: Path, *, body: bool) -> None:
+        self._send_file(Target(path=path, content_type="application/octet-stream"), body=body)
+
+    def _send_file(self, target: Target, *, body: bool) -> None:
+        path = target.path
+        if not path.is_file() or not path.resolve().is_relative_to(self.root.resolve()):
+            self._status(HTTPStatus.NOT_FOUND, "not found", {"Vary": "Accept"} if target.vary else None, body=body)
+            return
+        size = path.stat().st_size
+        span = self._range(size)
+        if span == "invalid":
+            self._status(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE, "range not satisfiable", {"Content-Range": f"bytes */{size}"}, body=body)
+            return
+        partial = isinstance(span, tuple)
+        start, end = span if isinstance(span, tuple) else (0, size - 1)
+        status = HTTPStatus.PARTIAL_CONTENT if partial else HTTPStatus.OK
+        self.send_response(status)
+        self.send_header("Content-Type", target.content_type)
+        self.send_header("Content-Length", str(max(0, end - start + 1)))
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("Last-Modified", self.date_time_string(path.stat().st_mtime))
+        if partial:
+            self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+        if target.vary:
+            self.send_header("Vary", "Accept")
+            self.send_header("Cache-Control", "max-age=60")
+        self.end_headers()
+        sent = self._copy(path, start, end) if body and size else 0
+        self._log_access(int(status), sent)
+
+    def _range(self, size: int) -> tuple[int, int] | str | None:
+        """The single byte range asked for, None for the whole file, "invalid" for 416."""
+        header = self.headers.get("Range")
+        match = _RANGE.match(header.strip()) if header else None
+        if not header or not match or not (match.group(1) or match.group(2)):
+            return None  # absent, multi-range or malformed: send the whole file (RFC 9110)
+        first, last = match.groups()
+        if not first:  # a suffix: the last N bytes
+            length = int(last)
+            return (max(0, size - length), size - 1) if length and size else "invalid"
+        start = int(first)
+        end = min(int(last), size - 1) if last else size - 1
+        return (start, end) if start < size and start <= end else "invalid"
+
+    def _copy(self, path: Path, start: int, end: int) -> int:
+        sent = 0
+        with path.open("rb") as f:
+            f.seek(start)
+            remaining = end - start + 1
+            while remaining > 0:
+                chunk = f.read(min(CHUNK, remaining))
+                if not chunk:
+                    break
+                try:
+                    self.wfile.write(chunk)
+                except (BrokenPipeError, ConnectionResetError):
+                    break
+                sent += len(chunk)
+                remaining -= len(chunk)
+        return sent
+
+    def _channels(self, *, body: bool) -> None:
+        channels = sorted(p.name for p in self.root.iterdir() if (p / "simple" / "index.json").is_file()) if self.root.is_dir() else []
+        links = "".join(f'<a href="{c}/simple/">{c}</a><br>\n' for c in channels)
+        page = f"<!DOCTYPE html>\n<html><body><h1>wheelmill index</h1>\n{links}</body></html>\n"
+        self._status(HTTPStatus.OK, page, {"Content-Type": "text/html; charset=utf-8"}, body=body)
+
+    def _redirect(self, location: str, *, body: bool) -> None:
+        self._status(HTTPStatus.MOVED_PERMANENTLY, f"see {location}", {"Location": location}, body=body)
+
+    def _status(self, status: HTTPStatus, text: str, headers: dict[str, str] | None = None, *, body: bool) -> None:
+        data = text.encode()
+        self.send_response(status)
+        extra = dict(headers or {})
+        self.send_header("Content-Type", extra.pop("Content-Type", "text/plain; charset=utf-8"))
+        self.send_header("Content-Length", str(len(data)))
+        for key, value in extra.items():
+            self.send_header(key, value)
+        self.end_headers()
+        if body:
+            self.wfile.write(data)
+        self._log_access(int(status), len(data) if body else 0)
+
+    def _log_access(self, status: int, sent: int) -> None:
+        """Common log format with the bytes really sent: what the tests measure."""
+        if self.access_log is None:
+            return
+        when = time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime())
+        line = f'{self.client_address[0]} - - [{when}] "{self.requestline}" {status} {sent} "{self.headers.get("User-Agent", "-")}"\n'
+        with self.log_lock:
+            self.access_log.write(line)
+            self.access_log.flush()
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Silence the default stderr log: the access log is written by ``_log_access``."""
+
+
+def make_server(root: Path, host: str, port: int, access_log: IO[str] | None = None) -> ThreadingHTTPServer:
+    handler = type("BoundIndexHandler", (IndexHandler,), {"root": root.resolve(), "access_log": access_log})
+    server = ThreadingHTTPServer((host, port), handler)
+    server.daemon_threads = True
+    return server
+
+
+def parse_access_log(lines: Sequence[str]) -> list[tuple[str, int, int]]:
+    """(path, status, bytes) of every request in an access log."""
+    out = []
+    pattern = re.compile(r'"[A-Z]+ (\S+) [^"]*" (\d{3}) (\d+)')
+    for line in lines:
+        match = pattern.search(line)
+        if match:
+            out.append((match.group(1), int(match.group(2)), int(match.group(3))))
+    return out

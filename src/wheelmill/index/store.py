@@ -1,0 +1,223 @@
+"""The index on disk: one static tree per channel, written only by wheelmill.
+
+    <root>/<channel>/simple/index.html, index.json            the project list
+    <root>/<channel>/simple/<project>/index.html, index.json  a project's files
+    <root>/<channel>/files/<wheel>, <wheel>.metadata          immutable files
+
+Published files are immutable: the same bytes again is a no-op, other bytes under a
+published name are refused. Every file is written to a temporary name and renamed into
+place, files before the pages that list them, under an exclusive lock per channel; so a
+reader, a concurrent publisher or a publisher killed at any instant finds a valid index
+(at worst an unlisted file, which the next publish of it lists). A publish touches its own
+project's pages, and the project list only when the project is new.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from email.parser import HeaderParser
+from enum import StrEnum
+from pathlib import Path
+
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+from wheelmill.errors import IndexConflict, IndexStoreError
+from wheelmill.index import pages
+from wheelmill.index.pages import FileEntry, Project
+from wheelmill.net import sha256_of
+
+_CHANNEL = re.compile(r"^[a-z0-9][a-z0-9.+_-]*$")
+TMP_PREFIX = ".wm-tmp-"
+
+
+class Outcome(StrEnum):
+    ADDED = "added"
+    UNCHANGED = "unchanged"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Published:
+    channel: str
+    project: str
+    filename: str
+    outcome: Outcome
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def write_atomic(path: Path, data: bytes, *, tmp_dir: Path) -> None:
+    """Write ``data`` to a temporary file (same file system), flush it, then rename it in."""
+    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=tmp_dir)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        Path(tmp).chmod(0o644)  # readable by a web server's user
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def copy_atomic(source: Path, path: Path, *, tmp_dir: Path) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=tmp_dir)
+    try:
+        with os.fdopen(fd, "wb") as out, source.open("rb") as src:
+            shutil.copyfileobj(src, out, 1 << 20)
+            out.flush()
+            os.fsync(out.fileno())
+        Path(tmp).chmod(0o644)  # readable by a web server's user
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class Channel:
+    """One channel of the index (``cu118``, ``cpu``, ``rocm6.2``) under a storage root."""
+
+    def __init__(self, root: Path, name: str) -> None:
+        if not _CHANNEL.match(name):
+            raise IndexStoreError(f"'{name}' is not a channel name", fix="use lower-case letters, digits, '.', '+', '_' and '-', e.g. cu118")
+        self.root = root
+        self.name = name
+        self.path = root / name
+
+    @property
+    def simple(self) -> Path:
+        return self.path / "simple"
+
+    @property
+    def files(self) -> Path:
+        return self.path / "files"
+
+    @property
+    def tmp(self) -> Path:
+        """Where writes start; a dot directory, so no server ever shows it."""
+        return self.path / ".tmp"
+
+    def exists(self) -> bool:
+        return (self.simple / "index.json").is_file()
+
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        """The one writer of this channel at a time; a dead writer's lock dies with it."""
+        for directory in (self.files, self.simple, self.tmp):
+            directory.mkdir(parents=True, exist_ok=True)
+        with (self.path / ".lock").open("a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                # Whatever is in .tmp now was left by a writer that was killed.
+                for leftover in self.tmp.iterdir():
+                    leftover.unlink(missing_ok=True)
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def project(self, name: str) -> Project | None:
+        page = self.simple / canonicalize_name(name) / "index.json"
+        return pages.parse_project_json(page.read_text(encoding="utf-8")) if page.is_file() else None
+
+    def project_names(self) -> list[str]:
+        page = self.simple / "index.json"
+        return pages.parse_root_json(page.read_text(encoding="utf-8")) if page.is_file() else []
+
+    def write_project(self, project: Project) -> None:
+        directory = self.simple / project.name
+        directory.mkdir(parents=True, exist_ok=True)
+        write_atomic(directory / "index.json", pages.project_json(project).encode(), tmp_dir=self.tmp)
+        write_atomic(directory / "index.html", pages.project_html(project).encode(), tmp_dir=self.tmp)
+
+    def write_root(self, names: list[str]) -> None:
+        write_atomic(self.simple / "index.json", pages.root_json(names).encode(), tmp_dir=self.tmp)
+        write_atomic(self.simple / "index.html", pages.root_html(names).encode(), tmp_dir=self.tmp)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WheelFacts:
+    project: str
+    version: str
+    metadata: bytes
+    requires_python: str | None
+
+
+def read_facts(wheel: Path) -> WheelFacts:
+    """What the index needs from a wheel: its name, version and core metadata."""
+    try:
+        name, version, _build, _tags = parse_wheel_filename(wheel.name)
+    except InvalidWheelFilename as exc:
+        raise IndexStoreError(f"{wheel}: not a wheel file name ({exc})", fix="publish .whl files built by wheelmill") from None
+    dist_info = f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info/METADATA"
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            candidates = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1]
+            metadata = zf.read(dist_info if dist_info in candidates else candidates[0])
+    except (zipfile.BadZipFile, IndexError, KeyError, OSError) as exc:
+        raise IndexStoreError(f"{wheel}: unreadable wheel ({exc})", fix="rebuild it") from None
+    headers = HeaderParser().parsestr(metadata.decode("utf-8", errors="replace"))
+    if canonicalize_name(headers.get("Name", "")) != name or Version(headers.get("Version", "0")) != version:
+        raise IndexStoreError(f"{wheel}: its METADATA says {headers.get('Name')} {headers.get('Version')}", fix="the file name and the metadata must agree")
+    return WheelFacts(project=name, version=str(version), metadata=metadata, requires_python=headers.get("Requires-Python"))
+
+
+def publish(channel: Channel, wheel: Path, *, upload_time: str | None = None) -> Published:
+    """Add ``wheel`` to ``channel``; identical bytes again are a no-op."""
+    facts = read_facts(wheel)
+    sha256 = sha256_of(wheel)
+    with channel.lock():
+        target = channel.files / wheel.name
+        if target.exists() and sha256_of(target) != sha256:
+            raise IndexConflict(
+                f"{channel.name}: {wheel.name} is already published with other bytes (sha256 {sha256_of(target)[:16]}..., this one {sha256[:16]}...)",
+                fix="published files are immutable: bump the version (or the build tag) instead",
+            )
+        project = channel.project(facts.project) or Project(name=facts.project, files=())
+        if target.exists() and any(f.filename == wheel.name for f in project.files):
+            return Published(channel=channel.name, project=facts.project, filename=wheel.name, outcome=Outcome.UNCHANGED)
+        metadata_sha256 = hashlib.sha256(facts.metadata).hexdigest()
+        write_atomic(channel.files / f"{wheel.name}.metadata", facts.metadata, tmp_dir=channel.tmp)
+        if not target.exists():
+            copy_atomic(wheel, target, tmp_dir=channel.tmp)
+        entry = FileEntry(
+            filename=wheel.name,
+            version=facts.version,
+            sha256=sha256,
+            size=target.stat().st_size,
+            upload_time=upload_time or now_rfc3339(),
+            requires_python=facts.requires_python,
+            metadata_sha256=metadata_sha256,
+        )
+        channel.write_project(replace(project, files=(*project.files, entry)))
+        names = channel.project_names()
+        if facts.project not in names:
+            channel.write_root([*names, facts.project])
+    return Published(channel=channel.name, project=facts.project, filename=wheel.name, outcome=Outcome.ADDED)
+
+
+def set_yanked(channel: Channel, project_name: str, version: str, reason: str | None) -> list[str]:
+    """Yank (``reason`` a string, maybe empty) or unyank (None) every file of a version."""
+    with channel.lock():
+        project = channel.project(project_name)
+        if project is None:
+            raise IndexStoreError(f"{channel.name}: no project '{project_name}'", fix=f"`wheelmill index list --channel {channel.name}` shows what is there")
+        wanted = Version(version)
+        hits = [f for f in project.files if Version(f.version) == wanted]
+        if not hits:
+            raise IndexStoreError(f"{channel.name}: {project.name} has no version {version}", fix=f"published versions: {', '.join(project.versions)}")
+        files = tuple(replace(f, yanked=reason) if Version(f.version) == wanted else f for f in project.files)
+        channel.write_project(replace(project, files=files))
+    return [f.filename for f in hits]

@@ -1,0 +1,454 @@
+"""The index for real: wheels published with the CLI, served over HTTP by wheelmill (and by
+nginx), installed by pip and uv in fresh venvs, measured from the server's access log."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from tests.wheels import make_wheel
+from wheelmill.index.serve import make_server, parse_access_log
+from wheelmill.index.store import Channel
+from wheelmill.index.verify import leftovers, verify
+from wheelmill.tools import uv_bin
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parent.parent.parent
+ANY = "py3-none-any"
+JSON = "application/vnd.pypi.simple.v1+json"
+
+
+class Served:
+    def __init__(self, root: Path, log: Path) -> None:
+        self.root = root
+        self.log = log
+        self.handle = log.open("a", encoding="utf-8")
+        self.server = make_server(root, "127.0.0.1", 0, self.handle)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def simple(self, channel: str) -> str:
+        return f"{self.url}/{channel}/simple/"
+
+    def requests(self) -> list[tuple[str, int, int]]:
+        self.handle.flush()
+        return parse_access_log(self.log.read_text().splitlines())
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.handle.close()
+
+
+@pytest.fixture
+def index_root(tmp_path: Path) -> Path:
+    return tmp_path / "index"
+
+
+@pytest.fixture
+def served(index_root: Path, tmp_path: Path) -> Iterator[Served]:
+    index_root.mkdir(parents=True, exist_ok=True)
+    server = Served(index_root, tmp_path / "access.log")
+    yield server
+    server.close()
+
+
+def wheelmill(index_root: Path, *args: str, check: bool = True, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environment = {**os.environ, "WHEELMILL_INDEX_ROOT": str(index_root), **(env or {})}
+    result = subprocess.run([sys.executable, "-m", "wheelmill", *args], env=environment, capture_output=True, text=True, check=False, timeout=600)
+    if check and result.returncode != 0:
+        raise AssertionError(f"wheelmill {' '.join(args)} exited {result.returncode}: {result.stderr[-2000:]}")
+    return result
+
+
+def isolated_env(**extra: str) -> dict[str, str]:
+    """No pip or uv configuration of this machine: only what a test passes."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
+    return {**env, "PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never", **extra}
+
+
+def venv(path: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+    return path / "bin" / "python"
+
+
+def pip(python: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The pinned pip of wheelmill's own env, acting on the venv at ``python``."""
+    argv = [sys.executable, "-m", "pip", "--python", str(python), *args]
+    return subprocess.run(argv, env=env or isolated_env(), capture_output=True, text=True, check=False, timeout=600)
+
+
+def uv(*args: str, env: dict[str, str] | None = None, input_text: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([uv_bin(), *args], env=env or isolated_env(), input=input_text, capture_output=True, text=True, check=False, timeout=600)
+
+
+def small_wheels(directory: Path) -> tuple[Path, Path]:
+    lib = make_wheel(directory, "wm-lib", "1.0", tag=ANY, requires_python=">=3.9", files={"wm_lib/__init__.py": b"VALUE = 41\n"})
+    app = make_wheel(
+        directory, "wm-app", "1.0+cu118", tag=ANY, requires=["wm-lib==1.0"], files={"wm_app/__init__.py": b"from wm_lib import VALUE\nANSWER = VALUE + 1\n"}
+    )
+    return lib, app
+
+
+def test_pip_and_uv_install_from_the_served_index(served: Served, index_root: Path, tmp_path: Path) -> None:
+    lib, app = small_wheels(tmp_path / "dist")
+    wheelmill(index_root, "publish", "--channel", "cu118", str(lib), str(app))
+    python = venv(tmp_path / "pip-env")
+    result = pip(python, "install", "--index-url", served.simple("cu118"), "wm-app==1.0+cu118")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert subprocess.run([str(python), "-c", "import wm_app; print(wm_app.ANSWER)"], capture_output=True, text=True, check=True).stdout == "42\n"
+    uv_python = venv(tmp_path / "uv-env")
+    result = uv("pip", "install", "--python", str(uv_python), "--index-url", served.simple("cu118"), "wm-app==1.0+cu118")
+    assert result.returncode == 0, result.stderr
+    assert subprocess.run([str(uv_python), "-c", "import wm_app; print(wm_app.ANSWER)"], capture_output=True, text=True, check=True).stdout == "42\n"
+    paths = {path for path, status, _bytes in served.requests() if status == 200}
+    assert "/cu118/simple/wm-app/" in paths and "/cu118/simple/wm-lib/" in paths
+
+
+def test_resolvers_read_the_metadata_sidecar_not_a_200mb_wheel(served: Served, index_root: Path, tmp_path: Path) -> None:
+    payload = os.urandom(200 * 1024 * 1024)
+    big = make_wheel(tmp_path / "dist", "wm-big", "1.0", tag=ANY, files={"wm_big/__init__.py": b"", "wm_big/blob.bin": payload}, stored=True)
+    del payload
+    size = big.stat().st_size
+    assert size >= 200 * 1024 * 1024
+    wheelmill(index_root, "publish", "--channel", "cpu", str(big))
+    python = venv(tmp_path / "env")
+    result = pip(
+        python, "install", "--dry-run", "--ignore-installed", "--report", str(tmp_path / "report.json"), "--index-url", served.simple("cpu"), "wm-big==1.0"
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "report.json").read_text())["install"][0]["metadata"]["name"] == "wm-big"
+    result = uv(
+        "pip",
+        "compile",
+        "-",
+        "--index-url",
+        served.simple("cpu"),
+        "--python",
+        str(python),
+        env={**isolated_env(), "UV_CACHE_DIR": str(tmp_path / "uv-cache")},
+        input_text="wm-big==1.0\n",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "wm-big==1.0" in result.stdout
+    requests = served.requests()
+    wheel_bytes = sum(sent for path, _status, sent in requests if path.endswith(".whl"))
+    sidecars = [path for path, status, _ in requests if path.endswith(".whl.metadata") and status == 200]
+    assert len(sidecars) >= 2, requests  # pip and uv both read it
+    assert wheel_bytes <= size // 100, f"{wheel_bytes} bytes of a {size}-byte wheel were served"
+
+
+def test_json_pages_satisfy_pep691_and_pep700(served: Served, index_root: Path, tmp_path: Path) -> None:
+    lib, app = small_wheels(tmp_path / "dist")
+    wheelmill(index_root, "publish", "--channel", "cu118", str(lib), str(app))
+    wheelmill(index_root, "yank", "--channel", "cu118", "wm-lib", "1.0", "--reason", "testing")
+
+    def get(url: str) -> tuple[str, dict[str, object]]:
+        with urllib.request.urlopen(urllib.request.Request(url, headers={"Accept": JSON})) as response:
+            return response.headers["Content-Type"], json.loads(response.read())
+
+    content_type, root = get(served.simple("cu118"))
+    assert content_type == JSON
+    jsonschema.validate(root, ROOT_SCHEMA)
+    for project in root["projects"]:  # type: ignore[attr-defined]
+        content_type, page = get(served.simple("cu118") + project["name"] + "/")
+        assert content_type == JSON
+        jsonschema.validate(page, PROJECT_SCHEMA)
+    _, lib_page = get(served.simple("cu118") + "wm-lib/")
+    assert lib_page["files"][0]["yanked"] == "testing"  # type: ignore[index]
+
+
+RFC3339 = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$"
+ROOT_SCHEMA = {
+    "type": "object",
+    "required": ["meta", "projects"],
+    "properties": {
+        "meta": {"type": "object", "required": ["api-version"], "properties": {"api-version": {"const": "1.1"}}},
+        "projects": {"type": "array", "items": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}},
+    },
+}
+PROJECT_SCHEMA = {
+    "type": "object",
+    "required": ["meta", "name", "files", "versions"],
+    "properties": {
+        "meta": {"type": "object", "required": ["api-version"], "properties": {"api-version": {"type": "string", "pattern": r"^1\.[1-9]"}}},
+        "name": {"type": "string", "pattern": "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"},
+        "versions": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+        "files": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["filename", "url", "hashes", "size"],
+                "properties": {
+                    "filename": {"type": "string"},
+                    "url": {"type": "string"},
+                    "hashes": {"type": "object", "additionalProperties": {"type": "string", "pattern": "^[0-9a-f]+$"}, "required": ["sha256"]},
+                    "requires-python": {"type": ["string", "null"]},
+                    "core-metadata": {"oneOf": [{"type": "boolean"}, {"type": "object", "additionalProperties": {"type": "string"}}]},
+                    "dist-info-metadata": {"oneOf": [{"type": "boolean"}, {"type": "object", "additionalProperties": {"type": "string"}}]},
+                    "yanked": {"type": ["boolean", "string"]},
+                    "size": {"type": "integer", "minimum": 0},
+                    "upload-time": {"type": "string", "pattern": RFC3339},
+                },
+            },
+        },
+    },
+}
+
+
+def test_uv_exclude_newer_honours_upload_time(served: Served, index_root: Path, tmp_path: Path) -> None:
+    wheelmill(index_root, "publish", "--channel", "cpu", str(make_wheel(tmp_path / "a", "wm-lib", "1.0", tag=ANY)))
+    time.sleep(1.5)
+    between = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    time.sleep(1.5)
+    wheelmill(index_root, "publish", "--channel", "cpu", str(make_wheel(tmp_path / "b", "wm-lib", "2.0", tag=ANY)))
+    env = {**isolated_env(), "UV_CACHE_DIR": str(tmp_path / "uv-cache")}
+    newest = uv("pip", "compile", "-", "--index-url", served.simple("cpu"), "--python-version", "3.11", env=env, input_text="wm-lib\n")
+    older = uv(
+        "pip", "compile", "-", "--index-url", served.simple("cpu"), "--python-version", "3.11", "--exclude-newer", between, env=env, input_text="wm-lib\n"
+    )
+    assert "wm-lib==2.0" in newest.stdout, newest.stderr
+    assert "wm-lib==1.0" in older.stdout, older.stderr
+
+
+def test_eight_concurrent_publishers(index_root: Path, tmp_path: Path) -> None:
+    batches = [[make_wheel(tmp_path / f"p{p}", f"wm-p{p}-w{w}" if w % 2 else f"wm-shared-{w}", f"{p}.0", tag=ANY) for w in range(10)] for p in range(8)]
+    env = {**os.environ, "WHEELMILL_INDEX_ROOT": str(index_root)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "wheelmill", "publish", "--channel", "cu130", *map(str, batch)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for batch in batches
+    ]
+    outputs = [proc.communicate(timeout=600) for proc in procs]
+    assert all(proc.returncode == 0 for proc in procs), outputs
+    channel = Channel(index_root, "cu130")
+    listed = {f.filename for name in channel.project_names() for f in (channel.project(name) or _missing()).files}
+    assert listed == {w.name for batch in batches for w in batch}
+    assert len(listed) == 80
+    assert verify(channel) == []
+    assert leftovers(channel) == []
+    assert wheelmill(index_root, "index", "verify").returncode == 0
+
+
+def _missing() -> object:
+    raise AssertionError("a listed project has no page")
+
+
+def test_a_publisher_killed_at_any_point_leaves_a_valid_index(index_root: Path, tmp_path: Path) -> None:
+    big = make_wheel(tmp_path / "dist", "wm-big", "1.0", tag=ANY, files={"wm_big/blob.bin": os.urandom(64 * 1024 * 1024)}, stored=True)
+    small = make_wheel(tmp_path / "dist", "wm-small", "1.0", tag=ANY)
+    channel = Channel(index_root, "cpu")
+    wheelmill(index_root, "publish", "--channel", "cpu", str(small))
+    env = {**os.environ, "WHEELMILL_INDEX_ROOT": str(index_root)}
+    for delay in (0.05, 0.3, 0.6, 0.9, 1.2):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "wheelmill", "publish", "--channel", "cpu", str(big)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert verify(channel) == [], f"after a kill at {delay}s"
+    wheelmill(index_root, "publish", "--channel", "cpu", str(big))
+    assert verify(channel) == []
+    assert leftovers(channel) == []
+    assert {f.filename for f in (channel.project("wm-big") or _missing()).files} == {big.name}
+
+
+def test_same_name_other_bytes_is_refused_and_the_same_bytes_are_a_no_op(index_root: Path, tmp_path: Path) -> None:
+    first = make_wheel(tmp_path / "a", "wm-lib", "1.0", tag=ANY, files={"wm_lib/__init__.py": b"A = 1\n"})
+    second = make_wheel(tmp_path / "b", "wm-lib", "1.0", tag=ANY, files={"wm_lib/__init__.py": b"A = 2\n"})
+    assert "added:" in wheelmill(index_root, "publish", "--channel", "cpu", str(first)).stderr
+    again = wheelmill(index_root, "publish", "--channel", "cpu", str(first))
+    assert "unchanged:" in again.stderr
+    refused = wheelmill(index_root, "publish", "--channel", "cpu", str(second), check=False)
+    assert refused.returncode == 14
+    (line,) = refused.stderr.strip().splitlines()
+    assert "already published with other bytes" in line and "fix:" in line
+    assert (index_root / "cpu" / "files" / first.name).read_bytes() == first.read_bytes()
+
+
+def test_a_yanked_version_is_skipped_by_ranges_and_installed_when_pinned(served: Served, index_root: Path, tmp_path: Path) -> None:
+    for version in ("1.0", "1.1"):
+        wheelmill(index_root, "publish", "--channel", "cpu", str(make_wheel(tmp_path / version, "wm-lib", version, tag=ANY)))
+    wheelmill(index_root, "yank", "--channel", "cpu", "wm-lib", "1.1", "--reason", "wrong kernels")
+    python = venv(tmp_path / "env")
+    ranged = pip(python, "install", "--dry-run", "--ignore-installed", "--report", "-", "--quiet", "--index-url", served.simple("cpu"), "wm-lib>=1.0")
+    assert ranged.returncode == 0, ranged.stderr
+    assert json.loads(ranged.stdout)["install"][0]["metadata"]["version"] == "1.0"
+    pinned = pip(python, "install", "--index-url", served.simple("cpu"), "wm-lib==1.1")
+    assert pinned.returncode == 0, pinned.stderr
+    assert "wrong kernels" in pinned.stderr  # pip warns with the reason
+    wheelmill(index_root, "unyank", "--channel", "cpu", "wm-lib", "1.1")
+    again = pip(python, "install", "--dry-run", "--ignore-installed", "--report", "-", "--quiet", "--index-url", served.simple("cpu"), "wm-lib>=1.0")
+    assert json.loads(again.stdout)["install"][0]["metadata"]["version"] == "1.1"
+
+
+def test_consumer_settings_never_take_a_higher_version_from_a_second_index(served: Served, index_root: Path, tmp_path: Path) -> None:
+    wheelmill(index_root, "publish", "--channel", "cu118", str(make_wheel(tmp_path / "ours", "wm-lib", "1.0", tag=ANY)))
+    wheelmill(index_root, "publish", "--channel", "public", str(make_wheel(tmp_path / "theirs", "wm-lib", "9.0", tag=ANY)))
+    python = venv(tmp_path / "env")
+    # A machine-wide pip configuration that merges a second index (the venv's site config).
+    (tmp_path / "env" / "pip.conf").write_text(f"[global]\nextra-index-url = {served.simple('public')}\n")
+    pip_conf = tmp_path / "consumer-pip.conf"
+    pip_conf.write_text(wheelmill(index_root, "index", "config", "--channel", "cu118", "--url", served.url, "--form", "pip").stdout)
+    env = {k: v for k, v in isolated_env().items() if k != "PIP_CONFIG_FILE"}
+
+    def resolved(config: Path) -> str:
+        result = pip(python, "install", "--dry-run", "--ignore-installed", "--report", "-", "--quiet", "wm-lib", env={**env, "PIP_CONFIG_FILE": str(config)})
+        assert result.returncode == 0, result.stderr
+        return str(json.loads(result.stdout)["install"][0]["metadata"]["version"])
+
+    assert resolved(pip_conf) == "1.0"
+    # The control: an index-url alone still merges the machine's extra index and takes 9.0.
+    naive = tmp_path / "naive-pip.conf"
+    naive.write_text(f"[global]\nindex-url = {served.simple('cu118')}\n")
+    assert resolved(naive) == "9.0"
+    uv_toml = tmp_path / "uv.toml"
+    uv_toml.write_text(wheelmill(index_root, "index", "config", "--channel", "cu118", "--url", served.url, "--form", "uv").stdout)
+    uv_env = {**isolated_env(), "UV_CACHE_DIR": str(tmp_path / "uv-cache"), "UV_CONFIG_FILE": str(uv_toml)}
+    del uv_env["UV_NO_CONFIG"]
+    compiled = uv("pip", "compile", "-", "--python-version", "3.11", env=uv_env, input_text="wm-lib\n")
+    assert "wm-lib==1.0" in compiled.stdout, compiled.stderr
+
+
+def test_the_server_stays_inside_its_root_and_speaks_http_properly(served: Served, index_root: Path, tmp_path: Path) -> None:
+    lib, _app = small_wheels(tmp_path / "dist")
+    wheelmill(index_root, "publish", "--channel", "cu118", str(lib))
+    (index_root.parent / "secret.txt").write_text("no")
+
+    def request(method: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+        connection = http.client.HTTPConnection("127.0.0.1", served.server.server_address[1], timeout=10)
+        connection.putrequest(method, path, skip_accept_encoding=True)
+        for key, value in (headers or {}).items():
+            connection.putheader(key, value)
+        connection.endheaders()
+        response = connection.getresponse()
+        body = response.read()
+        connection.close()
+        return response.status, dict(response.getheaders()), body
+
+    for path in (
+        "/../secret.txt",
+        "/cu118/files/../../secret.txt",
+        "/cu118/files/..%2F..%2Fsecret.txt",
+        "/cu118/files/%2e%2e/%2e%2e/secret.txt",
+        "/cu118/.lock",
+        "/cu118/.tmp/",
+        "/cu118/simple/../../secret.txt",
+        "//etc/passwd",
+    ):
+        status, _headers, body = request("GET", path)
+        assert status == 404, (path, status)
+        assert body != b"no"
+    assert request("GET", "/cu118/simple/nothing-here/")[0] == 404
+    assert request("GET", "/cu999/simple/")[0] == 404
+    assert request("POST", "/cu118/simple/")[0] == 405
+    status, headers, _ = request("GET", "/cu118/simple/WM_Lib/")
+    assert status == 301 and headers["Location"] == "/cu118/simple/wm-lib/"
+    status, headers, body = request("GET", "/cu118/simple/wm-lib/?format=application/vnd.pypi.simple.v1+json")
+    assert status == 200 and headers["Content-Type"] == JSON and json.loads(body)["name"] == "wm-lib"
+    status, headers, _ = request("GET", "/cu118/simple/wm-lib/", {"Accept": "application/vnd.pypi.simple.v1+html"})
+    assert status == 200 and headers["Content-Type"] == "application/vnd.pypi.simple.v1+html" and headers["Vary"] == "Accept"
+    assert request("GET", "/cu118/simple/wm-lib/", {"Accept": "image/png"})[0] == 406
+    url = "/cu118/files/" + lib.name
+    size = lib.stat().st_size
+    status, headers, body = request("GET", url, {"Range": "bytes=0-9"})
+    assert status == 206 and body == lib.read_bytes()[:10] and headers["Content-Range"] == f"bytes 0-9/{size}"
+    status, _headers, body = request("GET", url, {"Range": "bytes=-4"})
+    assert status == 206 and body == lib.read_bytes()[-4:]
+    assert request("GET", url, {"Range": f"bytes={size}-"})[0] == 416
+    status, headers, body = request("HEAD", url)
+    assert status == 200 and int(headers["Content-Length"]) == size and body == b""
+
+
+def nginx_config(template: Path, root: Path, port: int, prefix: Path) -> Path:
+    server = template.read_text().replace("@ROOT@", str(root)).replace("@PORT@", f"127.0.0.1:{port}")
+    (prefix / "logs").mkdir(parents=True, exist_ok=True)
+    config = prefix / "nginx.conf"
+    config.write_text(
+        "user root;\nworker_processes 1;\nerror_log stderr;\npid " + str(prefix / "nginx.pid") + ";\n"
+        "events { worker_connections 64; }\n"
+        "http {\n access_log " + str(prefix / "logs" / "access.log") + ";\n"
+        " client_body_temp_path " + str(prefix / "tmp") + ";\n proxy_temp_path " + str(prefix / "tmp") + ";\n"
+        " fastcgi_temp_path "
+        + str(prefix / "tmp")
+        + ";\n uwsgi_temp_path "
+        + str(prefix / "tmp")
+        + ";\n scgi_temp_path "
+        + str(prefix / "tmp")
+        + ";\n"
+        + server
+        + "\n}\n"
+    )
+    return config
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_nginx_serves_the_same_tree(index_root: Path, tmp_path: Path) -> None:
+    nginx = shutil.which("nginx", path="/usr/sbin:/usr/bin:/sbin")
+    if nginx is None:
+        pytest.skip("nginx is not installed (scripts/setup --system installs it)")
+    lib, app = small_wheels(tmp_path / "dist")
+    wheelmill(index_root, "publish", "--channel", "cu118", str(lib), str(app))
+    port = free_port()
+    config = nginx_config(ROOT / "deploy" / "nginx-index.conf", index_root, port, tmp_path / "nginx")
+    (tmp_path / "nginx" / "tmp").mkdir()
+    assert subprocess.run([nginx, "-t", "-c", str(config), "-p", str(tmp_path / "nginx")], capture_output=True, text=True, check=False).returncode == 0
+    errors = (tmp_path / "nginx" / "error.log").open("w")
+    proc = subprocess.Popen([nginx, "-c", str(config), "-p", str(tmp_path / "nginx"), "-g", "daemon off;"], stdout=subprocess.DEVNULL, stderr=errors)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and subprocess.run(["curl", "-sf", "-o", "/dev/null", f"{base}/cu118/simple/"], check=False).returncode != 0:
+            time.sleep(0.2)
+        python = venv(tmp_path / "env")
+        result = pip(python, "install", "--index-url", f"{base}/cu118/simple/", "wm-app==1.0+cu118")
+        assert result.returncode == 0, result.stderr
+        uv_python = venv(tmp_path / "uv-env")
+        assert uv("pip", "install", "--python", str(uv_python), "--index-url", f"{base}/cu118/simple/", "wm-app==1.0+cu118").returncode == 0
+        headers = subprocess.run(
+            ["curl", "-s", "-D", "-", "-o", "/dev/null", "-H", f"Accept: {JSON}", f"{base}/cu118/simple/wm-lib/"], capture_output=True, text=True, check=True
+        ).stdout
+        assert re.search(rf"Content-Type: {re.escape(JSON)}", headers), headers
+        assert "Vary: Accept" in headers
+        page = subprocess.run(["curl", "-s", f"{base}/cu118/simple/wm-lib/?format={JSON}"], capture_output=True, text=True, check=True).stdout
+        assert json.loads(page)["name"] == "wm-lib"
+        for path in ("/cu118/simple/unknown/", "/cu118/.lock", "/cu118/files/nothing.whl", "/elsewhere"):
+            code = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", base + path], capture_output=True, text=True, check=True).stdout
+            assert code == "404", (path, code)
+        ranged = subprocess.run(["curl", "-s", "-r", "0-9", "-o", "-", f"{base}/cu118/files/{lib.name}"], capture_output=True, check=True).stdout
+        assert ranged == lib.read_bytes()[:10]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        errors.close()

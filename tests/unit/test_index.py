@@ -1,0 +1,139 @@
+"""The index as values and files: pages, negotiation, publish/yank rules, consumer settings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.wheels import make_wheel
+from wheelmill.errors import IndexConflict, IndexStoreError
+from wheelmill.index import consumer
+from wheelmill.index.pages import JSON_TYPE, FileEntry, Project, project_html, project_json
+from wheelmill.index.serve import negotiate
+from wheelmill.index.store import Channel, Outcome, publish, set_yanked
+from wheelmill.index.verify import leftovers, verify
+
+ANY = "py3-none-any"
+
+
+def entry(**changes: object) -> FileEntry:
+    values: dict[str, object] = {
+        "filename": "torch_ext-1.0+cu118-cp311-cp311-manylinux_2_28_x86_64.whl",
+        "version": "1.0+cu118",
+        "sha256": "a" * 64,
+        "size": 10,
+        "upload_time": "2026-11-22T10:00:00.000000Z",
+        "requires_python": ">=3.9",
+        "metadata_sha256": "b" * 64,
+    }
+    values.update(changes)
+    return FileEntry(**values)  # type: ignore[arg-type]
+
+
+def test_html_page_carries_every_pep_attribute() -> None:
+    page = project_html(Project(name="torch-ext", files=(entry(yanked="broken kernel"),)))
+    assert 'href="../../files/torch_ext-1.0%2Bcu118-cp311-cp311-manylinux_2_28_x86_64.whl#sha256=' + "a" * 64 + '"' in page
+    assert 'data-requires-python="&gt;=3.9"' in page
+    assert f'data-core-metadata="sha256={"b" * 64}"' in page
+    assert f'data-dist-info-metadata="sha256={"b" * 64}"' in page
+    assert 'data-yanked="broken kernel"' in page
+    assert '<meta name="pypi:repository-version" content="1.1">' in page
+
+
+def test_json_page_has_pep700_fields() -> None:
+    data = json.loads(project_json(Project(name="torch-ext", files=(entry(), entry(filename="torch_ext-0.9-py3-none-any.whl", version="0.9", yanked="")))))
+    assert data["meta"] == {"api-version": "1.1"}
+    assert data["versions"] == ["0.9", "1.0+cu118"]
+    first, second = data["files"]
+    assert first["size"] == 10 and first["upload-time"].endswith("Z")
+    assert first["yanked"] is False and second["yanked"] is True
+    assert first["core-metadata"] == {"sha256": "b" * 64}
+
+
+@pytest.mark.parametrize(
+    ("accept", "fmt", "chosen"),
+    [
+        (None, None, "text/html"),
+        ("*/*", None, JSON_TYPE),
+        ("application/vnd.pypi.simple.v1+json", None, JSON_TYPE),
+        ("application/vnd.pypi.simple.v1+json;q=0.2, text/html", None, "text/html"),
+        ("application/vnd.pypi.simple.latest+json", None, None),
+        ("text/html", "application/vnd.pypi.simple.v1+json", JSON_TYPE),
+        (None, "application/xml", None),
+    ],
+)
+def test_content_negotiation(accept: str | None, fmt: str | None, chosen: str | None) -> None:
+    assert negotiate(accept, fmt) == chosen
+
+
+def test_publish_is_idempotent_and_refuses_other_bytes(tmp_path: Path) -> None:
+    channel = Channel(tmp_path / "index", "cu118")
+    wheel = make_wheel(tmp_path / "a", "lib", "1.0", tag=ANY, files={"lib/__init__.py": b"x = 1\n"})
+    assert publish(channel, wheel).outcome is Outcome.ADDED
+    assert publish(channel, wheel).outcome is Outcome.UNCHANGED
+    other = make_wheel(tmp_path / "b", "lib", "1.0", tag=ANY, files={"lib/__init__.py": b"x = 2\n"})
+    with pytest.raises(IndexConflict, match="already published with other bytes"):
+        publish(channel, other)
+    assert verify(channel) == []
+    assert leftovers(channel) == []
+
+
+def test_an_unlisted_file_from_a_killed_publisher_is_listed_by_the_next_publish(tmp_path: Path) -> None:
+    channel = Channel(tmp_path / "index", "cpu")
+    wheel = make_wheel(tmp_path, "lib", "1.0", tag=ANY)
+    channel.files.mkdir(parents=True)
+    (channel.files / wheel.name).write_bytes(wheel.read_bytes())  # the copy landed, the pages did not
+    (channel.path / ".tmp").mkdir()
+    (channel.path / ".tmp" / ".wm-tmp-abc").write_bytes(b"half")
+    assert publish(channel, wheel).outcome is Outcome.ADDED
+    assert verify(channel) == []
+    assert leftovers(channel) == []
+
+
+def test_publish_touches_only_its_project_and_a_new_name_in_the_list(tmp_path: Path) -> None:
+    channel = Channel(tmp_path / "index", "cpu")
+    publish(channel, make_wheel(tmp_path, "alpha", "1.0", tag=ANY))
+    publish(channel, make_wheel(tmp_path, "beta", "1.0", tag=ANY))
+    alpha_page = channel.simple / "alpha" / "index.json"
+    root = channel.simple / "index.json"
+    before = (alpha_page.stat().st_mtime_ns, root.stat().st_mtime_ns)
+    publish(channel, make_wheel(tmp_path, "beta", "1.1", tag=ANY))
+    assert (alpha_page.stat().st_mtime_ns, root.stat().st_mtime_ns) == before
+    assert channel.project_names() == ["alpha", "beta"]
+
+
+def test_yank_and_unyank_a_version(tmp_path: Path) -> None:
+    channel = Channel(tmp_path / "index", "cpu")
+    publish(channel, make_wheel(tmp_path, "lib", "1.0", tag=ANY))
+    assert set_yanked(channel, "lib", "1.0", "bad build") == ["lib-1.0-py3-none-any.whl"]
+    project = channel.project("lib")
+    assert project is not None and project.files[0].yanked == "bad build"
+    set_yanked(channel, "lib", "1.0", None)
+    project = channel.project("lib")
+    assert project is not None and project.files[0].yanked is None
+    with pytest.raises(IndexStoreError, match=r"has no version 2\.0"):
+        set_yanked(channel, "lib", "2.0", "x")
+
+
+def test_a_wheel_whose_metadata_disagrees_with_its_name_is_refused(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path, "lib", "1.0", tag=ANY)
+    renamed = wheel.with_name("other-1.0-py3-none-any.whl")
+    wheel.rename(renamed)
+    with pytest.raises(IndexStoreError, match=r"its METADATA says lib 1\.0"):
+        publish(Channel(tmp_path / "index", "cpu"), renamed)
+
+
+@pytest.mark.parametrize("name", ["", "CU118", "../x", ".hidden", "a/b"])
+def test_channel_names_are_checked(tmp_path: Path, name: str) -> None:
+    with pytest.raises(IndexStoreError, match="not a channel name"):
+        Channel(tmp_path, name)
+
+
+def test_consumer_settings_name_one_index_only() -> None:
+    pip = consumer.render("https://wheels.internal", "cu118", "pip")
+    assert pip == "[global]\nindex-url = https://wheels.internal/cu118/simple/\nextra-index-url =\nfind-links =\n"
+    uv = consumer.render("https://wheels.internal/", "rocm6.2", "uv")
+    assert 'url = "https://wheels.internal/rocm6.2/simple/"' in uv and "default = true" in uv
+    assert "extra" not in consumer.render("https://w", "cpu", "env").replace("PIP_EXTRA_INDEX_URL=\n", "")
