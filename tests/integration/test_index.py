@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,6 +21,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from tests.ports import free_port
 from tests.wheels import make_wheel
 from wheelmill.index.serve import make_server, parse_access_log
 from wheelmill.index.store import Channel
@@ -406,12 +406,6 @@ def nginx_config(template: Path, root: Path, port: int, prefix: Path) -> Path:
         + "\n}\n"
     )
     return config
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_nginx_serves_the_same_tree(index_root: Path, tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ import base64
 import hashlib
 import http.client
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -19,17 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port
 from tests.wheels import make_wheel
 
 pytestmark = pytest.mark.integration
 ANY = "py3-none-any"
 USER, PASSWORD = "ci", "s3cret-for-tests"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

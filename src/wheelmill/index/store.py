@@ -21,13 +21,14 @@ import re
 import shutil
 import tempfile
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from email.parser import HeaderParser
 from enum import StrEnum
 from pathlib import Path
+from typing import BinaryIO
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
@@ -60,30 +61,29 @@ def now_rfc3339() -> str:
 
 def write_atomic(path: Path, data: bytes, *, tmp_dir: Path) -> None:
     """Write ``data`` to a temporary file (same file system), flush it, then rename it in."""
-    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=tmp_dir)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        Path(tmp).chmod(0o644)  # readable by a web server's user
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    _atomically(path, tmp_dir, lambda out: out.write(data))
 
 
 def copy_atomic(source: Path, path: Path, *, tmp_dir: Path) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=tmp_dir)
-    try:
-        with os.fdopen(fd, "wb") as out, source.open("rb") as src:
+    def copy(out: BinaryIO) -> None:
+        with source.open("rb") as src:
             shutil.copyfileobj(src, out, 1 << 20)
+
+    _atomically(path, tmp_dir, copy)
+
+
+def _atomically(path: Path, tmp_dir: Path, fill: Callable[[BinaryIO], object]) -> None:
+    fd, name = tempfile.mkstemp(prefix=TMP_PREFIX, dir=tmp_dir)
+    tmp = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            fill(out)
             out.flush()
-            os.fsync(out.fileno())
-        Path(tmp).chmod(0o644)  # readable by a web server's user
-        Path(tmp).replace(path)
+            os.fsync(out.fileno())  # the bytes are on disk before the name points at them
+        tmp.chmod(0o644)  # readable by a web server's user
+        tmp.replace(path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
