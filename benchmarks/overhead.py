@@ -29,7 +29,7 @@ from pathlib import Path
 from wheelmill.matrix import load_matrix
 from wheelmill.plan import arch_list
 from wheelmill.recipes import PathSource, load_recipes, resolve
-from wheelmill.runner import base_environment
+from wheelmill.runner import HostRunner, base_environment
 from wheelmill.steps.build import available_memory, max_jobs
 from wheelmill.toolchain import Toolkit, find_toolkit
 from wheelmill.tools import uv_bin
@@ -48,7 +48,8 @@ def timed(argv: list[str], *, env: dict[str, str], cwd: Path | None = None, log:
 
 def run_wheelmill(cell: str, output: Path, log: Path) -> float:
     env = {**os.environ, "WHEELMILL_OUTPUT": str(output)}
-    return timed([sys.executable, "-m", "wheelmill", "build", "--cell", cell, "--recipe", RECIPES[-1]], env=env, cwd=ROOT, log=log)
+    argv = [sys.executable, "-m", "wheelmill", "build", "--engine", "none", "--cell", cell, "--recipe", RECIPES[-1]]
+    return timed(argv, env=env, cwd=ROOT, log=log)
 
 
 def run_baseline(cell_id: str, output: Path, work: Path, log: Path) -> float:
@@ -56,7 +57,7 @@ def run_baseline(cell_id: str, output: Path, work: Path, log: Path) -> float:
     matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
     cell = matrix.cell(cell_id)
     recipes = load_recipes(ROOT / "recipes")
-    toolkit = find_toolkit(cell.variant)
+    toolkit = find_toolkit(cell.variant, HostRunner())
     assert isinstance(toolkit, Toolkit), "the benchmark needs the variant's CUDA toolkit"
     facts = json.loads((output / cell_id / "report.json").read_text())["facts"]
     lock, sources = output / cell_id / "build-env.lock", facts["package_source_args"]

@@ -7,10 +7,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import NoReturn
@@ -19,10 +21,12 @@ from rich.console import Console
 from rich.table import Table
 
 from wheelmill import __version__
+from wheelmill.containers.engine import ENGINE_CHOICES, Engine, EngineName, detect
+from wheelmill.containers.pins import load_pins
 from wheelmill.errors import Interrupted, UsageError, WheelmillError
 from wheelmill.index import commands as index_commands
 from wheelmill.matrix import Matrix, load_matrix
-from wheelmill.plan import CellPlan, plan
+from wheelmill.plan import CellPlan, ContainerSetup, Options, plan
 from wheelmill.recipes import Recipe, load_recipes
 from wheelmill.settings import Settings
 from wheelmill.ui import UI, make_console
@@ -51,7 +55,18 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--cell", action="append", required=True, help="cell id or glob, e.g. cuda118-py311 (repeatable)")
         sub.add_argument("--recipe", action="append", default=[], help="only this recipe and what it depends on (repeatable)")
         sub.add_argument("--no-publish", dest="publish", action="store_false", help="keep the wheels in dist/, out of the local index")
+        sub.add_argument(
+            "--engine",
+            choices=ENGINE_CHOICES,
+            default=os.environ.get("WHEELMILL_ENGINE", "auto"),
+            help="where commands run: a podman or docker container (auto: whichever answers), or none (this machine)",
+        )
         sub.set_defaults(func=func)
+
+    lock = commands.add_parser("lock", help="resolve and write locks/<cell>.txt, the committed lock of a cell's build env")
+    lock.add_argument("--cell", action="append", required=True, help="cell id or glob (repeatable)")
+    lock.add_argument("--check", action="store_true", help="only check that each committed lock matches its inputs")
+    lock.set_defaults(func=cmd_lock)
 
     validate = commands.add_parser("validate", help="load and check the matrix and every recipe")
     validate.set_defaults(func=cmd_validate)
@@ -108,16 +123,46 @@ def matrix_markdown(matrix: Matrix) -> str:
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
-def _plans(args: argparse.Namespace) -> tuple[Matrix, tuple[CellPlan, ...], Settings]:
+@dataclass(frozen=True, kw_only=True)
+class Prepared:
+    matrix: Matrix
+    plans: tuple[CellPlan, ...]
+    settings: Settings
+    engine: Engine | None
+    containers: ContainerSetup | None
+
+
+def _prepare(args: argparse.Namespace, *, probe: bool) -> Prepared:
+    """Load, pick the engine (``probe``: ask it to answer; ``plan`` only looks for it),
+    and plan."""
     matrix, recipes = _load(args)
     settings = _settings(args)
     cells = matrix.select(args.cell)
-    return matrix, plan(matrix, recipes, cells, args.recipe, settings, publish=args.publish), settings
+    root = args.recipes.resolve().parent
+    engine = detect(args.engine) if probe else _named_engine(args.engine)
+    containers = None
+    if engine is not None:
+        containers = ContainerSetup(pins=load_pins(root / "containers" / "pins.toml"), directory=root / "containers", base_policy=settings.base_policy)
+    options = Options(publish=args.publish, engine=engine.name.value if engine else "none", containers=containers, locks_dir=root / "locks")
+    return Prepared(matrix=matrix, plans=plan(matrix, recipes, cells, args.recipe, settings, options), settings=settings, engine=engine, containers=containers)
+
+
+def _named_engine(choice: str) -> Engine | None:
+    """The engine a plan shows: named, or for ``auto`` the first installed (nothing runs)."""
+    if choice == "none":
+        return None
+    if choice not in ENGINE_CHOICES:
+        raise UsageError(f"--engine {choice}: not an engine", fix=f"use one of: {', '.join(ENGINE_CHOICES)}")
+    names = [EngineName.PODMAN, EngineName.DOCKER] if choice == "auto" else [EngineName(choice)]
+    for name in names:
+        binary = shutil.which(name.value)
+        if binary or choice != "auto":
+            return Engine(name=name, binary=binary or name.value)
+    return None
 
 
 def cmd_plan(args: argparse.Namespace, _console: Console) -> int:
-    _matrix, plans, _settings = _plans(args)
-    for cell_plan in plans:
+    for cell_plan in _prepare(args, probe=False).plans:
         print(render_plan(cell_plan))
     return 0
 
@@ -135,16 +180,34 @@ def render_plan(cell_plan: CellPlan) -> str:
 def cmd_build(args: argparse.Namespace, console: Console) -> int:
     from wheelmill.executor import execute  # noqa: PLC0415 - the build machinery loads only to build
 
-    matrix, plans, settings = _plans(args)
+    prepared = _prepare(args, probe=True)
     ui = UI(console)
     worst = 0
-    for cell_plan in plans:
-        report = execute(cell_plan, matrix=matrix, settings=settings, ui=ui)
+    for cell_plan in prepared.plans:
+        report = execute(cell_plan, matrix=prepared.matrix, settings=prepared.settings, ui=ui, engine=prepared.engine, containers=prepared.containers)
         failed = report.failed
         if failed is not None and failed.error:
             _print_error(f"{failed.step.id}: {failed.error}")
             worst = worst or report.exit_code
     return worst
+
+
+def cmd_lock(args: argparse.Namespace, console: Console) -> int:
+    from wheelmill.lockcmd import check_lock, write_lock  # noqa: PLC0415 - resolution machinery loads only here
+
+    matrix, recipes = _load(args)
+    settings = _settings(args)
+    locks_dir = args.recipes.resolve().parent / "locks"
+    cells = matrix.select(args.cell)
+    if not args.check:
+        for cell in cells:
+            console.print(write_lock(matrix, recipes, cell, locks_dir, settings), highlight=False)
+        return 0
+    checked = [line for cell in cells if (line := check_lock(matrix, recipes, cell, locks_dir))]
+    for line in checked:
+        console.print(line, highlight=False)
+    console.print(f"{len(checked)} committed locks match their inputs; {len(cells) - len(checked)} cells resolve theirs at build time", highlight=False)
+    return 0
 
 
 def cmd_validate(args: argparse.Namespace, _console: Console) -> int:

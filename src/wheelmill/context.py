@@ -7,9 +7,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from wheelmill.containers.engine import Engine
+from wheelmill.containers.images import Ready
+from wheelmill.containers.runner import ContainerRunner
 from wheelmill.envs import Env, EnvBackend
 from wheelmill.matrix import Matrix
-from wheelmill.plan import CellPlan
+from wheelmill.plan import CellPlan, ContainerSetup
 from wheelmill.runner import Runner
 from wheelmill.settings import Settings
 from wheelmill.sources import PackageSources
@@ -107,6 +110,11 @@ class CellRun:
     repaired: dict[str, Path] = field(default_factory=dict)
     final: dict[str, Path] = field(default_factory=dict)
     max_jobs: dict[str, int] = field(default_factory=dict)
+    engine: Engine | None = None
+    containers: ContainerSetup | None = None
+    image: Ready | None = None
+    container: ContainerRunner | None = None
+    lock_origin: str = ""
 
     def need_python(self) -> Path:
         assert self.python is not None, "pre-checks found the Python"

@@ -27,6 +27,15 @@ _PINNED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;\\]+)")
 
 
 @dataclass(frozen=True, kw_only=True)
+class Target:
+    """What a lock is resolved for: a Python version and a platform, not a machine, so the
+    same lock serves this machine and a builder image."""
+
+    python: str  # 3.11
+    platform: str  # x86_64-manylinux_2_28 (uv's --python-platform)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Env:
     root: Path
 
@@ -56,8 +65,9 @@ def pinned_versions(lock_text: str) -> dict[str, str]:
 class EnvBackend(ABC):
     name: ClassVar[str]
 
-    def __init__(self, runner: Runner) -> None:
+    def __init__(self, runner: Runner, *, cache_dir: Path | None = None) -> None:
         self.runner = runner
+        self.cache_dir = cache_dir  # None: the tool's default cache
 
     @abstractmethod
     def lock(
@@ -65,14 +75,15 @@ class EnvBackend(ABC):
         requirements: Path,
         lock: Path,
         *,
-        python: Path,
+        target: Target,
         sources: PackageSources,
         log: StepLog,
         hashes: bool = True,
         deps: bool = True,
         fail_fast: bool = False,
+        interpreter: Path | None = None,
     ) -> dict[str, str]:
-        """Resolve ``requirements`` for ``python`` into ``lock``; return the pinned versions.
+        """Resolve ``requirements`` for ``target`` into ``lock``; return the pinned versions.
         ``fail_fast`` gives up on an unreachable index at once (for pre-checks)."""
 
     @abstractmethod
@@ -96,7 +107,10 @@ class UvBackend(EnvBackend):
     def _env(self, *, fail_fast: bool = False) -> dict[str, str]:
         # uv reads no config file and no UV_* variable of the caller: sources are explicit.
         retries = "1" if fail_fast else "3"
-        return base_environment([], {"UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1", "UV_HTTP_RETRIES": retries})
+        env = base_environment([], {"UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1", "UV_HTTP_RETRIES": retries})
+        if self.cache_dir is not None:
+            env["UV_CACHE_DIR"] = str(self.cache_dir)
+        return env
 
     def _uv(self, *args: str | Path) -> list[str]:
         return [uv_bin(), *[str(a) for a in args], "--no-config"]
@@ -106,14 +120,17 @@ class UvBackend(EnvBackend):
         requirements: Path,
         lock: Path,
         *,
-        python: Path,
+        target: Target,
         sources: PackageSources,
         log: StepLog,
         hashes: bool = True,
         deps: bool = True,
         fail_fast: bool = False,
+        interpreter: Path | None = None,
     ) -> dict[str, str]:
-        argv = self._uv("pip", "compile", requirements, "-o", lock, "--python", python, "--no-header", "--quiet", *sources.uv_args())
+        platform = ["--python-version", target.python, "--python-platform", target.platform]
+        platform += ["--python", str(interpreter)] if interpreter else []  # uv wants some interpreter to run
+        argv = self._uv("pip", "compile", requirements, "-o", lock, *platform, "--no-header", "--quiet", *sources.uv_args())
         argv += ["--generate-hashes"] if hashes else []
         argv += [] if deps else ["--no-deps"]
         self.runner.run(argv, env=self._env(fail_fast=fail_fast), log=log)
@@ -139,9 +156,9 @@ class UvBackend(EnvBackend):
 BACKENDS: Mapping[str, type[EnvBackend]] = {UvBackend.name: UvBackend}
 
 
-def backend(name: str, runner: Runner) -> EnvBackend:
+def backend(name: str, runner: Runner, *, cache_dir: Path | None = None) -> EnvBackend:
     try:
-        return BACKENDS[name](runner)
+        return BACKENDS[name](runner, cache_dir=cache_dir)
     except KeyError:
         raise ConfigError(f"environment: WHEELMILL_ENV_BACKEND={name!r} is not a backend", fix=f"use one of: {', '.join(BACKENDS)}") from None
 

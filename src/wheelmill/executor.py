@@ -19,35 +19,48 @@ from typing import assert_never
 
 from wheelmill import envs
 from wheelmill.checks import CheckResult
+from wheelmill.containers.engine import Engine
 from wheelmill.context import CellRun, Layout
 from wheelmill.errors import BusyError, EnvError, FetchError, Interrupted, WheelmillError
 from wheelmill.matrix import Matrix
 from wheelmill.net import sha256_of
-from wheelmill.plan import NETWORK_STEPS, CellPlan, Step, StepKind
+from wheelmill.plan import NETWORK_STEPS, CellPlan, ContainerSetup, Step, StepKind
 from wheelmill.report import CellReport, Status, StepRecord, WheelRecord
 from wheelmill.retry import RetryPolicy, TransientError, with_retries
 from wheelmill.runner import HostRunner, StepLog
 from wheelmill.settings import Settings
-from wheelmill.steps import build, cell, install, publish, source, verify
+from wheelmill.steps import build, cell, container, install, publish, source, verify
 from wheelmill.ui import UI
 
 NO_RETRY = RetryPolicy(attempts=1)
 
 
-def execute(plan: CellPlan, *, matrix: Matrix, settings: Settings, ui: UI) -> CellReport:
+def execute(
+    plan: CellPlan, *, matrix: Matrix, settings: Settings, ui: UI, engine: Engine | None = None, containers: ContainerSetup | None = None
+) -> CellReport:
     layout = Layout(output=settings.output.resolve(), cell=plan.cell.id)
     layout.root.mkdir(parents=True, exist_ok=True)
     with _cell_lock(layout.root / ".lock"):
         runner = HostRunner()
         run = CellRun(
-            plan=plan, matrix=matrix, settings=settings, layout=layout, runner=runner, backend=envs.backend(settings.env_backend, runner), on_line=ui.line
+            plan=plan,
+            matrix=matrix,
+            settings=settings,
+            layout=layout,
+            runner=runner,
+            backend=envs.backend(settings.env_backend, runner),
+            on_line=ui.line,
+            engine=engine,
+            containers=containers,
         )
         report = CellReport(plan=plan, path=layout.report)
         _clear_logs(layout)
         ui.cell_started(plan.cell.id, plan.cell.variant.describe())
         try:
             _run_steps(run, report, ui)
-        finally:  # interrupted too: the report and the summary say how far it got
+        finally:  # interrupted too: no container stays, and the report says how far it got
+            if run.container is not None:
+                run.container.stop()
             report.finished = time.time()
             report.facts.update(_facts(run))
             report.write()
@@ -143,7 +156,7 @@ def _dispatch(run: CellRun, step: Step, log: StepLog) -> list[CheckResult]:
         return _dispatch_cell(run, step, log)
     recipe = run.plan.recipe(step.recipe)
     match step.kind:
-        case StepKind.PREPARE_CONTAINER | StepKind.PRE_CHECKS | StepKind.PREPARE_ENV | StepKind.ENV_CHECKS:
+        case StepKind.PRE_CHECKS | StepKind.PREPARE_IMAGE | StepKind.PREPARE_CONTAINER | StepKind.TOOLCHAIN_CHECKS | StepKind.PREPARE_ENV | StepKind.ENV_CHECKS:
             raise AssertionError(f"{step.kind} is a cell step")
         case StepKind.FETCH:
             return source.fetch(run, recipe, log)
@@ -167,10 +180,14 @@ def _dispatch(run: CellRun, step: Step, log: StepLog) -> list[CheckResult]:
 
 def _dispatch_cell(run: CellRun, step: Step, log: StepLog) -> list[CheckResult]:
     match step.kind:
+        case StepKind.PREPARE_IMAGE:
+            return container.prepare_image(run, log)
         case StepKind.PREPARE_CONTAINER:
-            return cell.prepare_container(run, log)
+            return container.prepare_container(run, log)
         case StepKind.PRE_CHECKS:
             return cell.pre_checks(run, log)
+        case StepKind.TOOLCHAIN_CHECKS:
+            return cell.toolchain_checks(run, log)
         case StepKind.PREPARE_ENV:
             return cell.prepare_env(run, log)
         case StepKind.ENV_CHECKS:
@@ -182,6 +199,10 @@ def _dispatch_cell(run: CellRun, step: Step, log: StepLog) -> list[CheckResult]:
 def _facts(run: CellRun) -> dict[str, object]:
     """What the report records about where the cell was built."""
     facts: dict[str, object] = {"engine": run.plan.engine, "machine": os.uname().machine}
+    if run.image is not None and run.plan.image is not None:
+        facts["image"] = {"tag": run.image.tag, "id": run.image.image_id, "built": run.image.built, "base": run.plan.image.base.reference}
+    if run.lock_origin:
+        facts["lock_origin"] = run.lock_origin
     if run.python:
         facts["python"] = str(run.python)
     if run.toolkit:

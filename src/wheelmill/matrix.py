@@ -44,6 +44,7 @@ class Variant:
     cudnn: str | None = None
     nccl: str | None = None
     arch_list: str | None = None
+    toolkit_wheels: tuple[str, ...] = ()
 
     @property
     def toolkit_short(self) -> str | None:
@@ -191,6 +192,7 @@ def _variant(name: str, raw: Mapping[str, Any], *, file: Path, pythons: tuple[st
         cudnn=raw.get("cudnn"),
         nccl=raw.get("nccl"),
         arch_list=raw.get("arch-list"),
+        toolkit_wheels=tuple(raw.get("toolkit-wheels", ())),
     )
     _check_variant(variant, file=file, pythons=pythons)
     return variant

@@ -6,11 +6,16 @@ and ``wheelmill build`` executes it, step by step.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 
+from wheelmill import locks
 from wheelmill.config import format_size
+from wheelmill.containers import images
+from wheelmill.containers.images import BuilderImage
+from wheelmill.containers.pins import Pins
+from wheelmill.locks import LockInputs
 from wheelmill.matrix import Cell, Family, Matrix
 from wheelmill.recipes import GitSource, PathSource, Recipe, ResolvedRecipe, SdistSource, Source, UrlSource, resolve, select
 from wheelmill.settings import Settings
@@ -20,8 +25,10 @@ DEFAULT_BUILD = ("{python}", "-m", "pip", "wheel", "--no-build-isolation", "--no
 
 
 class StepKind(StrEnum):
-    PREPARE_CONTAINER = "prepare-container"
     PRE_CHECKS = "pre-checks"
+    PREPARE_IMAGE = "prepare-image"
+    PREPARE_CONTAINER = "prepare-container"
+    TOOLCHAIN_CHECKS = "toolchain-checks"
     PREPARE_ENV = "prepare-env"
     ENV_CHECKS = "env-checks"
     FETCH = "fetch"
@@ -34,7 +41,18 @@ class StepKind(StrEnum):
     PUBLISH = "publish"
 
 
-CELL_STEPS = (StepKind.PREPARE_CONTAINER, StepKind.PRE_CHECKS, StepKind.PREPARE_ENV, StepKind.ENV_CHECKS)
+# In a container, what needs no container is checked first (fail early: before minutes of
+# image building), the toolchain once commands run where the build will. On this machine
+# the pre-checks check it all at once.
+CONTAINER_CELL_STEPS = (
+    StepKind.PRE_CHECKS,
+    StepKind.PREPARE_IMAGE,
+    StepKind.PREPARE_CONTAINER,
+    StepKind.TOOLCHAIN_CHECKS,
+    StepKind.PREPARE_ENV,
+    StepKind.ENV_CHECKS,
+)
+CELL_STEPS = (StepKind.PRE_CHECKS, StepKind.PREPARE_ENV, StepKind.ENV_CHECKS)
 RECIPE_STEPS = (
     StepKind.FETCH,
     StepKind.BUILD,
@@ -60,56 +78,104 @@ class Step:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ContainerSetup:
+    """How cells get their builder image: the pins, the definitions and the base policy."""
+
+    pins: Pins
+    directory: Path
+    base_policy: str  # auto | bootstrap | registry
+
+
+@dataclass(frozen=True, kw_only=True)
 class CellPlan:
     cell: Cell
-    engine: str
+    engine: str  # none | podman | docker
     recipes: tuple[ResolvedRecipe, ...]
     steps: tuple[Step, ...]
     torch_index: str | None
+    image: BuilderImage | None
+    lock: LockInputs
+    locks_dir: Path
 
     def recipe(self, name: str) -> ResolvedRecipe:
         return next(r for r in self.recipes if r.name == name)
 
 
-def plan(
-    matrix: Matrix, recipes: Mapping[str, Recipe], cells: Sequence[Cell], names: Sequence[str], settings: Settings, *, publish: bool = True
+@dataclass(frozen=True, kw_only=True)
+class Options:
+    """How to run a cell, as the command line and settings say."""
+
+    publish: bool = True
+    engine: str = "none"
+    containers: ContainerSetup | None = None
+    locks_dir: Path = Path("locks")
+
+
+def plan(  # noqa: PLR0917 - the inputs of the pure function, in their order
+    matrix: Matrix, recipes: Mapping[str, Recipe], cells: Sequence[Cell], names: Sequence[str], settings: Settings, options: Options | None = None
 ) -> tuple[CellPlan, ...]:
-    return tuple(plan_cell(matrix, recipes, cell, names, settings, publish=publish) for cell in cells)
+    return tuple(plan_cell(matrix, recipes, cell, names, settings, options or Options()) for cell in cells)
 
 
-def plan_cell(matrix: Matrix, recipes: Mapping[str, Recipe], cell: Cell, names: Sequence[str], settings: Settings, *, publish: bool = True) -> CellPlan:
+def plan_cell(  # noqa: PLR0917 - the inputs of the pure function, in their order
+    matrix: Matrix, recipes: Mapping[str, Recipe], cell: Cell, names: Sequence[str], settings: Settings, options: Options | None = None
+) -> CellPlan:
     """The ordered steps of one cell: its own, then each recipe's, dependencies first.
-    With ``publish``, each wheel that passes everything goes into the local index."""
+    With ``options.publish``, each wheel that passes everything goes into the local index."""
+    options = options or Options()
     chosen = tuple(resolve(recipes[name], cell) for name in select(recipes, cell, names))
     torch_index = torch_index_url(cell.variant, settings=settings, template=matrix.torch_index)
-    steps = [Step(kind=kind, recipe=None, detail=_cell_detail(kind, matrix, cell, chosen, torch_index)) for kind in CELL_STEPS]
-    kinds = (*RECIPE_STEPS, StepKind.PUBLISH) if publish else RECIPE_STEPS
+    image = None
+    if options.engine != "none":
+        if options.containers is None:
+            raise AssertionError("a container engine needs the container setup")
+        setup = options.containers
+        image = images.choose(setup.pins, cell.variant, cell.python, containers=setup.directory, policy=setup.base_policy)
+    partial = CellPlan(
+        cell=cell,
+        engine=options.engine,
+        recipes=chosen,
+        steps=(),
+        torch_index=torch_index,
+        image=image,
+        lock=locks.inputs(matrix, recipes, cell),
+        locks_dir=options.locks_dir,
+    )
+    cell_steps = CELL_STEPS if image is None else CONTAINER_CELL_STEPS
+    steps = [Step(kind=kind, recipe=None, detail=_cell_detail(kind, matrix, partial)) for kind in cell_steps]
+    kinds = (*RECIPE_STEPS, StepKind.PUBLISH) if options.publish else RECIPE_STEPS
     for recipe in chosen:
         steps += [Step(kind=kind, recipe=recipe.name, detail=_recipe_detail(kind, matrix, cell, recipe)) for kind in kinds]
-    return CellPlan(cell=cell, engine="none", recipes=chosen, steps=tuple(steps), torch_index=torch_index)
+    return replace(partial, steps=tuple(steps))
 
 
 def arch_list(cell: Cell, recipe: ResolvedRecipe) -> str | None:
     return recipe.arch_list or cell.variant.arch_list
 
 
-def build_requires(matrix: Matrix, recipes: Sequence[ResolvedRecipe]) -> tuple[str, ...]:
-    extra = [req for r in recipes for req in r.build_requires]
-    return tuple(dict.fromkeys([*matrix.build_requires, *extra]))
-
-
-def _cell_detail(kind: StepKind, matrix: Matrix, cell: Cell, recipes: Sequence[ResolvedRecipe], torch_index: str | None) -> str:
+def _cell_detail(kind: StepKind, matrix: Matrix, cell_plan: CellPlan) -> str:
+    cell = cell_plan.cell
     v = cell.variant
     match kind:
+        case StepKind.PREPARE_IMAGE:
+            if cell_plan.image is None:
+                return "none: no container (engine none)"
+            return f"{cell_plan.engine}: builder image from {cell_plan.image.describe()}; tagged by a hash of both, reused while it exists"
         case StepKind.PREPARE_CONTAINER:
-            return "none: commands run on this machine (engine none)"
+            if cell_plan.image is None:
+                return "none: commands run on this machine (engine none)"
+            return f"{cell_plan.engine}: one container for the cell, the output mounted, package sources read-only; removed at the end"
         case StepKind.PRE_CHECKS:
-            toolkit = {Family.CPU: "no GPU toolkit", Family.CUDA: f"nvcc {v.toolkit_short}", Family.ROCM: f"hipcc {v.toolkit_short}"}[v.family]
-            where = "the configured package sources" + (f", else {torch_index}" if torch_index else "")
+            where = "the configured package sources" + (f", else {cell_plan.torch_index}" if cell_plan.torch_index else "")
             disk = format_size(matrix.min_free_disk.get(v.family.value, 0))
-            return f"Python {cell.python}; C++ compiler; {toolkit}; free disk >= {disk}; {v.torch_requirement} locatable in {where}"
+            lock = f"{cell_plan.locks_dir.name}/{cell.id}.txt, if committed, matches its inputs"
+            here = "" if cell_plan.image else _toolchain_detail(cell) + "; "
+            return f"{here}free disk >= {disk}; {lock}; {v.torch_requirement} locatable in {where}"
+        case StepKind.TOOLCHAIN_CHECKS:
+            return "in the container: " + _toolchain_detail(cell)
         case StepKind.PREPARE_ENV:
-            return f"fresh env with Python {cell.python} from a hashed lock of: {v.torch_requirement}, {', '.join(build_requires(matrix, recipes))}"
+            requirements = ", ".join(cell_plan.lock.requirements)
+            return f"fresh env with Python {cell.python} from the committed lock (else one resolved now), hashes checked: {requirements}"
         case StepKind.ENV_CHECKS:
             runtime = {
                 Family.CPU: "a CPU build",
@@ -119,6 +185,14 @@ def _cell_detail(kind: StepKind, matrix: Matrix, cell: Cell, recipes: Sequence[R
             return f"torch is {v.torch}+{v.label}, {runtime}; C++ ABI recorded"
         case _:
             raise AssertionError(f"{kind} is not a cell step")
+
+
+def _toolchain_detail(cell: Cell) -> str:
+    v = cell.variant
+    toolkit = {Family.CPU: "no GPU toolkit", Family.CUDA: f"nvcc {v.toolkit_short}", Family.ROCM: f"hipcc {v.toolkit_short}"}[v.family]
+    if v.toolkit_wheels:
+        toolkit += " (installed, or pip's in the locked env)"
+    return f"Python {cell.python}; C++ compiler; {toolkit}"
 
 
 def _recipe_detail(kind: StepKind, matrix: Matrix, cell: Cell, recipe: ResolvedRecipe) -> str:

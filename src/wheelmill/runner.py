@@ -95,7 +95,10 @@ class CommandResult:
 
 
 class Runner(Protocol):
+    """Where a cell's commands run: this machine, or the cell's container."""
+
     name: str
+    environ: Mapping[str, str]  # what discovery may read (CUDA_HOME, PATH, ...)
 
     def run(
         self,
@@ -108,11 +111,28 @@ class Runner(Protocol):
         keep_output: bool = False,
     ) -> CommandResult: ...
 
+    def capture(self, argv: Sequence[str | Path], *, env: Mapping[str, str] | None = None, timeout: float = 60.0) -> Captured:
+        """A quick query (a version, a listing), unlogged; never raises for its status."""
+        ...
+
+    def host_path(self, path: Path) -> Path:
+        """Where a path of the runner's file system is readable from this process."""
+        ...
+
 
 class HostRunner:
     """Runs commands directly on this machine (engine ``none``)."""
 
     name = "host"
+
+    def __init__(self) -> None:
+        self.environ: Mapping[str, str] = os.environ
+
+    def capture(self, argv: Sequence[str | Path], *, env: Mapping[str, str] | None = None, timeout: float = 60.0) -> Captured:
+        return capture(argv, env=env, timeout=timeout)
+
+    def host_path(self, path: Path) -> Path:
+        return path
 
     def run(
         self,
@@ -228,10 +248,16 @@ def capture(argv: Sequence[str | Path], *, env: Mapping[str, str] | None = None,
     return Captured(returncode=done.returncode, stdout=done.stdout, stderr=done.stderr)
 
 
+# Zip entries and other build timestamps come from here unless the caller sets it: the same
+# source gives the same wheel bytes, so publishing a rebuild is a no-op, not a conflict.
+DEFAULT_SOURCE_DATE_EPOCH = "315532800"  # 1980-01-01, the earliest a zip can say
+
+
 def base_environment(path: Sequence[Path | str], extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """An explicit environment: the pass-through variables, a UTF-8 locale, the given PATH
-    (then the system directories), and ``extra``."""
+    """An explicit environment: the pass-through variables, a UTF-8 locale, a fixed
+    SOURCE_DATE_EPOCH, the given PATH (then the system directories), and ``extra``."""
     env = {key: os.environ[key] for key in PASSTHROUGH if key in os.environ}
+    env.setdefault("SOURCE_DATE_EPOCH", DEFAULT_SOURCE_DATE_EPOCH)
     env["LANG"] = env["LC_ALL"] = "C.UTF-8"
     env["PYTHONUNBUFFERED"] = "1"
     dirs = [str(p) for p in path] + [d for d in SYSTEM_PATH if d not in map(str, path)]

@@ -31,6 +31,7 @@ class Settings:
     retry: RetryPolicy
     env_backend: str
     index_root: Path | None = None  # None: <output>/index
+    base_policy: str = "auto"  # auto | bootstrap | registry: the builder images' base
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -47,6 +48,7 @@ class Settings:
             ),
             env_backend=env.get("WHEELMILL_ENV_BACKEND", "uv"),
             index_root=Path(env["WHEELMILL_INDEX_ROOT"]) if env.get("WHEELMILL_INDEX_ROOT") else None,
+            base_policy=_choice(env, "WHEELMILL_BASE", ("auto", "bootstrap", "registry")),
         )
 
     def with_output(self, output: Path | None) -> Settings:
@@ -61,6 +63,13 @@ class Settings:
     @property
     def sources_overridden(self) -> bool:
         return any(x is not None for x in (self.index_url, self.extra_index_urls, self.find_links))
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    value = env.get(name, choices[0])
+    if value not in choices:
+        raise ConfigError(f"environment: {name}={value!r} is not one of {', '.join(choices)}", fix=f"set {name} to one of them or unset it")
+    return value
 
 
 def _words(env: Mapping[str, str], name: str) -> tuple[str, ...] | None:

@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def nox(session: str, output: Path, *args: str, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "WHEELMILL_OUTPUT": str(output)}
+    """A build session on this machine (engine none): the container path is tested apart."""
+    env = {**os.environ, "WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": "none"}
     command = [sys.executable, "-m", "nox", "--no-color", "-s", session, *(["--", *args] if args else [])]
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
@@ -124,7 +125,7 @@ def test_a_cpu_torch_offered_to_a_cuda_cell_is_refused(tmp_path: Path, recipes_c
     """A variant whose torch pin resolves to a CPU build here stops before installing it."""
     matrix = recipes_copy / "matrix.toml"
     matrix.write_text(matrix.read_text().replace('label = "cu130"\ntorch = "2.14.1"', 'label = "cu130"\ntorch = "2.13.0"'))
-    env = {**os.environ, "WHEELMILL_OUTPUT": str(tmp_path / "out"), "WHEELMILL_TORCH_INDEX": ""}
+    env = {**os.environ, "WHEELMILL_OUTPUT": str(tmp_path / "out"), "WHEELMILL_TORCH_INDEX": "", "WHEELMILL_ENGINE": "none"}
     command = [sys.executable, "-m", "wheelmill", "--recipes", str(recipes_copy), "build", "--cell", "cuda130-py311", "--recipe", "example-cpp-ops"]
     result = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=300)
     assert result.returncode == 5, result.stderr[-3000:]
@@ -150,10 +151,10 @@ def test_env_check_catches_a_cpu_torch_installed_in_a_cuda_cell(tmp_path: Path) 
 
 def test_ctrl_c_during_a_build_stops_everything_and_keeps_a_report(tmp_path: Path) -> None:
     """SIGINT mid-compile: exit 130, the compiler's whole process tree gone, a valid report."""
-    env = {**os.environ, "WHEELMILL_OUTPUT": str(tmp_path)}
+    env = {**os.environ, "WHEELMILL_OUTPUT": str(tmp_path), "WHEELMILL_ENGINE": "none"}
     command = [sys.executable, "-m", "wheelmill", "build", "--cell", "cpu-py311", "--recipe", "example-cpp-ops"]
     proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    build_log = tmp_path / "cpu-py311" / "logs" / "06-example-cpp-ops-build.log"
+    build_log = tmp_path / "cpu-py311" / "logs" / "05-example-cpp-ops-build.log"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not (build_log.exists() and "c++" in build_log.read_text(errors="replace")):
         time.sleep(0.5)

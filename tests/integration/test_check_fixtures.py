@@ -38,7 +38,7 @@ def compile_c(tmp_path: Path, name: str, source: str, *flags: str) -> bytes:
 def symbol_verdict(wheel: Path) -> CheckResult:
     def judge(root: Path, elves: list[ElfSummary]) -> list[CheckResult]:
         finder = LibraryFinder([], system_lib_dirs(capture(["ldconfig", "-p"]).stdout))
-        interpreter = interpreter_libraries(Path(sys.executable), finder)
+        interpreter = interpreter_libraries(Path(sys.executable).resolve(), finder)
         return [judge_undefined(unresolved_symbols(elves, root=root, finder=finder, interpreter=interpreter))]
 
     (result,) = inspect_wheel(wheel, judge)

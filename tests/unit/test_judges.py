@@ -138,11 +138,12 @@ class TestPlatform:
     def test_linux_tag_fails(self) -> None:
         assert judge_platform([], frozenset({"linux_x86_64"})).verdict is Verdict.FAIL
 
-    def test_baseline_warns_on_the_host_and_fails_in_a_container(self) -> None:
+    def test_baseline_warns_on_a_stand_in_and_fails_on_the_real_base(self) -> None:
         tags = frozenset({"manylinux_2_34_x86_64"})
-        assert judge_baseline(tags, "manylinux_2_28", engine="none").verdict is Verdict.WARN
-        assert judge_baseline(tags, "manylinux_2_28", engine="podman").verdict is Verdict.FAIL
-        assert judge_baseline(frozenset({"manylinux_2_28_x86_64"}), "manylinux_2_28", engine="podman").verdict is Verdict.PASS
+        warned = judge_baseline(tags, "manylinux_2_28", fallback="this machine's glibc")
+        assert warned.verdict is Verdict.WARN and "this machine's glibc" in warned.detail
+        assert judge_baseline(tags, "manylinux_2_28", fallback=None).verdict is Verdict.FAIL
+        assert judge_baseline(frozenset({"manylinux_2_28_x86_64"}), "manylinux_2_28", fallback=None).verdict is Verdict.PASS
 
 
 class TestTorchEnv:

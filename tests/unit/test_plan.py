@@ -10,19 +10,20 @@ import pytest
 
 from tests.conftest import CliRunner
 from wheelmill.matrix import load_matrix
-from wheelmill.plan import CELL_STEPS, RECIPE_STEPS, StepKind, plan
+from wheelmill.plan import CELL_STEPS, RECIPE_STEPS, Options, StepKind, plan
 from wheelmill.recipes import load_recipes
 from wheelmill.settings import Settings
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 
 
-@pytest.mark.parametrize("cell", ["cuda118-py311", "cpu-py311"])
-def test_printed_plan_matches_golden(cli: CliRunner, repo_root: Path, monkeypatch: pytest.MonkeyPatch, cell: str) -> None:
-    monkeypatch.delenv("WHEELMILL_TORCH_INDEX", raising=False)
-    result = cli("--recipes", str(repo_root / "recipes"), "plan", "--cell", cell)
+@pytest.mark.parametrize(("cell", "engine"), [("cuda118-py311", "none"), ("cpu-py311", "none"), ("cuda130-py311", "podman")])
+def test_printed_plan_matches_golden(cli: CliRunner, repo_root: Path, monkeypatch: pytest.MonkeyPatch, cell: str, engine: str) -> None:
+    for name in ("WHEELMILL_TORCH_INDEX", "WHEELMILL_BASE"):
+        monkeypatch.delenv(name, raising=False)
+    result = cli("--recipes", str(repo_root / "recipes"), "plan", "--cell", cell, "--engine", engine)
     assert result.code == 0, result.err
-    golden = GOLDEN / f"plan-{cell}.txt"
+    golden = GOLDEN / (f"plan-{cell}.txt" if engine == "none" else f"plan-{cell}-{engine}.txt")
     if os.environ.get("WHEELMILL_UPDATE_GOLDEN"):
         golden.write_text(result.out)
     assert result.out == golden.read_text(), f"plan changed; if intended, rerun with WHEELMILL_UPDATE_GOLDEN=1 and review {golden}"
@@ -65,5 +66,5 @@ def test_torch_index_setting_replaces_the_template(repo_root: Path) -> None:
 def test_no_publish_leaves_the_publish_steps_out(repo_root: Path) -> None:
     matrix = load_matrix(repo_root / "recipes" / "matrix.toml")
     recipes = load_recipes(repo_root / "recipes")
-    (cell_plan,) = plan(matrix, recipes, matrix.select(["cpu-py311"]), [], Settings.from_environ({}), publish=False)
+    (cell_plan,) = plan(matrix, recipes, matrix.select(["cpu-py311"]), [], Settings.from_environ({}), Options(publish=False))
     assert StepKind.PUBLISH not in {s.kind for s in cell_plan.steps}

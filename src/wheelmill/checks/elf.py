@@ -8,7 +8,7 @@ GNU hash tables, one name at a time, instead of being read whole.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -158,18 +158,33 @@ class Resolution:
 
 class LibraryFinder:
     """Finds sonames the way the loader would: the object's RPATH/RUNPATH (with $ORIGIN),
-    then the given search directories, then the system's (``ldconfig`` cache dirs)."""
+    then the given search directories, then the system's (``ldconfig`` cache dirs).
 
-    def __init__(self, search_dirs: Sequence[Path], system_dirs: Sequence[Path]) -> None:
+    All paths are where this process reads them; ``translate`` maps an absolute RPATH of a
+    library (a path of the machine it runs on, a container say) to such a path."""
+
+    def __init__(self, search_dirs: Sequence[Path], system_dirs: Sequence[Path], translate: Callable[[Path], Path] = lambda p: p) -> None:
         self.search_dirs = [d for d in search_dirs if d.is_dir()]
         self.system_dirs = [d for d in system_dirs if d.is_dir()]
+        self.translate = translate
 
     def find(self, name: str, *, origin: Path, rpaths: Iterable[str]) -> Path | None:
-        dirs = [Path(r.replace("$ORIGIN", str(origin)).replace("${ORIGIN}", str(origin))) for r in rpaths]
+        dirs = [Path(r.replace("$ORIGIN", str(origin)).replace("${ORIGIN}", str(origin))) if "ORIGIN" in r else self.translate(Path(r)) for r in rpaths]
         for directory in [*dirs, *self.search_dirs, *self.system_dirs]:
-            candidate = directory / name
-            if candidate.is_file() and is_elf(candidate):
-                return candidate.resolve()
+            candidate = self.follow(directory / name)
+            if candidate is not None and candidate.is_file() and is_elf(candidate):
+                return candidate
+        return None
+
+    def follow(self, path: Path) -> Path | None:
+        """Follow symlinks the way the machine the library lives on would: an absolute target
+        is a path of that machine, so it is translated (``Path.resolve`` would read it as
+        one of this machine's)."""
+        for _hop in range(40):
+            if not path.is_symlink():
+                return path if path.exists() else None
+            target = path.readlink()
+            path = self.translate(target) if target.is_absolute() else path.parent / target
         return None
 
     def resolve(self, roots: Sequence[DynamicInfo]) -> Resolution:

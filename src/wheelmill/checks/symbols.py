@@ -50,7 +50,7 @@ def unresolved_symbols(
 def interpreter_libraries(python: Path, finder: LibraryFinder) -> list[Path]:
     """The interpreter and what it links (libpython, for a shared build): the Python C API
     an extension module calls is defined there, not in anything the module links."""
-    executable = python.resolve()
+    executable = finder.follow(python) or python  # /opt/python/X.Y may link to the suite's python
     return [executable, *finder.resolve([read_dynamic(executable)]).found]
 
 

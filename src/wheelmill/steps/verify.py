@@ -16,12 +16,13 @@ from wheelmill.checks.device import find_cuobjdump, judge_cuda, judge_rocm, scan
 from wheelmill.checks.elf import ElfSummary, LibraryFinder, summarize, system_lib_dirs
 from wheelmill.checks.platform import judge_baseline, judge_platform
 from wheelmill.checks.symbols import interpreter_libraries, judge_required, judge_undefined, unresolved_symbols
+from wheelmill.containers.images import BaseKind
 from wheelmill.context import CellRun, TorchInfo
 from wheelmill.errors import CheckError, PrecheckError, RepairError
 from wheelmill.matrix import Family
 from wheelmill.plan import arch_list
 from wheelmill.recipes import ResolvedRecipe
-from wheelmill.runner import CommandFailed, StepLog, base_environment, capture
+from wheelmill.runner import CommandFailed, StepLog, base_environment
 from wheelmill.steps.build import expected_pins
 from wheelmill.wheelfile import extract_binaries, read_wheel
 
@@ -41,8 +42,10 @@ def post_build_checks(run: CellRun, recipe: ResolvedRecipe, log: StepLog) -> lis
     label = run.plan.cell.variant.label if recipe.local_label else None
 
     def judge(root: Path, elves: list[ElfSummary]) -> list[CheckResult]:
-        finder = LibraryFinder(_search_dirs(run, torch, elves), system_lib_dirs(capture(["ldconfig", "-p"]).stdout))
-        report = unresolved_symbols(elves, root=root, finder=finder, interpreter=interpreter_libraries(run.need_python(), finder))
+        where = run.runner.host_path
+        system = [where(d) for d in system_lib_dirs(run.runner.capture(["ldconfig", "-p"]).stdout)]
+        finder = LibraryFinder(_search_dirs(run, torch, elves), system, translate=where)
+        report = unresolved_symbols(elves, root=root, finder=finder, interpreter=interpreter_libraries(where(run.need_python()), finder))
         results = [judge_undefined(report), judge_required(elves, recipe.symbols), _device(run, recipe, root, elves)]
         return [*results, judge_pins(info, expected_pins(run, recipe, torch.dist_version)), judge_label(info, label)]
 
@@ -56,7 +59,7 @@ def _search_dirs(run: CellRun, torch: TorchInfo, elves: Sequence[ElfSummary]) ->
     dirs.append(torch.lib_dir)
     dirs += sorted(torch.site_packages.glob("nvidia/*/lib")) + sorted(torch.site_packages.glob("nvidia/*/lib64"))
     if run.toolkit:
-        dirs += [run.toolkit.root / "lib64", run.toolkit.root / "lib"]
+        dirs += [run.runner.host_path(run.toolkit.root / "lib64"), run.runner.host_path(run.toolkit.root / "lib")]
     return dirs
 
 
@@ -68,7 +71,7 @@ def _device(run: CellRun, recipe: ResolvedRecipe, root: Path, elves: list[ElfSum
         case Family.CPU:
             return CheckResult.skipped("device-code", "CPU cell")
         case Family.CUDA:
-            cuobjdump = find_cuobjdump(run.toolkit.bin_dir if run.toolkit else None)
+            cuobjdump = find_cuobjdump(run.runner.host_path(run.toolkit.bin_dir) if run.toolkit else None)
             if cuobjdump is None:
                 raise PrecheckError(
                     "cuobjdump not found in the toolkit, the nvidia-cuda-cuobjdump wheel or PATH",
@@ -115,6 +118,16 @@ def repair(run: CellRun, recipe: ResolvedRecipe, log: StepLog) -> list[CheckResu
     return [CheckResult.passed("auditwheel", f"{wheels[0].name}: {tags}, {len(excludes)} libraries excluded")]
 
 
+def _stand_in(run: CellRun) -> str | None:
+    """What the cell is built on instead of the variant's own base, if anything."""
+    image = run.plan.image
+    if image is None:
+        return "this machine's glibc, not in a container"
+    if image.base.kind is BaseKind.BOOTSTRAP:
+        return f"the bootstrapped Debian {image.base.suite} base, not the manylinux one"
+    return None
+
+
 def post_repair_checks(run: CellRun, recipe: ResolvedRecipe, log: StepLog) -> list[CheckResult]:
     wheel = run.repaired[recipe.name]
     info = read_wheel(wheel)
@@ -125,7 +138,7 @@ def post_repair_checks(run: CellRun, recipe: ResolvedRecipe, log: StepLog) -> li
     def judge(_root: Path, elves: list[ElfSummary]) -> list[CheckResult]:
         return [
             judge_platform(elves, info.platforms),
-            judge_baseline(info.platforms, variant.glibc, engine=run.plan.engine),
+            judge_baseline(info.platforms, variant.glibc, fallback=_stand_in(run)),
             judge_bundled(elves, forbidden),
             judge_size(wheel.stat().st_size, limit),
         ]

@@ -1,0 +1,114 @@
+"""Container engines: docker and podman, first-class both, and the commands wheelmill
+issues to them. Every argv is built by a pure method here (unit-tested for both engines);
+running them is the runner's job.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from wheelmill.errors import PrecheckError, UsageError
+from wheelmill.runner import Captured, capture
+
+
+class EngineName(StrEnum):
+    DOCKER = "docker"
+    PODMAN = "podman"
+
+
+ENGINE_CHOICES = ("auto", "podman", "docker", "none")
+LABEL = "wheelmill.cell"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mount:
+    source: Path
+    target: Path
+    readonly: bool = True
+
+    def volume(self) -> str:
+        return f"{self.source}:{self.target}:{'ro' if self.readonly else 'rw'}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Engine:
+    name: EngineName
+    binary: str
+
+    def run_detached(self, *, container: str, image: str, mounts: Sequence[Mount], cell: str) -> list[str]:
+        """One long-lived container per cell; commands are exec'd into it, each with its own
+        explicit environment. The host network: package downloads in the level-2 env."""
+        argv = [self.binary, "run", "--detach", "--name", container, "--label", f"{LABEL}={cell}", "--network", "host"]
+        for mount in mounts:
+            argv += ["--volume", mount.volume()]
+        return [*argv, "--entrypoint", "sleep", image, "infinity"]
+
+    def exec(self, *, container: str, argv: Sequence[str], env_keys: Sequence[str], workdir: Path | None) -> list[str]:
+        """``--env KEY`` without a value takes it from exec's own environment, so values
+        (tokens too) never appear on a command line."""
+        out = [self.binary, "exec"]
+        if workdir is not None:
+            out += ["--workdir", str(workdir)]
+        for key in env_keys:
+            out += ["--env", key]
+        return [*out, container, *argv]
+
+    def remove(self, container: str) -> list[str]:
+        # podman waits 10 s for a stop by default; the container only runs `sleep`.
+        extra = ["--time", "0"] if self.name is EngineName.PODMAN else []
+        return [self.binary, "rm", "--force", *extra, container]
+
+    def build(self, *, tag: str, containerfile: Path, context: Path, build_args: Mapping[str, str]) -> list[str]:
+        argv = [self.binary, "build", "--tag", tag, "--file", str(containerfile), "--network", "host"]
+        for key in sorted(build_args):
+            argv += ["--build-arg", f"{key}={build_args[key]}"]
+        return [*argv, str(context)]
+
+    def image_exists(self, tag: str) -> list[str]:
+        if self.name is EngineName.PODMAN:
+            return [self.binary, "image", "exists", tag]
+        return [self.binary, "image", "inspect", "--format", "{{.Id}}", tag]
+
+    def image_id(self, tag: str) -> list[str]:
+        return [self.binary, "image", "inspect", "--format", "{{.Id}}", tag]
+
+    def import_rootfs(self, *, tarball: Path, tag: str) -> list[str]:
+        return [self.binary, "import", str(tarball), tag]
+
+    def pid(self, container: str) -> list[str]:
+        return [self.binary, "inspect", "--format", "{{.State.Pid}}", container]
+
+    def containers(self, cell: str | None = None) -> list[str]:
+        selector = f"label={LABEL}={cell}" if cell else f"label={LABEL}"
+        return [self.binary, "ps", "--all", "--filter", selector, "--format", "{{.Names}}"]
+
+
+Which = Callable[[str], str | None]
+Probe = Callable[[Sequence[str | Path]], Captured]
+
+
+def detect(choice: str, *, which: Which = shutil.which, probe: Probe = lambda argv: capture(argv, timeout=30)) -> Engine | None:
+    """The engine to use: ``auto`` takes podman, then docker, whichever answers; ``none``
+    is the host. A named engine that does not answer is an error that says why."""
+    if choice == "none":
+        return None
+    if choice not in ENGINE_CHOICES:
+        raise UsageError(f"--engine {choice}: not an engine", fix=f"use one of: {', '.join(ENGINE_CHOICES)}")
+    names = [EngineName.PODMAN, EngineName.DOCKER] if choice == "auto" else [EngineName(choice)]
+    reasons = []
+    for name in names:
+        binary = which(name.value)
+        if binary is None:
+            reasons.append(f"{name}: not installed")
+            continue
+        answer = probe([binary, "info", "--format", "{{.Host.OS}}" if name is EngineName.PODMAN else "{{.OSType}}"])
+        if answer.returncode == 0:
+            return Engine(name=name, binary=binary)
+        reasons.append(f"{name}: installed, but no engine answers ({(answer.stderr.strip().splitlines() or ['?'])[-1][:120]})")
+    if choice == "auto":
+        return None
+    raise PrecheckError(f"engine {choice}: {'; '.join(reasons)}", fix="start the engine (or run scripts/setup --system for podman), or use --engine none")

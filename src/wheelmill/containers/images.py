@@ -1,0 +1,185 @@
+"""Builder images: which definition and base a cell uses, what the image is called (a hash
+of its definition and pins, so it is rebuilt exactly when they change), and making it:
+bootstrapping the air-gapped base from Debian packages when that is the base, then building.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from wheelmill.containers.engine import Engine
+from wheelmill.containers.pins import Pins, PythonSource, RegistryBase
+from wheelmill.errors import ConfigError, PrecheckError
+from wheelmill.matrix import Family, Variant
+from wheelmill.runner import CommandFailed, HostRunner, StepLog, base_environment, capture
+
+BASE_REPOSITORY = "localhost/wheelmill-base"
+BUILDER_REPOSITORY = "localhost/wheelmill-builder"
+
+
+class BaseKind(StrEnum):
+    REGISTRY = "registry"
+    BOOTSTRAP = "bootstrap"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Base:
+    kind: BaseKind
+    reference: str
+    description: str
+    suite: str | None = None  # the Debian suite of a bootstrapped base
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuilderImage:
+    """A builder image as data: the definition, its base and the cell's CPython."""
+
+    containerfile: Path
+    base: Base
+    python: PythonSource
+
+    def build_args(self, mirror: str) -> dict[str, str]:
+        return {
+            "BASE": self.base.reference,
+            "DEBIAN_MIRROR": mirror,
+            "PYTHON_VERSION": self.python.version,
+            "PYTHON_SOURCE": self.python.path,
+            "PYTHON_SHA256": self.python.sha256,
+        }
+
+    def tag(self, base_identity: str, mirror: str) -> str:
+        """``<repository>:<definition>-py311-<hash>``: the hash of the Containerfile, the build
+        arguments and the base's identity (its digest, or the bootstrapped image's id)."""
+        digest = hashlib.sha256(self.containerfile.read_bytes())
+        for key, value in sorted(self.build_args(mirror).items()):
+            digest.update(f"\0{key}={value}".encode())
+        digest.update(f"\0base={base_identity}".encode())
+        name = self.containerfile.parent.name
+        return f"{BUILDER_REPOSITORY}:{name}-py{self.python.version.replace('.', '')}-{digest.hexdigest()[:12]}"
+
+    def describe(self) -> str:
+        return f"{self.containerfile.parent.name}/{self.containerfile.name} FROM {self.base.description}, CPython {self.python.version}"
+
+
+def choose(pins: Pins, variant: Variant, python: str, *, containers: Path, policy: str) -> BuilderImage:
+    """The builder image of a cell. ``policy``: ``auto`` uses a registry base once pinned,
+    else the bootstrapped one; ``bootstrap`` or ``registry`` force one."""
+    family = variant.family
+    registry_key = "rocm" if family is Family.ROCM else "manylinux_2_28"
+    registry = pins.bases.get(registry_key)
+    use_registry = policy == "registry" or (policy == "auto" and registry is not None and registry.pinned)
+    if family is Family.ROCM or use_registry:
+        base = _registry(pins, registry_key, registry)
+        definition = "rocm" if family is Family.ROCM else "manylinux"
+    else:
+        suite = pins.suite_for(variant.name)
+        reference = f"{BASE_REPOSITORY}:{suite}-{pins.variant}"
+        base = Base(kind=BaseKind.BOOTSTRAP, reference=reference, description=f"{reference} (debootstrap of Debian {suite})", suite=suite)
+        definition = "builder"
+    return BuilderImage(containerfile=containers / definition / "Containerfile", base=base, python=pins.python(python))
+
+
+def _registry(pins: Pins, key: str, base: RegistryBase | None) -> Base:
+    if base is None or not base.pinned:
+        raise ConfigError(
+            f"{pins.file}: bases.{key}: not pinned by digest",
+            fix="run scripts/update_pins.py where the registry is reachable (or WHEELMILL_BASE=bootstrap for cpu/cuda)",
+        )
+    return Base(kind=BaseKind.REGISTRY, reference=base.reference, description=f"{base.image}:{base.tag} ({base.digest[:19]}...)")
+
+
+_APT_URI = re.compile(r"^(?:deb\s+(?:\[[^\]]*\]\s+)?|URIs:\s*)(\S+)", re.MULTILINE)
+
+
+def debian_mirror(environ: dict[str, str] | None = None, apt_dir: Path = Path("/etc/apt")) -> str:
+    """The Debian mirror: WHEELMILL_DEBIAN_MIRROR, else the one this machine's apt uses."""
+    env = os.environ if environ is None else environ
+    if env.get("WHEELMILL_DEBIAN_MIRROR"):
+        return env["WHEELMILL_DEBIAN_MIRROR"].rstrip("/")
+    files = [apt_dir / "sources.list", *sorted((apt_dir / "sources.list.d").glob("*.list")), *sorted((apt_dir / "sources.list.d").glob("*.sources"))]
+    for file in files:
+        text = file.read_text(errors="replace") if file.is_file() else ""
+        for uri in _APT_URI.findall(text):
+            mirror = str(uri).rstrip("/")
+            if mirror.endswith("/debian"):
+                return mirror
+    raise PrecheckError("no Debian mirror: none is configured for apt here", fix="set WHEELMILL_DEBIAN_MIRROR to a Debian mirror URL (ending in /debian)")
+
+
+def image_id(engine: Engine, reference: str) -> str | None:
+    """The local image's id, or None when the engine has no such image."""
+    result = capture(engine.image_id(reference), timeout=60)
+    if result.returncode != 0:
+        return None
+    return result.stdout.strip() or None
+
+
+def bootstrap_base(engine: Engine, image: BuilderImage, pins: Pins, *, mirror: str, work: Path, log: StepLog) -> str:
+    """debootstrap the base suite into a directory, import it as an image; return its id."""
+    debootstrap = shutil.which("debootstrap", path="/usr/sbin:/usr/bin:/sbin:/bin")
+    if debootstrap is None or os.geteuid() != 0:
+        raise PrecheckError(
+            f"the base {image.base.reference} is missing and cannot be bootstrapped here (needs root and debootstrap)",
+            fix="run scripts/setup --system as root, or build with --engine none",
+        )
+    runner = HostRunner()
+    env = base_environment([])
+    work.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="wheelmill-bootstrap-", dir=work) as tmp:
+        rootfs, tarball = Path(tmp) / "rootfs", Path(tmp) / "rootfs.tar"
+        try:
+            runner.run([debootstrap, f"--variant={pins.variant}", str(image.base.suite), str(rootfs), mirror], env=env, log=log)
+            runner.run(["tar", "-C", str(rootfs), "-cf", str(tarball), "."], env=env, log=log)
+            runner.run(engine.import_rootfs(tarball=tarball, tag=image.base.reference), env=env, log=log)
+        except CommandFailed as failed:
+            raise PrecheckError(f"bootstrapping {image.base.reference} failed: {failed.last_line()}", fix=f"read {failed.log}") from None
+    identity = image_id(engine, image.base.reference)
+    if identity is None:
+        raise PrecheckError(f"{image.base.reference} was imported but cannot be inspected", fix=f"read {log.path}")
+    return identity
+
+
+def base_identity(engine: Engine, image: BuilderImage, pins: Pins, *, mirror: str, work: Path, log: StepLog) -> tuple[str, bool]:
+    """What the base is (a digest, or the local image's id) and whether it was made now."""
+    if image.base.kind is BaseKind.REGISTRY:
+        return image.base.reference.split("@", 1)[1], False
+    existing = image_id(engine, image.base.reference)
+    if existing:
+        return existing, False
+    log.note(f"{image.base.reference} is missing: bootstrapping it from {mirror}")
+    return bootstrap_base(engine, image, pins, mirror=mirror, work=work, log=log), True
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ready:
+    tag: str
+    image_id: str
+    built: bool
+    bootstrapped: bool
+
+
+def ensure_image(engine: Engine, image: BuilderImage, pins: Pins, *, mirror: str, work: Path, log: StepLog, on_line: Callable[[str], None]) -> Ready:
+    """The builder image, reused when its tag exists, built (and its base bootstrapped) when not."""
+    identity, bootstrapped = base_identity(engine, image, pins, mirror=mirror, work=work, log=log)
+    tag = image.tag(identity, mirror)
+    existing = image_id(engine, tag)
+    if existing:
+        log.note(f"reusing {tag} ({existing[:19]})")
+        return Ready(tag=tag, image_id=existing, built=False, bootstrapped=bootstrapped)
+    argv = engine.build(tag=tag, containerfile=image.containerfile, context=image.containerfile.parent, build_args=image.build_args(mirror))
+    try:
+        HostRunner().run(argv, env=base_environment([]), log=log, on_line=on_line)
+    except CommandFailed as failed:
+        raise PrecheckError(f"building {tag} failed: {failed.last_line()}", fix=f"read {failed.log}") from None
+    built = image_id(engine, tag)
+    if built is None:
+        raise PrecheckError(f"{tag} was built but cannot be inspected", fix=f"read {log.path}")
+    return Ready(tag=tag, image_id=built, built=True, bootstrapped=bootstrapped)

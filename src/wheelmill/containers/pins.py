@@ -1,0 +1,92 @@
+"""``containers/pins.toml``: the registry bases (by digest), the bootstrapped base and the
+CPython sources the builder images are made from."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from wheelmill.config import load_toml
+from wheelmill.errors import ConfigError
+
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RegistryBase:
+    key: str
+    image: str
+    tag: str
+    digest: str  # "" until pinned
+
+    @property
+    def pinned(self) -> bool:
+        return bool(self.digest)
+
+    @property
+    def reference(self) -> str:
+        """``image@sha256:...``: what FROM uses; the tag is for people."""
+        return f"{self.image}@{self.digest}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PythonSource:
+    version: str
+    path: str  # under the Debian mirror
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pins:
+    file: Path
+    bases: Mapping[str, RegistryBase]
+    suite: str
+    suites: Mapping[str, str]  # variant name -> Debian suite, where not the default
+    variant: str
+    pythons: Mapping[str, PythonSource]
+
+    def suite_for(self, variant: str) -> str:
+        return self.suites.get(variant, self.suite)
+
+    def python(self, version: str) -> PythonSource:
+        if version not in self.pythons:
+            raise ConfigError(
+                f"{self.file}: pythons: no pinned CPython source for {version} (pinned: {', '.join(self.pythons)})",
+                fix=f'add [pythons."{version}"] with its path and sha256, or build with --engine none',
+            )
+        return self.pythons[version]
+
+
+def load_pins(file: Path) -> Pins:
+    data = load_toml(file)
+    try:
+        bases = {key: _base(key, raw, file) for key, raw in data["bases"].items()}
+        pythons = {version: _python(version, raw, file) for version, raw in data["pythons"].items()}
+        bootstrap = data["bootstrap"]
+        return Pins(
+            file=file,
+            bases=bases,
+            suite=bootstrap["suite"],
+            suites=dict(bootstrap.get("suites", {})),
+            variant=bootstrap["variant"],
+            pythons=pythons,
+        )
+    except KeyError as exc:
+        raise ConfigError(f"{file}: missing key {exc}", fix="see the keys at the top of containers/pins.toml") from None
+
+
+def _base(key: str, raw: Mapping[str, Any], file: Path) -> RegistryBase:
+    digest = str(raw.get("digest", ""))
+    if digest and not _DIGEST.match(digest):
+        raise ConfigError(f"{file}: bases.{key}.digest: {digest!r} is not sha256:<64 hex>", fix='run scripts/update_pins.py, or set it to ""')
+    return RegistryBase(key=key, image=str(raw["image"]), tag=str(raw["tag"]), digest=digest)
+
+
+def _python(version: str, raw: Mapping[str, Any], file: Path) -> PythonSource:
+    if not _SHA256.match(str(raw["sha256"])):
+        raise ConfigError(f'{file}: pythons."{version}".sha256: not 64 hex digits', fix="copy it from the suite's Sources index")
+    return PythonSource(version=version, path=str(raw["path"]), sha256=str(raw["sha256"]))

@@ -1,0 +1,198 @@
+"""Builds in the cell's container, for real: podman with runc, builder images made from a
+base bootstrapped from Debian packages, a locked env inside. Slow on first use (the images
+are built once, then reused by tag); skipped where podman does not answer."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.ports import free_port
+from wheelmill.containers.engine import detect
+from wheelmill.containers.registry import resolve_digest, rewrite_pin
+from wheelmill.wheelfile import read_wheel
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+@pytest.fixture(scope="module")
+def podman() -> str:
+    engine = detect("auto")
+    if engine is None or engine.name.value != "podman":
+        pytest.skip("podman does not answer here (scripts/setup --system installs it)")
+    return engine.binary
+
+
+def build(output: Path, *args: str, engine: str = "podman", recipes: Path | None = None, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "WHEELMILL_OUTPUT": str(output)}
+    prefix = ["--recipes", str(recipes)] if recipes else []
+    command = [sys.executable, "-m", "wheelmill", *prefix, "build", "--engine", engine, *args]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def report(output: Path, cell: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((output / cell / "report.json").read_text())
+    return data
+
+
+def step(data: dict[str, Any], name: str, recipe: str | None = None) -> dict[str, Any]:
+    return next(s for s in data["steps"] if s["step"] == name and s["recipe"] == recipe)
+
+
+def containers_of(podman: str, cell: str) -> list[str]:
+    listed = subprocess.run(
+        [podman, "ps", "--all", "--filter", f"label=wheelmill.cell={cell}", "--format", "{{.Names}}"], capture_output=True, text=True, check=True
+    )
+    return listed.stdout.split()
+
+
+def test_nox_builds_the_cpu_cell_in_a_container(podman: str, tmp_path: Path) -> None:
+    """The default engine is the container: nox -s build-cpu-py311, no flag."""
+    env = {**os.environ, "WHEELMILL_OUTPUT": str(tmp_path)}
+    env.pop("WHEELMILL_ENGINE", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "nox", "--no-color", "-s", "build-cpu-py311"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600, check=False
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    data = report(tmp_path, "cpu-py311")
+    assert data["engine"] == "podman" and data["facts"]["image"]["tag"].startswith("localhost/wheelmill-builder:builder-py311-")
+    assert data["facts"]["python"] == "/opt/python/3.11/bin/python3.11"
+    assert all(s["status"] == "ok" for s in data["steps"])
+    assert not [c for s in data["steps"] for c in s["checks"] if c["verdict"] == "fail"]
+    for recipe in data["recipes"]:
+        wheel = Path(recipe["wheel"]["path"])
+        assert wheel.parent == tmp_path / "cpu-py311" / "dist"  # the wheel lands on this machine
+        assert all(p.startswith("manylinux_") for p in read_wheel(wheel).platforms)
+    assert containers_of(podman, "cpu-py311") == []
+
+
+def test_the_container_glibc_sets_the_platform_tag(podman: str, tmp_path: Path) -> None:
+    """The same recipe built here and in the container: two tags, the container's older."""
+    tags = {}
+    for engine in ("none", "podman"):
+        result = build(tmp_path / engine, "--cell", "cpu-py311", "--recipe", "example-cpp-ops", "--no-publish", engine=engine)
+        assert result.returncode == 0, result.stderr[-3000:]
+        (wheel,) = (tmp_path / engine / "cpu-py311" / "dist").glob("*.whl")
+        (tags[engine],) = read_wheel(wheel).platforms
+    print(f"\nexample-cpp-ops: this machine {tags['none']}, container {tags['podman']}")
+    assert tags["none"] != tags["podman"]
+    glibc = {k: tuple(int(x) for x in v.split("_")[1:3]) for k, v in tags.items()}
+    assert glibc["podman"] < glibc["none"]
+    assert glibc["podman"] <= (2, 31), "built against bullseye's glibc"
+
+
+def test_a_second_run_reuses_the_builder_image(podman: str, tmp_path: Path) -> None:
+    for _ in range(2):
+        result = build(tmp_path, "--cell", "cpu-py311", "--recipe", "example-cpp-ops", "--no-publish")
+        assert result.returncode == 0, result.stderr[-3000:]
+    image = step(report(tmp_path, "cpu-py311"), "prepare-image")
+    print(f"\nimage step of the second run: {image['seconds']} s: {image['checks'][0]['detail']}")
+    assert image["seconds"] <= 2.0
+    assert image["checks"][0]["detail"].startswith("reused")
+
+
+def test_ctrl_c_in_a_container_build_leaves_nothing(podman: str, tmp_path: Path) -> None:
+    env = {**os.environ, "WHEELMILL_OUTPUT": str(tmp_path)}
+    command = [sys.executable, "-m", "wheelmill", "build", "--engine", "podman", "--cell", "cpu-py311", "--recipe", "example-cpp-ops"]
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    build_log = tmp_path / "cpu-py311" / "logs" / "08-example-cpp-ops-build.log"
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline and not (build_log.exists() and "c++" in build_log.read_text(errors="replace")):
+        time.sleep(0.5)
+    assert build_log.exists(), "the build started"
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert containers_of(podman, "cpu-py311") == []
+    assert report(tmp_path, "cpu-py311")["status"] == "interrupted"
+    leftovers = [p for p in tmp_path.rglob("*") if p.name.startswith((".wm-tmp-", "wheelmill-")) or p.suffix == ".part"]
+    assert leftovers == []
+    assert not list(Path(tempfile.gettempdir()).glob("wheelmill-*")), "no temporary directories"
+
+
+def test_a_lock_made_for_other_inputs_stops_the_cell_before_anything_builds(podman: str, recipes_copy: Path, tmp_path: Path) -> None:
+    locks = recipes_copy.parent / "locks"
+    locks.mkdir()
+    (locks / "cpu-py311.txt").write_text("# wheelmill lock of cpu-py311; inputs sha256:" + "0" * 64 + "\ntorch==2.13.0+cpu\n")
+    (recipes_copy.parent / "containers").symlink_to(ROOT / "containers")
+    started = time.monotonic()
+    result = build(tmp_path / "out", "--cell", "cpu-py311", recipes=recipes_copy)
+    assert result.returncode == 5, result.stderr[-3000:]
+    assert time.monotonic() - started < 60
+    line = result.stderr.strip().splitlines()[-1]
+    assert "locks/cpu-py311.txt was made for other inputs" in line and "wheelmill lock --cell cpu-py311" in line
+    data = report(tmp_path / "out", "cpu-py311")
+    assert step(data, "pre-checks")["status"] == "failed"
+    assert {s["status"] for s in data["steps"] if s["step"] != "pre-checks"} == {"skipped"}
+
+
+def test_the_cuda_example_builds_in_a_container_with_pips_nvcc(podman: str, tmp_path: Path) -> None:
+    result = build(tmp_path, "--cell", "cuda130-py311", "--recipe", "example-cuda-ops")
+    assert result.returncode == 0, result.stderr[-4000:]
+    data = report(tmp_path, "cuda130-py311")
+    toolkit = next(c for s in data["steps"] for c in s["checks"] if c["name"] == "env-toolkit")
+    assert toolkit["verdict"] == "pass" and "site-packages/nvidia/cu13" in toolkit["detail"]
+    device = next(c for s in data["steps"] if s["recipe"] == "example-cuda-ops" for c in s["checks"] if c["name"] == "device-code")
+    assert device["verdict"] == "pass", device
+    assert containers_of(podman, "cuda130-py311") == []
+
+
+def test_pins_refresh_against_a_real_registry(podman: str, tmp_path: Path) -> None:
+    """scripts/update_pins.py's resolution, against Debian's docker-registry on loopback."""
+    registry = shutil.which("docker-registry", path="/usr/bin:/usr/sbin")
+    if registry is None:
+        pytest.skip("docker-registry is not installed (scripts/setup --system installs it)")
+    port = free_port()
+    config = tmp_path / "registry.yml"
+    config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp_path / 'store'}\nhttp:\n  addr: 127.0.0.1:{port}\n")
+    server = subprocess.Popen([registry, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        tiny = io.BytesIO()
+        with tarfile.open(fileobj=tiny, mode="w") as tf:
+            info = tarfile.TarInfo("hello.txt")
+            info.size = 5
+            tf.addfile(info, io.BytesIO(b"hello"))
+        (tmp_path / "rootfs.tar").write_bytes(tiny.getvalue())
+        image = f"127.0.0.1:{port}/wheelmill-test/tiny"
+        subprocess.run([podman, "import", str(tmp_path / "rootfs.tar"), f"{image}:1.0"], check=True, capture_output=True)
+        deadline = time.monotonic() + 20
+        while True:
+            pushed = subprocess.run(
+                [podman, "push", "--tls-verify=false", "--digestfile", str(tmp_path / "digest"), f"{image}:1.0"], capture_output=True, text=True, check=False
+            )
+            if pushed.returncode == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert pushed.returncode == 0, pushed.stderr
+        expected = (tmp_path / "digest").read_text().strip()
+        assert resolve_digest(image, "1.0") == expected
+        pins = tmp_path / "pins.toml"
+        pins.write_text(
+            f'schema = 1\n\n# the base\n[bases.tiny]\nimage = "{image}"\ntag = "0.9"\ndigest = ""\n\n'
+            '[bootstrap]\nsuite = "bullseye"\nvariant = "minbase"\n\n'
+            f'[pythons."3.11"]\npath = "p"\nsha256 = "{"0" * 64}"\n'
+        )
+        assert rewrite_pin(pins, "tiny", digest=expected, tag="1.0")
+        text = pins.read_text()
+        assert f'digest = "{expected}"' in text and 'tag = "1.0"' in text and "# the base" in text
+        script = subprocess.run(
+            [sys.executable, str(ROOT / "scripts" / "update_pins.py"), "--pins", str(pins), "--dry-run"], capture_output=True, text=True, check=False
+        )
+        assert f"tiny: {image}:1.0 -> {expected}" in script.stdout, script.stderr
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        subprocess.run([podman, "rmi", "--force", f"127.0.0.1:{port}/wheelmill-test/tiny:1.0"], capture_output=True, check=False)

@@ -1,0 +1,142 @@
+"""Containers as data and commands: the argv issued to docker and to podman, engine
+detection, which builder image and base a cell gets, image tags, mirrors, locks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from wheelmill.containers.engine import Engine, EngineName, Mount, detect
+from wheelmill.containers.images import BaseKind, choose, debian_mirror
+from wheelmill.containers.pins import load_pins
+from wheelmill.errors import ConfigError, PrecheckError, UsageError
+from wheelmill.locks import inputs
+from wheelmill.matrix import load_matrix
+from wheelmill.recipes import load_recipes
+from wheelmill.runner import Captured
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+DOCKER = Engine(name=EngineName.DOCKER, binary="/usr/bin/docker")
+PODMAN = Engine(name=EngineName.PODMAN, binary="/usr/bin/podman")
+
+
+@pytest.mark.parametrize("engine", [DOCKER, PODMAN], ids=["docker", "podman"])
+def test_run_exec_and_remove_commands(engine: Engine) -> None:
+    mounts = [Mount(source=Path("/srv/wheels"), target=Path("/srv/wheels"), readonly=False), Mount(source=Path("/opt/idx"), target=Path("/opt/idx"))]
+    run = engine.run_detached(container="wheelmill-cpu-py311-7", image="localhost/wheelmill-builder:builder-py311-abc", mounts=mounts, cell="cpu-py311")
+    assert run == [
+        engine.binary, "run", "--detach", "--name", "wheelmill-cpu-py311-7", "--label", "wheelmill.cell=cpu-py311", "--network", "host",
+        "--volume", "/srv/wheels:/srv/wheels:rw", "--volume", "/opt/idx:/opt/idx:ro",
+        "--entrypoint", "sleep", "localhost/wheelmill-builder:builder-py311-abc", "infinity",
+    ]  # fmt: skip
+    exec_argv = engine.exec(container="c", argv=["python", "-V"], env_keys=["PATH", "TOKEN"], workdir=Path("/src"))
+    assert exec_argv == [engine.binary, "exec", "--workdir", "/src", "--env", "PATH", "--env", "TOKEN", "c", "python", "-V"]
+    assert "secret" not in " ".join(exec_argv)  # values travel in the environment only
+
+
+def test_remove_and_image_commands_differ_where_the_engines_do() -> None:
+    assert DOCKER.remove("c") == ["/usr/bin/docker", "rm", "--force", "c"]
+    assert PODMAN.remove("c") == ["/usr/bin/podman", "rm", "--force", "--time", "0", "c"]
+    assert PODMAN.image_exists("t") == ["/usr/bin/podman", "image", "exists", "t"]
+    assert DOCKER.image_exists("t") == ["/usr/bin/docker", "image", "inspect", "--format", "{{.Id}}", "t"]
+    build = DOCKER.build(
+        tag="t", containerfile=Path("/r/containers/builder/Containerfile"), context=Path("/r/containers/builder"), build_args={"B": "2", "A": "1"}
+    )
+    assert build == ["/usr/bin/docker", "build", "--tag", "t", "--file", "/r/containers/builder/Containerfile", "--network", "host",
+                     "--build-arg", "A=1", "--build-arg", "B=2", "/r/containers/builder"]  # fmt: skip
+    assert DOCKER.import_rootfs(tarball=Path("/tmp/r.tar"), tag="b") == ["/usr/bin/docker", "import", "/tmp/r.tar", "b"]
+    assert DOCKER.containers("cpu-py311") == ["/usr/bin/docker", "ps", "--all", "--filter", "label=wheelmill.cell=cpu-py311", "--format", "{{.Names}}"]
+
+
+def answering(*names: str) -> object:
+    def probe(argv: object) -> Captured:
+        binary = str(next(iter(argv)))  # type: ignore[call-overload]
+        ok = any(binary.endswith(n) for n in names)
+        return Captured(returncode=0 if ok else 1, stdout="linux\n" if ok else "", stderr="" if ok else "Cannot connect to the Docker daemon")
+
+    return probe
+
+
+def test_auto_takes_the_engine_that_answers() -> None:
+    which = {"docker": "/usr/bin/docker", "podman": "/usr/bin/podman"}.get
+    assert detect("auto", which=which, probe=answering("podman")) == PODMAN  # type: ignore[arg-type]
+    assert detect("auto", which=which, probe=answering("docker")) == DOCKER  # type: ignore[arg-type]
+    assert detect("auto", which=which, probe=answering()) is None  # type: ignore[arg-type]
+    assert detect("none", which=which, probe=answering("podman")) is None  # type: ignore[arg-type]
+
+
+def test_a_named_engine_that_does_not_answer_is_a_clear_error() -> None:
+    which = {"docker": "/usr/bin/docker"}.get
+    with pytest.raises(PrecheckError, match="docker: installed, but no engine answers"):
+        detect("docker", which=which, probe=answering())  # type: ignore[arg-type]
+    with pytest.raises(PrecheckError, match="podman: not installed"):
+        detect("podman", which=which, probe=answering())  # type: ignore[arg-type]
+    with pytest.raises(UsageError):
+        detect("lxc", which=which, probe=answering())  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def pins():  # type: ignore[no-untyped-def]
+    return load_pins(ROOT / "containers" / "pins.toml")
+
+
+@pytest.fixture(scope="module")
+def matrix():  # type: ignore[no-untyped-def]
+    return load_matrix(ROOT / "recipes" / "matrix.toml")
+
+
+def test_unpinned_registry_bases_fall_back_to_the_bootstrapped_one(pins, matrix) -> None:  # type: ignore[no-untyped-def]
+    cpu = choose(pins, matrix.variants["cpu"], "3.11", containers=ROOT / "containers", policy="auto")
+    assert cpu.base.kind is BaseKind.BOOTSTRAP and cpu.base.suite == "bullseye"
+    assert cpu.containerfile == ROOT / "containers" / "builder" / "Containerfile"
+    cuda = choose(pins, matrix.variants["cuda130"], "3.11", containers=ROOT / "containers", policy="auto")
+    assert cuda.base.suite == "bookworm"  # torch 2.14 needs gcc >= 11
+    with pytest.raises(ConfigError, match="not pinned by digest"):
+        choose(pins, matrix.variants["cpu"], "3.11", containers=ROOT / "containers", policy="registry")
+    with pytest.raises(ConfigError, match="rocm"):
+        choose(pins, matrix.variants["rocm62"], "3.11", containers=ROOT / "containers", policy="auto")
+    with pytest.raises(ConfigError, match=r"no pinned CPython source for 3\.12"):
+        choose(pins, matrix.variants["cpu"], "3.12", containers=ROOT / "containers", policy="auto")
+
+
+def test_image_tag_follows_definition_pins_and_base(pins, matrix, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    image = choose(pins, matrix.variants["cpu"], "3.11", containers=ROOT / "containers", policy="auto")
+    tag = image.tag("sha256:base1", "http://mirror/debian")
+    assert tag.startswith("localhost/wheelmill-builder:builder-py311-")
+    assert tag == image.tag("sha256:base1", "http://mirror/debian")
+    assert tag != image.tag("sha256:base2", "http://mirror/debian")
+    changed = tmp_path / "builder" / "Containerfile"
+    changed.parent.mkdir()
+    changed.write_text(image.containerfile.read_text() + "\n# changed\n")
+    other = choose(pins, matrix.variants["cpu"], "3.11", containers=tmp_path, policy="auto")
+    assert other.tag("sha256:base1", "http://mirror/debian") != tag
+
+
+def test_debian_mirror_comes_from_settings_or_apt(tmp_path: Path) -> None:
+    assert debian_mirror({"WHEELMILL_DEBIAN_MIRROR": "http://m.example/debian/"}, tmp_path) == "http://m.example/debian"
+    (tmp_path / "sources.list.d").mkdir()
+    (tmp_path / "sources.list.d" / "debian.sources").write_text(
+        "Types: deb\nURIs: http://deb.example/debian-security\n\nTypes: deb\nURIs: http://deb.example/debian\nSuites: bookworm\n"
+    )
+    assert debian_mirror({}, tmp_path) == "http://deb.example/debian"
+    with pytest.raises(PrecheckError, match="no Debian mirror"):
+        debian_mirror({}, tmp_path / "nothing")
+
+
+def test_bad_pins_are_one_line_errors(tmp_path: Path) -> None:
+    text = (ROOT / "containers" / "pins.toml").read_text()
+    bad = tmp_path / "pins.toml"
+    bad.write_text(text.replace('digest = ""', 'digest = "sha256:xyz"', 1))
+    with pytest.raises(ConfigError, match=r"bases\.manylinux_2_28\.digest"):
+        load_pins(bad)
+
+
+def test_lock_inputs_cover_every_recipe_of_the_cell(matrix) -> None:  # type: ignore[no-untyped-def]
+    recipes = load_recipes(ROOT / "recipes")
+    lock = inputs(matrix, recipes, matrix.cell("cuda130-py311"))
+    assert lock.target.platform == "x86_64-manylinux_2_28" and lock.target.python == "3.11"
+    assert "torch==2.14.1" in lock.requirements and "nvidia-cuda-nvcc==13.0.88" in lock.requirements
+    assert lock.digest == inputs(matrix, recipes, matrix.cell("cuda130-py311")).digest
+    assert lock.digest != inputs(matrix, recipes, matrix.cell("cuda130-py312")).digest
+    assert lock.header().startswith(f"# wheelmill lock of cuda130-py311; inputs sha256:{lock.digest}")
