@@ -50,10 +50,13 @@ def tests(session: nox.Session) -> None:
 @nox.session(python=False)
 def lint(session: nox.Session) -> None:
     """ruff (lint and format check), mypy --strict, hadolint on every container definition,
-    validation of every recipe, and a check of every committed lock against its inputs."""
+    actionlint on every workflow, validation of every recipe, and a check of every committed
+    lock against its inputs."""
     session.run(sys.executable, "-m", "ruff", "check", ".")
     session.run(sys.executable, "-m", "ruff", "format", "--check", ".")
     session.run(sys.executable, "-m", "mypy")
     session.run(str(Path(sys.executable).parent / "hadolint"), *map(str, sorted(ROOT.glob("containers/*/Containerfile"))))
+    # -shellcheck= and -pyflakes= empty: the same verdict whether or not those happen to be installed.
+    session.run(str(Path(sys.executable).parent / "actionlint"), "-shellcheck=", "-pyflakes=", *map(str, sorted(ROOT.glob(".github/workflows/*.yml"))))
     _wheelmill(session, "validate")
     _wheelmill(session, "lock", "--check", "--cell", "*")

@@ -7,12 +7,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import NoReturn
@@ -21,15 +19,15 @@ from rich.console import Console
 from rich.table import Table
 
 from wheelmill import __version__
-from wheelmill.containers.engine import ENGINE_CHOICES, Engine, EngineName, detect
-from wheelmill.containers.pins import load_pins
+from wheelmill.containers.engine import ENGINE_CHOICES
 from wheelmill.errors import Interrupted, UsageError, WheelmillError
 from wheelmill.index import commands as index_commands
-from wheelmill.matrix import Matrix, load_matrix
-from wheelmill.plan import CellPlan, ContainerSetup, Options, plan
-from wheelmill.recipes import Recipe, load_recipes
-from wheelmill.settings import Settings
-from wheelmill.ui import UI, make_console
+from wheelmill.matrix import Matrix
+from wheelmill.plan import CellPlan
+from wheelmill.releasecmd import add_commands as add_release_commands
+from wheelmill.selection import affected_cells
+from wheelmill.session import build_cells, load_inputs, prepare, print_error, settings_of
+from wheelmill.ui import make_console
 
 
 class _Parser(argparse.ArgumentParser):
@@ -48,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     form = matrix.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true", help='GitHub Actions matrix: {"include": [...]}')
     form.add_argument("--markdown", action="store_true", help="the table as Markdown (the README's copy)")
+    matrix.add_argument(
+        "--changed-files", type=Path, metavar="FILE", help="with --json: only the cells these changed paths (one a line, from the repo root) affect"
+    )
     matrix.set_defaults(func=cmd_matrix)
 
     for name, func, text in (("plan", cmd_plan, "print the ordered steps; run nothing"), ("build", cmd_build, "build, check, repair and install-test")):
@@ -71,26 +72,19 @@ def build_parser() -> argparse.ArgumentParser:
     validate = commands.add_parser("validate", help="load and check the matrix and every recipe")
     validate.set_defaults(func=cmd_validate)
     index_commands.add_commands(commands)
+    add_release_commands(commands)
     return parser
 
 
-def _load(args: argparse.Namespace) -> tuple[Matrix, dict[str, Recipe]]:
-    directory: Path = args.recipes
-    if not (directory / "matrix.toml").is_file():
-        raise UsageError(f"no matrix.toml in {directory.resolve()}", fix="run from the repository root or pass --recipes DIR")
-    return load_matrix(directory / "matrix.toml"), load_recipes(directory)
-
-
-def _settings(args: argparse.Namespace) -> Settings:
-    return Settings.from_environ().with_output(args.output)
-
-
 def cmd_matrix(args: argparse.Namespace, console: Console) -> int:
-    matrix, _recipes = _load(args)
+    matrix, recipes = load_inputs(args)
+    if args.changed_files and not args.json:
+        raise UsageError("matrix: --changed-files goes with --json", fix="add --json")
     if args.json:
-        include = [
-            {"cell": c.id, "variant": c.variant.name, "python": c.python, "family": c.variant.family.value, "label": c.variant.label} for c in matrix.cells
-        ]
+        chosen = matrix.cells
+        if args.changed_files:
+            chosen = affected_cells(matrix, recipes, _changed(args.changed_files), root=args.recipes.resolve().parent)
+        include = [{"cell": c.id, "variant": c.variant.name, "python": c.python, "family": c.variant.family.value, "label": c.variant.label} for c in chosen]
         print(json.dumps({"include": include}, separators=(",", ":")))
         return 0
     if args.markdown:
@@ -104,6 +98,13 @@ def cmd_matrix(args: argparse.Namespace, console: Console) -> int:
         table.add_row(v.name, v.toolkit or "-", f"{v.torch}+{v.label}", v.arch_list or "-", v.glibc, *cells)
     Console(highlight=False, width=max(console.width, 160)).print(table)
     return 0
+
+
+def _changed(path: Path) -> list[str]:
+    try:
+        return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except OSError as exc:
+        raise UsageError(f"--changed-files {path}: {exc.strerror}", fix="give a file with one changed path a line (git diff --name-only)") from None
 
 
 def matrix_markdown(matrix: Matrix) -> str:
@@ -123,46 +124,8 @@ def matrix_markdown(matrix: Matrix) -> str:
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
-@dataclass(frozen=True, kw_only=True)
-class Prepared:
-    matrix: Matrix
-    plans: tuple[CellPlan, ...]
-    settings: Settings
-    engine: Engine | None
-    containers: ContainerSetup | None
-
-
-def _prepare(args: argparse.Namespace, *, probe: bool) -> Prepared:
-    """Load, pick the engine (``probe``: ask it to answer; ``plan`` only looks for it),
-    and plan."""
-    matrix, recipes = _load(args)
-    settings = _settings(args)
-    cells = matrix.select(args.cell)
-    root = args.recipes.resolve().parent
-    engine = detect(args.engine) if probe else _named_engine(args.engine)
-    containers = None
-    if engine is not None:
-        containers = ContainerSetup(pins=load_pins(root / "containers" / "pins.toml"), directory=root / "containers", base_policy=settings.base_policy)
-    options = Options(publish=args.publish, engine=engine.name.value if engine else "none", containers=containers, locks_dir=root / "locks")
-    return Prepared(matrix=matrix, plans=plan(matrix, recipes, cells, args.recipe, settings, options), settings=settings, engine=engine, containers=containers)
-
-
-def _named_engine(choice: str) -> Engine | None:
-    """The engine a plan shows: named, or for ``auto`` the first installed (nothing runs)."""
-    if choice == "none":
-        return None
-    if choice not in ENGINE_CHOICES:
-        raise UsageError(f"--engine {choice}: not an engine", fix=f"use one of: {', '.join(ENGINE_CHOICES)}")
-    names = [EngineName.PODMAN, EngineName.DOCKER] if choice == "auto" else [EngineName(choice)]
-    for name in names:
-        binary = shutil.which(name.value)
-        if binary or choice != "auto":
-            return Engine(name=name, binary=binary or name.value)
-    return None
-
-
 def cmd_plan(args: argparse.Namespace, _console: Console) -> int:
-    for cell_plan in _prepare(args, probe=False).plans:
+    for cell_plan in prepare(args, probe=False).plans:
         print(render_plan(cell_plan))
     return 0
 
@@ -178,25 +141,14 @@ def render_plan(cell_plan: CellPlan) -> str:
 
 
 def cmd_build(args: argparse.Namespace, console: Console) -> int:
-    from wheelmill.executor import execute  # noqa: PLC0415 - the build machinery loads only to build
-
-    prepared = _prepare(args, probe=True)
-    ui = UI(console)
-    worst = 0
-    for cell_plan in prepared.plans:
-        report = execute(cell_plan, matrix=prepared.matrix, settings=prepared.settings, ui=ui, engine=prepared.engine, containers=prepared.containers)
-        failed = report.failed
-        if failed is not None and failed.error:
-            _print_error(f"{failed.step.id}: {failed.error}")
-            worst = worst or report.exit_code
-    return worst
+    return build_cells(prepare(args, probe=True), console)
 
 
 def cmd_lock(args: argparse.Namespace, console: Console) -> int:
     from wheelmill.lockcmd import check_lock, write_lock  # noqa: PLC0415 - resolution machinery loads only here
 
-    matrix, recipes = _load(args)
-    settings = _settings(args)
+    matrix, recipes = load_inputs(args)
+    settings = settings_of(args)
     locks_dir = args.recipes.resolve().parent / "locks"
     cells = matrix.select(args.cell)
     if not args.check:
@@ -211,13 +163,9 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_validate(args: argparse.Namespace, _console: Console) -> int:
-    matrix, recipes = _load(args)
+    matrix, recipes = load_inputs(args)
     print(f"ok: {len(matrix.variants)} variants, {len(matrix.cells)} cells, {len(recipes)} recipes ({', '.join(sorted(recipes))})")
     return 0
-
-
-def _print_error(text: str) -> None:
-    print(f"wheelmill: error: {' '.join(text.split())}", file=sys.stderr, flush=True)
 
 
 @contextmanager
@@ -242,10 +190,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             code: int = args.func(args, console)
             return code
     except WheelmillError as exc:
-        _print_error(exc.one_line())
+        print_error(exc.one_line())
         return exc.exit_code
     except KeyboardInterrupt:
-        _print_error("interrupted")
+        print_error("interrupted")
         return Interrupted.exit_code
 
 

@@ -117,6 +117,13 @@ class PublishError(WheelmillError):
     exit_code = 16
 
 
+class ReleaseError(WheelmillError):
+    """A release cannot be made from this state of git: no tag at HEAD, a malformed tag, a
+    dirty tree, nothing to promote."""
+
+    exit_code = 17
+
+
 class Interrupted(WheelmillError):
     """Ctrl-C or SIGTERM: everything started was stopped and cleaned up."""
 

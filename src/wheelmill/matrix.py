@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -104,6 +104,7 @@ class Matrix:
     max_wheel_size: int
     min_free_disk: Mapping[str, int]
     memory_per_job: Mapping[str, int]
+    canary: tuple[str, ...] = ()
 
     @property
     def cells(self) -> tuple[Cell, ...]:
@@ -175,7 +176,16 @@ def load_matrix(path: Path) -> Matrix:
         max_wheel_size=parse_size(checks.get("max-wheel-size", "300MiB")),
         min_free_disk={k: parse_size(v) for k, v in checks.get("min-free-disk", {}).items()},
         memory_per_job={k: parse_size(v) for k, v in checks.get("memory-per-job", {}).items()},
+        canary=_canary(data.get("ci", {}).get("canary", ()), variants, file=path),
     )
+
+
+def _canary(ids: Sequence[str], variants: Mapping[str, Variant], *, file: Path) -> tuple[str, ...]:
+    known = [Cell(variant=v, python=p).id for v in variants.values() for p in v.pythons]
+    for cell_id in ids:
+        if cell_id not in known:
+            raise ConfigError(f"{file}: ci.canary: '{cell_id}' is not a supported cell", fix=f"use cell ids of this matrix{did_you_mean(cell_id, known)}")
+    return tuple(ids)
 
 
 def _variant(name: str, raw: Mapping[str, Any], *, file: Path, pythons: tuple[str, ...]) -> Variant:

@@ -20,6 +20,7 @@ from wheelmill.matrix import Cell, Family, Matrix
 from wheelmill.recipes import GitSource, PathSource, Recipe, ResolvedRecipe, SdistSource, Source, UrlSource, resolve, select
 from wheelmill.settings import Settings
 from wheelmill.sources import torch_index_url
+from wheelmill.versions import Release, VersionRule
 
 DEFAULT_BUILD = ("{python}", "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-v", "-w", "{dist}", "{source}")
 
@@ -96,9 +97,15 @@ class CellPlan:
     image: BuilderImage | None
     lock: LockInputs
     locks_dir: Path
+    release: Release | None = None
 
     def recipe(self, name: str) -> ResolvedRecipe:
         return next(r for r in self.recipes if r.name == name)
+
+    @property
+    def channel(self) -> str:
+        """The index channel the wheels go to: the variant's, in the release's track."""
+        return channel_of(self.cell, self.release)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,6 +116,7 @@ class Options:
     engine: str = "none"
     containers: ContainerSetup | None = None
     locks_dir: Path = Path("locks")
+    release: Release | None = None  # a tag's or a nightly's: versions from git, the track's channels
 
 
 def plan(  # noqa: PLR0917 - the inputs of the pure function, in their order
@@ -140,12 +148,13 @@ def plan_cell(  # noqa: PLR0917 - the inputs of the pure function, in their orde
         image=image,
         lock=locks.inputs(matrix, recipes, cell),
         locks_dir=options.locks_dir,
+        release=options.release,
     )
     cell_steps = CELL_STEPS if image is None else CONTAINER_CELL_STEPS
     steps = [Step(kind=kind, recipe=None, detail=_cell_detail(kind, matrix, partial)) for kind in cell_steps]
     kinds = (*RECIPE_STEPS, StepKind.PUBLISH) if options.publish else RECIPE_STEPS
     for recipe in chosen:
-        steps += [Step(kind=kind, recipe=recipe.name, detail=_recipe_detail(kind, matrix, cell, recipe)) for kind in kinds]
+        steps += [Step(kind=kind, recipe=recipe.name, detail=_recipe_detail(kind, matrix, partial, recipe)) for kind in kinds]
     return replace(partial, steps=tuple(steps))
 
 
@@ -195,7 +204,12 @@ def _toolchain_detail(cell: Cell) -> str:
     return f"Python {cell.python}; C++ compiler; {toolkit}"
 
 
-def _recipe_detail(kind: StepKind, matrix: Matrix, cell: Cell, recipe: ResolvedRecipe) -> str:
+def channel_of(cell: Cell, release: Release | None) -> str:
+    return release.track.channel(cell.variant.channel) if release else cell.variant.channel
+
+
+def _recipe_detail(kind: StepKind, matrix: Matrix, cell_plan: CellPlan, recipe: ResolvedRecipe) -> str:
+    cell = cell_plan.cell
     match kind:
         case StepKind.FETCH:
             return describe_source(recipe.source, matrix.path.resolve().parent.parent) + (f", subdir {recipe.subdir}" if recipe.subdir else "")
@@ -203,8 +217,7 @@ def _recipe_detail(kind: StepKind, matrix: Matrix, cell: Cell, recipe: ResolvedR
             return _build_detail(matrix, cell, recipe)
         case StepKind.STAMP:
             pins = (["torch==<the env's torch>"] if recipe.torch_pin else []) + [f"{d}==<as built>" for d in recipe.run_requires]
-            label = f"version +{cell.variant.label}" if recipe.local_label else "version as built"
-            return f"{label}; Requires-Dist {', '.join(pins) or 'unchanged'}"
+            return f"{_version_detail(cell_plan, recipe)}; Requires-Dist {', '.join(pins) or 'unchanged'}"
         case StepKind.POST_BUILD_CHECKS:
             return _post_build_detail(cell, recipe)
         case StepKind.REPAIR:
@@ -220,9 +233,16 @@ def _recipe_detail(kind: StepKind, matrix: Matrix, cell: Cell, recipe: ResolvedR
             what += [f"smoke: {' '.join(recipe.smoke)}"] if recipe.smoke else []
             return "clean env with the locked torch; " + "; ".join(what or ["install only"])
         case StepKind.PUBLISH:
-            return f"add to channel {cell.variant.channel} of the local index (immutable: the same bytes again are a no-op)"
+            return f"add to channel {cell_plan.channel} of the local index (immutable: the same bytes again are a no-op)"
         case _:
             raise AssertionError(f"{kind} is not a recipe step")
+
+
+def _version_detail(cell_plan: CellPlan, recipe: ResolvedRecipe) -> str:
+    label = f"+{cell_plan.cell.variant.label}" if recipe.local_label else ""
+    if cell_plan.release is not None and recipe.version_rule is VersionRule.REPO:
+        return f"version {cell_plan.release.version}{label} (the repo's, from git)"
+    return f"version {label}" if label else "version as built"
 
 
 def _build_detail(matrix: Matrix, cell: Cell, recipe: ResolvedRecipe) -> str:

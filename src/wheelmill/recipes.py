@@ -18,6 +18,7 @@ from wheelmill.archs import CudaArchs, RocmArchs
 from wheelmill.config import load_toml, parse_size, validate
 from wheelmill.errors import ConfigError, SelectionError, did_you_mean
 from wheelmill.matrix import Cell, Family
+from wheelmill.versions import VersionRule
 
 SCHEMA = "recipe.schema.json"
 MATRIX_FILE = "matrix.toml"
@@ -85,6 +86,7 @@ class ResolvedRecipe:
     memory_per_job: int | None
     build_requires: tuple[str, ...]
     local_label: bool
+    version_rule: VersionRule
     torch_pin: bool
     run_requires: tuple[str, ...]
     test_requires: tuple[str, ...]
@@ -229,6 +231,14 @@ def select(recipes: Mapping[str, Recipe], cell: Cell, names: Sequence[str]) -> t
     return result
 
 
+def _version_rule(source: Source, named: str | None) -> VersionRule:
+    """In-house code (a path in this repository) carries the repo's version; a third-party
+    sdist, URL or git tag keeps its project's own, unless the recipe says otherwise."""
+    if named is not None:
+        return VersionRule(named)
+    return VersionRule.REPO if isinstance(source, PathSource) else VersionRule.SOURCE
+
+
 def resolve(recipe: Recipe, cell: Cell) -> ResolvedRecipe:
     """The recipe for ``cell``: overrides whose globs match, merged in file order."""
     tables: dict[str, Any] = _merge({}, dict(recipe.tables))
@@ -249,6 +259,7 @@ def resolve(recipe: Recipe, cell: Cell) -> ResolvedRecipe:
         memory_per_job=parse_size(build["memory-per-job"]) if "memory-per-job" in build else None,
         build_requires=tuple(build.get("requires", ())),
         local_label=tables.get("version", {}).get("local-label", True),
+        version_rule=_version_rule(recipe.source, tables.get("version", {}).get("from")),
         torch_pin=requirements.get("torch", "exact") == "exact",
         run_requires=tuple(requirements.get("run", ())),
         test_requires=tuple(requirements.get("test", ())),

@@ -103,6 +103,8 @@ class CellReport:
             "variant": cell.variant.name,
             "python": cell.python,
             "engine": self.plan.engine,
+            "channel": self.plan.channel,
+            "release": _release(self.plan),
             "status": self.status.value,
             "exit_code": self.exit_code,
             "started": _iso(self.started),
@@ -113,6 +115,7 @@ class CellReport:
                 {
                     "name": r.name,
                     "status": self.recipe_status(r.name).value,
+                    "version_rule": r.version_rule.value,
                     "wheel": vars(self.wheels[r.name]) if r.name in self.wheels else None,
                 }
                 for r in self.plan.recipes
@@ -128,6 +131,13 @@ class CellReport:
             json.dump(self.as_dict(), f, indent=2)
             f.write("\n")
         Path(tmp).replace(self.path)
+
+
+def _release(cell_plan: CellPlan) -> dict[str, Any] | None:
+    release = cell_plan.release
+    if release is None:
+        return None
+    return {"version": release.version, "track": release.track.value, "tag": release.tag, "commit": release.commit}
 
 
 def _iso(timestamp: float) -> str:

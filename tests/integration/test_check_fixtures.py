@@ -19,7 +19,7 @@ from wheelmill.checks.device import find_cuobjdump, judge_cuda, scan_cuda
 from wheelmill.checks.elf import ElfSummary, LibraryFinder, system_lib_dirs
 from wheelmill.checks.symbols import interpreter_libraries, judge_undefined, unresolved_symbols
 from wheelmill.matrix import load_matrix
-from wheelmill.runner import capture
+from wheelmill.runner import HostRunner, capture
 from wheelmill.steps.verify import inspect_wheel
 from wheelmill.toolchain import Toolkit, find_toolkit
 
@@ -79,7 +79,7 @@ def test_bundled_libcuda_is_caught(tmp_path: Path) -> None:
 
 
 def cuda_toolkit() -> Toolkit:
-    toolkit = find_toolkit(load_matrix(ROOT / "recipes" / "matrix.toml").variants["cuda130"])
+    toolkit = find_toolkit(load_matrix(ROOT / "recipes" / "matrix.toml").variants["cuda130"], HostRunner())
     if not isinstance(toolkit, Toolkit):
         pytest.skip("no CUDA 13.0 toolkit on this machine")
     return toolkit

@@ -17,6 +17,7 @@ import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NoReturn
 
 import jsonschema
 import pytest
@@ -255,7 +256,7 @@ def test_eight_concurrent_publishers(index_root: Path, tmp_path: Path) -> None:
     assert wheelmill(index_root, "index", "verify").returncode == 0
 
 
-def _missing() -> object:
+def _missing() -> NoReturn:
     raise AssertionError("a listed project has no page")
 
 

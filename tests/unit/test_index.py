@@ -9,7 +9,7 @@ import pytest
 
 from tests.wheels import make_wheel
 from wheelmill.errors import IndexConflict, IndexStoreError
-from wheelmill.index import consumer
+from wheelmill.index.consumer import render
 from wheelmill.index.pages import JSON_TYPE, FileEntry, Project, project_html, project_json
 from wheelmill.index.serve import negotiate
 from wheelmill.index.store import Channel, Outcome, publish, set_yanked
@@ -132,8 +132,8 @@ def test_channel_names_are_checked(tmp_path: Path, name: str) -> None:
 
 
 def test_consumer_settings_name_one_index_only() -> None:
-    pip = consumer.render("https://wheels.internal", "cu118", "pip")
+    pip = render("https://wheels.internal", "cu118", "pip")
     assert pip == "[global]\nindex-url = https://wheels.internal/cu118/simple/\nextra-index-url =\nfind-links =\n"
-    uv = consumer.render("https://wheels.internal/", "rocm6.2", "uv")
+    uv = render("https://wheels.internal/", "rocm6.2", "uv")
     assert 'url = "https://wheels.internal/rocm6.2/simple/"' in uv and "default = true" in uv
-    assert "extra" not in consumer.render("https://w", "cpu", "env").replace("PIP_EXTRA_INDEX_URL=\n", "")
+    assert "extra" not in render("https://w", "cpu", "env").replace("PIP_EXTRA_INDEX_URL=\n", "")

@@ -12,7 +12,7 @@ from wheelmill.errors import IndexStoreError, UsageError
 from wheelmill.index import consumer
 from wheelmill.index.remote import Remote, upload
 from wheelmill.index.serve import make_server
-from wheelmill.index.store import Channel, publish, set_yanked
+from wheelmill.index.store import Channel, channel_names, publish, set_yanked
 from wheelmill.index.verify import leftovers, verify
 from wheelmill.runner import HostRunner, StepLog
 from wheelmill.settings import Settings
@@ -62,7 +62,7 @@ def _root(args: argparse.Namespace) -> Path:
 def _channel(args: argparse.Namespace, *, existing: bool = True) -> Channel:
     channel = Channel(_root(args), args.channel)
     if existing and not channel.exists():
-        known = ", ".join(sorted(p.parent.parent.name for p in _root(args).glob("*/simple/index.json"))) or "none"
+        known = ", ".join(channel_names(_root(args))) or "none"
         raise IndexStoreError(f"{channel.path}: no channel '{args.channel}' in the index", fix=f"publish to it first; channels here: {known}")
     return channel
 
@@ -135,7 +135,7 @@ def cmd_config(args: argparse.Namespace, _console: Console) -> int:
 
 def cmd_verify(args: argparse.Namespace, console: Console) -> int:
     root = _root(args)
-    names = args.channel or sorted(p.parent.parent.name for p in root.glob("*/simple/index.json"))
+    names = args.channel or channel_names(root)
     if not names:
         raise IndexStoreError(f"{root}: no channels", fix="publish a wheel first")
     problems = []

@@ -22,6 +22,7 @@ from typing import IO, ClassVar
 from packaging.utils import canonicalize_name
 
 from wheelmill.index.pages import HTML_TYPE, JSON_TYPE
+from wheelmill.index.store import TRACK_DIRS, channel_names
 
 _SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
@@ -105,6 +106,8 @@ class IndexHandler(BaseHTTPRequestHandler):
         self._route(segments, fmt.replace(" ", "+") if fmt else None, body=body)
 
     def _route(self, segments: list[str], fmt: str | None, *, body: bool) -> None:
+        if len(segments) > 2 and segments[0] in TRACK_DIRS:  # test/cu118/simple/... is one channel
+            segments = [f"{segments[0]}/{segments[1]}", *segments[2:]]
         match segments:
             case [channel, "simple", ""]:
                 self._simple(self.root / channel / "simple", fmt, body=body)
@@ -192,7 +195,7 @@ class IndexHandler(BaseHTTPRequestHandler):
         return sent
 
     def _channels(self, *, body: bool) -> None:
-        channels = sorted(p.name for p in self.root.iterdir() if (p / "simple" / "index.json").is_file()) if self.root.is_dir() else []
+        channels = channel_names(self.root) if self.root.is_dir() else []
         links = "".join(f'<a href="{c}/simple/">{c}</a><br>\n' for c in channels)
         page = f"<!DOCTYPE html>\n<html><body><h1>wheelmill index</h1>\n{links}</body></html>\n"
         self._status(HTTPStatus.OK, page, {"Content-Type": "text/html; charset=utf-8"}, body=body)

@@ -21,7 +21,7 @@ import re
 import shutil
 import tempfile
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -38,7 +38,11 @@ from wheelmill.index import pages
 from wheelmill.index.pages import FileEntry, Project
 from wheelmill.net import sha256_of
 
-_CHANNEL = re.compile(r"^[a-z0-9][a-z0-9.+_-]*$")
+# A variant's channel (cu118), or one in a track other than the release track (test/cu118,
+# nightly/cu118); the track names and the release records' directory are no channels.
+TRACK_DIRS = ("test", "nightly")
+RESERVED = (*TRACK_DIRS, "releases")
+_CHANNEL = re.compile(r"^(?:(?:test|nightly)/)?[a-z0-9][a-z0-9.+_-]*$")
 TMP_PREFIX = ".wm-tmp-"
 
 
@@ -53,6 +57,12 @@ class Published:
     project: str
     filename: str
     outcome: Outcome
+
+
+def channel_names(root: Path) -> list[str]:
+    """Every channel under ``root``, those of the test and nightly tracks included."""
+    found = [p.parent.parent for p in (*root.glob("*/simple/index.json"), *root.glob("*/*/simple/index.json"))]
+    return sorted(str(p.relative_to(root)) for p in found if p.parent == root or p.parent.name in TRACK_DIRS)
 
 
 def now_rfc3339() -> str:
@@ -91,8 +101,11 @@ class Channel:
     """One channel of the index (``cu118``, ``cpu``, ``rocm6.2``) under a storage root."""
 
     def __init__(self, root: Path, name: str) -> None:
-        if not _CHANNEL.match(name):
-            raise IndexStoreError(f"'{name}' is not a channel name", fix="use lower-case letters, digits, '.', '+', '_' and '-', e.g. cu118")
+        if not _CHANNEL.match(name) or name.rpartition("/")[2] in RESERVED:
+            raise IndexStoreError(
+                f"'{name}' is not a channel name",
+                fix="use lower-case letters, digits, '.', '+', '_' and '-', e.g. cu118, optionally in a track: test/cu118, nightly/cu118",
+            )
         self.root = root
         self.name = name
         self.path = root / name
@@ -221,3 +234,18 @@ def set_yanked(channel: Channel, project_name: str, version: str, reason: str | 
         files = tuple(replace(f, yanked=reason) if Version(f.version) == wanted else f for f in project.files)
         channel.write_project(replace(project, files=files))
     return [f.filename for f in hits]
+
+
+def remove_files(channel: Channel, project_name: str, filenames: Collection[str]) -> list[str]:
+    """Drop these files of a project (a nightly track's retention; a release's files are
+    never removed, only yanked): the page first, so no page ever lists a missing file."""
+    with channel.lock():
+        project = channel.project(project_name)
+        if project is None:
+            return []
+        gone = [f for f in project.files if f.filename in filenames]
+        channel.write_project(replace(project, files=tuple(f for f in project.files if f.filename not in filenames)))
+        for entry in gone:
+            (channel.files / f"{entry.filename}.metadata").unlink(missing_ok=True)
+            (channel.files / entry.filename).unlink(missing_ok=True)
+    return [f.filename for f in gone]

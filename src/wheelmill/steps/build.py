@@ -25,6 +25,7 @@ from wheelmill.matrix import Family
 from wheelmill.plan import DEFAULT_BUILD, arch_list
 from wheelmill.recipes import ResolvedRecipe
 from wheelmill.runner import CommandFailed, StepLog, base_environment
+from wheelmill.versions import stamp_version
 from wheelmill.wheelfile import read_wheel, rewrite_metadata
 
 
@@ -135,8 +136,8 @@ def stamp(run: CellRun, recipe: ResolvedRecipe, log: StepLog) -> list[CheckResul
     _env, torch = run.need_env()
     built = run.built[recipe.name]
     info = read_wheel(built)
-    label = run.plan.cell.variant.label
-    version = f"{info.version}+{label}" if recipe.local_label and info.version.local is None else None
+    label = run.plan.cell.variant.label if recipe.local_label else None
+    version = stamp_version(recipe.version_rule, str(info.version), release=run.plan.release, label=label)
     pins = expected_pins(run, recipe, torch.dist_version)
     dependencies = {canonicalize_name(d) for d in recipe.depends_on}
     add = [r for r in recipe.run_requires if canonicalize_name(r) not in dependencies]

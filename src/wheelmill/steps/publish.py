@@ -11,7 +11,7 @@ from wheelmill.runner import StepLog
 
 
 def publish_step(run: CellRun, recipe: ResolvedRecipe, log: StepLog) -> list[CheckResult]:
-    channel = Channel(run.settings.index, run.plan.cell.variant.channel)
+    channel = Channel(run.settings.index, run.plan.channel)
     done = publish(channel, run.final[recipe.name])
     log.note(f"{done.outcome}: {channel.path}/files/{done.filename}")
     return [CheckResult.passed("index", f"{done.outcome} in channel {channel.name}: {done.filename}")]

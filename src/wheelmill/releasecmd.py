@@ -1,0 +1,181 @@
+"""``wheelmill release``: what a tag or a nightly builds and where it goes, promotion between
+tracks, and the nightly track's retention.
+
+    wheelmill release --tag v2.4.0-rc1 --dry-run        cells, channels and versions
+    wheelmill release --tag v2.4.0-rc1 --json           the same for CI (matrix, action)
+    wheelmill release --tag v2.4.0-rc1 [--cell GLOB]    build, then publish to test/<channel>
+    wheelmill release publish --tag v2.4.0-rc1          publish what was built (CI's publish job)
+    wheelmill release promote --from test --to release 2.4.0
+    wheelmill release prune --track nightly --keep 14
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from wheelmill.containers.engine import ENGINE_CHOICES
+from wheelmill.errors import UsageError
+from wheelmill.index.store import Published
+from wheelmill.plan import CellPlan
+from wheelmill.recipes import ResolvedRecipe, SdistSource
+from wheelmill.release import collect_built, promote, prune, publish_release
+from wheelmill.session import build_cells, prepare, settings_of
+from wheelmill.versions import Action, Release, Track, VersionRule, for_nightly, for_tag, read_state
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    release = commands.add_parser("release", help="build and publish a tag's or a nightly's cells; promote; prune")
+    _which(release)
+    form = release.add_mutually_exclusive_group()
+    form.add_argument("--dry-run", action="store_true", help="print the cells, channels and versions; run nothing")
+    form.add_argument("--json", action="store_true", help="the same as JSON for CI: version, track, action and the cells' matrix")
+    release.add_argument("--cell", action="append", help="cell id or glob (repeatable; default: every cell)")
+    release.add_argument("--recipe", action="append", default=[], help="only this recipe and what it depends on (repeatable)")
+    release.add_argument("--no-publish", dest="publish", action="store_false", help="build only (CI publishes in a later job)")
+    release.add_argument("--engine", choices=ENGINE_CHOICES, default=os.environ.get("WHEELMILL_ENGINE", "auto"), help="as for build")
+    release.set_defaults(func=cmd_release)
+    actions = release.add_subparsers(dest="action", parser_class=type(release))
+
+    pub = actions.add_parser("publish", help="publish the cells built for the release (under the output root) and record it")
+    _which(pub)
+    pub.set_defaults(func=cmd_publish)
+
+    promo = actions.add_parser("promote", help="copy a release's files to another track's channels, re-verified, without rebuilding")
+    promo.add_argument("--from", dest="source", required=True, choices=[t.value for t in Track])
+    promo.add_argument("--to", dest="target", required=True, choices=[t.value for t in Track])
+    promo.add_argument("version", help="the version to promote (2.4.0 picks the newest 2.4.0 release candidate)")
+    promo.set_defaults(func=cmd_promote)
+
+    retention = actions.add_parser("prune", help="keep a track's newest releases, remove older ones' files")
+    retention.add_argument("--track", required=True, choices=[Track.NIGHTLY.value, Track.TEST.value])
+    retention.add_argument("--keep", type=int, required=True, metavar="N")
+    retention.set_defaults(func=cmd_prune)
+
+
+def _which(parser: argparse.ArgumentParser) -> None:
+    # Defined on both `release` and `release publish`; SUPPRESS keeps one from erasing the other.
+    parser.add_argument("--tag", default=argparse.SUPPRESS, help="a release tag at HEAD: vX.Y.Z or vX.Y.Z-rcN")
+    parser.add_argument("--nightly", action="store_true", default=argparse.SUPPRESS, help="the nightly of HEAD: the next version's .devYYYYMMDD")
+
+
+def _release(args: argparse.Namespace, *, preview: bool = False) -> Release:
+    tag, nightly = getattr(args, "tag", None), getattr(args, "nightly", False)
+    if bool(tag) == bool(nightly):
+        raise UsageError("release: give either --tag vX.Y.Z[-rcN] or --nightly", fix="see `wheelmill release --help`")
+    state = read_state(args.recipes.resolve().parent)
+    return for_tag(state, tag, preview=preview) if tag else for_nightly(state, preview=preview)
+
+
+def cmd_release(args: argparse.Namespace, console: Console) -> int:
+    release = _release(args, preview=args.dry_run)
+    args.cell = args.cell or ["*"]
+    if args.json or args.dry_run:
+        args.publish, args.engine = False, "none"  # versions and channels do not depend on the engine
+        prepared = prepare(args, probe=False, release=release)
+        if args.json:
+            print(json.dumps(release_json(release, prepared.plans)))
+        else:
+            _print_plan(release, prepared.plans, console)
+        return 0
+    index = settings_of(args).index
+    if release.action is Action.PROMOTE:
+        assert release.promote_from is not None
+        console.print(f"{release.tag}: promoting the tested {release.promote_from} to the release channels, no rebuild", highlight=False)
+        promote(index, Track.TEST, Track.RELEASE, release.version, tag=release.tag, on_file=_printer(console))
+        return 0
+    publish, args.publish = args.publish, False
+    code = build_cells(prepare(args, probe=True, release=release), console)
+    if code or not publish:
+        return code
+    return _publish(release, settings_of(args).output, index, console)
+
+
+def cmd_publish(args: argparse.Namespace, console: Console) -> int:
+    settings = settings_of(args)
+    return _publish(_release(args), settings.output, settings.index, console)
+
+
+def _publish(release: Release, output: Path, index: Path, console: Console) -> int:
+    record = publish_release(index, release, collect_built(output, release), on_file=_printer(console))
+    console.print(f"{release.version}: recorded in {record}", highlight=False)
+    return 0
+
+
+def cmd_promote(args: argparse.Namespace, console: Console) -> int:
+    manifest = promote(settings_of(args).index, Track(args.source), Track(args.target), args.version, on_file=_printer(console))
+    console.print(f"{manifest.promoted_from} -> {manifest.track}/{manifest.version}: {len(manifest.files)} files, every sha256 re-verified", highlight=False)
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace, console: Console) -> int:
+    removed = prune(settings_of(args).index, Track(args.track), args.keep)
+    for name in removed:
+        console.print(f"removed: {name}", highlight=False)
+    console.print(f"{args.track}: kept the {args.keep} newest releases; removed {len(removed)} files", highlight=False)
+    return 0
+
+
+def _printer(console: Console) -> Callable[[Published], None]:
+    def on_file(done: Published) -> None:
+        console.print(f"{done.outcome}: {done.channel}/{done.filename}", highlight=False)
+
+    return on_file
+
+
+def expected_version(release: Release, cell_plan: CellPlan, recipe: ResolvedRecipe) -> str:
+    """The version a recipe's wheel will carry, as far as it is known before building."""
+    label = f"+{cell_plan.cell.variant.label}" if recipe.local_label else ""
+    if recipe.version_rule is VersionRule.REPO:
+        return f"{release.version}{label}"
+    if isinstance(recipe.source, SdistSource):
+        return f"{recipe.source.version}{label}"
+    return f"<as built>{label}"
+
+
+def release_json(release: Release, plans: tuple[CellPlan, ...]) -> dict[str, Any]:
+    include = [
+        {"cell": p.cell.id, "variant": p.cell.variant.name, "python": p.cell.python, "family": p.cell.variant.family.value, "label": p.cell.variant.label}
+        for p in plans
+    ]
+    return {
+        "tag": release.tag,
+        "version": release.version,
+        "track": release.track.value,
+        "action": release.action.value,
+        "promote-from": release.promote_from,
+        "commit": release.commit,
+        "matrix": {"include": include if release.action is Action.BUILD else []},
+    }
+
+
+def _print_plan(release: Release, plans: tuple[CellPlan, ...], console: Console) -> None:
+    out = Console(highlight=False, width=max(console.width, 120))  # stdout, so a dry run pipes whole
+    what = release.tag or "nightly"
+    for note in release.notes:
+        out.print(f"note (a real run stops here): {note}")
+    if release.action is Action.PROMOTE:
+        out.print(f"{what}: promote test/{release.promote_from} to the release channels as {release.version}; nothing is built")
+    else:
+        out.print(f"{what}: build {len(plans)} cells at {release.commit[:12]}, publish {release.version} to the {release.track} track")
+    table = Table(title=None)
+    for column in ("cell", "channel", "recipe", "version"):
+        table.add_column(column)
+    for cell_plan in plans:
+        channel = Track.RELEASE.channel(cell_plan.cell.variant.channel) if release.action is Action.PROMOTE else cell_plan.channel
+        for recipe in cell_plan.recipes:
+            table.add_row(cell_plan.cell.id, channel, recipe.name, _promoted(expected_version(release, cell_plan, recipe), release, recipe))
+    out.print(table)
+
+
+def _promoted(version: str, release: Release, recipe: ResolvedRecipe) -> str:
+    if release.action is Action.PROMOTE and recipe.version_rule is VersionRule.REPO:
+        return f"{version} (from {release.promote_from})"
+    return version

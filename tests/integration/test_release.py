@@ -1,0 +1,154 @@
+"""A release for real: a git repository with the project's recipes, an rc tag built and
+published to the test track, then the final tag on the same commit promoted to the release
+track without a build, and the promoted wheel fetched by pip from the served index."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.ports import free_port
+from wheelmill.index.serve import make_server
+from wheelmill.index.store import Channel
+from wheelmill.index.verify import verify
+from wheelmill.net import sha256_of
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parent.parent.parent
+GIT_ENV = {"GIT_AUTHOR_NAME": "wm", "GIT_AUTHOR_EMAIL": "wm@example.invalid", "GIT_COMMITTER_NAME": "wm", "GIT_COMMITTER_EMAIL": "wm@example.invalid"}
+
+
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, env={**os.environ, **GIT_ENV})
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """The project's data in a fresh repository of its own, committed."""
+    repo = tmp_path / "repo"
+    for part in ("recipes", "extensions", "containers", "locks"):
+        shutil.copytree(ROOT / part, repo / part, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    shutil.copy(ROOT / ".gitignore", repo / ".gitignore")
+    git(repo, "init", "-q")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "the project")
+    return repo
+
+
+def wheelmill(repo: Path, output: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": "none"}
+    command = [sys.executable, "-m", "wheelmill", "--recipes", str(repo / "recipes"), "release", *args]
+    return subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=1800, check=False)
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    index = tmp_path / "out" / "index"
+    index.mkdir(parents=True)
+    server = make_server(index, "127.0.0.1", free_port())
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield index, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def payload(wheel: Path) -> dict[str, bytes]:
+    with zipfile.ZipFile(wheel) as zf:
+        return {n: zf.read(n) for n in zf.namelist() if not n.split("/", 1)[0].endswith(".dist-info")}
+
+
+def test_an_rc_is_built_to_the_test_track_and_its_final_tag_promoted_without_a_build(repo: Path, tmp_path: Path, served: tuple[Path, str]) -> None:
+    index, url = served
+    output = tmp_path / "out"
+    git(repo, "tag", "v0.1.0-rc1")
+    dry = wheelmill(repo, output, "--tag", "v0.1.0-rc1", "--dry-run", "--cell", "cpu-py311")
+    assert dry.returncode == 0, dry.stderr
+    assert "test/cpu" in dry.stdout and "0.1.0rc1+cpu" in dry.stdout and "0.1.10+cpu" in dry.stdout
+
+    built = wheelmill(repo, output, "--tag", "v0.1.0-rc1", "--cell", "cpu-py311", "--recipe", "example-cpp-ops")
+    assert built.returncode == 0, built.stderr[-3000:]
+    report = json.loads((output / "cpu-py311" / "report.json").read_text())
+    assert report["release"]["version"] == "0.1.0rc1" and report["channel"] == "test/cpu"
+    test_channel = Channel(index, "test/cpu")
+    (rc_wheel,) = test_channel.files.glob("*.whl")
+    assert rc_wheel.name.startswith("example_cpp_ops-0.1.0rc1+cpu-") and verify(test_channel) == []
+    rc_record = json.loads((index / "releases" / "test" / "0.1.0rc1.json").read_text())
+    assert [f["filename"] for f in rc_record["files"]] == [rc_wheel.name]
+
+    # The final tag on the rc's commit: a promotion. Nothing under the cell's output changes.
+    git(repo, "tag", "v0.1.0")
+    before = {p: p.stat().st_mtime_ns for p in (output / "cpu-py311").rglob("*")}
+    plan = wheelmill(repo, output, "--tag", "v0.1.0", "--json")
+    assert plan.returncode == 0, plan.stderr
+    assert {k: json.loads(plan.stdout)[k] for k in ("action", "promote-from", "track")} == {"action": "promote", "promote-from": "0.1.0rc1", "track": "release"}
+    promoted = wheelmill(repo, output, "--tag", "v0.1.0")
+    assert promoted.returncode == 0, promoted.stderr[-3000:]
+    print("\n" + promoted.stderr.strip())
+    assert {p: p.stat().st_mtime_ns for p in (output / "cpu-py311").rglob("*")} == before, "no build step ran"
+    release_channel = Channel(index, "cpu")
+    (final,) = release_channel.files.glob("*.whl")
+    assert final.name == rc_wheel.name.replace("0.1.0rc1+cpu", "0.1.0+cpu")
+    assert verify(release_channel) == [] and (release_channel.files / f"{final.name}.metadata").is_file()
+    assert payload(final) == payload(rc_wheel), "the compiled files are the tested ones"
+    record = json.loads((index / "releases" / "release" / "0.1.0.json").read_text())
+    assert record["promoted_from"] == "test/0.1.0rc1" and record["files"][0]["sha256"] == sha256_of(final)
+
+    # pip, from the served release channel, gets exactly that file.
+    fetched = tmp_path / "fetched"
+    pip = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--isolated",
+            "--index-url",
+            f"{url}/cpu/simple",
+            "-d",
+            str(fetched),
+            "example-cpp-ops==0.1.0+cpu",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert pip.returncode == 0, pip.stderr
+    assert sha256_of(fetched / final.name) == sha256_of(final)
+    rc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--isolated",
+            "--pre",
+            "--index-url",
+            f"{url}/test/cpu/simple",
+            "-d",
+            str(fetched),
+            "example-cpp-ops",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert rc.returncode == 0 and sha256_of(fetched / rc_wheel.name) == sha256_of(rc_wheel), rc.stderr
+
+    # A tampered test file is refused on the next promotion, with its own exit code.
+    with zipfile.ZipFile(rc_wheel, "a") as zf:
+        zf.writestr("example_cpp_ops/extra.txt", "changed after testing")
+    again = wheelmill(repo, output, "promote", "--from", "test", "--to", "release", "0.1.0rc1")
+    assert again.returncode == 7 and "sha256 differs" in again.stderr

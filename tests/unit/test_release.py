@@ -1,0 +1,278 @@
+"""Versions from git, PR cell selection, release records, promotion and retention, on values
+and small real wheels (no build runs)."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import subprocess
+import zipfile
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from tests.wheels import make_wheel
+from wheelmill.cli import main
+from wheelmill.errors import IndexStoreError, IntegrityError, ReleaseError
+from wheelmill.index.store import Channel, channel_names, publish
+from wheelmill.index.verify import verify
+from wheelmill.matrix import load_matrix
+from wheelmill.net import sha256_of
+from wheelmill.recipes import load_recipes
+from wheelmill.release import Manifest, ReleasedFile, manifests, promote, prune, record, same_payload
+from wheelmill.selection import affected_cells
+from wheelmill.versions import Action, GitState, Release, Track, VersionRule, for_nightly, for_tag, read_state, stamp_version
+from wheelmill.wheelfile import read_wheel
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+HEAD, OTHER = "a" * 40, "b" * 40
+DAY = date(2026, 11, 22)
+
+
+def state(tags: dict[str, str] | None = None, *, dirty: bool = False) -> GitState:
+    return GitState(commit=HEAD, committed=DAY, dirty=dirty, tags=tags or {})
+
+
+# (case, tags, dirty, what: a tag name or "nightly", expected version, track, action, promote-from, or the error's words)
+VERSION_CASES = [
+    ("final tag", {"v2.4.0": HEAD}, False, "v2.4.0", "2.4.0", Track.RELEASE, Action.BUILD, None),
+    ("rc tag", {"v2.4.0-rc1": HEAD}, False, "v2.4.0-rc1", "2.4.0rc1", Track.TEST, Action.BUILD, None),
+    ("second rc", {"v2.4.0-rc1": OTHER, "v2.4.0-rc2": HEAD}, False, "v2.4.0-rc2", "2.4.0rc2", Track.TEST, Action.BUILD, None),
+    (
+        "final on its rc's commit: promote the newest rc",
+        {"v2.4.0-rc1": OTHER, "v2.4.0-rc2": HEAD, "v2.4.0": HEAD},
+        False,
+        "v2.4.0",
+        "2.4.0",
+        Track.RELEASE,
+        Action.PROMOTE,
+        "2.4.0rc2",
+    ),
+    ("final, its rc on another commit: build", {"v2.4.0-rc1": OTHER, "v2.4.0": HEAD}, False, "v2.4.0", "2.4.0", Track.RELEASE, Action.BUILD, None),
+    ("final, another version's rc at HEAD", {"v2.3.0-rc1": HEAD, "v2.4.0": HEAD}, False, "v2.4.0", "2.4.0", Track.RELEASE, Action.BUILD, None),
+    ("two-digit parts", {"v10.12.3-rc11": HEAD}, False, "v10.12.3-rc11", "10.12.3rc11", Track.TEST, Action.BUILD, None),
+    ("nightly after a release", {"v2.4.0": OTHER}, False, "nightly", "2.4.1.dev20261122", Track.NIGHTLY, Action.BUILD, None),
+    ("nightly during an rc", {"v2.4.0": OTHER, "v2.5.0-rc1": OTHER}, False, "nightly", "2.5.0.dev20261122", Track.NIGHTLY, Action.BUILD, None),
+    ("nightly, no tag yet", {}, False, "nightly", "0.1.0.dev20261122", Track.NIGHTLY, Action.BUILD, None),
+    ("nightly ignores other tags", {"deploy-2026": OTHER, "v1": OTHER}, False, "nightly", "0.1.0.dev20261122", Track.NIGHTLY, Action.BUILD, None),
+    ("nightly orders versions, not names", {"v9.9.9": OTHER, "v10.0.0": OTHER}, False, "nightly", "10.0.1.dev20261122", Track.NIGHTLY, Action.BUILD, None),
+    ("nightly on a tagged commit", {"v2.4.0": HEAD}, False, "nightly", "2.4.1.dev20261122", Track.NIGHTLY, Action.BUILD, None),
+    ("not on the tag", {"v2.4.0": OTHER}, False, "v2.4.0", "is not on tag v2.4.0", None, None, None),
+    ("no such tag", {}, False, "v2.4.0", "not in this repository", None, None, None),
+    ("two-part tag", {"v2.4": HEAD}, False, "v2.4", "not a release tag", None, None, None),
+    ("no v", {"2.4.0": HEAD}, False, "2.4.0", "not a release tag", None, None, None),
+    ("beta", {"v2.4.0-beta1": HEAD}, False, "v2.4.0-beta1", "not a release tag", None, None, None),
+    ("dirty rc", {"v2.4.0-rc1": HEAD}, True, "v2.4.0-rc1", "uncommitted changes", None, None, None),
+    ("dirty final", {"v2.4.0": HEAD}, True, "v2.4.0", "uncommitted changes", None, None, None),
+    ("dirty nightly", {}, True, "nightly", "uncommitted changes", None, None, None),
+]
+
+
+@pytest.mark.parametrize(("case", "tags", "dirty", "what", "expected", "track", "action", "promote_from"), VERSION_CASES, ids=[c[0] for c in VERSION_CASES])
+def test_versions_from_git(
+    case: str, tags: dict[str, str], dirty: bool, what: str, expected: str, track: Track | None, action: Action | None, promote_from: str | None
+) -> None:
+    git = state(tags, dirty=dirty)
+    if track is None:
+        with pytest.raises(ReleaseError) as failed:
+            for_nightly(git) if what == "nightly" else for_tag(git, what)
+        assert expected in failed.value.one_line() and "fix:" in failed.value.one_line()
+        return
+    release = for_nightly(git) if what == "nightly" else for_tag(git, what)
+    assert (release.version, release.track, release.action, release.promote_from) == (expected, track, action, promote_from)
+
+
+def test_a_preview_takes_a_missing_tag_as_made_on_head_and_says_so() -> None:
+    release = for_tag(state({}, dirty=True), "v0.1.0-rc1", preview=True)
+    assert release.version == "0.1.0rc1" and release.track is Track.TEST
+    assert len(release.notes) == 2 and "not in this repository" in release.notes[0] and "uncommitted" in release.notes[1]
+
+
+RC = Release(version="2.4.0rc1", track=Track.TEST, action=Action.BUILD, commit=HEAD, tag="v2.4.0-rc1")
+NIGHTLY = Release(version="2.4.1.dev20261122", track=Track.NIGHTLY, action=Action.BUILD, commit=HEAD)
+
+# (rule, version as built, release, label, stamped version or None for unchanged)
+STAMP_CASES = [
+    (VersionRule.REPO, "0.1.0", RC, "cu118", "2.4.0rc1+cu118"),
+    (VersionRule.REPO, "0.1.0", NIGHTLY, "rocm6.2", "2.4.1.dev20261122+rocm6.2"),
+    (VersionRule.REPO, "0.1.0", RC, None, "2.4.0rc1"),
+    (VersionRule.REPO, "0.1.0", None, "cpu", "0.1.0+cpu"),
+    (VersionRule.SOURCE, "0.1.10", RC, "cu118", "0.1.10+cu118"),
+    (VersionRule.SOURCE, "0.1.10", None, "cu130", "0.1.10+cu130"),
+    (VersionRule.SOURCE, "0.1.10", RC, None, None),
+    (VersionRule.SOURCE, "1.0+upstream", RC, "cu118", None),
+    (VersionRule.REPO, "1.0+upstream", RC, "cu118", "2.4.0rc1+cu118"),
+    (VersionRule.SOURCE, "0.18.0.post1", None, "cpu", "0.18.0.post1+cpu"),
+]
+
+
+@pytest.mark.parametrize(("rule", "built", "release", "label", "expected"), STAMP_CASES)
+def test_stamped_versions(rule: VersionRule, built: str, release: Release | None, label: str | None, expected: str | None) -> None:
+    assert stamp_version(rule, built, release=release, label=label) == expected
+
+
+def git(repo: Path, *args: str) -> str:
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"}
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout.strip()
+
+
+def test_read_state_sees_lightweight_and_annotated_tags_and_a_dirty_tree(tmp_path: Path) -> None:
+    git(tmp_path, "init", "-q")
+    (tmp_path / "a.txt").write_text("a")
+    git(tmp_path, "add", "a.txt")
+    git(tmp_path, "commit", "-q", "-m", "one", "--date", "2026-11-20T10:00:00Z")
+    git(tmp_path, "tag", "v1.0.0-rc1")
+    git(tmp_path, "tag", "-a", "v1.0.0", "-m", "release")
+    head = git(tmp_path, "rev-parse", "HEAD")
+    found = read_state(tmp_path)
+    assert found.tags == {"v1.0.0-rc1": head, "v1.0.0": head} and found.commit == head and not found.dirty
+    assert for_tag(found, "v1.0.0").action is Action.PROMOTE
+    (tmp_path / "new.txt").write_text("untracked")
+    assert read_state(tmp_path).dirty
+
+
+# --- which cells a pull request builds ---------------------------------------------------
+
+
+SELECTION_CASES = [
+    (["recipes/matrix.toml"], "all"),
+    (["containers/pins.toml"], "all"),
+    (["containers/builder/Containerfile"], "all"),
+    (["recipes/example-cuda-ops.toml"], "cuda*"),
+    (["extensions/cuda-ops/csrc/rms_norm.cu"], "cuda*"),
+    (["extensions/cpp-ops/setup.py"], "all"),
+    (["locks/cpu-py311.txt"], ["cpu-py311"]),
+    (["containers/rocm/Containerfile"], "rocm*"),
+    (["containers/manylinux/Containerfile"], "cpu* cuda*"),
+    (["src/wheelmill/plan.py", "README.md"], ["cpu-py311", "cuda130-py311"]),
+    ([], ["cpu-py311", "cuda130-py311"]),
+    (["locks/cpu-py311.txt", "locks/rocm63-py312.txt"], ["cpu-py311", "rocm63-py312"]),
+]
+
+
+@pytest.mark.parametrize(("changed", "expected"), SELECTION_CASES)
+def test_cells_a_change_affects(changed: list[str], expected: str | list[str]) -> None:
+    matrix, recipes = load_matrix(ROOT / "recipes" / "matrix.toml"), load_recipes(ROOT / "recipes")
+    chosen = [c.id for c in affected_cells(matrix, recipes, changed, root=ROOT)]
+    if isinstance(expected, list):
+        assert chosen == expected
+        return
+    globs = expected.split()
+    every = [c.id for c in matrix.cells]
+    wanted = every if expected == "all" else [c for c in every if any(fnmatch.fnmatchcase(c, g) for g in globs)]
+    assert chosen == wanted and chosen
+
+
+def test_matrix_json_is_golden(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--recipes", str(ROOT / "recipes"), "matrix", "--json"]) == 0
+    produced = json.loads(capsys.readouterr().out)
+    golden = json.loads((ROOT / "tests" / "golden" / "matrix.json").read_text())
+    assert produced == golden
+    assert len(produced["include"]) == 43 and set(produced["include"][0]) == {"cell", "variant", "python", "family", "label"}
+
+
+def test_matrix_json_for_changed_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    changed = tmp_path / "changed.txt"
+    changed.write_text("recipes/example-cuda-ops.toml\n")
+    assert main(["--recipes", str(ROOT / "recipes"), "matrix", "--json", "--changed-files", str(changed)]) == 0
+    cells = [c["cell"] for c in json.loads(capsys.readouterr().out)["include"]]
+    assert cells and all(c.startswith("cuda") for c in cells)
+
+
+# --- release records, promotion, retention ------------------------------------------------
+
+
+def _release_rc(root: Path, tmp_path: Path) -> Manifest:
+    """An rc in the test track as a release build leaves it: two in-house wheels (one pins
+    the other) and a third-party one, in test/cu118, recorded."""
+    built = tmp_path / "built"
+    so = b"\x7fELF" + bytes(range(256)) * 64
+    ops = make_wheel(built, "wm-ops", "2.4.0rc1+cu118", files={"wm_ops/_C.so": so}, requires=["torch==2.7.1+cu118"])
+    kernels = make_wheel(built, "wm-kernels", "2.4.0rc1+cu118", files={"wm_kernels/_C.so": so[::-1]}, requires=["wm-ops==2.4.0rc1+cu118"])
+    third = make_wheel(built, "thirdparty", "0.1.10+cu118", files={"thirdparty/_C.so": so[:100]})
+    channel = Channel(root, "test/cu118")
+    files = []
+    for wheel, rule in ((ops, VersionRule.REPO), (kernels, VersionRule.REPO), (third, VersionRule.SOURCE)):
+        publish(channel, wheel)
+        files.append(
+            ReleasedFile(channel="test/cu118", cell="cuda118-py311", recipe=wheel.name.split("-")[0], filename=wheel.name, sha256=sha256_of(wheel), rule=rule)
+        )
+    manifest = Manifest(version="2.4.0rc1", track=Track.TEST, commit=HEAD, tag="v2.4.0-rc1", files=tuple(files))
+    record(root, manifest)
+    return manifest
+
+
+def test_promotion_copies_the_tested_files_with_the_final_version(tmp_path: Path) -> None:
+    root = tmp_path / "index"
+    _release_rc(root, tmp_path)
+    done = promote(root, Track.TEST, Track.RELEASE, "2.4.0", on_file=lambda _p: None)
+    release = Channel(root, "cu118")
+    names = sorted(f.filename for f in done.files)
+    assert names == [
+        "thirdparty-0.1.10+cu118-cp311-cp311-linux_x86_64.whl",
+        "wm_kernels-2.4.0+cu118-cp311-cp311-linux_x86_64.whl",
+        "wm_ops-2.4.0+cu118-cp311-cp311-linux_x86_64.whl",
+    ]
+    assert done.promoted_from == "test/2.4.0rc1" and verify(release) == [] and verify(Channel(root, "test/cu118")) == []
+    kernels = read_wheel(release.files / names[1])
+    assert "wm-ops==2.4.0+cu118" in kernels.requires_dist, "the pin on the re-versioned sibling follows it"
+    ops = read_wheel(release.files / names[2])
+    assert "torch==2.7.1+cu118" in ops.requires_dist
+    assert same_payload(Channel(root, "test/cu118").files / "wm_ops-2.4.0rc1+cu118-cp311-cp311-linux_x86_64.whl", release.files / names[2])
+    assert (release.files / names[0]).read_bytes() == (Channel(root, "test/cu118").files / names[0]).read_bytes(), "third-party: byte for byte"
+    for name in names:
+        assert (release.files / f"{name}.metadata").is_file()
+    again = promote(root, Track.TEST, Track.RELEASE, "2.4.0", on_file=lambda _p: None)
+    assert again.files == done.files, "promoting again is a no-op"
+    assert [m.version for m in manifests(root, Track.RELEASE)] == ["2.4.0"]
+
+
+def test_a_tampered_file_promotes_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "index"
+    manifest = _release_rc(root, tmp_path)
+    victim = Channel(root, "test/cu118").files / manifest.files[2].filename
+    with zipfile.ZipFile(victim, "a") as zf:
+        zf.writestr("extra.txt", "sneaked in")
+    with pytest.raises(IntegrityError, match="sha256 differs"):
+        promote(root, Track.TEST, Track.RELEASE, "2.4.0", on_file=lambda _p: None)
+    assert not Channel(root, "cu118").exists()
+
+
+def test_nothing_to_promote_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ReleaseError, match=r"no test release of 3\.0\.0"):
+        promote(tmp_path, Track.TEST, Track.RELEASE, "3.0.0", on_file=lambda _p: None)
+
+
+def test_prune_keeps_the_newest_nightlies_and_what_they_share(tmp_path: Path) -> None:
+    root = tmp_path / "index"
+    channel = Channel(root, "nightly/cpu")
+    shared = make_wheel(tmp_path / "w", "thirdparty", "0.1.10+cpu")
+    publish(channel, shared)
+    for day in ("20261120", "20261121", "20261122"):
+        wheel = make_wheel(tmp_path / "w", "wm-ops", f"2.4.1.dev{day}+cpu")
+        publish(channel, wheel)
+        files = tuple(
+            ReleasedFile(channel="nightly/cpu", cell="cpu-py311", recipe=w.name, filename=w.name, sha256=sha256_of(w), rule=VersionRule.REPO)
+            for w in (wheel, shared)
+        )
+        record(root, Manifest(version=f"2.4.1.dev{day}", track=Track.NIGHTLY, commit=HEAD, tag=None, files=files))
+    removed = prune(root, Track.NIGHTLY, 2)
+    assert removed == ["nightly/cpu/wm_ops-2.4.1.dev20261120+cpu-cp311-cp311-linux_x86_64.whl"]
+    assert [m.version for m in manifests(root, Track.NIGHTLY)] == ["2.4.1.dev20261122", "2.4.1.dev20261121"]
+    assert verify(channel) == [] and (channel.files / shared.name).is_file()
+    project = channel.project("wm-ops")
+    assert project is not None and project.versions == ["2.4.1.dev20261121+cpu", "2.4.1.dev20261122+cpu"]
+    with pytest.raises(ReleaseError, match="never pruned"):
+        prune(root, Track.RELEASE, 1)
+
+
+def test_channels_of_the_test_and_nightly_tracks(tmp_path: Path) -> None:
+    for good in ("cu118", "test/cu118", "nightly/rocm6.2"):
+        assert Channel(tmp_path, good).path == tmp_path / good
+    for bad in ("test", "nightly", "releases", "stable/cu118", "test/test", "../cu118"):
+        with pytest.raises(IndexStoreError, match="not a channel name"):
+            Channel(tmp_path, bad)
+    for name in ("cpu", "test/cpu", "nightly/cu130"):
+        publish(Channel(tmp_path, name), make_wheel(tmp_path / "w", "wm-x", "1.0"))
+    assert channel_names(tmp_path) == ["cpu", "nightly/cu130", "test/cpu"]
