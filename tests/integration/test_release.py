@@ -63,6 +63,12 @@ def served(tmp_path: Path) -> Iterator[tuple[Path, str]]:
         server.server_close()
 
 
+def pip_download(index_url: str, dest: Path, requirement: str) -> subprocess.CompletedProcess[str]:
+    """Real pip against one index only (``--isolated``: no machine configuration)."""
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--isolated", "--pre", "--index-url", index_url, "-d", str(dest), requirement]
+    return subprocess.run(command, capture_output=True, text=True, check=False)
+
+
 def payload(wheel: Path) -> dict[str, bytes]:
     with zipfile.ZipFile(wheel) as zf:
         return {n: zf.read(n) for n in zf.namelist() if not n.split("/", 1)[0].endswith(".dist-info")}
@@ -104,48 +110,12 @@ def test_an_rc_is_built_to_the_test_track_and_its_final_tag_promoted_without_a_b
     record = json.loads((index / "releases" / "release" / "0.1.0.json").read_text())
     assert record["promoted_from"] == "test/0.1.0rc1" and record["files"][0]["sha256"] == sha256_of(final)
 
-    # pip, from the served release channel, gets exactly that file.
+    # pip, from the served channels, gets exactly those files: the release's and the rc's.
     fetched = tmp_path / "fetched"
-    pip = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--isolated",
-            "--index-url",
-            f"{url}/cpu/simple",
-            "-d",
-            str(fetched),
-            "example-cpp-ops==0.1.0+cpu",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert pip.returncode == 0, pip.stderr
-    assert sha256_of(fetched / final.name) == sha256_of(final)
-    rc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--isolated",
-            "--pre",
-            "--index-url",
-            f"{url}/test/cpu/simple",
-            "-d",
-            str(fetched),
-            "example-cpp-ops",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert rc.returncode == 0 and sha256_of(fetched / rc_wheel.name) == sha256_of(rc_wheel), rc.stderr
+    for channel, requirement, wheel in (("cpu", "example-cpp-ops==0.1.0+cpu", final), ("test/cpu", "example-cpp-ops", rc_wheel)):
+        pip = pip_download(f"{url}/{channel}/simple", fetched, requirement)
+        assert pip.returncode == 0, pip.stderr
+        assert sha256_of(fetched / wheel.name) == sha256_of(wheel)
 
     # A tampered test file is refused on the next promotion, with its own exit code.
     with zipfile.ZipFile(rc_wheel, "a") as zf:
