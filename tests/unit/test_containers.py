@@ -3,16 +3,17 @@ detection, which builder image and base a cell gets, image tags, mirrors, locks.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from wheelmill.containers.engine import Engine, EngineName, Mount, detect
+from wheelmill.containers.engine import Engine, EngineName, Mount, Probe, detect
 from wheelmill.containers.images import BaseKind, choose, debian_mirror
-from wheelmill.containers.pins import load_pins
+from wheelmill.containers.pins import Pins, load_pins
 from wheelmill.errors import ConfigError, PrecheckError, UsageError
 from wheelmill.locks import inputs
-from wheelmill.matrix import load_matrix
+from wheelmill.matrix import Matrix, load_matrix
 from wheelmill.recipes import load_recipes
 from wheelmill.runner import Captured
 
@@ -49,9 +50,9 @@ def test_remove_and_image_commands_differ_where_the_engines_do() -> None:
     assert DOCKER.containers("cpu-py311") == ["/usr/bin/docker", "ps", "--all", "--filter", "label=wheelmill.cell=cpu-py311", "--format", "{{.Names}}"]
 
 
-def answering(*names: str) -> object:
-    def probe(argv: object) -> Captured:
-        binary = str(next(iter(argv)))  # type: ignore[call-overload]
+def answering(*names: str) -> Probe:
+    def probe(argv: Sequence[str | Path]) -> Captured:
+        binary = str(argv[0])
         ok = any(binary.endswith(n) for n in names)
         return Captured(returncode=0 if ok else 1, stdout="linux\n" if ok else "", stderr="" if ok else "Cannot connect to the Docker daemon")
 
@@ -60,33 +61,33 @@ def answering(*names: str) -> object:
 
 def test_auto_takes_the_engine_that_answers() -> None:
     which = {"docker": "/usr/bin/docker", "podman": "/usr/bin/podman"}.get
-    assert detect("auto", which=which, probe=answering("podman")) == PODMAN  # type: ignore[arg-type]
-    assert detect("auto", which=which, probe=answering("docker")) == DOCKER  # type: ignore[arg-type]
-    assert detect("auto", which=which, probe=answering()) is None  # type: ignore[arg-type]
-    assert detect("none", which=which, probe=answering("podman")) is None  # type: ignore[arg-type]
+    assert detect("auto", which=which, probe=answering("podman")) == PODMAN
+    assert detect("auto", which=which, probe=answering("docker")) == DOCKER
+    assert detect("auto", which=which, probe=answering()) is None
+    assert detect("none", which=which, probe=answering("podman")) is None
 
 
 def test_a_named_engine_that_does_not_answer_is_a_clear_error() -> None:
     which = {"docker": "/usr/bin/docker"}.get
     with pytest.raises(PrecheckError, match="docker: installed, but no engine answers"):
-        detect("docker", which=which, probe=answering())  # type: ignore[arg-type]
+        detect("docker", which=which, probe=answering())
     with pytest.raises(PrecheckError, match="podman: not installed"):
-        detect("podman", which=which, probe=answering())  # type: ignore[arg-type]
+        detect("podman", which=which, probe=answering())
     with pytest.raises(UsageError):
-        detect("lxc", which=which, probe=answering())  # type: ignore[arg-type]
+        detect("lxc", which=which, probe=answering())
 
 
 @pytest.fixture(scope="module")
-def pins():  # type: ignore[no-untyped-def]
+def pins() -> Pins:
     return load_pins(ROOT / "containers" / "pins.toml")
 
 
 @pytest.fixture(scope="module")
-def matrix():  # type: ignore[no-untyped-def]
+def matrix() -> Matrix:
     return load_matrix(ROOT / "recipes" / "matrix.toml")
 
 
-def test_unpinned_registry_bases_fall_back_to_the_bootstrapped_one(pins, matrix) -> None:  # type: ignore[no-untyped-def]
+def test_unpinned_registry_bases_fall_back_to_the_bootstrapped_one(pins: Pins, matrix: Matrix) -> None:
     cpu = choose(pins, matrix.variants["cpu"], "3.11", containers=ROOT / "containers", policy="auto")
     assert cpu.base.kind is BaseKind.BOOTSTRAP and cpu.base.suite == "bullseye"
     assert cpu.containerfile == ROOT / "containers" / "builder" / "Containerfile"
@@ -100,7 +101,7 @@ def test_unpinned_registry_bases_fall_back_to_the_bootstrapped_one(pins, matrix)
         choose(pins, matrix.variants["cpu"], "3.12", containers=ROOT / "containers", policy="auto")
 
 
-def test_image_tag_follows_definition_pins_and_base(pins, matrix, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_image_tag_follows_definition_pins_and_base(pins: Pins, matrix: Matrix, tmp_path: Path) -> None:
     image = choose(pins, matrix.variants["cpu"], "3.11", containers=ROOT / "containers", policy="auto")
     tag = image.tag("sha256:base1", "http://mirror/debian")
     assert tag.startswith("localhost/wheelmill-builder:builder-py311-")
@@ -132,7 +133,7 @@ def test_bad_pins_are_one_line_errors(tmp_path: Path) -> None:
         load_pins(bad)
 
 
-def test_lock_inputs_cover_every_recipe_of_the_cell(matrix) -> None:  # type: ignore[no-untyped-def]
+def test_lock_inputs_cover_every_recipe_of_the_cell(matrix: Matrix) -> None:
     recipes = load_recipes(ROOT / "recipes")
     lock = inputs(matrix, recipes, matrix.cell("cuda130-py311"))
     assert lock.target.platform == "x86_64-manylinux_2_28" and lock.target.python == "3.11"
