@@ -22,7 +22,7 @@ from wheelmill import __version__
 from wheelmill.containers.engine import ENGINE_CHOICES
 from wheelmill.errors import Interrupted, UsageError, WheelmillError
 from wheelmill.index import commands as index_commands
-from wheelmill.matrix import Matrix
+from wheelmill.matrix import Matrix, github_matrix
 from wheelmill.plan import CellPlan
 from wheelmill.releasecmd import add_commands as add_release_commands
 from wheelmill.selection import affected_cells
@@ -84,8 +84,7 @@ def cmd_matrix(args: argparse.Namespace, console: Console) -> int:
         chosen = matrix.cells
         if args.changed_files:
             chosen = affected_cells(matrix, recipes, _changed(args.changed_files), root=args.recipes.resolve().parent)
-        include = [{"cell": c.id, "variant": c.variant.name, "python": c.python, "family": c.variant.family.value, "label": c.variant.label} for c in chosen]
-        print(json.dumps({"include": include}, separators=(",", ":")))
+        print(json.dumps(github_matrix(chosen), separators=(",", ":")))
         return 0
     if args.markdown:
         print(matrix_markdown(matrix))

@@ -158,6 +158,12 @@ class Matrix:
         return tuple(chosen.values())
 
 
+def github_matrix(cells: Iterable[Cell]) -> dict[str, list[dict[str, str]]]:
+    """GitHub Actions' ``{"include": [...]}``: one entry per cell."""
+    include = [{"cell": c.id, "variant": c.variant.name, "python": c.python, "family": c.variant.family.value, "label": c.variant.label} for c in cells]
+    return {"include": include}
+
+
 def load_matrix(path: Path) -> Matrix:
     data = load_toml(path)
     validate(data, schema_path=path.parent / "schema" / SCHEMA, file=path)

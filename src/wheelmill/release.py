@@ -29,7 +29,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from wheelmill.errors import IntegrityError, ReleaseError
-from wheelmill.index.store import Channel, Published, publish, remove_files, write_atomic
+from wheelmill.index.store import RECORDS_DIR, Channel, Published, publish, remove_files, write_atomic
 from wheelmill.net import sha256_of
 from wheelmill.versions import Release, Track, VersionRule
 from wheelmill.wheelfile import read_wheel, rewrite_metadata
@@ -69,7 +69,7 @@ class Manifest:
 
 
 def manifest_path(root: Path, track: Track, version: str) -> Path:
-    return root / "releases" / track.value / f"{version}.json"
+    return root / RECORDS_DIR / track.value / f"{version}.json"
 
 
 def load_manifest(path: Path) -> Manifest:
@@ -85,13 +85,13 @@ def load_manifest(path: Path) -> Manifest:
 
 def manifests(root: Path, track: Track) -> list[Manifest]:
     """The track's releases, newest version first."""
-    found = [load_manifest(p) for p in sorted((root / "releases" / track.value).glob("*.json"))]
+    found = [load_manifest(p) for p in sorted((root / RECORDS_DIR / track.value).glob("*.json"))]
     return sorted(found, key=lambda m: Version(m.version), reverse=True)
 
 
 @contextmanager
 def _records_lock(root: Path, track: Track) -> Iterator[Path]:
-    directory = root / "releases" / track.value
+    directory = root / RECORDS_DIR / track.value
     directory.mkdir(parents=True, exist_ok=True)
     with (directory / ".lock").open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -196,14 +196,12 @@ def source_release(root: Path, source: Track, version: str) -> Manifest:
 def promote(root: Path, source: Track, target: Track, version: str, *, tag: str | None = None, on_file: Callable[[Published], None]) -> Manifest:
     """Copy a release's files from one track's channels to another's, re-verified; the
     repo's files get ``version`` stamped in when it differs from theirs."""
-    origin = source_release(root, source, version)
     if source == target:
         raise ReleaseError(f"promote: --from and --to are both {source}", fix="promote between two tracks, e.g. --from test --to release")
-    renames: dict[str, str] = {
-        canonicalize_name(parse_wheel_filename(f.filename)[0]): str(parse_wheel_filename(f.filename)[1])
-        for f in origin.files
-        if f.rule is VersionRule.REPO and version != origin.version
-    }
+    origin = source_release(root, source, version)
+    # The repo's own projects, by their version in the origin; they get ``version`` instead.
+    repo_files = [parse_wheel_filename(f.filename) for f in origin.files if f.rule is VersionRule.REPO]
+    renames: dict[str, str] = {} if version == origin.version else {canonicalize_name(name): str(v) for name, v, _build, _tags in repo_files}
     # Every file is checked before the first is published: a bad one promotes nothing.
     checked = [(entry, verified(root, entry)) for entry in origin.files]
     files = []

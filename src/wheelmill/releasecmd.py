@@ -24,6 +24,7 @@ from rich.table import Table
 from wheelmill.containers.engine import ENGINE_CHOICES
 from wheelmill.errors import UsageError
 from wheelmill.index.store import Published
+from wheelmill.matrix import github_matrix
 from wheelmill.plan import CellPlan
 from wheelmill.recipes import ResolvedRecipe, SdistSource
 from wheelmill.release import collect_built, promote, prune, publish_release
@@ -85,17 +86,16 @@ def cmd_release(args: argparse.Namespace, console: Console) -> int:
         else:
             _print_plan(release, prepared.plans, console)
         return 0
-    index = settings_of(args).index
+    settings = settings_of(args)
     if release.action is Action.PROMOTE:
-        assert release.promote_from is not None
         console.print(f"{release.tag}: promoting the tested {release.promote_from} to the release channels, no rebuild", highlight=False)
-        promote(index, Track.TEST, Track.RELEASE, release.version, tag=release.tag, on_file=_printer(console))
+        promote(settings.index, Track.TEST, Track.RELEASE, release.version, tag=release.tag, on_file=_printer(console))
         return 0
-    publish, args.publish = args.publish, False
+    publish, args.publish = args.publish, False  # the release's own publish records it; the cells' step would not
     code = build_cells(prepare(args, probe=True, release=release), console)
     if code or not publish:
         return code
-    return _publish(release, settings_of(args).output, index, console)
+    return _publish(release, settings.output, settings.index, console)
 
 
 def cmd_publish(args: argparse.Namespace, console: Console) -> int:
@@ -141,10 +141,6 @@ def expected_version(release: Release, cell_plan: CellPlan, recipe: ResolvedReci
 
 
 def release_json(release: Release, plans: tuple[CellPlan, ...]) -> dict[str, Any]:
-    include = [
-        {"cell": p.cell.id, "variant": p.cell.variant.name, "python": p.cell.python, "family": p.cell.variant.family.value, "label": p.cell.variant.label}
-        for p in plans
-    ]
     return {
         "tag": release.tag,
         "version": release.version,
@@ -152,7 +148,7 @@ def release_json(release: Release, plans: tuple[CellPlan, ...]) -> dict[str, Any
         "action": release.action.value,
         "promote-from": release.promote_from,
         "commit": release.commit,
-        "matrix": {"include": include if release.action is Action.BUILD else []},
+        "matrix": github_matrix(p.cell for p in plans if release.action is Action.BUILD),
     }
 
 

@@ -37,12 +37,14 @@ from wheelmill.errors import IndexConflict, IndexStoreError
 from wheelmill.index import pages
 from wheelmill.index.pages import FileEntry, Project
 from wheelmill.net import sha256_of
+from wheelmill.versions import Track
 
 # A variant's channel (cu118), or one in a track other than the release track (test/cu118,
 # nightly/cu118); the track names and the release records' directory are no channels.
-TRACK_DIRS = ("test", "nightly")
-RESERVED = (*TRACK_DIRS, "releases")
-_CHANNEL = re.compile(r"^(?:(?:test|nightly)/)?[a-z0-9][a-z0-9.+_-]*$")
+TRACK_DIRS = tuple(t.value for t in Track if t is not Track.RELEASE)
+RECORDS_DIR = "releases"
+RESERVED = (*TRACK_DIRS, RECORDS_DIR)
+_CHANNEL = re.compile(rf"^(?:(?:{'|'.join(TRACK_DIRS)})/)?[a-z0-9][a-z0-9.+_-]*$")
 TMP_PREFIX = ".wm-tmp-"
 
 
