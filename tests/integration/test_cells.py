@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.interrupt import interrupt_mid_compile
 from wheelmill.checks.torchenv import judge_torch
 from wheelmill.envs import Env
 from wheelmill.index.pages import Project
@@ -153,15 +153,9 @@ def test_ctrl_c_during_a_build_stops_everything_and_keeps_a_report(tmp_path: Pat
     """SIGINT mid-compile: exit 130, the compiler's whole process tree gone, a valid report."""
     env = {**os.environ, "WHEELMILL_OUTPUT": str(tmp_path), "WHEELMILL_ENGINE": "none"}
     command = [sys.executable, "-m", "wheelmill", "build", "--cell", "cpu-py311", "--recipe", "example-cpp-ops"]
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     build_log = tmp_path / "cpu-py311" / "logs" / "05-example-cpp-ops-build.log"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not (build_log.exists() and "c++" in build_log.read_text(errors="replace")):
-        time.sleep(0.5)
-    assert build_log.exists(), "the build step started"
-    proc.send_signal(signal.SIGINT)
-    _out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err[-2000:]
+    returncode, err = interrupt_mid_compile(command, cwd=ROOT, env=env, build_log=build_log, wait=300, stop_within=60)
+    assert returncode == 130, err[-2000:]
     assert "interrupted" in err.splitlines()[-1]
     data = report(tmp_path, "cpu-py311")
     assert data["status"] == "interrupted"

@@ -8,7 +8,6 @@ import io
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
@@ -19,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.interrupt import interrupt_mid_compile
 from tests.ports import free_port
 from wheelmill.containers.engine import detect
 from wheelmill.containers.registry import resolve_digest, rewrite_pin
@@ -107,15 +107,9 @@ def test_a_second_run_reuses_the_builder_image(podman: str, tmp_path: Path) -> N
 def test_ctrl_c_in_a_container_build_leaves_nothing(podman: str, tmp_path: Path) -> None:
     env = {**os.environ, "WHEELMILL_OUTPUT": str(tmp_path)}
     command = [sys.executable, "-m", "wheelmill", "build", "--engine", "podman", "--cell", "cpu-py311", "--recipe", "example-cpp-ops"]
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     build_log = tmp_path / "cpu-py311" / "logs" / "08-example-cpp-ops-build.log"
-    deadline = time.monotonic() + 900
-    while time.monotonic() < deadline and not (build_log.exists() and "c++" in build_log.read_text(errors="replace")):
-        time.sleep(0.5)
-    assert build_log.exists(), "the build started"
-    proc.send_signal(signal.SIGINT)
-    _out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err[-2000:]
+    returncode, err = interrupt_mid_compile(command, cwd=ROOT, env=env, build_log=build_log, wait=900, stop_within=120)
+    assert returncode == 130, err[-2000:]
     assert containers_of(podman, "cpu-py311") == []
     assert report(tmp_path, "cpu-py311")["status"] == "interrupted"
     leftovers = [p for p in tmp_path.rglob("*") if p.name.startswith((".wm-tmp-", "wheelmill-")) or p.suffix == ".part"]
