@@ -10,6 +10,8 @@ import pytest
 
 from wheelmill.checks.elf import system_lib_dirs
 from wheelmill.envs import pinned_versions
+from wheelmill.errors import PublishError
+from wheelmill.index.remote import Remote, upload_failure
 from wheelmill.net import is_transient
 from wheelmill.retry import RetryPolicy, TransientError, with_retries
 from wheelmill.runner import CommandFailed, HostRunner, StepLog, base_environment
@@ -73,6 +75,38 @@ def test_lock_pins_are_read() -> None:
 )
 def test_transient_failures_are_told_apart(output: str, transient: bool) -> None:
     assert is_transient(output) is transient
+
+
+_UV_REFUSED = [
+    "Uploading w-1.0-py3-none-any.whl (724B)",
+    "error: Failed to publish `dist/w-1.0-py3-none-any.whl` to `http://idx/`",
+    "  cause: Server returned status code 403 Forbidden. Server says:",
+    "             <html>",
+    "                 <title>Error: 403 Forbidden (timed out)</title>",
+    "             </html>",
+]
+_UV_BROKEN_PIPE = [
+    "error: Failed to publish `dist/w-1.0-py3-none-any.whl` to `http://idx/`",
+    "  cause: error sending request for url (http://idx/)",
+    "  cause: Broken pipe (os error 32)",
+]
+_UV_BAD_REQUEST = ["error: Failed to publish `w.whl`", "  cause: Server returned status code 400 Bad Request. Server says: bad metadata"]
+
+
+@pytest.mark.parametrize(
+    ("tail", "kind", "says"),
+    [
+        (_UV_REFUSED, PublishError, "upload of w-1.0-py3-none-any.whl: Server returned status code 403 Forbidden.; fix: set WHEELMILL_PUBLISH_USERNAME"),
+        (_UV_BROKEN_PIPE, TransientError, "uv publish: error sending request for url (http://idx/): Broken pipe (os error 32)"),
+        (_UV_BAD_REQUEST, PublishError, "w-1.0-py3-none-any.whl failed: Server returned status code 400 Bad Request. Server says: bad metadata; fix: read"),
+    ],
+)
+def test_upload_failures_are_told_apart(tail: list[str], kind: type[Exception], says: str) -> None:
+    failed = CommandFailed(["uv", "publish"], 2, Path("publish.log"), tail)
+    error = upload_failure(Remote.of("http://idx/", None), "w-1.0-py3-none-any.whl", failed)
+    assert type(error) is kind
+    assert says in (f"{error}; fix: {error.fix}" if isinstance(error, PublishError) else str(error))
+    assert "<html>" not in str(error)
 
 
 def test_retries_back_off_and_stop_at_the_budget() -> None:

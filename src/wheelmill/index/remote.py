@@ -12,7 +12,8 @@ environment, never its command line, and are never logged.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -23,6 +24,8 @@ from wheelmill.net import is_transient, project_files, sha256_of
 from wheelmill.retry import RetryPolicy, TransientError, with_retries
 from wheelmill.runner import CommandFailed, Runner, StepLog, base_environment
 from wheelmill.tools import uv_bin
+
+_STATUS = re.compile(r"status code (\d{3})")
 
 
 class Upload(StrEnum):
@@ -100,7 +103,25 @@ def _uv_publish(remote: Remote, wheel: Path, *, runner: Runner, log: StepLog) ->
     try:
         runner.run(argv, env=env, log=log)
     except CommandFailed as failed:
-        tail = "\n".join(failed.tail)
-        if is_transient(tail):
-            raise TransientError(f"uv publish: {failed.last_line()}") from None
-        raise PublishError(f"{remote.url}: uploading {wheel.name} failed: {failed.last_line()}", fix=f"read {failed.log}") from None
+        raise upload_failure(remote, wheel.name, failed) from None
+
+
+def upload_failure(remote: Remote, name: str, failed: CommandFailed) -> PublishError | TransientError:
+    """What a failed ``uv publish`` means: a refusal of the credentials, a network fault worth
+    another attempt, or anything else (which the log explains)."""
+    cause = upload_cause(failed.tail) or failed.last_line()
+    status = _STATUS.search(cause)
+    if status and status.group(1) in {"401", "403"}:
+        fix = "set WHEELMILL_PUBLISH_USERNAME and WHEELMILL_PUBLISH_PASSWORD to an account that may upload there"
+        return PublishError(f"{remote.url}: the index refused the upload of {name}: {cause}", fix=fix)
+    if is_transient(cause):
+        return TransientError(f"uv publish: {cause}")
+    return PublishError(f"{remote.url}: uploading {name} failed: {cause}", fix=f"read {failed.log}")
+
+
+def upload_cause(output: Sequence[str]) -> str | None:
+    """uv's chain of ``cause:`` lines (a status, or a network error down to the OS), without
+    the server's HTML page that follows a status."""
+    causes = [line.strip().removeprefix("cause:").strip() for line in output if line.strip().startswith("cause:")]
+    causes = [cause.removesuffix("Server says:").strip() for cause in causes]
+    return ": ".join(causes)[:240] or None
