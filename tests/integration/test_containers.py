@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -131,6 +132,30 @@ def test_a_lock_made_for_other_inputs_stops_the_cell_before_anything_builds(podm
     data = report(tmp_path / "out", "cpu-py311")
     assert step(data, "pre-checks")["status"] == "failed"
     assert {s["status"] for s in data["steps"] if s["step"] != "pre-checks"} == {"skipped"}
+
+
+def test_a_cpython_source_out_of_reach_is_named_with_its_fix(podman: str, recipes_copy: Path, tmp_path: Path) -> None:
+    """Bullseye has no CPython 3.11 package, so the cpu-py311 image builds it from its pinned
+    tarball; pointed at a URL where nothing answers, the image build stops the cell with
+    the URL and the fix, and leaves no image or container behind."""
+    containers = recipes_copy.parent / "containers"
+    shutil.copytree(ROOT / "containers", containers)
+    pins = containers / "pins.toml"
+    url = "http://127.0.0.1:9/Python-3.11.2.tar.gz"  # nothing listens on port 9: refused at once
+    pins.write_text(re.sub(r'path = "pool/main/p/python3\.11/[^"]*"', f'url = "{url}"', pins.read_text()))
+    result = build(tmp_path / "out", "--cell", "cpu-py311", "--recipe", "example-cpp-ops", recipes=recipes_copy)
+    assert result.returncode == 5, result.stderr[-3000:]
+    line = result.stderr.strip().splitlines()[-1]
+    assert f"cannot download CPython 3.11 from {url}" in line, line
+    assert "fix: mirror it and set its url in containers/pins.toml" in line
+    data = report(tmp_path / "out", "cpu-py311")
+    assert step(data, "prepare-image")["status"] == "failed"
+    assert {s["status"] for s in data["steps"] if s["step"] not in {"pre-checks", "prepare-image"}} == {"skipped"}
+    assert containers_of(podman, "cpu-py311") == []
+    tag = re.search(r"building (localhost/wheelmill-builder:builder-py311-\w+) failed", line)
+    assert tag, line
+    images = subprocess.run([podman, "images", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True, check=True).stdout.split()
+    assert tag.group(1) not in images
 
 
 def test_the_cuda_example_builds_in_a_container_with_pips_nvcc(podman: str, tmp_path: Path) -> None:

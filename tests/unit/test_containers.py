@@ -4,18 +4,19 @@ detection, which builder image and base a cell gets, image tags, mirrors, locks.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from wheelmill.containers.engine import Engine, EngineName, Mount, Probe, detect
-from wheelmill.containers.images import BaseKind, choose, debian_mirror
+from wheelmill.containers.images import BaseKind, choose, debian_mirror, image_build_failure
 from wheelmill.containers.pins import Pins, load_pins
 from wheelmill.errors import ConfigError, PrecheckError, UsageError
 from wheelmill.locks import inputs
 from wheelmill.matrix import Matrix, load_matrix
 from wheelmill.recipes import load_recipes
-from wheelmill.runner import Captured
+from wheelmill.runner import Captured, CommandFailed
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DOCKER = Engine(name=EngineName.DOCKER, binary="/usr/bin/docker")
@@ -97,8 +98,26 @@ def test_unpinned_registry_bases_fall_back_to_the_bootstrapped_one(pins: Pins, m
         choose(pins, matrix.variants["cpu"], "3.11", containers=ROOT / "containers", policy="registry")
     with pytest.raises(ConfigError, match="rocm"):
         choose(pins, matrix.variants["rocm62"], "3.11", containers=ROOT / "containers", policy="auto")
-    with pytest.raises(ConfigError, match=r"no pinned CPython source for 3\.12"):
-        choose(pins, matrix.variants["cpu"], "3.12", containers=ROOT / "containers", policy="auto")
+    with pytest.raises(ConfigError, match=r"no pinned CPython source for 3\.14"):
+        choose(pins, matrix.variants["cpu"], "3.14", containers=ROOT / "containers", policy="auto")
+
+
+def test_every_python_of_the_matrix_has_a_cpython_source(pins: Pins, matrix: Matrix) -> None:
+    assert set(matrix.pythons) <= set(pins.pythons)
+    mirror = "http://mirror.example/debian"
+    py39 = choose(pins, matrix.variants["cuda118"], "3.9", containers=ROOT / "containers", policy="auto")
+    assert py39.build_args(mirror)["PYTHON_URL"] == f"{mirror}/pool/main/p/python3.9/python3.9_3.9.2.orig.tar.xz"
+    py312 = choose(pins, matrix.variants["cpu"], "3.12", containers=ROOT / "containers", policy="auto")
+    assert py312.build_args(mirror)["PYTHON_URL"].endswith("/Python-3.12.12.tar.xz")  # no Debian suite has 3.12
+    assert not py312.build_args(mirror)["PYTHON_URL"].startswith(mirror)
+
+
+def test_a_manylinux_base_needs_no_cpython_pin(pins: Pins, matrix: Matrix) -> None:
+    digest = "sha256:" + "a" * 64
+    pinned = replace(pins, bases={**pins.bases, "manylinux_2_28": replace(pins.bases["manylinux_2_28"], digest=digest)}, pythons={})
+    image = choose(pinned, matrix.variants["cuda130"], "3.12", containers=ROOT / "containers", policy="auto")
+    assert image.containerfile.parent.name == "manylinux" and image.base.reference.endswith("@" + digest)
+    assert image.build_args("http://mirror.example/debian") == {"BASE": image.base.reference, "PYTHON_VERSION": "3.12", "PYTHON_URL": "", "PYTHON_SHA256": ""}
 
 
 def test_image_tag_follows_definition_pins_and_base(pins: Pins, matrix: Matrix, tmp_path: Path) -> None:
@@ -125,12 +144,38 @@ def test_debian_mirror_comes_from_settings_or_apt(tmp_path: Path) -> None:
         debian_mirror({}, tmp_path / "nothing")
 
 
-def test_bad_pins_are_one_line_errors(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("old", "new", "says"),
+    [
+        ('digest = ""', 'digest = "sha256:xyz"', r"bases\.manylinux_2_28\.digest: 'sha256:xyz' is not sha256:<64 hex>"),
+        ('path = "pool/main/p/python3.9/', 'url = "https://m.example/x"\npath = "pool/main/p/python3.9/', r'pythons\."3\.9": give exactly one of path'),
+        ('url = "https://www.python.org/ftp/python/3.10.19/Python-3.10.19.tar.xz"', "", r'pythons\."3\.10": give exactly one of path'),
+        ('url = "https://www.python.org/ftp/', 'url = "ftp://www.python.org/ftp/', r'pythons\."3\.10"\.url: .* is not an http\(s\) URL'),
+        ('sha256 = "3c2034c5', 'sha256 = "3c2034c', r'pythons\."3\.9"\.sha256: not 64 hex digits'),
+    ],
+)
+def test_bad_pins_are_one_line_errors(tmp_path: Path, old: str, new: str, says: str) -> None:
     text = (ROOT / "containers" / "pins.toml").read_text()
+    assert old in text
     bad = tmp_path / "pins.toml"
-    bad.write_text(text.replace('digest = ""', 'digest = "sha256:xyz"', 1))
-    with pytest.raises(ConfigError, match=r"bases\.manylinux_2_28\.digest"):
+    bad.write_text(text.replace(old, new, 1))
+    with pytest.raises(ConfigError, match=says) as caught:
         load_pins(bad)
+    assert str(caught.value).startswith(str(bad)) and caught.value.fix
+
+
+def test_an_image_build_failure_says_what_the_containerfile_said() -> None:
+    tail = [
+        "STEP 7/9: RUN apt-get update -qq && ...",
+        "curl: (7) Failed to connect to 127.0.0.1 port 9: Connection refused",
+        "wheelmill: cannot download CPython 3.12 from http://127.0.0.1:9/P.tar.xz; fix: mirror it and set its url in containers/pins.toml",
+        'Error: building at STEP "RUN apt-get update": exit status 1',
+    ]
+    error = image_build_failure("localhost/wheelmill-builder:builder-py312-abc", CommandFailed(["podman", "build"], 1, Path("image.log"), tail))
+    assert str(error) == "building localhost/wheelmill-builder:builder-py312-abc failed: cannot download CPython 3.12 from http://127.0.0.1:9/P.tar.xz"
+    assert error.fix == "mirror it and set its url in containers/pins.toml"
+    other = image_build_failure("t", CommandFailed(["podman", "build"], 1, Path("image.log"), tail[:2]))
+    assert str(other) == "building t failed: curl: (7) Failed to connect to 127.0.0.1 port 9: Connection refused" and other.fix == "read image.log"
 
 
 def test_lock_inputs_cover_every_recipe_of_the_cell(matrix: Matrix) -> None:

@@ -49,9 +49,8 @@ class BuilderImage:
     def build_args(self, mirror: str) -> dict[str, str]:
         return {
             "BASE": self.base.reference,
-            "DEBIAN_MIRROR": mirror,
             "PYTHON_VERSION": self.python.version,
-            "PYTHON_SOURCE": self.python.path,
+            "PYTHON_URL": self.python.location(mirror),
             "PYTHON_SHA256": self.python.sha256,
         }
 
@@ -84,7 +83,9 @@ def choose(pins: Pins, variant: Variant, python: str, *, containers: Path, polic
         reference = f"{BASE_REPOSITORY}:{suite}-{pins.variant}"
         base = Base(kind=BaseKind.BOOTSTRAP, reference=reference, description=f"{reference} (debootstrap of Debian {suite})", suite=suite)
         definition = "builder"
-    return BuilderImage(containerfile=containers / definition / "Containerfile", base=base, python=pins.python(python))
+    # A manylinux base holds every CPython of its time: nothing to fetch or pin for it.
+    source = PythonSource(version=python) if definition == "manylinux" else pins.python(python)
+    return BuilderImage(containerfile=containers / definition / "Containerfile", base=base, python=source)
 
 
 def _registry(pins: Pins, key: str, base: RegistryBase | None) -> Base:
@@ -178,8 +179,18 @@ def ensure_image(engine: Engine, image: BuilderImage, pins: Pins, *, mirror: str
     try:
         HostRunner().run(argv, env=base_environment([]), log=log, on_line=on_line)
     except CommandFailed as failed:
-        raise PrecheckError(f"building {tag} failed: {failed.last_line()}", fix=f"read {failed.log}") from None
+        raise image_build_failure(tag, failed) from None
     built = image_id(engine, tag)
     if built is None:
         raise PrecheckError(f"{tag} was built but cannot be inspected", fix=f"read {log.path}")
     return Ready(tag=tag, image_id=built, built=True, bootstrapped=bootstrapped)
+
+
+def image_build_failure(tag: str, failed: CommandFailed) -> PrecheckError:
+    """The Containerfiles say what went wrong in a line of their own ("wheelmill: <what>;
+    fix: <how>"); that line, where there is one, rather than the engine's last words."""
+    said = [line.strip().removeprefix("wheelmill: ") for line in failed.tail if line.strip().startswith("wheelmill: ")]
+    if said and "; fix: " in said[-1]:
+        what, fix = said[-1].split("; fix: ", 1)
+        return PrecheckError(f"building {tag} failed: {what}", fix=fix)
+    return PrecheckError(f"building {tag} failed: {failed.last_line()}", fix=f"read {failed.log}")

@@ -35,9 +35,17 @@ class RegistryBase:
 
 @dataclass(frozen=True, kw_only=True)
 class PythonSource:
+    """Where a builder image's CPython comes from: a tarball under the Debian mirror (the
+    air-gapped way), or a URL for versions no Debian suite ships. Empty for a base image
+    that brings its own CPythons (manylinux)."""
+
     version: str
-    path: str  # under the Debian mirror
-    sha256: str
+    path: str = ""  # under the Debian mirror
+    url: str = ""
+    sha256: str = ""
+
+    def location(self, mirror: str) -> str:
+        return self.url or (f"{mirror}/{self.path}" if self.path else "")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,6 +95,12 @@ def _base(key: str, raw: Mapping[str, Any], file: Path) -> RegistryBase:
 
 
 def _python(version: str, raw: Mapping[str, Any], file: Path) -> PythonSource:
+    key = f'{file}: pythons."{version}"'
     if not _SHA256.match(str(raw["sha256"])):
-        raise ConfigError(f'{file}: pythons."{version}".sha256: not 64 hex digits', fix="copy it from the suite's Sources index")
-    return PythonSource(version=version, path=str(raw["path"]), sha256=str(raw["sha256"]))
+        raise ConfigError(f"{key}.sha256: not 64 hex digits", fix="copy it from the suite's Sources index, or the release's published sha256")
+    path, url = str(raw.get("path", "")), str(raw.get("url", ""))
+    if bool(path) == bool(url):
+        raise ConfigError(f"{key}: give exactly one of path (under the Debian mirror) and url", fix="keep path for a Debian pool tarball, url otherwise")
+    if url and not url.startswith(("https://", "http://")):
+        raise ConfigError(f"{key}.url: {url!r} is not an http(s) URL", fix="give the tarball's full URL")
+    return PythonSource(version=version, path=path, url=url, sha256=str(raw["sha256"]))
