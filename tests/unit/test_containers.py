@@ -40,8 +40,8 @@ def test_run_exec_and_remove_commands(engine: Engine) -> None:
 def test_remove_and_image_commands_differ_where_the_engines_do() -> None:
     assert DOCKER.remove("c") == ["/usr/bin/docker", "rm", "--force", "c"]
     assert PODMAN.remove("c") == ["/usr/bin/podman", "rm", "--force", "--time", "0", "c"]
-    assert PODMAN.image_exists("t") == ["/usr/bin/podman", "image", "exists", "t"]
-    assert DOCKER.image_exists("t") == ["/usr/bin/docker", "image", "inspect", "--format", "{{.Id}}", "t"]
+    assert PODMAN.image_id("t") == ["/usr/bin/podman", "image", "inspect", "--format", "{{.Id}}", "t"]
+    assert DOCKER.image_id("t") == ["/usr/bin/docker", "image", "inspect", "--format", "{{.Id}}", "t"]
     build = DOCKER.build(
         tag="t", containerfile=Path("/r/containers/builder/Containerfile"), context=Path("/r/containers/builder"), build_args={"B": "2", "A": "1"}
     )

@@ -68,11 +68,6 @@ class Engine:
             argv += ["--build-arg", f"{key}={build_args[key]}"]
         return [*argv, str(context)]
 
-    def image_exists(self, tag: str) -> list[str]:
-        if self.name is EngineName.PODMAN:
-            return [self.binary, "image", "exists", tag]
-        return [self.binary, "image", "inspect", "--format", "{{.Id}}", tag]
-
     def image_id(self, tag: str) -> list[str]:
         return [self.binary, "image", "inspect", "--format", "{{.Id}}", tag]
 
