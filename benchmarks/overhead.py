@@ -27,9 +27,8 @@ import time
 from pathlib import Path
 
 from wheelmill.matrix import load_matrix
-from wheelmill.plan import arch_list
+from wheelmill.process import HostRunner, base_environment
 from wheelmill.recipes import PathSource, load_recipes, resolve
-from wheelmill.runner import HostRunner, base_environment
 from wheelmill.steps.build import available_memory, max_jobs
 from wheelmill.toolchain import Toolkit, find_toolkit
 from wheelmill.tools import uv_bin
@@ -77,7 +76,7 @@ def run_baseline(cell_id: str, output: Path, work: Path, log: Path) -> float:
         shutil.copytree(recipe.source.path, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
         build_env = base_environment(
             [env_dir / "bin", toolkit.bin_dir],
-            {**toolkit.environment(), "TORCH_CUDA_ARCH_LIST": arch_list(cell, recipe) or "", "FORCE_CUDA": "1", "MAX_JOBS": str(jobs)},
+            {**toolkit.environment(), "TORCH_CUDA_ARCH_LIST": recipe.arch_list or cell.variant.arch_list or "", "FORCE_CUDA": "1", "MAX_JOBS": str(jobs)},
         )
         dist, repaired = work / "dist" / name, work / "repaired" / name
         python_env = str(env_dir / "bin" / "python")

@@ -1,22 +1,31 @@
-"""What the steps of one cell share while it runs: the plan, where files go, the runner,
-and what earlier steps found (the Python, the toolkit, the env, the wheels)."""
+"""What a step gets, in three parts that change at different rates:
+
+- ``RunContext``: fixed for the cell's run: its plan, the settings, where its files go.
+- ``Where``: where commands run now: this machine, or the cell's container once the
+  ``prepare-container`` step made it. Replaced as one value, never patched.
+- ``Done``: what earlier steps made (``wheelmill.report``), read by type.
+
+A step returns an ``Outcome``: its check verdicts and the values it made, which the
+pipeline records for later steps and the report.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, TypeVar
 
+from wheelmill.checks import CheckResult
 from wheelmill.containers.engine import Engine
-from wheelmill.containers.images import Ready
-from wheelmill.containers.runner import ContainerRunner
-from wheelmill.envs import Env, EnvBackend
-from wheelmill.matrix import Matrix
-from wheelmill.plan import CellPlan, ContainerSetup
-from wheelmill.runner import Runner
+from wheelmill.envs import EnvBackend
+from wheelmill.process import Runner, StepLog
+from wheelmill.report import Done
 from wheelmill.settings import Settings
-from wheelmill.sources import PackageSources
-from wheelmill.toolchain import Toolkit
+from wheelmill.spec import CellPlan
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,56 +84,42 @@ class Layout:
 
 
 @dataclass(frozen=True, kw_only=True)
-class TorchInfo:
-    """What the torch in an env says about itself."""
-
-    version: str  # torch.__version__, e.g. 2.14.1+cu130
-    dist_version: str  # the installed distribution's version, e.g. 2.14.1
-    cuda: str | None
-    hip: str | None
-    cxx11_abi: bool
-    lib_dir: Path
-    site_packages: Path
-
-
-@dataclass(kw_only=True)
-class CellRun:
-    """The mutable state of one cell's execution; steps read and fill it in order."""
+class RunContext:
+    """Fixed for one cell's run."""
 
     plan: CellPlan
-    matrix: Matrix
     settings: Settings
     layout: Layout
+    engine: Engine | None  # the engine the command line found; None: this machine
+    on_line: Callable[[str], None]  # progress: a line of a running command's output
+
+
+@dataclass(frozen=True, kw_only=True)
+class Where:
+    """Where the cell's commands run, and the env backend that works there."""
+
     runner: Runner
     backend: EnvBackend
-    on_line: Callable[[str], None]
-    python: Path | None = None
-    toolkit: Toolkit | None = None
-    sources: PackageSources | None = None
-    torch_pins: dict[str, str] = field(default_factory=dict)
-    build_env: Env | None = None
-    torch: TorchInfo | None = None
-    source_dirs: dict[str, Path] = field(default_factory=dict)
-    built: dict[str, Path] = field(default_factory=dict)
-    stamped: dict[str, Path] = field(default_factory=dict)
-    repaired: dict[str, Path] = field(default_factory=dict)
-    final: dict[str, Path] = field(default_factory=dict)
-    max_jobs: dict[str, int] = field(default_factory=dict)
-    engine: Engine | None = None
-    containers: ContainerSetup | None = None
-    image: Ready | None = None
-    container: ContainerRunner | None = None
-    lock_origin: str = ""
 
-    def need_python(self) -> Path:
-        assert self.python is not None, "pre-checks found the Python"
-        return self.python
 
-    def need_env(self) -> tuple[Env, TorchInfo]:
-        assert self.build_env is not None, "prepare-env ran"
-        assert self.torch is not None, "env-checks ran"
-        return self.build_env, self.torch
+class Hold(Protocol):
+    """Hands a context manager to the pipeline: entered now, exited when the cell ends."""
 
-    def need_sources(self) -> PackageSources:
-        assert self.sources is not None, "pre-checks chose the package sources"
-        return self.sources
+    def __call__(self, manager: AbstractContextManager[T], /) -> T: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepContext:
+    run: RunContext
+    where: Where
+    done: Done
+    log: StepLog
+    hold: Hold
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """What a step returns: every verdict it reached, and the values it made."""
+
+    checks: Sequence[CheckResult] = ()
+    made: tuple[object, ...] = ()

@@ -19,8 +19,8 @@ from typing import ClassVar
 from packaging.utils import canonicalize_name
 
 from wheelmill.errors import ConfigError
-from wheelmill.runner import Runner, StepLog, base_environment
-from wheelmill.sources import PackageSources
+from wheelmill.package_sources import PackageSources
+from wheelmill.process import Runner, StepLog, base_environment
 from wheelmill.tools import uv_bin
 
 _PINNED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;\\]+)")

@@ -8,7 +8,8 @@ them into a one-line message and an exit status; nothing else prints a traceback
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import ClassVar
 
 
@@ -122,6 +123,39 @@ class ReleaseError(WheelmillError):
     dirty tree, nothing to promote."""
 
     exit_code = 17
+
+
+class InvalidWheel(IndexStoreError):
+    """A file is not a valid wheel: its name, its zip, its one .dist-info or its METADATA.
+    Wherever a wheel is read (a build's output, a publish, a promotion) this is the error,
+    with the index's exit code: the index refuses such a file for the same reason."""
+
+
+class CommandFailed(WheelmillError):
+    """A command exited non-zero (or could not start: returncode 127). Inside a step it
+    becomes that step's own error (a failed compile is a ``BuildError``); where nothing
+    says what it means, it is reported as it is, with its own exit code."""
+
+    exit_code = 18
+
+    def __init__(self, argv: Sequence[str], returncode: int, log: Path | None, tail: Sequence[str]) -> None:
+        self.argv = tuple(argv)
+        self.returncode = returncode
+        self.log = log
+        self.tail = tuple(tail)
+        program = Path(self.argv[0]).name if self.argv else "command"
+        super().__init__(f"{program} exited with {returncode}: {self.last_line()}", fix=f"read {log}" if log else "run it by hand to see why")
+
+    def last_line(self) -> str:
+        lines = [line for line in self.tail if line.strip()]
+        return lines[-1].strip()[:200] if lines else "(no output)"
+
+
+class InternalError(WheelmillError):
+    """Something wheelmill did not expect: a bug. The traceback goes to a log, never to the
+    terminal; the line says where."""
+
+    exit_code = 70  # EX_SOFTWARE (sysexits.h)
 
 
 class Interrupted(WheelmillError):

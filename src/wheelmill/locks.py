@@ -1,4 +1,5 @@
-"""Committed locks: ``locks/<cell>.txt``, the hashed pins of a cell's build env.
+"""A cell's build-env lock: its inputs, where the variant's torch is found, resolving it,
+and the committed copy, ``locks/<cell>.txt``, with the hashed pins.
 
 A lock records a hash of its inputs (the Python, the platform and every build requirement
 of every recipe of the cell) in its first line. A lock made for other inputs is an error in
@@ -11,13 +12,24 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from wheelmill.envs import Target
-from wheelmill.matrix import Cell, Matrix
+from wheelmill import envs
+from wheelmill.checks import Verdict
+from wheelmill.checks.torchenv import judge_located
+from wheelmill.envs import EnvBackend, Target
+from wheelmill.errors import CommandFailed, ConfigError, EnvError, PrecheckError
+from wheelmill.files import write_atomic
+from wheelmill.matrix import Matrix
+from wheelmill.net import is_transient
+from wheelmill.package_sources import PackageSources, machine_sources, torch_index_url
+from wheelmill.process import HostRunner, StepLog
 from wheelmill.recipes import Recipe, resolve
+from wheelmill.settings import Settings
+from wheelmill.variants import Cell, Variant
 
 _HEADER = re.compile(r"^# wheelmill lock of (\S+); inputs sha256:([0-9a-f]{64})$")
 
@@ -61,3 +73,99 @@ def recorded_digest(lock: Path) -> str | None:
 
 def requirements_text(requirements: Sequence[str]) -> str:
     return "\n".join(requirements) + "\n"
+
+
+def mismatch(inputs: LockInputs, committed: Path) -> str | None:
+    """Why the committed lock does not fit ``inputs``, or None when it does."""
+    recorded = recorded_digest(committed)
+    if recorded == inputs.digest:
+        return None
+    return f"{committed} was made for other inputs (recorded {str(recorded)[:12]}..., now {inputs.digest[:12]}...)"
+
+
+def locate_torch(
+    variant: Variant,
+    torch_index: str | None,
+    base: PackageSources,
+    *,
+    backend: EnvBackend,
+    target: Target,
+    work: Path,
+    log: StepLog,
+    interpreter: Path | None = None,
+) -> PackageSources | list[str]:
+    """The sources that have the variant's torch: ``base`` (the machine's) first, then with
+    the torch index. Returns them, or what each candidate said."""
+    candidates = [base] + ([base.with_torch_index(torch_index)] if torch_index else [])
+    tried = []
+    for sources in candidates:
+        version, reason = _locate(variant, sources, backend=backend, target=target, work=work, log=log, interpreter=interpreter)
+        if version is None:
+            tried.append(f"{sources.describe()} [{reason}]")
+            continue
+        verdict = judge_located(version, variant)
+        if verdict.verdict is Verdict.PASS:
+            return sources
+        tried.append(f"{sources.describe()} [{verdict.detail}]")
+    return tried
+
+
+def _locate(
+    variant: Variant, sources: PackageSources, *, backend: EnvBackend, target: Target, work: Path, log: StepLog, interpreter: Path | None
+) -> tuple[str | None, str]:
+    """The torch version ``sources`` resolve to, or None and why not (a short reason)."""
+    work.mkdir(parents=True, exist_ok=True)
+    requirements = work / "torch-probe.in"
+    requirements.write_text(variant.torch_requirement + "\n", encoding="utf-8")
+    out = work / "torch-probe.txt"
+    try:
+        pins = backend.lock(requirements, out, target=target, sources=sources, log=log, hashes=False, deps=False, fail_fast=True, interpreter=interpreter)
+    except CommandFailed as failed:
+        kind = "unreachable" if is_transient("\n".join(failed.tail)) else "not found"
+        return None, f"{kind}: {_reason(failed)}"
+    finally:
+        requirements.unlink(missing_ok=True)
+        out.unlink(missing_ok=True)
+    return pins.get("torch"), "resolved"
+
+
+def _reason(failed: CommandFailed) -> str:
+    lines = [line.strip() for line in failed.tail if line.strip()]
+    causes = [line.removeprefix("cause:").strip() for line in lines if line.startswith("cause:")]
+    text = causes[-1] if causes else (lines[0] if lines else "no output")
+    return text[:160]
+
+
+def write_lock(matrix: Matrix, recipes: Mapping[str, Recipe], cell: Cell, locks_dir: Path, settings: Settings) -> str:
+    """Resolve ``cell``'s build env and commit it as ``locks_dir/<cell>.txt``; a line about it."""
+    lock_inputs = inputs(matrix, recipes, cell)
+    backend = envs.backend(settings.env_backend, HostRunner())
+    torch_index = torch_index_url(cell.variant, settings=settings, template=matrix.torch_index)
+    with tempfile.TemporaryDirectory(prefix="wheelmill-lock-") as tmp:
+        work = Path(tmp)
+        with StepLog(work / "lock.log") as log:
+            found = locate_torch(cell.variant, torch_index, machine_sources(settings), backend=backend, target=lock_inputs.target, work=work, log=log)
+            if not isinstance(found, PackageSources):
+                raise PrecheckError(f"{cell.id}: {cell.variant.torch_requirement} is in none of: {' | '.join(found)}", fix="see `wheelmill build` pre-checks")
+            requirements = work / "requirements.in"
+            requirements.write_text(requirements_text(lock_inputs.requirements), encoding="utf-8")
+            resolved = work / "resolved.txt"
+            try:
+                pins = backend.lock(requirements, resolved, target=lock_inputs.target, sources=found, log=log)
+            except CommandFailed as failed:
+                raise EnvError(f"{cell.id}: cannot resolve the build env: {failed.last_line()}", fix="check the requirements in recipes/") from None
+        target_file = path_of(locks_dir, cell.id)
+        write_atomic(target_file, (lock_inputs.header() + resolved.read_text(encoding="utf-8")).encode())
+    return f"{target_file}: {len(pins)} packages, torch {pins.get('torch')}, inputs {lock_inputs.digest[:12]}..."
+
+
+def check_lock(matrix: Matrix, recipes: Mapping[str, Recipe], cell: Cell, locks_dir: Path) -> str | None:
+    """A line about the committed lock of ``cell``; None when it has none."""
+    lock_inputs = inputs(matrix, recipes, cell)
+    committed = path_of(locks_dir, cell.id)
+    if not committed.is_file():
+        return None
+    problem = mismatch(lock_inputs, committed)
+    if problem:
+        raise ConfigError(problem, fix=f"run `wheelmill lock --cell {cell.id}` and commit it")
+    return f"{committed}: matches its inputs ({lock_inputs.digest[:12]}...)"

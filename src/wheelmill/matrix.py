@@ -10,85 +10,16 @@ import fnmatch
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from wheelmill.archs import CudaArchs, RocmArchs
 from wheelmill.config import load_toml, parse_size, validate
 from wheelmill.errors import ConfigError, SelectionError, did_you_mean
+from wheelmill.variants import Cell, Family, Variant
 
 SCHEMA = "matrix.schema.json"
 _CELL_ID = re.compile(r"^(?P<variant>[a-z0-9]+)-py(?P<major>3)(?P<minor>[0-9]{1,2})$")
-
-
-class Family(StrEnum):
-    CPU = "cpu"
-    CUDA = "cuda"
-    ROCM = "rocm"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Variant:
-    """One accelerator toolchain and everything pinned by it."""
-
-    name: str
-    family: Family
-    label: str
-    torch: str
-    torch_on_pypi: bool
-    torch_index: str | None
-    glibc: str
-    pythons: tuple[str, ...]
-    toolkit: str | None = None
-    cudnn: str | None = None
-    nccl: str | None = None
-    arch_list: str | None = None
-    toolkit_wheels: tuple[str, ...] = ()
-
-    @property
-    def toolkit_short(self) -> str | None:
-        """``11.8`` for toolkit ``11.8.0``: what nvcc/hipcc must report."""
-        return ".".join(self.toolkit.split(".")[:2]) if self.toolkit else None
-
-    @property
-    def channel(self) -> str:
-        """The index channel of this variant: its local label (``cu118``, ``cpu``)."""
-        return self.label
-
-    @property
-    def torch_requirement(self) -> str:
-        """The exact torch this variant builds against.
-
-        With ``torch-on-pypi`` the unlabeled release counts too (PEP 440: ``==2.14.1``
-        matches any local label), and the env check then insists on the right CUDA.
-        """
-        return f"torch=={self.torch}" if self.torch_on_pypi else f"torch=={self.torch}+{self.label}"
-
-    def describe(self) -> str:
-        match self.family:
-            case Family.CPU:
-                return f"CPU, torch {self.torch}+{self.label}, {self.glibc}"
-            case Family.CUDA:
-                return f"CUDA {self.toolkit}, torch {self.torch}+{self.label}, archs {self.arch_list}, {self.glibc}"
-            case Family.ROCM:
-                return f"ROCm {self.toolkit}, torch {self.torch}+{self.label}, archs {self.arch_list}, {self.glibc}"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Cell:
-    """(variant, python): the unit of a nox session and of a CI job."""
-
-    variant: Variant
-    python: str
-
-    @property
-    def id(self) -> str:
-        return f"{self.variant.name}-py{self.python.replace('.', '')}"
-
-    @property
-    def python_tag(self) -> str:
-        return f"cp{self.python.replace('.', '')}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,6 +93,24 @@ def github_matrix(cells: Iterable[Cell]) -> dict[str, list[dict[str, str]]]:
     """GitHub Actions' ``{"include": [...]}``: one entry per cell."""
     include = [{"cell": c.id, "variant": c.variant.name, "python": c.python, "family": c.variant.family.value, "label": c.variant.label} for c in cells]
     return {"include": include}
+
+
+def matrix_markdown(matrix: Matrix) -> str:
+    """The variants and their Pythons as a Markdown table (the README's copy)."""
+    head = ["variant", "toolkit", "torch", "arch list", "glibc", *matrix.pythons]
+    rows = [
+        [
+            v.name,
+            v.toolkit or "-",
+            f"{v.torch}+{v.label}",
+            f"`{v.arch_list}`" if v.arch_list else "-",
+            v.glibc,
+            *("yes" if p in v.pythons else "-" for p in matrix.pythons),
+        ]
+        for v in matrix.variants.values()
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
 def load_matrix(path: Path) -> Matrix:

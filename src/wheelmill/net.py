@@ -10,19 +10,18 @@ from __future__ import annotations
 import hashlib
 import html.parser
 import json
-import os
-import shutil
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from packaging.utils import canonicalize_name
 
 from wheelmill.errors import FetchError, IntegrityError
+from wheelmill.files import atomic_path
 from wheelmill.retry import TransientError
 
 TIMEOUT = 60.0
@@ -85,12 +84,9 @@ def download(url: str, dest: Path, *, sha256: str, on_progress: Callable[[int, i
     The bytes go to a temporary file beside ``dest`` and are renamed only once verified, so
     an interrupted or corrupt download never leaves a file under the final name.
     """
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-    tmp = Path(tmp_name)
-    try:
-        digest = hashlib.sha256()
-        with os.fdopen(fd, "wb") as out:
+    digest = hashlib.sha256()
+    with atomic_path(dest) as tmp:
+        with tmp.open("wb") as out:
             _copy_response(url, out, digest, on_progress)
         actual = digest.hexdigest()
         if actual != sha256:
@@ -98,13 +94,10 @@ def download(url: str, dest: Path, *, sha256: str, on_progress: Callable[[int, i
                 f"{url}: sha256 mismatch: expected {sha256}, got {actual}",
                 fix="the file changed or was tampered with; check the source and update sha256 only if you trust it",
             )
-        tmp.replace(dest)
-        return dest
-    finally:
-        tmp.unlink(missing_ok=True)
+    return dest
 
 
-def _copy_response(url: str, out: object, digest: hashlib._Hash, on_progress: Callable[[int, int | None], None] | None) -> None:
+def _copy_response(url: str, out: BinaryIO, digest: hashlib._Hash, on_progress: Callable[[int, int | None], None] | None) -> None:
     with _open(url) as response:
         total = response.headers.get("Content-Length")
         size = int(total) if total and total.isdigit() else None
@@ -112,7 +105,7 @@ def _copy_response(url: str, out: object, digest: hashlib._Hash, on_progress: Ca
         try:
             while chunk := response.read(CHUNK):
                 digest.update(chunk)
-                out.write(chunk)  # type: ignore[attr-defined]
+                out.write(chunk)
                 done += len(chunk)
                 if on_progress:
                     on_progress(done, size)
@@ -183,10 +176,3 @@ def _parse_html(body: str, page: str) -> list[IndexFile]:
         filename = urllib.parse.unquote(url.rsplit("/", 1)[-1])
         files.append(IndexFile(filename=filename, url=url, sha256=sha))
     return files
-
-
-def copy_local(path: Path, dest: Path) -> None:
-    """Copy a local file into place atomically."""
-    tmp = dest.with_name(f".{dest.name}.part")
-    shutil.copyfile(path, tmp)
-    tmp.replace(dest)

@@ -7,14 +7,33 @@ from __future__ import annotations
 import ast
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wheelmill.context import TorchInfo
+from packaging.version import InvalidVersion, Version
+
 from wheelmill.errors import EnvError
-from wheelmill.runner import Runner, StepLog
+from wheelmill.process import Runner, StepLog
 
 MARK = "WHEELMILL_PROBE "
+
+
+@dataclass(frozen=True, kw_only=True)
+class TorchInfo:
+    """What the torch in an env says about itself."""
+
+    version: str  # torch.__version__, e.g. 2.14.1+cu130
+    dist_version: str  # the installed distribution's version, e.g. 2.14.1
+    cuda: str | None
+    hip: str | None
+    cxx11_abi: bool
+    lib_dir: Path
+    site_packages: Path
+
+    def facts(self) -> dict[str, Any]:
+        return {"torch": {"version": self.version, "cuda": self.cuda, "hip": self.hip, "cxx11_abi": self.cxx11_abi}}
+
 
 # Imports the wheel's modules and looks up its torch operators. ``ns::op@Key`` also asks
 # the dispatcher whether a kernel is registered for that key (CUDA kernels can be checked
@@ -48,14 +67,22 @@ print("WHEELMILL_PROBE " + json.dumps(results))
 """
 
 
-def parse(output: str) -> Any:
+def parse(output: str) -> list[dict[str, Any]] | None:
+    """The probe's result: its last marked line, or None where it printed none that reads as
+    one (an import that ended the interpreter, or printed a marked line of its own)."""
     for line in reversed(output.splitlines()):
         if line.startswith(MARK):
-            return json.loads(line[len(MARK) :])
-    raise ValueError("the probe printed no result")
+            try:
+                data = json.loads(line[len(MARK) :])
+            except ValueError:
+                return None
+            return data if isinstance(data, list) and all(isinstance(d, dict) and {"name", "ok", "detail"} <= d.keys() for d in data) else None
+    return None
 
 
-def run_probe(runner: Runner, python: Path, source: str, args: Sequence[str], *, env: dict[str, str], log: StepLog, cwd: Path | None = None) -> Any:
+def run_probe(
+    runner: Runner, python: Path, source: str, args: Sequence[str], *, env: dict[str, str], log: StepLog, cwd: Path | None = None
+) -> list[dict[str, Any]] | None:
     result = runner.run([str(python), "-c", source, *args], env=env, log=log, cwd=cwd, keep_output=True)
     return parse(result.output)
 
@@ -73,7 +100,14 @@ def read_torch(env_root: Path) -> TorchInfo:
     package = found[0].parent
     values = _assignments(found[0])
     dist = sorted(package.parent.glob("torch-*.dist-info/METADATA"))
-    dist_version = next((line.split(":", 1)[1].strip() for line in dist[0].read_text().splitlines() if line.startswith("Version:")), "") if dist else ""
+    metadata = dist[0].read_text(encoding="utf-8", errors="replace").splitlines() if dist else []
+    dist_version = next((line.split(":", 1)[1].strip() for line in metadata if line.startswith("Version:")), "")
+    try:
+        Version(str(values.get("__version__")))
+    except InvalidVersion:
+        raise EnvError(
+            f"{found[0]}: __version__ is {values.get('__version__')!r}, not a version", fix="the env's torch is damaged or not torch: check the lock"
+        ) from None
     return TorchInfo(
         version=str(values.get("__version__", "")),
         dist_version=dist_version or str(values.get("__version__", "")),
@@ -86,8 +120,12 @@ def read_torch(env_root: Path) -> TorchInfo:
 
 
 def _assignments(path: Path) -> dict[str, object]:
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (SyntaxError, ValueError, OSError) as exc:
+        raise EnvError(f"{path}: cannot be read as Python ({exc})", fix="the env's torch is damaged or not torch: check the lock") from None
     values: dict[str, object] = {}
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+    for node in tree.body:
         target = node.targets[0] if isinstance(node, ast.Assign) else node.target if isinstance(node, ast.AnnAssign) else None
         value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
         if isinstance(target, ast.Name) and isinstance(value, ast.Constant):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import graphlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ from typing import Any
 from wheelmill.archs import CudaArchs, RocmArchs
 from wheelmill.config import load_toml, parse_size, validate
 from wheelmill.errors import ConfigError, SelectionError, did_you_mean
-from wheelmill.matrix import Cell, Family
+from wheelmill.variants import Cell, Family
 from wheelmill.versions import VersionRule
 
 SCHEMA = "recipe.schema.json"
@@ -190,15 +190,25 @@ def _check_graph(recipes: Mapping[str, Recipe]) -> None:
         raise ConfigError(f"{first}: depends-on: cycle {cycle}", fix="break the cycle: recipes form a DAG") from None
 
 
-def order(recipes: Mapping[str, Recipe], names: Sequence[str]) -> tuple[str, ...]:
-    """``names`` and everything they depend on, dependencies first, ties by name."""
-    wanted: set[str] = set()
-    stack = list(names)
+def closure(depends_on: Mapping[str, Sequence[str]], roots: Iterable[str]) -> set[str]:
+    """``roots`` and everything they depend on, transitively.
+
+    >>> sorted(closure({"a": ["b"], "b": ["c"], "c": []}, ["a"]))
+    ['a', 'b', 'c']
+    """
+    found: set[str] = set()
+    stack = list(roots)
     while stack:
         name = stack.pop()
-        if name not in wanted:
-            wanted.add(name)
-            stack.extend(recipes[name].depends_on)
+        if name not in found:
+            found.add(name)
+            stack.extend(depends_on[name])
+    return found
+
+
+def order(recipes: Mapping[str, Recipe], names: Sequence[str]) -> tuple[str, ...]:
+    """``names`` and everything they depend on, dependencies first, ties by name."""
+    wanted = closure({name: recipe.depends_on for name, recipe in recipes.items()}, names)
     sorter = graphlib.TopologicalSorter({n: recipes[n].depends_on for n in sorted(wanted)})
     sorter.prepare()
     result: list[str] = []

@@ -14,7 +14,6 @@ copied byte for byte, and checked to be). Nothing is compiled.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import tempfile
 import zipfile
@@ -29,7 +28,8 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from wheelmill.errors import IntegrityError, ReleaseError
-from wheelmill.index.store import RECORDS_DIR, Channel, Published, publish, remove_files, write_atomic
+from wheelmill.files import file_lock, write_atomic
+from wheelmill.index.store import RECORDS_DIR, Channel, Published, publish, remove_files
 from wheelmill.net import sha256_of
 from wheelmill.versions import Release, Track, VersionRule
 from wheelmill.wheelfile import read_wheel, rewrite_metadata
@@ -92,13 +92,8 @@ def manifests(root: Path, track: Track) -> list[Manifest]:
 @contextmanager
 def _records_lock(root: Path, track: Track) -> Iterator[Path]:
     directory = root / RECORDS_DIR / track.value
-    directory.mkdir(parents=True, exist_ok=True)
-    with (directory / ".lock").open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield directory
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with file_lock(directory / ".lock"):
+        yield directory
 
 
 def record(root: Path, manifest: Manifest) -> Path:
@@ -114,9 +109,7 @@ def record(root: Path, manifest: Manifest) -> Path:
                 )
             known = {(f.channel, f.filename) for f in old.files}
             manifest = replace(old, files=old.files + tuple(f for f in manifest.files if (f.channel, f.filename) not in known))
-        tmp_dir = directory / ".tmp"
-        tmp_dir.mkdir(exist_ok=True)
-        write_atomic(path, (json.dumps(manifest.as_dict(), indent=2) + "\n").encode(), tmp_dir=tmp_dir)
+        write_atomic(directory / path.name, (json.dumps(manifest.as_dict(), indent=2) + "\n").encode())
     return path
 
 

@@ -1,22 +1,30 @@
-"""The report of a cell: ``<cell>/report.json``, rewritten atomically after every step so a
-crash or Ctrl-C still leaves a valid report of what happened up to then."""
+"""The report of a cell: the record of every step (status, time, attempts, verdicts, and
+the value it made), written to ``<cell>/report.json`` atomically after every step, so a
+crash or Ctrl-C still leaves a valid report of what happened up to then.
+
+The report reads what it says from those records: the wheels are the install tests'
+values, the facts (the Python, the toolkit, the torch, the image) what the values that
+carry facts say of themselves.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from wheelmill.checks import CheckResult
+from wheelmill.files import write_atomic
 from wheelmill.net import sha256_of
-from wheelmill.plan import CellPlan, Step
+from wheelmill.spec import CellPlan, Step
 
 REPORT_VERSION = 1
+T = TypeVar("T")
 
 
 class Status(StrEnum):
@@ -24,6 +32,13 @@ class Status(StrEnum):
     FAILED = "failed"
     SKIPPED = "skipped"
     INTERRUPTED = "interrupted"
+
+
+@runtime_checkable
+class Facts(Protocol):
+    """A step's value that says something about where and how the cell was built."""
+
+    def facts(self) -> Mapping[str, Any]: ...
 
 
 @dataclass(kw_only=True)
@@ -35,7 +50,8 @@ class StepRecord:
     log: str | None = None
     error: str | None = None
     exit_code: int | None = None
-    checks: list[CheckResult] = field(default_factory=list)
+    checks: Sequence[CheckResult] = ()
+    made: tuple[object, ...] = ()  # the values the step made, for later steps and the report
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -53,6 +69,8 @@ class StepRecord:
 
 @dataclass(frozen=True, kw_only=True)
 class WheelRecord:
+    """A wheel that passed everything and was delivered to ``dist/``."""
+
     name: str
     size: int
     sha256: str
@@ -63,6 +81,28 @@ class WheelRecord:
         return cls(name=path.name, size=path.stat().st_size, sha256=sha256_of(path), path=str(path))
 
 
+class Done:
+    """What earlier steps of the cell made, by type: a read-only view of the records."""
+
+    def __init__(self, records: Sequence[StepRecord]) -> None:
+        self._records = records
+
+    def get(self, kind: type[T], recipe: str | None = None) -> T:
+        """The latest ``kind`` made by a cell step (``recipe`` None) or by ``recipe``'s steps."""
+        for record in reversed(self._records):
+            for value in reversed(record.made) if record.step.recipe == recipe else ():
+                if isinstance(value, kind):
+                    return value
+        # The plan orders steps so that this cannot happen; if it does, it is a bug.
+        raise LookupError(f"no earlier step{f' of {recipe}' if recipe else ''} made a {kind.__name__}")
+
+    def find(self, kind: type[T], recipe: str | None = None) -> T | None:
+        try:
+            return self.get(kind, recipe)
+        except LookupError:
+            return None
+
+
 @dataclass(kw_only=True)
 class CellReport:
     plan: CellPlan
@@ -70,8 +110,24 @@ class CellReport:
     started: float = field(default_factory=time.time)
     finished: float | None = None
     steps: list[StepRecord] = field(default_factory=list)
-    wheels: dict[str, WheelRecord] = field(default_factory=dict)
-    facts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def done(self) -> Done:
+        return Done(self.steps)
+
+    @property
+    def wheels(self) -> dict[str, WheelRecord]:
+        return {r.step.recipe: value for r in self.steps for value in r.made if r.step.recipe and isinstance(value, WheelRecord)}
+
+    @property
+    def facts(self) -> dict[str, Any]:
+        """Where the cell was built, from what the steps found, later steps winning."""
+        facts: dict[str, Any] = {"engine": self.plan.engine, "machine": os.uname().machine}
+        for made in (value for record in self.steps for value in record.made if isinstance(value, Facts)):
+            for key, value in made.facts().items():
+                merged = facts.get(key)
+                facts[key] = {**merged, **value} if isinstance(merged, dict) and isinstance(value, dict) else value
+        return facts
 
     @property
     def failed(self) -> StepRecord | None:
@@ -97,6 +153,7 @@ class CellReport:
 
     def as_dict(self) -> dict[str, Any]:
         cell = self.plan.cell
+        wheels = self.wheels
         return {
             "report_version": REPORT_VERSION,
             "cell": cell.id,
@@ -115,8 +172,8 @@ class CellReport:
                 {
                     "name": r.name,
                     "status": self.recipe_status(r.name).value,
-                    "version_rule": r.version_rule.value,
-                    "wheel": vars(self.wheels[r.name]) if r.name in self.wheels else None,
+                    "version_rule": r.version.rule.value,
+                    "wheel": vars(wheels[r.name]) if r.name in wheels else None,
                 }
                 for r in self.plan.recipes
             ],
@@ -125,12 +182,7 @@ class CellReport:
 
     def write(self) -> None:
         """Write report.json atomically: a reader never sees half a report."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".report.", suffix=".json", dir=self.path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(self.as_dict(), f, indent=2)
-            f.write("\n")
-        Path(tmp).replace(self.path)
+        write_atomic(self.path, (json.dumps(self.as_dict(), indent=2) + "\n").encode())
 
 
 def _release(cell_plan: CellPlan) -> dict[str, Any] | None:

@@ -17,8 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
-from wheelmill.matrix import Cell, Family, Matrix
+from wheelmill.matrix import Matrix
 from wheelmill.recipes import PathSource, Recipe
+from wheelmill.variants import Cell, Family
 
 # Builder image definitions and the families whose images build from them.
 _DEFINITIONS = {"builder": tuple(Family), "manylinux": (Family.CPU, Family.CUDA), "rocm": (Family.ROCM,)}

@@ -1,43 +1,52 @@
-"""Site settings: what differs between machines, read from ``WHEELMILL_*`` variables.
+"""Site settings: what differs between machines, read from ``WHEELMILL_*`` variables, with the
+command line layered over them.
 
 The repo's data (matrix, recipes) says what to build; settings say where things come from
-on this machine: package sources, the torch index mirror, retry budget. Nothing here is
-read anywhere else.
+on this machine: package sources, the torch index mirror, the engine, the retry budget.
+Every ``WHEELMILL_*`` variable is read here and nowhere else.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
+from wheelmill.containers.engine import ENGINE_CHOICES
 from wheelmill.errors import ConfigError
 from wheelmill.retry import RetryPolicy
 
 N = TypeVar("N", int, float)
+BASE_POLICIES = ("auto", "bootstrap", "registry")
 
 
 @dataclass(frozen=True, kw_only=True)
 class Settings:
-    output: Path
+    output: Path = Path("wheels")
+    recipes: Path = Path("recipes")
     # None: the matrix's template. "": no torch index, only the package sources.
-    torch_index: str | None
+    torch_index: str | None = None
     # Package sources; when all are None wheelmill reads pip's configuration.
-    index_url: str | None
-    extra_index_urls: tuple[str, ...] | None
-    find_links: tuple[str, ...] | None
-    retry: RetryPolicy
-    env_backend: str
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] | None = None
+    find_links: tuple[str, ...] | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    env_backend: str = "uv"
     index_root: Path | None = None  # None: <output>/index
+    engine: str = "auto"  # where commands run: auto | podman | docker | none
     base_policy: str = "auto"  # auto | bootstrap | registry: the builder images' base
+    debian_mirror: str | None = None  # None: the mirror apt is configured with
+    publish_username: str | None = field(default=None, repr=False)
+    publish_password: str | None = field(default=None, repr=False)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ
         return cls(
             output=Path(env.get("WHEELMILL_OUTPUT", "wheels")),
+            recipes=Path(env.get("WHEELMILL_RECIPES", "recipes")),
             torch_index=env.get("WHEELMILL_TORCH_INDEX"),
             index_url=env.get("WHEELMILL_INDEX_URL") or None,
             extra_index_urls=_words(env, "WHEELMILL_EXTRA_INDEX_URL"),
@@ -48,12 +57,20 @@ class Settings:
             ),
             env_backend=env.get("WHEELMILL_ENV_BACKEND", "uv"),
             index_root=Path(env["WHEELMILL_INDEX_ROOT"]) if env.get("WHEELMILL_INDEX_ROOT") else None,
-            base_policy=_choice(env, "WHEELMILL_BASE", ("auto", "bootstrap", "registry")),
+            engine=_choice(env, "WHEELMILL_ENGINE", ENGINE_CHOICES),
+            base_policy=_choice(env, "WHEELMILL_BASE", BASE_POLICIES),
+            debian_mirror=env.get("WHEELMILL_DEBIAN_MIRROR") or None,
+            publish_username=env.get("WHEELMILL_PUBLISH_USERNAME") or None,
+            publish_password=env.get("WHEELMILL_PUBLISH_PASSWORD") or None,
         )
+
+    def layered(self, *, output: Path | None = None, recipes: Path | None = None, engine: str | None = None) -> Settings:
+        """These settings with what a command line gave (None: it gave nothing)."""
+        return replace(self, output=output or self.output, recipes=recipes or self.recipes, engine=engine or self.engine)
 
     def with_output(self, output: Path | None) -> Settings:
         """These settings with the output root a command line gave (if it gave one)."""
-        return replace(self, output=output) if output else self
+        return self.layered(output=output)
 
     @property
     def index(self) -> Path:
@@ -63,6 +80,11 @@ class Settings:
     @property
     def sources_overridden(self) -> bool:
         return any(x is not None for x in (self.index_url, self.extra_index_urls, self.find_links))
+
+    @property
+    def root(self) -> Path:
+        """The repository: the directory that holds the recipes directory."""
+        return self.recipes.resolve().parent
 
 
 def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:

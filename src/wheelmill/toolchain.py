@@ -13,9 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from wheelmill.matrix import Family, Variant
-from wheelmill.runner import Runner
+from wheelmill.process import Runner
 from wheelmill.tools import uv_bin
+from wheelmill.variants import Family, Variant
 
 _NVCC_RELEASE = re.compile(r"release (\d+\.\d+)")
 _HIP_VERSION = re.compile(r"HIP version:\s*(\d+\.\d+)")

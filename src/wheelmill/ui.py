@@ -20,8 +20,8 @@ from rich.table import Table
 
 from wheelmill.checks import Verdict
 from wheelmill.config import format_size
-from wheelmill.plan import Step
 from wheelmill.report import CellReport, Status, StepRecord
+from wheelmill.spec import Step
 
 HEARTBEAT = 60.0
 _MARK = {Status.OK: "[green]ok[/]", Status.FAILED: "[red]FAILED[/]", Status.SKIPPED: "[dim]skipped[/]", Status.INTERRUPTED: "[yellow]interrupted[/]"}

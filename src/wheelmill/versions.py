@@ -27,7 +27,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from wheelmill.errors import ReleaseError
-from wheelmill.runner import capture
+from wheelmill.process import capture
 
 _TAG = re.compile(r"^v(?P<base>\d+\.\d+\.\d+)(?:-rc(?P<rc>\d+))?$")
 # Before the first release tag, nightlies lead up to this one.

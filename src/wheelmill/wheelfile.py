@@ -8,35 +8,64 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
-import tempfile
 import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from email.message import Message
 from email.parser import HeaderParser
+from functools import cached_property
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.tags import Tag
-from packaging.utils import canonicalize_name, parse_wheel_filename
-from packaging.version import Version
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
 from wheelmill.checks.elf import is_elf
+from wheelmill.errors import InvalidWheel
+from wheelmill.files import atomic_path
+
+# Core metadata is a few kilobytes; a wheel whose METADATA would unpack to more than this
+# is refused before it is read (a small zip can expand to gigabytes).
+MAX_METADATA = 16 * 2**20
 
 
 @dataclass(frozen=True, kw_only=True)
 class WheelInfo:
+    """A wheel's name, version and tags (from its file name) and its core metadata."""
+
     path: Path
     name: str  # canonical
     version: Version
     tags: frozenset[Tag]
     dist_info: str
-    metadata_text: str
+    metadata: bytes  # METADATA as stored: what a PEP 658 sidecar serves
     files: tuple[str, ...]
+
+    @cached_property
+    def headers(self) -> Message:
+        return HeaderParser().parsestr(self.metadata_text)
+
+    @property
+    def metadata_text(self) -> str:
+        return self.metadata.decode("utf-8")
+
+    @property
+    def metadata_name(self) -> str:
+        return str(self.headers.get("Name", ""))
+
+    @property
+    def metadata_version(self) -> str:
+        return str(self.headers.get("Version", ""))
+
+    @property
+    def requires_python(self) -> str | None:
+        value = self.headers.get("Requires-Python")
+        return str(value) if value is not None else None
 
     @property
     def requires_dist(self) -> tuple[str, ...]:
-        return tuple(HeaderParser().parsestr(self.metadata_text).get_all("Requires-Dist") or ())
+        return tuple(str(v) for v in self.headers.get_all("Requires-Dist") or ())
 
     def requirements(self) -> list[Requirement]:
         out = []
@@ -53,27 +82,56 @@ class WheelInfo:
 
 
 def read_wheel(path: Path) -> WheelInfo:
-    name, version, _build, tags = parse_wheel_filename(path.name)
-    with zipfile.ZipFile(path) as zf:
-        files = tuple(zf.namelist())
-        dist_info = _dist_info_dir(files, path)
-        metadata_text = zf.read(f"{dist_info}/METADATA").decode("utf-8")
-    return WheelInfo(
-        path=path,
-        name=canonicalize_name(name),
-        version=version,
-        tags=frozenset(tags),
-        dist_info=dist_info,
-        metadata_text=metadata_text,
-        files=files,
-    )
+    """The one reader of wheels: every way a file can fail to be a wheel is ``InvalidWheel``."""
+    try:
+        name, version, _build, tags = parse_wheel_filename(path.name)
+    except InvalidWheelFilename as exc:
+        raise InvalidWheel(f"{path}: not a wheel file name ({exc})", fix="give a .whl file named <name>-<version>-<tags>.whl") from None
+    try:
+        with zipfile.ZipFile(path) as zf:
+            files = tuple(zf.namelist())
+            dist_info = _dist_info_dir(files, path)
+            metadata = _read_bounded(zf, f"{dist_info}/METADATA", path)
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        raise InvalidWheel(f"{path}: unreadable wheel ({exc})", fix="rebuild it; a wheel is a zip file") from None
+    info = WheelInfo(path=path, name=canonicalize_name(name), version=version, tags=frozenset(tags), dist_info=dist_info, metadata=metadata, files=files)
+    _check_metadata(info)
+    return info
 
 
 def _dist_info_dir(files: tuple[str, ...], path: Path) -> str:
-    dirs = {f.split("/", 1)[0] for f in files if f.split("/", 1)[0].endswith(".dist-info") and f.endswith("/METADATA")}
+    dirs = {f.split("/", 1)[0] for f in files if f.split("/", 1)[0].endswith(".dist-info") and f.count("/") == 1 and f.endswith("/METADATA")}
     if len(dirs) != 1:
-        raise ValueError(f"{path.name}: expected one .dist-info directory with METADATA, found {sorted(dirs) or 'none'}")
+        raise InvalidWheel(
+            f"{path}: expected one .dist-info directory with METADATA, found {sorted(dirs) or 'none'}", fix="rebuild it with a standard build backend"
+        )
     return dirs.pop()
+
+
+def _read_bounded(zf: zipfile.ZipFile, member: str, path: Path) -> bytes:
+    info = zf.getinfo(member)
+    if info.file_size > MAX_METADATA:
+        raise InvalidWheel(f"{path}: {member} unpacks to {info.file_size} bytes", fix="core metadata is kilobytes; rebuild the wheel")
+    with zf.open(info) as member_file:
+        data = member_file.read(MAX_METADATA + 1)  # the declared size can lie
+    if len(data) > MAX_METADATA:
+        raise InvalidWheel(f"{path}: {member} unpacks to more than {MAX_METADATA} bytes", fix="core metadata is kilobytes; rebuild the wheel")
+    return data
+
+
+def _check_metadata(info: WheelInfo) -> None:
+    try:
+        info.metadata_text  # noqa: B018 - decoding is the check
+    except UnicodeDecodeError:
+        raise InvalidWheel(f"{info.path}: {info.dist_info}/METADATA is not UTF-8", fix="rebuild it; core metadata is UTF-8 (PEP 566)") from None
+    if not info.metadata_name:
+        raise InvalidWheel(f"{info.path}: {info.dist_info}/METADATA has no Name", fix="rebuild it with a standard build backend")
+    try:
+        Version(info.metadata_version)
+    except InvalidVersion:
+        raise InvalidWheel(
+            f"{info.path}: METADATA Version {info.metadata_version[:40]!r} is not a version (PEP 440)", fix="fix the version and rebuild it"
+        ) from None
 
 
 def extract_binaries(wheel: Path, dest: Path) -> list[Path]:
@@ -89,7 +147,7 @@ def extract_binaries(wheel: Path, dest: Path) -> list[Path]:
                 continue
             target = dest / info.filename
             if not target.resolve().is_relative_to(dest.resolve()):
-                raise ValueError(f"{wheel.name}: unsafe path {info.filename!r}")
+                raise InvalidWheel(f"{wheel.name}: unsafe path {info.filename!r}", fix="do not use this wheel: a member would land outside its tree")
             target.parent.mkdir(parents=True, exist_ok=True)
             with zf.open(info) as src, target.open("wb") as dst:
                 while chunk := src.read(1 << 20):
@@ -175,26 +233,18 @@ def _pin_requirement(text: str, pins: Mapping[str, str]) -> tuple[str, str] | No
 
 
 def _rewrite_zip(source: Path, target: Path, *, old_dist: str, new_dist: str, metadata: str) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        records: list[str] = []
-        with zipfile.ZipFile(source) as zin, zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zout:
-            for item in zin.infolist():
-                if item.filename == f"{old_dist}/RECORD":
-                    continue
-                data = metadata.encode() if item.filename == f"{old_dist}/METADATA" else zin.read(item)
-                name = new_dist + item.filename[len(old_dist) :] if item.filename.startswith(old_dist + "/") else item.filename
-                zout.writestr(_copy_info(item, name), data)
-                records.append(f"{name},{_record_hash(data)},{len(data)}")
-            record_name = f"{new_dist}/RECORD"
-            records.append(f"{record_name},,")
-            zout.writestr(_copy_info(zipfile.ZipInfo(record_name), record_name), "\n".join(records) + "\n")
-        tmp.replace(target)
-    finally:
-        tmp.unlink(missing_ok=True)
+    records: list[str] = []
+    with atomic_path(target) as tmp, zipfile.ZipFile(source) as zin, zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zout:
+        for item in zin.infolist():
+            if item.filename == f"{old_dist}/RECORD":
+                continue
+            data = metadata.encode() if item.filename == f"{old_dist}/METADATA" else zin.read(item)
+            name = new_dist + item.filename[len(old_dist) :] if item.filename.startswith(old_dist + "/") else item.filename
+            zout.writestr(_copy_info(item, name), data)
+            records.append(f"{name},{_record_hash(data)},{len(data)}")
+        record_name = f"{new_dist}/RECORD"
+        records.append(f"{record_name},,")
+        zout.writestr(_copy_info(zipfile.ZipInfo(record_name), record_name), "\n".join(records) + "\n")
 
 
 def _copy_info(item: zipfile.ZipInfo, name: str) -> zipfile.ZipInfo:

@@ -23,9 +23,9 @@ from wheelmill.index.pages import Project
 from wheelmill.index.store import Channel
 from wheelmill.index.verify import verify
 from wheelmill.matrix import load_matrix
+from wheelmill.package_sources import machine_sources
 from wheelmill.probes import read_torch
 from wheelmill.settings import Settings
-from wheelmill.sources import machine_sources
 from wheelmill.wheelfile import read_wheel
 
 pytestmark = pytest.mark.integration

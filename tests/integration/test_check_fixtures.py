@@ -19,7 +19,7 @@ from wheelmill.checks.device import find_cuobjdump, judge_cuda, scan_cuda
 from wheelmill.checks.elf import ElfSummary, LibraryFinder, system_lib_dirs
 from wheelmill.checks.symbols import interpreter_libraries, judge_undefined, unresolved_symbols
 from wheelmill.matrix import load_matrix
-from wheelmill.runner import HostRunner, capture
+from wheelmill.process import HostRunner, capture
 from wheelmill.steps.verify import inspect_wheel
 from wheelmill.toolchain import Toolkit, find_toolkit
 

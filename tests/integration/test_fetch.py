@@ -15,23 +15,23 @@ import subprocess
 import tarfile
 import threading
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from wheelmill import envs
-from wheelmill.context import CellRun, Layout
+from wheelmill.context import Layout, RunContext
 from wheelmill.errors import FetchError, IntegrityError
-from wheelmill.executor import run_step
 from wheelmill.matrix import load_matrix
+from wheelmill.package_sources import machine_sources
+from wheelmill.pipeline import host, run_step
 from wheelmill.plan import StepKind, plan_cell
 from wheelmill.recipes import load_recipes
-from wheelmill.report import Status, StepRecord
-from wheelmill.runner import HostRunner
+from wheelmill.report import CellReport, Status, StepRecord
 from wheelmill.settings import Settings
-from wheelmill.sources import machine_sources
+from wheelmill.steps.cell import Sources
 from wheelmill.ui import UI, make_console
 
 pytestmark = pytest.mark.integration
@@ -145,11 +145,14 @@ def fetch_once(tmp_path: Path, source: str, *, attempts: int = 4, env: dict[str,
     settings = Settings.from_environ({"WHEELMILL_RETRIES": str(attempts), "WHEELMILL_RETRY_DELAY": "0.01", **(env or {})})
     cell_plan = plan_cell(matrix, load_recipes(recipes), matrix.cell("cpu-py311"), ["flaky-pkg"], settings)
     layout = Layout(output=tmp_path / "wheels", cell="cpu-py311")
-    runner = HostRunner()
-    run = CellRun(plan=cell_plan, matrix=matrix, settings=settings, layout=layout, runner=runner, backend=envs.backend("uv", runner), on_line=lambda line: None)
-    run.sources = machine_sources(settings)
+    run = RunContext(plan=cell_plan, settings=settings, layout=layout, engine=None, on_line=lambda line: None)
+    report = CellReport(plan=cell_plan, path=layout.report)
+    # What the pre-checks would have found: the package sources.
+    sources = Sources(packages=machine_sources(settings), lock_origin="not used")
+    report.steps.append(StepRecord(step=cell_plan.steps[0], status=Status.OK, made=(sources,)))
     step = next(s for s in cell_plan.steps if s.kind is StepKind.FETCH)
-    record = run_step(run, step, 1, 1, UI(make_console(io.StringIO())))
+    with ExitStack() as held:
+        record = run_step(run, step, where=host(settings), report=report, position=(1, 1), ui=UI(make_console(io.StringIO())), hold=held.enter_context)
     return record, layout.cache
 
 

@@ -12,11 +12,12 @@ import pytest
 from wheelmill.containers.engine import Engine, EngineName, Mount, Probe, detect
 from wheelmill.containers.images import BaseKind, choose, debian_mirror, image_build_failure
 from wheelmill.containers.pins import Pins, load_pins
-from wheelmill.errors import ConfigError, PrecheckError, UsageError
+from wheelmill.errors import CommandFailed, ConfigError, PrecheckError, UsageError
 from wheelmill.locks import inputs
 from wheelmill.matrix import Matrix, load_matrix
+from wheelmill.process import Captured
 from wheelmill.recipes import load_recipes
-from wheelmill.runner import Captured, CommandFailed
+from wheelmill.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DOCKER = Engine(name=EngineName.DOCKER, binary="/usr/bin/docker")
@@ -134,14 +135,14 @@ def test_image_tag_follows_definition_pins_and_base(pins: Pins, matrix: Matrix, 
 
 
 def test_debian_mirror_comes_from_settings_or_apt(tmp_path: Path) -> None:
-    assert debian_mirror({"WHEELMILL_DEBIAN_MIRROR": "http://m.example/debian/"}, tmp_path) == "http://m.example/debian"
+    assert debian_mirror(Settings.from_environ({"WHEELMILL_DEBIAN_MIRROR": "http://m.example/debian/"}).debian_mirror, tmp_path) == "http://m.example/debian"
     (tmp_path / "sources.list.d").mkdir()
     (tmp_path / "sources.list.d" / "debian.sources").write_text(
         "Types: deb\nURIs: http://deb.example/debian-security\n\nTypes: deb\nURIs: http://deb.example/debian\nSuites: bookworm\n"
     )
-    assert debian_mirror({}, tmp_path) == "http://deb.example/debian"
+    assert debian_mirror(Settings.from_environ({}).debian_mirror, tmp_path) == "http://deb.example/debian"
     with pytest.raises(PrecheckError, match="no Debian mirror"):
-        debian_mirror({}, tmp_path / "nothing")
+        debian_mirror(Settings.from_environ({}).debian_mirror, tmp_path / "nothing")
 
 
 @pytest.mark.parametrize(

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from wheelmill.archs import CudaArchs
-from wheelmill.cli import matrix_markdown
 from wheelmill.errors import SelectionError
-from wheelmill.matrix import Family, load_matrix
+from wheelmill.matrix import load_matrix, matrix_markdown
 from wheelmill.recipes import SdistSource, load_recipes, resolve, select
+from wheelmill.variants import Family
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 

@@ -16,8 +16,9 @@ from wheelmill.checks.elf import DynamicInfo, ElfSummary
 from wheelmill.checks.platform import judge_baseline, judge_platform
 from wheelmill.checks.symbols import SymbolReport, judge_required, judge_undefined
 from wheelmill.checks.torchenv import judge_located, judge_torch
-from wheelmill.context import TorchInfo
-from wheelmill.matrix import Variant, load_matrix
+from wheelmill.matrix import load_matrix
+from wheelmill.probes import TorchInfo
+from wheelmill.variants import Variant
 
 
 def elf(name: str, *, soname: str | None = None, needs: tuple[tuple[str, str], ...] = (), defined: frozenset[str] = frozenset()) -> ElfSummary:

@@ -10,13 +10,13 @@ import pytest
 
 from wheelmill.checks.elf import system_lib_dirs
 from wheelmill.envs import pinned_versions
-from wheelmill.errors import PublishError
+from wheelmill.errors import CommandFailed, PublishError
 from wheelmill.index.remote import Remote, upload_failure
 from wheelmill.net import is_transient
+from wheelmill.package_sources import PackageSources, machine_sources, sources_from_pip_config
+from wheelmill.process import HostRunner, StepLog, base_environment
 from wheelmill.retry import RetryPolicy, TransientError, with_retries
-from wheelmill.runner import CommandFailed, HostRunner, StepLog, base_environment
 from wheelmill.settings import Settings
-from wheelmill.sources import PackageSources, machine_sources, sources_from_pip_config
 from wheelmill.steps.build import first_error, max_jobs
 
 

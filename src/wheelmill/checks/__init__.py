@@ -4,9 +4,12 @@ checks fails, and the report keeps every verdict."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+
+from wheelmill.errors import WheelmillError
+from wheelmill.process import StepLog
 
 
 class Verdict(StrEnum):
@@ -53,3 +56,13 @@ def summarize_failures(results: Iterable[CheckResult]) -> tuple[str, str]:
     what = "; ".join(f"{r.name}: {r.detail}" for r in failed)
     fix = "; ".join(f"{r.name}: {r.fix}" for r in failed if r.fix)
     return what, fix
+
+
+def require(results: Sequence[CheckResult], log: StepLog, *, failure: Callable[[str, str], WheelmillError]) -> Sequence[CheckResult]:
+    """Log every verdict; when any failed, raise ``failure(what, fix)``: all checks ran
+    first, so every failure is reported at once."""
+    for result in results:
+        log.note(f"{result.name}: {result.verdict}: {result.detail}")
+    if failures(results):
+        raise failure(*summarize_failures(results))
+    return results

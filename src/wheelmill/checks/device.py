@@ -22,7 +22,7 @@ from elftools.elf.elffile import ELFFile
 from wheelmill.archs import CudaArchs, RocmArchs
 from wheelmill.checks import CheckResult
 from wheelmill.checks.elf import ElfSummary
-from wheelmill.runner import capture
+from wheelmill.process import capture
 
 _CUBIN = re.compile(r"\.(sm_\d+[af]?)\.cubin\s*$")
 _PTX = re.compile(r"\.(sm_\d+[af]?|compute_\d+[af]?)\.ptx\s*$")

@@ -11,8 +11,8 @@ from __future__ import annotations
 from packaging.version import InvalidVersion, Version
 
 from wheelmill.checks import CheckResult
-from wheelmill.context import TorchInfo
-from wheelmill.matrix import Family, Variant
+from wheelmill.probes import TorchInfo
+from wheelmill.variants import Family, Variant
 
 
 def acceptable_labels(variant: Variant) -> set[str | None]:

@@ -12,7 +12,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from wheelmill.errors import PrecheckError, UsageError
-from wheelmill.runner import Captured, capture
+from wheelmill.process import Captured, capture
 
 
 class EngineName(StrEnum):
@@ -86,9 +86,11 @@ Which = Callable[[str], str | None]
 Probe = Callable[[Sequence[str | Path]], Captured]
 
 
-def detect(choice: str, *, which: Which = shutil.which, probe: Probe = lambda argv: capture(argv, timeout=30)) -> Engine | None:
+def detect(choice: str, *, which: Which = shutil.which, probe: Probe | None = lambda argv: capture(argv, timeout=30)) -> Engine | None:
     """The engine to use: ``auto`` takes podman, then docker, whichever answers; ``none``
-    is the host. A named engine that does not answer is an error that says why."""
+    is the host. A named engine that does not answer is an error that says why. With no
+    ``probe`` (a plan, which runs nothing) no engine is asked: ``auto`` takes the first
+    installed, and a named one is taken as named."""
     if choice == "none":
         return None
     if choice not in ENGINE_CHOICES:
@@ -97,6 +99,10 @@ def detect(choice: str, *, which: Which = shutil.which, probe: Probe = lambda ar
     reasons = []
     for name in names:
         binary = which(name.value)
+        if probe is None:  # nothing is asked: the first installed, or the one named
+            if binary or choice != "auto":
+                return Engine(name=name, binary=binary or name.value)
+            continue
         if binary is None:
             reasons.append(f"{name}: not installed")
             continue

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from wheelmill.containers.engine import Engine
 from wheelmill.containers.pins import Pins, PythonSource, RegistryBase
-from wheelmill.errors import ConfigError, PrecheckError
-from wheelmill.matrix import Family, Variant
-from wheelmill.runner import CommandFailed, HostRunner, StepLog, base_environment, capture
+from wheelmill.errors import CommandFailed, ConfigError, PrecheckError
+from wheelmill.process import HostRunner, StepLog, base_environment, capture
+from wheelmill.variants import Family, Variant
 
 BASE_REPOSITORY = "localhost/wheelmill-base"
 BUILDER_REPOSITORY = "localhost/wheelmill-builder"
@@ -36,6 +36,7 @@ class Base:
     reference: str
     description: str
     suite: str | None = None  # the Debian suite of a bootstrapped base
+    bootstrap_variant: str = "minbase"  # debootstrap --variant
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,7 +82,13 @@ def choose(pins: Pins, variant: Variant, python: str, *, containers: Path, polic
     else:
         suite = pins.suite_for(variant.name)
         reference = f"{BASE_REPOSITORY}:{suite}-{pins.variant}"
-        base = Base(kind=BaseKind.BOOTSTRAP, reference=reference, description=f"{reference} (debootstrap of Debian {suite})", suite=suite)
+        base = Base(
+            kind=BaseKind.BOOTSTRAP,
+            reference=reference,
+            description=f"{reference} (debootstrap of Debian {suite})",
+            suite=suite,
+            bootstrap_variant=pins.variant,
+        )
         definition = "builder"
     # A manylinux base holds every CPython of its time: nothing to fetch or pin for it.
     source = PythonSource(version=python) if definition == "manylinux" else pins.python(python)
@@ -100,11 +107,11 @@ def _registry(pins: Pins, key: str, base: RegistryBase | None) -> Base:
 _APT_URI = re.compile(r"^(?:deb\s+(?:\[[^\]]*\]\s+)?|URIs:\s*)(\S+)", re.MULTILINE)
 
 
-def debian_mirror(environ: dict[str, str] | None = None, apt_dir: Path = Path("/etc/apt")) -> str:
-    """The Debian mirror: WHEELMILL_DEBIAN_MIRROR, else the one this machine's apt uses."""
-    env = os.environ if environ is None else environ
-    if env.get("WHEELMILL_DEBIAN_MIRROR"):
-        return env["WHEELMILL_DEBIAN_MIRROR"].rstrip("/")
+def debian_mirror(setting: str | None, apt_dir: Path = Path("/etc/apt")) -> str:
+    """The Debian mirror: the setting (WHEELMILL_DEBIAN_MIRROR), else the one this machine's
+    apt uses."""
+    if setting:
+        return setting.rstrip("/")
     files = [apt_dir / "sources.list", *sorted((apt_dir / "sources.list.d").glob("*.list")), *sorted((apt_dir / "sources.list.d").glob("*.sources"))]
     for file in files:
         text = file.read_text(errors="replace") if file.is_file() else ""
@@ -123,7 +130,7 @@ def image_id(engine: Engine, reference: str) -> str | None:
     return result.stdout.strip() or None
 
 
-def bootstrap_base(engine: Engine, image: BuilderImage, pins: Pins, *, mirror: str, work: Path, log: StepLog) -> str:
+def bootstrap_base(engine: Engine, image: BuilderImage, *, mirror: str, work: Path, log: StepLog) -> str:
     """debootstrap the base suite into a directory, import it as an image; return its id."""
     debootstrap = shutil.which("debootstrap", path="/usr/sbin:/usr/bin:/sbin:/bin")
     if debootstrap is None or os.geteuid() != 0:
@@ -137,7 +144,7 @@ def bootstrap_base(engine: Engine, image: BuilderImage, pins: Pins, *, mirror: s
     with tempfile.TemporaryDirectory(prefix="wheelmill-bootstrap-", dir=work) as tmp:
         rootfs, tarball = Path(tmp) / "rootfs", Path(tmp) / "rootfs.tar"
         try:
-            runner.run([debootstrap, f"--variant={pins.variant}", str(image.base.suite), str(rootfs), mirror], env=env, log=log)
+            runner.run([debootstrap, f"--variant={image.base.bootstrap_variant}", str(image.base.suite), str(rootfs), mirror], env=env, log=log)
             runner.run(["tar", "-C", str(rootfs), "-cf", str(tarball), "."], env=env, log=log)
             runner.run(engine.import_rootfs(tarball=tarball, tag=image.base.reference), env=env, log=log)
         except CommandFailed as failed:
@@ -148,7 +155,7 @@ def bootstrap_base(engine: Engine, image: BuilderImage, pins: Pins, *, mirror: s
     return identity
 
 
-def base_identity(engine: Engine, image: BuilderImage, pins: Pins, *, mirror: str, work: Path, log: StepLog) -> tuple[str, bool]:
+def base_identity(engine: Engine, image: BuilderImage, *, mirror: str, work: Path, log: StepLog) -> tuple[str, bool]:
     """What the base is (a digest, or the local image's id) and whether it was made now."""
     if image.base.kind is BaseKind.REGISTRY:
         return image.base.reference.split("@", 1)[1], False
@@ -156,25 +163,31 @@ def base_identity(engine: Engine, image: BuilderImage, pins: Pins, *, mirror: st
     if existing:
         return existing, False
     log.note(f"{image.base.reference} is missing: bootstrapping it from {mirror}")
-    return bootstrap_base(engine, image, pins, mirror=mirror, work=work, log=log), True
+    return bootstrap_base(engine, image, mirror=mirror, work=work, log=log), True
 
 
 @dataclass(frozen=True, kw_only=True)
 class Ready:
+    """A builder image that exists: made now or reused."""
+
     tag: str
     image_id: str
+    base: str  # the reference it was built FROM
     built: bool
     bootstrapped: bool
 
+    def facts(self) -> dict[str, object]:
+        return {"image": {"tag": self.tag, "id": self.image_id, "built": self.built, "base": self.base}}
 
-def ensure_image(engine: Engine, image: BuilderImage, pins: Pins, *, mirror: str, work: Path, log: StepLog, on_line: Callable[[str], None]) -> Ready:
+
+def ensure_image(engine: Engine, image: BuilderImage, *, mirror: str, work: Path, log: StepLog, on_line: Callable[[str], None]) -> Ready:
     """The builder image, reused when its tag exists, built (and its base bootstrapped) when not."""
-    identity, bootstrapped = base_identity(engine, image, pins, mirror=mirror, work=work, log=log)
+    identity, bootstrapped = base_identity(engine, image, mirror=mirror, work=work, log=log)
     tag = image.tag(identity, mirror)
     existing = image_id(engine, tag)
     if existing:
         log.note(f"reusing {tag} ({existing[:19]})")
-        return Ready(tag=tag, image_id=existing, built=False, bootstrapped=bootstrapped)
+        return Ready(tag=tag, image_id=existing, base=image.base.reference, built=False, bootstrapped=bootstrapped)
     argv = engine.build(tag=tag, containerfile=image.containerfile, context=image.containerfile.parent, build_args=image.build_args(mirror))
     try:
         HostRunner().run(argv, env=base_environment([]), log=log, on_line=on_line)
@@ -183,7 +196,7 @@ def ensure_image(engine: Engine, image: BuilderImage, pins: Pins, *, mirror: str
     built = image_id(engine, tag)
     if built is None:
         raise PrecheckError(f"{tag} was built but cannot be inspected", fix=f"read {log.path}")
-    return Ready(tag=tag, image_id=built, built=True, bootstrapped=bootstrapped)
+    return Ready(tag=tag, image_id=built, base=image.base.reference, built=True, bootstrapped=bootstrapped)
 
 
 def image_build_failure(tag: str, failed: CommandFailed) -> PrecheckError:

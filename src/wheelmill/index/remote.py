@@ -11,19 +11,19 @@ environment, never its command line, and are never logged.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from wheelmill.errors import IndexConflict, PublishError
-from wheelmill.index.store import read_facts
+from wheelmill.errors import CommandFailed, IndexConflict, PublishError
 from wheelmill.net import is_transient, project_files, sha256_of
-from wheelmill.retry import RetryPolicy, TransientError, with_retries
-from wheelmill.runner import CommandFailed, Runner, StepLog, base_environment
+from wheelmill.process import Runner, StepLog, base_environment
+from wheelmill.retry import TransientError, with_retries
+from wheelmill.settings import Settings
 from wheelmill.tools import uv_bin
+from wheelmill.wheelfile import read_wheel
 
 _STATUS = re.compile(r"status code (\d{3})")
 
@@ -43,19 +43,15 @@ class Remote:
         return cls(url=url, check_url=check_url or url.rstrip("/") + "/simple/")
 
 
-def credentials(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    env = os.environ if environ is None else environ
-    out = {}
-    if env.get("WHEELMILL_PUBLISH_USERNAME"):
-        out["UV_PUBLISH_USERNAME"] = env["WHEELMILL_PUBLISH_USERNAME"]
-    if env.get("WHEELMILL_PUBLISH_PASSWORD"):
-        out["UV_PUBLISH_PASSWORD"] = env["WHEELMILL_PUBLISH_PASSWORD"]
-    return out
+def credentials(settings: Settings) -> dict[str, str]:
+    """The upload credentials, as uv reads them from its environment."""
+    given = {"UV_PUBLISH_USERNAME": settings.publish_username, "UV_PUBLISH_PASSWORD": settings.publish_password}
+    return {key: value for key, value in given.items() if value}
 
 
 def remote_sha256(remote: Remote, wheel: Path) -> str | None:
     """The sha256 the index lists for this file name, or None when it has no such file."""
-    for file in project_files(remote.check_url, read_facts(wheel).project):
+    for file in project_files(remote.check_url, read_wheel(wheel).name):
         if file.filename == wheel.name:
             if not file.sha256:
                 raise PublishError(f"{remote.check_url}: {wheel.name} is listed without a sha256", fix="configure the index to publish sha256 hashes")
@@ -69,7 +65,7 @@ def upload(
     *,
     runner: Runner,
     log: StepLog,
-    policy: RetryPolicy,
+    settings: Settings,
     on_retry: Callable[[int, Exception, float], None],
 ) -> tuple[Upload, int]:
     """Upload one wheel unless it is there already; return what happened and the attempts."""
@@ -84,21 +80,21 @@ def upload(
                 f"{remote.check_url}: {wheel.name} is already there with other bytes (sha256 {existing[:16]}..., this one {local[:16]}...)",
                 fix="published files are immutable: bump the version or the build tag",
             )
-        _uv_publish(remote, wheel, runner=runner, log=log)
+        _uv_publish(remote, wheel, runner=runner, log=log, credentials=credentials(settings))
         if remote_sha256(remote, wheel) != local:
             raise TransientError(f"{wheel.name}: not listed with its sha256 after the upload")
         return Upload.UPLOADED
 
     try:
-        return with_retries(attempt, policy=policy, on_retry=on_retry)
+        return with_retries(attempt, policy=settings.retry, on_retry=on_retry)
     except TransientError as exc:
         fix = "check the index and the network; WHEELMILL_RETRIES sets the attempts"
-        raise PublishError(f"{remote.url}: gave up on {wheel.name} after {policy.attempts} attempts: {exc}", fix=fix) from None
+        raise PublishError(f"{remote.url}: gave up on {wheel.name} after {settings.retry.attempts} attempts: {exc}", fix=fix) from None
 
 
-def _uv_publish(remote: Remote, wheel: Path, *, runner: Runner, log: StepLog) -> None:
+def _uv_publish(remote: Remote, wheel: Path, *, runner: Runner, log: StepLog, credentials: Mapping[str, str]) -> None:
     # uv's own retries off: this module's retry policy is the one that counts attempts.
-    env = base_environment([], {"UV_NO_PROGRESS": "1", "UV_HTTP_RETRIES": "0", **credentials()})
+    env = base_environment([], {"UV_NO_PROGRESS": "1", "UV_HTTP_RETRIES": "0", **credentials})
     argv = [uv_bin(), "publish", "--no-config", "--publish-url", remote.url, "--check-url", remote.check_url, str(wheel)]
     try:
         runner.run(argv, env=env, log=log)

@@ -14,30 +14,25 @@ project's pages, and the project list only when the project is new.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
-import os
 import re
-import shutil
-import tempfile
-import zipfile
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from email.parser import HeaderParser
 from enum import StrEnum
 from pathlib import Path
-from typing import BinaryIO
 
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from wheelmill.errors import IndexConflict, IndexStoreError
+from wheelmill.files import copy_atomic, file_lock, write_atomic
 from wheelmill.index import pages
 from wheelmill.index.pages import FileEntry, Project
 from wheelmill.net import sha256_of
 from wheelmill.versions import Track
+from wheelmill.wheelfile import WheelInfo, read_wheel
 
 # A variant's channel (cu118), or one in a track other than the release track (test/cu118,
 # nightly/cu118); the track names and the release records' directory are no channels.
@@ -45,7 +40,6 @@ TRACK_DIRS = tuple(t.value for t in Track if t is not Track.RELEASE)
 RECORDS_DIR = "releases"
 RESERVED = (*TRACK_DIRS, RECORDS_DIR)
 _CHANNEL = re.compile(rf"^(?:(?:{'|'.join(TRACK_DIRS)})/)?[a-z0-9][a-z0-9.+_-]*$")
-TMP_PREFIX = ".wm-tmp-"
 
 
 class Outcome(StrEnum):
@@ -69,34 +63,6 @@ def channel_names(root: Path) -> list[str]:
 
 def now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def write_atomic(path: Path, data: bytes, *, tmp_dir: Path) -> None:
-    """Write ``data`` to a temporary file (same file system), flush it, then rename it in."""
-    _atomically(path, tmp_dir, lambda out: out.write(data))
-
-
-def copy_atomic(source: Path, path: Path, *, tmp_dir: Path) -> None:
-    def copy(out: BinaryIO) -> None:
-        with source.open("rb") as src:
-            shutil.copyfileobj(src, out, 1 << 20)
-
-    _atomically(path, tmp_dir, copy)
-
-
-def _atomically(path: Path, tmp_dir: Path, fill: Callable[[BinaryIO], object]) -> None:
-    fd, name = tempfile.mkstemp(prefix=TMP_PREFIX, dir=tmp_dir)
-    tmp = Path(name)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            fill(out)
-            out.flush()
-            os.fsync(out.fileno())  # the bytes are on disk before the name points at them
-        tmp.chmod(0o644)  # readable by a web server's user
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 class Channel:
@@ -133,15 +99,11 @@ class Channel:
         """The one writer of this channel at a time; a dead writer's lock dies with it."""
         for directory in (self.files, self.simple, self.tmp):
             directory.mkdir(parents=True, exist_ok=True)
-        with (self.path / ".lock").open("a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                # Whatever is in .tmp now was left by a writer that was killed.
-                for leftover in self.tmp.iterdir():
-                    leftover.unlink(missing_ok=True)
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        with file_lock(self.path / ".lock"):
+            # Whatever is in .tmp now was left by a writer that was killed.
+            for leftover in self.tmp.iterdir():
+                leftover.unlink(missing_ok=True)
+            yield
 
     def project(self, name: str) -> Project | None:
         page = self.simple / canonicalize_name(name) / "index.json"
@@ -162,36 +124,17 @@ class Channel:
         write_atomic(self.simple / "index.html", pages.root_html(names).encode(), tmp_dir=self.tmp)
 
 
-@dataclass(frozen=True, kw_only=True)
-class WheelFacts:
-    project: str
-    version: str
-    metadata: bytes
-    requires_python: str | None
-
-
-def read_facts(wheel: Path) -> WheelFacts:
-    """What the index needs from a wheel: its name, version and core metadata."""
-    try:
-        name, version, _build, _tags = parse_wheel_filename(wheel.name)
-    except InvalidWheelFilename as exc:
-        raise IndexStoreError(f"{wheel}: not a wheel file name ({exc})", fix="publish .whl files built by wheelmill") from None
-    dist_info = f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info/METADATA"
-    try:
-        with zipfile.ZipFile(wheel) as zf:
-            candidates = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1]
-            metadata = zf.read(dist_info if dist_info in candidates else candidates[0])
-    except (zipfile.BadZipFile, IndexError, KeyError, OSError) as exc:
-        raise IndexStoreError(f"{wheel}: unreadable wheel ({exc})", fix="rebuild it") from None
-    headers = HeaderParser().parsestr(metadata.decode("utf-8", errors="replace"))
-    if canonicalize_name(headers.get("Name", "")) != name or Version(headers.get("Version", "0")) != version:
-        raise IndexStoreError(f"{wheel}: its METADATA says {headers.get('Name')} {headers.get('Version')}", fix="the file name and the metadata must agree")
-    return WheelFacts(project=name, version=str(version), metadata=metadata, requires_python=headers.get("Requires-Python"))
+def _agreeing(wheel: Path) -> WheelInfo:
+    """The wheel, read; the index refuses one whose METADATA names another project or version."""
+    info = read_wheel(wheel)
+    if canonicalize_name(info.metadata_name) != info.name or info.metadata_version != str(info.version):
+        raise IndexStoreError(f"{wheel}: its METADATA says {info.metadata_name} {info.metadata_version}", fix="the file name and the metadata must agree")
+    return info
 
 
 def publish(channel: Channel, wheel: Path, *, upload_time: str | None = None) -> Published:
     """Add ``wheel`` to ``channel``; identical bytes again are a no-op."""
-    facts = read_facts(wheel)
+    info = _agreeing(wheel)
     sha256 = sha256_of(wheel)
     with channel.lock():
         target = channel.files / wheel.name
@@ -200,27 +143,27 @@ def publish(channel: Channel, wheel: Path, *, upload_time: str | None = None) ->
                 f"{channel.name}: {wheel.name} is already published with other bytes (sha256 {sha256_of(target)[:16]}..., this one {sha256[:16]}...)",
                 fix="published files are immutable: bump the version (or the build tag) instead",
             )
-        project = channel.project(facts.project) or Project(name=facts.project, files=())
+        project = channel.project(info.name) or Project(name=info.name, files=())
         if target.exists() and any(f.filename == wheel.name for f in project.files):
-            return Published(channel=channel.name, project=facts.project, filename=wheel.name, outcome=Outcome.UNCHANGED)
-        metadata_sha256 = hashlib.sha256(facts.metadata).hexdigest()
-        write_atomic(channel.files / f"{wheel.name}.metadata", facts.metadata, tmp_dir=channel.tmp)
+            return Published(channel=channel.name, project=info.name, filename=wheel.name, outcome=Outcome.UNCHANGED)
+        metadata_sha256 = hashlib.sha256(info.metadata).hexdigest()
+        write_atomic(channel.files / f"{wheel.name}.metadata", info.metadata, tmp_dir=channel.tmp)
         if not target.exists():
             copy_atomic(wheel, target, tmp_dir=channel.tmp)
         entry = FileEntry(
             filename=wheel.name,
-            version=facts.version,
+            version=str(info.version),
             sha256=sha256,
             size=target.stat().st_size,
             upload_time=upload_time or now_rfc3339(),
-            requires_python=facts.requires_python,
+            requires_python=info.requires_python,
             metadata_sha256=metadata_sha256,
         )
         channel.write_project(replace(project, files=(*project.files, entry)))
         names = channel.project_names()
-        if facts.project not in names:
-            channel.write_root([*names, facts.project])
-    return Published(channel=channel.name, project=facts.project, filename=wheel.name, outcome=Outcome.ADDED)
+        if info.name not in names:
+            channel.write_root([*names, info.name])
+    return Published(channel=channel.name, project=info.name, filename=wheel.name, outcome=Outcome.ADDED)
 
 
 def set_yanked(channel: Channel, project_name: str, version: str, reason: str | None) -> list[str]:

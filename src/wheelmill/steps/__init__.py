@@ -1,1 +1,67 @@
-"""The steps of a build, each a small named function ``(run, [recipe,] log) -> checks``."""
+"""The steps of a build, in one registry: for each kind, how it runs, how it describes
+itself in the plan, its scope (once for the cell, or once for each recipe), whether it
+retries, and what a failed command in it means. The registry's order is the plan's order:
+a run of cell steps happens once, a run of recipe steps for every recipe in turn.
+
+Adding a step is one entry here and its functions; the plan lays it out and the pipeline
+runs it without knowing its kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from wheelmill.context import Outcome, StepContext
+from wheelmill.errors import BuildError, CheckError, EnvError, FetchError, IndexStoreError, InstallTestError, PrecheckError, RepairError, WheelmillError
+from wheelmill.spec import CellPlan, RecipeSpec, StepKind
+from wheelmill.steps import build, cell, container, fetch, install, publish, verify
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellStep:
+    """A step that runs once for the cell."""
+
+    kind: StepKind
+    run: Callable[[StepContext], Outcome]
+    describe: Callable[[CellPlan], str]
+    error: type[WheelmillError]  # what a failed command in it means
+    retries: bool = False  # network-bound: transient failures are tried again
+    container: bool = False  # only where the cell has a container
+    publishing: bool = False  # only when the wheels are published
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecipeStep:
+    """A step that runs once for each recipe of the cell."""
+
+    kind: StepKind
+    run: Callable[[StepContext, RecipeSpec], Outcome]
+    describe: Callable[[CellPlan, RecipeSpec], str]
+    error: type[WheelmillError]
+    retries: bool = False
+    publishing: bool = False
+
+
+StepDefinition = CellStep | RecipeStep
+
+REGISTRY: tuple[StepDefinition, ...] = (
+    # What needs no container is checked first (fail early: before minutes of image
+    # building); in a container the toolchain is checked once commands run there.
+    CellStep(kind=StepKind.PRE_CHECKS, run=cell.pre_checks, describe=cell.describe_pre_checks, error=PrecheckError),
+    CellStep(kind=StepKind.PREPARE_IMAGE, run=container.prepare_image, describe=container.describe_image, error=PrecheckError, container=True),
+    CellStep(kind=StepKind.PREPARE_CONTAINER, run=container.prepare_container, describe=container.describe_container, error=PrecheckError, container=True),
+    CellStep(kind=StepKind.TOOLCHAIN_CHECKS, run=cell.toolchain_checks, describe=cell.describe_toolchain_checks, error=PrecheckError, container=True),
+    CellStep(kind=StepKind.PREPARE_ENV, run=cell.prepare_env, describe=cell.describe_prepare_env, error=EnvError, retries=True),
+    CellStep(kind=StepKind.ENV_CHECKS, run=cell.env_checks, describe=cell.describe_env_checks, error=PrecheckError),
+    RecipeStep(kind=StepKind.FETCH, run=fetch.fetch, describe=fetch.describe, error=FetchError, retries=True),
+    RecipeStep(kind=StepKind.BUILD, run=build.build, describe=build.describe_build, error=BuildError),
+    RecipeStep(kind=StepKind.STAMP, run=build.stamp, describe=build.describe_stamp, error=BuildError),
+    RecipeStep(kind=StepKind.POST_BUILD_CHECKS, run=verify.post_build_checks, describe=verify.describe_post_build, error=CheckError),
+    RecipeStep(kind=StepKind.REPAIR, run=verify.repair, describe=verify.describe_repair, error=RepairError),
+    RecipeStep(kind=StepKind.POST_REPAIR_CHECKS, run=verify.post_repair_checks, describe=verify.describe_post_repair, error=CheckError),
+    RecipeStep(kind=StepKind.INSTALL_TEST, run=install.install_test, describe=install.describe, error=InstallTestError),
+    RecipeStep(kind=StepKind.PUBLISH, run=publish.publish_step, describe=publish.describe, error=IndexStoreError, publishing=True),
+)
+
+BY_KIND: Mapping[StepKind, StepDefinition] = {d.kind: d for d in REGISTRY}

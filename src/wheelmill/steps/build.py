@@ -13,20 +13,38 @@ import os
 import re
 import shutil
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.utils import canonicalize_name
 
 from wheelmill.checks import CheckResult
 from wheelmill.config import format_size
-from wheelmill.context import CellRun
-from wheelmill.errors import BuildError, ConfigError, EnvError
-from wheelmill.matrix import Family
-from wheelmill.plan import DEFAULT_BUILD, arch_list
-from wheelmill.recipes import ResolvedRecipe
-from wheelmill.runner import CommandFailed, StepLog, base_environment
-from wheelmill.versions import stamp_version
+from wheelmill.context import Outcome, StepContext
+from wheelmill.errors import BuildError, CommandFailed, ConfigError, EnvError
+from wheelmill.process import base_environment
+from wheelmill.report import Done, WheelRecord
+from wheelmill.spec import CellPlan, RecipeSpec
+from wheelmill.steps.cell import BuildEnv, CheckedEnv, Sources
+from wheelmill.steps.fetch import Fetched
+from wheelmill.toolchain import Toolkit
 from wheelmill.wheelfile import read_wheel, rewrite_metadata
+
+
+@dataclass(frozen=True, kw_only=True)
+class Built:
+    wheel: Path
+    recipe: str
+    max_jobs: int
+
+    def facts(self) -> Mapping[str, Any]:
+        return {"max_jobs": {self.recipe: self.max_jobs}}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stamped:
+    wheel: Path
 
 
 def available_memory() -> int:
@@ -49,60 +67,45 @@ def max_jobs(memory: int, per_job: int, cores: int) -> int:
     return max(1, min(cores, memory // per_job))
 
 
-def build(run: CellRun, recipe: ResolvedRecipe, log: StepLog) -> list[CheckResult]:
-    env, _torch = run.need_env()
-    _install_dependencies(run, recipe, log)
-    out = run.layout.build / recipe.name
+def build(ctx: StepContext, spec: RecipeSpec) -> Outcome:
+    env, toolkit = ctx.done.get(BuildEnv).env, ctx.done.get(CheckedEnv).toolkit
+    _install_dependencies(ctx, spec)
+    out = ctx.run.layout.build / spec.name
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    source = run.source_dirs[recipe.name]
-    values = {"python": str(env.python), "source": str(source), "dist": str(out), "cell": run.plan.cell.id, "label": run.plan.cell.variant.label}
-    argv = [fill(part, values, recipe, "build.command") for part in (recipe.command or DEFAULT_BUILD)]
-    environment = build_environment(run, recipe, values)
-    log.note(f"MAX_JOBS={environment['MAX_JOBS']} ({format_size(available_memory())} available)")
+    source = ctx.done.get(Fetched, spec.name).root
+    values = {"python": str(env.python), "source": str(source), "dist": str(out), "cell": spec.cell, "label": spec.label}
+    argv = [fill(part, values, spec, "build.command") for part in spec.command]
+    jobs = max_jobs(available_memory(), spec.memory_per_job, os.cpu_count() or 1)
+    environment = build_environment(spec, values, path=[env.bin_dir], toolkit=toolkit, jobs=jobs)
+    ctx.log.note(f"MAX_JOBS={jobs} ({format_size(available_memory())} available)")
     try:
-        run.runner.run(argv, env=environment, log=log, cwd=source, on_line=run.on_line)
+        ctx.where.runner.run(argv, env=environment, log=ctx.log, cwd=source, on_line=ctx.run.on_line)
     except CommandFailed as failed:
-        raise BuildError(f"{recipe.name}: build failed (exit {failed.returncode}): {first_error(log.path, failed.tail)}", fix=f"read {failed.log}") from None
+        raise BuildError(f"{spec.name}: build failed (exit {failed.returncode}): {first_error(ctx.log.path, failed.tail)}", fix=f"read {failed.log}") from None
     wheels = sorted(out.glob("*.whl"))
     if len(wheels) != 1:
-        raise BuildError(
-            f"{recipe.name}: the build made {len(wheels)} wheels in {out}, not one", fix="make the build command write exactly one wheel to {dist}"
-        )
-    run.built[recipe.name] = wheels[0]
-    run.max_jobs[recipe.name] = int(environment["MAX_JOBS"])
-    return [CheckResult.passed("wheel", f"{wheels[0].name} ({format_size(wheels[0].stat().st_size)}), MAX_JOBS={environment['MAX_JOBS']}")]
+        raise BuildError(f"{spec.name}: the build made {len(wheels)} wheels in {out}, not one", fix="make the build command write exactly one wheel to {dist}")
+    made = Built(wheel=wheels[0], recipe=spec.name, max_jobs=jobs)
+    return Outcome(checks=[CheckResult.passed("wheel", f"{wheels[0].name} ({format_size(wheels[0].stat().st_size)}), MAX_JOBS={jobs}")], made=(made,))
 
 
-def build_environment(run: CellRun, recipe: ResolvedRecipe, values: Mapping[str, str]) -> dict[str, str]:
-    """The explicit environment of a build: env and toolkit on PATH, archs, jobs, recipe env."""
-    env, _torch = run.need_env()
-    cell = run.plan.cell
-    path = [env.bin_dir] + ([run.toolkit.bin_dir] if run.toolkit else [])
-    extra: dict[str, str] = dict(run.toolkit.environment()) if run.toolkit else {}
-    archs = arch_list(cell, recipe)
-    match cell.variant.family:
-        case Family.CUDA:
-            extra["TORCH_CUDA_ARCH_LIST"] = archs or ""
-            extra["FORCE_CUDA"] = "1"
-        case Family.ROCM:
-            extra["PYTORCH_ROCM_ARCH"] = archs or ""
-            extra["FORCE_CUDA"] = "1"
-        case Family.CPU:
-            extra["FORCE_CUDA"] = "0"
-    per_job = recipe.memory_per_job or run.matrix.memory_per_job.get(cell.variant.family.value, 2 * 2**30)
-    extra["MAX_JOBS"] = str(max_jobs(available_memory(), per_job, os.cpu_count() or 1))
-    extra["WHEELMILL_CELL"] = cell.id
-    extra.update({key: fill(value, values, recipe, f"build.env.{key}") for key, value in recipe.env.items()})
-    return base_environment(path, extra)
+def build_environment(spec: RecipeSpec, values: Mapping[str, str], *, path: list[Path], toolkit: Toolkit | None, jobs: int) -> dict[str, str]:
+    """The explicit environment of a build: env and toolkit on PATH, the spec's variables
+    (archs), the jobs, then the recipe's own variables."""
+    extra = dict(toolkit.environment()) if toolkit else {}
+    extra.update(spec.build_variables())
+    extra["MAX_JOBS"] = str(jobs)
+    extra.update({key: fill(value, values, spec, f"build.env.{key}") for key, value in spec.env.items()})
+    return base_environment(path + ([toolkit.bin_dir] if toolkit else []), extra)
 
 
-def fill(template: str, values: Mapping[str, str], recipe: ResolvedRecipe, key: str) -> str:
+def fill(template: str, values: Mapping[str, str], spec: RecipeSpec, key: str) -> str:
     try:
         return template.format_map(values)
     except (KeyError, ValueError, IndexError) as exc:
-        raise ConfigError(f"{recipe.file}: {key}: unknown placeholder in {template!r} ({exc})", fix=f"use only {{{'}, {'.join(values)}}}") from None
+        raise ConfigError(f"{spec.file}: {key}: unknown placeholder in {template!r} ({exc})", fix=f"use only {{{'}, {'.join(values)}}}") from None
 
 
 _COMPILER_ERROR = re.compile(r":\d+(:\d+)?: (fatal )?error\b|^error\b.*:|\berror: ")
@@ -121,39 +124,51 @@ def first_error(log: Path, tail: tuple[str, ...]) -> str:
     return rest[-1][:240] if rest else "no output"
 
 
-def _install_dependencies(run: CellRun, recipe: ResolvedRecipe, log: StepLog) -> None:
-    if not recipe.depends_on:
+def _install_dependencies(ctx: StepContext, spec: RecipeSpec) -> None:
+    if not spec.depends_on:
         return
-    env, _torch = run.need_env()
-    wheels = [str(run.final[dep]) for dep in recipe.depends_on]
+    wheels = [ctx.done.get(WheelRecord, dep).path for dep in spec.depends_on]
+    sources = ctx.done.get(Sources).packages
     try:
-        run.backend.install(env, wheels, sources=run.need_sources(), log=log, deps=False)
-    except CommandFailed as failed:
-        raise EnvError(f"{recipe.name}: installing {', '.join(recipe.depends_on)} into the build env: {failed.last_line()}", fix=f"read {failed.log}") from None
+        ctx.where.backend.install(ctx.done.get(BuildEnv).env, wheels, sources=sources, log=ctx.log, deps=False)
+    except CommandFailed as failed:  # the env, not the compile: another exit code
+        raise EnvError(f"{spec.name}: installing {', '.join(spec.depends_on)} into the build env: {failed.last_line()}", fix=f"read {failed.log}") from None
 
 
-def stamp(run: CellRun, recipe: ResolvedRecipe, log: StepLog) -> list[CheckResult]:
-    _env, torch = run.need_env()
-    built = run.built[recipe.name]
+def stamp(ctx: StepContext, spec: RecipeSpec) -> Outcome:
+    built = ctx.done.get(Built, spec.name).wheel
     info = read_wheel(built)
-    label = run.plan.cell.variant.label if recipe.local_label else None
-    version = stamp_version(recipe.version_rule, str(info.version), release=run.plan.release, label=label)
-    pins = expected_pins(run, recipe, torch.dist_version)
-    dependencies = {canonicalize_name(d) for d in recipe.depends_on}
-    add = [r for r in recipe.run_requires if canonicalize_name(r) not in dependencies]
-    out = run.layout.build / recipe.name / "stamped"
+    version = spec.version.stamp(str(info.version))
+    pins = expected_pins(ctx.done, spec, ctx.done.get(CheckedEnv).torch.dist_version)
+    dependencies = {canonicalize_name(d) for d in spec.depends_on}
+    add = [r for r in spec.run_requires if canonicalize_name(r) not in dependencies]
+    out = ctx.run.layout.build / spec.name / "stamped"
     out.mkdir(parents=True, exist_ok=True)
     stamped = rewrite_metadata(built, out, version=version, pins=pins, add=add)
-    run.stamped[recipe.name] = stamped
     changes = ([f"version {info.version} -> {version}"] if version else []) + [f"{k}=={v}" for k, v in pins.items()] + add
-    log.note(f"{built.name} -> {stamped.name}: {', '.join(changes) or 'no change'}")
-    return [CheckResult.passed("metadata", f"{stamped.name}: " + (", ".join(changes) or "unchanged"))]
+    ctx.log.note(f"{built.name} -> {stamped.name}: {', '.join(changes) or 'no change'}")
+    return Outcome(checks=[CheckResult.passed("metadata", f"{stamped.name}: " + (", ".join(changes) or "unchanged"))], made=(Stamped(wheel=stamped),))
 
 
-def expected_pins(run: CellRun, recipe: ResolvedRecipe, torch_version: str) -> dict[str, str]:
+def expected_pins(done: Done, spec: RecipeSpec, torch_version: str) -> dict[str, str]:
     """What the wheel must pin exactly: the build's torch, and the sibling recipes it needs."""
-    pins = {"torch": torch_version} if recipe.torch_pin else {}
-    for requirement in recipe.run_requires:
-        if requirement in recipe.depends_on:
-            pins[requirement] = str(read_wheel(run.final[requirement]).version)
+    pins = {"torch": torch_version} if spec.torch_pin else {}
+    for sibling in spec.sibling_pins:
+        pins[sibling] = str(read_wheel(Path(done.get(WheelRecord, sibling).path)).version)
     return pins
+
+
+def describe_build(_plan: CellPlan, spec: RecipeSpec) -> str:
+    parts = [" ".join(spec.command)]
+    if spec.depends_on:
+        parts.append(f"after installing {', '.join(spec.depends_on)}")
+    if spec.arch_variable:
+        parts.append(f"{spec.arch_variable}={spec.arch_list}")
+    parts.append(f"MAX_JOBS from free memory ({format_size(spec.memory_per_job)} a job) and cores")
+    parts += [f"{k}={v}" for k, v in sorted(spec.env.items())]
+    return "; ".join(parts)
+
+
+def describe_stamp(_plan: CellPlan, spec: RecipeSpec) -> str:
+    pins = (["torch==<the env's torch>"] if spec.torch_pin else []) + [f"{d}==<as built>" for d in spec.run_requires]
+    return f"{spec.version.describe()}; Requires-Dist {', '.join(pins) or 'unchanged'}"

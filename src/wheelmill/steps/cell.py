@@ -6,240 +6,235 @@ from __future__ import annotations
 
 import shutil
 import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from wheelmill.checks import CheckResult, Verdict, summarize_failures
-from wheelmill.checks.torchenv import judge_located, judge_torch
+from wheelmill.checks import CheckResult, require
+from wheelmill.checks.torchenv import judge_torch
 from wheelmill.config import format_size
-from wheelmill.context import CellRun
-from wheelmill.envs import EnvBackend, Target, pinned_versions
-from wheelmill.errors import EnvError, PrecheckError
-from wheelmill.locks import path_of, recorded_digest, requirements_text
-from wheelmill.matrix import Family, Variant
-from wheelmill.net import is_transient
-from wheelmill.probes import read_torch
+from wheelmill.context import Outcome, StepContext
+from wheelmill.envs import Env, pinned_versions
+from wheelmill.errors import CommandFailed, PrecheckError, WheelmillError
+from wheelmill.locks import locate_torch, mismatch, path_of, requirements_text
+from wheelmill.net import is_transient, sha256_of
+from wheelmill.package_sources import PackageSources, machine_sources
+from wheelmill.probes import TorchInfo, read_torch
+from wheelmill.process import Runner
 from wheelmill.retry import TransientError
-from wheelmill.runner import CommandFailed, StepLog
-from wheelmill.sources import PackageSources, machine_sources
+from wheelmill.spec import CellPlan
 from wheelmill.toolchain import Found, NotFound, Toolkit, find_compiler, find_env_toolkit, find_python, find_toolkit
+from wheelmill.variants import Cell, Family
 
 
-def pre_checks(run: CellRun, log: StepLog) -> list[CheckResult]:
+@dataclass(frozen=True, kw_only=True)
+class Toolchain:
+    """What builds the cell where its commands run: its Python, and the installed toolkit
+    (None for a CPU cell, or where the locked env brings pip's toolkit)."""
+
+    python: Path
+    toolkit: Toolkit | None
+
+    def facts(self) -> Mapping[str, Any]:
+        return {"python": str(self.python), **(_toolkit_facts(self.toolkit) if self.toolkit else {})}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sources:
+    """Where the cell's packages come from (the variant's torch among them), and its lock."""
+
+    packages: PackageSources
+    lock_origin: str
+
+    def facts(self) -> Mapping[str, Any]:
+        return {"lock_origin": self.lock_origin, "package_sources": self.packages.describe(), "package_source_args": self.packages.uv_args()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildEnv:
+    env: Env
+    lock: Path
+    lock_sha256: str
+    pins: Mapping[str, str]
+
+    def facts(self) -> Mapping[str, Any]:
+        return {"lock_sha256": self.lock_sha256}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckedEnv:
+    """The build env's torch, proven the variant's, and the toolkit builds use."""
+
+    torch: TorchInfo
+    toolkit: Toolkit | None
+
+    def facts(self) -> Mapping[str, Any]:
+        return {**self.torch.facts(), **(_toolkit_facts(self.toolkit) if self.toolkit else {})}
+
+
+def _toolkit_facts(toolkit: Toolkit) -> Mapping[str, Any]:
+    return {"toolkit": {"root": str(toolkit.root), "version": toolkit.version}}
+
+
+def _failure(cell: Cell, step: str) -> Callable[[str, str], WheelmillError]:
+    return lambda what, fix: PrecheckError(f"{cell.id}: {step} failed: {what}", fix=fix)
+
+
+def pre_checks(ctx: StepContext) -> Outcome:
     """What needs no container: disk, the committed lock, where torch comes from; and on
     this machine (no container) the toolchain too, so every failure shows at once."""
-    toolchain = [] if run.plan.image else [_python(run), _compiler(run), _toolkit(run)]
-    return _verdicts(run, "pre-checks", [*toolchain, _disk(run), _lock(run), _torch(run, log)], log)
+    plan = ctx.run.plan
+    toolchain_results, toolchain = ([], None) if plan.image else _toolchain(ctx.where.runner, plan.cell)
+    lock_result, origin = _lock(plan)
+    torch_result, packages = _torch(ctx)
+    results = require([*toolchain_results, _disk(ctx), lock_result, torch_result], ctx.log, failure=_failure(plan.cell, "pre-checks"))
+    assert packages is not None, "the torch-source check passed"
+    return Outcome(checks=results, made=(Sources(packages=packages, lock_origin=origin), *([toolchain] if toolchain else [])))
 
 
-def toolchain_checks(run: CellRun, log: StepLog) -> list[CheckResult]:
+def toolchain_checks(ctx: StepContext) -> Outcome:
     """Where the commands run (the container, or this machine): Python, compiler, toolkit."""
-    return _verdicts(run, "toolchain-checks", [_python(run), _compiler(run), _toolkit(run)], log)
+    plan = ctx.run.plan
+    results, toolchain = _toolchain(ctx.where.runner, plan.cell)
+    return Outcome(checks=require(results, ctx.log, failure=_failure(plan.cell, "toolchain-checks")), made=(toolchain,))
 
 
-def _verdicts(run: CellRun, step: str, results: list[CheckResult], log: StepLog) -> list[CheckResult]:
-    """All checks run, then all failures are reported at once."""
-    for result in results:
-        log.note(f"{result.name}: {result.verdict}: {result.detail}")
-    if any(r.verdict is Verdict.FAIL for r in results):
-        what, fix = summarize_failures(results)
-        raise PrecheckError(f"{run.plan.cell.id}: {step} failed: {what}", fix=fix)
-    return results
+def _toolchain(runner: Runner, cell: Cell) -> tuple[list[CheckResult], Toolchain | None]:
+    (python_check, python), compiler, (toolkit_check, toolkit) = _python(runner, cell.python), _compiler(runner), _toolkit(runner, cell)
+    return [python_check, compiler, toolkit_check], Toolchain(python=python, toolkit=toolkit) if python else None
 
 
-def _python(run: CellRun) -> CheckResult:
-    version = run.plan.cell.python
-    found = find_python(version, run.runner)
+def _python(runner: Runner, version: str) -> tuple[CheckResult, Path | None]:
+    found = find_python(version, runner)
     if isinstance(found, Found):
-        run.python = found.path
-        return CheckResult.passed("python", f"CPython {version} at {found.path}")
+        return CheckResult.passed("python", f"CPython {version} at {found.path}"), found.path
     return CheckResult.failed(
         "python",
         f"CPython {version} not found (looked: {'; '.join(found.looked)})",
         f"install it (`pyenv install {version}` or `uv python install {version}`) or put python{version} on PATH",
-    )
+    ), None
 
 
-def _compiler(run: CellRun) -> CheckResult:
-    found = find_compiler(run.runner)
+def _compiler(runner: Runner) -> CheckResult:
+    found = find_compiler(runner)
     if isinstance(found, Found):
         return CheckResult.passed("compiler", f"{found.path} {found.version}")
     return CheckResult.failed("compiler", f"no C++ compiler ({'; '.join(found.looked)})", "install g++ (Debian: apt-get install g++) or set CXX")
 
 
-def _toolkit(run: CellRun) -> CheckResult:
-    variant = run.plan.cell.variant
-    found = find_toolkit(variant, run.runner)
+def _toolkit(runner: Runner, cell: Cell) -> tuple[CheckResult, Toolkit | None]:
+    variant = cell.variant
+    found = find_toolkit(variant, runner)
     if found is None:
-        return CheckResult.passed("toolkit", "none needed (CPU variant)")
+        return CheckResult.passed("toolkit", "none needed (CPU variant)"), None
     kind = "CUDA" if variant.family is Family.CUDA else "ROCm"
     compiler = "nvcc" if variant.family is Family.CUDA else "hipcc"
     if isinstance(found, Toolkit):
-        run.toolkit = found
-        return CheckResult.passed("toolkit", f"{compiler} {found.version} at {found.compiler}")
+        return CheckResult.passed("toolkit", f"{compiler} {found.version} at {found.compiler}"), found
     if variant.toolkit_wheels:
         # Checked once the env exists: env-checks runs its nvcc.
-        return CheckResult.passed("toolkit", f"none installed; the locked env brings {', '.join(variant.toolkit_wheels[:1])} (pip's full {kind} compiler)")
+        return CheckResult.passed(
+            "toolkit", f"none installed; the locked env brings {', '.join(variant.toolkit_wheels[:1])} (pip's full {kind} compiler)"
+        ), None
     home = "CUDA_HOME" if variant.family is Family.CUDA else "ROCM_PATH"
     return CheckResult.failed(
         "toolkit",
         f"no {kind} {variant.toolkit_short} toolkit (looked: {'; '.join(found.looked)})",
         f"install {kind} {variant.toolkit} and set {home} to it",
-    )
+    ), None
 
 
-def _disk(run: CellRun) -> CheckResult:
-    need = run.matrix.min_free_disk.get(run.plan.cell.variant.family.value, 0)
-    run.layout.root.mkdir(parents=True, exist_ok=True)
-    free = shutil.disk_usage(run.layout.root).free
+def _disk(ctx: StepContext) -> CheckResult:
+    need, root = ctx.run.plan.min_free_disk, ctx.run.layout.root
+    root.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(root).free
     if free < need:
-        detail = f"{format_size(free)} free under {run.layout.root}, {format_size(need)} needed"
-        return CheckResult.failed("disk", detail, "free space or set WHEELMILL_OUTPUT to a bigger disk")
+        return CheckResult.failed(
+            "disk", f"{format_size(free)} free under {root}, {format_size(need)} needed", "free space or set WHEELMILL_OUTPUT to a bigger disk"
+        )
     return CheckResult.passed("disk", f"{format_size(free)} free (>= {format_size(need)})")
 
 
-def _lock(run: CellRun) -> CheckResult:
+def _lock(plan: CellPlan) -> tuple[CheckResult, str]:
     """A committed lock made for other inputs stops the cell here, before anything builds."""
-    committed = path_of(run.plan.locks_dir, run.plan.cell.id)
+    committed, cell = path_of(plan.locks_dir, plan.cell.id), plan.cell.id
     if not committed.is_file():
-        run.lock_origin = "resolved at build time (no committed lock)"
-        return CheckResult.passed("lock", f"no {committed}: the env is resolved now (`wheelmill lock --cell {run.plan.cell.id}` commits one)")
-    recorded = recorded_digest(committed)
-    if recorded != run.plan.lock.digest:
-        return CheckResult.failed(
-            "lock",
-            f"{committed} was made for other inputs (recorded {str(recorded)[:12]}..., now {run.plan.lock.digest[:12]}...): "
-            "the build requirements, the Python or the platform changed",
-            f"run `wheelmill lock --cell {run.plan.cell.id}` and commit {committed}",
-        )
-    run.lock_origin = f"committed {committed}"
-    return CheckResult.passed("lock", f"{committed} matches its inputs ({run.plan.lock.digest[:12]}...)")
+        detail = f"no {committed}: the env is resolved now (`wheelmill lock --cell {cell}` commits one)"
+        return CheckResult.passed("lock", detail), "resolved at build time (no committed lock)"
+    problem = mismatch(plan.lock, committed)
+    if problem:
+        why = f"{problem}: the build requirements, the Python or the platform changed"
+        return CheckResult.failed("lock", why, f"run `wheelmill lock --cell {cell}` and commit {committed}"), ""
+    return CheckResult.passed("lock", f"{committed} matches its inputs ({plan.lock.digest[:12]}...)"), f"committed {committed}"
 
 
-def _torch(run: CellRun, log: StepLog) -> CheckResult:
-    variant = run.plan.cell.variant
-    base = machine_sources(run.settings)
+def _torch(ctx: StepContext) -> tuple[CheckResult, PackageSources | None]:
+    plan = ctx.run.plan
+    variant = plan.cell.variant
     # Resolved here, before any container: uv resolves for the lock's target, not this Python.
     outcome = locate_torch(
-        variant, run.plan.torch_index, base, backend=run.backend, target=run.plan.lock.target, work=run.layout.root, log=log, interpreter=Path(sys.executable)
+        variant,
+        plan.torch_index,
+        machine_sources(ctx.run.settings),
+        backend=ctx.where.backend,
+        target=plan.lock.target,
+        work=ctx.run.layout.root,
+        log=ctx.log,
+        interpreter=Path(sys.executable),
     )
     if isinstance(outcome, PackageSources):
-        run.sources = outcome
-        return CheckResult.passed("torch-source", f"{variant.torch_requirement} from {outcome.describe()}")
+        return CheckResult.passed("torch-source", f"{variant.torch_requirement} from {outcome.describe()}"), outcome
     return CheckResult.failed(
         "torch-source",
-        f"{variant.torch_requirement} for Python {run.plan.cell.python} is in none of: {' | '.join(outcome)}",
+        f"{variant.torch_requirement} for Python {plan.cell.python} is in none of: {' | '.join(outcome)}",
         f"set WHEELMILL_TORCH_INDEX to an index (or mirror) with torch {variant.torch}+{variant.label}, or put its wheel in a WHEELMILL_FIND_LINKS directory",
-    )
+    ), None
 
 
-def locate_torch(
-    variant: Variant,
-    torch_index: str | None,
-    base: PackageSources,
-    *,
-    backend: EnvBackend,
-    target: Target,
-    work: Path,
-    log: StepLog,
-    interpreter: Path | None = None,
-) -> PackageSources | list[str]:
-    """The sources that have the variant's torch: ``base`` (the machine's) first, then with
-    the torch index. Returns them, or what each candidate said."""
-    candidates = [base] + ([base.with_torch_index(torch_index)] if torch_index else [])
-    tried = []
-    for sources in candidates:
-        version, reason = _locate(variant, sources, backend=backend, target=target, work=work, log=log, interpreter=interpreter)
-        if version is None:
-            tried.append(f"{sources.describe()} [{reason}]")
-            continue
-        verdict = judge_located(version, variant)
-        if verdict.verdict is Verdict.PASS:
-            return sources
-        tried.append(f"{sources.describe()} [{verdict.detail}]")
-    return tried
-
-
-def _locate(
-    variant: Variant, sources: PackageSources, *, backend: EnvBackend, target: Target, work: Path, log: StepLog, interpreter: Path | None
-) -> tuple[str | None, str]:
-    """The torch version ``sources`` resolve to, or None and why not (a short reason)."""
-    work.mkdir(parents=True, exist_ok=True)
-    requirements = work / "torch-probe.in"
-    requirements.write_text(variant.torch_requirement + "\n", encoding="utf-8")
-    out = work / "torch-probe.txt"
-    try:
-        pins = backend.lock(requirements, out, target=target, sources=sources, log=log, hashes=False, deps=False, fail_fast=True, interpreter=interpreter)
-    except CommandFailed as failed:
-        kind = "unreachable" if is_transient("\n".join(failed.tail)) else "not found"
-        return None, f"{kind}: {_reason(failed)}"
-    finally:
-        requirements.unlink(missing_ok=True)
-        out.unlink(missing_ok=True)
-    return pins.get("torch"), "resolved"
-
-
-def _reason(failed: CommandFailed) -> str:
-    lines = [line.strip() for line in failed.tail if line.strip()]
-    causes = [line.removeprefix("cause:").strip() for line in lines if line.startswith("cause:")]
-    text = causes[-1] if causes else (lines[0] if lines else "no output")
-    return text[:160]
-
-
-def resolve_lock(run: CellRun, log: StepLog, target: Target) -> dict[str, str]:
-    """Resolve the cell's lock inputs into the cell's lock file, with hashes."""
-    run.layout.requirements.write_text(requirements_text(run.plan.lock.requirements), encoding="utf-8")
-    return run.backend.lock(run.layout.requirements, run.layout.lock, target=target, sources=run.need_sources(), log=log, interpreter=run.python)
-
-
-def prepare_env(run: CellRun, log: StepLog) -> list[CheckResult]:
+def prepare_env(ctx: StepContext) -> Outcome:
     """A fresh env from the committed lock, or from one resolved now, hashes checked."""
-    committed = path_of(run.plan.locks_dir, run.plan.cell.id)
-    sources = run.need_sources()
+    plan, layout, backend = ctx.run.plan, ctx.run.layout, ctx.where.backend
+    sources, python = ctx.done.get(Sources), ctx.done.get(Toolchain).python
+    committed = path_of(plan.locks_dir, plan.cell.id)
     try:
         if committed.is_file():
-            run.layout.lock.write_text(committed.read_text(encoding="utf-8"), encoding="utf-8")
+            layout.lock.write_text(committed.read_text(encoding="utf-8"), encoding="utf-8")
         else:
-            resolve_lock(run, log, run.plan.lock.target)
-        env = run.backend.create(run.layout.envs / "build", python=run.need_python(), log=log)
-        run.backend.sync(env, run.layout.lock, sources=sources, log=log)
+            layout.requirements.write_text(requirements_text(plan.lock.requirements), encoding="utf-8")
+            backend.lock(layout.requirements, layout.lock, target=plan.lock.target, sources=sources.packages, log=ctx.log, interpreter=python)
+        env = backend.create(layout.envs / "build", python=python, log=ctx.log)
+        backend.sync(env, layout.lock, sources=sources.packages, log=ctx.log)
     except CommandFailed as failed:
         if is_transient("\n".join(failed.tail)):
             raise TransientError(f"{failed.argv[1]} {failed.argv[2]}: {failed.last_line()}") from None
-        raise EnvError(f"{run.plan.cell.id}: build env: {failed.last_line()}", fix=f"read {failed.log}") from None
-    pins = pinned_versions(run.layout.lock.read_text(encoding="utf-8"))
-    run.build_env = env
-    run.torch_pins = pins
-    return [CheckResult.passed("lock", f"{len(pins)} packages with hashes, {run.lock_origin}; torch {pins.get('torch')}")]
+        raise
+    pins = pinned_versions(layout.lock.read_text(encoding="utf-8"))
+    made = BuildEnv(env=env, lock=layout.lock, lock_sha256=sha256_of(layout.lock), pins=pins)
+    return Outcome(checks=[CheckResult.passed("lock", f"{len(pins)} packages with hashes, {sources.lock_origin}; torch {pins.get('torch')}")], made=(made,))
 
 
-def env_checks(run: CellRun, log: StepLog) -> list[CheckResult]:
-    env = run.build_env
-    assert env is not None
-    info = read_torch(run.runner.host_path(env.root))
-    log.note(f"torch/version.py: {info.version}, cuda {info.cuda}, hip {info.hip}; distribution {info.dist_version}")
-    results = judge_torch(info, run.plan.cell.variant)
-    results += _env_toolkit(run)
-    if any(r.verdict is Verdict.FAIL for r in results):
-        what, fix = summarize_failures(results)
-        raise PrecheckError(f"{run.plan.cell.id}: env-checks failed: {what}", fix=fix)
-    run.torch = info
-    return results
+def env_checks(ctx: StepContext) -> Outcome:
+    plan, runner = ctx.run.plan, ctx.where.runner
+    env = ctx.done.get(BuildEnv).env
+    info = read_torch(runner.host_path(env.root))
+    ctx.log.note(f"torch/version.py: {info.version}, cuda {info.cuda}, hip {info.hip}; distribution {info.dist_version}")
+    installed = ctx.done.get(Toolchain).toolkit
+    toolkit_checks, toolkit = ([], installed) if installed is not None or not plan.cell.variant.toolkit_wheels else _env_toolkit(runner, plan.cell, env)
+    results = require([*judge_torch(info, plan.cell.variant), *toolkit_checks], ctx.log, failure=_failure(plan.cell, "env-checks"))
+    return Outcome(checks=results, made=(CheckedEnv(torch=info, toolkit=toolkit),))
 
 
-def _env_toolkit(run: CellRun) -> list[CheckResult]:
+def _env_toolkit(runner: Runner, cell: Cell, env: Env) -> tuple[list[CheckResult], Toolkit | None]:
     """Without an installed toolkit, the env's pip wheels must hold the variant's nvcc."""
-    variant = run.plan.cell.variant
-    if run.toolkit is not None or not variant.toolkit_wheels:
-        return []
-    assert run.build_env is not None
-    found = find_env_toolkit(variant, run.build_env.root, run.runner)
+    variant = cell.variant
+    found = find_env_toolkit(variant, env.root, runner)
     if isinstance(found, NotFound):
         detail = f"no nvcc {variant.toolkit_short} in the env ({'; '.join(found.looked)})"
-        return [CheckResult.failed("env-toolkit", detail, "check toolkit-wheels of the variant in the matrix")]
-    run.toolkit = found
-    linked = link_dev_names(run.runner.host_path(found.root / "lib"))
+        return [CheckResult.failed("env-toolkit", detail, "check toolkit-wheels of the variant in the matrix")], None
+    linked = link_dev_names(runner.host_path(found.root / "lib"))
     extra = f"; linked {', '.join(linked)} for the linker" if linked else ""
-    return [CheckResult.passed("env-toolkit", f"nvcc {found.version} from pip's wheels at {found.root}{extra}")]
+    return [CheckResult.passed("env-toolkit", f"nvcc {found.version} from pip's wheels at {found.root}{extra}")], found
 
 
 def link_dev_names(lib_dir: Path) -> list[str]:
@@ -253,3 +248,37 @@ def link_dev_names(lib_dir: Path) -> list[str]:
             dev.symlink_to(library.name)
             made.append(stem)
     return made
+
+
+def describe_pre_checks(plan: CellPlan) -> str:
+    where = "the configured package sources" + (f", else {plan.torch_index}" if plan.torch_index else "")
+    lock = f"{plan.locks_dir.name}/{plan.cell.id}.txt, if committed, matches its inputs"
+    here = "" if plan.image else _toolchain_detail(plan.cell) + "; "
+    return f"{here}free disk >= {format_size(plan.min_free_disk)}; {lock}; {plan.cell.variant.torch_requirement} locatable in {where}"
+
+
+def describe_toolchain_checks(plan: CellPlan) -> str:
+    return "in the container: " + _toolchain_detail(plan.cell)
+
+
+def _toolchain_detail(cell: Cell) -> str:
+    v = cell.variant
+    toolkit = {Family.CPU: "no GPU toolkit", Family.CUDA: f"nvcc {v.toolkit_short}", Family.ROCM: f"hipcc {v.toolkit_short}"}[v.family]
+    if v.toolkit_wheels:
+        toolkit += " (installed, or pip's in the locked env)"
+    return f"Python {cell.python}; C++ compiler; {toolkit}"
+
+
+def describe_prepare_env(plan: CellPlan) -> str:
+    requirements = ", ".join(plan.lock.requirements)
+    return f"fresh env with Python {plan.cell.python} from the committed lock (else one resolved now), hashes checked: {requirements}"
+
+
+def describe_env_checks(plan: CellPlan) -> str:
+    v = plan.cell.variant
+    runtime = {
+        Family.CPU: "a CPU build",
+        Family.CUDA: f"built for CUDA {v.toolkit_short} (a CPU torch fails)",
+        Family.ROCM: f"built for ROCm {v.toolkit_short} (a CPU torch fails)",
+    }[v.family]
+    return f"torch is {v.torch}+{v.label}, {runtime}; C++ ABI recorded"

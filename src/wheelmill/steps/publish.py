@@ -3,15 +3,21 @@ local index (``<output>/index`` unless WHEELMILL_INDEX_ROOT says otherwise)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from wheelmill.checks import CheckResult
-from wheelmill.context import CellRun
+from wheelmill.context import Outcome, StepContext
 from wheelmill.index.store import Channel, publish
-from wheelmill.recipes import ResolvedRecipe
-from wheelmill.runner import StepLog
+from wheelmill.report import WheelRecord
+from wheelmill.spec import CellPlan, RecipeSpec
 
 
-def publish_step(run: CellRun, recipe: ResolvedRecipe, log: StepLog) -> list[CheckResult]:
-    channel = Channel(run.settings.index, run.plan.channel)
-    done = publish(channel, run.final[recipe.name])
-    log.note(f"{done.outcome}: {channel.path}/files/{done.filename}")
-    return [CheckResult.passed("index", f"{done.outcome} in channel {channel.name}: {done.filename}")]
+def publish_step(ctx: StepContext, spec: RecipeSpec) -> Outcome:
+    channel = Channel(ctx.run.settings.index, ctx.run.plan.channel)
+    done = publish(channel, Path(ctx.done.get(WheelRecord, spec.name).path))
+    ctx.log.note(f"{done.outcome}: {channel.path}/files/{done.filename}")
+    return Outcome(checks=[CheckResult.passed("index", f"{done.outcome} in channel {channel.name}: {done.filename}")], made=(done,))
+
+
+def describe(plan: CellPlan, _spec: RecipeSpec) -> str:
+    return f"add to channel {plan.channel} of the local index (immutable: the same bytes again are a no-op)"

@@ -7,24 +7,33 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from wheelmill.archs import CudaArchs, RocmArchs
-from wheelmill.checks import CheckResult, Verdict, summarize_failures
+from wheelmill.checks import CheckResult, require
 from wheelmill.checks.contents import judge_bundled, judge_label, judge_pins, judge_size
 from wheelmill.checks.device import find_cuobjdump, judge_cuda, judge_rocm, scan_cuda, scan_rocm
 from wheelmill.checks.elf import ElfSummary, LibraryFinder, summarize, system_lib_dirs
 from wheelmill.checks.platform import judge_baseline, judge_platform
 from wheelmill.checks.symbols import interpreter_libraries, judge_required, judge_undefined, unresolved_symbols
+from wheelmill.config import format_size
 from wheelmill.containers.images import BaseKind
-from wheelmill.context import CellRun, TorchInfo
-from wheelmill.errors import CheckError, PrecheckError, RepairError
-from wheelmill.matrix import Family
-from wheelmill.plan import arch_list
-from wheelmill.recipes import ResolvedRecipe
-from wheelmill.runner import CommandFailed, StepLog, base_environment
-from wheelmill.steps.build import expected_pins
+from wheelmill.context import Layout, Outcome, StepContext
+from wheelmill.errors import CheckError, CommandFailed, PrecheckError, RepairError
+from wheelmill.probes import TorchInfo
+from wheelmill.process import Runner, base_environment
+from wheelmill.spec import CellPlan, RecipeSpec
+from wheelmill.steps.build import Stamped, expected_pins
+from wheelmill.steps.cell import BuildEnv, CheckedEnv, Toolchain
+from wheelmill.toolchain import Toolkit
+from wheelmill.variants import Family
 from wheelmill.wheelfile import extract_binaries, read_wheel
+
+
+@dataclass(frozen=True, kw_only=True)
+class Repaired:
+    wheel: Path
 
 
 def inspect_wheel(wheel: Path, judge: Callable[[Path, list[ElfSummary]], list[CheckResult]]) -> list[CheckResult]:
@@ -35,92 +44,90 @@ def inspect_wheel(wheel: Path, judge: Callable[[Path, list[ElfSummary]], list[Ch
         return judge(root, elves)
 
 
-def post_build_checks(run: CellRun, recipe: ResolvedRecipe, log: StepLog) -> list[CheckResult]:
-    _env, torch = run.need_env()
-    wheel = run.stamped[recipe.name]
+def post_build_checks(ctx: StepContext, spec: RecipeSpec) -> Outcome:
+    checked, runner = ctx.done.get(CheckedEnv), ctx.where.runner
+    wheel = ctx.done.get(Stamped, spec.name).wheel
     info = read_wheel(wheel)
-    label = run.plan.cell.variant.label if recipe.local_label else None
+    python = ctx.done.get(Toolchain).python
+    pins = expected_pins(ctx.done, spec, checked.torch.dist_version)
 
     def judge(root: Path, elves: list[ElfSummary]) -> list[CheckResult]:
-        where = run.runner.host_path
-        system = [where(d) for d in system_lib_dirs(run.runner.capture(["ldconfig", "-p"]).stdout)]
-        finder = LibraryFinder(_search_dirs(run, torch, elves), system, translate=where)
-        report = unresolved_symbols(elves, root=root, finder=finder, interpreter=interpreter_libraries(where(run.need_python()), finder))
-        results = [judge_undefined(report), judge_required(elves, recipe.symbols), _device(run, recipe, root, elves)]
-        return [*results, judge_pins(info, expected_pins(run, recipe, torch.dist_version)), judge_label(info, label)]
+        where = runner.host_path
+        system = [where(d) for d in system_lib_dirs(runner.capture(["ldconfig", "-p"]).stdout)]
+        finder = LibraryFinder(_search_dirs(runner, checked.torch, checked.toolkit, elves), system, translate=where)
+        report = unresolved_symbols(elves, root=root, finder=finder, interpreter=interpreter_libraries(where(python), finder))
+        results = [judge_undefined(report), judge_required(elves, spec.symbols), _device(runner, checked.toolkit, spec, root, elves)]
+        return [*results, judge_pins(info, pins), judge_label(info, spec.version.label)]
 
-    return _verdict(run, recipe, wheel, inspect_wheel(wheel, judge), log)
+    return Outcome(checks=_verdict(ctx.run.layout, spec, wheel, inspect_wheel(wheel, judge), ctx))
 
 
-def _search_dirs(run: CellRun, torch: TorchInfo, elves: Sequence[ElfSummary]) -> list[Path]:
+def _search_dirs(runner: Runner, torch: TorchInfo, toolkit: Toolkit | None, elves: Sequence[ElfSummary]) -> list[Path]:
     """Where the loader will find libraries at run time: beside the wheel's own files, in
     torch, in the nvidia-* wheels, and (for a toolkit-only runtime) in the toolkit."""
     dirs = list(dict.fromkeys(e.path.parent for e in elves))
     dirs.append(torch.lib_dir)
     dirs += sorted(torch.site_packages.glob("nvidia/*/lib")) + sorted(torch.site_packages.glob("nvidia/*/lib64"))
-    if run.toolkit:
-        dirs += [run.runner.host_path(run.toolkit.root / "lib64"), run.runner.host_path(run.toolkit.root / "lib")]
+    if toolkit:
+        dirs += [runner.host_path(toolkit.root / "lib64"), runner.host_path(toolkit.root / "lib")]
     return dirs
 
 
-def _device(run: CellRun, recipe: ResolvedRecipe, root: Path, elves: list[ElfSummary]) -> CheckResult:
-    cell = run.plan.cell
-    archs = arch_list(cell, recipe)
-    required = bool(recipe.device_code)
-    match cell.variant.family:
+def _device(runner: Runner, toolkit: Toolkit | None, spec: RecipeSpec, root: Path, elves: list[ElfSummary]) -> CheckResult:
+    required = bool(spec.device_code)
+    match spec.family:
         case Family.CPU:
             return CheckResult.skipped("device-code", "CPU cell")
         case Family.CUDA:
-            cuobjdump = find_cuobjdump(run.runner.host_path(run.toolkit.bin_dir) if run.toolkit else None)
+            cuobjdump = find_cuobjdump(runner.host_path(toolkit.bin_dir) if toolkit else None)
             if cuobjdump is None:
                 raise PrecheckError(
                     "cuobjdump not found in the toolkit, the nvidia-cuda-cuobjdump wheel or PATH",
                     fix="pip install nvidia-cuda-cuobjdump (wheelmill's setup does)",
                 )
-            return judge_cuda(scan_cuda(elves, root, cuobjdump), CudaArchs.parse(archs or ""), required=required)
+            return judge_cuda(scan_cuda(elves, root, cuobjdump), CudaArchs.parse(spec.arch_list or ""), required=required)
         case Family.ROCM:
-            return judge_rocm(scan_rocm(elves, root), RocmArchs.parse(archs or ""), required=required)
+            return judge_rocm(scan_rocm(elves, root), RocmArchs.parse(spec.arch_list or ""), required=required)
 
 
-def _verdict(run: CellRun, recipe: ResolvedRecipe, wheel: Path, results: list[CheckResult], log: StepLog) -> list[CheckResult]:
-    for result in results:
-        log.note(f"{result.name}: {result.verdict}: {result.detail}")
-    if any(r.verdict is Verdict.FAIL for r in results):
-        run.layout.rejected.mkdir(parents=True, exist_ok=True)
-        kept = run.layout.rejected / wheel.name
+def _verdict(layout: Layout, spec: RecipeSpec, wheel: Path, results: list[CheckResult], ctx: StepContext) -> Sequence[CheckResult]:
+    """Every verdict logged; a failure keeps the wheel in rejected/ and fails the step."""
+
+    def reject(what: str, fix: str) -> CheckError:
+        layout.rejected.mkdir(parents=True, exist_ok=True)
+        kept = layout.rejected / wheel.name
         shutil.copyfile(wheel, kept)
-        what, fix = summarize_failures(results)
-        raise CheckError(f"{recipe.name}: {what} (wheel kept in {kept})", fix=fix)
-    return results
+        return CheckError(f"{spec.name}: {what} (wheel kept in {kept})", fix=fix)
+
+    return require(results, ctx.log, failure=reject)
 
 
-def repair(run: CellRun, recipe: ResolvedRecipe, log: StepLog) -> list[CheckResult]:
-    env, torch = run.need_env()
-    wheel = run.stamped[recipe.name]
-    out = run.layout.build / recipe.name / "repaired"
+def repair(ctx: StepContext, spec: RecipeSpec) -> Outcome:
+    env, torch = ctx.done.get(BuildEnv).env, ctx.done.get(CheckedEnv).torch
+    wheel = ctx.done.get(Stamped, spec.name).wheel
+    out = ctx.run.layout.build / spec.name / "repaired"
     if out.exists():
         shutil.rmtree(out)
-    excludes = [*run.matrix.excludes_for(run.plan.cell.variant), *recipe.repair_exclude]
     argv = [str(env.python), "-m", "auditwheel", "repair", "-w", str(out)]
-    argv += [arg for pattern in excludes for arg in ("--exclude", pattern)]
+    argv += [arg for pattern in spec.repair_excludes for arg in ("--exclude", pattern)]
     # auditwheel finds what it may graft on the loader path; torch's own libraries are
     # found there too but excluded, so they are never copied in.
     environment = base_environment([env.bin_dir], {"LD_LIBRARY_PATH": str(torch.lib_dir)})
     try:
-        run.runner.run([*argv, str(wheel)], env=environment, log=log, on_line=run.on_line)
+        ctx.where.runner.run([*argv, str(wheel)], env=environment, log=ctx.log, on_line=ctx.run.on_line)
     except CommandFailed as failed:
-        raise RepairError(f"{recipe.name}: auditwheel repair failed: {failed.last_line()}", fix=f"read {failed.log}") from None
+        raise RepairError(f"{spec.name}: auditwheel repair failed: {failed.last_line()}", fix=f"read {failed.log}") from None
     wheels = sorted(out.glob("*.whl"))
     if len(wheels) != 1:
-        raise RepairError(f"{recipe.name}: auditwheel wrote {len(wheels)} wheels", fix=f"read {log.path}")
-    run.repaired[recipe.name] = wheels[0]
+        raise RepairError(f"{spec.name}: auditwheel wrote {len(wheels)} wheels", fix=f"read {ctx.log.path}")
     tags = ", ".join(sorted(read_wheel(wheels[0]).platforms))
-    return [CheckResult.passed("auditwheel", f"{wheels[0].name}: {tags}, {len(excludes)} libraries excluded")]
+    check = CheckResult.passed("auditwheel", f"{wheels[0].name}: {tags}, {len(spec.repair_excludes)} libraries excluded")
+    return Outcome(checks=[check], made=(Repaired(wheel=wheels[0]),))
 
 
-def _stand_in(run: CellRun) -> str | None:
+def _stand_in(plan: CellPlan) -> str | None:
     """What the cell is built on instead of the variant's own base, if anything."""
-    image = run.plan.image
+    image = plan.image
     if image is None:
         return "this machine's glibc, not in a container"
     if image.base.kind is BaseKind.BOOTSTRAP:
@@ -128,19 +135,45 @@ def _stand_in(run: CellRun) -> str | None:
     return None
 
 
-def post_repair_checks(run: CellRun, recipe: ResolvedRecipe, log: StepLog) -> list[CheckResult]:
-    wheel = run.repaired[recipe.name]
+def post_repair_checks(ctx: StepContext, spec: RecipeSpec) -> Outcome:
+    wheel = ctx.done.get(Repaired, spec.name).wheel
     info = read_wheel(wheel)
-    variant = run.plan.cell.variant
-    forbidden = [*run.matrix.forbid, *run.matrix.excludes_for(variant), *recipe.repair_exclude]
-    limit = recipe.max_wheel_size or run.matrix.max_wheel_size
+    fallback = _stand_in(ctx.run.plan)
 
     def judge(_root: Path, elves: list[ElfSummary]) -> list[CheckResult]:
         return [
             judge_platform(elves, info.platforms),
-            judge_baseline(info.platforms, variant.glibc, fallback=_stand_in(run)),
-            judge_bundled(elves, forbidden),
-            judge_size(wheel.stat().st_size, limit),
+            judge_baseline(info.platforms, spec.glibc, fallback=fallback),
+            judge_bundled(elves, spec.forbidden),
+            judge_size(wheel.stat().st_size, spec.max_wheel_size),
         ]
 
-    return _verdict(run, recipe, wheel, inspect_wheel(wheel, judge), log)
+    return Outcome(checks=_verdict(ctx.run.layout, spec, wheel, inspect_wheel(wheel, judge), ctx))
+
+
+def describe_post_build(_plan: CellPlan, spec: RecipeSpec) -> str:
+    parts = ["undefined symbols resolve"]
+    presence = "required" if spec.device_code else "if any"
+    match spec.family:
+        case Family.CUDA:
+            parts.append(f"SASS/PTX == {spec.arch_list} ({presence})")
+        case Family.ROCM:
+            parts.append(f"code objects == {spec.arch_list} ({presence})")
+        case Family.CPU:
+            pass
+    if spec.symbols:
+        parts.append(f"exports {', '.join(spec.symbols)}")
+    if spec.torch_pin:
+        parts.append("Requires-Dist torch pinned exactly")
+    if spec.version.label:
+        parts.append(f"version label +{spec.version.label}")
+    return "; ".join(parts)
+
+
+def describe_repair(_plan: CellPlan, spec: RecipeSpec) -> str:
+    return f"auditwheel repair, {len(spec.repair_excludes)} torch/runtime libraries excluded"
+
+
+def describe_post_repair(_plan: CellPlan, spec: RecipeSpec) -> str:
+    bundled = f"nothing bundled from: {', '.join(spec.forbid)} or the excludes"
+    return f"manylinux tag vs GLIBC/GLIBCXX; baseline {spec.glibc}; {bundled}; size <= {format_size(spec.max_wheel_size)}"

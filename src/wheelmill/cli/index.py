@@ -1,4 +1,4 @@
-"""The index's commands: ``publish``, ``yank``, ``unyank`` and ``index serve|config|verify|list``."""
+"""The index commands: ``publish``, ``yank``, ``unyank`` and ``index serve|config|verify|list``."""
 
 from __future__ import annotations
 
@@ -8,17 +8,18 @@ from pathlib import Path
 
 from rich.console import Console
 
+from wheelmill.cli.common import Commands
 from wheelmill.errors import IndexStoreError, UsageError
 from wheelmill.index import consumer
 from wheelmill.index.remote import Remote, upload
 from wheelmill.index.serve import make_server
 from wheelmill.index.store import Channel, channel_names, publish, set_yanked
 from wheelmill.index.verify import leftovers, verify
-from wheelmill.runner import HostRunner, StepLog
+from wheelmill.process import HostRunner, StepLog
 from wheelmill.settings import Settings
 
 
-def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(commands: Commands) -> None:
     pub = commands.add_parser("publish", help="add wheels to a channel of the local index, or upload them to another index")
     pub.add_argument("wheels", nargs="+", type=Path, metavar="WHEEL")
     pub.add_argument("--channel", help="the local channel (cpu, cu118, rocm6.2, ...)")
@@ -55,36 +56,31 @@ def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[
     listing.set_defaults(func=cmd_list)
 
 
-def _root(args: argparse.Namespace) -> Path:
-    return Settings.from_environ().with_output(args.output).index
-
-
-def _channel(args: argparse.Namespace, *, existing: bool = True) -> Channel:
-    channel = Channel(_root(args), args.channel)
+def _channel(args: argparse.Namespace, settings: Settings, *, existing: bool = True) -> Channel:
+    channel = Channel(settings.index, args.channel)
     if existing and not channel.exists():
-        known = ", ".join(channel_names(_root(args))) or "none"
+        known = ", ".join(channel_names(settings.index)) or "none"
         raise IndexStoreError(f"{channel.path}: no channel '{args.channel}' in the index", fix=f"publish to it first; channels here: {known}")
     return channel
 
 
-def cmd_publish(args: argparse.Namespace, console: Console) -> int:
+def cmd_publish(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     missing = [str(w) for w in args.wheels if not w.is_file()]
     if missing:
         raise UsageError(f"publish: no such file: {', '.join(missing)}", fix="give paths of .whl files")
     if bool(args.to) == bool(args.channel):
         raise UsageError("publish: give either --channel (the local index) or --to URL (another index)", fix="see `wheelmill publish --help`")
     if args.to:
-        return _publish_remote(args, console)
-    channel = _channel(args, existing=False)
+        return _publish_remote(args, settings, console)
+    channel = _channel(args, settings, existing=False)
     for wheel in args.wheels:
         done = publish(channel, wheel)
         console.print(f"{done.outcome}: {channel.name}/{done.filename}", highlight=False)
     return 0
 
 
-def _publish_remote(args: argparse.Namespace, console: Console) -> int:
+def _publish_remote(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     remote = Remote.of(args.to, args.check_url)
-    settings = Settings.from_environ().with_output(args.output)
     log_path = settings.output / "logs" / "publish.log"
     with StepLog(log_path) as log:
         for wheel in args.wheels:
@@ -92,25 +88,25 @@ def _publish_remote(args: argparse.Namespace, console: Console) -> int:
             def on_retry(attempt: int, error: Exception, pause: float, name: str = wheel.name) -> None:
                 console.print(f"  attempt {attempt} for {name} failed: {error}; retrying in {pause:.1f}s", highlight=False)
 
-            outcome, attempts = upload(remote, wheel, runner=HostRunner(), log=log, policy=settings.retry, on_retry=on_retry)
+            outcome, attempts = upload(remote, wheel, runner=HostRunner(), log=log, settings=settings, on_retry=on_retry)
             console.print(f"{outcome}: {wheel.name} -> {remote.url} ({attempts} attempt{'s' if attempts > 1 else ''})", highlight=False)
     return 0
 
 
-def cmd_yank(args: argparse.Namespace, console: Console) -> int:
-    files = set_yanked(_channel(args), args.project, args.version, args.reason)
+def cmd_yank(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    files = set_yanked(_channel(args, settings), args.project, args.version, args.reason)
     console.print(f"yanked {', '.join(files)}: {args.reason}", highlight=False)
     return 0
 
 
-def cmd_unyank(args: argparse.Namespace, console: Console) -> int:
-    files = set_yanked(_channel(args), args.project, args.version, None)
+def cmd_unyank(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    files = set_yanked(_channel(args, settings), args.project, args.version, None)
     console.print(f"unyanked {', '.join(files)}", highlight=False)
     return 0
 
 
-def cmd_serve(args: argparse.Namespace, console: Console) -> int:
-    root = _root(args)
+def cmd_serve(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    root = settings.index
     log = args.access_log.open("a", encoding="utf-8") if args.access_log else None
     server = make_server(root, args.host, args.port, log)
     host, port = str(server.server_address[0]), int(server.server_address[1])
@@ -127,14 +123,14 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def cmd_config(args: argparse.Namespace, _console: Console) -> int:
-    Channel(_root(args), args.channel)  # validates the name
+def cmd_config(args: argparse.Namespace, settings: Settings, _console: Console) -> int:
+    Channel(settings.index, args.channel)  # validates the name
     sys.stdout.write(consumer.render(args.url, args.channel, args.form))
     return 0
 
 
-def cmd_verify(args: argparse.Namespace, console: Console) -> int:
-    root = _root(args)
+def cmd_verify(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    root = settings.index
     names = args.channel or channel_names(root)
     if not names:
         raise IndexStoreError(f"{root}: no channels", fix="publish a wheel first")
@@ -152,8 +148,8 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def cmd_list(args: argparse.Namespace, _console: Console) -> int:
-    channel = _channel(args)
+def cmd_list(args: argparse.Namespace, settings: Settings, _console: Console) -> int:
+    channel = _channel(args, settings)
     for name in channel.project_names():
         project = channel.project(name)
         assert project is not None

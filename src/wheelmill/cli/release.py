@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,27 +20,23 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from wheelmill.containers.engine import ENGINE_CHOICES
+from wheelmill.cli.common import Commands, add_cell_options, build_cells, prepare
 from wheelmill.errors import UsageError
 from wheelmill.index.store import Published
 from wheelmill.matrix import github_matrix
-from wheelmill.plan import CellPlan
-from wheelmill.recipes import ResolvedRecipe, SdistSource
 from wheelmill.release import collect_built, promote, prune, publish_release
-from wheelmill.session import build_cells, prepare, settings_of
+from wheelmill.settings import Settings
+from wheelmill.spec import CellPlan, RecipeSpec
 from wheelmill.versions import Action, Release, Track, VersionRule, for_nightly, for_tag, read_state
 
 
-def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(commands: Commands) -> None:
     release = commands.add_parser("release", help="build and publish a tag's or a nightly's cells; promote; prune")
     _which(release)
     form = release.add_mutually_exclusive_group()
     form.add_argument("--dry-run", action="store_true", help="print the cells, channels and versions; run nothing")
     form.add_argument("--json", action="store_true", help="the same as JSON for CI: version, track, action and the cells' matrix")
-    release.add_argument("--cell", action="append", help="cell id or glob (repeatable; default: every cell)")
-    release.add_argument("--recipe", action="append", default=[], help="only this recipe and what it depends on (repeatable)")
-    release.add_argument("--no-publish", dest="publish", action="store_false", help="build only (CI publishes in a later job)")
-    release.add_argument("--engine", choices=ENGINE_CHOICES, default=os.environ.get("WHEELMILL_ENGINE", "auto"), help="as for build")
+    add_cell_options(release, cell_required=False, publish_help="build only (CI publishes in a later job)")
     release.set_defaults(func=cmd_release)
     actions = release.add_subparsers(dest="action", parser_class=type(release))
 
@@ -67,40 +62,38 @@ def _which(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nightly", action="store_true", default=argparse.SUPPRESS, help="the nightly of HEAD: the next version's .devYYYYMMDD")
 
 
-def _release(args: argparse.Namespace, *, preview: bool = False) -> Release:
+def _release(args: argparse.Namespace, settings: Settings, *, preview: bool = False) -> Release:
     tag, nightly = getattr(args, "tag", None), getattr(args, "nightly", False)
     if bool(tag) == bool(nightly):
         raise UsageError("release: give either --tag vX.Y.Z[-rcN] or --nightly", fix="see `wheelmill release --help`")
-    state = read_state(args.recipes.resolve().parent)
+    state = read_state(settings.root)
     return for_tag(state, tag, preview=preview) if tag else for_nightly(state, preview=preview)
 
 
-def cmd_release(args: argparse.Namespace, console: Console) -> int:
-    release = _release(args, preview=args.dry_run)
+def cmd_release(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    release = _release(args, settings, preview=args.dry_run)
     args.cell = args.cell or ["*"]
     if args.json or args.dry_run:
-        args.publish, args.engine = False, "none"  # versions and channels do not depend on the engine
-        prepared = prepare(args, probe=False, release=release)
+        args.publish = False  # versions and channels do not depend on the engine
+        prepared = prepare(args, settings.layered(engine="none"), probe=False, release=release)
         if args.json:
             print(json.dumps(release_json(release, prepared.plans)))
         else:
             _print_plan(release, prepared.plans, console)
         return 0
-    settings = settings_of(args)
     if release.action is Action.PROMOTE:
         console.print(f"{release.tag}: promoting the tested {release.promote_from} to the release channels, no rebuild", highlight=False)
         promote(settings.index, Track.TEST, Track.RELEASE, release.version, tag=release.tag, on_file=_printer(console))
         return 0
     publish, args.publish = args.publish, False  # the release's own publish records it; the cells' step would not
-    code = build_cells(prepare(args, probe=True, release=release), console)
+    code = build_cells(prepare(args, settings, probe=True, release=release), console)
     if code or not publish:
         return code
     return _publish(release, settings.output, settings.index, console)
 
 
-def cmd_publish(args: argparse.Namespace, console: Console) -> int:
-    settings = settings_of(args)
-    return _publish(_release(args), settings.output, settings.index, console)
+def cmd_publish(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    return _publish(_release(args, settings), settings.output, settings.index, console)
 
 
 def _publish(release: Release, output: Path, index: Path, console: Console) -> int:
@@ -109,14 +102,14 @@ def _publish(release: Release, output: Path, index: Path, console: Console) -> i
     return 0
 
 
-def cmd_promote(args: argparse.Namespace, console: Console) -> int:
-    manifest = promote(settings_of(args).index, Track(args.source), Track(args.target), args.version, on_file=_printer(console))
+def cmd_promote(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    manifest = promote(settings.index, Track(args.source), Track(args.target), args.version, on_file=_printer(console))
     console.print(f"{manifest.promoted_from} -> {manifest.track}/{manifest.version}: {len(manifest.files)} files, every sha256 re-verified", highlight=False)
     return 0
 
 
-def cmd_prune(args: argparse.Namespace, console: Console) -> int:
-    removed = prune(settings_of(args).index, Track(args.track), args.keep)
+def cmd_prune(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    removed = prune(settings.index, Track(args.track), args.keep)
     for name in removed:
         console.print(f"removed: {name}", highlight=False)
     console.print(f"{args.track}: kept the {args.keep} newest releases; removed {len(removed)} files", highlight=False)
@@ -128,16 +121,6 @@ def _printer(console: Console) -> Callable[[Published], None]:
         console.print(f"{done.outcome}: {done.channel}/{done.filename}", highlight=False)
 
     return on_file
-
-
-def expected_version(release: Release, cell_plan: CellPlan, recipe: ResolvedRecipe) -> str:
-    """The version a recipe's wheel will carry, as far as it is known before building."""
-    label = f"+{cell_plan.cell.variant.label}" if recipe.local_label else ""
-    if recipe.version_rule is VersionRule.REPO:
-        return f"{release.version}{label}"
-    if isinstance(recipe.source, SdistSource):
-        return f"{recipe.source.version}{label}"
-    return f"<as built>{label}"
 
 
 def release_json(release: Release, plans: tuple[CellPlan, ...]) -> dict[str, Any]:
@@ -167,11 +150,11 @@ def _print_plan(release: Release, plans: tuple[CellPlan, ...], console: Console)
     for cell_plan in plans:
         channel = Track.RELEASE.channel(cell_plan.cell.variant.channel) if release.action is Action.PROMOTE else cell_plan.channel
         for recipe in cell_plan.recipes:
-            table.add_row(cell_plan.cell.id, channel, recipe.name, _promoted(expected_version(release, cell_plan, recipe), release, recipe))
+            table.add_row(cell_plan.cell.id, channel, recipe.name, _promoted(recipe.version.expected(recipe.source), release, recipe))
     out.print(table)
 
 
-def _promoted(version: str, release: Release, recipe: ResolvedRecipe) -> str:
-    if release.action is Action.PROMOTE and recipe.version_rule is VersionRule.REPO:
+def _promoted(version: str, release: Release, recipe: RecipeSpec) -> str:
+    if release.action is Action.PROMOTE and recipe.version.rule is VersionRule.REPO:
         return f"{version} (from {release.promote_from})"
     return version

@@ -1,4 +1,4 @@
-"""The one way wheelmill runs a subprocess.
+"""The one way wheelmill runs a process.
 
 Every command a step runs goes through a ``Runner``: it logs the command and its explicit
 environment to the step log, streams the output there (and to a progress callback), and
@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
+
+from wheelmill.errors import CommandFailed
 
 # Variables a build may legitimately need from the caller; everything else is explicit.
 PASSTHROUGH = (
@@ -44,21 +46,6 @@ SYSTEM_PATH = ("/usr/sbin", "/usr/bin", "/sbin", "/bin")
 TERMINATE_GRACE = 10.0
 # Never written to a log: credentials travel in the environment, not in argv.
 _SECRET = re.compile(r"PASSWORD|TOKEN|SECRET|CREDENTIAL", re.IGNORECASE)
-
-
-class CommandFailed(Exception):
-    """A command exited non-zero (or could not start: returncode 127)."""
-
-    def __init__(self, argv: Sequence[str], returncode: int, log: Path | None, tail: Sequence[str]) -> None:
-        super().__init__(f"{argv[0]} exited with {returncode}")
-        self.argv = tuple(argv)
-        self.returncode = returncode
-        self.log = log
-        self.tail = tuple(tail)
-
-    def last_line(self) -> str:
-        lines = [line for line in self.tail if line.strip()]
-        return lines[-1].strip()[:200] if lines else "(no output)"
 
 
 class StepLog:
@@ -97,7 +84,6 @@ class CommandResult:
 class Runner(Protocol):
     """Where a cell's commands run: this machine, or the cell's container."""
 
-    name: str
     environ: Mapping[str, str]  # what discovery may read (CUDA_HOME, PATH, ...)
 
     def run(
@@ -122,8 +108,6 @@ class Runner(Protocol):
 
 class HostRunner:
     """Runs commands directly on this machine (engine ``none``)."""
-
-    name = "host"
 
     def __init__(self) -> None:
         self.environ: Mapping[str, str] = os.environ

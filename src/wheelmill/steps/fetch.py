@@ -11,6 +11,7 @@ import shutil
 import tarfile
 import urllib.parse
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
@@ -18,49 +19,61 @@ from packaging.version import Version
 
 from wheelmill.checks import CheckResult
 from wheelmill.config import format_size
-from wheelmill.context import CellRun
-from wheelmill.errors import FetchError, IntegrityError
+from wheelmill.context import Outcome, StepContext
+from wheelmill.errors import CommandFailed, FetchError, IntegrityError
 from wheelmill.net import IndexFile, download, is_transient, project_files, sha256_of
-from wheelmill.recipes import GitSource, PathSource, ResolvedRecipe, SdistSource, UrlSource
+from wheelmill.process import base_environment
+from wheelmill.recipes import GitSource, PathSource, SdistSource, UrlSource
 from wheelmill.retry import TransientError
-from wheelmill.runner import CommandFailed, StepLog, base_environment
+from wheelmill.spec import CellPlan, RecipeSpec, describe_source
+from wheelmill.steps.cell import Sources
 
 # Never copied from a local source tree: build outputs and VCS/tool state.
 _IGNORE = shutil.ignore_patterns("build", "dist", "*.egg-info", "__pycache__", ".git", ".nox", ".pytest_cache", "*.so")
 
 
-def fetch(run: CellRun, recipe: ResolvedRecipe, log: StepLog) -> list[CheckResult]:
-    dest = run.layout.src / recipe.name
+@dataclass(frozen=True, kw_only=True)
+class Fetched:
+    """The recipe's source tree, verified, where the build runs it."""
+
+    root: Path
+
+
+def fetch(ctx: StepContext, spec: RecipeSpec) -> Outcome:
+    dest = ctx.run.layout.src / spec.name
     if dest.exists():
         shutil.rmtree(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    match recipe.source:
+    match spec.source:
         case PathSource(path=path):
             shutil.copytree(path, dest, ignore=_IGNORE, symlinks=True)
             root, detail = dest, f"copied {path}"
         case SdistSource() as sdist:
-            archive = _fetch_sdist(run, sdist, log)
+            archive = _fetch_sdist(ctx, sdist)
             root, detail = _unpack(archive, dest), f"{archive.name}, sha256 verified"
         case UrlSource(url=url, sha256=sha256):
-            archive = _cached_download(run, url, _filename(url), sha256, log)
+            archive = _cached_download(ctx, url, _filename(url), sha256)
             root, detail = _unpack(archive, dest), f"{archive.name}, sha256 verified"
         case GitSource() as git:
-            _git_checkout(run, git, dest, log)
+            _git_checkout(ctx, git, dest)
             root, detail = dest, f"{git.url} at {git.rev}"
-    if recipe.subdir:
-        root = root / recipe.subdir
+    if spec.subdir:
+        root = root / spec.subdir
         if not root.is_dir():
-            raise FetchError(f"{recipe.file}: source.subdir: {recipe.subdir} is not in the source", fix="point subdir at the package inside the source")
-    run.source_dirs[recipe.name] = root
-    return [CheckResult.passed("source", detail)]
+            raise FetchError(f"{spec.file}: source.subdir: {spec.subdir} is not in the source", fix="point subdir at the package inside the source")
+    return Outcome(checks=[CheckResult.passed("source", detail)], made=(Fetched(root=root),))
+
+
+def describe(plan: CellPlan, spec: RecipeSpec) -> str:
+    return describe_source(spec.source, plan.root) + (f", subdir {spec.subdir}" if spec.subdir else "")
 
 
 def _filename(url: str) -> str:
     return urllib.parse.unquote(urllib.parse.urlparse(url).path.rsplit("/", 1)[-1]) or "source.tar.gz"
 
 
-def _fetch_sdist(run: CellRun, sdist: SdistSource, log: StepLog) -> Path:
-    sources = run.need_sources()
+def _fetch_sdist(ctx: StepContext, sdist: SdistSource) -> Path:
+    sources, log = ctx.done.get(Sources).packages, ctx.log
     locations = [(index, False) for index in sources.indexes()] + [(links, True) for links in sources.find_links]
     for location, flat in locations:
         log.note(f"looking for {sdist.project}=={sdist.version} at {location}")
@@ -72,7 +85,7 @@ def _fetch_sdist(run: CellRun, sdist: SdistSource, log: StepLog) -> Path:
                 f"{match.url}: the index lists sha256 {match.sha256}, the recipe pins {sdist.sha256}",
                 fix="the release was replaced or the pin is wrong; check it before updating sha256",
             )
-        return _cached_download(run, match.url, match.filename, sdist.sha256, log)
+        return _cached_download(ctx, match.url, match.filename, sdist.sha256)
     raise FetchError(
         f"sdist {sdist.project}=={sdist.version} is on none of: {', '.join(loc for loc, _ in locations) or 'no index'}",
         fix="check the project and version, or set WHEELMILL_INDEX_URL to an index that has it",
@@ -91,8 +104,8 @@ def _pick_sdist(files: list[IndexFile], sdist: SdistSource) -> IndexFile | None:
     return None
 
 
-def _cached_download(run: CellRun, url: str, filename: str, sha256: str, log: StepLog) -> Path:
-    cached = run.layout.cache / "sources" / sha256 / filename
+def _cached_download(ctx: StepContext, url: str, filename: str, sha256: str) -> Path:
+    cached, log = ctx.run.layout.cache / "sources" / sha256 / filename, ctx.log
     if cached.is_file():
         if sha256_of(cached) == sha256:
             log.note(f"cache hit {cached}")
@@ -101,7 +114,7 @@ def _cached_download(run: CellRun, url: str, filename: str, sha256: str, log: St
     log.note(f"downloading {url}")
 
     def progress(done: int, total: int | None) -> None:
-        run.on_line(f"downloaded {format_size(done)}" + (f" of {format_size(total)}" if total else ""))
+        ctx.run.on_line(f"downloaded {format_size(done)}" + (f" of {format_size(total)}" if total else ""))
 
     try:
         return download(url, cached, sha256=sha256, on_progress=progress)
@@ -113,11 +126,14 @@ def _cached_download(run: CellRun, url: str, filename: str, sha256: str, log: St
 def _unpack(archive: Path, dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     if archive.name.endswith(".zip"):
-        with zipfile.ZipFile(archive) as zf:
-            for name in zf.namelist():
-                if not (dest / name).resolve().is_relative_to(dest.resolve()):
-                    raise IntegrityError(f"{archive.name}: unsafe path {name!r} in the archive", fix="do not use this archive")
-            zf.extractall(dest)  # noqa: S202 - every member was checked to stay inside dest
+        try:
+            with zipfile.ZipFile(archive) as zf:
+                for name in zf.namelist():
+                    if not (dest / name).resolve().is_relative_to(dest.resolve()):
+                        raise IntegrityError(f"{archive.name}: unsafe path {name!r} in the archive", fix="do not use this archive")
+                zf.extractall(dest)  # noqa: S202 - every member was checked to stay inside dest
+        except (zipfile.BadZipFile, OSError) as exc:
+            raise IntegrityError(f"{archive.name}: cannot unpack: {exc}", fix="check the archive") from None
     else:
         try:
             with tarfile.open(archive) as tf:
@@ -128,12 +144,12 @@ def _unpack(archive: Path, dest: Path) -> Path:
     return entries[0] if len(entries) == 1 and entries[0].is_dir() else dest
 
 
-def _git_checkout(run: CellRun, git: GitSource, dest: Path, log: StepLog) -> None:
-    env = base_environment([], {"GIT_TERMINAL_PROMPT": "0"})
+def _git_checkout(ctx: StepContext, git: GitSource, dest: Path) -> None:
+    env, runner, log = base_environment([], {"GIT_TERMINAL_PROMPT": "0"}), ctx.where.runner, ctx.log
     try:
-        run.runner.run(["git", "clone", "--quiet", "--no-checkout", "--filter=blob:none", git.url, str(dest)], env=env, log=log)
-        run.runner.run(["git", "-C", str(dest), "checkout", "--quiet", "--detach", git.rev], env=env, log=log)
-        head = run.runner.run(["git", "-C", str(dest), "rev-parse", "HEAD"], env=env, log=log, keep_output=True).output.strip()
+        runner.run(["git", "clone", "--quiet", "--no-checkout", "--filter=blob:none", git.url, str(dest)], env=env, log=log)
+        runner.run(["git", "-C", str(dest), "checkout", "--quiet", "--detach", git.rev], env=env, log=log)
+        head = runner.run(["git", "-C", str(dest), "rev-parse", "HEAD"], env=env, log=log, keep_output=True).output.strip()
     except CommandFailed as failed:
         shutil.rmtree(dest, ignore_errors=True)
         if is_transient("\n".join(failed.tail)) or "could not read from remote" in "\n".join(failed.tail).lower():

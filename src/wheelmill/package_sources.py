@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 
-from wheelmill.matrix import Variant
-from wheelmill.runner import capture
+from wheelmill.process import capture
 from wheelmill.settings import Settings
+from wheelmill.variants import Variant
 
 # pip reads these sections for `pip install`/`pip download`; later ones win.
 _PIP_SECTIONS = ("global", "install", ":env:")

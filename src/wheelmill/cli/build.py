@@ -1,0 +1,113 @@
+"""The cell commands: ``matrix``, ``validate``, ``plan``, ``build`` and ``lock``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from wheelmill.cli.common import Commands, add_cell_options, build_cells, load_inputs, prepare
+from wheelmill.errors import UsageError
+from wheelmill.locks import check_lock, write_lock
+from wheelmill.matrix import github_matrix, matrix_markdown
+from wheelmill.selection import affected_cells
+from wheelmill.settings import Settings
+from wheelmill.spec import CellPlan
+
+
+def register(commands: Commands) -> None:
+    matrix = commands.add_parser("matrix", help="print the supported cells")
+    form = matrix.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help='GitHub Actions matrix: {"include": [...]}')
+    form.add_argument("--markdown", action="store_true", help="the table as Markdown (the README's copy)")
+    matrix.add_argument(
+        "--changed-files", type=Path, metavar="FILE", help="with --json: only the cells these changed paths (one a line, from the repo root) affect"
+    )
+    matrix.set_defaults(func=cmd_matrix)
+
+    validate = commands.add_parser("validate", help="load and check the matrix and every recipe")
+    validate.set_defaults(func=cmd_validate)
+
+    for name, func, text in (("plan", cmd_plan, "print the ordered steps; run nothing"), ("build", cmd_build, "build, check, repair and install-test")):
+        sub = commands.add_parser(name, help=text)
+        add_cell_options(sub)
+        sub.set_defaults(func=func)
+
+    lock = commands.add_parser("lock", help="resolve and write locks/<cell>.txt, the committed lock of a cell's build env")
+    lock.add_argument("--cell", action="append", required=True, help="cell id or glob (repeatable)")
+    lock.add_argument("--check", action="store_true", help="only check that each committed lock matches its inputs")
+    lock.set_defaults(func=cmd_lock)
+
+
+def cmd_matrix(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    matrix, recipes = load_inputs(settings)
+    if args.changed_files and not args.json:
+        raise UsageError("matrix: --changed-files goes with --json", fix="add --json")
+    if args.json:
+        chosen = matrix.cells
+        if args.changed_files:
+            chosen = affected_cells(matrix, recipes, _changed(args.changed_files), root=settings.root)
+        print(json.dumps(github_matrix(chosen), separators=(",", ":")))
+        return 0
+    if args.markdown:
+        print(matrix_markdown(matrix))
+        return 0
+    table = Table(title=f"matrix ({len(matrix.cells)} cells)", title_justify="left")
+    for column in ("variant", "toolkit", "torch", "arch list", "glibc", *matrix.pythons):
+        table.add_column(column, overflow="fold")
+    for v in matrix.variants.values():
+        cells = ["yes" if p in v.pythons else "-" for p in matrix.pythons]
+        table.add_row(v.name, v.toolkit or "-", f"{v.torch}+{v.label}", v.arch_list or "-", v.glibc, *cells)
+    Console(highlight=False, width=max(console.width, 160)).print(table)
+    return 0
+
+
+def _changed(path: Path) -> list[str]:
+    try:
+        return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except OSError as exc:
+        raise UsageError(f"--changed-files {path}: {exc.strerror}", fix="give a file with one changed path a line (git diff --name-only)") from None
+
+
+def cmd_validate(_args: argparse.Namespace, settings: Settings, _console: Console) -> int:
+    matrix, recipes = load_inputs(settings)
+    print(f"ok: {len(matrix.variants)} variants, {len(matrix.cells)} cells, {len(recipes)} recipes ({', '.join(sorted(recipes))})")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace, settings: Settings, _console: Console) -> int:
+    for cell_plan in prepare(args, settings, probe=False).plans:
+        print(render_plan(cell_plan))
+    return 0
+
+
+def render_plan(cell_plan: CellPlan) -> str:
+    cell = cell_plan.cell
+    lines = [f"plan for {cell.id}: {cell.variant.describe()}; Python {cell.python}; engine {cell_plan.engine}"]
+    lines.append(f"recipes, in build order: {', '.join(r.name for r in cell_plan.recipes)}")
+    width = max(len(s.id) for s in cell_plan.steps)
+    for index, step in enumerate(cell_plan.steps, start=1):
+        lines.append(f"{index:3d}. {step.id:<{width}}  {step.detail}")
+    return "\n".join(lines)
+
+
+def cmd_build(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    return build_cells(prepare(args, settings, probe=True), console)
+
+
+def cmd_lock(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    matrix, recipes = load_inputs(settings)
+    locks_dir = settings.root / "locks"
+    cells = matrix.select(args.cell)
+    if not args.check:
+        for cell in cells:
+            console.print(write_lock(matrix, recipes, cell, locks_dir, settings), highlight=False)
+        return 0
+    checked = [line for cell in cells if (line := check_lock(matrix, recipes, cell, locks_dir))]
+    for line in checked:
+        console.print(line, highlight=False)
+    console.print(f"{len(checked)} committed locks match their inputs; {len(cells) - len(checked)} cells resolve theirs at build time", highlight=False)
+    return 0

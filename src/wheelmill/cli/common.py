@@ -1,0 +1,99 @@
+"""What the commands share: the parser class, the cell options (``--cell``, ``--recipe``,
+``--engine``, ``--no-publish``), loading the matrix and recipes, planning, and running
+the plans of the build-like commands (``plan``, ``build``, ``release``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from typing import NoReturn, TypeAlias
+
+from rich.console import Console
+
+from wheelmill.containers.engine import ENGINE_CHOICES, Engine, detect
+from wheelmill.containers.pins import load_pins
+from wheelmill.errors import UsageError
+from wheelmill.matrix import Matrix, load_matrix
+from wheelmill.plan import Options, plan
+from wheelmill.recipes import Recipe, load_recipes
+from wheelmill.settings import Settings
+from wheelmill.spec import CellPlan, ContainerSetup
+from wheelmill.ui import UI
+from wheelmill.versions import Release
+
+
+class Parser(argparse.ArgumentParser):
+    """A bad command line is a ``UsageError`` like any other: one line, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}", fix=f"see `{self.prog} --help`")
+
+
+Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def add_cell_options(
+    parser: argparse.ArgumentParser, *, cell_required: bool = True, publish_help: str = "keep the wheels in dist/, out of the local index"
+) -> None:
+    """The options of every command that builds or plans cells."""
+    cell_help = "cell id or glob, e.g. cuda118-py311 (repeatable)" + ("" if cell_required else "; default: every cell")
+    parser.add_argument("--cell", action="append", required=cell_required, help=cell_help)
+    parser.add_argument("--recipe", action="append", default=[], help="only this recipe and what it depends on (repeatable)")
+    parser.add_argument("--no-publish", dest="publish", action="store_false", help=publish_help)
+    parser.add_argument(
+        "--engine",
+        choices=ENGINE_CHOICES,
+        default=None,
+        help="where commands run: a podman or docker container (auto: whichever answers), or none (this machine); default $WHEELMILL_ENGINE or auto",
+    )
+
+
+def load_inputs(settings: Settings) -> tuple[Matrix, dict[str, Recipe]]:
+    directory = settings.recipes
+    if not (directory / "matrix.toml").is_file():
+        raise UsageError(f"no matrix.toml in {directory.resolve()}", fix="run from the repository root or pass --recipes DIR")
+    return load_matrix(directory / "matrix.toml"), load_recipes(directory)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prepared:
+    plans: tuple[CellPlan, ...]
+    settings: Settings
+    engine: Engine | None
+
+
+def prepare(args: argparse.Namespace, settings: Settings, *, probe: bool, release: Release | None = None) -> Prepared:
+    """Load, pick the engine (``probe``: ask it to answer; ``plan`` only looks for it),
+    and plan the cells ``args`` selects."""
+    matrix, recipes = load_inputs(settings)
+    cells = matrix.select(args.cell)
+    engine = detect(settings.engine) if probe else detect(settings.engine, probe=None)
+    containers = None
+    if engine is not None:
+        containers = ContainerSetup(
+            pins=load_pins(settings.root / "containers" / "pins.toml"), directory=settings.root / "containers", base_policy=settings.base_policy
+        )
+    options = Options(
+        publish=args.publish, engine=engine.name.value if engine else "none", containers=containers, locks_dir=settings.root / "locks", release=release
+    )
+    return Prepared(plans=plan(matrix, recipes, cells, args.recipe, settings, options), settings=settings, engine=engine)
+
+
+def build_cells(prepared: Prepared, console: Console) -> int:
+    """Run every cell's plan; the exit status of the first failed cell, else 0."""
+    from wheelmill.pipeline import execute  # noqa: PLC0415 - the build machinery loads only to build
+
+    ui = UI(console)
+    worst = 0
+    for cell_plan in prepared.plans:
+        report = execute(cell_plan, settings=prepared.settings, ui=ui, engine=prepared.engine)
+        failed = report.failed
+        if failed is not None and failed.error:
+            print_error(f"{failed.step.id}: {failed.error}")
+            worst = worst or report.exit_code
+    return worst
+
+
+def print_error(text: str) -> None:
+    print(f"wheelmill: error: {' '.join(text.split())}", file=sys.stderr, flush=True)

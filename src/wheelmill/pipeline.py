@@ -1,0 +1,158 @@
+"""Executing a cell's plan: one step at a time, each with its own log, timing, attempt
+count and verdicts, the report rewritten after each.
+
+The pipeline knows no step by name: the registry says how each runs, whether it retries
+and what a failed command in it means. A failed cell step stops the cell; a failed recipe
+step stops that recipe and the recipes that depend on it, while independent recipes go
+on. Network steps retry transient failures; nothing else is retried. Ctrl-C stops the
+running command's whole process tree, marks the step interrupted and leaves a valid
+report.
+
+This is the error boundary of a build: whatever a step raises ends as a recorded step
+result, one line and an exit code; what wheelmill did not expect is recorded as an
+internal error, its traceback in the step's log, never on the terminal.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from contextlib import ExitStack
+
+from wheelmill import envs
+from wheelmill.containers.engine import Engine
+from wheelmill.context import Hold, Layout, Outcome, RunContext, StepContext, Where
+from wheelmill.errors import BusyError, CommandFailed, InternalError, Interrupted, WheelmillError
+from wheelmill.files import file_lock
+from wheelmill.process import HostRunner, StepLog
+from wheelmill.report import CellReport, Status, StepRecord
+from wheelmill.retry import RetryPolicy, TransientError, with_retries
+from wheelmill.settings import Settings
+from wheelmill.spec import CellPlan, Step
+from wheelmill.steps import BY_KIND, CellStep, StepDefinition
+from wheelmill.ui import UI
+
+NO_RETRY = RetryPolicy(attempts=1)
+
+
+def execute(plan: CellPlan, *, settings: Settings, ui: UI, engine: Engine | None = None) -> CellReport:
+    layout = Layout(output=settings.output.resolve(), cell=plan.cell.id)
+
+    def busy(holder: str) -> BusyError:
+        return BusyError(f"{plan.cell.id}: another build of this cell is running ({holder})", fix="wait for it, or use another WHEELMILL_OUTPUT")
+
+    with file_lock(layout.root / ".lock", busy=busy):
+        run = RunContext(plan=plan, settings=settings, layout=layout, engine=engine, on_line=ui.line)
+        report = CellReport(plan=plan, path=layout.report)
+        _clear_logs(layout)
+        ui.cell_started(plan.cell.id, plan.cell.variant.describe())
+        try:
+            with ExitStack() as held:  # what steps hand over (the container) ends first
+                _run_steps(run, report, ui, held.enter_context)
+        finally:  # interrupted too: the report says how far it got
+            report.finished = time.time()
+            report.write()
+            ui.summary(report)
+    return report
+
+
+def host(settings: Settings) -> Where:
+    """Where commands run until a step says otherwise: this machine."""
+    runner = HostRunner()
+    return Where(runner=runner, backend=envs.backend(settings.env_backend, runner))
+
+
+def _run_steps(run: RunContext, report: CellReport, ui: UI, hold: Hold) -> None:
+    steps = run.plan.steps
+    where = host(run.settings)
+    for index, step in enumerate(steps, start=1):
+        reason = blocked(step, run.plan, report)
+        if reason:
+            report.steps.append(StepRecord(step=step, status=Status.SKIPPED, error=reason))
+            ui.skipped(step, reason)
+            continue
+        record = run_step(run, step, where=where, report=report, position=(index, len(steps)), ui=ui, hold=hold)
+        report.steps.append(record)
+        where = next((made for made in record.made if isinstance(made, Where)), where)
+        report.write()
+        if record.status is Status.INTERRUPTED:
+            report.steps += [StepRecord(step=rest, status=Status.SKIPPED, error="interrupted") for rest in steps[index:]]
+            raise Interrupted(f"{run.plan.cell.id}: interrupted during {step.id}", fix="run the session again; finished wheels are kept in dist/")
+
+
+def blocked(step: Step, plan: CellPlan, report: CellReport) -> str | None:
+    """Why a step cannot run: a cell step failed, or its recipe (or one it needs) failed."""
+    needs = {step.recipe, *plan.recipe(step.recipe).needs} if step.recipe else set()
+    for done in report.steps:
+        if done.status is Status.OK:
+            continue
+        if done.step.recipe is None:
+            return f"cell step {done.step.kind} did not succeed"
+        if done.step.recipe in needs:
+            return f"{done.step.id} did not succeed"
+    return None
+
+
+def run_step(run: RunContext, step: Step, *, where: Where, report: CellReport, position: tuple[int, int], ui: UI, hold: Hold) -> StepRecord:
+    definition = BY_KIND[step.kind]
+    log = StepLog(run.layout.logs / f"{position[0]:02d}-{step.id.replace('/', '-')}.log")
+    record = StepRecord(step=step, status=Status.OK, log=str(log.path))
+    ui.step_started(step, *position)
+    started = time.monotonic()
+
+    def on_retry(attempt: int, error: Exception, pause: float) -> None:
+        log.note(f"attempt {attempt} failed: {error}; retrying in {pause:.1f}s")
+        ui.retrying(attempt, error, pause)
+
+    def attempt(number: int) -> Outcome:
+        record.attempts = number
+        log.note(f"{step.id} attempt {number}: {step.detail}")
+        ctx = StepContext(run=run, where=where, done=report.done, log=log, hold=hold)
+        return _start(definition, ctx, step)
+
+    try:
+        outcome, record.attempts = with_retries(attempt, policy=run.settings.retry if definition.retries else NO_RETRY, on_retry=on_retry)
+        record.checks, record.made = outcome.checks, outcome.made
+    except KeyboardInterrupt:
+        record.status, record.error, record.exit_code = Status.INTERRUPTED, "interrupted", Interrupted.exit_code
+    except Exception as exc:  # noqa: BLE001 - the boundary: every failure becomes this step's record
+        _fail(record, failure(definition, step, exc, record.attempts, log))
+    finally:
+        record.seconds = time.monotonic() - started
+        log.note(f"{step.id}: {record.status} after {record.seconds:.1f}s, {record.attempts} attempt(s)")
+        log.close()
+        ui.step_finished(record)
+    return record
+
+
+def _start(definition: StepDefinition, ctx: StepContext, step: Step) -> Outcome:
+    if isinstance(definition, CellStep):
+        return definition.run(ctx)
+    assert step.recipe is not None, "the plan gives every recipe step its recipe"
+    return definition.run(ctx, ctx.run.plan.recipe(step.recipe))
+
+
+def failure(definition: StepDefinition, step: Step, exc: Exception, attempts: int, log: StepLog) -> WheelmillError:
+    """What an exception that ended a step means, as one of wheelmill's errors. Its
+    traceback goes to the step's log, but for a failed command or network (whose output and
+    retries are there already)."""
+    match exc:
+        case TransientError():
+            fix = "check the network and the index; WHEELMILL_RETRIES sets the attempts"
+            return definition.error(f"{step.id}: gave up after {attempts} attempts: {exc}", fix=fix)
+        case CommandFailed():
+            return definition.error(f"{step.id}: {exc.message}", fix=exc.fix)
+    log.write("".join(traceback.format_exception(exc)))
+    if isinstance(exc, WheelmillError):
+        return exc
+    return InternalError(f"{step.id}: internal error: {type(exc).__name__}: {exc}", fix=f"this is a bug in wheelmill; its traceback is in {log.path}")
+
+
+def _fail(record: StepRecord, error: WheelmillError) -> None:
+    record.status, record.error, record.exit_code = Status.FAILED, error.one_line(), error.exit_code
+
+
+def _clear_logs(layout: Layout) -> None:
+    if layout.logs.is_dir():
+        for old in layout.logs.glob("*.log"):
+            old.unlink()

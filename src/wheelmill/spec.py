@@ -1,0 +1,217 @@
+"""What the plan resolves, once, for one cell and for each recipe in it: frozen values that
+the steps consume and the printed plan describes, the way cibuildwheel resolves its build
+options per identifier. Nothing downstream reads the matrix or the recipe files again: what
+a step does is what its spec says, and the golden plans pin it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from wheelmill.containers.images import BuilderImage
+from wheelmill.containers.pins import Pins
+from wheelmill.locks import LockInputs
+from wheelmill.matrix import Matrix
+from wheelmill.recipes import GitSource, PathSource, ResolvedRecipe, SdistSource, Source, UrlSource
+from wheelmill.variants import Cell, Family
+from wheelmill.versions import Release, VersionRule, stamp_version
+
+DEFAULT_BUILD = ("{python}", "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-v", "-w", "{dist}", "{source}")
+# What each template may use, filled in when the step runs.
+BUILD_PLACEHOLDERS = ("python", "source", "dist", "cell", "label")
+SMOKE_PLACEHOLDERS = ("python", "source", "cell", "label")
+DEFAULT_MEMORY_PER_JOB = 2 * 2**30
+_ARCH_VARIABLE = {Family.CUDA: "TORCH_CUDA_ARCH_LIST", Family.ROCM: "PYTORCH_ROCM_ARCH"}
+
+
+class StepKind(StrEnum):
+    PRE_CHECKS = "pre-checks"
+    PREPARE_IMAGE = "prepare-image"
+    PREPARE_CONTAINER = "prepare-container"
+    TOOLCHAIN_CHECKS = "toolchain-checks"
+    PREPARE_ENV = "prepare-env"
+    ENV_CHECKS = "env-checks"
+    FETCH = "fetch"
+    BUILD = "build"
+    STAMP = "stamp"
+    POST_BUILD_CHECKS = "post-build-checks"
+    REPAIR = "repair"
+    POST_REPAIR_CHECKS = "post-repair-checks"
+    INSTALL_TEST = "install-test"
+    PUBLISH = "publish"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Step:
+    kind: StepKind
+    recipe: str | None
+    detail: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.recipe}/{self.kind}" if self.recipe else str(self.kind)
+
+
+@dataclass(frozen=True, kw_only=True)
+class VersionSpec:
+    """Whose version a wheel carries and which label: decided before anything is built."""
+
+    rule: VersionRule
+    release: Release | None
+    label: str | None  # the variant's label, where the recipe wants one
+
+    def stamp(self, built: str) -> str | None:
+        """The version to stamp over ``built``, or None to keep it."""
+        return stamp_version(self.rule, built, release=self.release, label=self.label)
+
+    def describe(self) -> str:
+        label = f"+{self.label}" if self.label else ""
+        if self.release is not None and self.rule is VersionRule.REPO:
+            return f"version {self.release.version}{label} (the repo's, from git)"
+        return f"version {label}" if label else "version as built"
+
+    def expected(self, source: Source) -> str:
+        """The version the wheel will carry, as far as it is known before building."""
+        label = f"+{self.label}" if self.label else ""
+        if self.rule is VersionRule.REPO and self.release is not None:
+            return f"{self.release.version}{label}"
+        if isinstance(source, SdistSource):
+            return f"{source.version}{label}"
+        return f"<as built>{label}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecipeSpec:
+    """One recipe in one cell, with every override, matrix default and variant value applied."""
+
+    name: str
+    file: Path
+    cell: str
+    family: Family
+    label: str  # the variant's local version label, for {label}
+    source: Source
+    subdir: str | None
+    depends_on: tuple[str, ...]
+    needs: tuple[str, ...]  # depends_on and what they depend on, in build order
+    command: tuple[str, ...]
+    env: Mapping[str, str]  # the recipe's own build variables (templates)
+    arch_list: str | None
+    memory_per_job: int
+    version: VersionSpec
+    torch_pin: bool
+    run_requires: tuple[str, ...]
+    repair_excludes: tuple[str, ...]
+    forbid: tuple[str, ...]  # never inside a wheel, besides the excludes
+    max_wheel_size: int
+    glibc: str
+    test_requires: tuple[str, ...]
+    imports: tuple[str, ...]
+    torch_ops: tuple[str, ...]
+    symbols: tuple[str, ...]
+    smoke: tuple[str, ...] | None
+    device_code: bool | None
+
+    @property
+    def arch_variable(self) -> str | None:
+        """The variable the family's build tooling reads the arch list from."""
+        return _ARCH_VARIABLE.get(self.family)
+
+    def build_variables(self) -> dict[str, str]:
+        """What the spec puts into the build's environment (the rest comes from the run)."""
+        variables = {self.arch_variable: self.arch_list or ""} if self.arch_variable else {}
+        # FORCE_CUDA: torch's extension builder compiles device code without a visible GPU.
+        variables["FORCE_CUDA"] = "0" if self.family is Family.CPU else "1"
+        variables["WHEELMILL_CELL"] = self.cell
+        return variables
+
+    @property
+    def forbidden(self) -> tuple[str, ...]:
+        return (*self.forbid, *self.repair_excludes)
+
+    @property
+    def sibling_pins(self) -> tuple[str, ...]:
+        """Run requirements on recipes built before it: pinned to exactly what was built."""
+        return tuple(r for r in self.run_requires if r in self.depends_on)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellPlan:
+    """A cell's plan: its spec, its recipes' specs, and the ordered steps."""
+
+    cell: Cell
+    root: Path  # the repository: paths in the printed plan are relative to it
+    engine: str  # none | podman | docker
+    image: BuilderImage | None
+    torch_index: str | None
+    lock: LockInputs
+    locks_dir: Path
+    min_free_disk: int
+    channel: str  # the index channel the wheels go to: the variant's, in the release's track
+    release: Release | None
+    recipes: tuple[RecipeSpec, ...]
+    steps: tuple[Step, ...] = ()
+
+    def recipe(self, name: str) -> RecipeSpec:
+        return next(r for r in self.recipes if r.name == name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContainerSetup:
+    """How cells get their builder image: the pins, the definitions and the base policy."""
+
+    pins: Pins
+    directory: Path
+    base_policy: str  # auto | bootstrap | registry
+
+
+def channel_of(cell: Cell, release: Release | None) -> str:
+    return release.track.channel(cell.variant.channel) if release else cell.variant.channel
+
+
+def recipe_spec(matrix: Matrix, cell: Cell, recipe: ResolvedRecipe, *, needs: tuple[str, ...], release: Release | None) -> RecipeSpec:
+    """The spec of ``recipe`` (already resolved for ``cell``): the matrix's defaults filled in."""
+    variant = cell.variant
+    family = variant.family.value
+    return RecipeSpec(
+        name=recipe.name,
+        file=recipe.file,
+        cell=cell.id,
+        family=variant.family,
+        label=variant.label,
+        source=recipe.source,
+        subdir=recipe.subdir,
+        depends_on=recipe.depends_on,
+        needs=needs,
+        command=recipe.command or DEFAULT_BUILD,
+        env=recipe.env,
+        arch_list=recipe.arch_list or variant.arch_list,
+        memory_per_job=recipe.memory_per_job or matrix.memory_per_job.get(family, DEFAULT_MEMORY_PER_JOB),
+        version=VersionSpec(rule=recipe.version_rule, release=release, label=variant.label if recipe.local_label else None),
+        torch_pin=recipe.torch_pin,
+        run_requires=recipe.run_requires,
+        repair_excludes=(*matrix.excludes_for(variant), *recipe.repair_exclude),
+        forbid=matrix.forbid,
+        max_wheel_size=recipe.max_wheel_size or matrix.max_wheel_size,
+        glibc=variant.glibc,
+        test_requires=(*matrix.test_requires, *recipe.test_requires),
+        imports=recipe.imports,
+        torch_ops=recipe.torch_ops,
+        symbols=recipe.symbols,
+        smoke=recipe.smoke,
+        device_code=recipe.device_code,
+    )
+
+
+def describe_source(source: Source, root: Path) -> str:
+    match source:
+        case PathSource(path=path):
+            return f"path {path.relative_to(root) if path.is_relative_to(root) else path}"
+        case SdistSource(project=project, version=version, sha256=sha256):
+            return f"sdist {project}=={version} from the package index, sha256 {sha256[:12]}..."
+        case UrlSource(url=url, sha256=sha256):
+            return f"url {url}, sha256 {sha256[:12]}..."
+        case GitSource(url=url, rev=rev):
+            return f"git {url} at {rev[:12]}"
