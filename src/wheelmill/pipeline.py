@@ -16,7 +16,6 @@ internal error, its traceback in the step's log, never on the terminal.
 from __future__ import annotations
 
 import time
-import traceback
 from contextlib import ExitStack
 
 from wheelmill import envs
@@ -142,7 +141,7 @@ def failure(definition: StepDefinition, step: Step, exc: Exception, attempts: in
             return definition.error(f"{step.id}: gave up after {attempts} attempts: {exc}", fix=fix)
         case CommandFailed():
             return definition.error(f"{step.id}: {exc.message}", fix=exc.fix)
-    log.write("".join(traceback.format_exception(exc)))
+    log.traceback(exc)
     if isinstance(exc, WheelmillError):
         return exc
     return InternalError(f"{step.id}: internal error: {type(exc).__name__}: {exc}", fix=f"this is a bug in wheelmill; its traceback is in {log.path}")

@@ -15,11 +15,12 @@ from pathlib import Path
 
 from wheelmill import locks
 from wheelmill.containers import images
+from wheelmill.containers.pins import Pins
 from wheelmill.matrix import Matrix
 from wheelmill.package_sources import torch_index_url
 from wheelmill.recipes import Recipe, closure, resolve, select
 from wheelmill.settings import Settings
-from wheelmill.spec import CellPlan, ContainerSetup, Step, StepKind, channel_of, recipe_spec
+from wheelmill.spec import CellPlan, Step, StepKind, channel_of, recipe_spec
 from wheelmill.steps import REGISTRY, CellStep, RecipeStep
 from wheelmill.variants import Cell
 from wheelmill.versions import Release
@@ -29,6 +30,15 @@ from wheelmill.versions import Release
 CELL_STEPS = tuple(d.kind for d in REGISTRY if isinstance(d, CellStep) and not d.container)
 CONTAINER_CELL_STEPS = tuple(d.kind for d in REGISTRY if isinstance(d, CellStep))
 RECIPE_STEPS = tuple(d.kind for d in REGISTRY if isinstance(d, RecipeStep) and not d.publishing)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContainerSetup:
+    """How cells get their builder image: the pins, the definitions and the base policy."""
+
+    pins: Pins
+    directory: Path
+    base_policy: str  # auto | bootstrap | registry
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,6 +73,7 @@ def plan_cell(  # noqa: PLR0917 - the inputs of the pure function, in their orde
     spec = CellPlan(
         cell=cell,
         root=matrix.path.resolve().parent.parent,
+        variant_file=matrix.path,
         engine=options.engine,
         image=_image(cell, options),
         torch_index=torch_index_url(cell.variant, settings=settings, template=matrix.torch_index),
@@ -99,4 +110,4 @@ def _steps(spec: CellPlan, *, publish: bool) -> list[Step]:
     return steps
 
 
-__all__ = ["CELL_STEPS", "CONTAINER_CELL_STEPS", "RECIPE_STEPS", "CellPlan", "Options", "StepKind", "plan", "plan_cell"]
+__all__ = ["CELL_STEPS", "CONTAINER_CELL_STEPS", "RECIPE_STEPS", "CellPlan", "ContainerSetup", "Options", "StepKind", "plan", "plan_cell"]

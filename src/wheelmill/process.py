@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ PASSTHROUGH = (
 # a CUDA one. Toolkits are added to PATH explicitly, per variant.
 SYSTEM_PATH = ("/usr/sbin", "/usr/bin", "/sbin", "/bin")
 TERMINATE_GRACE = 10.0
+TRACEBACK_MARK = "#| "  # a traceback's lines in a step log
 # Never written to a log: credentials travel in the environment, not in argv.
 _SECRET = re.compile(r"PASSWORD|TOKEN|SECRET|CREDENTIAL", re.IGNORECASE)
 
@@ -62,6 +64,12 @@ class StepLog:
 
     def note(self, text: str) -> None:
         self.write(f"# {text}\n")
+
+    def traceback(self, exc: BaseException) -> None:
+        """An exception's traceback, for whoever debugs wheelmill: marked, so that what
+        shows a log's tail to a user can leave it out."""
+        text = "".join(traceback.format_exception(exc))
+        self.write("".join(f"{TRACEBACK_MARK}{line}\n" for line in text.splitlines()))
 
     def close(self) -> None:
         self._file.close()

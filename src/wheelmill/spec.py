@@ -12,7 +12,6 @@ from enum import StrEnum
 from pathlib import Path
 
 from wheelmill.containers.images import BuilderImage
-from wheelmill.containers.pins import Pins
 from wheelmill.locks import LockInputs
 from wheelmill.matrix import Matrix
 from wheelmill.recipes import GitSource, PathSource, ResolvedRecipe, SdistSource, Source, UrlSource
@@ -143,6 +142,7 @@ class CellPlan:
 
     cell: Cell
     root: Path  # the repository: paths in the printed plan are relative to it
+    variant_file: Path  # where the cell's variant is defined, for messages
     engine: str  # none | podman | docker
     image: BuilderImage | None
     torch_index: str | None
@@ -156,15 +156,6 @@ class CellPlan:
 
     def recipe(self, name: str) -> RecipeSpec:
         return next(r for r in self.recipes if r.name == name)
-
-
-@dataclass(frozen=True, kw_only=True)
-class ContainerSetup:
-    """How cells get their builder image: the pins, the definitions and the base policy."""
-
-    pins: Pins
-    directory: Path
-    base_policy: str  # auto | bootstrap | registry
 
 
 def channel_of(cell: Cell, release: Release | None) -> str:

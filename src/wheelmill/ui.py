@@ -20,6 +20,7 @@ from rich.table import Table
 
 from wheelmill.checks import Verdict
 from wheelmill.config import format_size
+from wheelmill.process import TRACEBACK_MARK
 from wheelmill.report import CellReport, Status, StepRecord
 from wheelmill.spec import Step
 
@@ -95,7 +96,7 @@ class UI:
             text = log.read_text(encoding="utf-8", errors="replace").splitlines()
         except OSError:
             return
-        output = [line for line in text if not line.startswith("# env ")][-lines:]
+        output = [line for line in text if not line.startswith(("# env ", TRACEBACK_MARK))][-lines:]
         if os.environ.get("GITHUB_ACTIONS"):
             print(f"::group::last lines of {log}", file=self.console.file, flush=True)
         self.console.print(f"  [dim]last lines of {escape(str(log))}:[/]")

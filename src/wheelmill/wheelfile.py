@@ -193,7 +193,7 @@ def _filename_version(filename: str) -> str:
 
 def _rewrite_headers(text: str, *, version: str, pins: Mapping[str, str], add: Sequence[str] = ()) -> str:
     head, sep, body = text.partition("\n\n")
-    lines = head.split("\n")
+    lines = head.rstrip("\n").split("\n")  # headers only: a METADATA without a body ends in one newline
     out: list[str] = []
     pinned: set[str] = set()
     for line in lines:
@@ -216,7 +216,7 @@ def _rewrite_headers(text: str, *, version: str, pins: Mapping[str, str], add: S
             out.append(f"Requires-Dist: {name}=={exact}")
     declared = {line.partition(":")[2].strip() for line in out if line.startswith("Requires-Dist:")}
     out += [f"Requires-Dist: {req}" for req in add if req not in declared]
-    return "\n".join(out) + sep + body
+    return "\n".join(out) + (sep + body if sep else "\n")
 
 
 def _pin_requirement(text: str, pins: Mapping[str, str]) -> tuple[str, str] | None:

@@ -13,10 +13,11 @@ import importlib.util
 import re
 import shutil
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
 from wheelmill.archs import CudaArchs, RocmArchs
@@ -34,6 +35,13 @@ _GFX = re.compile(r"--(gfx[0-9a-f]+)(?::[a-z+-]+)*$")
 class DeviceCode:
     sass: frozenset[str] = field(default_factory=frozenset)
     ptx: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Unreadable:
+    """A library whose device code could not be read: a verdict, not a crash."""
+
+    reason: str
 
 
 def find_cuobjdump(toolkit_bin: Path | None) -> Path | None:
@@ -59,18 +67,19 @@ def parse_listing(text: str) -> tuple[set[str], set[str]]:
     return sass, ptx
 
 
-def cuda_device_code(path: Path, cuobjdump: Path) -> DeviceCode:
+def cuda_device_code(path: Path, cuobjdump: Path) -> DeviceCode | Unreadable:
     listing = ""
     for flag in ("--list-elf", "--list-ptx"):
         result = capture([cuobjdump, flag, path], timeout=120)
-        if result.returncode not in (0, 255):
-            raise RuntimeError(f"{cuobjdump} {flag} {path.name} failed: {result.stderr.strip()[:200]}")
+        if result.returncode not in (0, 255):  # 255: no code of that kind
+            said = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
+            return Unreadable(reason=f"cuobjdump {flag} cannot read it: {said[:200]}")
         listing += result.stdout
     sass, ptx = parse_listing(listing)
     return DeviceCode(sass=frozenset(sass), ptx=frozenset(ptx))
 
 
-def judge_cuda(found: dict[str, DeviceCode], requested: CudaArchs, *, required: bool) -> CheckResult:
+def judge_cuda(found: Mapping[str, DeviceCode | Unreadable], requested: CudaArchs, *, required: bool) -> CheckResult:
     name = "device-code"
     if not found:
         if required:
@@ -78,15 +87,24 @@ def judge_cuda(found: dict[str, DeviceCode], requested: CudaArchs, *, required: 
                 name, "no library in the wheel carries CUDA device code", "check that the CUDA sources were compiled (FORCE_CUDA=1, nvcc on PATH)"
             )
         return CheckResult.skipped(name, "no CUDA device code in the wheel")
-    problems = []
+    problems = _unreadable(found)
     for lib, code in sorted(found.items()):
-        problems += _diff(lib, "SASS", code.sass, requested.sass)
-        problems += _diff(lib, "PTX", code.ptx, requested.ptx)
+        if isinstance(code, DeviceCode):
+            problems += _diff(lib, "SASS", code.sass, requested.sass)
+            problems += _diff(lib, "PTX", code.ptx, requested.ptx)
     if problems:
-        return CheckResult.failed(
-            name, f"requested {requested.text}: " + "; ".join(problems), "build with TORCH_CUDA_ARCH_LIST set to the requested list and no extra -gencode flags"
-        )
+        return _failed(name, requested.text, problems, found, "build with TORCH_CUDA_ARCH_LIST set to the requested list and no extra -gencode flags")
     return CheckResult.passed(name, f"{len(found)} libraries carry exactly {requested.text}")
+
+
+def _failed(name: str, requested: str, problems: list[str], found: Mapping[str, object], fix: str) -> CheckResult:
+    if any(isinstance(code, Unreadable) for code in found.values()):
+        fix = "rebuild it: its device code is damaged or was not made by the variant's toolkit; " + fix
+    return CheckResult.failed(name, f"requested {requested}: " + "; ".join(problems), fix)
+
+
+def _unreadable(found: Mapping[str, object]) -> list[str]:
+    return [f"{lib}: {code.reason}" for lib, code in sorted(found.items()) if isinstance(code, Unreadable)]
 
 
 def _diff(lib: str, kind: str, have: frozenset[str], want: frozenset[str]) -> list[str]:
@@ -98,12 +116,15 @@ def _diff(lib: str, kind: str, have: frozenset[str], want: frozenset[str]) -> li
     return out
 
 
-def rocm_targets(path: Path) -> frozenset[str]:
+def rocm_targets(path: Path) -> frozenset[str] | Unreadable:
     """gfx targets in the ``.hip_fatbin`` offload bundle of a library."""
-    with path.open("rb") as f:
-        section = ELFFile(f).get_section_by_name(".hip_fatbin")
-        data = section.data() if section is not None else b""
-    return frozenset(bundle_targets(data))
+    try:
+        with path.open("rb") as f:
+            section = ELFFile(f).get_section_by_name(".hip_fatbin")
+            data = section.data() if section is not None else b""
+        return frozenset(bundle_targets(data))
+    except (ELFError, struct.error, OSError) as exc:
+        return Unreadable(reason=f"its .hip_fatbin is not a readable offload bundle ({exc})")
 
 
 def bundle_targets(data: bytes) -> set[str]:
@@ -128,18 +149,19 @@ def bundle_targets(data: bytes) -> set[str]:
     return targets
 
 
-def judge_rocm(found: dict[str, frozenset[str]], requested: RocmArchs, *, required: bool) -> CheckResult:
+def judge_rocm(found: Mapping[str, frozenset[str] | Unreadable], requested: RocmArchs, *, required: bool) -> CheckResult:
     name = "device-code"
     if not found:
         if required:
             return CheckResult.failed(name, "no library in the wheel carries ROCm code objects", "check that the HIP sources were compiled")
         return CheckResult.skipped(name, "no ROCm device code in the wheel")
     want = frozenset(t.split(":")[0] for t in requested.targets)
-    problems = []
+    problems = _unreadable(found)
     for lib, have in sorted(found.items()):
-        problems += _diff(lib, "code object", have, want)
+        if not isinstance(have, Unreadable):
+            problems += _diff(lib, "code object", have, want)
     if problems:
-        return CheckResult.failed(name, f"requested {requested.text}: " + "; ".join(problems), "build with PYTORCH_ROCM_ARCH set to the requested list")
+        return _failed(name, requested.text, problems, found, "build with PYTORCH_ROCM_ARCH set to the requested list")
     return CheckResult.passed(name, f"{len(found)} libraries carry exactly {requested.text}")
 
 
@@ -151,9 +173,9 @@ def carries_rocm(elf: ElfSummary) -> bool:
     return ".hip_fatbin" in elf.sections
 
 
-def scan_cuda(elves: Sequence[ElfSummary], root: Path, cuobjdump: Path) -> dict[str, DeviceCode]:
+def scan_cuda(elves: Sequence[ElfSummary], root: Path, cuobjdump: Path) -> dict[str, DeviceCode | Unreadable]:
     return {str(e.path.relative_to(root)): cuda_device_code(e.path, cuobjdump) for e in elves if carries_cuda(e)}
 
 
-def scan_rocm(elves: Sequence[ElfSummary], root: Path) -> dict[str, frozenset[str]]:
+def scan_rocm(elves: Sequence[ElfSummary], root: Path) -> dict[str, frozenset[str] | Unreadable]:
     return {str(e.path.relative_to(root)): rocm_targets(e.path) for e in elves if carries_rocm(e)}

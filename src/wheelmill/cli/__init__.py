@@ -11,11 +11,11 @@ is ``InternalError``'s. Nothing prints a traceback at a user.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import tempfile
 import time
-import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +26,7 @@ from wheelmill import __version__
 from wheelmill.cli import build, index, release
 from wheelmill.cli.common import Parser, print_error
 from wheelmill.errors import InternalError, Interrupted, WheelmillError
+from wheelmill.process import StepLog
 from wheelmill.settings import Settings
 from wheelmill.ui import make_console
 
@@ -78,8 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _crash_log(exc: Exception) -> Path:
     """Write the traceback where it can be read later: a file of its own."""
     fd, name = tempfile.mkstemp(prefix=f"wheelmill-crash-{time.strftime('%Y%m%dT%H%M%S')}-", suffix=".log")
-    with open(fd, "w", encoding="utf-8") as log:  # noqa: PTH123 - a descriptor, not a path
-        log.write("".join(traceback.format_exception(exc)))
+    os.close(fd)
+    with StepLog(Path(name)) as log:
+        log.traceback(exc)
     return Path(name)
 
 

@@ -15,10 +15,10 @@ from wheelmill.containers.engine import ENGINE_CHOICES, Engine, detect
 from wheelmill.containers.pins import load_pins
 from wheelmill.errors import UsageError
 from wheelmill.matrix import Matrix, load_matrix
-from wheelmill.plan import Options, plan
+from wheelmill.plan import ContainerSetup, Options, plan
 from wheelmill.recipes import Recipe, load_recipes
 from wheelmill.settings import Settings
-from wheelmill.spec import CellPlan, ContainerSetup
+from wheelmill.spec import CellPlan
 from wheelmill.ui import UI
 from wheelmill.versions import Release
 

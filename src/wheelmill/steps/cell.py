@@ -220,18 +220,18 @@ def env_checks(ctx: StepContext) -> Outcome:
     info = read_torch(runner.host_path(env.root))
     ctx.log.note(f"torch/version.py: {info.version}, cuda {info.cuda}, hip {info.hip}; distribution {info.dist_version}")
     installed = ctx.done.get(Toolchain).toolkit
-    toolkit_checks, toolkit = ([], installed) if installed is not None or not plan.cell.variant.toolkit_wheels else _env_toolkit(runner, plan.cell, env)
+    toolkit_checks, toolkit = ([], installed) if installed is not None or not plan.cell.variant.toolkit_wheels else _env_toolkit(runner, plan, env)
     results = require([*judge_torch(info, plan.cell.variant), *toolkit_checks], ctx.log, failure=_failure(plan.cell, "env-checks"))
     return Outcome(checks=results, made=(CheckedEnv(torch=info, toolkit=toolkit),))
 
 
-def _env_toolkit(runner: Runner, cell: Cell, env: Env) -> tuple[list[CheckResult], Toolkit | None]:
+def _env_toolkit(runner: Runner, plan: CellPlan, env: Env) -> tuple[list[CheckResult], Toolkit | None]:
     """Without an installed toolkit, the env's pip wheels must hold the variant's nvcc."""
-    variant = cell.variant
+    variant = plan.cell.variant
     found = find_env_toolkit(variant, env.root, runner)
     if isinstance(found, NotFound):
         detail = f"no nvcc {variant.toolkit_short} in the env ({'; '.join(found.looked)})"
-        return [CheckResult.failed("env-toolkit", detail, "check toolkit-wheels of the variant in the matrix")], None
+        return [CheckResult.failed("env-toolkit", detail, f"check variants.{variant.name}.toolkit-wheels in {plan.variant_file}")], None
     linked = link_dev_names(runner.host_path(found.root / "lib"))
     extra = f"; linked {', '.join(linked)} for the linker" if linked else ""
     return [CheckResult.passed("env-toolkit", f"nvcc {found.version} from pip's wheels at {found.root}{extra}")], found

@@ -10,6 +10,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from elftools.common.exceptions import ELFError
+
 from wheelmill.archs import CudaArchs, RocmArchs
 from wheelmill.checks import CheckResult, require
 from wheelmill.checks.contents import judge_bundled, judge_label, judge_pins, judge_size
@@ -19,7 +21,7 @@ from wheelmill.checks.platform import judge_baseline, judge_platform
 from wheelmill.checks.symbols import interpreter_libraries, judge_required, judge_undefined, unresolved_symbols
 from wheelmill.config import format_size
 from wheelmill.containers.images import BaseKind
-from wheelmill.context import Layout, Outcome, StepContext
+from wheelmill.context import Outcome, StepContext
 from wheelmill.errors import CheckError, CommandFailed, PrecheckError, RepairError
 from wheelmill.probes import TorchInfo
 from wheelmill.process import Runner, base_environment
@@ -40,8 +42,14 @@ def inspect_wheel(wheel: Path, judge: Callable[[Path, list[ElfSummary]], list[Ch
     """Unpack the wheel's ELF files into a temporary directory and judge them there."""
     with tempfile.TemporaryDirectory(prefix="wheelmill-inspect-") as tmp:
         root = Path(tmp)
-        elves = [summarize(p) for p in extract_binaries(wheel, root)]
-        return judge(root, elves)
+        return judge(root, [_summary(wheel, root, path) for path in extract_binaries(wheel, root)])
+
+
+def _summary(wheel: Path, root: Path, path: Path) -> ElfSummary:
+    try:
+        return summarize(path)
+    except ELFError as exc:
+        raise CheckError(f"{wheel.name}: {path.relative_to(root)} starts like an ELF file but cannot be read as one ({exc})", fix="rebuild the wheel") from None
 
 
 def post_build_checks(ctx: StepContext, spec: RecipeSpec) -> Outcome:
@@ -59,7 +67,7 @@ def post_build_checks(ctx: StepContext, spec: RecipeSpec) -> Outcome:
         results = [judge_undefined(report), judge_required(elves, spec.symbols), _device(runner, checked.toolkit, spec, root, elves)]
         return [*results, judge_pins(info, pins), judge_label(info, spec.version.label)]
 
-    return Outcome(checks=_verdict(ctx.run.layout, spec, wheel, inspect_wheel(wheel, judge), ctx))
+    return Outcome(checks=_verdict(ctx, spec, wheel, inspect_wheel(wheel, judge)))
 
 
 def _search_dirs(runner: Runner, torch: TorchInfo, toolkit: Toolkit | None, elves: Sequence[ElfSummary]) -> list[Path]:
@@ -90,8 +98,9 @@ def _device(runner: Runner, toolkit: Toolkit | None, spec: RecipeSpec, root: Pat
             return judge_rocm(scan_rocm(elves, root), RocmArchs.parse(spec.arch_list or ""), required=required)
 
 
-def _verdict(layout: Layout, spec: RecipeSpec, wheel: Path, results: list[CheckResult], ctx: StepContext) -> Sequence[CheckResult]:
+def _verdict(ctx: StepContext, spec: RecipeSpec, wheel: Path, results: list[CheckResult]) -> Sequence[CheckResult]:
     """Every verdict logged; a failure keeps the wheel in rejected/ and fails the step."""
+    layout = ctx.run.layout
 
     def reject(what: str, fix: str) -> CheckError:
         layout.rejected.mkdir(parents=True, exist_ok=True)
@@ -148,7 +157,7 @@ def post_repair_checks(ctx: StepContext, spec: RecipeSpec) -> Outcome:
             judge_size(wheel.stat().st_size, spec.max_wheel_size),
         ]
 
-    return Outcome(checks=_verdict(ctx.run.layout, spec, wheel, inspect_wheel(wheel, judge), ctx))
+    return Outcome(checks=_verdict(ctx, spec, wheel, inspect_wheel(wheel, judge)))
 
 
 def describe_post_build(_plan: CellPlan, spec: RecipeSpec) -> str:

@@ -1,0 +1,151 @@
+"""The error boundary, from the command line: the wheel reader, the probes, the device-code
+scanners and the container runner, each fed bad input in a real build of a sandbox cell
+(tests/sandbox.py), end as one recorded step result: one error line, the step's exit code,
+no traceback on the terminal, and the traceback in the step's log. What wheelmill does not
+expect at all is an internal error, exit 70, its traceback in a log."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CliResult, CliRunner
+from tests.elves import make_elf
+from tests.sandbox import PY, Sandbox, script
+from wheelmill.errors import CheckError, EnvError, InternalError, InvalidWheel, PrecheckError
+from wheelmill.process import TRACEBACK_MARK
+from wheelmill.spec import StepKind
+from wheelmill.steps import BY_KIND
+
+TAG = f"cp{PY}-cp{PY}-linux_x86_64"
+
+
+def dist_info(name: str, version: str, *, metadata_version: str | None = None) -> dict[str, bytes]:
+    directory = f"{name}-{version}.dist-info"
+    return {
+        f"{directory}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {metadata_version or version}\n".encode(),
+        f"{directory}/WHEEL": f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: {TAG}\n".encode(),
+    }
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Sandbox:
+    return Sandbox(tmp_path / "repo")
+
+
+def build(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, variant: str, *, engine: str = "none") -> CliResult:
+    for key, value in sandbox.environ().items():
+        monkeypatch.setenv(key, value)
+    return cli("--recipes", str(sandbox.recipes), "build", "--cell", sandbox.cell(variant), "--engine", engine)
+
+
+def assert_recorded(result: CliResult, sandbox: Sandbox, variant: str, *, step: str, code: int, says: str) -> str:
+    """One error line naming the step, its code, no traceback shown; the step's record says
+    the same, and its log holds the traceback. Returns the log."""
+    errors = [line for line in result.err.splitlines() if line.startswith("wheelmill: error: ")]
+    assert result.code == code, result.err[-3000:]
+    assert len(errors) == 1, result.err[-3000:]
+    assert step in errors[0] and says in errors[0] and "; fix: " in errors[0], errors[0]
+    assert "Traceback" not in result.err + result.out
+    report = json.loads((sandbox.output / sandbox.cell(variant) / "report.json").read_text())
+    (record,) = [s for s in report["steps"] if s["status"] == "failed"]
+    assert (record["recipe"] or "") in step and record["step"] in step and record["exit_code"] == code
+    log = Path(record["log"]).read_text()
+    assert f"{TRACEBACK_MARK}Traceback (most recent call last):" in log
+    return log
+
+
+@pytest.mark.parametrize(
+    ("case", "payload", "says"),
+    [
+        ("not-a-zip", {"GARBAGE": b"these bytes are no zip file"}, "unreadable wheel"),
+        ("no-dist-info", {"thing/__init__.py": b""}, "expected one .dist-info directory"),
+        ("version-not-a-version", {"thing/__init__.py": b"", **dist_info("thing", "1.0", metadata_version="one point oh")}, "is not a version"),
+    ],
+)
+def test_the_wheel_reader_fed_a_broken_wheel(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, case: str, payload: dict[str, bytes], says: str
+) -> None:
+    sandbox.recipe("thing", payload, wheel=f"thing-1.0-{TAG}.whl")
+    result = build(cli, monkeypatch, sandbox, "cpu")
+    assert_recorded(result, sandbox, "cpu", step="thing/stamp", code=InvalidWheel.exit_code, says=says)
+
+
+@pytest.mark.parametrize(
+    ("version_py", "says"),
+    [
+        ("__version__ = (\n", "cannot be read as Python"),
+        ("__version__ = 'banana'\ncuda = None\n", "not a version"),
+    ],
+)
+def test_the_torch_probe_fed_a_damaged_torch(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, version_py: str, says: str) -> None:
+    sandbox = Sandbox(tmp_path / "repo", version_py={"cpu": version_py})
+    sandbox.recipe("thing", {"thing/__init__.py": b"", **dist_info("thing", "1.0")}, wheel=f"thing-1.0-{TAG}.whl")
+    result = build(cli, monkeypatch, sandbox, "cpu")
+    assert_recorded(result, sandbox, "cpu", step="env-checks", code=EnvError.exit_code, says=says)
+
+
+@pytest.mark.parametrize(
+    ("variant", "section", "says"),
+    [
+        # The real cuobjdump (pip's, a wheelmill dependency) refuses the fatbinary.
+        ("cuda130", {".nv_fatbin": b"\x50\xed\x55\xba" + b"not a fatbinary" * 4}, "cuobjdump --list-elf cannot read it"),
+        # A clang offload bundle cut short after its magic.
+        ("rocm62", {".hip_fatbin": b"__CLANG_OFFLOAD_BUNDLE__\x05"}, "is not a readable offload bundle"),
+    ],
+)
+def test_the_device_code_scanner_fed_damaged_device_code(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, tmp_path: Path, variant: str, section: dict[str, bytes], says: str
+) -> None:
+    library = make_elf(tmp_path / "_C.so", section).read_bytes()
+    sandbox.recipe("thing", {"thing/_C.so": library, **dist_info("thing", "1.0")}, wheel=f"thing-1.0-{TAG}.whl")
+    result = build(cli, monkeypatch, sandbox, variant)
+    assert_recorded(result, sandbox, variant, step="thing/post-build-checks", code=CheckError.exit_code, says=says)
+    assert list((sandbox.output / sandbox.cell(variant) / "rejected").glob("thing-*.whl")), "the failed wheel is kept"
+
+
+def test_the_container_runner_fed_a_container_that_is_not_running(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox) -> None:
+    # An engine that answers every question, but whose container has no process: the
+    # stand-in reports a pid above any pid_max.
+    calls = sandbox.root / "podman.calls"
+    script(
+        sandbox.bin / "podman",
+        f'echo "$*" >> {calls}\ncase "$1" in\n  info) echo linux ;;\n  image) echo sha256:0123456789abcdef ;;\n'
+        "  run) echo 0123456789ab ;;\n  inspect) echo 2147483646 ;;\n  ps|rm) ;;\n  *) exit 125 ;;\nesac\n",
+    )
+    sandbox.recipe("thing", {"thing/__init__.py": b"", **dist_info("thing", "1.0")}, wheel=f"thing-1.0-{TAG}.whl")
+    result = build(cli, monkeypatch, sandbox, "cpu", engine="podman")
+    assert_recorded(result, sandbox, "cpu", step="prepare-container", code=PrecheckError.exit_code, says="started but is not running")
+    started = [line for line in calls.read_text().splitlines() if line.startswith("run ")]
+    removed = [line for line in calls.read_text().splitlines() if line.startswith("rm ")]
+    assert len(started) == 1 and removed and removed[-1].split()[-1] == started[0].split()[started[0].split().index("--name") + 1]
+
+
+def test_an_unexpected_exception_in_a_step_is_an_internal_error(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox) -> None:
+    def broken(*_args: object) -> None:
+        raise ZeroDivisionError("nobody expects this")
+
+    monkeypatch.setitem(BY_KIND, StepKind.FETCH, dataclasses.replace(BY_KIND[StepKind.FETCH], run=broken))  # type: ignore[arg-type]
+    sandbox.recipe("thing", {"thing/__init__.py": b"", **dist_info("thing", "1.0")}, wheel=f"thing-1.0-{TAG}.whl")
+    result = build(cli, monkeypatch, sandbox, "cpu")
+    log = assert_recorded(
+        result, sandbox, "cpu", step="thing/fetch", code=InternalError.exit_code, says="internal error: ZeroDivisionError: nobody expects this"
+    )
+    assert "in broken" in log
+
+
+def test_an_unexpected_exception_outside_a_step_is_an_internal_error(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, repo_root: Path) -> None:
+    def broken(*_args: object) -> int:
+        raise KeyError("no such thing")
+
+    monkeypatch.setattr("wheelmill.cli.build.cmd_validate", broken)
+    result = cli("--recipes", str(repo_root / "recipes"), "validate")
+    (line,) = result.err.strip().splitlines()
+    assert result.code == InternalError.exit_code
+    assert line.startswith("wheelmill: error: internal error: KeyError: 'no such thing'; fix: this is a bug in wheelmill; its traceback is in ")
+    crash = Path(line.rsplit(" ", 1)[-1])
+    assert "in broken" in crash.read_text()
+    crash.unlink()
