@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from itertools import groupby
+from itertools import groupby, takewhile
 from pathlib import Path
 
 from wheelmill import locks
@@ -25,10 +25,9 @@ from wheelmill.steps import REGISTRY, CellStep, RecipeStep
 from wheelmill.variants import Cell
 from wheelmill.versions import Release
 
-# The cell's own steps on this machine and in a container, and each recipe's (without
-# publishing): the registry's order, for readers and tests.
-CELL_STEPS = tuple(d.kind for d in REGISTRY if isinstance(d, CellStep) and not d.container)
-CONTAINER_CELL_STEPS = tuple(d.kind for d in REGISTRY if isinstance(d, CellStep))
+# The cell's own steps before any recipe's (on this machine: without the container's), and
+# each recipe's (without publishing), in the registry's order: for readers and tests.
+CELL_STEPS = tuple(d.kind for d in takewhile(lambda d: isinstance(d, CellStep), REGISTRY) if isinstance(d, CellStep) and not d.container)
 RECIPE_STEPS = tuple(d.kind for d in REGISTRY if isinstance(d, RecipeStep) and not d.publishing)
 
 
@@ -110,4 +109,4 @@ def _steps(spec: CellPlan, *, publish: bool) -> list[Step]:
     return steps
 
 
-__all__ = ["CELL_STEPS", "CONTAINER_CELL_STEPS", "RECIPE_STEPS", "CellPlan", "ContainerSetup", "Options", "StepKind", "plan", "plan_cell"]
+__all__ = ["CELL_STEPS", "RECIPE_STEPS", "CellPlan", "ContainerSetup", "Options", "StepKind", "plan", "plan_cell"]

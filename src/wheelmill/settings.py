@@ -68,10 +68,6 @@ class Settings:
         """These settings with what a command line gave (None: it gave nothing)."""
         return replace(self, output=output or self.output, recipes=recipes or self.recipes, engine=engine or self.engine)
 
-    def with_output(self, output: Path | None) -> Settings:
-        """These settings with the output root a command line gave (if it gave one)."""
-        return self.layered(output=output)
-
     @property
     def index(self) -> Path:
         """The local index's storage root."""

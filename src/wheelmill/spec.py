@@ -19,9 +19,6 @@ from wheelmill.variants import Cell, Family
 from wheelmill.versions import Release, VersionRule, stamp_version
 
 DEFAULT_BUILD = ("{python}", "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-v", "-w", "{dist}", "{source}")
-# What each template may use, filled in when the step runs.
-BUILD_PLACEHOLDERS = ("python", "source", "dist", "cell", "label")
-SMOKE_PLACEHOLDERS = ("python", "source", "cell", "label")
 DEFAULT_MEMORY_PER_JOB = 2 * 2**30
 _ARCH_VARIABLE = {Family.CUDA: "TORCH_CUDA_ARCH_LIST", Family.ROCM: "PYTORCH_ROCM_ARCH"}
 
