@@ -38,6 +38,7 @@ class StepKind(StrEnum):
     POST_REPAIR_CHECKS = "post-repair-checks"
     INSTALL_TEST = "install-test"
     PUBLISH = "publish"
+    CHANNEL_CHECKS = "channel-checks"
 
 
 @dataclass(frozen=True, kw_only=True)

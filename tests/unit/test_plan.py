@@ -50,7 +50,7 @@ def test_steps_come_in_design_order_and_dependencies_first(repo_root: Path) -> N
     (cell_plan,) = plan(matrix, recipes, matrix.select(["cuda130-py311"]), ["example-cuda-ops"], Settings.from_environ({}))
     assert [r.name for r in cell_plan.recipes] == ["example-cpp-ops", "example-cuda-ops"]
     kinds = [s.kind for s in cell_plan.steps]
-    assert kinds == [*CELL_STEPS, *RECIPE_STEPS, StepKind.PUBLISH, *RECIPE_STEPS, StepKind.PUBLISH]
+    assert kinds == [*CELL_STEPS, *RECIPE_STEPS, StepKind.PUBLISH, *RECIPE_STEPS, StepKind.PUBLISH, StepKind.CHANNEL_CHECKS]
     assert kinds.index(StepKind.PRE_CHECKS) < kinds.index(StepKind.PREPARE_ENV) < kinds.index(StepKind.BUILD)
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from wheelmill.context import Outcome, StepContext
 from wheelmill.errors import BuildError, CheckError, EnvError, FetchError, IndexStoreError, InstallTestError, PrecheckError, RepairError, WheelmillError
 from wheelmill.spec import CellPlan, RecipeSpec, StepKind
-from wheelmill.steps import build, cell, container, fetch, install, publish, verify
+from wheelmill.steps import build, cell, channel, container, fetch, install, publish, verify
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,6 +62,7 @@ REGISTRY: tuple[StepDefinition, ...] = (
     RecipeStep(kind=StepKind.POST_REPAIR_CHECKS, run=verify.post_repair_checks, describe=verify.describe_post_repair, error=CheckError),
     RecipeStep(kind=StepKind.INSTALL_TEST, run=install.install_test, describe=install.describe, error=InstallTestError),
     RecipeStep(kind=StepKind.PUBLISH, run=publish.publish_step, describe=publish.describe, error=IndexStoreError, publishing=True),
+    CellStep(kind=StepKind.CHANNEL_CHECKS, run=channel.channel_checks, describe=channel.describe, error=IndexStoreError, publishing=True),
 )
 
 BY_KIND: Mapping[StepKind, StepDefinition] = {d.kind: d for d in REGISTRY}
