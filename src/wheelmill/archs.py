@@ -34,6 +34,7 @@ class CudaArchs:
         items = [item for item in re.split(r"[;,\s]+", text.strip()) if item]
         if not items:
             raise ValueError("empty CUDA arch list")
+        _unique([item.removesuffix("+PTX") for item in items])
         sass: set[str] = set()
         ptx: set[str] = set()
         for item in items:
@@ -63,7 +64,15 @@ class RocmArchs:
         items = [item for item in re.split(r"[;,\s]+", text.strip()) if item]
         if not items:
             raise ValueError("empty ROCm arch list")
+        _unique(items)
         for item in items:
             if not _ROCM_ARCH.match(item):
                 raise ValueError(f"{item!r} is not a ROCm target (write gfx90a, gfx942)")
         return cls(targets=frozenset(items), text=";".join(items))
+
+
+def _unique(items: list[str]) -> None:
+    """An arch listed twice is a typo (or a merge gone wrong), never intended."""
+    twice = sorted({item for item in items if items.count(item) > 1})
+    if twice:
+        raise ValueError(f"{', '.join(twice)} listed more than once")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from wheelmill.archs import CudaArchs, RocmArchs
+from wheelmill.checks.platform import policies
 from wheelmill.config import load_toml, parse_size, validate
 from wheelmill.errors import ConfigError, SelectionError, did_you_mean
 from wheelmill.variants import Cell, Family, Variant
@@ -170,6 +171,12 @@ def _check_variant(v: Variant, *, file: Path, pythons: tuple[str, ...]) -> None:
             raise ConfigError(f"{where}.pythons: {python} is not in the top-level pythons", fix=f"add it there or use one of: {', '.join(pythons)}")
     if not v.name.startswith(v.family.value):
         raise ConfigError(f"{where}.family: '{v.family}' does not match the variant name", fix=f"name {v.family} variants {v.family}...")
+    known = policies("x86_64")
+    if v.glibc not in known:
+        raise ConfigError(
+            f"{where}.glibc: '{v.glibc}' is no manylinux policy (auditwheel knows {min(known, key=_glibc)} to {max(known, key=_glibc)})",
+            fix="give the oldest glibc the variant's wheels must run on, as a PEP 600 tag prefix, e.g. manylinux_2_28",
+        )
     if v.family is Family.CPU:
         if v.toolkit or v.arch_list:
             raise ConfigError(f"{where}: a cpu variant has no toolkit or arch-list", fix="remove toolkit and arch-list")
@@ -195,3 +202,13 @@ def _check_accelerator(v: Variant, *, where: str) -> None:
         CudaArchs.parse(v.arch_list) if v.family is Family.CUDA else RocmArchs.parse(v.arch_list)
     except ValueError as exc:
         raise ConfigError(f"{where}.arch-list: {exc}", fix="list archs separated by ';'") from None
+    for wheel in v.toolkit_wheels:
+        _, _, version = wheel.partition("==")
+        if version.split(".")[:2] != [major, minor]:
+            raise ConfigError(
+                f"{where}.toolkit-wheels: '{wheel}' is not of toolkit {major}.{minor}", fix=f"pin the {major}.{minor} release of each toolkit wheel (==X.Y.Z)"
+            )
+
+
+def _glibc(policy: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in policy.split("_")[1:])

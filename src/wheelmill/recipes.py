@@ -241,6 +241,20 @@ def select(recipes: Mapping[str, Recipe], cell: Cell, names: Sequence[str]) -> t
     return result
 
 
+def check_cells(recipes: Mapping[str, Recipe], cells: Sequence[Cell]) -> None:
+    """Every recipe, and every override in it, is for some cell of the matrix: a glob that
+    matches nothing is a typo that would silently build nothing."""
+    ids = [c.id for c in cells]
+    for recipe in recipes.values():
+        tables = [("cells", recipe.cells)] + [(f"override[{i}].cells", tuple(o["cells"])) for i, o in enumerate(recipe.overrides)]
+        for key, globs in tables:
+            if not any(fnmatch.fnmatchcase(cell, glob) for cell in ids for glob in globs):
+                raise ConfigError(
+                    f"{recipe.file}: {key}: {', '.join(globs)} match no cell of the matrix{did_you_mean(globs[0], ids)}",
+                    fix="write globs on cell ids such as cuda*-py311 (`wheelmill matrix` lists the cells)",
+                )
+
+
 def _version_rule(source: Source, named: str | None) -> VersionRule:
     """In-house code (a path in this repository) carries the repo's version; a third-party
     sdist, URL or git tag keeps its project's own, unless the recipe says otherwise."""

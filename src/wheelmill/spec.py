@@ -6,12 +6,15 @@ a step does is what its spec says, and the golden plans pin it.
 
 from __future__ import annotations
 
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from wheelmill.archs import CudaArchs, RocmArchs
 from wheelmill.containers.images import BuilderImage
+from wheelmill.errors import ConfigError
 from wheelmill.locks import LockInputs
 from wheelmill.matrix import Matrix
 from wheelmill.recipes import GitSource, PathSource, ResolvedRecipe, SdistSource, Source, UrlSource
@@ -20,6 +23,9 @@ from wheelmill.versions import Release, VersionRule, stamp_version
 
 DEFAULT_BUILD = ("{python}", "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-v", "-w", "{dist}", "{source}")
 DEFAULT_MEMORY_PER_JOB = 2 * 2**30
+# What a build's templates (its command and variables) and a smoke command may use.
+BUILD_FIELDS = frozenset({"python", "source", "dist", "cell", "label"})
+SMOKE_FIELDS = BUILD_FIELDS - {"dist"}
 _ARCH_VARIABLE = {Family.CUDA: "TORCH_CUDA_ARCH_LIST", Family.ROCM: "PYTORCH_ROCM_ARCH"}
 
 
@@ -161,7 +167,10 @@ def channel_of(cell: Cell, release: Release | None) -> str:
 
 
 def recipe_spec(matrix: Matrix, cell: Cell, recipe: ResolvedRecipe, *, needs: tuple[str, ...], release: Release | None) -> RecipeSpec:
-    """The spec of ``recipe`` (already resolved for ``cell``): the matrix's defaults filled in."""
+    """The spec of ``recipe`` (already resolved for ``cell``): the matrix's defaults filled in,
+    and what only a cell can tell checked now, not when a step gets to it."""
+    _check_templates(recipe)
+    _check_archs(recipe, cell)
     variant = cell.variant
     family = variant.family.value
     return RecipeSpec(
@@ -192,6 +201,37 @@ def recipe_spec(matrix: Matrix, cell: Cell, recipe: ResolvedRecipe, *, needs: tu
         smoke=recipe.smoke,
         device_code=recipe.device_code,
     )
+
+
+def _check_templates(recipe: ResolvedRecipe) -> None:
+    command = recipe.command or DEFAULT_BUILD
+    templates = [("build.command", part, BUILD_FIELDS) for part in command]
+    templates += [(f"build.env.{key}", value, BUILD_FIELDS) for key, value in recipe.env.items()]
+    templates += [("checks.smoke", part, SMOKE_FIELDS) for part in recipe.smoke or ()]
+    for key, template, allowed in templates:
+        try:
+            fields = [name for _text, name, _spec, _conversion in string.Formatter().parse(template) if name is not None]
+        except ValueError as exc:
+            raise ConfigError(f"{recipe.file}: {key}: {template!r} is not a template ({exc})", fix="write a literal brace as {{ or }}") from None
+        unknown = [name for name in fields if name not in allowed]
+        if unknown:
+            raise ConfigError(f"{recipe.file}: {key}: unknown placeholder {{{unknown[0]}}} in {template!r}", fix=f"use only {{{'}, {'.join(sorted(allowed))}}}")
+
+
+def _check_archs(recipe: ResolvedRecipe, cell: Cell) -> None:
+    """A recipe's own arch list must be one the cell's toolkit reads (CUDA archs are no
+    ROCm targets, and the other way round)."""
+    family = cell.variant.family
+    if recipe.arch_list is None or family is Family.CPU:
+        return
+    kind = "CUDA" if family is Family.CUDA else "ROCm"
+    try:
+        CudaArchs.parse(recipe.arch_list) if family is Family.CUDA else RocmArchs.parse(recipe.arch_list)
+    except ValueError as exc:
+        raise ConfigError(
+            f"{recipe.file}: build.arch-list: '{recipe.arch_list}' is no {kind} arch list, and cell {cell.id} builds for {kind} ({exc})",
+            fix=f'give the {kind} cells their own arch-list in an [[override]] with cells = ["{family.value}*"]',
+        ) from None
 
 
 def describe_source(source: Source, root: Path) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CliRunner
+from tests.wheels import make_wheel
 from wheelmill.errors import ConfigError, SelectionError, UsageError
 
 GOOD_RECIPE = """
@@ -42,6 +43,30 @@ RECIPE_CASES = [
     ("override-without-cells", GOOD_RECIPE + '[[override]]\n[override.build]\narch-list = "8.0"\n', ["override[0]", "missing required key 'cells'"]),
     ("override-unknown-table", GOOD_RECIPE + '[[override]]\ncells = ["cuda*"]\n[override.source]\npath = "."\n', ["override[0]", "unknown key 'source'"]),
     ("torch-pin-policy", GOOD_RECIPE + '[requirements]\ntorch = "latest"\n', ["requirements.torch", '"exact"']),
+    # What only a cell can tell: `validate` plans every cell.
+    (
+        "cuda-archs-for-rocm-cells",
+        GOOD_RECIPE + '[build]\narch-list = "8.0;9.0"\n',
+        ["build.arch-list", "'8.0;9.0' is no ROCm arch list", "builds for ROCm", 'cells = ["rocm*"]'],
+    ),
+    (
+        "unknown-placeholder-in-env",
+        GOOD_RECIPE + '[build]\nenv = { OUT = "{unknown}/x" }\n',
+        ["build.env.OUT", "unknown placeholder {unknown}", "{cell}, {dist}"],
+    ),
+    ("dist-placeholder-in-smoke", GOOD_RECIPE + '[checks]\nsmoke = ["ls", "{dist}"]\n', ["checks.smoke", "unknown placeholder {dist}"]),
+    ("unbalanced-brace", GOOD_RECIPE + '[build]\ncommand = ["{python", "-c", "pass"]\n', ["build.command", "is not a template", "{{"]),
+    ("cells-match-no-cell", GOOD_RECIPE.replace('name = "broken"', 'name = "broken"\ncells = ["cuda999*"]'), ["cells: cuda999* match no cell"]),
+    (
+        "override-matches-no-cell",
+        GOOD_RECIPE + '[[override]]\ncells = ["cuda13-*"]\n[override.build]\narch-list = "8.0"\n',
+        ["override[0].cells: cuda13-* match no cell"],
+    ),
+    (
+        "duplicated-arch",
+        GOOD_RECIPE + '[[override]]\ncells = ["cuda*"]\n[override.build]\narch-list = "8.0;9.0;8.0"\n',
+        ["arch-list", "8.0 listed more than once"],
+    ),
 ]
 
 
@@ -76,6 +101,17 @@ MATRIX_CASES = [
     ),
     ("missing-torch-pin", ('label = "cu118"\ntorch = "2.7.1"', 'label = "cu118"'), ["variants.cuda118", "missing required key 'torch'"]),
     ("bad-glibc", ('glibc = "manylinux_2_17"', 'glibc = "centos7"'), ["variants.cuda121.glibc", "manylinux_2_28"]),
+    ("absurd-glibc", ('glibc = "manylinux_2_17"', 'glibc = "manylinux_2_99"'), ["variants.cuda121.glibc", "'manylinux_2_99' is no manylinux policy"]),
+    (
+        "duplicated-arch",
+        ('arch-list = "3.7;5.0;6.0;7.0;7.5;8.0;8.6;9.0"', 'arch-list = "3.7;5.0;5.0"'),
+        ["variants.cuda118.arch-list", "5.0 listed more than once"],
+    ),
+    (
+        "toolkit-wheels-of-another-toolkit",
+        ('"nvidia-cuda-nvcc==13.0.88"', '"nvidia-cuda-nvcc==12.8.93"'),
+        ["variants.cuda130.toolkit-wheels", "'nvidia-cuda-nvcc==12.8.93' is not of toolkit 13.0"],
+    ),
 ]
 
 
@@ -145,3 +181,23 @@ def assert_one_line_error(err: str, *, code: int, expected_code: int, expected: 
     assert "; fix: " in lines[0], lines[0]
     for text in expected:
         assert text in lines[0], f"{text!r} not in {lines[0]!r}"
+
+
+@pytest.mark.parametrize(
+    ("cell", "text", "expected"),
+    [
+        ("rocm62-py311", GOOD_RECIPE + '[build]\narch-list = "8.0;9.0"\n', ["'8.0;9.0' is no ROCm arch list", "rocm62-py311"]),
+        ("cpu-py311", GOOD_RECIPE + '[build]\nenv = { OUT = "{unknown}/x" }\n', ["build.env.OUT", "unknown placeholder {unknown}"]),
+    ],
+)
+def test_plan_stops_on_what_only_a_cell_can_tell(cli: CliRunner, recipes_copy: Path, cell: str, text: str, expected: list[str]) -> None:
+    (recipes_copy / "broken.toml").write_text(text)
+    result = cli("--recipes", str(recipes_copy), "plan", "--cell", cell, "--recipe", "broken", "--engine", "none")
+    assert_one_line_error(result.err, code=result.code, expected_code=ConfigError.exit_code, expected=["broken.toml", *expected])
+
+
+def test_publish_never_makes_up_a_channel(cli: CliRunner, repo_root: Path, tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path, "lib", "1.0", tag="py3-none-any")
+    result = cli("--recipes", str(repo_root / "recipes"), "publish", "--channel", "cu1300", str(wheel))
+    assert_one_line_error(result.err, code=result.code, expected_code=SelectionError.exit_code, expected=["channel 'cu1300'", "perhaps you meant 'cu130'"])
+    assert not (tmp_path / "wheels").exists(), "nothing written"

@@ -13,6 +13,7 @@ from wheelmill.cli.common import Commands, add_cell_options, build_cells, load_i
 from wheelmill.errors import UsageError
 from wheelmill.locks import check_lock, write_lock
 from wheelmill.matrix import github_matrix, matrix_markdown
+from wheelmill.plan import Options, plan
 from wheelmill.selection import affected_cells
 from wheelmill.settings import Settings
 from wheelmill.spec import CellPlan
@@ -73,8 +74,12 @@ def _changed(path: Path) -> list[str]:
 
 
 def cmd_validate(_args: argparse.Namespace, settings: Settings, _console: Console) -> int:
+    """Load everything and plan every cell: what only a cell can tell (a recipe's arch list
+    for its toolkit, its templates) is checked for each one."""
     matrix, recipes = load_inputs(settings)
-    print(f"ok: {len(matrix.variants)} variants, {len(matrix.cells)} cells, {len(recipes)} recipes ({', '.join(sorted(recipes))})")
+    plans = plan(matrix, recipes, matrix.cells, [], settings, Options())
+    steps = sum(len(p.steps) for p in plans)
+    print(f"ok: {len(matrix.variants)} variants, {len(matrix.cells)} cells ({steps} planned steps), {len(recipes)} recipes ({', '.join(sorted(recipes))})")
     return 0
 
 

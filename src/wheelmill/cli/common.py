@@ -16,7 +16,7 @@ from wheelmill.containers.pins import load_pins
 from wheelmill.errors import UsageError
 from wheelmill.matrix import Matrix, load_matrix
 from wheelmill.plan import ContainerSetup, Options, plan
-from wheelmill.recipes import Recipe, load_recipes
+from wheelmill.recipes import Recipe, check_cells, load_recipes
 from wheelmill.settings import Settings
 from wheelmill.spec import CellPlan
 from wheelmill.ui import UI
@@ -53,7 +53,9 @@ def load_inputs(settings: Settings) -> tuple[Matrix, dict[str, Recipe]]:
     directory = settings.recipes
     if not (directory / "matrix.toml").is_file():
         raise UsageError(f"no matrix.toml in {directory.resolve()}", fix="run from the repository root or pass --recipes DIR")
-    return load_matrix(directory / "matrix.toml"), load_recipes(directory)
+    matrix, recipes = load_matrix(directory / "matrix.toml"), load_recipes(directory)
+    check_cells(recipes, matrix.cells)
+    return matrix, recipes
 
 
 @dataclass(frozen=True, kw_only=True)

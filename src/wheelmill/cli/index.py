@@ -8,8 +8,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from wheelmill.cli.common import Commands
-from wheelmill.errors import IndexStoreError, UsageError
+from wheelmill.cli.common import Commands, load_inputs
+from wheelmill.errors import IndexStoreError, SelectionError, UsageError, did_you_mean
 from wheelmill.index import consumer
 from wheelmill.index.remote import Remote, upload
 from wheelmill.index.serve import make_server
@@ -17,6 +17,7 @@ from wheelmill.index.store import Channel, channel_names, publish, set_yanked
 from wheelmill.index.verify import leftovers, verify
 from wheelmill.process import HostRunner, StepLog
 from wheelmill.settings import Settings
+from wheelmill.versions import Track
 
 
 def register(commands: Commands) -> None:
@@ -64,6 +65,17 @@ def _channel(args: argparse.Namespace, settings: Settings, *, existing: bool = T
     return channel
 
 
+def _defined(name: str, settings: Settings) -> None:
+    """A channel is a variant's (in some track): publishing never makes up another one."""
+    matrix, _recipes = load_inputs(settings)
+    channels = [track.channel(v.channel) for track in Track for v in matrix.variants.values()]
+    if name not in channels:
+        raise SelectionError(
+            f"publish: no variant of {matrix.path} has the channel '{name}'{did_you_mean(name, channels)}",
+            fix=f"use a variant's channel: {', '.join(v.channel for v in matrix.variants.values())} (or test/..., nightly/...)",
+        )
+
+
 def cmd_publish(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     missing = [str(w) for w in args.wheels if not w.is_file()]
     if missing:
@@ -72,6 +84,7 @@ def cmd_publish(args: argparse.Namespace, settings: Settings, console: Console) 
         raise UsageError("publish: give either --channel (the local index) or --to URL (another index)", fix="see `wheelmill publish --help`")
     if args.to:
         return _publish_remote(args, settings, console)
+    _defined(args.channel, settings)
     channel = _channel(args, settings, existing=False)
     for wheel in args.wheels:
         done = publish(channel, wheel)

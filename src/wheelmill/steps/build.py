@@ -22,7 +22,7 @@ from packaging.utils import canonicalize_name
 from wheelmill.checks import CheckResult
 from wheelmill.config import format_size
 from wheelmill.context import Outcome, StepContext
-from wheelmill.errors import BuildError, CommandFailed, ConfigError, EnvError
+from wheelmill.errors import BuildError, CommandFailed, EnvError
 from wheelmill.process import base_environment
 from wheelmill.report import Done, WheelRecord
 from wheelmill.spec import CellPlan, RecipeSpec
@@ -76,7 +76,7 @@ def build(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     out.mkdir(parents=True)
     source = ctx.done.get(Fetched, spec.name).root
     values = {"python": str(env.python), "source": str(source), "dist": str(out), "cell": spec.cell, "label": spec.label}
-    argv = [fill(part, values, spec, "build.command") for part in spec.command]
+    argv = [fill(part, values) for part in spec.command]
     jobs = max_jobs(available_memory(), spec.memory_per_job, os.cpu_count() or 1)
     environment = build_environment(spec, values, path=[env.bin_dir], toolkit=toolkit, jobs=jobs)
     ctx.log.note(f"MAX_JOBS={jobs} ({format_size(available_memory())} available)")
@@ -97,15 +97,13 @@ def build_environment(spec: RecipeSpec, values: Mapping[str, str], *, path: list
     extra = dict(toolkit.environment()) if toolkit else {}
     extra.update(spec.build_variables())
     extra["MAX_JOBS"] = str(jobs)
-    extra.update({key: fill(value, values, spec, f"build.env.{key}") for key, value in spec.env.items()})
+    extra.update({key: fill(value, values) for key, value in spec.env.items()})
     return base_environment(path + ([toolkit.bin_dir] if toolkit else []), extra)
 
 
-def fill(template: str, values: Mapping[str, str], spec: RecipeSpec, key: str) -> str:
-    try:
-        return template.format_map(values)
-    except (KeyError, ValueError, IndexError) as exc:
-        raise ConfigError(f"{spec.file}: {key}: unknown placeholder in {template!r} ({exc})", fix=f"use only {{{'}, {'.join(values)}}}") from None
+def fill(template: str, values: Mapping[str, str]) -> str:
+    """A template of the recipe, filled in (the plan checked its placeholders)."""
+    return template.format_map(values)
 
 
 _COMPILER_ERROR = re.compile(r":\d+(:\d+)?: (fatal )?error\b|^error\b.*:|\berror: ")

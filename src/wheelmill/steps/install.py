@@ -89,7 +89,7 @@ def _smoke(ctx: StepContext, spec: RecipeSpec, env: Env) -> CheckResult | Instal
     assert spec.smoke is not None
     source = ctx.done.get(Fetched, spec.name).root
     values = {"python": str(env.python), "source": str(source), "cell": spec.cell, "label": spec.label}
-    argv = [fill(part, values, spec, "checks.smoke") for part in spec.smoke]
+    argv = [fill(part, values) for part in spec.smoke]
     with tempfile.TemporaryDirectory(prefix="wheelmill-smoke-", dir=ctx.run.layout.root) as cwd:
         try:
             result = ctx.where.runner.run(argv, env=base_environment([env.bin_dir]), log=ctx.log, cwd=Path(cwd), on_line=ctx.run.on_line, keep_output=True)
