@@ -151,6 +151,13 @@ class CommandFailed(WheelmillError):
         return lines[-1].strip()[:200] if lines else "(no output)"
 
 
+class IndexWriteError(WheelmillError):
+    """The index could not be written: a full disk, a read-only or unwritable tree. Every
+    write is atomic and staged before the first rename, so the index is as it was."""
+
+    exit_code = 19
+
+
 class InternalError(WheelmillError):
     """Something wheelmill did not expect: a bug. The traceback goes to a log, never to the
     terminal; the line says where."""

@@ -13,7 +13,7 @@ import fcntl
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
@@ -26,29 +26,70 @@ TMP_SUFFIX = ".part"
 def atomic_path(path: Path, *, tmp_dir: Path | None = None) -> Iterator[Path]:
     """A temporary path to write ``path``'s new content to; renamed onto ``path`` when the
     block ends normally (after an fsync), removed when it raises."""
-    directory = tmp_dir or path.parent
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{path.name}.", suffix=TMP_SUFFIX, dir=directory)
-    os.close(fd)
-    tmp = Path(name)
+    tmp = _temporary(path, tmp_dir)
     try:
         yield tmp
-        with tmp.open("rb+") as written:
-            os.fsync(written.fileno())  # the bytes are on disk before the name points at them
-        tmp.chmod(0o644)  # readable by a web server's user
-        tmp.replace(path)
+        _sync(tmp)
+        _rename(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 
 
 def write_atomic(path: Path, data: bytes, *, tmp_dir: Path | None = None) -> None:
-    with atomic_path(path, tmp_dir=tmp_dir) as tmp:
-        tmp.write_bytes(data)
+    write_all({path: data}, tmp_dir=tmp_dir)
 
 
 def copy_atomic(source: Path, path: Path, *, tmp_dir: Path | None = None) -> None:
-    with atomic_path(path, tmp_dir=tmp_dir) as tmp, source.open("rb") as src, tmp.open("wb") as out:
-        shutil.copyfileobj(src, out, 1 << 20)
+    write_all({path: source}, tmp_dir=tmp_dir)
+
+
+def write_all(contents: Mapping[Path, bytes | Path], *, tmp_dir: Path | None = None) -> None:
+    """Files, each atomically, renamed in the given order, from bytes or from a file to copy;
+    every new content is written out and synced before the first rename, so a full disk
+    changes none of them."""
+    temps: list[Path] = []
+    try:
+        for path, data in contents.items():
+            tmp = _temporary(path, tmp_dir)
+            temps.append(tmp)
+            if isinstance(data, Path):
+                with data.open("rb") as src, tmp.open("wb") as out:
+                    shutil.copyfileobj(src, out, 1 << 20)
+            else:
+                tmp.write_bytes(data)
+            _sync(tmp)
+        for tmp, path in zip(temps, contents, strict=True):
+            _rename(tmp, path)
+    finally:
+        for tmp in temps:
+            tmp.unlink(missing_ok=True)
+
+
+def _temporary(path: Path, tmp_dir: Path | None) -> Path:
+    directory = tmp_dir or path.parent
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{path.name}.", suffix=TMP_SUFFIX, dir=directory)
+    os.close(fd)
+    return Path(name)
+
+
+def _sync(tmp: Path) -> None:
+    with tmp.open("rb+") as written:
+        os.fsync(written.fileno())  # the bytes are on disk before a name points at them
+
+
+def _rename(tmp: Path, path: Path) -> None:
+    tmp.chmod(0o644)  # readable by a web server's user
+    tmp.replace(path)
+
+
+def target_of(leftover: Path) -> str:
+    """The file a leftover temporary was meant to become.
+
+    >>> target_of(Path(".wm-tmp-lib-1.0-py3-none-any.whl.k2j3h4.part"))
+    'lib-1.0-py3-none-any.whl'
+    """
+    return leftover.name.removeprefix(TMP_PREFIX).removesuffix(TMP_SUFFIX).rsplit(".", 1)[0]
 
 
 @contextmanager

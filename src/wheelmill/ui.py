@@ -30,7 +30,8 @@ _VERDICT = {Verdict.PASS: "[green]pass[/]", Verdict.FAIL: "[red]FAIL[/]", Verdic
 
 
 def make_console(stream: object = None) -> Console:
-    file = stream or sys.stderr
+    """Progress and summaries go to stdout; stderr carries nothing but the error line."""
+    file = stream or sys.stdout
     interactive = hasattr(file, "isatty") and file.isatty()
     return Console(file=file, width=None if interactive else 200, highlight=False, soft_wrap=False)  # type: ignore[arg-type]
 

@@ -83,10 +83,11 @@ def test_nox_lists_a_session_per_cell() -> None:
 
 def test_cpu_cell_builds_end_to_end(tmp_path: Path) -> None:
     result = nox("build-cpu-py311", tmp_path)
-    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     assert_cell_built(tmp_path, "cpu-py311", {"example-cpp-ops", "torchsort"}, "cpu", "2.13.0+cpu")
-    assert "cpu-py311: ok" in result.stderr
-    assert "wheels" in result.stderr and "sha256" in result.stderr  # the summary tables
+    assert "cpu-py311: ok" in result.stdout
+    assert "wheels" in result.stdout and "sha256" in result.stdout  # the summary tables
+    assert result.stderr.strip() == "", "stderr is for the error line only"
 
 
 @pytest.mark.cuda
@@ -94,7 +95,7 @@ def test_cuda130_cell_builds_end_to_end(tmp_path: Path) -> None:
     if shutil.which("nvcc", path="/usr/local/cuda-13.0/bin:" + os.environ.get("CUDA_HOME", "") + "/bin") is None:
         pytest.skip("no CUDA 13.0 toolkit")
     result = nox("build-cuda130-py311", tmp_path)
-    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     data = assert_cell_built(tmp_path, "cuda130-py311", {"example-cpp-ops", "example-cuda-ops", "torchsort"}, "cu130", "2.14.1")
     device = {step["recipe"]: c for step in data["steps"] for c in step["checks"] if c["name"] == "device-code"}
     assert device["example-cuda-ops"]["verdict"] == "pass"
@@ -107,7 +108,7 @@ def test_cuda118_stops_in_pre_checks_within_seconds(tmp_path: Path) -> None:
     started = time.monotonic()
     result = nox("build-cuda118-py311", tmp_path, timeout=300)
     elapsed = time.monotonic() - started
-    assert result.returncode == 5, result.stderr[-3000:]
+    assert result.returncode == 5, (result.stdout + result.stderr)[-3000:]
     assert elapsed < 60, f"pre-checks took {elapsed:.0f}s"
     error = [line for line in result.stderr.splitlines() if line.startswith("wheelmill: error:")]
     assert len(error) == 1
@@ -128,7 +129,7 @@ def test_a_cpu_torch_offered_to_a_cuda_cell_is_refused(tmp_path: Path, recipes_c
     env = {**os.environ, "WHEELMILL_OUTPUT": str(tmp_path / "out"), "WHEELMILL_TORCH_INDEX": "", "WHEELMILL_ENGINE": "none"}
     command = [sys.executable, "-m", "wheelmill", "--recipes", str(recipes_copy), "build", "--cell", "cuda130-py311", "--recipe", "example-cpp-ops"]
     result = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=300)
-    assert result.returncode == 5, result.stderr[-3000:]
+    assert result.returncode == 5, (result.stdout + result.stderr)[-3000:]
     assert "offer torch 2.13.0+cpu, not 2.13.0+cu130" in result.stderr
 
 

@@ -67,7 +67,7 @@ def test_nox_builds_the_cpu_cell_in_a_container(podman: str, tmp_path: Path) -> 
     result = subprocess.run(
         [sys.executable, "-m", "nox", "--no-color", "-s", "build-cpu-py311"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600, check=False
     )
-    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     data = report(tmp_path, "cpu-py311")
     assert data["engine"] == "podman" and data["facts"]["image"]["tag"].startswith("localhost/wheelmill-builder:builder-py311-")
     assert data["facts"]["python"] == "/opt/python/3.11/bin/python3.11"
@@ -85,7 +85,7 @@ def test_the_container_glibc_sets_the_platform_tag(podman: str, tmp_path: Path) 
     tags = {}
     for engine in ("none", "podman"):
         result = build(tmp_path / engine, "--cell", "cpu-py311", "--recipe", "example-cpp-ops", "--no-publish", engine=engine)
-        assert result.returncode == 0, result.stderr[-3000:]
+        assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
         (wheel,) = (tmp_path / engine / "cpu-py311" / "dist").glob("*.whl")
         (tags[engine],) = read_wheel(wheel).platforms
     print(f"\nexample-cpp-ops: this machine {tags['none']}, container {tags['podman']}")
@@ -98,7 +98,7 @@ def test_the_container_glibc_sets_the_platform_tag(podman: str, tmp_path: Path) 
 def test_a_second_run_reuses_the_builder_image(podman: str, tmp_path: Path) -> None:
     for _ in range(2):
         result = build(tmp_path, "--cell", "cpu-py311", "--recipe", "example-cpp-ops", "--no-publish")
-        assert result.returncode == 0, result.stderr[-3000:]
+        assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     image = step(report(tmp_path, "cpu-py311"), "prepare-image")
     print(f"\nimage step of the second run: {image['seconds']} s: {image['checks'][0]['detail']}")
     assert image["seconds"] <= 2.0
@@ -125,7 +125,7 @@ def test_a_lock_made_for_other_inputs_stops_the_cell_before_anything_builds(podm
     (recipes_copy.parent / "containers").symlink_to(ROOT / "containers")
     started = time.monotonic()
     result = build(tmp_path / "out", "--cell", "cpu-py311", recipes=recipes_copy)
-    assert result.returncode == 5, result.stderr[-3000:]
+    assert result.returncode == 5, (result.stdout + result.stderr)[-3000:]
     assert time.monotonic() - started < 60
     line = result.stderr.strip().splitlines()[-1]
     assert "locks/cpu-py311.txt was made for other inputs" in line and "wheelmill lock --cell cpu-py311" in line
@@ -144,7 +144,7 @@ def test_a_cpython_source_out_of_reach_is_named_with_its_fix(podman: str, recipe
     url = "http://127.0.0.1:9/Python-3.11.2.tar.gz"  # nothing listens on port 9: refused at once
     pins.write_text(re.sub(r'path = "pool/main/p/python3\.11/[^"]*"', f'url = "{url}"', pins.read_text()))
     result = build(tmp_path / "out", "--cell", "cpu-py311", "--recipe", "example-cpp-ops", recipes=recipes_copy)
-    assert result.returncode == 5, result.stderr[-3000:]
+    assert result.returncode == 5, (result.stdout + result.stderr)[-3000:]
     line = result.stderr.strip().splitlines()[-1]
     assert f"cannot download CPython 3.11 from {url}" in line, line
     assert "fix: mirror it and set its url in containers/pins.toml" in line
@@ -160,7 +160,7 @@ def test_a_cpython_source_out_of_reach_is_named_with_its_fix(podman: str, recipe
 
 def test_the_cuda_example_builds_in_a_container_with_pips_nvcc(podman: str, tmp_path: Path) -> None:
     result = build(tmp_path, "--cell", "cuda130-py311", "--recipe", "example-cuda-ops")
-    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     data = report(tmp_path, "cuda130-py311")
     toolkit = next(c for s in data["steps"] for c in s["checks"] if c["name"] == "env-toolkit")
     assert toolkit["verdict"] == "pass" and "site-packages/nvidia/cu13" in toolkit["detail"]

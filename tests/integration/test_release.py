@@ -83,7 +83,7 @@ def test_an_rc_is_built_to_the_test_track_and_its_final_tag_promoted_without_a_b
     assert "test/cpu" in dry.stdout and "0.1.0rc1+cpu" in dry.stdout and "0.1.10+cpu" in dry.stdout
 
     built = wheelmill(repo, output, "--tag", "v0.1.0-rc1", "--cell", "cpu-py311", "--recipe", "example-cpp-ops")
-    assert built.returncode == 0, built.stderr[-3000:]
+    assert built.returncode == 0, (built.stdout + built.stderr)[-3000:]
     report = json.loads((output / "cpu-py311" / "report.json").read_text())
     assert report["release"]["version"] == "0.1.0rc1" and report["channel"] == "test/cpu"
     test_channel = Channel(index, "test/cpu")
@@ -99,7 +99,7 @@ def test_an_rc_is_built_to_the_test_track_and_its_final_tag_promoted_without_a_b
     assert plan.returncode == 0, plan.stderr
     assert {k: json.loads(plan.stdout)[k] for k in ("action", "promote-from", "track")} == {"action": "promote", "promote-from": "0.1.0rc1", "track": "release"}
     promoted = wheelmill(repo, output, "--tag", "v0.1.0")
-    assert promoted.returncode == 0, promoted.stderr[-3000:]
+    assert promoted.returncode == 0, (promoted.stdout + promoted.stderr)[-3000:]
     print("\n" + promoted.stderr.strip())
     assert {p: p.stat().st_mtime_ns for p in (output / "cpu-py311").rglob("*")} == before, "no build step ran"
     release_channel = Channel(index, "cpu")

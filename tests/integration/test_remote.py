@@ -77,11 +77,11 @@ def test_upload_is_idempotent(pypiserver: tuple[str, Path], tmp_path: Path) -> N
     wheel = make_wheel(tmp_path / "dist", "wm-remote", "1.0+cu118", tag=ANY, files={"wm_remote/__init__.py": b"X = 1\n"})
     first = publish(url, wheel)
     assert first.returncode == 0, first.stderr
-    assert "uploaded: " + wheel.name in first.stderr
+    assert "uploaded: " + wheel.name in first.stdout
     assert (packages / wheel.name).read_bytes() == wheel.read_bytes()
     second = publish(url, wheel)
     assert second.returncode == 0, second.stderr
-    assert "skipped: " + wheel.name in second.stderr
+    assert "skipped: " + wheel.name in second.stdout
     log = (tmp_path / "dist" / "out" / "logs" / "publish.log").read_text()
     assert PASSWORD not in log and "UV_PUBLISH_PASSWORD=***" in log
 
@@ -103,7 +103,8 @@ def test_bad_credentials_fail_at_once(pypiserver: tuple[str, Path], tmp_path: Pa
     wheel = make_wheel(tmp_path / "dist", "wm-remote", "2.0", tag=ANY)
     result = publish(url, wheel, password="wrong")  # noqa: S106 - a deliberately bad password
     assert result.returncode == 16, result.stderr
-    *retries, line = result.stderr.strip().splitlines()
+    (line,) = result.stderr.strip().splitlines()
+    retries = [note for note in result.stdout.splitlines() if "retrying in" in note]
     # A refusal is never retried. The server may answer before it has read the upload, so
     # uv can see a broken pipe first; that one is retried and the retry meets the refusal.
     assert not [retry for retry in retries if "403" in retry], retries
@@ -169,8 +170,8 @@ def test_transient_upload_failures_are_retried(pypiserver: tuple[str, Path], tmp
         wheel = make_wheel(tmp_path / "dist", "wm-remote", "3.0", tag=ANY)
         result = publish(proxy.url, wheel)
         assert result.returncode == 0, result.stderr
-        assert result.stderr.count("failed") == 2 and "retrying in" in result.stderr
-        assert "(3 attempts)" in result.stderr
+        assert result.stdout.count("failed") == 2 and "retrying in" in result.stdout
+        assert "(3 attempts)" in result.stdout
         assert proxy.uploads == 3
         assert (packages / wheel.name).read_bytes() == wheel.read_bytes()
     finally:
@@ -184,7 +185,7 @@ def test_persistent_upload_failure_is_a_clear_error(pypiserver: tuple[str, Path]
         wheel = make_wheel(tmp_path / "dist", "wm-remote", "4.0", tag=ANY)
         result = publish(proxy.url, wheel, extra={"WHEELMILL_RETRIES": "3"})
         assert result.returncode == 16
-        line = result.stderr.strip().splitlines()[-1]
+        (line,) = result.stderr.strip().splitlines()
         assert "gave up on wm_remote-4.0-py3-none-any.whl after 3 attempts" in line and "WHEELMILL_RETRIES" in line
         assert proxy.uploads == 3
     finally:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from wheelmill.containers.engine import Engine, EngineName, Mount, Probe, detect
-from wheelmill.containers.images import BaseKind, choose, debian_mirror, image_build_failure
+from wheelmill.containers.images import BaseKind, choose, debian_mirror, image_build_failure, require_pinned
 from wheelmill.containers.pins import Pins, load_pins
 from wheelmill.errors import CommandFailed, ConfigError, PrecheckError, UsageError
 from wheelmill.locks import inputs
@@ -95,10 +95,13 @@ def test_unpinned_registry_bases_fall_back_to_the_bootstrapped_one(pins: Pins, m
     assert cpu.containerfile == ROOT / "containers" / "builder" / "Containerfile"
     cuda = choose(pins, matrix.variants["cuda130"], "3.11", containers=ROOT / "containers", policy="auto")
     assert cuda.base.suite == "bookworm"  # torch 2.14 needs gcc >= 11
+    # An unpinned registry base is planned (a plan runs nothing), and refused when built.
+    forced = choose(pins, matrix.variants["cpu"], "3.11", containers=ROOT / "containers", policy="registry")
+    assert "not pinned by digest" in forced.describe()
     with pytest.raises(ConfigError, match="not pinned by digest"):
-        choose(pins, matrix.variants["cpu"], "3.11", containers=ROOT / "containers", policy="registry")
+        require_pinned(forced)
     with pytest.raises(ConfigError, match="rocm"):
-        choose(pins, matrix.variants["rocm62"], "3.11", containers=ROOT / "containers", policy="auto")
+        require_pinned(choose(pins, matrix.variants["rocm62"], "3.11", containers=ROOT / "containers", policy="auto"))
     with pytest.raises(ConfigError, match=r"no pinned CPython source for 3\.14"):
         choose(pins, matrix.variants["cpu"], "3.14", containers=ROOT / "containers", policy="auto")
 

@@ -68,3 +68,9 @@ def test_no_publish_leaves_the_publish_steps_out(repo_root: Path) -> None:
     recipes = load_recipes(repo_root / "recipes")
     (cell_plan,) = plan(matrix, recipes, matrix.select(["cpu-py311"]), [], Settings.from_environ({}), Options(publish=False))
     assert StepKind.PUBLISH not in {s.kind for s in cell_plan.steps}
+
+
+def test_a_plan_with_an_unpinned_registry_base_says_so_and_runs(cli: CliRunner, repo_root: Path) -> None:
+    result = cli("--recipes", str(repo_root / "recipes"), "plan", "--cell", "rocm62-py311", "--engine", "podman")
+    assert result.code == 0, result.err
+    assert "(not pinned by digest: the build stops here until it is)" in result.out

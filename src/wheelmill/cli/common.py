@@ -33,6 +33,17 @@ class Parser(argparse.ArgumentParser):
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
+def positive(text: str) -> int:
+    """An argument that counts something: a whole number, at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return value
+
+
 def add_cell_options(
     parser: argparse.ArgumentParser, *, cell_required: bool = True, publish_help: str = "keep the wheels in dist/, out of the local index"
 ) -> None:

@@ -13,7 +13,7 @@ from wheelmill.errors import IndexStoreError, SelectionError, UsageError, did_yo
 from wheelmill.index import consumer
 from wheelmill.index.remote import Remote, upload
 from wheelmill.index.serve import make_server
-from wheelmill.index.store import Channel, channel_names, publish, set_yanked
+from wheelmill.index.store import Channel, channel_dirs, channel_names, publish, repair, set_yanked
 from wheelmill.index.verify import leftovers, verify
 from wheelmill.process import HostRunner, StepLog
 from wheelmill.settings import Settings
@@ -52,6 +52,9 @@ def register(commands: Commands) -> None:
     check = actions.add_parser("verify", help="check that channels are valid indexes")
     check.add_argument("--channel", action="append", help="default: every channel")
     check.set_defaults(func=cmd_verify)
+    mend = actions.add_parser("repair", help="make channels valid again after a kill, a full disk or damage, and say what was done")
+    mend.add_argument("--channel", action="append", help="default: every channel")
+    mend.set_defaults(func=cmd_repair)
     listing = actions.add_parser("list", help="projects and versions of a channel")
     listing.add_argument("--channel", required=True)
     listing.set_defaults(func=cmd_list)
@@ -142,22 +145,36 @@ def cmd_config(args: argparse.Namespace, settings: Settings, _console: Console) 
     return 0
 
 
-def cmd_verify(args: argparse.Namespace, settings: Settings, console: Console) -> int:
-    root = settings.index
-    names = args.channel or channel_names(root)
+def _channels(args: argparse.Namespace, settings: Settings) -> list[Channel]:
+    names = args.channel or channel_dirs(settings.index)
     if not names:
-        raise IndexStoreError(f"{root}: no channels", fix="publish a wheel first")
+        raise IndexStoreError(f"{settings.index}: no channels", fix="publish a wheel first")
+    return [Channel(settings.index, name) for name in names]
+
+
+def cmd_verify(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     problems = []
-    for name in names:
-        channel = Channel(root, name)
-        found = verify(channel) + [f"{name}: leftover temporary file {p.name}" for p in leftovers(channel)]
+    for channel in _channels(args, settings):
+        found, notes = verify(channel), leftovers(channel)
         problems += found
-        verdict = f"{len(found)} problems" if found else "ok"
-        console.print(f"{name}: {verdict} ({len(channel.project_names())} projects)", highlight=False)
+        verdict = f"{len(found)} problem(s)" if found else "ok"
+        console.print(f"{channel.name}: {verdict}", highlight=False)
+        for note in notes:
+            console.print(f"  note: {note} (the next write, or `wheelmill index repair`, removes it)", highlight=False)
     if problems:
-        raise IndexStoreError(
-            "index verify: " + "; ".join(problems[:5]) + (f" and {len(problems) - 5} more" if len(problems) > 5 else ""), fix="republish the affected wheels"
-        )
+        more = f" and {len(problems) - 5} more" if len(problems) > 5 else ""
+        raise IndexStoreError("index verify: " + "; ".join(problems[:5]) + more, fix="run `wheelmill index repair`, then republish what it reports")
+    return 0
+
+
+def cmd_repair(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    for channel in _channels(args, settings):
+        for done in repair(channel):
+            console.print(f"{channel.name}: {done}", highlight=False)
+        problems = verify(channel)
+        console.print(f"{channel.name}: {'ok' if not problems else '; '.join(problems)}", highlight=False)
+        if problems:
+            raise IndexStoreError(f"index repair: {channel.name} is still not valid: {problems[0]}", fix="restore the files it names from the index's storage")
     return 0
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from wheelmill.cli.common import Commands, add_cell_options, build_cells, prepare
+from wheelmill.cli.common import Commands, add_cell_options, build_cells, positive, prepare
 from wheelmill.errors import UsageError
 from wheelmill.index.store import Published
 from wheelmill.matrix import github_matrix
@@ -52,7 +52,7 @@ def register(commands: Commands) -> None:
 
     retention = actions.add_parser("prune", help="keep a track's newest releases, remove older ones' files")
     retention.add_argument("--track", required=True, choices=[Track.NIGHTLY.value, Track.TEST.value])
-    retention.add_argument("--keep", type=int, required=True, metavar="N")
+    retention.add_argument("--keep", type=positive, required=True, metavar="N", help="how many of the newest releases to keep (at least 1)")
     retention.set_defaults(func=cmd_prune)
 
 

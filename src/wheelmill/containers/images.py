@@ -37,6 +37,7 @@ class Base:
     description: str
     suite: str | None = None  # the Debian suite of a bootstrapped base
     bootstrap_variant: str = "minbase"  # debootstrap --variant
+    unpinned: str | None = None  # why it cannot be used yet: a registry base without a digest
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,12 +97,24 @@ def choose(pins: Pins, variant: Variant, python: str, *, containers: Path, polic
 
 
 def _registry(pins: Pins, key: str, base: RegistryBase | None) -> Base:
-    if base is None or not base.pinned:
-        raise ConfigError(
-            f"{pins.file}: bases.{key}: not pinned by digest",
-            fix="run scripts/update_pins.py where the registry is reachable (or WHEELMILL_BASE=bootstrap for cpu/cuda)",
+    """The registry base; one not pinned by digest is planned, and refused when built."""
+    if base is None:
+        raise ConfigError(f"{pins.file}: bases.{key}: missing", fix=f"add [bases.{key}] with image, tag and digest (see the other bases)")
+    if not base.pinned:
+        problem = f"{pins.file}: bases.{key}: not pinned by digest"
+        return Base(
+            kind=BaseKind.REGISTRY,
+            reference=f"{base.image}:{base.tag}",
+            description=f"{base.image}:{base.tag} (not pinned by digest: the build stops here until it is)",
+            unpinned=problem,
         )
     return Base(kind=BaseKind.REGISTRY, reference=base.reference, description=f"{base.image}:{base.tag} ({base.digest[:19]}...)")
+
+
+def require_pinned(image: BuilderImage) -> None:
+    """wheelmill builds FROM a registry base only by digest: a tag can change under it."""
+    if image.base.unpinned:
+        raise ConfigError(image.base.unpinned, fix="run scripts/update_pins.py where the registry is reachable (or WHEELMILL_BASE=bootstrap for cpu/cuda)")
 
 
 _APT_URI = re.compile(r"^(?:deb\s+(?:\[[^\]]*\]\s+)?|URIs:\s*)(\S+)", re.MULTILINE)
@@ -157,6 +170,7 @@ def bootstrap_base(engine: Engine, image: BuilderImage, *, mirror: str, work: Pa
 
 def base_identity(engine: Engine, image: BuilderImage, *, mirror: str, work: Path, log: StepLog) -> tuple[str, bool]:
     """What the base is (a digest, or the local image's id) and whether it was made now."""
+    require_pinned(image)
     if image.base.kind is BaseKind.REGISTRY:
         return image.base.reference.split("@", 1)[1], False
     existing = image_id(engine, image.base.reference)

@@ -10,6 +10,7 @@ reaches the file on servers that read ``+`` as a space (S3).
 from __future__ import annotations
 
 import html
+import html.parser
 import json
 import urllib.parse
 from collections.abc import Iterable, Sequence
@@ -111,6 +112,23 @@ def _link(f: FileEntry) -> str:
     if f.yanked is not None:
         attrs.append(f'data-yanked="{html.escape(f.yanked)}"')
     return f"<a {' '.join(attrs)}>{html.escape(f.filename)}</a><br>"
+
+
+class _Anchors(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.anchors: list[dict[str, str | None]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self.anchors.append(dict(attrs))
+
+
+def links(text: str) -> list[dict[str, str | None]]:
+    """The attributes of every link of an HTML page (what pip reads of it)."""
+    parser = _Anchors()
+    parser.feed(text)
+    return parser.anchors
 
 
 def root_json(names: Iterable[str]) -> str:

@@ -16,18 +16,20 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Collection, Iterator
+import urllib.parse
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
+from typing import TypeVar
 
-from packaging.utils import canonicalize_name
-from packaging.version import Version
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
-from wheelmill.errors import IndexConflict, IndexStoreError
-from wheelmill.files import copy_atomic, file_lock, write_atomic
+from wheelmill.errors import IndexConflict, IndexStoreError, IndexWriteError
+from wheelmill.files import file_lock, write_all, write_atomic
 from wheelmill.index import pages
 from wheelmill.index.pages import FileEntry, Project
 from wheelmill.net import sha256_of
@@ -39,6 +41,7 @@ from wheelmill.wheelfile import WheelInfo, read_wheel
 TRACK_DIRS = tuple(t.value for t in Track if t is not Track.RELEASE)
 RECORDS_DIR = "releases"
 RESERVED = (*TRACK_DIRS, RECORDS_DIR)
+T = TypeVar("T")
 _CHANNEL = re.compile(rf"^(?:(?:{'|'.join(TRACK_DIRS)})/)?[a-z0-9][a-z0-9.+_-]*$")
 
 
@@ -61,12 +64,25 @@ def channel_names(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in found if p.parent == root or p.parent.name in TRACK_DIRS)
 
 
+def channel_dirs(root: Path) -> list[str]:
+    """Every channel under ``root`` that anything was written to, with pages or not yet."""
+    found = [p.parent for p in (*root.glob("*/simple"), *root.glob("*/files"), *root.glob("*/*/simple"), *root.glob("*/*/files"))]
+    return sorted({str(p.relative_to(root)) for p in found if p.parent == root or p.parent.name in TRACK_DIRS})
+
+
 def now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class Channel:
-    """One channel of the index (``cu118``, ``cpu``, ``rocm6.2``) under a storage root."""
+    """One channel of the index (``cu118``, ``cpu``, ``rocm6.2``) under a storage root.
+
+    A project's state is its JSON page; its HTML page and the project list follow from the
+    JSON pages. A writer names the project it changes in ``.pending`` before it writes a
+    page and removes the name after the last: a writer killed in between leaves the name,
+    and the next writer of the channel (or ``wheelmill index repair``) makes the pages
+    agree again before anything else.
+    """
 
     def __init__(self, root: Path, name: str) -> None:
         if not _CHANNEL.match(name) or name.rpartition("/")[2] in RESERVED:
@@ -91,37 +107,99 @@ class Channel:
         """Where writes start; a dot directory, so no server ever shows it."""
         return self.path / ".tmp"
 
+    @property
+    def pending(self) -> Path:
+        return self.path / ".pending"
+
     def exists(self) -> bool:
         return (self.simple / "index.json").is_file()
 
     @contextmanager
     def lock(self) -> Iterator[None]:
-        """The one writer of this channel at a time; a dead writer's lock dies with it."""
-        for directory in (self.files, self.simple, self.tmp):
-            directory.mkdir(parents=True, exist_ok=True)
-        with file_lock(self.path / ".lock"):
-            # Whatever is in .tmp now was left by a writer that was killed.
-            for leftover in self.tmp.iterdir():
-                leftover.unlink(missing_ok=True)
-            yield
+        """The one writer of this channel at a time (a dead writer's lock dies with it),
+        after what a killed writer left half-done is finished. An OS error while writing
+        (a full disk, a read-only or unwritable tree) is one error: every write is atomic
+        and every page's new content is on disk before the first is renamed, so the
+        channel is as it was before."""
+        try:
+            for directory in (self.files, self.simple, self.tmp):
+                directory.mkdir(parents=True, exist_ok=True)
+            with file_lock(self.path / ".lock"):
+                for leftover in self.tmp.iterdir():  # what a killed writer was writing
+                    leftover.unlink(missing_ok=True)
+                self.mend()
+                yield
+        except OSError as exc:
+            raise IndexWriteError(
+                f"{self.path}: cannot write the index: {exc.strerror or exc} ({exc.filename or self.path})",
+                fix="free space, or make the index root writable (WHEELMILL_INDEX_ROOT); the channel is as it was",
+            ) from None
+
+    def mend(self) -> str | None:
+        """Finish the page update a killed writer left (under the lock): the project's HTML
+        page from its JSON page, the project list from the project pages. Its name."""
+        if not self.pending.is_file():
+            return None
+        name = self.pending.read_text(encoding="utf-8").strip()
+        project = self.project(name) if name else None
+        write_all(self._pages(project, self._names_on_disk(), root=True), tmp_dir=self.tmp)
+        self.pending.unlink()
+        return name
 
     def project(self, name: str) -> Project | None:
         page = self.simple / canonicalize_name(name) / "index.json"
-        return pages.parse_project_json(page.read_text(encoding="utf-8")) if page.is_file() else None
+        return self._read(page, pages.parse_project_json) if page.is_file() else None
 
     def project_names(self) -> list[str]:
         page = self.simple / "index.json"
-        return pages.parse_root_json(page.read_text(encoding="utf-8")) if page.is_file() else []
+        return self._read(page, pages.parse_root_json) if page.is_file() else []
 
-    def write_project(self, project: Project) -> None:
+    def _read(self, page: Path, parse: Callable[[str], T]) -> T:
+        """A page of the channel, parsed; a damaged one is an error that says how to mend it."""
+        try:
+            return parse(page.read_text(encoding="utf-8"))
+        except (ValueError, KeyError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
+            raise IndexStoreError(
+                f"{page}: not a valid index page ({type(exc).__name__}: {str(exc)[:120]})",
+                fix=f"run `wheelmill index repair --channel {self.name}`: it rebuilds the pages from what is left",
+            ) from None
+
+    def update(self, project: Project, files: Mapping[Path, bytes | Path] | None = None) -> None:
+        """Replace a project's pages (under the lock), and the project list where it lacks
+        the project, after ``files`` (a wheel and its sidecar). Everything is staged before
+        the first rename (a full disk changes nothing), and the pages are marked pending
+        while they are renamed into place (a kill leaves the mark for the next writer)."""
+        names = self.project_names()
+        listed = names if project.name in names else sorted([*names, project.name])
         directory = self.simple / project.name
+        made = not directory.exists()
         directory.mkdir(parents=True, exist_ok=True)
-        write_atomic(directory / "index.json", pages.project_json(project).encode(), tmp_dir=self.tmp)
-        write_atomic(directory / "index.html", pages.project_html(project).encode(), tmp_dir=self.tmp)
+        try:
+            write_all({**(files or {}), self.pending: project.name.encode(), **self._pages(project, listed)}, tmp_dir=self.tmp)
+        except OSError:
+            if made and not any(directory.iterdir()):
+                directory.rmdir()
+            raise
+        self.pending.unlink()
 
-    def write_root(self, names: list[str]) -> None:
-        write_atomic(self.simple / "index.json", pages.root_json(names).encode(), tmp_dir=self.tmp)
-        write_atomic(self.simple / "index.html", pages.root_html(names).encode(), tmp_dir=self.tmp)
+    def list_projects(self) -> None:
+        """The project list made again from the project pages (under the lock)."""
+        write_all(self._pages(None, self._names_on_disk(), root=True), tmp_dir=self.tmp)
+
+    def _pages(self, project: Project | None, names: list[str], *, root: bool = False) -> dict[Path, bytes | Path]:
+        """The project's pages, and the project list's where ``root`` or where it changes."""
+        contents: dict[Path, bytes | Path] = {}
+        if project is not None:
+            directory = self.simple / project.name
+            contents[directory / "index.json"] = pages.project_json(project).encode()
+            contents[directory / "index.html"] = pages.project_html(project).encode()
+        if root or names != self.project_names() or not (self.simple / "index.html").is_file():
+            contents[self.simple / "index.json"] = pages.root_json(names).encode()
+            contents[self.simple / "index.html"] = pages.root_html(names).encode()
+        return contents
+
+    def _names_on_disk(self) -> list[str]:
+        return sorted(p.name for p in self.simple.iterdir() if (p / "index.json").is_file())
 
 
 def _agreeing(wheel: Path) -> WheelInfo:
@@ -147,37 +225,36 @@ def publish(channel: Channel, wheel: Path, *, upload_time: str | None = None) ->
         if target.exists() and any(f.filename == wheel.name for f in project.files):
             return Published(channel=channel.name, project=info.name, filename=wheel.name, outcome=Outcome.UNCHANGED)
         metadata_sha256 = hashlib.sha256(info.metadata).hexdigest()
-        write_atomic(channel.files / f"{wheel.name}.metadata", info.metadata, tmp_dir=channel.tmp)
-        if not target.exists():
-            copy_atomic(wheel, target, tmp_dir=channel.tmp)
+        files: dict[Path, bytes | Path] = {channel.files / f"{wheel.name}.metadata": info.metadata}
+        files |= {} if target.exists() else {target: wheel}
         entry = FileEntry(
             filename=wheel.name,
             version=str(info.version),
             sha256=sha256,
-            size=target.stat().st_size,
+            size=wheel.stat().st_size,
             upload_time=upload_time or now_rfc3339(),
             requires_python=info.requires_python,
             metadata_sha256=metadata_sha256,
         )
-        channel.write_project(replace(project, files=(*project.files, entry)))
-        names = channel.project_names()
-        if info.name not in names:
-            channel.write_root([*names, info.name])
+        channel.update(replace(project, files=(*project.files, entry)), files)
     return Published(channel=channel.name, project=info.name, filename=wheel.name, outcome=Outcome.ADDED)
 
 
 def set_yanked(channel: Channel, project_name: str, version: str, reason: str | None) -> list[str]:
     """Yank (``reason`` a string, maybe empty) or unyank (None) every file of a version."""
+    try:
+        wanted = Version(version)
+    except InvalidVersion:
+        raise IndexStoreError(f"'{version}' is not a version", fix="give the version as the index lists it (`wheelmill index list`)") from None
     with channel.lock():
         project = channel.project(project_name)
         if project is None:
             raise IndexStoreError(f"{channel.name}: no project '{project_name}'", fix=f"`wheelmill index list --channel {channel.name}` shows what is there")
-        wanted = Version(version)
         hits = [f for f in project.files if Version(f.version) == wanted]
         if not hits:
             raise IndexStoreError(f"{channel.name}: {project.name} has no version {version}", fix=f"published versions: {', '.join(project.versions)}")
         files = tuple(replace(f, yanked=reason) if Version(f.version) == wanted else f for f in project.files)
-        channel.write_project(replace(project, files=files))
+        channel.update(replace(project, files=files))
     return [f.filename for f in hits]
 
 
@@ -189,8 +266,93 @@ def remove_files(channel: Channel, project_name: str, filenames: Collection[str]
         if project is None:
             return []
         gone = [f for f in project.files if f.filename in filenames]
-        channel.write_project(replace(project, files=tuple(f for f in project.files if f.filename not in filenames)))
+        channel.update(replace(project, files=tuple(f for f in project.files if f.filename not in filenames)))
         for entry in gone:
             (channel.files / f"{entry.filename}.metadata").unlink(missing_ok=True)
             (channel.files / entry.filename).unlink(missing_ok=True)
     return [f.filename for f in gone]
+
+
+def repair(channel: Channel) -> list[str]:
+    """Make ``channel`` a valid index again from what is left, and say what was done: the
+    update a killed writer left is finished, leftovers go, every project's pages are
+    rewritten from its JSON page (or, where that is damaged, its HTML page, or its files),
+    missing sidecars are made again from their wheels, and only entries whose file is gone
+    are dropped. A file whose bytes differ from its listing is reported, never relisted."""
+    pending = channel.pending.read_text(encoding="utf-8").strip() if channel.pending.is_file() else None
+    said = [f"finished the interrupted update of {pending or 'the project list'}"] if pending is not None else []
+    said += [f"removed {p.name}" for p in channel.tmp.iterdir()] if channel.tmp.is_dir() else []
+    with channel.lock():
+        for directory in sorted(p for p in channel.simple.iterdir() if p.is_dir()):
+            project, how = _recovered(channel, directory.name)
+            project, notes = _complete(channel, project)
+            channel.update(project)
+            said += [f"{project.name}: {note}" for note in [*how, *notes]]
+        channel.list_projects()
+    listed = {f.filename for name in channel.project_names() for f in (channel.project(name) or Project(name=name, files=())).files}
+    unlisted = sorted(p.name for p in channel.files.glob("*.whl") if p.name not in listed)
+    said += [f"{name} is not listed (an interrupted publish): publish it again to list it" for name in unlisted]
+    return said
+
+
+def _recovered(channel: Channel, name: str) -> tuple[Project, list[str]]:
+    """A project's entries: its JSON page, else what its HTML page says, else its files."""
+    try:
+        project = channel.project(name)
+    except IndexStoreError as exc:
+        project, damaged = None, exc.message
+    else:
+        damaged = "no index.json"
+    if project is not None:
+        return project, []
+    try:
+        anchors, source = pages.links((channel.simple / name / "index.html").read_text(encoding="utf-8")), "its index.html"
+    except (OSError, ValueError):
+        wheels = [p for p in sorted(channel.files.glob("*.whl")) if canonicalize_name(p.name.split("-", 1)[0]) == name]
+        anchors, source = [{"href": p.name} for p in wheels], "its files"
+    entries = [entry for entry in (_entry(channel, anchor) for anchor in anchors) if entry is not None]
+    return Project(name=name, files=tuple(entries)), [f"rebuilt from {source} ({damaged})"]
+
+
+def _entry(channel: Channel, anchor: Mapping[str, str | None]) -> FileEntry | None:
+    """The listing of the file a link names, from the link and the file; None when the
+    file is gone (or is no wheel)."""
+    url, _, digest = (anchor.get("href") or "").partition("#sha256=")
+    filename = urllib.parse.unquote(url.rsplit("/", 1)[-1])
+    path = channel.files / filename
+    try:
+        version = str(parse_wheel_filename(filename)[1])
+    except InvalidWheelFilename:
+        return None
+    if not path.is_file():
+        return None
+    return FileEntry(
+        filename=filename,
+        version=version,
+        sha256=digest or sha256_of(path),
+        size=path.stat().st_size,
+        upload_time=datetime.fromtimestamp(path.stat().st_mtime, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        requires_python=anchor.get("data-requires-python"),
+        metadata_sha256=(anchor.get("data-core-metadata") or "").removeprefix("sha256="),
+        yanked=anchor.get("data-yanked"),
+    )
+
+
+def _complete(channel: Channel, project: Project) -> tuple[Project, list[str]]:
+    """The project with entries whose file is gone dropped and every sidecar made again
+    from its wheel where it is missing or differs; what was done, and what cannot be."""
+    entries, notes = [], []
+    for entry in project.files:
+        path, sidecar = channel.files / entry.filename, channel.files / f"{entry.filename}.metadata"
+        if not path.is_file():
+            notes.append(f"dropped {entry.filename}: its file is gone")
+            continue
+        if sha256_of(path) != entry.sha256:
+            notes.append(f"{entry.filename}: its bytes differ from its listing: restore it from the index's storage")
+        info = read_wheel(path)
+        if not sidecar.is_file() or sidecar.read_bytes() != info.metadata:
+            write_atomic(sidecar, info.metadata, tmp_dir=channel.tmp)
+            notes.append(f"made the .metadata of {entry.filename} again")
+        metadata_sha256, requires_python = hashlib.sha256(info.metadata).hexdigest(), entry.requires_python or info.requires_python
+        entries.append(replace(entry, metadata_sha256=metadata_sha256, requires_python=requires_python, size=path.stat().st_size))
+    return replace(project, files=tuple(entries)), notes

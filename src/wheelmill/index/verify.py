@@ -1,55 +1,60 @@
 """Is a channel a valid index? Every page parses, HTML and JSON agree, every listed file
 and sidecar exists with the hash and size the pages claim, and the project list names
 every project. ``wheelmill index verify`` runs it; so do the tests after concurrent and
-killed publishers."""
+killed publishers. A damaged tree is a list of problems, never an exception."""
 
 from __future__ import annotations
 
 import hashlib
-import html.parser
 import json
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
+from wheelmill.errors import IndexStoreError
+from wheelmill.files import target_of
 from wheelmill.index import pages
 from wheelmill.index.store import Channel
 from wheelmill.net import sha256_of
-
-
-class _Anchors(html.parser.HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.anchors: list[dict[str, str | None]] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self.anchors.append(dict(attrs))
 
 
 def verify(channel: Channel, *, hashes: bool = True) -> list[str]:
     """Every problem found (an empty list: the channel is valid)."""
     if not channel.exists():
         return [f"{channel.name}: no simple/index.json"]
-    problems = list(_root(channel))
-    for name in channel.project_names():
+    try:
+        names = channel.project_names()
+    except IndexStoreError as exc:
+        return [exc.message]
+    problems = list(_root(channel, names))
+    for name in names:
         problems += _project(channel, name, hashes=hashes)
     return problems
 
 
-def leftovers(channel: Channel) -> list[Path]:
-    """Temporary files that a finished (not killed) publisher should never leave."""
-    return sorted(channel.tmp.iterdir()) if channel.tmp.is_dir() else []
+def leftovers(channel: Channel) -> list[str]:
+    """What temporary files say: an interrupted write of which file (the next writer of the
+    channel, or ``wheelmill index repair``, removes them; readers never see them)."""
+    found = sorted(channel.tmp.iterdir()) if channel.tmp.is_dir() else []
+    return [f"{path.name}, of an interrupted write of {target_of(path)}" for path in found]
 
 
-def _root(channel: Channel) -> Iterator[str]:
-    names = channel.project_names()
-    on_disk = sorted(p.name for p in channel.simple.iterdir() if p.is_dir())
+def _anchors(page: Path) -> list[dict[str, str | None]] | None:
+    try:
+        return pages.links(page.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _root(channel: Channel, names: list[str]) -> Iterator[str]:
+    on_disk = sorted(p.name for p in channel.simple.iterdir() if (p / "index.json").is_file())  # a project has pages, or is none
     if sorted(names) != on_disk:
         yield f"{channel.name}: the project list {sorted(names)} differs from the project pages {on_disk}"
-    parser = _Anchors()
-    parser.feed((channel.simple / "index.html").read_text(encoding="utf-8"))
-    linked = sorted(urllib.parse.unquote(a["href"] or "").rstrip("/") for a in parser.anchors)
+    anchors = _anchors(channel.simple / "index.html")
+    if anchors is None:
+        yield f"{channel.name}: simple/index.html is missing or unreadable"
+        return
+    linked = sorted(urllib.parse.unquote(a["href"] or "").rstrip("/") for a in anchors)
     if linked != sorted(names):
         yield f"{channel.name}: index.html links {linked}, index.json lists {sorted(names)}"
 
@@ -57,18 +62,20 @@ def _root(channel: Channel) -> Iterator[str]:
 def _project(channel: Channel, name: str, *, hashes: bool) -> Iterator[str]:
     directory = channel.simple / name
     try:
-        project = pages.parse_project_json((directory / "index.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, KeyError) as exc:
+        text = (directory / "index.json").read_text(encoding="utf-8")
+        project = pages.parse_project_json(text)
+        versions = json.loads(text)["versions"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         yield f"{channel.name}/{name}: index.json unreadable: {exc}"
         return
-    parser = _Anchors()
-    parser.feed((directory / "index.html").read_text(encoding="utf-8"))
-    html_files = {urllib.parse.unquote((a["href"] or "").split("#")[0].rsplit("/", 1)[-1]): a for a in parser.anchors}
-    if sorted(html_files) != sorted(f.filename for f in project.files):
+    anchors = _anchors(directory / "index.html")
+    if anchors is None:
+        yield f"{channel.name}/{name}: index.html is missing or unreadable"
+    html_files = {urllib.parse.unquote((a["href"] or "").split("#")[0].rsplit("/", 1)[-1]): a for a in anchors or []}
+    if anchors is not None and sorted(html_files) != sorted(f.filename for f in project.files):
         yield f"{channel.name}/{name}: index.html and index.json list different files"
     for entry in project.files:
         yield from _file(channel, entry, html_files.get(entry.filename), hashes=hashes)
-    versions = json.loads((directory / "index.json").read_text(encoding="utf-8"))["versions"]
     if versions != project.versions:
         yield f"{channel.name}/{name}: versions {versions} do not match the files"
 
