@@ -25,7 +25,7 @@ import pytest
 from tests.ports import free_port
 from tests.wheels import make_wheel
 from wheelmill.index.serve import make_server, parse_access_log
-from wheelmill.index.store import Channel
+from wheelmill.index.store import Channel, publish
 from wheelmill.index.verify import leftovers, verify
 from wheelmill.tools import uv_bin
 
@@ -311,7 +311,8 @@ def test_a_yanked_version_is_skipped_by_ranges_and_installed_when_pinned(served:
 
 def test_consumer_settings_never_take_a_higher_version_from_a_second_index(served: Served, index_root: Path, tmp_path: Path) -> None:
     wheelmill(index_root, "publish", "--channel", "cu118", str(make_wheel(tmp_path / "ours", "wm-lib", "1.0", tag=ANY)))
-    wheelmill(index_root, "publish", "--channel", "public", str(make_wheel(tmp_path / "theirs", "wm-lib", "9.0", tag=ANY)))
+    # A second index (no variant's channel, so through the store itself) with a higher version.
+    publish(Channel(index_root, "public"), make_wheel(tmp_path / "theirs", "wm-lib", "9.0", tag=ANY))
     python = venv(tmp_path / "env")
     # A machine-wide pip configuration that merges a second index (the venv's site config).
     (tmp_path / "env" / "pip.conf").write_text(f"[global]\nextra-index-url = {served.simple('public')}\n")

@@ -141,7 +141,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings, console: Console) ->
 
 def cmd_config(args: argparse.Namespace, settings: Settings, _console: Console) -> int:
     Channel(settings.index, args.channel)  # validates the name
-    sys.stdout.write(consumer.render(args.url, args.channel, args.form))
+    sys.stdout.write(consumer.render(consumer.base_url(args.url), args.channel, args.form))
     return 0
 
 

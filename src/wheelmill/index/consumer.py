@@ -8,6 +8,28 @@ default index is the only one when nothing else is configured. The pip form also
 
 from __future__ import annotations
 
+import urllib.parse
+
+from wheelmill.errors import UsageError
+
+
+def base_url(text: str) -> str:
+    """Where the index is served, as given on a command line: an http(s) URL and nothing
+    else. The settings files are line-based; a value with a line break in it would add a
+    line of its own (a second index) to them.
+
+    >>> base_url("https://wheels.internal/")
+    'https://wheels.internal/'
+    """
+    try:
+        parts = urllib.parse.urlsplit(text)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:
+        ok = False
+    if not ok or '"' in text or any(ch.isspace() or not ch.isprintable() for ch in text):
+        raise UsageError(f"--url {text!r}: not an http(s) URL of one line", fix="give where the index is served, e.g. https://wheels.internal")
+    return text
+
 
 def channel_url(base: str, channel: str) -> str:
     return f"{base.rstrip('/')}/{channel}/simple/"

@@ -142,7 +142,7 @@ class Channel:
             return None
         name = self.pending.read_text(encoding="utf-8").strip()
         project = self.project(name) if name else None
-        write_all(self._pages(project, self._names_on_disk(), root=True), tmp_dir=self.tmp)
+        write_all(self._pages(project, self._names_on_disk()), tmp_dir=self.tmp)
         self.pending.unlink()
         return name
 
@@ -170,30 +170,36 @@ class Channel:
         the first rename (a full disk changes nothing), and the pages are marked pending
         while they are renamed into place (a kill leaves the mark for the next writer)."""
         names = self.project_names()
-        listed = names if project.name in names else sorted([*names, project.name])
+        listed = project.name in names and (self.simple / "index.html").is_file()
         directory = self.simple / project.name
         made = not directory.exists()
         directory.mkdir(parents=True, exist_ok=True)
+        pages_ = self._pages(project, None if listed else sorted({*names, project.name}))
         try:
-            write_all({**(files or {}), self.pending: project.name.encode(), **self._pages(project, listed)}, tmp_dir=self.tmp)
+            write_all({**(files or {}), self.pending: project.name.encode(), **pages_}, tmp_dir=self.tmp)
         except OSError:
             if made and not any(directory.iterdir()):
                 directory.rmdir()
             raise
         self.pending.unlink()
 
+    def rewrite(self, project: Project) -> None:
+        """A project's pages written again (under the lock); the project list untouched."""
+        (self.simple / project.name).mkdir(parents=True, exist_ok=True)
+        write_all(self._pages(project, None), tmp_dir=self.tmp)
+
     def list_projects(self) -> None:
         """The project list made again from the project pages (under the lock)."""
-        write_all(self._pages(None, self._names_on_disk(), root=True), tmp_dir=self.tmp)
+        write_all(self._pages(None, self._names_on_disk()), tmp_dir=self.tmp)
 
-    def _pages(self, project: Project | None, names: list[str], *, root: bool = False) -> dict[Path, bytes | Path]:
-        """The project's pages, and the project list's where ``root`` or where it changes."""
+    def _pages(self, project: Project | None, names: list[str] | None) -> dict[Path, bytes | Path]:
+        """The project's pages, and the project list's (when ``names`` are given)."""
         contents: dict[Path, bytes | Path] = {}
         if project is not None:
             directory = self.simple / project.name
             contents[directory / "index.json"] = pages.project_json(project).encode()
             contents[directory / "index.html"] = pages.project_html(project).encode()
-        if root or names != self.project_names() or not (self.simple / "index.html").is_file():
+        if names is not None:
             contents[self.simple / "index.json"] = pages.root_json(names).encode()
             contents[self.simple / "index.html"] = pages.root_html(names).encode()
         return contents
@@ -286,7 +292,7 @@ def repair(channel: Channel) -> list[str]:
         for directory in sorted(p for p in channel.simple.iterdir() if p.is_dir()):
             project, how = _recovered(channel, directory.name)
             project, notes = _complete(channel, project)
-            channel.update(project)
+            channel.rewrite(project)
             said += [f"{project.name}: {note}" for note in [*how, *notes]]
         channel.list_projects()
     listed = {f.filename for name in channel.project_names() for f in (channel.project(name) or Project(name=name, files=())).files}
