@@ -10,7 +10,7 @@ import pytest
 from tests.wheels import make_wheel
 from wheelmill.errors import IndexConflict, IndexStoreError
 from wheelmill.index.consumer import render
-from wheelmill.index.pages import JSON_TYPE, FileEntry, Project, project_html, project_json
+from wheelmill.index.pages import HTML_TYPE, JSON_TYPE, FileEntry, Project, project_html, project_json
 from wheelmill.index.serve import negotiate
 from wheelmill.index.store import Channel, Outcome, publish, set_yanked
 from wheelmill.index.verify import leftovers, verify
@@ -59,7 +59,9 @@ def test_json_page_has_pep700_fields() -> None:
         ("*/*", None, JSON_TYPE),
         ("application/vnd.pypi.simple.v1+json", None, JSON_TYPE),
         ("application/vnd.pypi.simple.v1+json;q=0.2, text/html", None, "text/html"),
-        ("application/vnd.pypi.simple.latest+json", None, None),
+        ("application/vnd.pypi.simple.latest+json", None, JSON_TYPE),  # PEP 691's alias of the newest version
+        ("application/vnd.pypi.simple.latest+html", None, HTML_TYPE),
+        (None, "application/vnd.pypi.simple.latest+json", JSON_TYPE),
         ("text/html", "application/vnd.pypi.simple.v1+json", JSON_TYPE),
         (None, "application/xml", None),
     ],

@@ -8,11 +8,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from wheelmill.cli.common import Commands, load_inputs
+from wheelmill.cli.common import Commands, load_inputs, positive
 from wheelmill.errors import IndexStoreError, SelectionError, UsageError, did_you_mean
 from wheelmill.index import consumer
 from wheelmill.index.remote import Remote, upload
-from wheelmill.index.serve import make_server
+from wheelmill.index.serve import IDLE_TIMEOUT, PER_CLIENT, make_server
 from wheelmill.index.store import Channel, channel_dirs, channel_names, publish, repair, set_yanked
 from wheelmill.index.verify import leftovers, verify
 from wheelmill.process import HostRunner, StepLog
@@ -43,6 +43,8 @@ def register(commands: Commands) -> None:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--access-log", type=Path, help="append an access log here (with bytes sent)")
+    serve.add_argument("--idle-timeout", type=float, default=IDLE_TIMEOUT, metavar="S", help=f"close a connection idle this long (default {IDLE_TIMEOUT:.0f})")
+    serve.add_argument("--per-client", type=positive, default=PER_CLIENT, metavar="N", help=f"connections one client may hold open (default {PER_CLIENT})")
     serve.set_defaults(func=cmd_serve)
     config = actions.add_parser("config", help="pip and uv settings that use one channel, and only it")
     config.add_argument("--channel", required=True)
@@ -124,7 +126,7 @@ def cmd_unyank(args: argparse.Namespace, settings: Settings, console: Console) -
 def cmd_serve(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     root = settings.index
     log = args.access_log.open("a", encoding="utf-8") if args.access_log else None
-    server = make_server(root, args.host, args.port, log)
+    server = make_server(root, args.host, args.port, log, idle_timeout=args.idle_timeout, per_client=args.per_client)
     host, port = str(server.server_address[0]), int(server.server_address[1])
     channels = sorted(p.parent.parent.name for p in root.glob("*/simple/index.json"))
     console.print(f"serving {root} at http://{host}:{port}/ (channels: {', '.join(channels) or 'none yet'}); Ctrl-C stops", highlight=False)

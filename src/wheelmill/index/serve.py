@@ -1,34 +1,46 @@
 """``wheelmill index serve``: a read-only HTTP server over the index tree.
 
-PEP 691 content negotiation (the Accept header, ``?format=`` as a fallback), the simple
-API's content types, 404 for anything unknown (never a redirect to another index), single
-byte ranges (resolvers read wheel metadata that way), and no path outside the root: every
-request is mapped onto the three kinds of URL the tree has and nothing else.
+PEP 691 content negotiation (the Accept header, ``?format=`` as a fallback, the ``latest``
+aliases), the simple API's content types, 404 for anything unknown (decided before any
+redirect: clients must not depend on redirects), single byte ranges (resolvers read wheel
+metadata that way), and no path outside the root: every request is mapped onto the three
+kinds of URL the tree has and nothing else.
+
+What one client can hold is bounded: an idle connection is closed after a timeout, and a
+client with too many connections open gets 503 on the next. A request the server cannot
+make sense of gets a status, never a traceback.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
+import sys
 import threading
 import time
 import urllib.parse
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import IO, ClassVar
+from typing import IO, Any, ClassVar
 
 from packaging.utils import canonicalize_name
 
 from wheelmill.index.pages import HTML_TYPE, JSON_TYPE
 from wheelmill.index.store import TRACK_DIRS, channel_names
 
-_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,254}$")  # a file name: 255 bytes at most
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 CHUNK = 1 << 20
 # In the server's order of preference when the client accepts several equally.
 OFFERED = (JSON_TYPE, HTML_TYPE, "text/html")
+# PEP 691: "latest" is whichever version of the API the server serves newest.
+_LATEST = {"application/vnd.pypi.simple.latest+json": JSON_TYPE, "application/vnd.pypi.simple.latest+html": HTML_TYPE}
+IDLE_TIMEOUT = 30.0  # seconds an open connection may send nothing
+PER_CLIENT = 16  # connections one client address may hold open at once
 
 
 def negotiate(accept: str | None, fmt: str | None) -> str | None:
@@ -40,6 +52,7 @@ def negotiate(accept: str | None, fmt: str | None) -> str | None:
     ('application/vnd.pypi.simple.v1+json', None)
     """
     if fmt:
+        fmt = _LATEST.get(fmt, fmt)
         return fmt if fmt in OFFERED else None
     if not accept:
         return "text/html"
@@ -55,7 +68,7 @@ def negotiate(accept: str | None, fmt: str | None) -> str | None:
                 except ValueError:
                     quality = 0.0
         if quality > 0:
-            ranked.append((-quality, position, media.lower()))
+            ranked.append((-quality, position, _LATEST.get(media.lower(), media.lower())))
     for _quality, _position, media in sorted(ranked):
         for offered in OFFERED:
             if media in (offered, "*/*") or (media.endswith("/*") and offered.startswith(media[:-1])):
@@ -78,10 +91,19 @@ class IndexHandler(BaseHTTPRequestHandler):
     log_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def do_GET(self) -> None:
-        self._respond(body=True)
+        self._answer(body=True)
 
     def do_HEAD(self) -> None:
-        self._respond(body=False)
+        self._answer(body=False)
+
+    def _answer(self, *, body: bool) -> None:
+        try:
+            self._respond(body=body)
+        except OSError as exc:  # the client went away, or a name the file system refuses
+            if isinstance(exc, BrokenPipeError | ConnectionResetError | TimeoutError):
+                self.close_connection = True
+            else:
+                self._status(HTTPStatus.NOT_FOUND, "not found", body=body)
 
     def do_POST(self) -> None:
         self._status(HTTPStatus.METHOD_NOT_ALLOWED, "read-only index", {"Allow": "GET, HEAD"}, body=True)
@@ -89,6 +111,9 @@ class IndexHandler(BaseHTTPRequestHandler):
     do_PUT = do_DELETE = do_PATCH = do_POST  # noqa: N815 - http.server's method naming
 
     def _respond(self, *, body: bool) -> None:
+        if not self.path.startswith("/"):  # "*" (OPTIONS-style) or an absolute URI: not ours
+            self._status(HTTPStatus.BAD_REQUEST, "the simple API serves paths", body=body)
+            return
         url = urllib.parse.urlsplit(self.path)
         query = urllib.parse.parse_qs(url.query)
         segments = [urllib.parse.unquote(s) for s in url.path.split("/")[1:]]
@@ -112,13 +137,14 @@ class IndexHandler(BaseHTTPRequestHandler):
             case [channel, "simple", ""]:
                 self._simple(self.root / channel / "simple", fmt, body=body)
             case [channel, "simple", project, ""]:
+                # Any spelling of a project's name is served as its normalized name (PEP 503),
+                # without a redirect; an unknown project is a 404.
+                self._simple(self.root / channel / "simple" / canonicalize_name(project), fmt, body=body)
+            case [channel, "simple"]:
+                self._slash(self.root / channel / "simple", f"/{channel}/simple/", body=body)
+            case [channel, "simple", project]:
                 normalized = canonicalize_name(project)
-                if normalized != project:  # PEP 503: redirect to the normalized name, same server
-                    self._redirect(f"/{channel}/simple/{normalized}/", body=body)
-                else:
-                    self._simple(self.root / channel / "simple" / project, fmt, body=body)
-            case [channel, "simple"] | [channel, "simple", _]:
-                self._redirect("/" + "/".join(segments) + "/", body=body)
+                self._slash(self.root / channel / "simple" / normalized, f"/{channel}/simple/{normalized}/", body=body)
             case [channel, "files", filename]:
                 self._file(self.root / channel / "files" / filename, body=body)
             case _:
@@ -200,8 +226,12 @@ class IndexHandler(BaseHTTPRequestHandler):
         page = f"<!DOCTYPE html>\n<html><body><h1>wheelmill index</h1>\n{links}</body></html>\n"
         self._status(HTTPStatus.OK, page, {"Content-Type": "text/html; charset=utf-8"}, body=body)
 
-    def _redirect(self, location: str, *, body: bool) -> None:
-        self._status(HTTPStatus.MOVED_PERMANENTLY, f"see {location}", {"Location": location}, body=body)
+    def _slash(self, directory: Path, location: str, *, body: bool) -> None:
+        """A page asked for without its trailing slash: where it is, if it exists."""
+        if (directory / "index.json").is_file():
+            self._status(HTTPStatus.MOVED_PERMANENTLY, f"see {location}", {"Location": location}, body=body)
+        else:
+            self._status(HTTPStatus.NOT_FOUND, "not found", body=body)
 
     def _status(self, status: HTTPStatus, text: str, headers: dict[str, str] | None = None, *, body: bool) -> None:
         data = text.encode()
@@ -230,11 +260,48 @@ class IndexHandler(BaseHTTPRequestHandler):
         """Silence the default stderr log: the access log is written by ``_log_access``."""
 
 
-def make_server(root: Path, host: str, port: int, access_log: IO[str] | None = None) -> ThreadingHTTPServer:
-    handler = type("BoundIndexHandler", (IndexHandler,), {"root": root.resolve(), "access_log": access_log})
-    server = ThreadingHTTPServer((host, port), handler)
-    server.daemon_threads = True
-    return server
+class IndexServer(ThreadingHTTPServer):
+    """A thread per connection, at most ``per_client`` of them for one client address (the
+    next gets 503 at once); a failed request is one line on stderr, never a traceback."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], *, per_client: int) -> None:
+        super().__init__(address, handler)
+        self.per_client = per_client
+        self._open: Counter[str] = Counter()
+        self._counting = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        host = str(client_address[0])
+        with self._counting:
+            full = self._open[host] >= self.per_client
+            self._open[host] += 0 if full else 1
+        if full:
+            with contextlib.suppress(OSError):
+                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._counting:
+                self._open[str(client_address[0])] -= 1
+
+    def handle_error(self, request: Any, client_address: Any) -> None:  # noqa: ARG002 - socketserver's signature
+        error = sys.exc_info()[1]
+        print(f"wheelmill index serve: {client_address[0]}: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+
+
+def make_server(
+    root: Path, host: str, port: int, access_log: IO[str] | None = None, *, idle_timeout: float = IDLE_TIMEOUT, per_client: int = PER_CLIENT
+) -> IndexServer:
+    attributes = {"root": root.resolve(), "access_log": access_log, "timeout": idle_timeout}
+    handler = type("BoundIndexHandler", (IndexHandler,), attributes)
+    return IndexServer((host, port), handler, per_client=per_client)
 
 
 def parse_access_log(lines: Sequence[str]) -> list[tuple[str, int, int]]:
