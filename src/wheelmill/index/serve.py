@@ -2,7 +2,7 @@
 
 PEP 691 content negotiation (the Accept header, ``?format=`` as a fallback, the ``latest``
 aliases), the simple API's content types, 404 for anything unknown (decided before any
-redirect: clients must not depend on redirects), single byte ranges (resolvers read wheel
+redirect, so a client never follows one to a 404), single byte ranges (resolvers read wheel
 metadata that way), and no path outside the root: every request is mapped onto the three
 kinds of URL the tree has and nothing else.
 
@@ -136,10 +136,13 @@ class IndexHandler(BaseHTTPRequestHandler):
         match segments:
             case [channel, "simple", ""]:
                 self._simple(self.root / channel / "simple", fmt, body=body)
+            case [channel, "simple", project, ""] if canonicalize_name(project) == project:
+                self._simple(self.root / channel / "simple" / project, fmt, body=body)
             case [channel, "simple", project, ""]:
-                # Any spelling of a project's name is served as its normalized name (PEP 503),
-                # without a redirect; an unknown project is a 404.
-                self._simple(self.root / channel / "simple" / canonicalize_name(project), fmt, body=body)
+                # PEP 503: a repository MAY redirect another spelling to the normalized name;
+                # an unknown project is a 404 first.
+                normalized = canonicalize_name(project)
+                self._slash(self.root / channel / "simple" / normalized, f"/{channel}/simple/{normalized}/", body=body)
             case [channel, "simple"]:
                 self._slash(self.root / channel / "simple", f"/{channel}/simple/", body=body)
             case [channel, "simple", project]:
@@ -227,7 +230,8 @@ class IndexHandler(BaseHTTPRequestHandler):
         self._status(HTTPStatus.OK, page, {"Content-Type": "text/html; charset=utf-8"}, body=body)
 
     def _slash(self, directory: Path, location: str, *, body: bool) -> None:
-        """A page asked for without its trailing slash: where it is, if it exists."""
+        """A page asked for by another spelling, or without its trailing slash: where it
+        is, if it exists, else 404."""
         if (directory / "index.json").is_file():
             self._status(HTTPStatus.MOVED_PERMANENTLY, f"see {location}", {"Location": location}, body=body)
         else:
