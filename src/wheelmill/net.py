@@ -7,6 +7,7 @@ mismatch is an ``IntegrityError`` and the bad bytes are deleted, never kept.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import html.parser
 import json
@@ -61,10 +62,12 @@ class IndexFile:
     sha256: str | None
 
 
-def _open(url: str, *, accept: str | None = None, timeout: float = TIMEOUT) -> urllib.response.addinfourl:
+def _open(url: str, *, accept: str | None = None, auth: tuple[str, str] | None = None, timeout: float = TIMEOUT) -> urllib.response.addinfourl:
     headers = {"User-Agent": "wheelmill"}
     if accept:
         headers["Accept"] = accept
+    if auth is not None:
+        headers["Authorization"] = "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
     request = urllib.request.Request(url, headers=headers)  # noqa: S310 - http(s) and file URLs by design
     try:
         response: urllib.response.addinfourl = urllib.request.urlopen(request, timeout=timeout)  # noqa: S310
@@ -123,7 +126,7 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def project_files(location: str, project: str, *, flat: bool = False) -> list[IndexFile]:
+def project_files(location: str, project: str, *, flat: bool = False, auth: tuple[str, str] | None = None) -> list[IndexFile]:
     """Files of ``project`` at an index (PEP 691 JSON or PEP 503 HTML) or, with ``flat``, a
     find-links location (a directory, or one page of links)."""
     name = canonicalize_name(project)
@@ -137,7 +140,7 @@ def project_files(location: str, project: str, *, flat: bool = False) -> list[In
         return []
     page = location if flat else location.rstrip("/") + f"/{name}/"
     try:
-        with _open(page, accept=f"{PEP691_JSON}, text/html;q=0.1") as response:
+        with _open(page, accept=f"{PEP691_JSON}, text/html;q=0.1", auth=auth) as response:
             body = response.read().decode("utf-8", errors="replace")
             content_type = response.headers.get("Content-Type", "")
     except FetchError:

@@ -48,18 +48,44 @@ TERMINATE_GRACE = 10.0
 TRACEBACK_MARK = "#| "  # a traceback's lines in a step log
 # Never written to a log: credentials travel in the environment, not in argv.
 _SECRET = re.compile(r"PASSWORD|TOKEN|SECRET|CREDENTIAL", re.IGNORECASE)
+# What carries a credential in what a command or a server says, whatever the credential is:
+# an Authorization header (a server may echo it in an error page), a token after its scheme,
+# a password in a URL.
+_CARRIERS = (
+    (re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?)[^\s\"'<>,;]+(\s+[^\s\"'<>,;]+)?"), r"\1***"),
+    (re.compile(r"\b(Basic|Bearer)\s+(?=[A-Za-z0-9+/._~-]*[0-9+/=])[A-Za-z0-9+/._~-]{12,}=*"), r"\1 ***"),
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]+):[^/\s@]+@"), r"\1:***@"),
+)
+
+
+def redact(text: str, secrets: Sequence[str] = ()) -> str:
+    """``text`` with every known secret, and whatever carries a credential, as ``***``.
+
+    >>> redact("401: Authorization: Basic dXNlcjpodW50ZXIy sent by https://me:hunter2@host/x", ["hunter2"])
+    '401: Authorization: *** sent by https://me:***@host/x'
+    """
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    for pattern, replacement in _CARRIERS:
+        text = pattern.sub(replacement, text)
+    return text
 
 
 class StepLog:
-    """A step's log file: every command, its environment and all of its output."""
+    """A step's log file: every command, its environment and all of its output, with every
+    credential masked (``secrets``, and whatever carries one)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, secrets: Sequence[str] = ()) -> None:
         self.path = path
+        self.secrets = tuple(s for s in secrets if s)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file: IO[str] = path.open("a", encoding="utf-8", errors="replace")
 
+    def redact(self, text: str) -> str:
+        return redact(text, self.secrets)
+
     def write(self, text: str) -> None:
-        self._file.write(text)
+        self._file.write(self.redact(text))
         self._file.flush()
 
     def note(self, text: str) -> None:
@@ -174,7 +200,8 @@ def _drain(
     kept: list[str] = []
     assert proc.stdout is not None
     try:
-        for line in proc.stdout:
+        for raw in proc.stdout:
+            line = log.redact(raw)  # what a server says back reaches no log or terminal unmasked
             log.write(line)
             tail.append(line.rstrip("\n"))
             if keep_output:

@@ -114,9 +114,10 @@ def test_bad_credentials_fail_at_once(pypiserver: tuple[str, Path], tmp_path: Pa
 
 
 class FlakyProxy:
-    """Forwards to pypiserver, but answers the first ``failures`` uploads with 503."""
+    """Forwards to pypiserver, but answers the first ``failures`` uploads with ``status``
+    (503), and with ``echo`` a page that repeats the request's headers, credentials too."""
 
-    def __init__(self, upstream: str, failures: int) -> None:
+    def __init__(self, upstream: str, failures: int, *, status: int = 503, echo: bool = False) -> None:
         self.failures = failures
         self.uploads = 0
         host, port = upstream.removeprefix("http://").rstrip("/").split(":")
@@ -148,9 +149,12 @@ class FlakyProxy:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 proxy.uploads += 1
                 if proxy.uploads <= proxy.failures:
-                    self.send_response(503)
-                    self.send_header("Content-Length", "0")
+                    page = f"<html><body>we got: {dict(self.headers)!r}</body></html>".encode() if echo else b""
+                    self.send_response(status)
+                    self.send_header("Content-Type", "text/html")
+                    self.send_header("Content-Length", str(len(page)))
                     self.end_headers()
+                    self.wfile.write(page)
                     return
                 self._forward(body)
 
@@ -188,5 +192,40 @@ def test_persistent_upload_failure_is_a_clear_error(pypiserver: tuple[str, Path]
         (line,) = result.stderr.strip().splitlines()
         assert "gave up on wm_remote-4.0-py3-none-any.whl after 3 attempts" in line and "WHEELMILL_RETRIES" in line
         assert proxy.uploads == 3
+    finally:
+        proxy.close()
+
+
+def _shown(result: subprocess.CompletedProcess[str], wheel: Path) -> str:
+    """Everything a publish showed anyone: its output and its log."""
+    return result.stdout + result.stderr + (wheel.parent / "out" / "logs" / "publish.log").read_text()
+
+
+def test_credentials_in_the_url_are_taken_out_and_used(pypiserver: tuple[str, Path], tmp_path: Path) -> None:
+    url, packages = pypiserver
+    wheel = make_wheel(tmp_path / "dist", "wm-remote", "5.0", tag=ANY)
+    with_credentials = url.replace("http://", f"http://{USER}:{PASSWORD}@")
+    result = publish(with_credentials, wheel, extra={"WHEELMILL_PUBLISH_USERNAME": "", "WHEELMILL_PUBLISH_PASSWORD": ""})
+    assert result.returncode == 0, result.stderr
+    assert f"uploaded: {wheel.name} -> {url}" in result.stdout
+    assert (packages / wheel.name).read_bytes() == wheel.read_bytes()
+    assert PASSWORD not in _shown(result, wheel)
+
+
+@pytest.mark.parametrize(("status", "failures", "code"), [(503, 2, 0), (403, 100, 16)])
+def test_a_server_that_echoes_the_credentials_shows_them_to_no_one(pypiserver: tuple[str, Path], tmp_path: Path, status: int, failures: int, code: int) -> None:
+    url, _packages = pypiserver
+    proxy = FlakyProxy(url, failures=failures, status=status, echo=True)
+    try:
+        wheel = make_wheel(tmp_path / "dist", "wm-remote", "6.0", tag=ANY)
+        result = publish(proxy.url, wheel, extra={"WHEELMILL_RETRIES": "3"})
+        assert result.returncode == code, result.stdout + result.stderr
+        shown = _shown(result, wheel)
+        assert "we got" in shown, "the server's page was seen (and masked), not dropped"
+        token = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+        assert PASSWORD not in shown and token not in shown, shown[-2000:]
+        if code:
+            (line,) = result.stderr.strip().splitlines()
+            assert line.startswith("wheelmill: error: ")
     finally:
         proxy.close()

@@ -103,7 +103,7 @@ _UV_BAD_REQUEST = ["error: Failed to publish `w.whl`", "  cause: Server returned
 )
 def test_upload_failures_are_told_apart(tail: list[str], kind: type[Exception], says: str) -> None:
     failed = CommandFailed(["uv", "publish"], 2, Path("publish.log"), tail)
-    error = upload_failure(Remote.of("http://idx/", None), "w-1.0-py3-none-any.whl", failed)
+    error = upload_failure(Remote.of("http://idx/", None, Settings.from_environ({})), "w-1.0-py3-none-any.whl", failed)
     assert type(error) is kind
     assert says in (f"{error}; fix: {error.fix}" if isinstance(error, PublishError) else str(error))
     assert "<html>" not in str(error)

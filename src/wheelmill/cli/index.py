@@ -98,15 +98,15 @@ def cmd_publish(args: argparse.Namespace, settings: Settings, console: Console) 
 
 
 def _publish_remote(args: argparse.Namespace, settings: Settings, console: Console) -> int:
-    remote = Remote.of(args.to, args.check_url)
+    remote = Remote.of(args.to, args.check_url, settings)
     log_path = settings.output / "logs" / "publish.log"
-    with StepLog(log_path) as log:
+    with StepLog(log_path, secrets=remote.secrets) as log:
         for wheel in args.wheels:
 
             def on_retry(attempt: int, error: Exception, pause: float, name: str = wheel.name) -> None:
-                console.print(f"  attempt {attempt} for {name} failed: {error}; retrying in {pause:.1f}s", highlight=False)
+                console.print(log.redact(f"  attempt {attempt} for {name} failed: {error}; retrying in {pause:.1f}s"), highlight=False)
 
-            outcome, attempts = upload(remote, wheel, runner=HostRunner(), log=log, settings=settings, on_retry=on_retry)
+            outcome, attempts = upload(remote, wheel, runner=HostRunner(), log=log, policy=settings.retry, on_retry=on_retry)
             console.print(f"{outcome}: {wheel.name} -> {remote.url} ({attempts} attempt{'s' if attempts > 1 else ''})", highlight=False)
     return 0
 

@@ -11,16 +11,18 @@ environment, never its command line, and are never logged.
 
 from __future__ import annotations
 
+import base64
 import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+import urllib.parse
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
 from wheelmill.errors import CommandFailed, IndexConflict, PublishError
 from wheelmill.net import is_transient, project_files, sha256_of
 from wheelmill.process import Runner, StepLog, base_environment
-from wheelmill.retry import TransientError, with_retries
+from wheelmill.retry import RetryPolicy, TransientError, with_retries
 from wheelmill.settings import Settings
 from wheelmill.tools import uv_bin
 from wheelmill.wheelfile import read_wheel
@@ -35,23 +37,56 @@ class Upload(StrEnum):
 
 @dataclass(frozen=True, kw_only=True)
 class Remote:
+    """Another index: where uploads go and its simple API, without credentials (which are
+    taken out of the URLs and kept apart, so no message can carry them)."""
+
     url: str  # the upload endpoint
     check_url: str  # its simple API
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
 
     @classmethod
-    def of(cls, url: str, check_url: str | None) -> Remote:
-        return cls(url=url, check_url=check_url or url.rstrip("/") + "/simple/")
+    def of(cls, url: str, check_url: str | None, settings: Settings) -> Remote:
+        """From the command line's URLs; credentials in a URL win over the settings'."""
+        bare, username, password = _split_credentials(url)
+        check = _split_credentials(check_url)[0] if check_url else bare.rstrip("/") + "/simple/"
+        return cls(url=bare, check_url=check, username=username or settings.publish_username, password=password or settings.publish_password)
+
+    def environment(self) -> dict[str, str]:
+        """The credentials as uv reads them: from its environment, never its command line."""
+        given = {"UV_PUBLISH_USERNAME": self.username, "UV_PUBLISH_PASSWORD": self.password}
+        return {key: value for key, value in given.items() if value}
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """What must never reach a log or a terminal: the password and the Basic token."""
+        if not self.password:
+            return ()
+        token = base64.b64encode(f"{self.username or ''}:{self.password}".encode()).decode()
+        return (self.password, urllib.parse.quote(self.password, safe=""), token)
+
+    @property
+    def auth(self) -> tuple[str, str] | None:
+        return (self.username or "", self.password) if self.password else None
 
 
-def credentials(settings: Settings) -> dict[str, str]:
-    """The upload credentials, as uv reads them from its environment."""
-    given = {"UV_PUBLISH_USERNAME": settings.publish_username, "UV_PUBLISH_PASSWORD": settings.publish_password}
-    return {key: value for key, value in given.items() if value}
+def _split_credentials(url: str) -> tuple[str, str | None, str | None]:
+    """``https://user:pass@host/x`` -> (``https://host/x``, user, pass), percent-decoded.
+
+    >>> _split_credentials("https://ci%40team:p%2Fss@wheels.example:8443/api/")
+    ('https://wheels.example:8443/api/', 'ci@team', 'p/ss')
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None, None
+    host = parts.netloc.rpartition("@")[2]
+    bare = urllib.parse.urlunsplit(parts._replace(netloc=host))
+    return bare, urllib.parse.unquote(parts.username or "") or None, urllib.parse.unquote(parts.password or "") or None
 
 
 def remote_sha256(remote: Remote, wheel: Path) -> str | None:
     """The sha256 the index lists for this file name, or None when it has no such file."""
-    for file in project_files(remote.check_url, read_wheel(wheel).name):
+    for file in project_files(remote.check_url, read_wheel(wheel).name, auth=remote.auth):
         if file.filename == wheel.name:
             if not file.sha256:
                 raise PublishError(f"{remote.check_url}: {wheel.name} is listed without a sha256", fix="configure the index to publish sha256 hashes")
@@ -65,7 +100,7 @@ def upload(
     *,
     runner: Runner,
     log: StepLog,
-    settings: Settings,
+    policy: RetryPolicy,
     on_retry: Callable[[int, Exception, float], None],
 ) -> tuple[Upload, int]:
     """Upload one wheel unless it is there already; return what happened and the attempts."""
@@ -80,21 +115,21 @@ def upload(
                 f"{remote.check_url}: {wheel.name} is already there with other bytes (sha256 {existing[:16]}..., this one {local[:16]}...)",
                 fix="published files are immutable: bump the version or the build tag",
             )
-        _uv_publish(remote, wheel, runner=runner, log=log, credentials=credentials(settings))
+        _uv_publish(remote, wheel, runner=runner, log=log)
         if remote_sha256(remote, wheel) != local:
             raise TransientError(f"{wheel.name}: not listed with its sha256 after the upload")
         return Upload.UPLOADED
 
     try:
-        return with_retries(attempt, policy=settings.retry, on_retry=on_retry)
+        return with_retries(attempt, policy=policy, on_retry=on_retry)
     except TransientError as exc:
         fix = "check the index and the network; WHEELMILL_RETRIES sets the attempts"
-        raise PublishError(f"{remote.url}: gave up on {wheel.name} after {settings.retry.attempts} attempts: {exc}", fix=fix) from None
+        raise PublishError(f"{remote.url}: gave up on {wheel.name} after {policy.attempts} attempts: {exc}", fix=fix) from None
 
 
-def _uv_publish(remote: Remote, wheel: Path, *, runner: Runner, log: StepLog, credentials: Mapping[str, str]) -> None:
+def _uv_publish(remote: Remote, wheel: Path, *, runner: Runner, log: StepLog) -> None:
     # uv's own retries off: this module's retry policy is the one that counts attempts.
-    env = base_environment([], {"UV_NO_PROGRESS": "1", "UV_HTTP_RETRIES": "0", **credentials})
+    env = base_environment([], {"UV_NO_PROGRESS": "1", "UV_HTTP_RETRIES": "0", **remote.environment()})
     argv = [uv_bin(), "publish", "--no-config", "--publish-url", remote.url, "--check-url", remote.check_url, str(wheel)]
     try:
         runner.run(argv, env=env, log=log)
