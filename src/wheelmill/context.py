@@ -96,10 +96,16 @@ class RunContext:
 
 @dataclass(frozen=True, kw_only=True)
 class Where:
-    """Where the cell's commands run, and the env backend that works there."""
+    """Where the cell's commands run, and the env backend that works there; ``netless``:
+    the same place without network, for the steps that need none (None where the
+    platform cannot take it away)."""
 
     runner: Runner
     backend: EnvBackend
+    netless: Where | None = None
+
+    def for_network(self, network: bool) -> Where:
+        return self.netless if not network and self.netless is not None else self
 
 
 class Hold(Protocol):

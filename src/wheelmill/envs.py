@@ -65,9 +65,10 @@ def pinned_versions(lock_text: str) -> dict[str, str]:
 class EnvBackend(ABC):
     name: ClassVar[str]
 
-    def __init__(self, runner: Runner, *, cache_dir: Path | None = None) -> None:
+    def __init__(self, runner: Runner, *, cache_dir: Path | None = None, offline: bool = False) -> None:
         self.runner = runner
         self.cache_dir = cache_dir  # None: the tool's default cache
+        self.offline = offline  # where there is no network: local files and the cache only
 
     @abstractmethod
     def lock(
@@ -113,7 +114,7 @@ class UvBackend(EnvBackend):
         return env
 
     def _uv(self, *args: str | Path) -> list[str]:
-        return [uv_bin(), *[str(a) for a in args], "--no-config"]
+        return [uv_bin(), *[str(a) for a in args], "--no-config", *(["--offline"] if self.offline else [])]
 
     def lock(
         self,
@@ -156,9 +157,9 @@ class UvBackend(EnvBackend):
 BACKENDS: Mapping[str, type[EnvBackend]] = {UvBackend.name: UvBackend}
 
 
-def backend(name: str, runner: Runner, *, cache_dir: Path | None = None) -> EnvBackend:
+def backend(name: str, runner: Runner, *, cache_dir: Path | None = None, offline: bool = False) -> EnvBackend:
     try:
-        return BACKENDS[name](runner, cache_dir=cache_dir)
+        return BACKENDS[name](runner, cache_dir=cache_dir, offline=offline)
     except KeyError:
         raise ConfigError(f"environment: WHEELMILL_ENV_BACKEND={name!r} is not a backend", fix=f"use one of: {', '.join(BACKENDS)}") from None
 

@@ -23,7 +23,7 @@ from wheelmill.containers.engine import Engine
 from wheelmill.context import Hold, Layout, Outcome, RunContext, StepContext, Where
 from wheelmill.errors import BusyError, CommandFailed, InternalError, Interrupted, WheelmillError
 from wheelmill.files import file_lock
-from wheelmill.process import HostRunner, StepLog
+from wheelmill.process import HostRunner, StepLog, netless_prefix
 from wheelmill.report import CellReport, Status, StepRecord
 from wheelmill.retry import RetryPolicy, TransientError, with_retries
 from wheelmill.settings import Settings
@@ -56,9 +56,12 @@ def execute(plan: CellPlan, *, settings: Settings, ui: UI, engine: Engine | None
 
 
 def host(settings: Settings) -> Where:
-    """Where commands run until a step says otherwise: this machine."""
-    runner = HostRunner()
-    return Where(runner=runner, backend=envs.backend(settings.env_backend, runner))
+    """Where commands run until a step says otherwise: this machine, and a network
+    namespace of it for the steps that need no network, where the platform allows one."""
+    runner, prefix = HostRunner(), netless_prefix()
+    netless = HostRunner(netless=prefix) if prefix else None
+    offline = Where(runner=netless, backend=envs.backend(settings.env_backend, netless, offline=True)) if netless else None
+    return Where(runner=runner, backend=envs.backend(settings.env_backend, runner), netless=offline)
 
 
 def _run_steps(run: RunContext, report: CellReport, ui: UI, hold: Hold) -> None:
@@ -106,7 +109,7 @@ def run_step(run: RunContext, step: Step, *, where: Where, report: CellReport, p
     def attempt(number: int) -> Outcome:
         record.attempts = number
         log.note(f"{step.id} attempt {number}: {step.detail}")
-        ctx = StepContext(run=run, where=where, done=report.done, log=log, hold=hold)
+        ctx = StepContext(run=run, where=where.for_network(definition.network), done=report.done, log=log, hold=hold)
         return _start(definition, ctx, step)
 
     try:

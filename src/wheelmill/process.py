@@ -19,6 +19,7 @@ import traceback
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import IO, Protocol
 
@@ -119,6 +120,7 @@ class Runner(Protocol):
     """Where a cell's commands run: this machine, or the cell's container."""
 
     environ: Mapping[str, str]  # what discovery may read (CUDA_HOME, PATH, ...)
+    network: bool  # whether its commands can reach the network
 
     def run(
         self,
@@ -141,13 +143,16 @@ class Runner(Protocol):
 
 
 class HostRunner:
-    """Runs commands directly on this machine (engine ``none``)."""
+    """Runs commands directly on this machine (engine ``none``); with ``netless``, each in a
+    network namespace of its own, which has no network, loopback included."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, netless: Sequence[str] = ()) -> None:
         self.environ: Mapping[str, str] = os.environ
+        self.prefix = tuple(netless)  # the command that starts one in a network namespace
+        self.network = not self.prefix
 
     def capture(self, argv: Sequence[str | Path], *, env: Mapping[str, str] | None = None, timeout: float = 60.0) -> Captured:
-        return capture(argv, env=env, timeout=timeout)
+        return capture([*self.prefix, *argv], env=env, timeout=timeout)
 
     def host_path(self, path: Path) -> Path:
         return path
@@ -162,7 +167,7 @@ class HostRunner:
         on_line: Callable[[str], None] | None = None,
         keep_output: bool = False,
     ) -> CommandResult:
-        argv = [str(a) for a in argv]
+        argv = [*self.prefix, *(str(a) for a in argv)]
         _log_command(log, argv, env, cwd)
         started = time.monotonic()
         try:
@@ -188,6 +193,16 @@ class HostRunner:
         if proc.returncode != 0:
             raise CommandFailed(argv, proc.returncode, log.path, tail)
         return CommandResult(argv=tuple(argv), returncode=0, seconds=seconds, output="".join(kept))
+
+
+@cache
+def netless_prefix() -> tuple[str, ...] | None:
+    """How this machine starts a command without network: a network namespace (as root, or
+    in a user namespace where those are allowed); None where the platform allows neither."""
+    for prefix in (("unshare", "--net", "--"), ("unshare", "--net", "--map-root-user", "--")):
+        if capture([*prefix, "true"], timeout=30).returncode == 0:
+            return prefix
+    return None
 
 
 def _drain(

@@ -19,21 +19,24 @@ from wheelmill.process import Captured, CommandResult, HostRunner, StepLog, base
 
 
 class Container:
-    def __init__(self, engine: Engine, *, cell: str, image: str, mounts: Sequence[Mount], log: StepLog, same_path: Sequence[Path] = ()) -> None:
+    def __init__(
+        self, engine: Engine, *, cell: str, image: str, mounts: Sequence[Mount], log: StepLog, same_path: Sequence[Path] = (), network: bool = True
+    ) -> None:
         self.engine = engine
         self.cell = cell
         self.image = image
         self.mounts = tuple(mounts)
         self.same_path = tuple(same_path)  # mounted at the same path: no translation needed
         self.log = log  # of the step that starts it
-        self.name = f"wheelmill-{cell}-{os.getpid()}"
+        self.network = network
+        self.name = f"wheelmill-{cell}-{os.getpid()}" + ("" if network else "-netless")
         self.environ: Mapping[str, str] = {}  # discovery looks only at the image, not our variables
         self.stale: list[str] = []  # containers of the cell a killed wheelmill left behind
         self._host = HostRunner()
         self._pid: int | None = None
 
     def __enter__(self) -> Container:
-        self.stale = self._remove_stale()
+        self.stale = self._remove_stale() if self.network else []  # the netless one starts second
         try:
             self._start()
         except BaseException:  # Ctrl-C or a failed start: nothing of it stays
@@ -52,7 +55,7 @@ class Container:
         return listed
 
     def _start(self) -> None:
-        argv = self.engine.run_detached(container=self.name, image=self.image, mounts=self.mounts, cell=self.cell)
+        argv = self.engine.run_detached(container=self.name, image=self.image, mounts=self.mounts, cell=self.cell, network=self.network)
         try:
             self._host.run(argv, env=base_environment([]), log=self.log)
         except CommandFailed as failed:

@@ -39,10 +39,11 @@ class Engine:
     name: EngineName
     binary: str
 
-    def run_detached(self, *, container: str, image: str, mounts: Sequence[Mount], cell: str) -> list[str]:
-        """One long-lived container per cell; commands are exec'd into it, each with its own
-        explicit environment. The host network: package downloads in the level-2 env."""
-        argv = [self.binary, "run", "--detach", "--name", container, "--label", f"{LABEL}={cell}", "--network", "host"]
+    def run_detached(self, *, container: str, image: str, mounts: Sequence[Mount], cell: str, network: bool = True) -> list[str]:
+        """A long-lived container of the cell; commands are exec'd into it, each with its own
+        explicit environment. With ``network``, the host's (package downloads of the level-2
+        env); without, none at all (builds)."""
+        argv = [self.binary, "run", "--detach", "--name", container, "--label", f"{LABEL}={cell}", "--network", "host" if network else "none"]
         for mount in mounts:
             argv += ["--volume", mount.volume()]
         return [*argv, "--entrypoint", "sleep", image, "infinity"]

@@ -27,6 +27,7 @@ class CellStep:
     describe: Callable[[CellPlan], str]
     error: type[WheelmillError]  # what a failed command in it means
     retries: bool = False  # network-bound: transient failures are tried again
+    network: bool = True  # False: its commands run where no network is (a build must not download)
     container: bool = False  # only where the cell has a container
     publishing: bool = False  # only when the wheels are published
 
@@ -40,6 +41,7 @@ class RecipeStep:
     describe: Callable[[CellPlan, RecipeSpec], str]
     error: type[WheelmillError]
     retries: bool = False
+    network: bool = True
     publishing: bool = False
 
 
@@ -55,11 +57,13 @@ REGISTRY: tuple[StepDefinition, ...] = (
     CellStep(kind=StepKind.PREPARE_ENV, run=cell.prepare_env, describe=cell.describe_prepare_env, error=EnvError, retries=True),
     CellStep(kind=StepKind.ENV_CHECKS, run=cell.env_checks, describe=cell.describe_env_checks, error=PrecheckError),
     RecipeStep(kind=StepKind.FETCH, run=fetch.fetch, describe=fetch.describe, error=FetchError, retries=True),
-    RecipeStep(kind=StepKind.BUILD, run=build.build, describe=build.describe_build, error=BuildError),
-    RecipeStep(kind=StepKind.STAMP, run=build.stamp, describe=build.describe_stamp, error=BuildError),
-    RecipeStep(kind=StepKind.POST_BUILD_CHECKS, run=verify.post_build_checks, describe=verify.describe_post_build, error=CheckError),
-    RecipeStep(kind=StepKind.REPAIR, run=verify.repair, describe=verify.describe_repair, error=RepairError),
-    RecipeStep(kind=StepKind.POST_REPAIR_CHECKS, run=verify.post_repair_checks, describe=verify.describe_post_repair, error=CheckError),
+    # From the build to the repaired wheel nothing needs the network: what a build could
+    # download instead of compiling would not be what we built.
+    RecipeStep(kind=StepKind.BUILD, run=build.build, describe=build.describe_build, error=BuildError, network=False),
+    RecipeStep(kind=StepKind.STAMP, run=build.stamp, describe=build.describe_stamp, error=BuildError, network=False),
+    RecipeStep(kind=StepKind.POST_BUILD_CHECKS, run=verify.post_build_checks, describe=verify.describe_post_build, error=CheckError, network=False),
+    RecipeStep(kind=StepKind.REPAIR, run=verify.repair, describe=verify.describe_repair, error=RepairError, network=False),
+    RecipeStep(kind=StepKind.POST_REPAIR_CHECKS, run=verify.post_repair_checks, describe=verify.describe_post_repair, error=CheckError, network=False),
     RecipeStep(kind=StepKind.INSTALL_TEST, run=install.install_test, describe=install.describe, error=InstallTestError),
     RecipeStep(kind=StepKind.PUBLISH, run=publish.publish_step, describe=publish.describe, error=IndexStoreError, publishing=True),
     CellStep(kind=StepKind.CHANNEL_CHECKS, run=channel.channel_checks, describe=channel.describe, error=IndexStoreError, publishing=True),

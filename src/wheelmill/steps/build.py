@@ -83,12 +83,31 @@ def build(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     try:
         ctx.where.runner.run(argv, env=environment, log=ctx.log, cwd=source, on_line=ctx.run.on_line)
     except CommandFailed as failed:
-        raise BuildError(f"{spec.name}: build failed (exit {failed.returncode}): {first_error(ctx.log.path, failed.tail)}", fix=f"read {failed.log}") from None
+        raise _build_failure(spec, ctx.log.path, failed) from None
     wheels = sorted(out.glob("*.whl"))
     if len(wheels) != 1:
         raise BuildError(f"{spec.name}: the build made {len(wheels)} wheels in {out}, not one", fix="make the build command write exactly one wheel to {dist}")
     made = Built(wheel=wheels[0], recipe=spec.name, max_jobs=jobs)
-    return Outcome(checks=[CheckResult.passed("wheel", f"{wheels[0].name} ({format_size(wheels[0].stat().st_size)}), MAX_JOBS={jobs}")], made=(made,))
+    checks = [CheckResult.passed("wheel", f"{wheels[0].name} ({format_size(wheels[0].stat().st_size)}), MAX_JOBS={jobs}"), _hermetic(ctx)]
+    return Outcome(checks=checks, made=(made,))
+
+
+def _hermetic(ctx: StepContext) -> CheckResult:
+    if ctx.where.runner.network:
+        return CheckResult.warned("hermetic", "built with the network: no network namespace here", "run as root, or where user namespaces are allowed")
+    return CheckResult.passed("hermetic", "built with no network: what it made is what it compiled")
+
+
+def _build_failure(spec: RecipeSpec, log: Path, failed: CommandFailed) -> BuildError:
+    """The first compiler error; or, where the build reached for the network it does not
+    have (to download a prebuilt binary, say), that."""
+    reached = first_match(log, failed.tail, _NETWORK)
+    if reached is not None:
+        return BuildError(
+            f"{spec.name}: the build tried to reach the network, which a build step does not have: {reached}",
+            fix="build from what fetch and the env provide: set the package's switch that forces a build from source, or add the files to the source",
+        )
+    return BuildError(f"{spec.name}: build failed (exit {failed.returncode}): {first_error(log, failed.tail)}", fix=f"read {failed.log}")
 
 
 def build_environment(spec: RecipeSpec, values: Mapping[str, str], *, path: list[Path], toolkit: Toolkit | None, jobs: int) -> dict[str, str]:
@@ -107,19 +126,32 @@ def fill(template: str, values: Mapping[str, str]) -> str:
 
 
 _COMPILER_ERROR = re.compile(r":\d+(:\d+)?: (fatal )?error\b|^error\b.*:|\berror: ")
+# What a process says when it reaches for a network it does not have.
+_NETWORK = re.compile(
+    r"Network is unreachable|Temporary failure in name resolution|Name or service not known|Could not resolve host|"
+    r"Failed to establish a new connection|Connection refused|No route to host|getaddrinfo failed|\[Errno (101|111|-2|-3)\]"
+)
 
 
 def first_error(log: Path, tail: tuple[str, ...]) -> str:
     """The first compiler-style error of the build log: the cause, not pip's epilogue."""
+    found = first_match(log, tail, _COMPILER_ERROR, skip="subprocess-exited-with-error")
+    if found is not None:
+        return found
+    rest = [line.strip() for line in tail if line.strip()]
+    return rest[-1][:240] if rest else "no output"
+
+
+def first_match(log: Path, tail: tuple[str, ...], pattern: re.Pattern[str], *, skip: str | None = None) -> str | None:
+    """The first line of the log's command output that matches ``pattern``."""
     try:
         lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         lines = list(tail)
     for line in lines:
-        if not line.startswith("# ") and _COMPILER_ERROR.search(line) and "subprocess-exited-with-error" not in line:
+        if not line.startswith("# ") and pattern.search(line) and (skip is None or skip not in line):
             return line.strip()[:240]
-    rest = [line.strip() for line in tail if line.strip()]
-    return rest[-1][:240] if rest else "no output"
+    return None
 
 
 def _install_dependencies(ctx: StepContext, spec: RecipeSpec) -> None:

@@ -41,12 +41,17 @@ def prepare_image(ctx: StepContext) -> Outcome:
 
 
 def prepare_container(ctx: StepContext) -> Outcome:
-    layout = ctx.run.layout
-    ready = ctx.done.get(Ready)
-    container = ctx.hold(Container(_engine(ctx), cell=ctx.run.plan.cell.id, image=ready.tag, mounts=mounts(ctx), same_path=[layout.output], log=ctx.log))
-    where = Where(runner=container, backend=envs.backend(ctx.run.settings.env_backend, container, cache_dir=layout.cache / "uv"))
-    removed = f"; removed {len(container.stale)} left behind" if container.stale else ""
-    return Outcome(checks=[CheckResult.passed("container", f"{container.name} from {ready.tag}{removed}")], made=(where,))
+    """Two containers of the cell from one image with the same mounts: one with the host's
+    network for the steps that download, one with none for the steps that must not."""
+    layout, ready, backend, cell = ctx.run.layout, ctx.done.get(Ready), ctx.run.settings.env_backend, ctx.run.plan.cell.id
+    online, netless = (
+        ctx.hold(Container(_engine(ctx), cell=cell, image=ready.tag, mounts=mounts(ctx), same_path=[layout.output], log=ctx.log, network=network))
+        for network in (True, False)
+    )
+    offline = Where(runner=netless, backend=envs.backend(backend, netless, cache_dir=layout.cache / "uv", offline=True))
+    where = Where(runner=online, backend=envs.backend(backend, online, cache_dir=layout.cache / "uv"), netless=offline)
+    removed = f"; removed {len(online.stale)} left behind" if online.stale else ""
+    return Outcome(checks=[CheckResult.passed("container", f"{online.name} from {ready.tag}, and {netless.name} with no network{removed}")], made=(where,))
 
 
 def mounts(ctx: StepContext) -> list[Mount]:
