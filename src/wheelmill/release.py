@@ -27,7 +27,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from wheelmill.errors import IntegrityError, ReleaseError
+from wheelmill.errors import IndexWriteError, IntegrityError, ReleaseError
 from wheelmill.files import file_lock, write_atomic
 from wheelmill.index.store import RECORDS_DIR, Channel, Published, publish, remove_files
 from wheelmill.net import sha256_of
@@ -91,9 +91,17 @@ def manifests(root: Path, track: Track) -> list[Manifest]:
 
 @contextmanager
 def _records_lock(root: Path, track: Track) -> Iterator[Path]:
+    """The one writer of a track's records; an OS error while writing them is one line
+    (every record is written atomically, so the records are as they were)."""
     directory = root / RECORDS_DIR / track.value
-    with file_lock(directory / ".lock"):
-        yield directory
+    try:
+        with file_lock(directory / ".lock"):
+            yield directory
+    except OSError as exc:
+        raise IndexWriteError(
+            f"{directory}: cannot write the release records: {exc.strerror or exc} ({exc.filename or directory})",
+            fix="free space, or make the index root writable (WHEELMILL_INDEX_ROOT); the records are as they were",
+        ) from None
 
 
 def record(root: Path, manifest: Manifest) -> Path:

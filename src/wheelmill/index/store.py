@@ -174,9 +174,9 @@ class Channel:
         directory = self.simple / project.name
         made = not directory.exists()
         directory.mkdir(parents=True, exist_ok=True)
-        pages_ = self._pages(project, None if listed else sorted({*names, project.name}))
+        new_pages = self._pages(project, None if listed else sorted({*names, project.name}))
         try:
-            write_all({**(files or {}), self.pending: project.name.encode(), **pages_}, tmp_dir=self.tmp)
+            write_all({**(files or {}), self.pending: project.name.encode(), **new_pages}, tmp_dir=self.tmp)
         except OSError:
             if made and not any(directory.iterdir()):
                 directory.rmdir()
