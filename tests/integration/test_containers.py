@@ -1,6 +1,8 @@
-"""Builds in the cell's container, for real: podman with runc, builder images made from a
-base bootstrapped from Debian packages, a locked env inside. Slow on first use (the images
-are built once, then reused by tag); skipped where podman does not answer."""
+"""Builds in the cell's container, for real: podman with runc, and docker (Debian's dockerd)
+for the engine's whole life cycle (bootstrap, image build and reuse, run, exec, remove,
+Ctrl-C); builder images made from a base bootstrapped from Debian packages, a locked env
+inside. Slow on first use (the images are built once per engine, then reused by tag);
+skipped where an engine does not answer."""
 
 from __future__ import annotations
 
@@ -23,18 +25,32 @@ from tests.interrupt import interrupt_mid_compile
 from tests.ports import free_port
 from wheelmill.containers.engine import detect
 from wheelmill.containers.registry import resolve_digest, rewrite_pin
+from wheelmill.errors import PrecheckError
 from wheelmill.wheelfile import read_wheel
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
+def answering(name: str) -> str:
+    """The engine's binary, where it answers (scripts/setup --system installs and starts both)."""
+    try:
+        engine = detect(name)
+    except PrecheckError as exc:
+        pytest.skip(exc.one_line())
+    assert engine is not None
+    return engine.binary
+
+
 @pytest.fixture(scope="module")
 def podman() -> str:
-    engine = detect("auto")
-    if engine is None or engine.name.value != "podman":
-        pytest.skip("podman does not answer here (scripts/setup --system installs it)")
-    return engine.binary
+    return answering("podman")
+
+
+@pytest.fixture(params=["podman", "docker"])
+def engine(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """Each engine: its name and its binary."""
+    return request.param, answering(request.param)
 
 
 def build(output: Path, *args: str, engine: str = "podman", recipes: Path | None = None, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
@@ -95,23 +111,28 @@ def test_the_container_glibc_sets_the_platform_tag(podman: str, tmp_path: Path) 
     assert glibc["podman"] <= (2, 31), "built against bullseye's glibc"
 
 
-def test_a_second_run_reuses_the_builder_image(podman: str, tmp_path: Path) -> None:
+def test_a_second_run_reuses_the_builder_image(engine: tuple[str, str], tmp_path: Path) -> None:
+    name, binary = engine
     for _ in range(2):
-        result = build(tmp_path, "--cell", "cpu-py311", "--recipe", "example-cpp-ops", "--no-publish")
+        result = build(tmp_path, "--cell", "cpu-py311", "--recipe", "example-cpp-ops", "--no-publish", engine=name)
         assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    image = step(report(tmp_path, "cpu-py311"), "prepare-image")
-    print(f"\nimage step of the second run: {image['seconds']} s: {image['checks'][0]['detail']}")
+    data = report(tmp_path, "cpu-py311")
+    image = step(data, "prepare-image")
+    print(f"\n{name}: image step of the second run: {image['seconds']} s: {image['checks'][0]['detail']}")
+    assert data["engine"] == name
     assert image["seconds"] <= 2.0
     assert image["checks"][0]["detail"].startswith("reused")
+    assert containers_of(binary, "cpu-py311") == []
 
 
-def test_ctrl_c_in_a_container_build_leaves_nothing(podman: str, tmp_path: Path) -> None:
+def test_ctrl_c_in_a_container_build_leaves_nothing(engine: tuple[str, str], tmp_path: Path) -> None:
+    name, binary = engine
     env = {**os.environ, "WHEELMILL_OUTPUT": str(tmp_path)}
-    command = [sys.executable, "-m", "wheelmill", "build", "--engine", "podman", "--cell", "cpu-py311", "--recipe", "example-cpp-ops"]
+    command = [sys.executable, "-m", "wheelmill", "build", "--engine", name, "--cell", "cpu-py311", "--recipe", "example-cpp-ops"]
     build_log = tmp_path / "cpu-py311" / "logs" / "08-example-cpp-ops-build.log"
     returncode, err = interrupt_mid_compile(command, cwd=ROOT, env=env, build_log=build_log, wait=900, stop_within=120)
     assert returncode == 130, err[-2000:]
-    assert containers_of(podman, "cpu-py311") == []
+    assert containers_of(binary, "cpu-py311") == []
     assert report(tmp_path, "cpu-py311")["status"] == "interrupted"
     leftovers = [p for p in tmp_path.rglob("*") if p.name.startswith((".wm-tmp-", "wheelmill-")) or p.suffix == ".part"]
     assert leftovers == []

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from wheelmill.errors import BuildError
+from wheelmill.containers.engine import detect
+from wheelmill.errors import BuildError, PrecheckError
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -100,10 +101,13 @@ def repo(tmp_path: Path, server: Loopback) -> Path:
     return root
 
 
-@pytest.mark.parametrize("engine", ["none", "podman"])
+@pytest.mark.parametrize("engine", ["none", "podman", "docker"])
 def test_a_build_that_reaches_for_the_network_gets_none_and_says_so(tmp_path: Path, loopback: Loopback, engine: str) -> None:
-    if engine != "none" and shutil.which(engine) is None:
-        pytest.skip(f"{engine} is not installed (scripts/setup --system installs podman)")
+    if engine != "none":
+        try:
+            detect(engine)
+        except PrecheckError as exc:
+            pytest.skip(exc.one_line())
     root = repo(tmp_path, loopback)
     env = {**os.environ, "WHEELMILL_OUTPUT": str(tmp_path / "out")}
     command = [sys.executable, "-m", "wheelmill", "build", "--cell", "cpu-py311", "--engine", engine, "--no-publish"]
