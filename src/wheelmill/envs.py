@@ -88,6 +88,11 @@ class EnvBackend(ABC):
         ``fail_fast`` gives up on an unreachable index at once (for pre-checks)."""
 
     @abstractmethod
+    def lock_wheels(self, requirements: Path, lock: Path, *, target: Target, sources: PackageSources, log: StepLog, interpreter: Path | None = None) -> None:
+        """Resolve ``requirements`` for ``target`` to wheels only, one per package, into
+        ``lock``, a PEP 751 lock (``pylock.<name>.toml``) with each wheel's URL and sha256."""
+
+    @abstractmethod
     def create(self, root: Path, *, python: Path, log: StepLog) -> Env:
         """A new, empty env at ``root`` (replacing whatever was there)."""
 
@@ -136,6 +141,12 @@ class UvBackend(EnvBackend):
         argv += [] if deps else ["--no-deps"]
         self.runner.run(argv, env=self._env(fail_fast=fail_fast), log=log)
         return pinned_versions(lock.read_text(encoding="utf-8"))
+
+    def lock_wheels(self, requirements: Path, lock: Path, *, target: Target, sources: PackageSources, log: StepLog, interpreter: Path | None = None) -> None:
+        platform = ["--python-version", target.python, "--python-platform", target.platform]
+        platform += ["--python", str(interpreter)] if interpreter else []
+        argv = self._uv("pip", "compile", requirements, "-o", lock, "--format", "pylock.toml", "--only-binary", ":all:", *platform, "--quiet")
+        self.runner.run([*argv, *sources.uv_args()], env=self._env(), log=log)
 
     def create(self, root: Path, *, python: Path, log: StepLog) -> Env:
         if root.exists():

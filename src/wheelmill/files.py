@@ -9,12 +9,14 @@ with ``TMP_PREFIX`` and end in ``.part``, so leftovers of a killed writer are re
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -35,6 +37,14 @@ def atomic_path(path: Path, *, tmp_dir: Path | None = None) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+@dataclass(frozen=True)
+class Linked:
+    """A file's content given as another name of it: hard-linked, not copied, so however
+    many names a file has its bytes are stored once (copied where no link can be made)."""
+
+    source: Path
+
+
 def write_atomic(path: Path, data: bytes, *, tmp_dir: Path | None = None) -> None:
     write_all({path: data}, tmp_dir=tmp_dir)
 
@@ -43,26 +53,47 @@ def copy_atomic(source: Path, path: Path, *, tmp_dir: Path | None = None) -> Non
     write_all({path: source}, tmp_dir=tmp_dir)
 
 
-def write_all(contents: Mapping[Path, bytes | Path], *, tmp_dir: Path | None = None) -> None:
-    """Files, each atomically, renamed in the given order, from bytes or from a file to copy;
-    every new content is written out and synced before the first rename, so a full disk
-    changes none of them."""
+Content = bytes | Path | Linked
+
+
+def write_all(contents: Mapping[Path, Content], *, tmp_dir: Path | None = None) -> None:
+    """Files, each atomically, renamed in the given order, from bytes, from a file to copy or
+    from a file to link; every new content is written out and synced before the first
+    rename, so a full disk changes none of them."""
     temps: list[Path] = []
     try:
         for path, data in contents.items():
             tmp = _temporary(path, tmp_dir)
             temps.append(tmp)
-            if isinstance(data, Path):
-                with data.open("rb") as src, tmp.open("wb") as out:
-                    shutil.copyfileobj(src, out, 1 << 20)
-            else:
-                tmp.write_bytes(data)
+            if isinstance(data, Linked) and _linked(data.source, tmp):
+                continue  # the bytes are the source's, already on disk
+            _copy(data.source if isinstance(data, Linked) else data, tmp)
             _sync(tmp)
         for tmp, path in zip(temps, contents, strict=True):
             _rename(tmp, path)
     finally:
         for tmp in temps:
             tmp.unlink(missing_ok=True)
+
+
+def _copy(data: bytes | Path, tmp: Path) -> None:
+    if isinstance(data, Path):
+        with data.open("rb") as src, tmp.open("wb") as out:
+            shutil.copyfileobj(src, out, 1 << 20)
+    else:
+        tmp.write_bytes(data)
+
+
+def _linked(source: Path, tmp: Path) -> bool:
+    """Make ``tmp`` another name of ``source``; False where this file system cannot."""
+    tmp.unlink()
+    try:
+        os.link(source, tmp)
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+            raise
+        return False
+    return True
 
 
 def _temporary(path: Path, tmp_dir: Path | None) -> Path:

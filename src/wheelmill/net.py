@@ -81,16 +81,24 @@ def _open(url: str, *, accept: str | None = None, auth: tuple[str, str] | None =
     return response
 
 
-def download(url: str, dest: Path, *, sha256: str, on_progress: Callable[[int, int | None], None] | None = None) -> Path:
+def download(
+    url: str,
+    dest: Path,
+    *,
+    sha256: str,
+    on_progress: Callable[[int, int | None], None] | None = None,
+    auth: tuple[str, str] | None = None,
+    tmp_dir: Path | None = None,
+) -> Path:
     """Fetch ``url`` to ``dest`` atomically and verify its sha256.
 
     The bytes go to a temporary file beside ``dest`` and are renamed only once verified, so
     an interrupted or corrupt download never leaves a file under the final name.
     """
     digest = hashlib.sha256()
-    with atomic_path(dest) as tmp:
+    with atomic_path(dest, tmp_dir=tmp_dir) as tmp:
         with tmp.open("wb") as out:
-            _copy_response(url, out, digest, on_progress)
+            _copy_response(url, out, digest, on_progress, auth)
         actual = digest.hexdigest()
         if actual != sha256:
             raise IntegrityError(
@@ -100,8 +108,8 @@ def download(url: str, dest: Path, *, sha256: str, on_progress: Callable[[int, i
     return dest
 
 
-def _copy_response(url: str, out: BinaryIO, digest: hashlib._Hash, on_progress: Callable[[int, int | None], None] | None) -> None:
-    with _open(url) as response:
+def _copy_response(url: str, out: BinaryIO, digest: hashlib._Hash, on_progress: Callable[[int, int | None], None] | None, auth: tuple[str, str] | None) -> None:
+    with _open(url, auth=auth) as response:
         total = response.headers.get("Content-Length")
         size = int(total) if total and total.isdigit() else None
         done = 0

@@ -54,6 +54,36 @@ class PackageSources:
         parts += [f"find-links {f}" for f in self.find_links]
         return f"{self.origin}: " + ", ".join(parts)
 
+    @classmethod
+    def from_uv_args(cls, args: list[str], origin: str) -> PackageSources:
+        """The sources ``uv_args`` gave (as a report records them).
+
+        >>> s = PackageSources.from_uv_args(["--extra-index-url", "file:///a", "--find-links", "/w"], "report")
+        >>> s.uv_args(), s.origin
+        (['--extra-index-url', 'file:///a', '--find-links', '/w'], 'report')
+        """
+        values: dict[str, list[str]] = {}
+        for flag, value in zip(args[::2], args[1::2], strict=True):
+            values.setdefault(flag, []).append(value)
+        return cls(
+            index_url=values.get("--index-url", [None])[0],
+            extra_index_urls=tuple(values.get("--extra-index-url", [])),
+            find_links=tuple(values.get("--find-links", [])),
+            origin=origin,
+            index_strategy=values.get("--index-strategy", [None])[0],
+        )
+
+    def first(self, url: str, origin: str) -> PackageSources:
+        """These sources with the index at ``url`` before all others: a project it has is
+        taken from it alone (uv's first-index strategy)."""
+        return PackageSources(
+            index_url=self.index_url,
+            extra_index_urls=(url, *self.extra_index_urls),
+            find_links=self.find_links,
+            origin=f"{origin} + {self.origin}",
+            index_strategy=self.index_strategy,
+        )
+
     def with_torch_index(self, url: str) -> PackageSources:
         return PackageSources(
             index_url=self.index_url,

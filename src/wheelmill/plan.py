@@ -21,7 +21,7 @@ from wheelmill.package_sources import torch_index_url
 from wheelmill.recipes import Recipe, closure, resolve, select
 from wheelmill.settings import Settings
 from wheelmill.spec import CellPlan, Step, StepKind, channel_of, recipe_spec
-from wheelmill.steps import REGISTRY, CellStep, RecipeStep
+from wheelmill.steps import REGISTRY, CellStep, RecipeStep, StepDefinition
 from wheelmill.variants import Cell
 from wheelmill.versions import Release
 
@@ -45,6 +45,7 @@ class Options:
     """How to run a cell, as the command line and settings say."""
 
     publish: bool = True
+    mirror: bool = True  # with publish: the runtime closure into the channel too
     engine: str = "none"
     containers: ContainerSetup | None = None
     locks_dir: Path = Path("locks")
@@ -83,7 +84,14 @@ def plan_cell(  # noqa: PLR0917 - the inputs of the pure function, in their orde
         release=options.release,
         recipes=specs,
     )
-    return replace(spec, steps=tuple(_steps(spec, publish=options.publish)))
+    return replace(spec, steps=tuple(_steps(spec, publish=options.publish, mirror=options.mirror)))
+
+
+def _fits(definition: StepDefinition, spec: CellPlan, *, mirror: bool) -> bool:
+    """A container step needs a container; a mirroring step needs mirroring."""
+    if isinstance(definition, CellStep):
+        return (spec.image is not None or not definition.container) and (mirror or not definition.mirroring)
+    return True
 
 
 def _image(cell: Cell, options: Options) -> images.BuilderImage | None:
@@ -95,10 +103,10 @@ def _image(cell: Cell, options: Options) -> images.BuilderImage | None:
     return images.choose(setup.pins, cell.variant, cell.python, containers=setup.directory, policy=setup.base_policy)
 
 
-def _steps(spec: CellPlan, *, publish: bool) -> list[Step]:
+def _steps(spec: CellPlan, *, publish: bool, mirror: bool) -> list[Step]:
     """The registry in its order: a run of cell steps once, a run of recipe steps for every
     recipe in turn (dependencies first)."""
-    wanted = [d for d in REGISTRY if (publish or not d.publishing) and (spec.image is not None or not (isinstance(d, CellStep) and d.container))]
+    wanted = [d for d in REGISTRY if (publish or not d.publishing) and _fits(d, spec, mirror=mirror)]
     steps: list[Step] = []
     for _scope, run in groupby(wanted, key=type):
         group = list(run)

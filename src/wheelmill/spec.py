@@ -44,6 +44,8 @@ class StepKind(StrEnum):
     POST_REPAIR_CHECKS = "post-repair-checks"
     INSTALL_TEST = "install-test"
     PUBLISH = "publish"
+    CLOSURE = "closure"
+    MIRROR = "mirror"
     CHANNEL_CHECKS = "channel-checks"
 
 

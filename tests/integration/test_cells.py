@@ -16,8 +16,11 @@ from typing import Any
 
 import pytest
 
+from tests.integration.test_index import Served, isolated_env, pip, uv, venv
 from tests.interrupt import interrupt_mid_compile
 from wheelmill.checks.torchenv import judge_torch
+from wheelmill.closure import LOCK_NAME
+from wheelmill.closure import read as read_closure
 from wheelmill.envs import Env
 from wheelmill.index.pages import Project
 from wheelmill.index.store import Channel
@@ -81,13 +84,50 @@ def test_nox_lists_a_session_per_cell() -> None:
     assert len(listed) == len(cells)
 
 
+SMOKE = """
+import torch, torchsort, example_cpp_ops
+assert torch.__version__ == "2.13.0+cpu", torch.__version__
+x = torch.tensor([[3.0, 1.0, 2.0]])
+assert torchsort.soft_rank(x, regularization_strength=0.001).round().tolist() == [[3.0, 1.0, 2.0]]
+assert torch.ops.example_ops.rms_norm(torch.ones(2, 4), torch.ones(4), 1e-6).shape == (2, 4)
+print("smoke ok")
+"""
+
+
 def test_cpu_cell_builds_end_to_end(tmp_path: Path) -> None:
+    """The README's first command, then the channel as a consumer uses it: its only index,
+    served over HTTP, gives pip and uv the cell's wheels, torch and every dependency."""
     result = nox("build-cpu-py311", tmp_path)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
-    assert_cell_built(tmp_path, "cpu-py311", {"example-cpp-ops", "torchsort"}, "cpu", "2.13.0+cpu")
+    data = assert_cell_built(tmp_path, "cpu-py311", {"example-cpp-ops", "torchsort"}, "cpu", "2.13.0+cpu")
     assert "cpu-py311: ok" in result.stdout
     assert "wheels" in result.stdout and "sha256" in result.stdout  # the summary tables
     assert [line for line in result.stderr.splitlines() if not line.startswith("nox > ")] == [], "stderr is for the error line only"
+    closure = read_closure(tmp_path / "cpu-py311" / LOCK_NAME)
+    assert closure.built == {"example-cpp-ops", "torchsort"}
+    assert {"torch", "filelock", "sympy"} <= {w.project for w in closure.to_mirror}
+    channel = Channel(tmp_path / "index", "cpu")
+    torch = channel.project("torch")
+    assert torch is not None and [(f.version, f.built) for f in torch.files] == [("2.13.0+cpu", False)]
+    assert {step["step"] for step in data["steps"]} >= {"closure", "mirror", "channel-checks"}
+    served = Served(tmp_path / "index", tmp_path / "access.log")
+    try:
+        for installer in ("pip", "uv"):
+            python = venv(tmp_path / f"consumer-{installer}")
+            index = served.simple("cpu")
+            if installer == "pip":
+                done = pip(python, "install", "--index-url", index, "example-cpp-ops", "torchsort")
+            else:
+                done = uv("pip", "install", "--no-config", "--python", str(python), "--index-url", index, "example-cpp-ops", "torchsort")
+            assert done.returncode == 0, done.stdout + done.stderr
+            smoke = subprocess.run([str(python), "-c", SMOKE], capture_output=True, text=True, check=False, env=isolated_env())
+            assert smoke.returncode == 0 and "smoke ok" in smoke.stdout, smoke.stderr[-2000:]
+        requests = served.requests()
+    finally:
+        served.close()
+    downloads = [path for path, status, _size in requests if path.endswith(".whl")]
+    assert all(status == 200 and path.startswith("/cpu/") for path, status, _size in requests), requests
+    assert any("torch-2.13.0" in path for path in downloads) and any("filelock" in path for path in downloads)
 
 
 @pytest.mark.cuda

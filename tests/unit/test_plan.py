@@ -50,7 +50,8 @@ def test_steps_come_in_design_order_and_dependencies_first(repo_root: Path) -> N
     (cell_plan,) = plan(matrix, recipes, matrix.select(["cuda130-py311"]), ["example-cuda-ops"], Settings.from_environ({}))
     assert [r.name for r in cell_plan.recipes] == ["example-cpp-ops", "example-cuda-ops"]
     kinds = [s.kind for s in cell_plan.steps]
-    assert kinds == [*CELL_STEPS, *RECIPE_STEPS, StepKind.PUBLISH, *RECIPE_STEPS, StepKind.PUBLISH, StepKind.CHANNEL_CHECKS]
+    tail = [StepKind.CLOSURE, StepKind.MIRROR, StepKind.CHANNEL_CHECKS]
+    assert kinds == [*CELL_STEPS, *RECIPE_STEPS, StepKind.PUBLISH, *RECIPE_STEPS, StepKind.PUBLISH, *tail]
     assert kinds.index(StepKind.PRE_CHECKS) < kinds.index(StepKind.PREPARE_ENV) < kinds.index(StepKind.BUILD)
 
 
@@ -67,7 +68,17 @@ def test_no_publish_leaves_the_publish_steps_out(repo_root: Path) -> None:
     matrix = load_matrix(repo_root / "recipes" / "matrix.toml")
     recipes = load_recipes(repo_root / "recipes")
     (cell_plan,) = plan(matrix, recipes, matrix.select(["cpu-py311"]), [], Settings.from_environ({}), Options(publish=False))
-    assert StepKind.PUBLISH not in {s.kind for s in cell_plan.steps}
+    assert not {StepKind.PUBLISH, StepKind.CLOSURE, StepKind.MIRROR} & {s.kind for s in cell_plan.steps}
+
+
+def test_no_mirror_publishes_the_built_wheels_only(repo_root: Path) -> None:
+    matrix = load_matrix(repo_root / "recipes" / "matrix.toml")
+    recipes = load_recipes(repo_root / "recipes")
+    (cell_plan,) = plan(matrix, recipes, matrix.select(["cpu-py311"]), [], Settings.from_environ({}), Options(mirror=False))
+    kinds = {s.kind for s in cell_plan.steps}
+    assert StepKind.PUBLISH in kinds
+    assert StepKind.CHANNEL_CHECKS in kinds
+    assert not {StepKind.CLOSURE, StepKind.MIRROR} & kinds
 
 
 def test_a_plan_with_an_unpinned_registry_base_says_so_and_runs(cli: CliRunner, repo_root: Path) -> None:

@@ -1,4 +1,4 @@
-"""The cell commands: ``matrix``, ``validate``, ``plan``, ``build`` and ``lock``."""
+"""The cell commands: ``matrix``, ``validate``, ``plan``, ``build``, ``mirror`` and ``lock``."""
 
 from __future__ import annotations
 
@@ -9,11 +9,16 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from wheelmill import envs
 from wheelmill.cli.common import Commands, add_cell_options, build_cells, load_inputs, prepare
+from wheelmill.closure import LOCK_NAME, inputs_of_report, mirror, resolve
+from wheelmill.context import Layout
 from wheelmill.errors import UsageError
+from wheelmill.index.store import usage
 from wheelmill.locks import check_lock, write_lock
 from wheelmill.matrix import github_matrix, matrix_markdown
 from wheelmill.plan import Options, plan
+from wheelmill.process import HostRunner, StepLog
 from wheelmill.selection import affected_cells
 from wheelmill.settings import Settings
 from wheelmill.spec import CellPlan
@@ -36,6 +41,10 @@ def register(commands: Commands) -> None:
         sub = commands.add_parser(name, help=text)
         add_cell_options(sub)
         sub.set_defaults(func=func)
+
+    mirror = commands.add_parser("mirror", help="resolve a built cell's runtime closure (torch and every dependency) and mirror it into its channel")
+    mirror.add_argument("--cell", action="append", required=True, help="cell id or glob (repeatable)")
+    mirror.set_defaults(func=cmd_mirror)
 
     lock = commands.add_parser("lock", help="resolve and write locks/<cell>.txt, the committed lock of a cell's build env")
     lock.add_argument("--cell", action="append", required=True, help="cell id or glob (repeatable)")
@@ -101,6 +110,24 @@ def render_plan(cell_plan: CellPlan) -> str:
 
 def cmd_build(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     return build_cells(prepare(args, settings, probe=True), console)
+
+
+def cmd_mirror(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    """What a build's closure and mirror steps do, for cells built earlier (or with --no-mirror)."""
+    matrix, _recipes = load_inputs(settings)
+    backend = envs.backend(settings.env_backend, HostRunner())
+    for cell in matrix.select(args.cell):
+        layout = Layout(output=settings.output.resolve(), cell=cell.id)
+        inputs = inputs_of_report(layout.report, index=settings.index, glibc=cell.variant.glibc)
+        with StepLog(layout.logs / "mirror.log") as log:
+            found = resolve(inputs, backend=backend, log=log, work=layout.build / "closure", lock=layout.root / LOCK_NAME)
+            console.print(f"{cell.id}: closure: {found.describe()}", highlight=False)
+            done = mirror(
+                found, inputs.channel, sources=inputs.sources, policy=settings.retry, log=log, on_line=lambda line: console.print(line, highlight=False)
+            )
+        console.print(f"{cell.id}: mirror: {done.describe()}", highlight=False)
+    console.print(usage(settings.index).describe(), highlight=False)
+    return 0
 
 
 def cmd_lock(args: argparse.Namespace, settings: Settings, console: Console) -> int:

@@ -53,6 +53,9 @@ def add_cell_options(
     parser.add_argument("--recipe", action="append", default=[], help="only this recipe and what it depends on (repeatable)")
     parser.add_argument("--no-publish", dest="publish", action="store_false", help=publish_help)
     parser.add_argument(
+        "--no-mirror", dest="mirror", action="store_false", help="publish the built wheels only, not the runtime closure (torch and its dependencies)"
+    )
+    parser.add_argument(
         "--engine",
         choices=ENGINE_CHOICES,
         default=None,
@@ -88,7 +91,12 @@ def prepare(args: argparse.Namespace, settings: Settings, *, probe: bool, releas
             pins=load_pins(settings.root / "containers" / "pins.toml"), directory=settings.root / "containers", base_policy=settings.base_policy
         )
     options = Options(
-        publish=args.publish, engine=engine.name.value if engine else "none", containers=containers, locks_dir=settings.root / "locks", release=release
+        publish=args.publish,
+        mirror=args.mirror,
+        engine=engine.name.value if engine else "none",
+        containers=containers,
+        locks_dir=settings.root / "locks",
+        release=release,
     )
     return Prepared(plans=plan(matrix, recipes, cells, args.recipe, settings, options), settings=settings, engine=engine)
 

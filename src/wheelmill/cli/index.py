@@ -13,7 +13,7 @@ from wheelmill.errors import IndexStoreError, SelectionError, UsageError, did_yo
 from wheelmill.index import consumer
 from wheelmill.index.remote import Remote, upload
 from wheelmill.index.serve import IDLE_TIMEOUT, PER_CLIENT, make_server
-from wheelmill.index.store import Channel, channel_dirs, channel_names, publish, repair, set_yanked
+from wheelmill.index.store import Channel, channel_dirs, channel_names, publish, repair, set_yanked, usage
 from wheelmill.index.verify import leftovers, verify
 from wheelmill.process import HostRunner, StepLog
 from wheelmill.settings import Settings
@@ -181,11 +181,15 @@ def cmd_repair(args: argparse.Namespace, settings: Settings, console: Console) -
 
 
 def cmd_list(args: argparse.Namespace, settings: Settings, _console: Console) -> int:
+    """Each project, its versions and whether wheelmill built or mirrored it; then the bytes
+    the channels list against the bytes stored."""
     channel = _channel(args, settings)
     for name in channel.project_names():
         project = channel.project(name)
         assert project is not None
         yanked = {f.version for f in project.files if f.yanked is not None}
         versions = [f"{v} (yanked)" if v in yanked else v for v in project.versions]
-        print(f"{name}: {', '.join(versions)}")
+        origins = sorted({"built" if f.built else f"mirrored from {f.mirrored_from}" for f in project.files})
+        print(f"{name}: {', '.join(versions)}  [{'; '.join(origins)}]")
+    print(usage(settings.index).describe())
     return 0

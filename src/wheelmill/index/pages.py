@@ -3,7 +3,9 @@
 Every file link carries its sha256 (PEP 503), ``requires-python``, the hash of its
 ``.metadata`` sidecar (PEP 658 ``data-dist-info-metadata`` and PEP 714 ``data-core-metadata``,
 both), its yank reason (PEP 592); the JSON adds ``versions``, ``size`` and ``upload-time``
-(PEP 700). File URLs are relative and percent-encoded, so ``+`` in a local version label
+(PEP 700). A file wheelmill mirrored rather than built says where it came from, in a
+private key of the JSON (``_mirrored-from``, PEP 691 reserves leading underscores for
+such) and a ``data-mirrored-from`` attribute of its link. File URLs are relative and percent-encoded, so ``+`` in a local version label
 reaches the file on servers that read ``+`` as a space (S3).
 """
 
@@ -35,6 +37,11 @@ class FileEntry:
     requires_python: str | None
     metadata_sha256: str
     yanked: str | None = None  # None: not yanked; "" yanked without a reason
+    mirrored_from: str | None = None  # None: built here; else the upstream URL it was mirrored from
+
+    @property
+    def built(self) -> bool:
+        return self.mirrored_from is None
 
     @property
     def url(self) -> str:
@@ -53,6 +60,8 @@ class FileEntry:
             "size": self.size,
             "upload-time": self.upload_time,
         }
+        if self.mirrored_from is not None:
+            data["_mirrored-from"] = self.mirrored_from
         return data
 
     @classmethod
@@ -68,6 +77,7 @@ class FileEntry:
             requires_python=data.get("requires-python"),
             metadata_sha256=data["core-metadata"]["sha256"],
             yanked=yanked if isinstance(yanked, str) else ("" if yanked else None),
+            mirrored_from=data.get("_mirrored-from"),
         )
 
 
@@ -111,6 +121,8 @@ def _link(f: FileEntry) -> str:
     attrs.append(f'data-dist-info-metadata="sha256={f.metadata_sha256}"')
     if f.yanked is not None:
         attrs.append(f'data-yanked="{html.escape(f.yanked)}"')
+    if f.mirrored_from is not None:
+        attrs.append(f'data-mirrored-from="{html.escape(f.mirrored_from)}"')
     return f"<a {' '.join(attrs)}>{html.escape(f.filename)}</a><br>"
 
 

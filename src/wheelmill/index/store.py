@@ -5,7 +5,10 @@
     <root>/<channel>/files/<wheel>, <wheel>.metadata          immutable files
 
 Published files are immutable: the same bytes again is a no-op, other bytes under a
-published name are refused. Every file is written to a temporary name and renamed into
+published name are refused. A file's bytes are kept once, in the content-addressed store
+(``wheelmill.index.blobs``), and a channel's file is a hard link to them. A file is built
+(wheelmill made it) or mirrored (a dependency fetched from upstream); a project built in
+a channel is never also mirrored there: its built wheel replaces the mirrored ones. Every file is written to a temporary name and renamed into
 place, files before the pages that list them, under an exclusive lock per channel; so a
 reader, a concurrent publisher or a publisher killed at any instant finds a valid index
 (at worst an unlisted file, which the next publish of it lists). A publish touches its own
@@ -29,8 +32,9 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from wheelmill.errors import IndexConflict, IndexStoreError, IndexWriteError
-from wheelmill.files import file_lock, write_all, write_atomic
+from wheelmill.files import Content, Linked, file_lock, write_all, write_atomic
 from wheelmill.index import pages
+from wheelmill.index.blobs import Blobs, Usage, stored
 from wheelmill.index.pages import FileEntry, Project
 from wheelmill.net import sha256_of
 from wheelmill.versions import Track
@@ -48,6 +52,7 @@ _CHANNEL = re.compile(rf"^(?:(?:{'|'.join(TRACK_DIRS)})/)?[a-z0-9][a-z0-9.+_-]*$
 class Outcome(StrEnum):
     ADDED = "added"
     UNCHANGED = "unchanged"
+    BUILT_HERE = "built here"  # a mirrored file not added: the channel has the project built
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,6 +61,7 @@ class Published:
     project: str
     filename: str
     outcome: Outcome
+    replaced: tuple[str, ...] = ()  # mirrored files a built wheel of their project replaced
 
 
 def channel_names(root: Path) -> list[str]:
@@ -68,6 +74,19 @@ def channel_dirs(root: Path) -> list[str]:
     """Every channel under ``root`` that anything was written to, with pages or not yet."""
     found = [p.parent for p in (*root.glob("*/simple"), *root.glob("*/files"), *root.glob("*/*/simple"), *root.glob("*/*/files"))]
     return sorted({str(p.relative_to(root)) for p in found if p.parent == root or p.parent.name in TRACK_DIRS})
+
+
+def usage(root: Path) -> Usage:
+    """The bytes the channels under ``root`` list, and the bytes the disk holds for them."""
+    names = channel_names(root)
+    entries = [f for name in names for project in _projects(Channel(root, name)) for f in project.files]
+    files = [p for name in names for p in (root / name / "files").glob("*.whl")]
+    count, size = stored([*files, *Blobs(root).all()])
+    return Usage(channels=len(names), listed_files=len(entries), listed_bytes=sum(f.size for f in entries), stored_files=count, stored_bytes=size)
+
+
+def _projects(channel: Channel) -> Iterator[Project]:
+    return (p for p in (channel.project(n) for n in channel.project_names()) if p is not None)
 
 
 def now_rfc3339() -> str:
@@ -164,7 +183,7 @@ class Channel:
                 fix=f"run `wheelmill index repair --channel {self.name}`: it rebuilds the pages from what is left",
             ) from None
 
-    def update(self, project: Project, files: Mapping[Path, bytes | Path] | None = None) -> None:
+    def update(self, project: Project, files: Mapping[Path, Content] | None = None) -> None:
         """Replace a project's pages (under the lock), and the project list where it lacks
         the project, after ``files`` (a wheel and its sidecar). Everything is staged before
         the first rename (a full disk changes nothing), and the pages are marked pending
@@ -192,9 +211,9 @@ class Channel:
         """The project list made again from the project pages (under the lock)."""
         write_all(self._pages(None, self._names_on_disk()), tmp_dir=self.tmp)
 
-    def _pages(self, project: Project | None, names: list[str] | None) -> dict[Path, bytes | Path]:
+    def _pages(self, project: Project | None, names: list[str] | None) -> dict[Path, Content]:
         """The project's pages, and the project list's (when ``names`` are given)."""
-        contents: dict[Path, bytes | Path] = {}
+        contents: dict[Path, Content] = {}
         if project is not None:
             directory = self.simple / project.name
             contents[directory / "index.json"] = pages.project_json(project).encode()
@@ -216,10 +235,12 @@ def _agreeing(wheel: Path) -> WheelInfo:
     return info
 
 
-def publish(channel: Channel, wheel: Path, *, upload_time: str | None = None) -> Published:
-    """Add ``wheel`` to ``channel``; identical bytes again are a no-op."""
+def publish(channel: Channel, wheel: Path, *, upload_time: str | None = None, mirrored_from: str | None = None, sha256: str | None = None) -> Published:
+    """Add ``wheel`` to ``channel``, built here or (``mirrored_from`` an upstream URL)
+    mirrored; identical bytes again are a no-op. A built wheel replaces the mirrored files
+    of its project; a mirrored one is not added where the project is built."""
     info = _agreeing(wheel)
-    sha256 = sha256_of(wheel)
+    sha256 = sha256 or sha256_of(wheel)
     with channel.lock():
         target = channel.files / wheel.name
         if target.exists() and sha256_of(target) != sha256:
@@ -228,11 +249,15 @@ def publish(channel: Channel, wheel: Path, *, upload_time: str | None = None) ->
                 fix="published files are immutable: bump the version (or the build tag) instead",
             )
         project = channel.project(info.name) or Project(name=info.name, files=())
-        if target.exists() and any(f.filename == wheel.name for f in project.files):
+        if mirrored_from is not None and any(f.built for f in project.files):
+            return Published(channel=channel.name, project=info.name, filename=wheel.name, outcome=Outcome.BUILT_HERE)
+        listed = next((f for f in project.files if f.filename == wheel.name), None)
+        if target.exists() and listed is not None and listed.built == (mirrored_from is None):
             return Published(channel=channel.name, project=info.name, filename=wheel.name, outcome=Outcome.UNCHANGED)
-        metadata_sha256 = hashlib.sha256(info.metadata).hexdigest()
-        files: dict[Path, bytes | Path] = {channel.files / f"{wheel.name}.metadata": info.metadata}
-        files |= {} if target.exists() else {target: wheel}
+        replaced = [f for f in project.files if not f.built] if mirrored_from is None else []
+        blob = Blobs(channel.root).put(wheel, sha256, tmp_dir=channel.tmp)
+        files: dict[Path, Content] = {channel.files / f"{wheel.name}.metadata": info.metadata}
+        files |= {} if target.exists() else {target: Linked(blob)}
         entry = FileEntry(
             filename=wheel.name,
             version=str(info.version),
@@ -240,10 +265,15 @@ def publish(channel: Channel, wheel: Path, *, upload_time: str | None = None) ->
             size=wheel.stat().st_size,
             upload_time=upload_time or now_rfc3339(),
             requires_python=info.requires_python,
-            metadata_sha256=metadata_sha256,
+            metadata_sha256=hashlib.sha256(info.metadata).hexdigest(),
+            mirrored_from=mirrored_from,
         )
-        channel.update(replace(project, files=(*project.files, entry)), files)
-    return Published(channel=channel.name, project=info.name, filename=wheel.name, outcome=Outcome.ADDED)
+        kept = tuple(f for f in project.files if f not in replaced and f.filename != wheel.name)
+        channel.update(replace(project, files=(*kept, entry)), files)
+        for gone in (f for f in replaced if f.filename != wheel.name):  # the page first: no page lists a missing file
+            (channel.files / f"{gone.filename}.metadata").unlink(missing_ok=True)
+            (channel.files / gone.filename).unlink(missing_ok=True)
+    return Published(channel=channel.name, project=info.name, filename=wheel.name, outcome=Outcome.ADDED, replaced=tuple(f.filename for f in replaced))
 
 
 def set_yanked(channel: Channel, project_name: str, version: str, reason: str | None) -> list[str]:
@@ -341,6 +371,7 @@ def _entry(channel: Channel, anchor: Mapping[str, str | None]) -> FileEntry | No
         requires_python=anchor.get("data-requires-python"),
         metadata_sha256=(anchor.get("data-core-metadata") or "").removeprefix("sha256="),
         yanked=anchor.get("data-yanked"),
+        mirrored_from=anchor.get("data-mirrored-from"),
     )
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from wheelmill.context import Outcome, StepContext
 from wheelmill.errors import BuildError, CheckError, EnvError, FetchError, IndexStoreError, InstallTestError, PrecheckError, RepairError, WheelmillError
 from wheelmill.spec import CellPlan, RecipeSpec, StepKind
-from wheelmill.steps import build, cell, channel, container, fetch, install, publish, verify
+from wheelmill.steps import build, cell, channel, container, fetch, install, mirror, publish, verify
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,6 +30,7 @@ class CellStep:
     network: bool = True  # False: its commands run where no network is (a build must not download)
     container: bool = False  # only where the cell has a container
     publishing: bool = False  # only when the wheels are published
+    mirroring: bool = False  # only when the closure is mirrored too (not with --no-mirror)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,6 +67,9 @@ REGISTRY: tuple[StepDefinition, ...] = (
     RecipeStep(kind=StepKind.POST_REPAIR_CHECKS, run=verify.post_repair_checks, describe=verify.describe_post_repair, error=CheckError, network=False),
     RecipeStep(kind=StepKind.INSTALL_TEST, run=install.install_test, describe=install.describe, error=InstallTestError),
     RecipeStep(kind=StepKind.PUBLISH, run=publish.publish_step, describe=publish.describe, error=IndexStoreError, publishing=True),
+    # The channel then installs on its own: torch and every dependency beside the wheels.
+    CellStep(kind=StepKind.CLOSURE, run=mirror.resolve_closure, describe=mirror.describe_closure, error=FetchError, publishing=True, mirroring=True),
+    CellStep(kind=StepKind.MIRROR, run=mirror.mirror_closure, describe=mirror.describe_mirror, error=FetchError, publishing=True, mirroring=True),
     CellStep(kind=StepKind.CHANNEL_CHECKS, run=channel.channel_checks, describe=channel.describe, error=IndexStoreError, publishing=True),
 )
 

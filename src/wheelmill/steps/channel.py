@@ -1,11 +1,13 @@
 """The channel checks: once the cell's wheels are published, its channel is read back as a
 consumer would find it: every page parses and agrees with the others, every listed file
 and sidecar is there at its listed size, and each wheel this run published is listed with
-the sha256 of the bytes that were tested."""
+the sha256 of the bytes that were tested, and every wheel of the runtime closure with the
+sha256 it was locked with."""
 
 from __future__ import annotations
 
 from wheelmill.checks import CheckResult, require
+from wheelmill.closure import Closure
 from wheelmill.context import Outcome, StepContext
 from wheelmill.errors import IndexStoreError
 from wheelmill.index.store import Channel, Published
@@ -24,6 +26,8 @@ def channel_checks(ctx: StepContext) -> Outcome:
     valid = CheckResult.failed("channel", "; ".join(problems[:5]), "`wheelmill index verify` lists every problem") if problems else None
     results = [valid or CheckResult.passed("channel", f"{channel.name}: {len(channel.project_names())} projects, pages and files agree")]
     results += [_listed(channel, recipe, wheel) for recipe, wheel in published.items()]
+    closure = ctx.done.find(Closure)
+    results += [_closure(channel, closure)] if closure is not None else []
 
     def failure(what: str, fix: str) -> IndexStoreError:
         return IndexStoreError(f"{ctx.run.plan.cell.id}: channel {channel.name}: {what}", fix=fix)
@@ -42,6 +46,19 @@ def _listed(channel: Channel, recipe: str, wheel: WheelRecord) -> CheckResult:
         detail = f"{wheel.name}: listed sha256 {entry.sha256[:16]}..., served {served[:16]}..., tested {wheel.sha256[:16]}..."
         return CheckResult.failed(recipe, detail, "published files are immutable: bump the version, or restore the channel from its storage")
     return CheckResult.passed(recipe, f"{wheel.name} listed and served with the tested sha256")
+
+
+def _closure(channel: Channel, closure: Closure) -> CheckResult:
+    """Every wheel of the closure is in the channel with its locked sha256, or built there."""
+    missing = []
+    for wheel in closure.to_mirror:
+        project = channel.project(wheel.project)
+        files = project.files if project else ()
+        if not any(f.built for f in files) and not any(f.filename == wheel.filename and f.sha256 == wheel.sha256 for f in files):
+            missing.append(wheel.filename)
+    if missing:
+        return CheckResult.failed("closure", f"not in the channel as locked: {', '.join(missing[:5])}", "run `wheelmill mirror --cell <cell>` again")
+    return CheckResult.passed("closure", f"all {len(closure.wheels)} wheels of the closure are in the channel, built or mirrored as locked")
 
 
 def describe(plan: CellPlan) -> str:

@@ -16,7 +16,8 @@ def publish_step(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     channel = Channel(ctx.run.settings.index, ctx.run.plan.channel)
     done = publish(channel, Path(ctx.done.get(WheelRecord, spec.name).path))
     ctx.log.note(f"{done.outcome}: {channel.path}/files/{done.filename}")
-    return Outcome(checks=[CheckResult.passed("index", f"{done.outcome} in channel {channel.name}: {done.filename}")], made=(done,))
+    replaced = f"; built beats mirrored: replaced {', '.join(done.replaced)}" if done.replaced else ""
+    return Outcome(checks=[CheckResult.passed("index", f"{done.outcome} in channel {channel.name}: {done.filename}{replaced}")], made=(done,))
 
 
 def describe(plan: CellPlan, _spec: RecipeSpec) -> str:
