@@ -1,5 +1,5 @@
-"""The index under faults, for real: a publisher SIGKILLed at every write, fsync, rename and
-unlink it makes (strace's fault injection, one run per invocation), a full disk at every
+"""The index under faults, for real: a publisher SIGKILLed at every write, fsync, rename,
+hard link and unlink it makes (strace's fault injection, one run per invocation), a full disk at every
 point of a publish (a small tmpfs, filled a page at a time), and a read-only index.
 
 The promise: whatever instant a publish dies at, no file of the tree is half written (a
@@ -30,7 +30,7 @@ from wheelmill.wheelfile import read_wheel
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parent.parent.parent
 ANY = "py3-none-any"
-WATCHED = ("write", "fsync", "rename", "unlink")
+WATCHED = ("write", "fsync", "rename", "link", "linkat", "unlink")
 
 
 def wheelmill(index_root: Path, *args: str, inject: tuple[str, int] | None = None) -> subprocess.CompletedProcess[str]:
