@@ -166,25 +166,48 @@ def test_index_list_shows_built_and_mirrored_and_the_bytes_stored(cli: CliRunner
     assert lines[-1].startswith("1 channel(s) list 4 files")
 
 
+def write_report(sandbox: Sandbox, app: Path, sources: str) -> None:
+    """What a build of the cell that published ``app`` leaves for `wheelmill mirror`."""
+    report = sandbox.output / sandbox.cell("cpu") / "report.json"
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text(
+        json.dumps(
+            {
+                "cell": sandbox.cell("cpu"),
+                "channel": "cpu",
+                "python": PYTHON,
+                "facts": {"torch": {"version": "2.13.0+cpu"}, "package_source_args": ["--index-url", sources]},
+                "recipes": [{"name": "app", "wheel": {"path": str(app), "sha256": sha256_of(app)}}],
+                "steps": [{"step": "publish", "recipe": "app", "status": "ok"}],
+            }
+        )
+    )
+
+
 def test_a_file_whose_bytes_differ_from_the_lock_is_exit_7_and_the_channel_is_unchanged(
-    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, upstream: Upstream, tmp_path: Path
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, upstream: Upstream
 ) -> None:
+    """From the command line: upstream's page still says one sha256, its file now has other
+    bytes (a tampered or corrupted mirror); the download is refused, never retried."""
     channel = Channel(sandbox.output / "index", "cpu")
-    publish(channel, built_app(sandbox))
-    closure = resolved(sandbox, channel, built_app(sandbox), upstream.url, tmp_path)
+    app = built_app(sandbox)
+    publish(channel, app)
+    write_report(sandbox, app, upstream.url)
     before = tree(channel.path)
     leaf = upstream.file("leaf-2.0-py3-none-any.whl")
     leaf.unlink()  # its name now holds other bytes (it was a link into upstream's store)
-    leaf.write_bytes(b"not the locked bytes")
-    for key, value in sandbox.environ().items():
+    make_wheel(sandbox.root / "tampered", "leaf", "2.0", tag="py3-none-any", files={"leaf/evil.py": b"import os\n"}).rename(leaf)
+    for key, value in {**sandbox.environ(), "WHEELMILL_RETRIES": "3", "WHEELMILL_RETRY_DELAY": "0.01"}.items():
         monkeypatch.setenv(key, value)
-    with StepLog(tmp_path / "mirror.log") as log, pytest.raises(Exception) as raised:  # noqa: PT011 - asserted below
-        mirror(closure, channel, sources=PackageSources(index_url=None), policy=FAST, log=log, on_line=lambda _line: None)
-    assert raised.value.exit_code == 7  # type: ignore[attr-defined]
-    assert "sha256 mismatch" in str(raised.value)
+    result = cli("--recipes", str(sandbox.recipes), "mirror", "--cell", sandbox.cell("cpu"))
+    assert result.code == 7, result.out + result.err
+    (line,) = result.err.splitlines()
+    assert line.startswith("wheelmill: error: mirror: leaf-2.0-py3-none-any.whl: ") and "sha256 mismatch" in line, line
+    assert "the channel is unchanged" in line
     assert tree(channel.path) == before  # verified downloads may stay in the store, named by content
     assert not list(channel.root.rglob("*.part"))
-    assert "attempt 1 failed" not in (tmp_path / "mirror.log").read_text()  # a mismatch is never retried
+    log = (sandbox.output / sandbox.cell("cpu") / "logs" / "mirror.log").read_text()
+    assert "attempt 1 failed" not in log  # a mismatch is never retried
 
 
 class _DropsWheels(http.server.SimpleHTTPRequestHandler):
@@ -222,20 +245,7 @@ def test_an_upstream_that_drops_every_download_is_exit_6_after_the_retries(
     channel = Channel(sandbox.output / "index", "cpu")
     app = built_app(sandbox)
     publish(channel, app)
-    report = sandbox.output / sandbox.cell("cpu") / "report.json"
-    report.parent.mkdir(parents=True)
-    report.write_text(
-        json.dumps(
-            {
-                "cell": sandbox.cell("cpu"),
-                "channel": "cpu",
-                "python": PYTHON,
-                "facts": {"torch": {"version": "2.13.0+cpu"}, "package_source_args": ["--index-url", dropping]},
-                "recipes": [{"name": "app", "wheel": {"path": str(app), "sha256": sha256_of(app)}}],
-                "steps": [{"step": "publish", "recipe": "app", "status": "ok"}],
-            }
-        )
-    )
+    write_report(sandbox, app, dropping)
     before = tree(channel.path)
     for key, value in {**sandbox.environ(), "WHEELMILL_RETRIES": "2", "WHEELMILL_RETRY_DELAY": "0.01"}.items():
         monkeypatch.setenv(key, value)
