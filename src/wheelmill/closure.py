@@ -117,30 +117,30 @@ class Mirrored:
 
 
 def inputs_of_report(report: Path, *, index: Path, glibc: str) -> ClosureInputs:
-    """The closure inputs of a cell built earlier, from its report: the wheels it published
-    (still the bytes it tested), the torch it built against, the sources it used."""
+    """The closure inputs of a cell built earlier, from its report: the wheels it delivered
+    (found beside the report, still the bytes it tested: reports travel between machines),
+    the torch it built against, the sources it used."""
     try:
         data = json.loads(report.read_text(encoding="utf-8"))
-        published = {s["recipe"] for s in data["steps"] if s["step"] == "publish" and s["status"] == "ok"}
-        wheels = [r["wheel"] for r in data["recipes"] if r["name"] in published and r["wheel"]]
+        wheels = [r["wheel"] for r in data["recipes"] if r["status"] == "ok" and r["wheel"]]
         torch, args = data["facts"]["torch"]["version"], data["facts"]["package_source_args"]
     except FileNotFoundError:
         raise PrecheckError(f"{report}: no report: the cell was not built here", fix="build it first: wheelmill build --cell <cell>") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise PrecheckError(f"{report}: not a report of a built cell ({type(exc).__name__}: {exc})", fix="build the cell again") from None
     if not wheels:
-        raise PrecheckError(f"{report}: the cell published nothing", fix="build it with publishing on: wheelmill build --cell <cell>")
-    for wheel in wheels:
-        path = Path(wheel["path"])
+        raise PrecheckError(f"{report}: the cell delivered no wheel", fix="build it: wheelmill build --cell <cell>")
+    paths = [report.parent / "dist" / w["name"] for w in wheels]
+    for path, wheel in zip(paths, wheels, strict=True):
         if not path.is_file() or sha256_of(path) != wheel["sha256"]:
-            raise PrecheckError(f"{report}: {path} is gone or changed since the build", fix="build the cell again")
+            raise PrecheckError(f"{report}: {path} is gone or not the wheel the report describes", fix="build the cell again")
     return ClosureInputs(
         cell=data["cell"],
         channel=Channel(index, data["channel"]),
         python=data["python"],
         glibc=glibc,
         torch=torch,
-        wheels=tuple(Path(w["path"]) for w in wheels),
+        wheels=tuple(paths),
         sources=PackageSources.from_uv_args(list(args), f"the sources of {report}"),
     )
 

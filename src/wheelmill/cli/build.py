@@ -9,16 +9,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from wheelmill import envs
-from wheelmill.cli.common import Commands, add_cell_options, build_cells, load_inputs, prepare
-from wheelmill.closure import LOCK_NAME, inputs_of_report, mirror, resolve
-from wheelmill.context import Layout
+from wheelmill.cli.common import Commands, add_cell_options, build_cells, load_inputs, mirror_cells, prepare
 from wheelmill.errors import UsageError
-from wheelmill.index.store import usage
 from wheelmill.locks import check_lock, write_lock
 from wheelmill.matrix import github_matrix, matrix_markdown
 from wheelmill.plan import Options, plan
-from wheelmill.process import HostRunner, StepLog
 from wheelmill.selection import affected_cells
 from wheelmill.settings import Settings
 from wheelmill.spec import CellPlan
@@ -115,18 +110,8 @@ def cmd_build(args: argparse.Namespace, settings: Settings, console: Console) ->
 def cmd_mirror(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     """What a build's closure and mirror steps do, for cells built earlier (or with --no-mirror)."""
     matrix, _recipes = load_inputs(settings)
-    backend = envs.backend(settings.env_backend, HostRunner())
-    for cell in matrix.select(args.cell):
-        layout = Layout(output=settings.output.resolve(), cell=cell.id)
-        inputs = inputs_of_report(layout.report, index=settings.index, glibc=cell.variant.glibc)
-        with StepLog(layout.logs / "mirror.log") as log:
-            found = resolve(inputs, backend=backend, log=log, work=layout.build / "closure", lock=layout.root / LOCK_NAME)
-            console.print(f"{cell.id}: closure: {found.describe()}", highlight=False)
-            done = mirror(
-                found, inputs.channel, sources=inputs.sources, policy=settings.retry, log=log, on_line=lambda line: console.print(line, highlight=False)
-            )
-        console.print(f"{cell.id}: mirror: {done.describe()}", highlight=False)
-    console.print(usage(settings.index).describe(), highlight=False)
+    output = settings.output.resolve()
+    mirror_cells([output / cell.id / "report.json" for cell in matrix.select(args.cell)], settings, console)
     return 0
 
 

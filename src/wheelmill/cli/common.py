@@ -7,15 +7,19 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import NoReturn, TypeAlias
 
 from rich.console import Console
 
+from wheelmill import envs
 from wheelmill.containers.engine import ENGINE_CHOICES, Engine, detect
 from wheelmill.containers.pins import load_pins
 from wheelmill.errors import UsageError
+from wheelmill.index.store import usage
 from wheelmill.matrix import Matrix, load_matrix
 from wheelmill.plan import ContainerSetup, Options, plan
+from wheelmill.process import HostRunner, StepLog
 from wheelmill.recipes import Recipe, check_cells, load_recipes
 from wheelmill.settings import Settings
 from wheelmill.spec import CellPlan
@@ -114,6 +118,26 @@ def build_cells(prepared: Prepared, console: Console) -> int:
             print_error(f"{failed.step.id}: {failed.error}")
             worst = worst or report.exit_code
     return worst
+
+
+def mirror_cells(reports: list[Path], settings: Settings, console: Console) -> None:
+    """Resolve and mirror the runtime closure of each cell whose report is given (a cell
+    built earlier, with --no-mirror, or for a release), then say what the index stores."""
+    from wheelmill.closure import LOCK_NAME, inputs_of_report, mirror, resolve  # noqa: PLC0415 - loads only to mirror
+
+    matrix, _recipes = load_inputs(settings)
+    backend = envs.backend(settings.env_backend, HostRunner())
+    for report in reports:
+        (cell,) = matrix.select([report.parent.name])
+        inputs = inputs_of_report(report, index=settings.index, glibc=cell.variant.glibc)
+        with StepLog(report.parent / "logs" / "mirror.log") as log:
+            found = resolve(inputs, backend=backend, log=log, work=report.parent / "build" / "closure", lock=report.parent / LOCK_NAME)
+            console.print(f"{cell.id}: closure: {found.describe()}", highlight=False)
+            done = mirror(
+                found, inputs.channel, sources=inputs.sources, policy=settings.retry, log=log, on_line=lambda line: console.print(line, highlight=False)
+            )
+        console.print(f"{cell.id}: mirror: {done.describe()}", highlight=False)
+    console.print(usage(settings.index).describe(), highlight=False)
 
 
 def print_error(text: str) -> None:

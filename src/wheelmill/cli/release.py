@@ -14,13 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from wheelmill.cli.common import Commands, add_cell_options, build_cells, positive, prepare
+from wheelmill.cli.common import Commands, add_cell_options, build_cells, mirror_cells, positive, prepare
 from wheelmill.errors import UsageError
 from wheelmill.index.store import Published
 from wheelmill.matrix import github_matrix
@@ -42,6 +41,7 @@ def register(commands: Commands) -> None:
 
     pub = actions.add_parser("publish", help="publish the cells built for the release (under the output root) and record it")
     _which(pub)
+    pub.add_argument("--no-mirror", dest="mirror", action="store_false", default=argparse.SUPPRESS, help="the built wheels only, not the runtime closure")
     pub.set_defaults(func=cmd_publish)
 
     promo = actions.add_parser("promote", help="copy a release's files to another track's channels, re-verified, without rebuilding")
@@ -89,16 +89,21 @@ def cmd_release(args: argparse.Namespace, settings: Settings, console: Console) 
     code = build_cells(prepare(args, settings, probe=True, release=release), console)
     if code or not publish:
         return code
-    return _publish(release, settings.output, settings.index, console)
+    return _publish(release, settings, console, mirror=args.mirror)
 
 
 def cmd_publish(args: argparse.Namespace, settings: Settings, console: Console) -> int:
-    return _publish(_release(args, settings), settings.output, settings.index, console)
+    return _publish(_release(args, settings), settings, console, mirror=getattr(args, "mirror", True))
 
 
-def _publish(release: Release, output: Path, index: Path, console: Console) -> int:
-    record = publish_release(index, release, collect_built(output, release), on_file=_printer(console))
+def _publish(release: Release, settings: Settings, console: Console, *, mirror: bool) -> int:
+    """Publish the release's wheels and record it; then each cell's runtime closure into
+    its channel, so the track's channels install on their own too."""
+    built = collect_built(settings.output, release)
+    record = publish_release(settings.index, release, built, on_file=_printer(console))
     console.print(f"{release.version}: recorded in {record}", highlight=False)
+    if mirror:
+        mirror_cells(sorted({wheel.path.parent.parent / "report.json" for wheel in built}), settings, console)
     return 0
 
 
