@@ -310,7 +310,7 @@ def mirror(
         if blobs.holds(wheel.sha256):
             log.note(f"[{number}/{len(wanted)}] {wheel.filename}: in the store already")
             continue
-        on_line(f"mirror [{number}/{len(wanted)}] {wheel.filename} ({format_size(wheel.size) if wheel.size else 'size unknown'})")
+        on_line(f"mirror [{number}/{len(wanted)}] {wheel.filename}" + (f" ({format_size(wheel.size)})" if wheel.size else ""))
         _fetch(wheel, blobs, sources=sources, policy=policy, log=log)
         fetched += blobs.path_of(wheel.sha256).stat().st_size
     published = tuple(_publish(channel, blobs, wheel) for wheel in wanted)

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import shutil
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -306,3 +308,23 @@ def test_verify_checks_mirrored_files_like_built_ones(sandbox: Sandbox, upstream
     target = channel.files / "leaf-2.0-py3-none-any.whl"
     target.write_bytes(target.read_bytes()[:-1] + b"X")
     assert verify(channel) == [f"{channel.name}/leaf-2.0-py3-none-any.whl: sha256 differs from the page"]
+
+
+def test_a_killed_mirrors_download_is_noted_by_verify_and_removed_by_repair(cli: CliRunner, sandbox: Sandbox, tmp_path: Path) -> None:
+    root = sandbox.output / "index"
+    publish(Channel(root, "cpu"), built_app(sandbox))
+    blobs = Blobs(root)
+    stale = blobs.incoming / ".wm-tmp-torch-2.13.0.whl.x1.part"
+    live = blobs.incoming / ".wm-tmp-nvidia_cublas.whl.x2.part"
+    for path in (stale, live):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"half a download")
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    checked = cli("--output", str(sandbox.output), "index", "verify")
+    assert checked.code == 0, checked.err
+    assert f"note: store: {stale.name}, left by an interrupted mirror" in checked.out
+    assert live.name not in checked.out  # still being written, for all it knows
+    repaired = cli("--output", str(sandbox.output), "index", "repair")
+    assert repaired.code == 0, repaired.err
+    assert f"store: removed {stale.name}" in repaired.out
+    assert not stale.exists() and live.exists()

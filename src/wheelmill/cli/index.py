@@ -11,6 +11,7 @@ from rich.console import Console
 from wheelmill.cli.common import Commands, load_inputs, positive
 from wheelmill.errors import IndexStoreError, SelectionError, UsageError, did_you_mean
 from wheelmill.index import consumer
+from wheelmill.index.blobs import Blobs
 from wheelmill.index.remote import Remote, upload
 from wheelmill.index.serve import IDLE_TIMEOUT, PER_CLIENT, make_server
 from wheelmill.index.store import Channel, channel_dirs, channel_names, publish, repair, set_yanked, usage
@@ -163,6 +164,8 @@ def cmd_verify(args: argparse.Namespace, settings: Settings, console: Console) -
         console.print(f"{channel.name}: {verdict}", highlight=False)
         for note in notes:
             console.print(f"  note: {note} (the next write, or `wheelmill index repair`, removes it)", highlight=False)
+    for leftover in Blobs(settings.index).stale_downloads():
+        console.print(f"  note: store: {leftover.name}, left by an interrupted mirror (`wheelmill index repair` removes it)", highlight=False)
     if problems:
         more = f" and {len(problems) - 5} more" if len(problems) > 5 else ""
         raise IndexStoreError("index verify: " + "; ".join(problems[:5]) + more, fix="run `wheelmill index repair`, then republish what it reports")
@@ -170,6 +173,9 @@ def cmd_verify(args: argparse.Namespace, settings: Settings, console: Console) -
 
 
 def cmd_repair(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    for leftover in Blobs(settings.index).stale_downloads():
+        leftover.unlink(missing_ok=True)
+        console.print(f"store: removed {leftover.name}, left by an interrupted mirror", highlight=False)
     for channel in _channels(args, settings):
         for done in repair(channel):
             console.print(f"{channel.name}: {done}", highlight=False)

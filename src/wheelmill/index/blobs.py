@@ -10,6 +10,7 @@ never changed, only added.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from wheelmill.config import format_size
 from wheelmill.files import copy_atomic
 
 STORE_DIR = ".store"
+STALE_AFTER = 600.0  # seconds without a write: a download's leftover, not a download
 
 
 class Blobs:
@@ -43,6 +45,14 @@ class Blobs:
             blob.parent.mkdir(parents=True, exist_ok=True)
             copy_atomic(source, blob, tmp_dir=tmp_dir)
         return blob
+
+    def stale_downloads(self, *, idle: float = STALE_AFTER) -> list[Path]:
+        """What killed mirrors left in ``incoming``: files nothing wrote to for ``idle``
+        seconds (a download in progress writes all the time)."""
+        if not self.incoming.is_dir():
+            return []
+        now = time.time()
+        return sorted(p for p in self.incoming.rglob("*") if p.is_file() and now - p.stat().st_mtime > idle)
 
     def all(self) -> Iterator[Path]:
         return (p for p in self.root.glob("??/*") if p.is_file()) if self.root.is_dir() else iter(())
