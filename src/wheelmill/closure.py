@@ -61,6 +61,7 @@ class ClosureInputs:
     torch: str  # the exact version the cell built against
     wheels: tuple[Path, ...]  # what the cell published (or would)
     sources: PackageSources  # what the build resolved its env from
+    toolkit: tuple[str, ...] = ()  # the variant's toolkit wheels (pinned): the devel image installs them
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,7 +117,7 @@ class Mirrored:
         return f"{', '.join(parts) or 'nothing to mirror'} in channel {self.channel}; downloaded {format_size(self.fetched_bytes)}"
 
 
-def inputs_of_report(report: Path, *, index: Path, glibc: str) -> ClosureInputs:
+def inputs_of_report(report: Path, *, index: Path, glibc: str, toolkit: tuple[str, ...] = ()) -> ClosureInputs:
     """The closure inputs of a cell built earlier, from its report: the wheels it delivered
     (found beside the report, still the bytes it tested: reports travel between machines),
     the torch it built against, the sources it used."""
@@ -142,6 +143,7 @@ def inputs_of_report(report: Path, *, index: Path, glibc: str) -> ClosureInputs:
         torch=torch,
         wheels=tuple(paths),
         sources=PackageSources.from_uv_args(list(args), f"the sources of {report}"),
+        toolkit=toolkit,
     )
 
 
@@ -170,12 +172,12 @@ def _glibc(platform: str) -> tuple[int, int] | None:
 
 def requirements(inputs: ClosureInputs) -> list[str]:
     """Each published wheel at its version, and the torch the cell built against (unless
-    the cell built torch itself: then that one)."""
+    the cell built torch itself: then that one); then the variant's toolkit wheels."""
     pins = {}
     for wheel in inputs.wheels:
         name, version, *_ = parse_wheel_filename(wheel.name)
         pins[name] = f"{name}=={version}"
-    return [*sorted(pins.values()), *([] if "torch" in pins else [f"torch=={inputs.torch}"])]
+    return [*sorted(pins.values()), *([] if "torch" in pins else [f"torch=={inputs.torch}"]), *inputs.toolkit]
 
 
 def built_wheels(inputs: ClosureInputs) -> dict[str, tuple[Path, str]]:

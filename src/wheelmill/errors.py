@@ -158,6 +158,13 @@ class IndexWriteError(WheelmillError):
     exit_code = 19
 
 
+class ImageError(WheelmillError):
+    """An image could not be built, or one built fails its smoke tests; what this command
+    built is removed again."""
+
+    exit_code = 20
+
+
 class InternalError(WheelmillError):
     """Something wheelmill did not expect: a bug. The traceback goes to a log, never to the
     terminal; the line says where."""

@@ -37,7 +37,7 @@ def test_html_page_carries_every_pep_attribute() -> None:
     assert 'href="../../files/torch_ext-1.0%2Bcu118-cp311-cp311-manylinux_2_28_x86_64.whl#sha256=' + "a" * 64 + '"' in page
     assert 'data-requires-python="&gt;=3.9"' in page
     assert f'data-core-metadata="sha256={"b" * 64}"' in page
-    assert f'data-dist-info-metadata="sha256={"b" * 64}"' in page
+    assert "dist-info-metadata" not in page  # PEP 714: the old name crashes pip 22.3 to 23.0
     assert 'data-yanked="broken kernel"' in page
     assert '<meta name="pypi:repository-version" content="1.1">' in page
 

@@ -129,7 +129,7 @@ def mirror_cells(reports: list[Path], settings: Settings, console: Console) -> N
     backend = envs.backend(settings.env_backend, HostRunner())
     for report in reports:
         (cell,) = matrix.select([report.parent.name])
-        inputs = inputs_of_report(report, index=settings.index, glibc=cell.variant.glibc)
+        inputs = inputs_of_report(report, index=settings.index, glibc=cell.variant.glibc, toolkit=cell.variant.toolkit_wheels)
         with StepLog(report.parent / "logs" / "mirror.log") as log:
             found = resolve(inputs, backend=backend, log=log, work=report.parent / "build" / "closure", lock=report.parent / LOCK_NAME)
             console.print(f"{cell.id}: closure: {found.describe()}", highlight=False)

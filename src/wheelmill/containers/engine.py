@@ -63,11 +63,58 @@ class Engine:
         extra = ["--time", "0"] if self.name is EngineName.PODMAN else []
         return [self.binary, "rm", "--force", *extra, container]
 
-    def build(self, *, tag: str, containerfile: Path, context: Path, build_args: Mapping[str, str]) -> list[str]:
+    def build(self, *, tag: str, containerfile: Path, context: Path, build_args: Mapping[str, str], labels: Mapping[str, str] | None = None) -> list[str]:
         argv = [self.binary, "build", "--tag", tag, "--file", str(containerfile), "--network", "host"]
         for key in sorted(build_args):
             argv += ["--build-arg", f"{key}={build_args[key]}"]
+        for key in sorted(labels or {}):
+            argv += ["--label", f"{key}={(labels or {})[key]}"]
         return [*argv, str(context)]
+
+    def run(
+        self,
+        *,
+        image: str,
+        argv: Sequence[str],
+        network: str = "none",
+        env_keys: Sequence[str] = (),
+        mounts: Sequence[Mount] = (),
+        name: str | None = None,
+        ip: str | None = None,
+    ) -> list[str]:
+        """A one-off container that runs ``argv`` and is removed; ``network``: none, host,
+        or an engine network (with a fixed ``ip`` on it)."""
+        out = [self.binary, "run", "--rm", "--network", network, *(["--name", name] if name else []), *(["--ip", ip] if ip else [])]
+        for key in env_keys:
+            out += ["--env", key]
+        for mount in mounts:
+            out += ["--volume", mount.volume()]
+        return [*out, image, *argv]
+
+    def network_create(self, name: str, subnet: str) -> list[str]:
+        return [self.binary, "network", "create", "--subnet", subnet, name]
+
+    def network_remove(self, name: str) -> list[str]:
+        return [self.binary, "network", "rm", "--force", name] if self.name is EngineName.PODMAN else [self.binary, "network", "rm", name]
+
+    def remove_image(self, tag: str) -> list[str]:
+        return [self.binary, "rmi", "--force", tag]
+
+    def image_size(self, tag: str) -> list[str]:
+        return [self.binary, "image", "inspect", "--format", "{{.Size}}", tag]
+
+    def tag(self, source: str, target: str) -> list[str]:
+        return [self.binary, "tag", source, target]
+
+    def push(self, reference: str, *, digest_file: Path, insecure: bool) -> list[str]:
+        """Push ``reference``; podman writes the pushed digest to ``digest_file`` (docker's is
+        read back with ``repo_digests``)."""
+        if self.name is EngineName.PODMAN:
+            return [self.binary, "push", *(["--tls-verify=false"] if insecure else []), "--digestfile", str(digest_file), reference]
+        return [self.binary, "push", reference]
+
+    def repo_digests(self, reference: str) -> list[str]:
+        return [self.binary, "image", "inspect", "--format", "{{range .RepoDigests}}{{println .}}{{end}}", reference]
 
     def image_id(self, tag: str) -> list[str]:
         return [self.binary, "image", "inspect", "--format", "{{.Id}}", tag]

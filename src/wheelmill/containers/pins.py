@@ -56,6 +56,7 @@ class Pins:
     suites: Mapping[str, str]  # variant name -> Debian suite, where not the default
     variant: str
     pythons: Mapping[str, PythonSource]
+    runtime_packages: Mapping[str, tuple[str, ...]]  # Debian suite -> the runtime images' packages
 
     def suite_for(self, variant: str) -> str:
         return self.suites.get(variant, self.suite)
@@ -82,6 +83,7 @@ def load_pins(file: Path) -> Pins:
             suites=dict(bootstrap.get("suites", {})),
             variant=bootstrap["variant"],
             pythons=pythons,
+            runtime_packages={suite: tuple(map(str, names)) for suite, names in data.get("runtime", {}).get("packages", {}).items()},
         )
     except KeyError as exc:
         raise ConfigError(f"{file}: missing key {exc}", fix="see the keys at the top of containers/pins.toml") from None

@@ -1,12 +1,13 @@
 """The pages of a channel, rendered from values: PEP 503 HTML and PEP 691 JSON.
 
 Every file link carries its sha256 (PEP 503), ``requires-python``, the hash of its
-``.metadata`` sidecar (PEP 658 ``data-dist-info-metadata`` and PEP 714 ``data-core-metadata``,
-both), its yank reason (PEP 592); the JSON adds ``versions``, ``size`` and ``upload-time``
+``.metadata`` sidecar under PEP 714's name only (``core-metadata``: pip 22.3 to 23.0, the pip
+of Debian bookworm's and bullseye's CPythons, crashes on the older ``dist-info-metadata``
+in JSON, which is why PEP 714 renamed it), its yank reason (PEP 592); the JSON adds ``versions``, ``size`` and ``upload-time``
 (PEP 700). A file wheelmill mirrored rather than built says where it came from, in a
 private key of the JSON (``_mirrored-from``, PEP 691 reserves leading underscores for
-such) and a ``data-mirrored-from`` attribute of its link. File URLs are relative and percent-encoded, so ``+`` in a local version label
-reaches the file on servers that read ``+`` as a space (S3).
+such) and a ``data-mirrored-from`` attribute of its link. File URLs are relative and
+percent-encoded, so ``+`` in a local version label reaches the file on servers that read ``+`` as a space (S3).
 """
 
 from __future__ import annotations
@@ -55,7 +56,6 @@ class FileEntry:
             "hashes": {"sha256": self.sha256},
             "requires-python": self.requires_python,
             "core-metadata": {"sha256": self.metadata_sha256},
-            "dist-info-metadata": {"sha256": self.metadata_sha256},
             "yanked": self.yanked or (self.yanked is not None),
             "size": self.size,
             "upload-time": self.upload_time,
@@ -118,7 +118,6 @@ def _link(f: FileEntry) -> str:
     if f.requires_python:
         attrs.append(f'data-requires-python="{html.escape(f.requires_python)}"')
     attrs.append(f'data-core-metadata="sha256={f.metadata_sha256}"')
-    attrs.append(f'data-dist-info-metadata="sha256={f.metadata_sha256}"')
     if f.yanked is not None:
         attrs.append(f'data-yanked="{html.escape(f.yanked)}"')
     if f.mirrored_from is not None:

@@ -29,6 +29,7 @@ def closure_inputs(ctx: StepContext) -> ClosureInputs:
         torch=ctx.done.get(BuildEnv).pins["torch"],
         wheels=tuple(published),
         sources=ctx.done.get(Sources).packages,
+        toolkit=plan.cell.variant.toolkit_wheels,
     )
 
 

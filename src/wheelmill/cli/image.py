@@ -1,0 +1,203 @@
+"""``wheelmill image build``: a cell's runtime or devel image (and the extras image on it)
+from the cell's channel alone, smoke-tested in tiers, optionally pushed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from wheelmill.cli.common import Commands, load_inputs
+from wheelmill.config import format_size
+from wheelmill.containers import images
+from wheelmill.containers.editions import (
+    BuiltImage,
+    CellOutput,
+    Edition,
+    ImageSpec,
+    build_images,
+    missing_from_channel,
+    plan_images,
+    push,
+    read_cell_output,
+    remove,
+)
+from wheelmill.containers.engine import Engine, detect
+from wheelmill.containers.pins import load_pins
+from wheelmill.containers.smoke import Smoke
+from wheelmill.errors import ConfigError, ImageError, UsageError
+from wheelmill.files import write_atomic
+from wheelmill.index.serve import make_server
+from wheelmill.index.store import Channel
+from wheelmill.process import StepLog, capture
+from wheelmill.settings import Settings
+
+
+def register(commands: Commands) -> None:
+    image = commands.add_parser("image", help="container images that install from a cell's channel alone")
+    actions = image.add_subparsers(dest="action", required=True, parser_class=type(image))
+    build = actions.add_parser("build", help="build a cell's runtime or devel image (and its extras image), smoke-test it, push it")
+    build.add_argument("--cell", required=True, help="a built cell, e.g. cpu-py311")
+    build.add_argument("--edition", required=True, choices=[e.value for e in Edition], help="runtime: no compiler; devel: a compiler, ninja and the toolkit")
+    build.add_argument("--extras", action="store_true", help="also the extras image: the edition with the cell's extension wheels")
+    build.add_argument("--push", metavar="REGISTRY", help="push every image built to this registry (host[:port][/path]) and record its digest")
+    build.add_argument("--engine", choices=("auto", "podman", "docker"), default=None, help="default $WHEELMILL_ENGINE or auto")
+    build.add_argument("--access-log", type=Path, help="the loopback index's access log (default <cell>/logs/image-index-access.log)")
+    build.set_defaults(func=cmd_image_build)
+
+
+def cmd_image_build(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    matrix, _recipes = load_inputs(settings)
+    cells = matrix.select([args.cell])
+    if len(cells) != 1:
+        raise UsageError(f"image build: --cell {args.cell} names {len(cells)} cells", fix="name one cell")
+    cell = cells[0]
+    cell_dir = settings.output.resolve() / cell.id
+    output = read_cell_output(cell_dir / "report.json", cell)
+    commit = _commit(settings.root)
+    edition = Edition(args.edition)
+    containers = settings.root / "containers"
+    pins = load_pins(containers / "pins.toml")
+    builder = images.choose(pins, cell.variant, cell.python, containers=containers, policy="bootstrap")
+    packages = pins.runtime_packages.get(str(builder.base.suite))
+    if packages is None:
+        raise ConfigError(f"{pins.file}: runtime.packages: nothing for Debian {builder.base.suite}", fix="list the runtime packages of that suite")
+
+    def planned(index_url: str) -> tuple[ImageSpec, ...]:
+        return plan_images(
+            output, edition=edition, extras=args.extras, commit=commit, builder="", base=builder.base.reference,
+            runtime_packages=packages, index_url=index_url, containers=containers,
+        )  # fmt: skip
+
+    planned("")  # every tag is checked before anything runs
+    channel = Channel(settings.index, output.channel)
+    missing = missing_from_channel(output, channel)
+    if missing:
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        raise ImageError(
+            f"{cell.id}: channel {channel.name} lacks {', '.join(missing[:5])}{more}", fix=f"mirror the cell's closure: wheelmill mirror --cell {cell.id}"
+        )
+    engine = detect(args.engine or (settings.engine if settings.engine != "none" else "auto"))
+    if engine is None:
+        raise UsageError("image build: no container engine answers", fix="run scripts/setup --system (podman), or start docker")
+    with StepLog(cell_dir / "logs" / f"image-{edition.value}{'-extras' if args.extras else ''}.log") as log:
+        access_log = args.access_log or cell_dir / "logs" / "image-index-access.log"
+        built = _build(engine, output=output, builder=builder, planned=planned, settings=settings, log=log, console=console, access_log=access_log)
+        try:
+            built = [_smoked(engine, image, output=output, channel=channel, log=log, console=console) for image in built]
+            if args.push:
+                built = [push(engine, image, args.push, log=log) for image in built]
+        except BaseException:
+            remove(engine, [b.spec.reference for b in built])
+            raise
+    _record(cell_dir / "images.json", built)
+    _summary(console, built)
+    return 0
+
+
+def _commit(root: Path) -> str:
+    done = capture(["git", "-C", str(root), "rev-parse", "HEAD"], timeout=30)
+    commit = done.stdout.strip()
+    if done.returncode != 0 or len(commit) != 40:
+        raise ConfigError(f"{root}: not a git checkout: an image is tagged with its commit", fix="build images from a clone of the repository")
+    return commit
+
+
+def _build(
+    engine: Engine,
+    *,
+    output: CellOutput,
+    builder: images.BuilderImage,
+    planned: Callable[[str], tuple[ImageSpec, ...]],
+    settings: Settings,
+    log: StepLog,
+    console: Console,
+    access_log: Path,
+) -> list[BuiltImage]:
+    """The cell's builder image (its CPython), then the images, while the index is served on
+    loopback for them to install from."""
+
+    def say(line: str) -> None:
+        console.print(f"  {line}", highlight=False, markup=False)
+
+    ready = images.ensure_image(
+        engine, builder, mirror=images.debian_mirror(settings.debian_mirror), work=settings.output.resolve() / ".work", log=log, on_line=log.write
+    )
+    access_log.parent.mkdir(parents=True, exist_ok=True)
+    with access_log.open("a", encoding="utf-8") as handle:
+        server = make_server(settings.index, "127.0.0.1", 0, handle)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            url = f"http://127.0.0.1:{server.server_address[1]}/{output.channel}/simple/"
+            say(f"serving {output.channel} at {url} for the images to install from (access log {access_log})")
+            specs = planned(url)
+            specs = tuple(_with_builder(s, ready.tag) for s in specs)
+            return build_images(engine, specs, log=log, on_line=lambda line: log.write(line) if not line.startswith("building ") else say(line))
+        finally:
+            server.shutdown()
+            server.server_close()
+
+
+def _with_builder(spec: ImageSpec, builder: str) -> ImageSpec:
+    if "BUILDER" not in spec.build_args:
+        return spec
+    return ImageSpec(
+        kind=spec.kind, reference=spec.reference, containerfile=spec.containerfile, build_args={**spec.build_args, "BUILDER": builder}, labels=spec.labels
+    )
+
+
+def _smoked(engine: Engine, image: BuiltImage, *, output: CellOutput, channel: Channel, log: StepLog, console: Console) -> BuiltImage:
+    """Every tier on the image; the lines they printed, kept with it."""
+    console.print(f"smoke-testing {image.spec.reference}", highlight=False)
+    smoke = Smoke(engine, image.spec.reference, log=log, on_line=lambda line: console.print(f"  {line}", highlight=False, markup=False))
+    extras = image.spec.kind.endswith("-extras")
+    modules = sorted({m for w in output.wheels for m in top_level(channel.files / w.filename)}) if extras else []
+    smoke.imports(output.torch, modules)
+    if image.spec.kind == Edition.RUNTIME.value:
+        smoke.no_compiler()
+    if image.spec.kind == Edition.DEVEL.value:
+        smoke.compiles()
+    smoke.standalone()
+    smoke.pytorchjob(trainer_v2=False)
+    smoke.pytorchjob(trainer_v2=True)
+    return BuiltImage(spec=image.spec, image_id=image.image_id, size=image.size, smoke=tuple(smoke.said), pushed=image.pushed)
+
+
+def top_level(wheel: Path) -> set[str]:
+    """The importable top-level names a wheel installs (its packages and modules)."""
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+    found = set()
+    for name in names:
+        head, _, rest = name.partition("/")
+        if head.endswith((".dist-info", ".data", ".libs")):
+            continue
+        if rest == "__init__.py" or (not rest and head.endswith((".py", ".so"))):
+            found.add(head.split(".", 1)[0])
+    return found
+
+
+def _record(path: Path, built: list[BuiltImage]) -> None:
+    """``<cell>/images.json``: every image built for the cell, the newest of each kind."""
+    try:
+        known = {entry["kind"]: entry for entry in json.loads(path.read_text(encoding="utf-8"))["images"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        known = {}
+    known |= {image.spec.kind: image.as_dict() for image in built}
+    write_atomic(path, (json.dumps({"images": list(known.values())}, indent=2) + "\n").encode())
+
+
+def _summary(console: Console, built: list[BuiltImage]) -> None:
+    table = Table(title="images", title_justify="left")
+    for column in ("kind", "image", "size", "pushed"):
+        table.add_column(column, overflow="fold")
+    for image in built:
+        table.add_row(image.spec.kind, image.spec.reference, format_size(image.size), image.pushed or "-")
+    Console(highlight=False, width=max(console.width, 200)).print(table)

@@ -1,0 +1,144 @@
+"""Images from the index, planned without an engine: tags that say what is inside and stay
+within 128 characters, labels with the channel and every wheel's sha256, the chain of
+images, the constraint, and the bad input `wheelmill image build` refuses before building."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CliRunner
+from tests.sandbox import Sandbox
+from tests.wheels import make_wheel
+from wheelmill.containers.editions import CellOutput, Delivered, Edition, image_tag, missing_from_channel, plan_images, read_cell_output
+from wheelmill.containers.engine import Engine, EngineName
+from wheelmill.errors import ConfigError, PrecheckError
+from wheelmill.index.store import Channel, publish
+from wheelmill.matrix import Matrix, load_matrix
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.fixture
+def matrix() -> Matrix:
+    return load_matrix(ROOT / "recipes" / "matrix.toml")
+
+
+def output(matrix: Matrix, cell: str = "cpu-py311", torch: str = "2.13.0+cpu") -> CellOutput:
+    (found,) = matrix.select([cell])
+    wheels = (
+        Delivered(project="example-cpp-ops", version="0.1.0+cpu", filename="example_cpp_ops-0.1.0+cpu-cp311-cp311-manylinux_2_24_x86_64.whl", sha256="a" * 64),
+        Delivered(project="torchsort", version="0.1.10+cpu", filename="torchsort-0.1.10+cpu-cp311-cp311-manylinux_2_31_x86_64.whl", sha256="b" * 64),
+    )
+    return CellOutput(cell=found, channel="cpu", torch=torch, wheels=wheels, closure=None)
+
+
+def plan(matrix: Matrix, edition: Edition, *, extras: bool, cell: str = "cpu-py311", torch: str = "2.13.0+cpu") -> list[dict[str, object]]:
+    specs = plan_images(
+        output(matrix, cell, torch),
+        edition=edition,
+        extras=extras,
+        commit=COMMIT,
+        builder="localhost/wheelmill-builder:builder-py311-0123",
+        base="localhost/wheelmill-base:bullseye-minbase",
+        runtime_packages=("libssl1.1",),
+        index_url="http://127.0.0.1:8080/cpu/simple/",
+        containers=ROOT / "containers",
+    )
+    return [{"kind": s.kind, "tag": s.tag, "file": s.containerfile.parent.name, "args": dict(s.build_args), "labels": dict(s.labels)} for s in specs]
+
+
+def test_tags_say_what_is_inside(matrix: Matrix) -> None:
+    (cuda,) = matrix.select(["cuda130-py311"])
+    assert image_tag(COMMIT, "devel", cuda, "2.14.1") == "0123456-devel-cuda13.0.2-torch2.14.1-py3.11"
+    (cpu,) = matrix.select(["cpu-py311"])
+    assert image_tag(COMMIT, "runtime-extras", cpu, "2.13.0+cpu") == "0123456-runtime-extras-cpu-torch2.13.0-py3.11"
+
+
+def test_a_tag_over_128_characters_is_refused(matrix: Matrix) -> None:
+    (cpu,) = matrix.select(["cpu-py311"])
+    with pytest.raises(ConfigError, match=r"would be 1\d\d characters, over the 128 a registry accepts"):
+        image_tag(COMMIT, "runtime", cpu, "2.13.0.dev" + "1" * 100)
+
+
+def test_each_image_is_from_the_one_before_and_installs_from_the_channel_alone(matrix: Matrix) -> None:
+    runtime, devel, extras = plan(matrix, Edition.DEVEL, extras=True)
+    assert [runtime["kind"], devel["kind"], extras["kind"]] == ["runtime", "devel", "devel-extras"]
+    assert runtime["args"]["BASE"] == "localhost/wheelmill-base:bullseye-minbase"  # type: ignore[index]
+    assert devel["args"]["RUNTIME"] == f"localhost/wheelmill:{runtime['tag']}"  # type: ignore[index]
+    assert extras["args"]["EDITION"] == f"localhost/wheelmill:{devel['tag']}"  # type: ignore[index]
+    for spec in (runtime, devel, extras):
+        assert spec["args"]["INDEX_URL"] == "http://127.0.0.1:8080/cpu/simple/"  # type: ignore[index]
+    # torch and every wheel wheelmill built are pinned in the constraint file pip reads.
+    assert runtime["args"]["CONSTRAINTS"] == "torch==2.13.0+cpu example-cpp-ops==0.1.0+cpu torchsort==0.1.10+cpu"  # type: ignore[index]
+    assert extras["args"]["WHEELS"] == "example-cpp-ops==0.1.0+cpu torchsort==0.1.10+cpu"  # type: ignore[index]
+    labels = extras["labels"]
+    assert labels["io.wheelmill.channel"] == "cpu" and labels["org.opencontainers.image.revision"] == COMMIT  # type: ignore[index]
+    assert json.loads(labels["io.wheelmill.wheels"])["torchsort-0.1.10+cpu-cp311-cp311-manylinux_2_31_x86_64.whl"] == "b" * 64  # type: ignore[index]
+
+
+def test_a_runtime_image_without_extras_is_one_image(matrix: Matrix) -> None:
+    assert [s["kind"] for s in plan(matrix, Edition.RUNTIME, extras=False)] == ["runtime"]
+    assert [s["kind"] for s in plan(matrix, Edition.RUNTIME, extras=True)] == ["runtime", "runtime-extras"]
+
+
+def test_the_cuda_devel_image_installs_the_variants_toolkit_wheels(matrix: Matrix) -> None:
+    devel = plan(matrix, Edition.DEVEL, extras=False, cell="cuda130-py311", torch="2.14.1")[1]
+    assert devel["args"]["TOOLKIT"].split() == list(matrix.variants["cuda130"].toolkit_wheels)  # type: ignore[index]
+
+
+def test_what_the_channel_lacks_is_listed(matrix: Matrix, tmp_path: Path) -> None:
+    channel = Channel(tmp_path / "index", "cpu")
+    publish(channel, make_wheel(tmp_path, "torchsort", "0.1.10+cpu", tag="py3-none-any"))
+    assert missing_from_channel(output(matrix), channel) == ["example-cpp-ops==0.1.0+cpu", "torch==2.13.0+cpu"]
+
+
+def test_a_cell_never_built_is_a_one_line_error(matrix: Matrix, tmp_path: Path) -> None:
+    (cell,) = matrix.select(["cpu-py311"])
+    with pytest.raises(PrecheckError, match=r"cpu-py311: never built here .*") as raised:
+        read_cell_output(tmp_path / "cpu-py311" / "report.json", cell)
+    assert raised.value.fix == "build it first: wheelmill build --cell cpu-py311"
+
+
+def test_engine_commands_for_images() -> None:
+    podman, docker = Engine(name=EngineName.PODMAN, binary="podman"), Engine(name=EngineName.DOCKER, binary="docker")
+    built = podman.build(tag="t", containerfile=Path("c/Containerfile"), context=Path("c"), build_args={"A": "1"}, labels={"x.y": "z"})
+    assert built == ["podman", "build", "--tag", "t", "--file", "c/Containerfile", "--network", "host", "--build-arg", "A=1", "--label", "x.y=z", "c"]
+    run = docker.run(image="i", argv=["torchrun", "s.py"], network="net", ip="10.0.0.2", env_keys=["RANK"])
+    assert run == ["docker", "run", "--rm", "--network", "net", "--ip", "10.0.0.2", "--env", "RANK", "i", "torchrun", "s.py"]
+    assert podman.push("r/w:t", digest_file=Path("d"), insecure=True) == ["podman", "push", "--tls-verify=false", "--digestfile", "d", "r/w:t"]
+    assert docker.push("r/w:t", digest_file=Path("d"), insecure=True) == ["docker", "push", "r/w:t"]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "says"),
+    [
+        (["--edition", "slim"], 2, "argument --edition: invalid choice: 'slim'"),
+        (["--edition", "runtime"], 5, "never built here"),
+    ],
+)
+def test_bad_input_to_image_build_is_one_line(cli: CliRunner, tmp_path: Path, args: list[str], code: int, says: str) -> None:
+    result = cli("--recipes", str(ROOT / "recipes"), "--output", str(tmp_path / "out"), "image", "build", "--cell", "cpu-py311", *args)
+    assert result.code == code
+    (line,) = result.err.splitlines()
+    assert says in line and "; fix: " in line, line
+
+
+def test_a_channel_missing_a_package_is_exit_20_before_anything_is_built(cli: CliRunner, tmp_path: Path) -> None:
+    sandbox = Sandbox(tmp_path / "repo")
+    wheel = make_wheel(sandbox.output / sandbox.cell("cpu") / "dist", "app", "1.0+cpu", tag="py3-none-any")
+    report = {
+        "status": "ok",
+        "channel": "cpu",
+        "facts": {"torch": {"version": "2.13.0+cpu"}},
+        "recipes": [{"name": "app", "wheel": {"name": wheel.name, "sha256": "c" * 64}}],
+    }
+    (sandbox.output / sandbox.cell("cpu") / "report.json").write_text(json.dumps(report))
+    publish(Channel(sandbox.output / "index", "cpu"), wheel)
+    result = cli("--recipes", str(ROOT / "recipes"), "--output", str(sandbox.output), "image", "build", "--cell", "cpu-py311", "--edition", "runtime")
+    assert result.code == 20, result.err
+    (line,) = result.err.splitlines()
+    assert "channel cpu lacks torch==2.13.0+cpu" in line and "fix: mirror the cell's closure: wheelmill mirror --cell cpu-py311" in line
