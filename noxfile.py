@@ -1,5 +1,6 @@
 """wheelmill's sessions: one ``build-<cell>`` per supported cell of recipes/matrix.toml,
-plus ``tests`` and ``lint``. Each session is one call into the package.
+``image-<cell>-runtime`` and ``image-<cell>-devel`` for its images, plus ``tests`` and
+``lint``. Each session is one call into the package.
 
 Run them from the environment scripts/setup makes: ``.venv/bin/nox -l``.
 """
@@ -37,8 +38,18 @@ def _build_session(cell_id: str) -> None:
     nox.session(name=f"build-{cell_id}", python=False)(build)
 
 
+def _image_session(cell_id: str, edition: str) -> None:
+    def image(session: nox.Session) -> None:
+        _wheelmill(session, "image", "build", "--cell", cell_id, "--edition", edition, "--extras", *session.posargs)
+
+    image.__doc__ = f"The {edition} image of {cell_id} and its extras image, from its channel, smoke-tested (-- --push REGISTRY to push)."
+    nox.session(name=f"image-{cell_id}-{edition}", python=False)(image)
+
+
 for _cell in load_matrix(ROOT / "recipes" / "matrix.toml").cells:
     _build_session(_cell.id)
+    for _edition in ("runtime", "devel"):
+        _image_session(_cell.id, _edition)
 
 
 @nox.session(python=False)

@@ -1,0 +1,164 @@
+"""Images from the index, for real: after the CPU cell's build, `nox -s image-cpu-py311-runtime`
+builds the runtime and extras images with podman from the cell's channel alone (the served
+index's access log shows every file), runs every smoke tier, pushes them to Debian's
+docker-registry on loopback and pulls them back by digest; the devel image compiles an
+extension inside itself; and an image that cannot be built leaves none behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.ports import free_port
+from wheelmill.index.serve import parse_access_log
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def podman() -> str:
+    found = shutil.which("podman")
+    if found is None:
+        pytest.skip("podman is not installed (scripts/setup --system installs it)")
+    return found
+
+
+def nox(session: str, output: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": "podman"}
+    command = [sys.executable, "-m", "nox", "--no-color", "-s", session, *(["--", *args] if args else [])]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3000, check=False)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The CPU cell, one recipe, built on this machine and published with its closure."""
+    podman()
+    output = tmp_path_factory.mktemp("images")
+    env = {**os.environ, "WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": "none"}
+    done = subprocess.run(
+        [sys.executable, "-m", "wheelmill", "build", "--cell", "cpu-py311", "--recipe", "example-cpp-ops"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    return output
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Iterator[str]:
+    binary = shutil.which("docker-registry", path="/usr/bin:/usr/sbin")
+    if binary is None:
+        pytest.skip("docker-registry is not installed (scripts/setup --system installs it)")
+    port = free_port()
+    config = tmp_path / "registry.yml"
+    config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp_path / 'store'}\nhttp:\n  addr: 127.0.0.1:{port}\n")
+    server = subprocess.Popen([binary, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def images(output: Path) -> list[dict[str, object]]:
+    data: list[dict[str, object]] = json.loads((output / "cpu-py311" / "images.json").read_text())["images"]
+    return data
+
+
+def remove(*references: str) -> None:
+    subprocess.run([podman(), "rmi", "--force", *references], capture_output=True, check=False)
+
+
+def test_runtime_and_extras_images_install_from_the_channel_alone_and_pass_every_tier(built: Path, registry: str) -> None:
+    done = nox("image-cpu-py311-runtime", built, "--push", registry)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    out = done.stdout
+    made = {str(i["kind"]): i for i in images(built)}
+    try:
+        assert set(made) == {"runtime", "runtime-extras"}
+        for image in made.values():
+            tag = str(image["reference"]).rsplit(":", 1)[1]
+            assert len(tag) <= 128 and tag.endswith("-cpu-torch2.13.0-py3.11"), tag
+            labels = image["labels"]
+            assert isinstance(labels, dict) and labels["io.wheelmill.channel"] == "cpu" and labels["io.wheelmill.torch"] == "2.13.0+cpu"
+        assert "-runtime-extras-" in str(made["runtime-extras"]["reference"])
+        extras = made["runtime-extras"]["labels"]
+        assert isinstance(extras, dict)
+        (wheel, sha256), *_ = json.loads(extras["io.wheelmill.wheels"]).items()
+        assert wheel.startswith("example_cpp_ops-0.1.0+cpu-") and len(sha256) == 64
+        # (a) imports, pip check, gloo, the constraint; (b) torchrun; (c) PyTorchJob, v1 and Trainer v2.
+        assert out.count("imports: torch 2.13.0+cpu, gloo available") == 2
+        assert "imports: torch 2.13.0+cpu, gloo available, example_cpp_ops" in out
+        assert out.count("pip check: no broken requirements") == 2
+        assert out.count("pip install torch==2.12.0 refused by /etc/pip/constraint.txt") == 2
+        assert "no compiler: cc, gcc, g++, c++, clang absent" in out
+        assert out.count("torchrun --standalone, 2 processes: all-reduce over gloo") == 4
+        assert out.count("PyTorchJob (v1 MASTER_*/PET_*)") == 4 and out.count("PyTorchJob (Trainer v2 PET_*)") == 4
+        assert out.count("sum 3 (expected 3)") == 12
+        # Every file the images installed came from the channel.
+        log = built / "cpu-py311" / "logs" / "image-index-access.log"
+        requests = parse_access_log(log.read_text().splitlines())
+        wheels = [path for path, _status, _size in requests if path.endswith(".whl")]
+        assert any("torch-2.13.0" in path for path in wheels) and any("example_cpp_ops" in path for path in wheels)
+        assert all(path.startswith("/cpu/") and status == 200 for path, status, _size in requests), requests
+        # Pushed, and pulled back by digest.
+        for image in made.values():
+            pushed = str(image["pushed"])
+            assert pushed.startswith(f"{registry}/wheelmill@sha256:"), pushed
+            remove(f"{registry}/wheelmill:{str(image['reference']).rsplit(':', 1)[1]}")
+            pulled = subprocess.run([podman(), "pull", "--tls-verify=false", pushed], capture_output=True, text=True, check=False)
+            assert pulled.returncode == 0, pulled.stderr
+            remove(pushed)
+    finally:
+        remove(*(str(i["reference"]) for i in made.values()))
+
+
+def wheelmill_image(output: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": "podman"}
+    command = [sys.executable, "-m", "wheelmill", "image", "build", "--cell", "cpu-py311", *args]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800, check=False)
+
+
+def test_the_devel_image_compiles_an_extension_inside_itself(built: Path) -> None:
+    done = wheelmill_image(built, "--edition", "devel")
+    made = [str(i["reference"]) for i in images(built)] if (built / "cpu-py311" / "images.json").is_file() else []
+    try:
+        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+        assert "extension built in the image: twice([1, 2]) = [2, 4]" in done.stdout
+    finally:
+        remove(*made)
+
+
+def test_an_image_that_cannot_be_built_leaves_none_behind(built: Path, tmp_path: Path) -> None:
+    """A channel that lacks a dependency pip needs (here: filelock, removed from the page):
+    the runtime image fails with pip's line and exit 20, and no image of it is left."""
+    project = built / "index" / "cpu" / "simple" / "filelock"
+    saved = tmp_path / "filelock"
+    shutil.copytree(project, saved)
+    for page in ("index.json", "index.html"):
+        text = (project / page).read_text()
+        (project / page).write_text(text.replace("filelock-4", "gone-filelock-4"))
+    closure = built / "cpu-py311" / "pylock.closure.toml"
+    closure.rename(closure.with_suffix(".hidden"))  # so the pre-check lets the build find out
+    try:
+        done = wheelmill_image(built, "--edition", "runtime")
+    finally:
+        shutil.rmtree(project)
+        shutil.copytree(saved, project)
+        closure.with_suffix(".hidden").rename(closure)
+    assert done.returncode == 20, (done.stdout + done.stderr)[-3000:]
+    (line,) = done.stderr.splitlines()
+    assert "failed: ERROR:" in line and "filelock" in line, line
+    listed = subprocess.run([podman(), "images", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True, check=True).stdout
+    assert "-runtime-cpu-torch2.13.0-py3.11" not in listed
