@@ -324,7 +324,14 @@ def test_a_killed_mirrors_download_is_noted_by_verify_and_removed_by_repair(cli:
     assert checked.code == 0, checked.err
     assert f"note: store: {stale.name}, left by an interrupted mirror" in checked.out
     assert live.name not in checked.out  # still being written, for all it knows
+    # A stored file no channel links to any more (a killed publish's, a pruned nightly's).
+    orphan = blobs.path_of("f" * 64)
+    orphan.parent.mkdir(parents=True)
+    orphan.write_bytes(b"x" * 1000)
+    os.utime(orphan, (time.time() - 3600, time.time() - 3600))
     repaired = cli("--output", str(sandbox.output), "index", "repair")
     assert repaired.code == 0, repaired.err
     assert f"store: removed {stale.name}" in repaired.out
-    assert not stale.exists() and live.exists()
+    assert "store: removed 1 stored files no channel holds (1000 B)" in repaired.out
+    assert not stale.exists() and live.exists() and not orphan.exists()
+    assert len(list(blobs.all())) == 1  # the app's, linked from the channel

@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from wheelmill.cli.common import Commands, load_inputs, positive
+from wheelmill.config import format_size
 from wheelmill.errors import IndexStoreError, SelectionError, UsageError, did_you_mean
 from wheelmill.index import consumer
 from wheelmill.index.blobs import Blobs
@@ -173,9 +174,16 @@ def cmd_verify(args: argparse.Namespace, settings: Settings, console: Console) -
 
 
 def cmd_repair(args: argparse.Namespace, settings: Settings, console: Console) -> int:
-    for leftover in Blobs(settings.index).stale_downloads():
+    blobs = Blobs(settings.index)
+    for leftover in blobs.stale_downloads():
         leftover.unlink(missing_ok=True)
         console.print(f"store: removed {leftover.name}, left by an interrupted mirror", highlight=False)
+    orphans = blobs.orphans()
+    freed = sum(p.stat().st_size for p in orphans)
+    for orphan in orphans:
+        orphan.unlink(missing_ok=True)
+    if orphans:
+        console.print(f"store: removed {len(orphans)} stored files no channel holds ({format_size(freed)})", highlight=False)
     for channel in _channels(args, settings):
         for done in repair(channel):
             console.print(f"{channel.name}: {done}", highlight=False)

@@ -54,6 +54,12 @@ class Blobs:
         now = time.time()
         return sorted(p for p in self.incoming.rglob("*") if p.is_file() and now - p.stat().st_mtime > idle)
 
+    def orphans(self, *, idle: float = STALE_AFTER) -> list[Path]:
+        """Stored files no channel links to any more (a nightly's pruned files, a killed
+        publish's blob), untouched for ``idle`` seconds (a publish links its blob at once)."""
+        now = time.time()
+        return sorted(p for p in self.all() if p.stat().st_nlink == 1 and now - p.stat().st_mtime > idle)
+
     def all(self) -> Iterator[Path]:
         return (p for p in self.root.glob("??/*") if p.is_file()) if self.root.is_dir() else iter(())
 

@@ -255,7 +255,9 @@ def publish(channel: Channel, wheel: Path, *, upload_time: str | None = None, mi
         if target.exists() and listed is not None and listed.built == (mirrored_from is None):
             return Published(channel=channel.name, project=info.name, filename=wheel.name, outcome=Outcome.UNCHANGED)
         replaced = [f for f in project.files if not f.built] if mirrored_from is None else []
-        blob = Blobs(channel.root).put(wheel, sha256, tmp_dir=channel.tmp)
+        blobs = Blobs(channel.root)
+        stored = blobs.holds(sha256)
+        blob = blobs.put(wheel, sha256, tmp_dir=channel.tmp)
         files: dict[Path, Content] = {channel.files / f"{wheel.name}.metadata": info.metadata}
         files |= {} if target.exists() else {target: Linked(blob)}
         entry = FileEntry(
@@ -269,7 +271,12 @@ def publish(channel: Channel, wheel: Path, *, upload_time: str | None = None, mi
             mirrored_from=mirrored_from,
         )
         kept = tuple(f for f in project.files if f not in replaced and f.filename != wheel.name)
-        channel.update(replace(project, files=(*kept, entry)), files)
+        try:
+            channel.update(replace(project, files=(*kept, entry)), files)
+        except OSError:
+            if not stored:  # what this publish stored goes with it: the index is as it was
+                blob.unlink(missing_ok=True)
+            raise
         for gone in (f for f in replaced if f.filename != wheel.name):  # the page first: no page lists a missing file
             (channel.files / f"{gone.filename}.metadata").unlink(missing_ok=True)
             (channel.files / gone.filename).unlink(missing_ok=True)
