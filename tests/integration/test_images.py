@@ -38,10 +38,11 @@ def nox(session: str, output: Path, *args: str) -> subprocess.CompletedProcess[s
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The CPU cell, one recipe, built on this machine and published with its closure."""
+    """The CPU cell, one recipe, built in its container (whose glibc is the images') and
+    published with its closure."""
     podman()
     output = tmp_path_factory.mktemp("images")
-    env = {**os.environ, "WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": "none"}
+    env = {**os.environ, "WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": "podman"}
     done = subprocess.run(
         [sys.executable, "-m", "wheelmill", "build", "--cell", "cpu-py311", "--recipe", "example-cpp-ops"],
         cwd=ROOT,

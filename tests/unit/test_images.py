@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import CliRunner
 from tests.sandbox import Sandbox
 from tests.wheels import make_wheel
-from wheelmill.containers.editions import CellOutput, Delivered, Edition, image_tag, missing_from_channel, plan_images, read_cell_output
+from wheelmill.containers.editions import CellOutput, Delivered, Edition, image_tag, missing_from_channel, plan_images, read_cell_output, too_new
 from wheelmill.containers.engine import Engine, EngineName
 from wheelmill.errors import ConfigError, PrecheckError
 from wheelmill.index.store import Channel, publish
@@ -88,6 +88,12 @@ def test_a_runtime_image_without_extras_is_one_image(matrix: Matrix) -> None:
 def test_the_cuda_devel_image_installs_the_variants_toolkit_wheels(matrix: Matrix) -> None:
     devel = plan(matrix, Edition.DEVEL, extras=False, cell="cuda130-py311", torch="2.14.1")[1]
     assert devel["args"]["TOOLKIT"].split() == list(matrix.variants["cuda130"].toolkit_wheels)  # type: ignore[index]
+
+
+def test_a_wheel_that_needs_a_newer_glibc_than_the_image_is_named(matrix: Matrix) -> None:
+    built = output(matrix)
+    assert too_new(built, "2.31") == []
+    assert too_new(built, "2.28") == ["torchsort-0.1.10+cpu-cp311-cp311-manylinux_2_31_x86_64.whl needs glibc 2.31"]
 
 
 def test_what_the_channel_lacks_is_listed(matrix: Matrix, tmp_path: Path) -> None:

@@ -144,7 +144,8 @@ def pull_request_problems(workflow: Workflow) -> list[str]:
 
 
 def secret_scope_problems(workflow: Workflow) -> list[str]:
-    """A secret reaches only the steps that talk to the index storage, through their env."""
+    """A secret reaches only the steps that talk to the index storage or log in to the image
+    registry, through their env."""
     problems = ["workflow: a secret at workflow level reaches every job"] if reads_secret({k: v for k, v in workflow.items() if k != "jobs"}) else []
     for name, job in jobs(workflow).items():
         if reads_secret({key: value for key, value in job.items() if key != "steps"}):
@@ -152,7 +153,7 @@ def secret_scope_problems(workflow: Workflow) -> list[str]:
         for step in steps(job):
             if reads_secret({key: value for key, value in step.items() if key != "env"}):
                 problems.append(f"{name}: {label(step)}: a secret outside the step's env")
-            if reads_secret(step.get("env")) and "aws s3" not in str(step.get("run", "")):
+            if reads_secret(step.get("env")) and not re.search(r"aws s3 |docker login |podman login ", str(step.get("run", ""))):
                 problems.append(f"{name}: {label(step)}: gets a secret but does not sync the index")
     return problems
 

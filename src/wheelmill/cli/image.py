@@ -27,6 +27,7 @@ from wheelmill.containers.editions import (
     push,
     read_cell_output,
     remove,
+    too_new,
 )
 from wheelmill.containers.engine import Engine, detect
 from wheelmill.containers.pins import load_pins
@@ -65,9 +66,16 @@ def cmd_image_build(args: argparse.Namespace, settings: Settings, console: Conso
     containers = settings.root / "containers"
     pins = load_pins(containers / "pins.toml")
     builder = images.choose(pins, cell.variant, cell.python, containers=containers, policy="bootstrap")
-    packages = pins.runtime_packages.get(str(builder.base.suite))
-    if packages is None:
-        raise ConfigError(f"{pins.file}: runtime.packages: nothing for Debian {builder.base.suite}", fix="list the runtime packages of that suite")
+    suite = str(builder.base.suite)
+    packages, glibc = pins.runtime_packages.get(suite), pins.runtime_glibc.get(suite)
+    if packages is None or glibc is None:
+        raise ConfigError(f"{pins.file}: runtime: no packages or glibc for Debian {suite}", fix="add the suite to [runtime.packages] and [runtime.glibc]")
+    newer = too_new(output, glibc)
+    if newer:
+        raise ImageError(
+            f"{cell.id}: the images run Debian {suite} (glibc {glibc}), but {'; '.join(newer)}",
+            fix=f"build the cell in its container (wheelmill build --cell {cell.id} --engine podman), whose glibc is the image's",
+        )
 
     def planned(index_url: str) -> tuple[ImageSpec, ...]:
         return plan_images(

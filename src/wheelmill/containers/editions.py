@@ -200,6 +200,28 @@ def missing_from_channel(output: CellOutput, channel: Channel) -> list[str]:
     return missing
 
 
+def too_new(output: CellOutput, glibc: str) -> list[str]:
+    """The cell's wheels that need a newer glibc than the image's (a wheel built on a newer
+    machine than the image's base: pip would find no wheel it can install)."""
+    have = tuple(int(part) for part in glibc.split("."))
+    found = []
+    for wheel in output.wheels:
+        needs = [g for tag in parse_wheel_filename(wheel.filename)[3] if (g := glibc_of_tag(tag.platform))]
+        if needs and min(needs) > have:
+            found.append(f"{wheel.filename} needs glibc {'.'.join(map(str, min(needs)))}")
+    return found
+
+
+def glibc_of_tag(platform: str) -> tuple[int, int] | None:
+    """
+    >>> glibc_of_tag("manylinux_2_34_x86_64"), glibc_of_tag("manylinux2014_x86_64"), glibc_of_tag("linux_x86_64")
+    ((2, 34), (2, 17), None)
+    """
+    legacy = {"manylinux1_x86_64": (2, 5), "manylinux2010_x86_64": (2, 12), "manylinux2014_x86_64": (2, 17)}
+    match = re.match(r"^manylinux_(\d+)_(\d+)_", platform)
+    return (int(match.group(1)), int(match.group(2))) if match else legacy.get(platform)
+
+
 @dataclass(frozen=True, kw_only=True)
 class BuiltImage:
     spec: ImageSpec
@@ -248,9 +270,9 @@ def _build_one(engine: Engine, spec: ImageSpec, *, log: StepLog, on_line: Callab
 
 
 def _pip_said(failed: CommandFailed) -> str:
-    """pip's own error line where there is one ("No matching distribution found for x")."""
+    """pip's own first error line where there is one ("No matching distribution found for x")."""
     said = [line.strip() for line in failed.tail if line.strip().startswith("ERROR:")]
-    return said[-1] if said else failed.last_line()
+    return said[0] if said else failed.last_line()
 
 
 def remove(engine: Engine, references: Sequence[str]) -> None:

@@ -57,6 +57,7 @@ class Pins:
     variant: str
     pythons: Mapping[str, PythonSource]
     runtime_packages: Mapping[str, tuple[str, ...]]  # Debian suite -> the runtime images' packages
+    runtime_glibc: Mapping[str, str]  # Debian suite -> its glibc (2.31)
 
     def suite_for(self, variant: str) -> str:
         return self.suites.get(variant, self.suite)
@@ -84,6 +85,7 @@ def load_pins(file: Path) -> Pins:
             variant=bootstrap["variant"],
             pythons=pythons,
             runtime_packages={suite: tuple(map(str, names)) for suite, names in data.get("runtime", {}).get("packages", {}).items()},
+            runtime_glibc={suite: str(version) for suite, version in data.get("runtime", {}).get("glibc", {}).items()},
         )
     except KeyError as exc:
         raise ConfigError(f"{file}: missing key {exc}", fix="see the keys at the top of containers/pins.toml") from None
