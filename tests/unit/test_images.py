@@ -148,3 +148,20 @@ def test_a_channel_missing_a_package_is_exit_20_before_anything_is_built(cli: Cl
     assert result.code == 20, result.err
     (line,) = result.err.splitlines()
     assert "channel cpu lacks torch==2.13.0+cpu" in line and "fix: mirror the cell's closure: wheelmill mirror --cell cpu-py311" in line
+
+
+def test_a_tag_that_would_exceed_128_characters_is_exit_3_before_anything_runs(cli: CliRunner, tmp_path: Path) -> None:
+    output_dir = tmp_path / "out"
+    wheel = make_wheel(output_dir / "cpu-py311" / "dist", "app", "1.0+cpu", tag="py3-none-any")
+    torch = "2.13.0.dev" + "2" * 100 + "+cpu"  # a nightly's version, say
+    report = {
+        "status": "ok",
+        "channel": "cpu",
+        "facts": {"torch": {"version": torch}},
+        "recipes": [{"name": "app", "wheel": {"name": wheel.name, "sha256": "c" * 64}}],
+    }
+    (output_dir / "cpu-py311" / "report.json").write_text(json.dumps(report))
+    result = cli("--recipes", str(ROOT / "recipes"), "--output", str(output_dir), "image", "build", "--cell", "cpu-py311", "--edition", "runtime")
+    assert result.code == 3, result.err
+    (line,) = result.err.splitlines()
+    assert "over the 128 a registry accepts" in line and "; fix: " in line

@@ -16,6 +16,7 @@ image must hold no compiler. Every tier runs with no network but what it needs.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -99,7 +100,7 @@ class Smoke:
     def standalone(self) -> None:
         argv = ["torchrun", "--standalone", "--nnodes=1", "--nproc-per-node=2", str(SMOKE / "allreduce.py")]
         out = self._run("b/torchrun-standalone", argv)
-        for line in sorted(line for line in out.splitlines() if line.startswith("all-reduce")):
+        for line in _reduced(out, ranks=2, what=f"{self.image}: smoke b/torchrun-standalone", log=self.log):
             self.say(f"torchrun --standalone, 2 processes: {line}")
 
     def pytorchjob(self, *, trainer_v2: bool) -> None:
@@ -127,9 +128,8 @@ class Smoke:
                 raise ImageError(
                     f"{self.image}: smoke {what} failed on the {'master' if rank == 0 else 'worker'}: {tail[0][:200]}", fix=f"read {self.log.path}"
                 )
-            self.say(
-                f"PyTorchJob ({'Trainer v2 PET_*' if trainer_v2 else 'v1 MASTER_*/PET_*'}), {'master' if rank == 0 else 'worker'}: {_line(out, 'all-reduce')}"
-            )
+            (line,) = _reduced(out, ranks=1, what=f"{self.image}: smoke {what}", log=self.log)
+            self.say(f"PyTorchJob ({'Trainer v2 PET_*' if trainer_v2 else 'v1 MASTER_*/PET_*'}), {'master' if rank == 0 else 'worker'}: {line}")
 
     def _node(self, rank: int, network: str, ip: str, master: str, mount: Mount, *, trainer_v2: bool) -> subprocess.Popen[str]:
         env = {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": str(rank)}
@@ -171,6 +171,18 @@ def _wait(proc: subprocess.Popen[str]) -> tuple[int, str]:
         out, _ = proc.communicate()
         return -9, out + "\n(timed out)"
     return proc.returncode, out
+
+
+_REDUCED = re.compile(r"all-reduce over gloo: rank (\d+) of (\d+): sum (\S+) \(expected (\S+)\)")
+
+
+def _reduced(output: str, *, ranks: int, what: str, log: StepLog) -> list[str]:
+    """Each rank's all-reduce report, found wherever it is in the output (processes that
+    print at once may share a line); every one must be there, with the expected sum."""
+    found = {int(m.group(1)): m for m in _REDUCED.finditer(output)}
+    if len(found) != ranks or any(m.group(3) != m.group(4) for m in found.values()):
+        raise ImageError(f"{what}: expected {ranks} all-reduce report(s) with the right sum, got {len(found)}", fix=f"read {log.path}")
+    return [f"all-reduce over gloo: rank {m.group(1)} of {m.group(2)}: sum {m.group(3)} (expected {m.group(4)})" for _, m in sorted(found.items())]
 
 
 def _line(output: str, start: str) -> str:
