@@ -78,7 +78,13 @@ def images(output: Path) -> list[dict[str, object]]:
 
 
 def remove(*references: str) -> None:
-    subprocess.run([podman(), "rmi", "--force", *references], capture_output=True, check=False)
+    for reference in references:  # one at a time: a name already gone fails the whole call
+        subprocess.run([podman(), "rmi", "--force", reference], capture_output=True, check=False)
+
+
+def tagged() -> set[str]:
+    listed = subprocess.run([podman(), "images", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True, check=True).stdout
+    return {line for line in listed.splitlines() if "<none>" not in line}
 
 
 def test_runtime_and_extras_images_install_from_the_channel_alone_and_pass_every_tier(built: Path, registry: str) -> None:
@@ -152,6 +158,7 @@ def test_an_image_that_cannot_be_built_leaves_none_behind(built: Path, tmp_path:
         (project / page).write_text(text.replace("filelock-4", "gone-filelock-4"))
     closure = built / "cpu-py311" / "pylock.closure.toml"
     closure.rename(closure.with_suffix(".hidden"))  # so the pre-check lets the build find out
+    before = tagged()
     try:
         done = wheelmill_image(built, "--edition", "runtime")
     finally:
@@ -161,5 +168,4 @@ def test_an_image_that_cannot_be_built_leaves_none_behind(built: Path, tmp_path:
     assert done.returncode == 20, (done.stdout + done.stderr)[-3000:]
     (line,) = done.stderr.splitlines()
     assert "failed: ERROR:" in line and "filelock" in line, line
-    listed = subprocess.run([podman(), "images", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True, check=True).stdout
-    assert "-runtime-cpu-torch2.13.0-py3.11" not in listed
+    assert tagged() == before, "the failed build left no image behind"
