@@ -48,6 +48,15 @@ class ReleasedFile:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ReleasedImage:
+    """An image of a release's cell, as pushed: installs from the release's channel."""
+
+    cell: str
+    kind: str  # runtime | devel | runtime-extras | devel-extras
+    reference: str  # registry/wheelmill@sha256:...
+
+
+@dataclass(frozen=True, kw_only=True)
 class Manifest:
     version: str
     track: Track
@@ -55,6 +64,7 @@ class Manifest:
     tag: str | None
     files: tuple[ReleasedFile, ...]
     promoted_from: str | None = None
+    images: tuple[ReleasedImage, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -65,6 +75,7 @@ class Manifest:
             "tag": self.tag,
             "promoted_from": self.promoted_from,
             "files": [{**vars(f), "rule": f.rule.value} for f in self.files],
+            "images": [vars(i) for i in self.images],
         }
 
 
@@ -76,8 +87,15 @@ def load_manifest(path: Path) -> Manifest:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         files = tuple(ReleasedFile(**{**f, "rule": VersionRule(f["rule"])}) for f in data["files"])
+        images = tuple(ReleasedImage(**i) for i in data.get("images", []))
         return Manifest(
-            version=data["version"], track=Track(data["track"]), commit=data["commit"], tag=data["tag"], files=files, promoted_from=data.get("promoted_from")
+            version=data["version"],
+            track=Track(data["track"]),
+            commit=data["commit"],
+            tag=data["tag"],
+            files=files,
+            promoted_from=data.get("promoted_from"),
+            images=images,
         )
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ReleaseError(f"{path}: not a release record ({exc})", fix="restore it from the index's storage") from None
@@ -118,6 +136,19 @@ def record(root: Path, manifest: Manifest) -> Path:
             known = {(f.channel, f.filename) for f in old.files}
             manifest = replace(old, files=old.files + tuple(f for f in manifest.files if (f.channel, f.filename) not in known))
         write_atomic(directory / path.name, (json.dumps(manifest.as_dict(), indent=2) + "\n").encode())
+    return path
+
+
+def record_images(root: Path, track: Track, version: str, images: Sequence[ReleasedImage]) -> Path:
+    """Add pushed images to a release's record (a newer push of a cell's kind replaces the
+    older one)."""
+    path = manifest_path(root, track, version)
+    with _records_lock(root, track) as directory:
+        if not path.is_file():
+            raise ReleaseError(f"{path}: no record of {track.value} {version}", fix="publish the release before its images")
+        old = load_manifest(path)
+        kept = tuple(i for i in old.images if (i.cell, i.kind) not in {(n.cell, n.kind) for n in images})
+        write_atomic(directory / path.name, (json.dumps(replace(old, images=kept + tuple(images)).as_dict(), indent=2) + "\n").encode())
     return path
 
 

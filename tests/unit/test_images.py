@@ -12,11 +12,23 @@ import pytest
 from tests.conftest import CliRunner
 from tests.sandbox import Sandbox
 from tests.wheels import make_wheel
-from wheelmill.containers.editions import CellOutput, Delivered, Edition, image_tag, missing_from_channel, plan_images, read_cell_output, too_new
+from wheelmill.containers.editions import (
+    CellOutput,
+    Delivered,
+    Edition,
+    image_tag,
+    missing_from_channel,
+    plan_images,
+    read_cell_output,
+    read_release_output,
+    too_new,
+)
 from wheelmill.containers.engine import Engine, EngineName
-from wheelmill.errors import ConfigError, PrecheckError
+from wheelmill.errors import ConfigError, PrecheckError, ReleaseError
 from wheelmill.index.store import Channel, publish
 from wheelmill.matrix import Matrix, load_matrix
+from wheelmill.release import Manifest, ReleasedFile, ReleasedImage, load_manifest, record, record_images
+from wheelmill.versions import Track, VersionRule
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -165,3 +177,23 @@ def test_a_tag_that_would_exceed_128_characters_is_exit_3_before_anything_runs(c
     assert result.code == 3, result.err
     (line,) = result.err.splitlines()
     assert "over the 128 a registry accepts" in line and "; fix: " in line
+
+
+def test_a_released_cell_is_read_from_its_record_and_images_are_recorded_in_it(matrix: Matrix, tmp_path: Path) -> None:
+    """A promoted final has no build of its own: its images come from the release channel."""
+    root = tmp_path / "index"
+    wheel = make_wheel(tmp_path / "w", "example-cpp-ops", "0.1.0+cpu", requires=["torch==2.13.0+cpu"], tag="cp311-cp311-manylinux_2_24_x86_64")
+    publish(Channel(root, "cpu"), wheel)
+    files = (ReleasedFile(channel="cpu", cell="cpu-py311", recipe="example-cpp-ops", filename=wheel.name, sha256="d" * 64, rule=VersionRule.REPO),)
+    record(root, Manifest(version="0.1.0", track=Track.RELEASE, commit=COMMIT, tag="v0.1.0", files=files))
+    (cell,) = matrix.select(["cpu-py311"])
+    released = read_release_output(root, Track.RELEASE, "0.1.0", cell)
+    assert (released.channel, released.torch, [w.requirement for w in released.wheels]) == ("cpu", "2.13.0+cpu", ["example-cpp-ops==0.1.0+cpu"])
+    image = ReleasedImage(cell="cpu-py311", kind="runtime", reference="registry.example/wheelmill@sha256:" + "e" * 64)
+    path = record_images(root, Track.RELEASE, "0.1.0", [image])
+    assert load_manifest(path).images == (image,)
+    again = ReleasedImage(cell="cpu-py311", kind="runtime", reference="registry.example/wheelmill@sha256:" + "f" * 64)
+    assert load_manifest(record_images(root, Track.RELEASE, "0.1.0", [again])).images == (again,)  # a newer push replaces it
+    (other,) = matrix.select(["cpu-py312"])
+    with pytest.raises(ReleaseError, match=r"release 0\.1\.0: no files of cpu-py312"):
+        read_release_output(root, Track.RELEASE, "0.1.0", other)

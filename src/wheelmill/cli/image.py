@@ -26,6 +26,7 @@ from wheelmill.containers.editions import (
     plan_images,
     push,
     read_cell_output,
+    read_release_output,
     remove,
     too_new,
 )
@@ -37,7 +38,9 @@ from wheelmill.files import write_atomic
 from wheelmill.index.serve import make_server
 from wheelmill.index.store import Channel
 from wheelmill.process import StepLog, capture
+from wheelmill.release import ReleasedImage, record_images
 from wheelmill.settings import Settings
+from wheelmill.versions import Track
 
 
 def register(commands: Commands) -> None:
@@ -49,6 +52,8 @@ def register(commands: Commands) -> None:
     build.add_argument("--extras", action="store_true", help="also the extras image: the edition with the cell's extension wheels")
     build.add_argument("--push", metavar="REGISTRY", help="push every image built to this registry (host[:port][/path]) and record its digest")
     build.add_argument("--engine", choices=("auto", "podman", "docker"), default=None, help="default $WHEELMILL_ENGINE or auto")
+    build.add_argument("--release", metavar="VERSION", help="the cell as released (its record and channel), e.g. a promoted final: no build of its own needed")
+    build.add_argument("--track", choices=[t.value for t in Track], default=Track.RELEASE.value, help="with --release: the release's track (default release)")
     build.add_argument("--access-log", type=Path, help="the loopback index's access log (default <cell>/logs/image-index-access.log)")
     build.set_defaults(func=cmd_image_build)
 
@@ -60,7 +65,9 @@ def cmd_image_build(args: argparse.Namespace, settings: Settings, console: Conso
         raise UsageError(f"image build: --cell {args.cell} names {len(cells)} cells", fix="name one cell")
     cell = cells[0]
     cell_dir = settings.output.resolve() / cell.id
-    output = read_cell_output(cell_dir / "report.json", cell)
+    released = _released(args, cell_dir / "report.json")
+    released_output = read_release_output(settings.index, Track(args.track), args.release, cell) if args.release else None
+    output = released_output or read_cell_output(cell_dir / "report.json", cell)
     commit = _commit(settings.root)
     edition = Edition(args.edition)
     containers = settings.root / "containers"
@@ -105,8 +112,22 @@ def cmd_image_build(args: argparse.Namespace, settings: Settings, console: Conso
             remove(engine, [b.spec.reference for b in built])
             raise
     _record(cell_dir / "images.json", built)
+    if released is not None and args.push:
+        path = record_images(settings.index, *released, [ReleasedImage(cell=cell.id, kind=b.spec.kind, reference=str(b.pushed)) for b in built])
+        console.print(f"recorded in {path}", highlight=False)
     _summary(console, built)
     return 0
+
+
+def _released(args: argparse.Namespace, report: Path) -> tuple[Track, str] | None:
+    """The release the images belong to: --release, or the one the cell was built for."""
+    if args.release:
+        return Track(args.track), args.release
+    try:
+        release = json.loads(report.read_text(encoding="utf-8")).get("release")
+    except (OSError, ValueError):
+        return None
+    return (Track(release["track"]), release["version"]) if isinstance(release, dict) else None
 
 
 def _commit(root: Path) -> str:

@@ -21,16 +21,20 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import Requirement
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
 from wheelmill.closure import LOCK_NAME, read
 from wheelmill.containers.engine import Engine
 from wheelmill.containers.images import image_id
-from wheelmill.errors import CommandFailed, ConfigError, ImageError, PrecheckError
+from wheelmill.errors import CommandFailed, ConfigError, ImageError, PrecheckError, ReleaseError
 from wheelmill.index.store import Channel
 from wheelmill.process import HostRunner, StepLog, base_environment, capture
+from wheelmill.release import load_manifest, manifest_path
 from wheelmill.variants import Cell, Family
+from wheelmill.versions import Track
+from wheelmill.wheelfile import read_wheel
 
 REPOSITORY = "localhost/wheelmill"
 MAX_TAG = 128  # the OCI distribution spec's limit on a tag
@@ -88,6 +92,30 @@ def read_cell_output(report: Path, cell: Cell) -> CellOutput:
         delivered.append(Delivered(project=str(project), version=str(version), filename=wheel["name"], sha256=wheel["sha256"]))
     lock = report.parent / LOCK_NAME
     return CellOutput(cell=cell, channel=channel, torch=torch, wheels=tuple(delivered), closure=lock if lock.is_file() else None)
+
+
+def read_release_output(root: Path, track: Track, version: str, cell: Cell) -> CellOutput:
+    """A released cell's output from the release's record and channel (what a promoted
+    final release has: no build of its own): its files there, and the torch they pin."""
+    manifest = load_manifest(manifest_path(root, track, version))
+    files = [f for f in manifest.files if f.cell == cell.id]
+    if not files:
+        raise ReleaseError(f"{track.value} {version}: no files of {cell.id}", fix=f"cells released: {', '.join(sorted({f.cell for f in manifest.files}))}")
+    channel = Channel(root, files[0].channel)
+    wheels, pins = [], set()
+    for released in files:
+        project, wheel_version, *_ = parse_wheel_filename(released.filename)
+        wheels.append(Delivered(project=str(project), version=str(wheel_version), filename=released.filename, sha256=released.sha256))
+        info = read_wheel(channel.files / released.filename)
+        pins |= {
+            str(req.specifier).removeprefix("==") for req in map(Requirement, info.requires_dist) if req.name == "torch" and str(req.specifier).startswith("==")
+        }
+    if len(pins) != 1:
+        raise ReleaseError(
+            f"{track.value} {version}: the wheels of {cell.id} pin {len(pins)} torch versions ({', '.join(sorted(pins)) or 'none'})",
+            fix="release cells whose wheels pin their torch exactly",
+        )
+    return CellOutput(cell=cell, channel=channel.name, torch=pins.pop(), wheels=tuple(wheels), closure=None)
 
 
 @dataclass(frozen=True, kw_only=True)
