@@ -10,13 +10,30 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 
+def _interruptible() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def interrupt_mid_compile(command: Sequence[str], *, cwd: Path, env: Mapping[str, str], build_log: Path, wait: float, stop_within: float) -> tuple[int, str]:
     """SIGINT to ``command`` once ``build_log`` shows ``c++`` (waiting at most ``wait`` s);
     its exit status and stderr, which must come within ``stop_within`` s."""
-    proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # A run started in the background (`cmd &` in a script) inherits SIGINT ignored, and
+    # Python then never raises KeyboardInterrupt: the build gets Ctrl-C's default, as a
+    # terminal would give it.
+    proc = subprocess.Popen(
+        command,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_interruptible,  # noqa: PLW1509 - no threads here
+    )
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline and not (build_log.exists() and "c++" in build_log.read_text(errors="replace")):
         time.sleep(0.5)
+    if proc.poll() is not None:
+        raise AssertionError(f"the command ended (exit {proc.returncode}) before its compile could be interrupted")
     if not build_log.exists():
         proc.kill()
         proc.communicate()
