@@ -245,9 +245,22 @@ def promote(root: Path, source: Track, target: Track, version: str, *, tag: str 
             done = publish(channel, wheel)
             on_file(done)
             files.append(replace(entry, channel=channel.name, filename=wheel.name, sha256=sha256_of(channel.files / wheel.name)))
+    for pair in sorted({(entry.channel, file.channel) for entry, file in zip(origin.files, files, strict=True)}):
+        promote_mirrored(Channel(root, pair[0]), Channel(root, pair[1]), on_file=on_file)
     manifest = Manifest(version=version, track=target, commit=origin.commit, tag=tag, files=tuple(files), promoted_from=f"{source}/{origin.version}")
     record(root, manifest)
     return manifest
+
+
+def promote_mirrored(source: Channel, target: Channel, *, on_file: Callable[[Published], None]) -> None:
+    """The mirrored runtime closure goes with the wheels: every mirrored file of the source
+    channel into the target (another name of the same stored bytes), so the target installs
+    on its own too; projects built in the target are never mirrored there."""
+    for name in source.project_names():
+        project = source.project(name)
+        for entry in project.files if project else ():
+            if not entry.built and entry.yanked is None:
+                on_file(publish(target, source.files / entry.filename, upload_time=entry.upload_time, mirrored_from=entry.mirrored_from, sha256=entry.sha256))
 
 
 def verified(root: Path, entry: ReleasedFile) -> Path:

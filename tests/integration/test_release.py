@@ -87,7 +87,7 @@ def test_an_rc_is_built_to_the_test_track_and_its_final_tag_promoted_without_a_b
     report = json.loads((output / "cpu-py311" / "report.json").read_text())
     assert report["release"]["version"] == "0.1.0rc1" and report["channel"] == "test/cpu"
     test_channel = Channel(index, "test/cpu")
-    (rc_wheel,) = test_channel.files.glob("*.whl")
+    (rc_wheel,) = test_channel.files.glob("example_cpp_ops-*.whl")  # beside it: the mirrored closure
     assert rc_wheel.name.startswith("example_cpp_ops-0.1.0rc1+cpu-") and verify(test_channel) == []
     rc_record = json.loads((index / "releases" / "test" / "0.1.0rc1.json").read_text())
     assert [f["filename"] for f in rc_record["files"]] == [rc_wheel.name]
@@ -103,7 +103,9 @@ def test_an_rc_is_built_to_the_test_track_and_its_final_tag_promoted_without_a_b
     print("\n" + promoted.stderr.strip())
     assert {p: p.stat().st_mtime_ns for p in (output / "cpu-py311").rglob("*")} == before, "no build step ran"
     release_channel = Channel(index, "cpu")
-    (final,) = release_channel.files.glob("*.whl")
+    (final,) = release_channel.files.glob("example_cpp_ops-*.whl")
+    torch = release_channel.project("torch")
+    assert torch is not None and not torch.files[0].built, "the closure was promoted with the wheels: the channel installs on its own"
     assert final.name == rc_wheel.name.replace("0.1.0rc1+cpu", "0.1.0+cpu")
     assert verify(release_channel) == [] and (release_channel.files / f"{final.name}.metadata").is_file()
     assert payload(final) == payload(rc_wheel), "the compiled files are the tested ones"

@@ -31,6 +31,7 @@ from wheelmill.index.verify import verify
 from wheelmill.net import sha256_of
 from wheelmill.package_sources import PackageSources
 from wheelmill.process import HostRunner, StepLog
+from wheelmill.release import promote_mirrored
 from wheelmill.retry import RetryPolicy
 from wheelmill.tools import uv_bin
 
@@ -335,3 +336,17 @@ def test_a_killed_mirrors_download_is_noted_by_verify_and_removed_by_repair(cli:
     assert "store: removed 1 stored files no channel holds (1000 B)" in repaired.out
     assert not stale.exists() and live.exists() and not orphan.exists()
     assert len(list(blobs.all())) == 1  # the app's, linked from the channel
+
+
+def test_promotion_takes_the_mirrored_closure_along_as_links(sandbox: Sandbox, upstream: Upstream, tmp_path: Path) -> None:
+    root = sandbox.output / "index"
+    tested, released = Channel(root, "test/cpu"), Channel(root, "cpu")
+    publish(tested, built_app(sandbox))
+    mirrored(resolved(sandbox, tested, built_app(sandbox), upstream.url, tmp_path), tested, tmp_path)
+    publish(released, make_wheel(sandbox.root / "built", "leaf", "2.0+cpu", tag="py3-none-any"))  # built in the target
+    done: list[str] = []
+    promote_mirrored(tested, released, on_file=lambda published: done.append(f"{published.project} {published.outcome}"))
+    assert sorted(done) == ["dep added", "leaf built here", "torch added"]
+    torch = "torch-2.13.0+cpu-py3-none-any.whl"
+    assert (released.files / torch).stat().st_ino == (tested.files / torch).stat().st_ino
+    assert verify(released) == []
