@@ -33,20 +33,19 @@ from typing import Any
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
+from wheelmill.checks.platform import oldest_glibc
 from wheelmill.config import format_size
 from wheelmill.envs import EnvBackend, Target
 from wheelmill.errors import CommandFailed, EnvError, FetchError, IntegrityError, PrecheckError
 from wheelmill.files import write_atomic
 from wheelmill.index.blobs import Blobs
 from wheelmill.index.store import Channel, Published, now_rfc3339, publish
-from wheelmill.net import download, is_transient, sha256_of
+from wheelmill.net import download, is_transient, sha256_of, split_credentials
 from wheelmill.package_sources import PackageSources
 from wheelmill.process import StepLog
 from wheelmill.retry import RetryPolicy, TransientError, with_retries
 
 LOCK_NAME = "pylock.closure.toml"
-_MANYLINUX = re.compile(r"^manylinux_(\d+)_(\d+)_x86_64$")
-_LEGACY = {"manylinux1_x86_64": (2, 5), "manylinux2010_x86_64": (2, 12), "manylinux2014_x86_64": (2, 17)}
 _BUILT_LINE = "# built here, not mirrored: "
 
 
@@ -156,18 +155,10 @@ def platform_of(glibc: str, wheels: Iterable[Path]) -> str:
     >>> platform_of("manylinux_2_28", [Path("t-1-cp311-cp311-manylinux2014_x86_64.whl")])
     'x86_64-manylinux_2_28'
     """
-    needs = [_glibc(glibc + "_x86_64") or (2, 17)]
-    for wheel in wheels:
-        # A wheel tagged for several glibc versions runs on the oldest of them.
-        found = [g for tag in parse_wheel_filename(wheel.name)[3] if (g := _glibc(tag.platform))]
-        needs += [min(found)] if found else []
+    needs = [oldest_glibc([glibc + "_x86_64"]) or (2, 17)]
+    needs += [found for wheel in wheels if (found := oldest_glibc(tag.platform for tag in parse_wheel_filename(wheel.name)[3]))]
     major, minor = max(needs)
     return f"x86_64-manylinux_{major}_{minor}"
-
-
-def _glibc(platform: str) -> tuple[int, int] | None:
-    match = _MANYLINUX.match(platform)
-    return (int(match.group(1)), int(match.group(2))) if match else _LEGACY.get(platform)
 
 
 def requirements(inputs: ClosureInputs) -> list[str]:
@@ -185,14 +176,13 @@ def built_wheels(inputs: ClosureInputs) -> dict[str, tuple[Path, str]]:
     cell's own; filename -> (where it is, its sha256)."""
     found: dict[str, tuple[Path, str]] = {}
     channel = inputs.channel
-    if channel.exists():
-        for name in channel.project_names():
-            project = channel.project(name)
-            for entry in project.files if project else ():
-                if entry.built:
-                    found[entry.filename] = ((channel.files / entry.filename).resolve(), entry.sha256)
+    for project in channel.projects() if channel.exists() else ():
+        for entry in project.files:
+            if entry.built:
+                found[entry.filename] = ((channel.files / entry.filename).resolve(), entry.sha256)
     for wheel in inputs.wheels:
-        found.setdefault(wheel.name, (wheel.resolve(), sha256_of(wheel)))
+        if wheel.name not in found:  # published already: its hash is on the page
+            found[wheel.name] = (wheel.resolve(), sha256_of(wheel))
     return found
 
 
@@ -215,11 +205,12 @@ def resolve(inputs: ClosureInputs, *, backend: EnvBackend, log: StepLog, work: P
     work.mkdir(parents=True, exist_ok=True)
     built = built_wheels(inputs)
     sources = inputs.sources.first(write_built_index(work / "built", built), "the channel's built wheels")
+    pins = requirements(inputs)
     wanted = work / "closure.in"
-    wanted.write_text("\n".join(requirements(inputs)) + "\n", encoding="utf-8")
+    wanted.write_text("\n".join(pins) + "\n", encoding="utf-8")
     resolved = work / "pylock.resolved.toml"
     target = Target(python=inputs.python, platform=platform_of(inputs.glibc, inputs.wheels))
-    log.note(f"resolving {', '.join(requirements(inputs))} for Python {target.python} on {target.platform} from {sources.describe()}")
+    log.note(f"resolving {', '.join(pins)} for Python {target.python} on {target.platform} from {sources.describe()}")
     try:
         backend.lock_wheels(wanted, resolved, target=target, sources=sources, log=log, interpreter=Path(sys.executable))
     except CommandFailed as failed:
@@ -233,7 +224,7 @@ def resolve(inputs: ClosureInputs, *, backend: EnvBackend, log: StepLog, work: P
             fix="every dependency must have a wheel for this Python and platform in the package sources",
         ) from None
     built_projects = sorted({str(parse_wheel_filename(f)[0]) for f in built})
-    header = f"# wheelmill runtime closure of {inputs.cell}: {', '.join(requirements(inputs))}; target {target.python} {target.platform}\n"
+    header = f"# wheelmill runtime closure of {inputs.cell}: {', '.join(pins)}; target {target.python} {target.platform}\n"
     text = resolved.read_text(encoding="utf-8")
     write_atomic(lock, (header + _BUILT_LINE + ", ".join(built_projects) + "\n" + text).encode())
     closure = read(lock)
@@ -369,11 +360,7 @@ def _without_credentials(url: str) -> str:
     >>> _without_credentials("https://ci:secret@mirror.example/files/a.whl")
     'https://mirror.example/files/a.whl'
     """
-    parts = urllib.parse.urlsplit(url)
-    if not parts.username:
-        return url
-    netloc = parts.netloc.rpartition("@")[2]
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return split_credentials(url)[0]
 
 
 def _auth_for(url: str, sources: PackageSources) -> tuple[str, str] | None:
@@ -381,7 +368,7 @@ def _auth_for(url: str, sources: PackageSources) -> tuple[str, str] | None:
     the URLs it locks)."""
     host = urllib.parse.urlsplit(url).hostname
     for source in (*sources.extra_index_urls, *([sources.index_url] if sources.index_url else []), *sources.find_links):
-        parts = urllib.parse.urlsplit(source)
-        if parts.username and parts.hostname == host:
-            return urllib.parse.unquote(parts.username), urllib.parse.unquote(parts.password or "")
+        _bare, username, password = split_credentials(source)
+        if username and urllib.parse.urlsplit(source).hostname == host:
+            return username, password or ""
     return None

@@ -126,6 +126,20 @@ def _copy_response(url: str, out: BinaryIO, digest: hashlib._Hash, on_progress: 
             raise TransientError(f"{url}: connection closed after {done} of {size} bytes")
 
 
+def split_credentials(url: str) -> tuple[str, str | None, str | None]:
+    """``https://user:pass@host/x`` -> (``https://host/x``, user, pass), percent-decoded.
+
+    >>> split_credentials("https://ci%40team:p%2Fss@wheels.example:8443/api/")
+    ('https://wheels.example:8443/api/', 'ci@team', 'p/ss')
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None, None
+    host = parts.netloc.rpartition("@")[2]
+    bare = urllib.parse.urlunsplit(parts._replace(netloc=host))
+    return bare, urllib.parse.unquote(parts.username or "") or None, urllib.parse.unquote(parts.password or "") or None
+
+
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:

@@ -256,9 +256,8 @@ def promote_mirrored(source: Channel, target: Channel, *, on_file: Callable[[Pub
     """The mirrored runtime closure goes with the wheels: every mirrored file of the source
     channel into the target (another name of the same stored bytes), so the target installs
     on its own too; projects built in the target are never mirrored there."""
-    for name in source.project_names():
-        project = source.project(name)
-        for entry in project.files if project else ():
+    for project in source.projects():
+        for entry in project.files:
             if not entry.built and entry.yanked is None:
                 on_file(publish(target, source.files / entry.filename, upload_time=entry.upload_time, mirrored_from=entry.mirrored_from, sha256=entry.sha256))
 

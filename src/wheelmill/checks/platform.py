@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -58,6 +58,17 @@ def normalize_platform(platform: str) -> str:
         if platform.startswith(legacy + "_"):
             return modern + platform[len(legacy) :]
     return platform
+
+
+def oldest_glibc(platforms: Iterable[str]) -> tuple[int, int] | None:
+    """The glibc a wheel with these platform tags needs: the oldest its manylinux tags name
+    (it runs on any of them); None without a manylinux tag.
+
+    >>> oldest_glibc(["manylinux2014_x86_64", "manylinux_2_28_x86_64"]), oldest_glibc(["linux_x86_64"])
+    ((2, 17), None)
+    """
+    glibcs = [(int(m.group(1)), int(m.group(2))) for p in platforms if (m := _TAG.match(normalize_platform(p)))]
+    return min(glibcs) if glibcs else None
 
 
 def version_key(version: str) -> tuple[int, ...]:
@@ -118,11 +129,11 @@ def judge_baseline(platforms: frozenset[str], baseline: str, *, fallback: str | 
     a warning that names the stand-in: the promise needs the real base."""
     name = "glibc-baseline"
     tags = [normalize_platform(p) for p in platforms]
-    glibcs = [(int(m.group(1)), int(m.group(2))) for t in tags if (m := _TAG.match(t))]
+    oldest = oldest_glibc(tags)
     want = tuple(int(x) for x in baseline.removeprefix("manylinux_").split("_"))
-    if glibcs and min(glibcs) <= want:
+    if oldest and oldest <= want:
         return CheckResult.passed(name, f"{min(tags)} is within the variant's {baseline}")
-    have = f"manylinux_{min(glibcs)[0]}_{min(glibcs)[1]}" if glibcs else "no manylinux tag"
+    have = f"manylinux_{oldest[0]}_{oldest[1]}" if oldest else "no manylinux tag"
     detail = f"{have} is newer than the variant's {baseline}"
     if fallback is not None:
         return CheckResult.warned(name, f"{detail} (built on {fallback})", "pin the manylinux base (scripts/update_pins.py) and build in its container")

@@ -109,9 +109,7 @@ def cmd_build(args: argparse.Namespace, settings: Settings, console: Console) ->
 
 def cmd_mirror(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     """What a build's closure and mirror steps do, for cells built earlier (or with --no-mirror)."""
-    matrix, _recipes = load_inputs(settings)
-    output = settings.output.resolve()
-    mirror_cells([output / cell.id / "report.json" for cell in matrix.select(args.cell)], settings, console)
+    mirror_cells(args.cell, settings, console)
     return 0
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import NoReturn, TypeAlias
 
 from rich.console import Console
@@ -120,15 +120,16 @@ def build_cells(prepared: Prepared, console: Console) -> int:
     return worst
 
 
-def mirror_cells(reports: list[Path], settings: Settings, console: Console) -> None:
-    """Resolve and mirror the runtime closure of each cell whose report is given (a cell
-    built earlier, with --no-mirror, or for a release), then say what the index stores."""
+def mirror_cells(cells: Sequence[str], settings: Settings, console: Console) -> None:
+    """Resolve and mirror the runtime closure of each cell these ids or globs select, from
+    its report under the output root (a cell built earlier, with --no-mirror, or for a
+    release), then say what the index stores."""
     from wheelmill.closure import LOCK_NAME, inputs_of_report, mirror, resolve  # noqa: PLC0415 - loads only to mirror
 
     matrix, _recipes = load_inputs(settings)
     backend = envs.backend(settings.env_backend, HostRunner())
-    for report in reports:
-        (cell,) = matrix.select([report.parent.name])
+    for cell in matrix.select(list(cells)):
+        report = settings.output.resolve() / cell.id / "report.json"
         inputs = inputs_of_report(report, index=settings.index, glibc=cell.variant.glibc, toolkit=cell.variant.toolkit_wheels)
         with StepLog(report.parent / "logs" / "mirror.log") as log:
             found = resolve(inputs, backend=backend, log=log, work=report.parent / "build" / "closure", lock=report.parent / LOCK_NAME)

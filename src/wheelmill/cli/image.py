@@ -84,13 +84,13 @@ def cmd_image_build(args: argparse.Namespace, settings: Settings, console: Conso
             fix=f"build the cell in its container (wheelmill build --cell {cell.id} --engine podman), whose glibc is the image's",
         )
 
-    def planned(index_url: str) -> tuple[ImageSpec, ...]:
+    def planned(index_url: str, builder_tag: str) -> tuple[ImageSpec, ...]:
         return plan_images(
-            output, edition=edition, extras=args.extras, commit=commit, builder="", base=builder.base.reference,
+            output, edition=edition, extras=args.extras, commit=commit, builder=builder_tag, base=builder.base.reference,
             runtime_packages=packages, index_url=index_url, containers=containers,
         )  # fmt: skip
 
-    planned("")  # every tag is checked before anything runs
+    planned("", "")  # every tag is checked before anything runs
     channel = Channel(settings.index, output.channel)
     missing = missing_from_channel(output, channel)
     if missing:
@@ -143,7 +143,7 @@ def _build(
     *,
     output: CellOutput,
     builder: images.BuilderImage,
-    planned: Callable[[str], tuple[ImageSpec, ...]],
+    planned: Callable[[str, str], tuple[ImageSpec, ...]],
     settings: Settings,
     log: StepLog,
     console: Console,
@@ -166,20 +166,11 @@ def _build(
         try:
             url = f"http://127.0.0.1:{server.server_address[1]}/{output.channel}/simple/"
             say(f"serving {output.channel} at {url} for the images to install from (access log {access_log})")
-            specs = planned(url)
-            specs = tuple(_with_builder(s, ready.tag) for s in specs)
+            specs = planned(url, ready.tag)
             return build_images(engine, specs, log=log, on_line=lambda line: log.write(line) if not line.startswith("building ") else say(line))
         finally:
             server.shutdown()
             server.server_close()
-
-
-def _with_builder(spec: ImageSpec, builder: str) -> ImageSpec:
-    if "BUILDER" not in spec.build_args:
-        return spec
-    return ImageSpec(
-        kind=spec.kind, reference=spec.reference, containerfile=spec.containerfile, build_args={**spec.build_args, "BUILDER": builder}, labels=spec.labels
-    )
 
 
 def _smoked(engine: Engine, image: BuiltImage, *, output: CellOutput, channel: Channel, log: StepLog, console: Console) -> BuiltImage:

@@ -198,12 +198,10 @@ def cmd_list(args: argparse.Namespace, settings: Settings, _console: Console) ->
     """Each project, its versions and whether wheelmill built or mirrored it; then the bytes
     the channels list against the bytes stored."""
     channel = _channel(args, settings)
-    for name in channel.project_names():
-        project = channel.project(name)
-        assert project is not None
+    for project in channel.projects():
         yanked = {f.version for f in project.files if f.yanked is not None}
         versions = [f"{v} (yanked)" if v in yanked else v for v in project.versions]
         origins = sorted({"built" if f.built else f"mirrored from {f.mirrored_from}" for f in project.files})
-        print(f"{name}: {', '.join(versions)}  [{'; '.join(origins)}]")
+        print(f"{project.name}: {', '.join(versions)}  [{'; '.join(origins)}]")
     print(usage(settings.index).describe())
     return 0

@@ -103,7 +103,7 @@ def _publish(release: Release, settings: Settings, console: Console, *, mirror: 
     record = publish_release(settings.index, release, built, on_file=_printer(console))
     console.print(f"{release.version}: recorded in {record}", highlight=False)
     if mirror:
-        mirror_cells(sorted({wheel.path.parent.parent / "report.json" for wheel in built}), settings, console)
+        mirror_cells(sorted({wheel.cell for wheel in built}), settings, console)
     return 0
 
 

@@ -25,6 +25,7 @@ from packaging.requirements import Requirement
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
+from wheelmill.checks.platform import oldest_glibc
 from wheelmill.closure import LOCK_NAME, read
 from wheelmill.containers.engine import Engine
 from wheelmill.containers.images import image_id
@@ -234,20 +235,10 @@ def too_new(output: CellOutput, glibc: str) -> list[str]:
     have = tuple(int(part) for part in glibc.split("."))
     found = []
     for wheel in output.wheels:
-        needs = [g for tag in parse_wheel_filename(wheel.filename)[3] if (g := glibc_of_tag(tag.platform))]
-        if needs and min(needs) > have:
-            found.append(f"{wheel.filename} needs glibc {'.'.join(map(str, min(needs)))}")
+        needs = oldest_glibc(tag.platform for tag in parse_wheel_filename(wheel.filename)[3])
+        if needs and needs > have:
+            found.append(f"{wheel.filename} needs glibc {'.'.join(map(str, needs))}")
     return found
-
-
-def glibc_of_tag(platform: str) -> tuple[int, int] | None:
-    """
-    >>> glibc_of_tag("manylinux_2_34_x86_64"), glibc_of_tag("manylinux2014_x86_64"), glibc_of_tag("linux_x86_64")
-    ((2, 34), (2, 17), None)
-    """
-    legacy = {"manylinux1_x86_64": (2, 5), "manylinux2010_x86_64": (2, 12), "manylinux2014_x86_64": (2, 17)}
-    match = re.match(r"^manylinux_(\d+)_(\d+)_", platform)
-    return (int(match.group(1)), int(match.group(2))) if match else legacy.get(platform)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,7 +20,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from wheelmill.errors import CommandFailed, IndexConflict, PublishError
-from wheelmill.net import is_transient, project_files, sha256_of
+from wheelmill.net import is_transient, project_files, sha256_of, split_credentials
 from wheelmill.process import Runner, StepLog, base_environment
 from wheelmill.retry import RetryPolicy, TransientError, with_retries
 from wheelmill.settings import Settings
@@ -48,8 +48,8 @@ class Remote:
     @classmethod
     def of(cls, url: str, check_url: str | None, settings: Settings) -> Remote:
         """From the command line's URLs; credentials in a URL win over the settings'."""
-        bare, username, password = _split_credentials(url)
-        check = _split_credentials(check_url)[0] if check_url else bare.rstrip("/") + "/simple/"
+        bare, username, password = split_credentials(url)
+        check = split_credentials(check_url)[0] if check_url else bare.rstrip("/") + "/simple/"
         return cls(url=bare, check_url=check, username=username or settings.publish_username, password=password or settings.publish_password)
 
     def environment(self) -> dict[str, str]:
@@ -68,20 +68,6 @@ class Remote:
     @property
     def auth(self) -> tuple[str, str] | None:
         return (self.username or "", self.password) if self.password else None
-
-
-def _split_credentials(url: str) -> tuple[str, str | None, str | None]:
-    """``https://user:pass@host/x`` -> (``https://host/x``, user, pass), percent-decoded.
-
-    >>> _split_credentials("https://ci%40team:p%2Fss@wheels.example:8443/api/")
-    ('https://wheels.example:8443/api/', 'ci@team', 'p/ss')
-    """
-    parts = urllib.parse.urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url, None, None
-    host = parts.netloc.rpartition("@")[2]
-    bare = urllib.parse.urlunsplit(parts._replace(netloc=host))
-    return bare, urllib.parse.unquote(parts.username or "") or None, urllib.parse.unquote(parts.password or "") or None
 
 
 def remote_sha256(remote: Remote, wheel: Path) -> str | None:

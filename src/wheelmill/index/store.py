@@ -79,14 +79,10 @@ def channel_dirs(root: Path) -> list[str]:
 def usage(root: Path) -> Usage:
     """The bytes the channels under ``root`` list, and the bytes the disk holds for them."""
     names = channel_names(root)
-    entries = [f for name in names for project in _projects(Channel(root, name)) for f in project.files]
+    entries = [f for name in names for project in Channel(root, name).projects() for f in project.files]
     files = [p for name in names for p in (root / name / "files").glob("*.whl")]
     count, size = stored([*files, *Blobs(root).all()])
     return Usage(channels=len(names), listed_files=len(entries), listed_bytes=sum(f.size for f in entries), stored_files=count, stored_bytes=size)
-
-
-def _projects(channel: Channel) -> Iterator[Project]:
-    return (p for p in (channel.project(n) for n in channel.project_names()) if p is not None)
 
 
 def now_rfc3339() -> str:
@@ -168,6 +164,10 @@ class Channel:
     def project(self, name: str) -> Project | None:
         page = self.simple / canonicalize_name(name) / "index.json"
         return self._read(page, pages.parse_project_json) if page.is_file() else None
+
+    def projects(self) -> Iterator[Project]:
+        """Every project the project list names, from its page."""
+        return (p for p in (self.project(n) for n in self.project_names()) if p is not None)
 
     def project_names(self) -> list[str]:
         page = self.simple / "index.json"
