@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.interrupt import interrupt_mid_compile
-from tests.ports import free_port
+from tests.registry import loopback_registry
 from wheelmill.containers.engine import detect
 from wheelmill.containers.registry import resolve_digest, rewrite_pin
 from wheelmill.errors import PrecheckError
@@ -192,47 +192,43 @@ def test_the_cuda_example_builds_in_a_container_with_pips_nvcc(podman: str, tmp_
 
 def test_pins_refresh_against_a_real_registry(podman: str, tmp_path: Path) -> None:
     """scripts/update_pins.py's resolution, against Debian's docker-registry on loopback."""
-    registry = shutil.which("docker-registry", path="/usr/bin:/usr/sbin")
-    if registry is None:
-        pytest.skip("docker-registry is not installed (scripts/setup --system installs it)")
-    port = free_port()
-    config = tmp_path / "registry.yml"
-    config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp_path / 'store'}\nhttp:\n  addr: 127.0.0.1:{port}\n")
-    server = subprocess.Popen([registry, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        tiny = io.BytesIO()
-        with tarfile.open(fileobj=tiny, mode="w") as tf:
-            info = tarfile.TarInfo("hello.txt")
-            info.size = 5
-            tf.addfile(info, io.BytesIO(b"hello"))
-        (tmp_path / "rootfs.tar").write_bytes(tiny.getvalue())
-        image = f"127.0.0.1:{port}/wheelmill-test/tiny"
-        subprocess.run([podman, "import", str(tmp_path / "rootfs.tar"), f"{image}:1.0"], check=True, capture_output=True)
-        deadline = time.monotonic() + 20
-        while True:
-            pushed = subprocess.run(
-                [podman, "push", "--tls-verify=false", "--digestfile", str(tmp_path / "digest"), f"{image}:1.0"], capture_output=True, text=True, check=False
-            )
-            if pushed.returncode == 0 or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
-        assert pushed.returncode == 0, pushed.stderr
-        expected = (tmp_path / "digest").read_text().strip()
-        assert resolve_digest(image, "1.0") == expected
-        pins = tmp_path / "pins.toml"
-        pins.write_text(
-            f'schema = 1\n\n# the base\n[bases.tiny]\nimage = "{image}"\ntag = "0.9"\ndigest = ""\n\n'
-            '[bootstrap]\nsuite = "bullseye"\nvariant = "minbase"\n\n'
-            f'[pythons."3.11"]\npath = "p"\nsha256 = "{"0" * 64}"\n'
+    with loopback_registry(tmp_path) as address:
+        try:
+            _pin_refresh(podman, f"{address}/wheelmill-test/tiny", tmp_path)
+        finally:
+            subprocess.run([podman, "rmi", "--force", f"{address}/wheelmill-test/tiny:1.0"], capture_output=True, check=False)
+
+
+def _pin_refresh(podman: str, image: str, tmp_path: Path) -> None:
+    """Push a tiny image, resolve its digest as scripts/update_pins.py does, rewrite a pin."""
+    tiny = io.BytesIO()
+    with tarfile.open(fileobj=tiny, mode="w") as tf:
+        info = tarfile.TarInfo("hello.txt")
+        info.size = 5
+        tf.addfile(info, io.BytesIO(b"hello"))
+    (tmp_path / "rootfs.tar").write_bytes(tiny.getvalue())
+    subprocess.run([podman, "import", str(tmp_path / "rootfs.tar"), f"{image}:1.0"], check=True, capture_output=True)
+    deadline = time.monotonic() + 20
+    while True:
+        pushed = subprocess.run(
+            [podman, "push", "--tls-verify=false", "--digestfile", str(tmp_path / "digest"), f"{image}:1.0"], capture_output=True, text=True, check=False
         )
-        assert rewrite_pin(pins, "tiny", digest=expected, tag="1.0")
-        text = pins.read_text()
-        assert f'digest = "{expected}"' in text and 'tag = "1.0"' in text and "# the base" in text
-        script = subprocess.run(
-            [sys.executable, str(ROOT / "scripts" / "update_pins.py"), "--pins", str(pins), "--dry-run"], capture_output=True, text=True, check=False
-        )
-        assert f"tiny: {image}:1.0 -> {expected}" in script.stdout, script.stderr
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-        subprocess.run([podman, "rmi", "--force", f"127.0.0.1:{port}/wheelmill-test/tiny:1.0"], capture_output=True, check=False)
+        if pushed.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert pushed.returncode == 0, pushed.stderr
+    expected = (tmp_path / "digest").read_text().strip()
+    assert resolve_digest(image, "1.0") == expected
+    pins = tmp_path / "pins.toml"
+    pins.write_text(
+        f'schema = 1\n\n# the base\n[bases.tiny]\nimage = "{image}"\ntag = "0.9"\ndigest = ""\n\n'
+        '[bootstrap]\nsuite = "bullseye"\nvariant = "minbase"\n\n'
+        f'[pythons."3.11"]\npath = "p"\nsha256 = "{"0" * 64}"\n'
+    )
+    assert rewrite_pin(pins, "tiny", digest=expected, tag="1.0")
+    text = pins.read_text()
+    assert f'digest = "{expected}"' in text and 'tag = "1.0"' in text and "# the base" in text
+    script = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "update_pins.py"), "--pins", str(pins), "--dry-run"], capture_output=True, text=True, check=False
+    )
+    assert f"tiny: {image}:1.0 -> {expected}" in script.stdout, script.stderr

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ports import free_port
+from tests.registry import loopback_registry
 from wheelmill.index.serve import parse_access_log
 
 pytestmark = pytest.mark.integration
@@ -58,18 +58,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def registry(tmp_path: Path) -> Iterator[str]:
-    binary = shutil.which("docker-registry", path="/usr/bin:/usr/sbin")
-    if binary is None:
-        pytest.skip("docker-registry is not installed (scripts/setup --system installs it)")
-    port = free_port()
-    config = tmp_path / "registry.yml"
-    config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp_path / 'store'}\nhttp:\n  addr: 127.0.0.1:{port}\n")
-    server = subprocess.Popen([binary, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+    with loopback_registry(tmp_path) as address:
+        yield address
 
 
 def images(output: Path) -> list[dict[str, object]]:

@@ -190,6 +190,22 @@ def write_report(sandbox: Sandbox, app: Path, sources: str) -> None:
     )
 
 
+def refused_mirror(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, *, retries: int, code: int, channel: Channel, before: dict[str, bytes]
+) -> str:
+    """`wheelmill mirror` from the command line, refused: the exit code, one line that says
+    the channel is unchanged, and the channel byte for byte as it was; that line."""
+    for key, value in {**sandbox.environ(), "WHEELMILL_RETRIES": str(retries), "WHEELMILL_RETRY_DELAY": "0.01"}.items():
+        monkeypatch.setenv(key, value)
+    result = cli("--recipes", str(sandbox.recipes), "mirror", "--cell", sandbox.cell("cpu"))
+    assert result.code == code, result.out + result.err
+    (line,) = result.err.splitlines()
+    assert "the channel is unchanged" in line
+    assert tree(channel.path) == before  # verified downloads may stay in the store, named by content
+    assert not list(channel.root.rglob("*.part"))
+    return line
+
+
 def test_a_file_whose_bytes_differ_from_the_lock_is_exit_7_and_the_channel_is_unchanged(
     cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, upstream: Upstream
 ) -> None:
@@ -203,15 +219,8 @@ def test_a_file_whose_bytes_differ_from_the_lock_is_exit_7_and_the_channel_is_un
     leaf = upstream.file("leaf-2.0-py3-none-any.whl")
     leaf.unlink()  # its name now holds other bytes (it was a link into upstream's store)
     make_wheel(sandbox.root / "tampered", "leaf", "2.0", tag="py3-none-any", files={"leaf/evil.py": b"import os\n"}).rename(leaf)
-    for key, value in {**sandbox.environ(), "WHEELMILL_RETRIES": "3", "WHEELMILL_RETRY_DELAY": "0.01"}.items():
-        monkeypatch.setenv(key, value)
-    result = cli("--recipes", str(sandbox.recipes), "mirror", "--cell", sandbox.cell("cpu"))
-    assert result.code == 7, result.out + result.err
-    (line,) = result.err.splitlines()
+    line = refused_mirror(cli, monkeypatch, sandbox, retries=3, code=7, channel=channel, before=before)
     assert line.startswith("wheelmill: error: mirror: leaf-2.0-py3-none-any.whl: ") and "sha256 mismatch" in line, line
-    assert "the channel is unchanged" in line
-    assert tree(channel.path) == before  # verified downloads may stay in the store, named by content
-    assert not list(channel.root.rglob("*.part"))
     log = (sandbox.output / sandbox.cell("cpu") / "logs" / "mirror.log").read_text()
     assert "attempt 1 failed" not in log  # a mismatch is never retried
 
@@ -253,15 +262,8 @@ def test_an_upstream_that_drops_every_download_is_exit_6_after_the_retries(
     publish(channel, app)
     write_report(sandbox, app, dropping)
     before = tree(channel.path)
-    for key, value in {**sandbox.environ(), "WHEELMILL_RETRIES": "2", "WHEELMILL_RETRY_DELAY": "0.01"}.items():
-        monkeypatch.setenv(key, value)
-    result = cli("--recipes", str(sandbox.recipes), "mirror", "--cell", sandbox.cell("cpu"))
-    assert result.code == 6, result.out + result.err
-    (line,) = result.err.splitlines()
+    line = refused_mirror(cli, monkeypatch, sandbox, retries=2, code=6, channel=channel, before=before)
     assert line.startswith("wheelmill: error: mirror: http://127.0.0.1:") and ".whl is unreachable after 2 attempts" in line, line
-    assert "the channel is unchanged" in line
-    assert tree(channel.path) == before  # verified downloads may stay in the store, named by content
-    assert not list(channel.root.rglob("*.part"))
     assert (sandbox.output / sandbox.cell("cpu") / LOCK_NAME).is_file()  # the lock was written before the downloads
 
 
