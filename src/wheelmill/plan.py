@@ -18,7 +18,7 @@ from wheelmill.containers import images
 from wheelmill.containers.pins import Pins
 from wheelmill.matrix import Matrix
 from wheelmill.package_sources import torch_index_url
-from wheelmill.recipes import Recipe, closure, resolve, select
+from wheelmill.recipes import Recipe, cell_dependencies, closure, resolve, select
 from wheelmill.settings import Settings
 from wheelmill.spec import CellPlan, Step, StepKind, channel_of, recipe_spec
 from wheelmill.steps import REGISTRY, CellStep, RecipeStep, StepDefinition
@@ -65,9 +65,16 @@ def plan_cell(  # noqa: PLR0917 - the inputs of the pure function, in their orde
     With ``options.publish``, each wheel that passes everything goes into the local index."""
     options = options or Options()
     chosen = select(recipes, cell, names)
-    depends = {name: recipes[name].depends_on for name in chosen}
+    depends = {name: cell_dependencies(recipes[name], chosen) for name in chosen}
     specs = tuple(
-        recipe_spec(matrix, cell, resolve(recipes[name], cell), needs=tuple(n for n in chosen if n in closure(depends, depends[name])), release=options.release)
+        recipe_spec(
+            matrix,
+            cell,
+            resolve(recipes[name], cell),
+            depends_on=depends[name],
+            needs=tuple(n for n in chosen if n in closure(depends, depends[name])),
+            release=options.release,
+        )
         for name in chosen
     )
     spec = CellPlan(

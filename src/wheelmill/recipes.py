@@ -21,6 +21,7 @@ from wheelmill.variants import Cell, Family
 from wheelmill.versions import VersionRule
 
 SCHEMA = "recipe.schema.json"
+TORCH = "torch"  # the recipe that builds torch itself
 MATRIX_FILE = "matrix.toml"
 
 
@@ -46,8 +47,12 @@ class UrlSource:
 
 @dataclass(frozen=True, kw_only=True)
 class GitSource:
+    """A commit of a git repository; ``url`` as upstream names it (a site's mirror setting
+    redirects it, submodules included, the way git's ``insteadOf`` does)."""
+
     url: str
     rev: str
+    submodules: bool = False
 
 
 Source = PathSource | SdistSource | UrlSource | GitSource
@@ -61,9 +66,12 @@ class Recipe:
     file: Path
     description: str
     cells: tuple[str, ...]
+    opt_in: bool  # built only when named, or needed by a recipe that is
     depends_on: tuple[str, ...]
+    after: tuple[str, ...]  # built after (and against) these when the cell builds them too
     source: Source
     subdir: str | None
+    patches: tuple[Path, ...]
     tables: Mapping[str, Any]
     overrides: tuple[Mapping[str, Any], ...]
 
@@ -78,8 +86,10 @@ class ResolvedRecipe:
     name: str
     file: Path
     depends_on: tuple[str, ...]
+    after: tuple[str, ...]
     source: Source
     subdir: str | None
+    patches: tuple[Path, ...]
     command: tuple[str, ...] | None
     env: Mapping[str, str]
     arch_list: str | None
@@ -97,6 +107,7 @@ class ResolvedRecipe:
     max_wheel_size: int | None
     device_code: bool | None
     repair_exclude: tuple[str, ...] = field(default=())
+    provides: tuple[str, ...] = field(default=())  # libraries the wheel itself ships (torch's own)
 
 
 def load_recipes(directory: Path) -> dict[str, Recipe]:
@@ -119,39 +130,46 @@ def load_recipe(file: Path) -> Recipe:
         )
     for index, override in enumerate(data.get("override", ())):
         _check_tables(override, file=file, where=f"override[{index}].")
+        if "source" in override:
+            _source(override["source"], file=file, where=f"override[{index}].source")
     _check_tables(data, file=file, where="")
     return Recipe(
         name=data["name"],
         file=file,
         description=data.get("description", ""),
         cells=tuple(data.get("cells", ["*"])),
+        opt_in=data.get("opt-in", False),
         depends_on=tuple(data.get("depends-on", ())),
+        after=tuple(data.get("after", ())),
         source=_source(data["source"], file=file),
         subdir=data["source"].get("subdir"),
+        patches=_patches(data["source"], file=file, where="source"),
         tables={k: data[k] for k in ("version", "build", "requirements", "checks", "repair") if k in data},
         overrides=tuple(data.get("override", ())),
     )
 
 
-def _source(raw: Mapping[str, Any], *, file: Path) -> Source:
+def _source(raw: Mapping[str, Any], *, file: Path, where: str = "source") -> Source:
     kinds = [k for k in ("path", "sdist", "url", "git") if k in raw]
     if len(kinds) != 1:
         found = ", ".join(kinds) or "none"
-        raise ConfigError(f"{file}: source: give exactly one of path, sdist, url, git (found: {found})", fix="keep one source kind")
+        raise ConfigError(f"{file}: {where}: give exactly one of path, sdist, url, git (found: {found})", fix="keep one source kind")
     kind = kinds[0]
     if kind in ("sdist", "url") and "sha256" not in raw:
-        raise ConfigError(f"{file}: source.sha256: a {kind} source needs its sha256", fix='add sha256 = "<64 hex digits>" (`pip hash FILE`)')
+        raise ConfigError(f"{file}: {where}.sha256: a {kind} source needs its sha256", fix='add sha256 = "<64 hex digits>" (`pip hash FILE`)')
     if kind == "git" and "rev" not in raw:
-        raise ConfigError(f"{file}: source.rev: a git source needs a pinned commit", fix='add rev = "<40-hex commit id>"')
-    if kind != "git" and "rev" in raw:
-        raise ConfigError(f"{file}: source.rev: only a git source takes rev", fix="remove rev")
+        raise ConfigError(f"{file}: {where}.rev: a git source needs a pinned commit", fix='add rev = "<40-hex commit id>"')
+    for key in ("rev", "submodules"):
+        if kind != "git" and key in raw:
+            raise ConfigError(f"{file}: {where}.{key}: only a git source takes {key}", fix=f"remove {key}")
     if kind in ("path", "git") and "sha256" in raw:
-        raise ConfigError(f"{file}: source.sha256: a {kind} source takes no sha256", fix="remove sha256")
+        raise ConfigError(f"{file}: {where}.sha256: a {kind} source takes no sha256", fix="remove sha256")
+    _patches(raw, file=file, where=where)
     match kind:
         case "path":
             path = (file.parent / raw["path"]).resolve()
             if not path.is_dir():
-                raise ConfigError(f"{file}: source.path: {path} is not a directory", fix="point it at the package's source directory, relative to the recipe")
+                raise ConfigError(f"{file}: {where}.path: {path} is not a directory", fix="point it at the package's source directory, relative to the recipe")
             return PathSource(path=path)
         case "sdist":
             project, version = raw["sdist"].split("==", 1)
@@ -159,7 +177,17 @@ def _source(raw: Mapping[str, Any], *, file: Path) -> Source:
         case "url":
             return UrlSource(url=raw["url"], sha256=raw["sha256"])
         case _:
-            return GitSource(url=raw["git"], rev=raw["rev"])
+            return GitSource(url=raw["git"], rev=raw["rev"], submodules=raw.get("submodules", False))
+
+
+def _patches(raw: Mapping[str, Any], *, file: Path, where: str) -> tuple[Path, ...]:
+    """The source's patch files, which must exist: a patch that is not there is a recipe
+    that cannot build, found now rather than after the download."""
+    patches = tuple((file.parent / name).resolve() for name in raw.get("patches", ()))
+    for patch in patches:
+        if not patch.is_file():
+            raise ConfigError(f"{file}: {where}.patches: {patch} is not a file", fix="give patch files relative to the recipe file")
+    return patches
 
 
 def _check_tables(tables: Mapping[str, Any], *, file: Path, where: str) -> None:
@@ -174,16 +202,18 @@ def _check_tables(tables: Mapping[str, Any], *, file: Path, where: str) -> None:
 
 def _check_graph(recipes: Mapping[str, Recipe]) -> None:
     for recipe in recipes.values():
-        for dep in recipe.depends_on:
-            if dep not in recipes:
-                raise ConfigError(
-                    f"{recipe.file}: depends-on: unknown recipe '{dep}'{did_you_mean(dep, recipes)}",
-                    fix=f"use one of: {', '.join(sorted(recipes))}",
-                )
-            if dep == recipe.name:
-                raise ConfigError(f"{recipe.file}: depends-on: a recipe cannot depend on itself", fix=f"remove '{dep}'")
+        for key, names in (("depends-on", recipe.depends_on), ("after", recipe.after)):
+            for dep in names:
+                if dep not in recipes:
+                    raise ConfigError(
+                        f"{recipe.file}: {key}: unknown recipe '{dep}'{did_you_mean(dep, recipes)}",
+                        fix=f"use one of: {', '.join(sorted(recipes))}",
+                    )
+                if dep == recipe.name:
+                    word = "depend on" if key == "depends-on" else "come after"
+                    raise ConfigError(f"{recipe.file}: {key}: a recipe cannot {word} itself", fix=f"remove '{dep}'")
     try:
-        tuple(graphlib.TopologicalSorter({r.name: r.depends_on for r in recipes.values()}).static_order())
+        tuple(graphlib.TopologicalSorter({r.name: (*r.depends_on, *r.after) for r in recipes.values()}).static_order())
     except graphlib.CycleError as exc:
         cycle = " -> ".join(exc.args[1])
         first = recipes[exc.args[1][0]].file
@@ -207,9 +237,10 @@ def closure(depends_on: Mapping[str, Sequence[str]], roots: Iterable[str]) -> se
 
 
 def order(recipes: Mapping[str, Recipe], names: Sequence[str]) -> tuple[str, ...]:
-    """``names`` and everything they depend on, dependencies first, ties by name."""
+    """``names`` and everything they depend on, dependencies first, ties by name; a recipe
+    comes after those of its ``after`` that are built too."""
     wanted = closure({name: recipe.depends_on for name, recipe in recipes.items()}, names)
-    sorter = graphlib.TopologicalSorter({n: recipes[n].depends_on for n in sorted(wanted)})
+    sorter = graphlib.TopologicalSorter({n: cell_dependencies(recipes[n], wanted) for n in sorted(wanted)})
     sorter.prepare()
     result: list[str] = []
     while sorter.is_active():
@@ -217,6 +248,15 @@ def order(recipes: Mapping[str, Recipe], names: Sequence[str]) -> tuple[str, ...
         result.extend(ready)
         sorter.done(*ready)
     return tuple(result)
+
+
+def cell_dependencies(recipe: Recipe, built: Iterable[str]) -> tuple[str, ...]:
+    """What ``recipe`` is built against in a cell that builds ``built``: what it depends on,
+    and what it comes after where that is built too. Every recipe comes after torch: a cell
+    that builds torch builds the rest against it (else against the variant's torch)."""
+    chosen = set(built)
+    after = (*recipe.after, TORCH) if recipe.name != TORCH else recipe.after
+    return (*recipe.depends_on, *dict.fromkeys(name for name in after if name in chosen and name not in recipe.depends_on))
 
 
 def select(recipes: Mapping[str, Recipe], cell: Cell, names: Sequence[str]) -> tuple[str, ...]:
@@ -229,7 +269,7 @@ def select(recipes: Mapping[str, Recipe], cell: Cell, names: Sequence[str]) -> t
                 f"recipe '{name}' is not built for cell {cell.id} (its cells: {', '.join(recipes[name].cells)})",
                 fix="pick a cell it applies to, or widen its cells in " + str(recipes[name].file),
             )
-    chosen = list(names) or [n for n, r in sorted(recipes.items()) if r.applies_to(cell)]
+    chosen = list(names) or [n for n, r in sorted(recipes.items()) if r.applies_to(cell) and not r.opt_in]
     result = order(recipes, chosen)
     for name in result:
         if not recipes[name].applies_to(cell):
@@ -266,24 +306,31 @@ def _version_rule(source: Source, named: str | None) -> VersionRule:
 def resolve(recipe: Recipe, cell: Cell) -> ResolvedRecipe:
     """The recipe for ``cell``: overrides whose globs match, merged in file order."""
     tables: dict[str, Any] = _merge({}, dict(recipe.tables))
-    for override in recipe.overrides:
+    source, subdir, patches = recipe.source, recipe.subdir, recipe.patches
+    for index, override in enumerate(recipe.overrides):
         if any(fnmatch.fnmatchcase(cell.id, glob) for glob in override["cells"]):
-            tables = _merge(tables, {k: v for k, v in override.items() if k != "cells"})
+            tables = _merge(tables, {k: v for k, v in override.items() if k not in ("cells", "source")})
+            if "source" in override:  # a source is replaced whole: a commit of one tag with the URL of another is no source
+                raw, where = override["source"], f"override[{index}].source"
+                source, subdir = _source(raw, file=recipe.file, where=where), raw.get("subdir")
+                patches = _patches(raw, file=recipe.file, where=where)
     build, checks = tables.get("build", {}), tables.get("checks", {})
     requirements, repair = tables.get("requirements", {}), tables.get("repair", {})
     return ResolvedRecipe(
         name=recipe.name,
         file=recipe.file,
         depends_on=recipe.depends_on,
-        source=recipe.source,
-        subdir=recipe.subdir,
+        after=recipe.after,
+        source=source,
+        subdir=subdir,
+        patches=patches,
         command=tuple(build["command"]) if "command" in build else None,
         env=dict(build.get("env", {})),
         arch_list=build.get("arch-list") if cell.variant.family is not Family.CPU else None,
         memory_per_job=parse_size(build["memory-per-job"]) if "memory-per-job" in build else None,
         build_requires=tuple(build.get("requires", ())),
         local_label=tables.get("version", {}).get("local-label", True),
-        version_rule=_version_rule(recipe.source, tables.get("version", {}).get("from")),
+        version_rule=_version_rule(source, tables.get("version", {}).get("from")),
         torch_pin=requirements.get("torch", "exact") == "exact",
         run_requires=tuple(requirements.get("run", ())),
         test_requires=tuple(requirements.get("test", ())),
@@ -294,6 +341,7 @@ def resolve(recipe: Recipe, cell: Cell) -> ResolvedRecipe:
         max_wheel_size=parse_size(checks["max-wheel-size"]) if "max-wheel-size" in checks else None,
         device_code=checks.get("device-code"),
         repair_exclude=tuple(repair.get("exclude", ())),
+        provides=tuple(repair.get("provides", ())),
     )
 
 

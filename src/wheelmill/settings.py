@@ -38,6 +38,9 @@ class Settings:
     engine: str = "auto"  # where commands run: auto | podman | docker | none
     base_policy: str = "auto"  # auto | bootstrap | registry: the builder images' base
     debian_mirror: str | None = None  # None: the mirror apt is configured with
+    # (upstream prefix, mirror prefix): git sources, and their submodules, fetched from a
+    # mirror, the way git's url.<mirror>.insteadOf=<upstream> says.
+    git_mirrors: tuple[tuple[str, str], ...] = ()
     publish_username: str | None = field(default=None, repr=False)
     publish_password: str | None = field(default=None, repr=False)
 
@@ -60,6 +63,7 @@ class Settings:
             engine=_choice(env, "WHEELMILL_ENGINE", ENGINE_CHOICES),
             base_policy=_choice(env, "WHEELMILL_BASE", BASE_POLICIES),
             debian_mirror=env.get("WHEELMILL_DEBIAN_MIRROR") or None,
+            git_mirrors=_prefix_pairs(env, "WHEELMILL_GIT_MIRRORS"),
             publish_username=env.get("WHEELMILL_PUBLISH_USERNAME") or None,
             publish_password=env.get("WHEELMILL_PUBLISH_PASSWORD") or None,
         )
@@ -93,6 +97,19 @@ def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
 def _words(env: Mapping[str, str], name: str) -> tuple[str, ...] | None:
     value = env.get(name)
     return None if value is None else tuple(value.split())
+
+
+def _prefix_pairs(env: Mapping[str, str], name: str) -> tuple[tuple[str, str], ...]:
+    """``UPSTREAM=MIRROR`` words: ``https://github.com/=file:///srv/git/``."""
+    pairs = []
+    for word in (env.get(name) or "").split():
+        upstream, sep, mirror = word.partition("=")
+        if not sep or not upstream or not mirror:
+            raise ConfigError(
+                f"environment: {name}: {word!r} is not UPSTREAM=MIRROR", fix=f"write {name}='https://github.com/=file:///srv/git/' (space-separated pairs)"
+            )
+        pairs.append((upstream, mirror))
+    return tuple(pairs)
 
 
 def _number(env: Mapping[str, str], name: str, default: N, kind: type[N]) -> N:

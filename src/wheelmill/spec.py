@@ -24,7 +24,7 @@ from wheelmill.versions import Release, VersionRule, stamp_version
 DEFAULT_BUILD = ("{python}", "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-v", "-w", "{dist}", "{source}")
 DEFAULT_MEMORY_PER_JOB = 2 * 2**30
 # What a build's templates (its command and variables) and a smoke command may use.
-BUILD_FIELDS = frozenset({"python", "source", "dist", "cell", "label"})
+BUILD_FIELDS = frozenset({"python", "source", "dist", "cell", "label", "arch_list", "arch_numbers"})
 SMOKE_FIELDS = BUILD_FIELDS - {"dist"}
 _ARCH_VARIABLE = {Family.CUDA: "TORCH_CUDA_ARCH_LIST", Family.ROCM: "PYTORCH_ROCM_ARCH"}
 
@@ -99,8 +99,9 @@ class RecipeSpec:
     label: str  # the variant's local version label, for {label}
     source: Source
     subdir: str | None
-    depends_on: tuple[str, ...]
+    depends_on: tuple[str, ...]  # built before it in this cell and installed for its build
     needs: tuple[str, ...]  # depends_on and what they depend on, in build order
+    patches: tuple[Path, ...]
     command: tuple[str, ...]
     env: Mapping[str, str]  # the recipe's own build variables (templates)
     arch_list: str | None
@@ -110,6 +111,7 @@ class RecipeSpec:
     run_requires: tuple[str, ...]
     repair_excludes: tuple[str, ...]
     forbid: tuple[str, ...]  # never inside a wheel, besides the excludes
+    provides: tuple[str, ...]  # libraries the wheel ships itself: excluded for others, not for it
     max_wheel_size: int
     glibc: str
     test_requires: tuple[str, ...]
@@ -134,7 +136,14 @@ class RecipeSpec:
 
     @property
     def forbidden(self) -> tuple[str, ...]:
-        return (*self.forbid, *self.repair_excludes)
+        return (*self.forbid, *(glob for glob in self.repair_excludes if glob not in self.provides))
+
+    def template_values(self) -> dict[str, str]:
+        """What a build's templates may say besides paths: the cell and its arch list, as
+        written (``8.0;9.0+PTX``) and as the numbers some packages read (``80;90``)."""
+        arch_list = self.arch_list or ""
+        numbers = [item.removesuffix("+PTX").replace(".", "") for item in arch_list.split(";") if item]
+        return {"cell": self.cell, "label": self.label, "arch_list": arch_list, "arch_numbers": ";".join(numbers)}
 
     @property
     def sibling_pins(self) -> tuple[str, ...]:
@@ -168,11 +177,14 @@ def channel_of(cell: Cell, release: Release | None) -> str:
     return release.track.channel(cell.variant.channel) if release else cell.variant.channel
 
 
-def recipe_spec(matrix: Matrix, cell: Cell, recipe: ResolvedRecipe, *, needs: tuple[str, ...], release: Release | None) -> RecipeSpec:
+def recipe_spec(
+    matrix: Matrix, cell: Cell, recipe: ResolvedRecipe, *, depends_on: tuple[str, ...], needs: tuple[str, ...], release: Release | None
+) -> RecipeSpec:
     """The spec of ``recipe`` (already resolved for ``cell``): the matrix's defaults filled in,
     and what only a cell can tell checked now, not when a step gets to it."""
     _check_templates(recipe)
     _check_archs(recipe, cell)
+    _check_switches(recipe)
     variant = cell.variant
     family = variant.family.value
     return RecipeSpec(
@@ -183,8 +195,9 @@ def recipe_spec(matrix: Matrix, cell: Cell, recipe: ResolvedRecipe, *, needs: tu
         label=variant.label,
         source=recipe.source,
         subdir=recipe.subdir,
-        depends_on=recipe.depends_on,
+        depends_on=depends_on,
         needs=needs,
+        patches=recipe.patches,
         command=recipe.command or DEFAULT_BUILD,
         env=recipe.env,
         arch_list=recipe.arch_list or variant.arch_list,
@@ -194,6 +207,7 @@ def recipe_spec(matrix: Matrix, cell: Cell, recipe: ResolvedRecipe, *, needs: tu
         run_requires=recipe.run_requires,
         repair_excludes=(*matrix.excludes_for(variant), *recipe.repair_exclude),
         forbid=matrix.forbid,
+        provides=recipe.provides,
         max_wheel_size=recipe.max_wheel_size or matrix.max_wheel_size,
         glibc=variant.glibc,
         test_requires=(*matrix.test_requires, *recipe.test_requires),
@@ -236,6 +250,25 @@ def _check_archs(recipe: ResolvedRecipe, cell: Cell) -> None:
         ) from None
 
 
+# Build switches that are silently ignored without another one: knowledge a recipe author
+# should not have to rediscover from a wheel that lacks a backend.
+_SWITCH_NEEDS = {
+    "USE_SYSTEM_UCC": "USE_UCC",  # torch: builds no UCC backend unless USE_UCC=1 too
+    "USE_SYSTEM_NCCL": "USE_NCCL",  # torch: no NCCL at all unless USE_NCCL=1
+}
+_ON = frozenset({"1", "ON", "TRUE", "YES"})
+
+
+def _check_switches(recipe: ResolvedRecipe) -> None:
+    env = {key: value.upper() for key, value in recipe.env.items()}
+    for switch, needed in _SWITCH_NEEDS.items():
+        if env.get(switch) in _ON and env.get(needed) not in _ON:
+            raise ConfigError(
+                f"{recipe.file}: build.env.{switch}: {switch}=1 does nothing without {needed}=1 (the build silently leaves the backend out)",
+                fix=f'set {needed} = "1" in the same build.env',
+            )
+
+
 def describe_source(source: Source, root: Path) -> str:
     match source:
         case PathSource(path=path):
@@ -244,5 +277,5 @@ def describe_source(source: Source, root: Path) -> str:
             return f"sdist {project}=={version} from the package index, sha256 {sha256[:12]}..."
         case UrlSource(url=url, sha256=sha256):
             return f"url {url}, sha256 {sha256[:12]}..."
-        case GitSource(url=url, rev=rev):
-            return f"git {url} at {rev[:12]}"
+        case GitSource(url=url, rev=rev, submodules=submodules):
+            return f"git {url} at {rev[:12]}" + (" with submodules" if submodules else "")

@@ -41,7 +41,24 @@ RECIPE_CASES = [
     ("path-missing", 'name = "broken"\n[source]\npath = "../nowhere"\n', ["source.path", "is not a directory"]),
     ("env-not-string", GOOD_RECIPE + "[build]\nenv = { MAX_JOBS = 4 }\n", ["build.env.MAX_JOBS", "as strings"]),
     ("override-without-cells", GOOD_RECIPE + '[[override]]\n[override.build]\narch-list = "8.0"\n', ["override[0]", "missing required key 'cells'"]),
-    ("override-unknown-table", GOOD_RECIPE + '[[override]]\ncells = ["cuda*"]\n[override.source]\npath = "."\n', ["override[0]", "unknown key 'source'"]),
+    ("override-unknown-table", GOOD_RECIPE + '[[override]]\ncells = ["cuda*"]\n[override.sources]\npath = "."\n', ["override[0]", "unknown key 'sources'"]),
+    (
+        "override-source-two-kinds",
+        GOOD_RECIPE + '[[override]]\ncells = ["cuda*"]\n[override.source]\npath = "."\nsdist = "x==1"\n',
+        ["override[0].source", "exactly one of"],
+    ),
+    ("patch-missing", 'name = "broken"\n[source]\npath = "."\npatches = ["fix.patch"]\n', ["source.patches", "fix.patch", "is not a file"]),
+    ("submodules-not-git", 'name = "broken"\n[source]\npath = "."\nsubmodules = true\n', ["source.submodules", "only a git source"]),
+    (
+        "after-unknown",
+        GOOD_RECIPE.replace('name = "broken"', 'name = "broken"\nafter = ["torhc"]'),
+        ["after: unknown recipe 'torhc'", "perhaps you meant 'torch'"],
+    ),
+    (
+        "system-ucc-without-ucc",
+        GOOD_RECIPE + '[build]\nenv = { USE_SYSTEM_UCC = "1" }\n',
+        ["build.env.USE_SYSTEM_UCC", "does nothing without USE_UCC=1", 'set USE_UCC = "1"'],
+    ),
     ("torch-pin-policy", GOOD_RECIPE + '[requirements]\ntorch = "latest"\n', ["requirements.torch", '"exact"']),
     # What only a cell can tell: `validate` plans every cell.
     (

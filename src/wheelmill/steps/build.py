@@ -24,6 +24,7 @@ from wheelmill.config import format_size
 from wheelmill.context import Outcome, StepContext
 from wheelmill.errors import BuildError, CommandFailed, EnvError
 from wheelmill.process import base_environment
+from wheelmill.recipes import TORCH
 from wheelmill.report import Done, WheelRecord
 from wheelmill.spec import CellPlan, RecipeSpec
 from wheelmill.steps.cell import BuildEnv, CheckedEnv, Sources
@@ -75,7 +76,7 @@ def build(ctx: StepContext, spec: RecipeSpec) -> Outcome:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     source = ctx.done.get(Fetched, spec.name).root
-    values = {"python": str(env.python), "source": str(source), "dist": str(out), "cell": spec.cell, "label": spec.label}
+    values = {"python": str(env.python), "source": str(source), "dist": str(out), **spec.template_values()}
     argv = [fill(part, values) for part in spec.command]
     jobs = max_jobs(available_memory(), spec.memory_per_job, os.cpu_count() or 1)
     environment = build_environment(spec, values, path=[env.bin_dir], toolkit=toolkit, jobs=jobs)
@@ -181,7 +182,10 @@ def stamp(ctx: StepContext, spec: RecipeSpec) -> Outcome:
 
 
 def expected_pins(done: Done, spec: RecipeSpec, torch_version: str) -> dict[str, str]:
-    """What the wheel must pin exactly: the build's torch, and the sibling recipes it needs."""
+    """What the wheel must pin exactly: the build's torch (the cell's own, where the cell
+    built torch before it), and the sibling recipes it needs."""
+    if TORCH in spec.depends_on:
+        torch_version = str(read_wheel(Path(done.get(WheelRecord, TORCH).path)).version)
     pins = {"torch": torch_version} if spec.torch_pin else {}
     for sibling in spec.sibling_pins:
         pins[sibling] = str(read_wheel(Path(done.get(WheelRecord, sibling).path)).version)
@@ -195,10 +199,21 @@ def describe_build(_plan: CellPlan, spec: RecipeSpec) -> str:
     if spec.arch_variable:
         parts.append(f"{spec.arch_variable}={spec.arch_list}")
     parts.append(f"MAX_JOBS from free memory ({format_size(spec.memory_per_job)} a job) and cores")
-    parts += [f"{k}={v}" for k, v in sorted(spec.env.items())]
+    parts += [f"{k}={_fill_known(v, spec.template_values())}" for k, v in sorted(spec.env.items())]
     return "; ".join(parts)
 
 
+def _fill_known(template: str, values: Mapping[str, str]) -> str:
+    """A template with what the plan knows filled in ({arch_numbers}); paths stay named."""
+
+    class Known(dict[str, str]):
+        def __missing__(self, key: str) -> str:
+            return "{" + key + "}"
+
+    return template.format_map(Known(values))
+
+
 def describe_stamp(_plan: CellPlan, spec: RecipeSpec) -> str:
-    pins = (["torch==<the env's torch>"] if spec.torch_pin else []) + [f"{d}==<as built>" for d in spec.run_requires]
+    torch = "torch==<the torch built in this cell>" if TORCH in spec.depends_on else "torch==<the env's torch>"
+    pins = ([torch] if spec.torch_pin else []) + [f"{d}==<as built>" for d in spec.run_requires]
     return f"{spec.version.describe()}; Requires-Dist {', '.join(pins) or 'unchanged'}"

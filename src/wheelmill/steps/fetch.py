@@ -22,7 +22,7 @@ from wheelmill.config import format_size
 from wheelmill.context import Outcome, StepContext
 from wheelmill.errors import CommandFailed, FetchError, IntegrityError
 from wheelmill.net import IndexFile, download, is_transient, project_files, sha256_of
-from wheelmill.process import base_environment
+from wheelmill.process import HostRunner, base_environment
 from wheelmill.recipes import GitSource, PathSource, SdistSource, UrlSource
 from wheelmill.retry import TransientError
 from wheelmill.spec import CellPlan, RecipeSpec, describe_source
@@ -55,8 +55,11 @@ def fetch(ctx: StepContext, spec: RecipeSpec) -> Outcome:
             archive = _cached_download(ctx, url, _filename(url), sha256)
             root, detail = _unpack(archive, dest), f"{archive.name}, sha256 verified"
         case GitSource() as git:
-            _git_checkout(ctx, git, dest)
-            root, detail = dest, f"{git.url} at {git.rev}"
+            via = _git_checkout(ctx, git, dest)
+            root, detail = dest, f"{git.url} at {git.rev}" + (f" (from {via})" if via != git.url else "")
+    for patch in spec.patches:
+        _apply_patch(ctx, patch, root)
+        detail += f", patched with {patch.name}"
     if spec.subdir:
         root = root / spec.subdir
         if not root.is_dir():
@@ -65,7 +68,12 @@ def fetch(ctx: StepContext, spec: RecipeSpec) -> Outcome:
 
 
 def describe(plan: CellPlan, spec: RecipeSpec) -> str:
-    return describe_source(spec.source, plan.root) + (f", subdir {spec.subdir}" if spec.subdir else "")
+    patches = [str(p.relative_to(plan.root)) if p.is_relative_to(plan.root) else str(p) for p in spec.patches]
+    return (
+        describe_source(spec.source, plan.root)
+        + (f", subdir {spec.subdir}" if spec.subdir else "")
+        + (f", patched with {', '.join(patches)}" if patches else "")
+    )
 
 
 def _filename(url: str) -> str:
@@ -144,16 +152,67 @@ def _unpack(archive: Path, dest: Path) -> Path:
     return entries[0] if len(entries) == 1 and entries[0].is_dir() else dest
 
 
-def _git_checkout(ctx: StepContext, git: GitSource, dest: Path) -> None:
-    env, runner, log = base_environment([], {"GIT_TERMINAL_PROMPT": "0"}), ctx.where.runner, ctx.log
+def git_config(mirrors: tuple[tuple[str, str], ...]) -> list[str]:
+    """git's own redirection, so submodules follow too: ``-c url.<mirror>.insteadOf=<upstream>``.
+    A file:// mirror needs file transport allowed for submodules (git refuses it by default
+    since 2.38.1).
+
+    >>> git_config((("https://github.com/", "file:///srv/git/"),))
+    ['-c', 'url.file:///srv/git/.insteadOf=https://github.com/', '-c', 'protocol.file.allow=always']
+    """
+    argv = [arg for upstream, mirror in mirrors for arg in ("-c", f"url.{mirror}.insteadOf={upstream}")]
+    if any(mirror.startswith(("file://", "/")) for _, mirror in mirrors):
+        argv += ["-c", "protocol.file.allow=always"]
+    return argv
+
+
+def mirrored_url(url: str, mirrors: tuple[tuple[str, str], ...]) -> str:
+    """Where git will fetch ``url`` from: the longest matching upstream prefix wins, as in git.
+
+    >>> mirrored_url("https://github.com/pytorch/vision", (("https://github.com/", "file:///m/"),))
+    'file:///m/pytorch/vision'
+    """
+    matches = [(upstream, mirror) for upstream, mirror in mirrors if url.startswith(upstream)]
+    if not matches:
+        return url
+    upstream, mirror = max(matches, key=lambda pair: len(pair[0]))
+    return mirror + url[len(upstream) :]
+
+
+def _git_checkout(ctx: StepContext, git: GitSource, dest: Path) -> str:
+    """Clone and check out the pinned commit (and its submodules) on this machine, where the
+    site's mirrors and credentials are; the build then sees the tree. Returns the URL used."""
+    if shutil.which("git") is None:
+        raise FetchError(f"git {git.url}: git is not installed on this machine", fix="install git (apt-get install git)")
+    env, runner, log = base_environment([], {"GIT_TERMINAL_PROMPT": "0"}), HostRunner(), ctx.log
+    mirrors = ctx.run.settings.git_mirrors
+    git_argv, via = ["git", *git_config(mirrors)], mirrored_url(git.url, mirrors)
+    if via != git.url:
+        log.note(f"{git.url} is fetched from its mirror {via} (WHEELMILL_GIT_MIRRORS)")
     try:
-        runner.run(["git", "clone", "--quiet", "--no-checkout", "--filter=blob:none", git.url, str(dest)], env=env, log=log)
-        runner.run(["git", "-C", str(dest), "checkout", "--quiet", "--detach", git.rev], env=env, log=log)
+        runner.run([*git_argv, "clone", "--quiet", "--no-checkout", "--filter=blob:none", git.url, str(dest)], env=env, log=log)
+        runner.run([*git_argv, "-C", str(dest), "checkout", "--quiet", "--detach", git.rev], env=env, log=log)
+        if git.submodules:
+            runner.run([*git_argv, "-C", str(dest), "submodule", "update", "--quiet", "--init", "--recursive"], env=env, log=log)
         head = runner.run(["git", "-C", str(dest), "rev-parse", "HEAD"], env=env, log=log, keep_output=True).output.strip()
     except CommandFailed as failed:
         shutil.rmtree(dest, ignore_errors=True)
         if is_transient("\n".join(failed.tail)) or "could not read from remote" in "\n".join(failed.tail).lower():
             raise TransientError(f"git: {failed.last_line()}") from None
-        raise FetchError(f"git {git.url} at {git.rev}: {failed.last_line()}", fix="check the URL and that the commit exists there") from None
+        where = f"{git.url}" + (f" (mirror {via})" if via != git.url else "")
+        raise FetchError(f"git {where} at {git.rev}: {failed.last_line()}", fix="check the URL, the mirror setting and that the commit exists there") from None
     if head != git.rev:
         raise IntegrityError(f"git {git.url}: checked out {head}, not {git.rev}", fix="pin a full commit id")
+    return via
+
+
+def _apply_patch(ctx: StepContext, patch: Path, root: Path) -> None:
+    """A recipe's patch, applied once to the verified source; one that does not apply is
+    a recipe out of date with its source, never ignored."""
+    if shutil.which("patch") is None:
+        raise FetchError(f"{patch.name}: the patch program is not installed on this machine", fix="install patch (apt-get install patch)")
+    argv = ["patch", "-p1", "--forward", "--batch", "--no-backup-if-mismatch", "--directory", str(root), "--input", str(patch)]
+    try:
+        HostRunner().run(argv, env=base_environment([]), log=ctx.log)
+    except CommandFailed as failed:
+        raise FetchError(f"{patch}: does not apply to the source: {failed.last_line()}", fix="refresh the patch for this version of the source") from None

@@ -88,7 +88,7 @@ def _smoke(ctx: StepContext, spec: RecipeSpec, env: Env) -> CheckResult | Instal
     """The smoke command's verdict, or its error (raised after the probe's, which says more)."""
     assert spec.smoke is not None
     source = ctx.done.get(Fetched, spec.name).root
-    values = {"python": str(env.python), "source": str(source), "cell": spec.cell, "label": spec.label}
+    values = {"python": str(env.python), "source": str(source), **spec.template_values()}
     argv = [fill(part, values) for part in spec.smoke]
     with tempfile.TemporaryDirectory(prefix="wheelmill-smoke-", dir=ctx.run.layout.root) as cwd:
         try:
