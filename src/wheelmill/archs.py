@@ -76,3 +76,15 @@ def _unique(items: list[str]) -> None:
     twice = sorted({item for item in items if items.count(item) > 1})
     if twice:
         raise ValueError(f"{', '.join(twice)} listed more than once")
+
+
+def arch_tag(arch: str) -> str:
+    """One arch's short name, as slim variants, channels and wheel labels carry it.
+
+    >>> arch_tag("9.0"), arch_tag("10.0"), arch_tag("9.0a"), arch_tag("gfx942")
+    ('sm90', 'sm100', 'sm90a', 'gfx942')
+    """
+    if arch.startswith("gfx"):
+        return RocmArchs.parse(arch).text
+    (name,) = CudaArchs.parse(arch).sass
+    return name.replace("_", "")

@@ -5,6 +5,9 @@ A lock records a hash of its inputs (the Python, the platform and every build re
 of every recipe of the cell) in its first line. A lock made for other inputs is an error in
 the pre-checks, before anything builds; ``wheelmill lock --cell <cell>`` remakes it. A cell
 without a committed lock is resolved at build time, and its report says so.
+
+A slim cell (``cuda130-sm90-py311``) builds in its parent cell's env, the same torch,
+toolkit wheels and recipes, so it shares its parent's lock: one file, ``locks/cuda130-py311.txt``.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ _HEADER = re.compile(r"^# wheelmill lock of (\S+); inputs sha256:([0-9a-f]{64})$
 
 @dataclass(frozen=True, kw_only=True)
 class LockInputs:
-    cell: str
+    cell: str  # whose lock file: a slim cell's parent cell
     target: Target
     requirements: tuple[str, ...]
 
@@ -54,11 +57,13 @@ def target(cell: Cell) -> Target:
 
 
 def inputs(matrix: Matrix, recipes: Mapping[str, Recipe], cell: Cell) -> LockInputs:
-    """Everything the build env of ``cell`` installs, whichever of its recipes a run builds."""
+    """Everything the build env of ``cell`` installs, whichever of its recipes a run builds.
+    A slim cell's inputs are its parent's by construction (recipes match it by the parent's
+    id, and its variant pins the parent's torch, toolkit and glibc), hence its parent's lock."""
     variant = cell.variant
     extra = [req for r in recipes.values() if r.applies_to(cell) for req in resolve(r, cell).build_requires]
     requirements = [variant.torch_requirement, *matrix.build_requires, *variant.toolkit_wheels, *extra]
-    return LockInputs(cell=cell.id, target=target(cell), requirements=tuple(dict.fromkeys(requirements)))
+    return LockInputs(cell=cell.base_id, target=target(cell), requirements=tuple(dict.fromkeys(requirements)))
 
 
 def path_of(locks: Path, cell: str) -> Path:
@@ -154,7 +159,7 @@ def write_lock(matrix: Matrix, recipes: Mapping[str, Recipe], cell: Cell, locks_
                 pins = backend.lock(requirements, resolved, target=lock_inputs.target, sources=found, log=log)
             except CommandFailed as failed:
                 raise EnvError(f"{cell.id}: cannot resolve the build env: {failed.last_line()}", fix="check the requirements in recipes/") from None
-        target_file = path_of(locks_dir, cell.id)
+        target_file = path_of(locks_dir, lock_inputs.cell)
         write_atomic(target_file, (lock_inputs.header() + resolved.read_text(encoding="utf-8")).encode())
     return f"{target_file}: {len(pins)} packages, torch {pins.get('torch')}, inputs {lock_inputs.digest[:12]}..."
 
@@ -162,10 +167,10 @@ def write_lock(matrix: Matrix, recipes: Mapping[str, Recipe], cell: Cell, locks_
 def check_lock(matrix: Matrix, recipes: Mapping[str, Recipe], cell: Cell, locks_dir: Path) -> str | None:
     """A line about the committed lock of ``cell``; None when it has none."""
     lock_inputs = inputs(matrix, recipes, cell)
-    committed = path_of(locks_dir, cell.id)
+    committed = path_of(locks_dir, lock_inputs.cell)
     if not committed.is_file():
         return None
     problem = mismatch(lock_inputs, committed)
     if problem:
-        raise ConfigError(problem, fix=f"run `wheelmill lock --cell {cell.id}` and commit it")
+        raise ConfigError(problem, fix=f"run `wheelmill lock --cell {lock_inputs.cell}` and commit it")
     return f"{committed}: matches its inputs ({lock_inputs.digest[:12]}...)"

@@ -3,6 +3,10 @@
 Per-cell overrides (``[[override]]`` tables selected by glob on the cell id) are resolved
 in exactly one place, :func:`resolve`, which returns the frozen ``ResolvedRecipe`` a plan
 and its steps work from.
+
+Globs match a slim cell (``cuda130-sm90-py311``) by its parent's id (``cuda130-py311``): a
+slim cell builds what its parent builds, the same way, and shares its parent's build env;
+only its arch list differs (``wheelmill.spec`` decides that).
 """
 
 from __future__ import annotations
@@ -76,7 +80,7 @@ class Recipe:
     overrides: tuple[Mapping[str, Any], ...]
 
     def applies_to(self, cell: Cell) -> bool:
-        return any(fnmatch.fnmatchcase(cell.id, glob) for glob in self.cells)
+        return any(fnmatch.fnmatchcase(cell.base_id, glob) for glob in self.cells)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -283,15 +287,16 @@ def select(recipes: Mapping[str, Recipe], cell: Cell, names: Sequence[str]) -> t
 
 def check_cells(recipes: Mapping[str, Recipe], cells: Sequence[Cell]) -> None:
     """Every recipe, and every override in it, is for some cell of the matrix: a glob that
-    matches nothing is a typo that would silently build nothing."""
-    ids = [c.id for c in cells]
+    matches nothing is a typo that would silently build nothing. Globs match cells by their
+    ``base_id``, so one on a slim cell's own id matches nothing and is refused here."""
+    ids = list(dict.fromkeys(c.base_id for c in cells))
     for recipe in recipes.values():
         tables = [("cells", recipe.cells)] + [(f"override[{i}].cells", tuple(o["cells"])) for i, o in enumerate(recipe.overrides)]
         for key, globs in tables:
             if not any(fnmatch.fnmatchcase(cell, glob) for cell in ids for glob in globs):
                 raise ConfigError(
                     f"{recipe.file}: {key}: {', '.join(globs)} match no cell of the matrix{did_you_mean(globs[0], ids)}",
-                    fix="write globs on cell ids such as cuda*-py311 (`wheelmill matrix` lists the cells)",
+                    fix="write globs on cell ids such as cuda*-py311 (`wheelmill matrix` lists the cells; a slim cell takes its parent's recipes)",
                 )
 
 
@@ -308,7 +313,7 @@ def resolve(recipe: Recipe, cell: Cell) -> ResolvedRecipe:
     tables: dict[str, Any] = _merge({}, dict(recipe.tables))
     source, subdir, patches = recipe.source, recipe.subdir, recipe.patches
     for index, override in enumerate(recipe.overrides):
-        if any(fnmatch.fnmatchcase(cell.id, glob) for glob in override["cells"]):
+        if any(fnmatch.fnmatchcase(cell.base_id, glob) for glob in override["cells"]):
             tables = _merge(tables, {k: v for k, v in override.items() if k not in ("cells", "source")})
             if "source" in override:  # a source is replaced whole: a commit of one tag with the URL of another is no source
                 raw, where = override["source"], f"override[{index}].source"

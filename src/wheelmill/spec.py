@@ -66,7 +66,7 @@ class VersionSpec:
 
     rule: VersionRule
     release: Release | None
-    label: str | None  # the variant's label, where the recipe wants one
+    label: str | None  # the variant's wheel label (cu130, a slim cu130.sm90), where the recipe wants one
 
     def stamp(self, built: str) -> str | None:
         """The version to stamp over ``built``, or None to keep it."""
@@ -96,7 +96,7 @@ class RecipeSpec:
     file: Path
     cell: str
     family: Family
-    label: str  # the variant's local version label, for {label}
+    label: str  # the local version label the wheels carry (cu130, a slim cu130.sm90), for {label}
     source: Source
     subdir: str | None
     depends_on: tuple[str, ...]  # built before it in this cell and installed for its build
@@ -192,7 +192,7 @@ def recipe_spec(
         file=recipe.file,
         cell=cell.id,
         family=variant.family,
-        label=variant.label,
+        label=variant.wheel_label,
         source=recipe.source,
         subdir=recipe.subdir,
         depends_on=depends_on,
@@ -200,9 +200,9 @@ def recipe_spec(
         patches=recipe.patches,
         command=recipe.command or DEFAULT_BUILD,
         env=recipe.env,
-        arch_list=recipe.arch_list or variant.arch_list,
+        arch_list=archs_for(recipe, cell),
         memory_per_job=recipe.memory_per_job or matrix.memory_per_job.get(family, DEFAULT_MEMORY_PER_JOB),
-        version=VersionSpec(rule=recipe.version_rule, release=release, label=variant.label if recipe.local_label else None),
+        version=VersionSpec(rule=recipe.version_rule, release=release, label=variant.wheel_label if recipe.local_label else None),
         torch_pin=recipe.torch_pin,
         run_requires=recipe.run_requires,
         repair_excludes=(*matrix.excludes_for(variant), *recipe.repair_exclude),
@@ -217,6 +217,16 @@ def recipe_spec(
         smoke=recipe.smoke,
         device_code=recipe.device_code,
     )
+
+
+def archs_for(recipe: ResolvedRecipe, cell: Cell) -> str | None:
+    """The one rule for the archs a recipe builds: a slim cell's one arch, whatever the
+    recipe says (its channel and label promise that arch, and a recipe's own list, such as
+    torchsort's cheap "8.0;9.0", must neither widen it nor leave it out); elsewhere the
+    recipe's own list, else the variant's full one."""
+    if cell.variant.slim_of is not None:
+        return cell.variant.arch_list
+    return recipe.arch_list or cell.variant.arch_list
 
 
 def _check_templates(recipe: ResolvedRecipe) -> None:

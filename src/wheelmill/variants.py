@@ -2,6 +2,11 @@
 pins), its family, and a cell (variant, python), whose id has a grammar:
 ``<variant>-py<major><minor>`` (``cuda118-py311``). Overrides, selections, logs and output
 paths all use it. Loading them from ``recipes/matrix.toml`` is ``wheelmill.matrix``'s job.
+
+A slim variant (``cuda130-sm90``) is its parent built for one arch of the parent's list and
+published apart: its own channel (``cu130-sm90``) and wheel label (``+cu130.sm90``), so
+choosing it is explicit and its wheels never collide with the parent's full-arch ones;
+everything else, torch and its label included, is the parent's.
 """
 
 from __future__ import annotations
@@ -33,6 +38,15 @@ class Variant:
     nccl: str | None = None
     arch_list: str | None = None
     toolkit_wheels: tuple[str, ...] = ()
+    slim: tuple[str, ...] = ()  # the archs of its slim variants, as declared
+    slim_of: str | None = None  # a slim variant: its parent's name
+    slim_tag: str | None = None  # a slim variant: its one arch, short (sm90, gfx942)
+
+    @property
+    def base_name(self) -> str:
+        """The variant whose recipes, overrides and build env this one shares: its parent
+        for a slim variant, else itself."""
+        return self.slim_of or self.name
 
     @property
     def toolkit_short(self) -> str | None:
@@ -41,8 +55,16 @@ class Variant:
 
     @property
     def channel(self) -> str:
-        """The index channel of this variant: its local label (``cu118``, ``cpu``)."""
-        return self.label
+        """The index channel of this variant: its local label (``cu118``, ``cpu``), and a
+        slim variant's arch after it (``cu130-sm90``)."""
+        return f"{self.label}-{self.slim_tag}" if self.slim_tag else self.label
+
+    @property
+    def wheel_label(self) -> str:
+        """The local version label its wheels carry: the variant's (``cu130``), and a slim
+        variant's arch as one more PEP 440 local segment (``cu130.sm90``), so a slim wheel's
+        file name never equals the full-arch one's. torch keeps ``label``: it is the same."""
+        return f"{self.label}.{self.slim_tag}" if self.slim_tag else self.label
 
     @property
     def torch_requirement(self) -> str:
@@ -54,13 +76,14 @@ class Variant:
         return f"torch=={self.torch}" if self.torch_on_pypi else f"torch=={self.torch}+{self.label}"
 
     def describe(self) -> str:
+        slim = f" (slim of {self.slim_of}: channel {self.channel})" if self.slim_of else ""
         match self.family:
             case Family.CPU:
                 return f"CPU, torch {self.torch}+{self.label}, {self.glibc}"
             case Family.CUDA:
-                return f"CUDA {self.toolkit}, torch {self.torch}+{self.label}, archs {self.arch_list}, {self.glibc}"
+                return f"CUDA {self.toolkit}, torch {self.torch}+{self.label}, archs {self.arch_list}{slim}, {self.glibc}"
             case Family.ROCM:
-                return f"ROCm {self.toolkit}, torch {self.torch}+{self.label}, archs {self.arch_list}, {self.glibc}"
+                return f"ROCm {self.toolkit}, torch {self.torch}+{self.label}, archs {self.arch_list}{slim}, {self.glibc}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +96,12 @@ class Cell:
     @property
     def id(self) -> str:
         return f"{self.variant.name}-py{self.python.replace('.', '')}"
+
+    @property
+    def base_id(self) -> str:
+        """The id recipe globs and the build-env lock go by: a slim cell takes its parent
+        cell's recipes, overrides and lock (``cuda130-sm90-py311`` -> ``cuda130-py311``)."""
+        return f"{self.variant.base_name}-py{self.python.replace('.', '')}"
 
     @property
     def python_tag(self) -> str:

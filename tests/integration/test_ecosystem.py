@@ -69,7 +69,8 @@ def test_git_source_is_fetched_from_its_mirror(tmp_path: Path) -> None:
     (vendor / "scale.h").write_text("#pragma once\nconstexpr double kVendorScale = 1.0;\n")
     _bare_mirror(mirror, "vendor", vendor)
     work = _bare_mirror(mirror, "cpp-ops", ROOT / "extensions" / "cpp-ops")
-    _git("submodule", "add", "-q", "https://git.example.invalid/example/vendor.git", "third_party/vendor", cwd=work)
+    # Added from the mirror, then declared with its upstream URL, as a real .gitmodules says.
+    _git("submodule", "add", "-q", f"file://{mirror / 'vendor.git'}", "third_party/vendor", cwd=work)
     _git("config", "-f", ".gitmodules", "submodule.third_party/vendor.url", "https://git.example.invalid/example/vendor.git", cwd=work)
     _git("commit", "-q", "-am", "vendor submodule", cwd=work)
     _git("push", "-q", str(mirror / "cpp-ops.git"), "main", cwd=work)

@@ -84,6 +84,11 @@ RECIPE_CASES = [
         GOOD_RECIPE + '[[override]]\ncells = ["cuda*"]\n[override.build]\narch-list = "8.0;9.0;8.0"\n',
         ["arch-list", "8.0 listed more than once"],
     ),
+    (
+        "override-for-a-slim-cell-alone",
+        GOOD_RECIPE + '[[override]]\ncells = ["cuda130-sm90-*"]\n[override.build]\narch-list = "8.0"\n',
+        ["override[0].cells: cuda130-sm90-* match no cell", "a slim cell takes its parent's recipes"],
+    ),
 ]
 
 
@@ -125,6 +130,20 @@ MATRIX_CASES = [
         ["variants.cuda118.arch-list", "5.0 listed more than once"],
     ),
     (
+        "slim-arch-not-in-the-list",
+        ('slim = ["9.0"]', 'slim = ["9.0a"]'),
+        ["variants.cuda130.slim", "9.0a is not in its arch-list", "perhaps you meant '9.0'", "slim one of: 7.5, 8.0, 8.6, 9.0, 10.0, 12.0"],
+    ),
+    ("slim-cuda-arch-in-rocm", ('slim = ["gfx942"]', 'slim = ["9.0"]'), ["variants.rocm64.slim", "'9.0' is no ROCm arch", 'e.g. slim = ["gfx1201"]']),
+    ("slim-rocm-target-in-cuda", ('slim = ["9.0"]', 'slim = ["gfx942"]'), ["variants.cuda130.slim", "'gfx942' is no CUDA arch"]),
+    ("slim-duplicated", ('slim = ["9.0"]', 'slim = ["9.0", "10.0", "9.0"]'), ["variants.cuda130.slim", "9.0 listed more than once", "each arch once"]),
+    (
+        "slim-on-cpu",
+        ('[variants.cpu]\nfamily = "cpu"', '[variants.cpu]\nslim = ["9.0"]\nfamily = "cpu"'),
+        ["variants.cpu.slim", "a cpu variant", "remove slim"],
+    ),
+    ("slim-with-ptx", ('slim = ["9.0"]', 'slim = ["12.0+PTX"]'), ["variants.cuda130.slim[0]", "'12.0+PTX' does not have the expected form", "without +PTX"]),
+    (
         "toolkit-wheels-of-another-toolkit",
         ('"nvidia-cuda-nvcc==13.0.88"', '"nvidia-cuda-nvcc==12.8.93"'),
         ["variants.cuda130.toolkit-wheels", "'nvidia-cuda-nvcc==12.8.93' is not of toolkit 13.0"],
@@ -146,6 +165,24 @@ CLI_CASES = [
     ("unknown-variant", ["plan", "--cell", "cuda999-py311"], SelectionError.exit_code, ["unknown variant 'cuda999'", "cuda118", "cuda130"]),
     ("typo-variant", ["plan", "--cell", "cuda13-py311"], SelectionError.exit_code, ["unknown variant 'cuda13'", "perhaps you meant 'cuda130'"]),
     ("unknown-python", ["plan", "--cell", "cpu-py38"], SelectionError.exit_code, ["unknown Python 3.8", "3.9, 3.10"]),
+    (
+        "typo-slim-variant",
+        ["plan", "--cell", "cuda130-sm9-py311"],
+        SelectionError.exit_code,
+        ["variant cuda130 has no slim variant 'cuda130-sm9'", "perhaps you meant 'cuda130-sm90'"],
+    ),
+    (
+        "undeclared-slim-variant",
+        ["plan", "--cell", "cuda130-sm80-py311"],
+        SelectionError.exit_code,
+        ["no slim variant 'cuda130-sm80'", "use one of its slim variants (cuda130-sm90)", "add the arch to variants.cuda130.slim"],
+    ),
+    (
+        "slim-of-a-typo",
+        ["plan", "--cell", "cuda13-sm90-py311"],
+        SelectionError.exit_code,
+        ["unknown variant 'cuda13-sm90'", "perhaps you meant 'cuda130-sm90'"],
+    ),
     ("unsupported-combination", ["plan", "--cell", "cuda130-py39"], SelectionError.exit_code, ["cuda130 does not support Python 3.9", "3.10, 3.11"]),
     ("not-a-cell-id", ["plan", "--cell", "py311-cuda118"], SelectionError.exit_code, ["not a cell id", "<variant>-py<XY>"]),
     ("glob-matches-nothing", ["plan", "--cell", "cuda1*-py39?"], SelectionError.exit_code, ["no cell matches"]),

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from wheelmill.cli import main
 from wheelmill.containers.engine import Engine, EngineName, Mount, Probe, detect
 from wheelmill.containers.images import BaseKind, choose, debian_mirror, image_build_failure, require_pinned
 from wheelmill.containers.pins import Pins, load_pins
@@ -190,3 +191,20 @@ def test_lock_inputs_cover_every_recipe_of_the_cell(matrix: Matrix) -> None:
     assert lock.digest == inputs(matrix, recipes, matrix.cell("cuda130-py311")).digest
     assert lock.digest != inputs(matrix, recipes, matrix.cell("cuda130-py312")).digest
     assert lock.header().startswith(f"# wheelmill lock of cuda130-py311; inputs sha256:{lock.digest}")
+
+
+def test_a_slim_cell_shares_its_parents_lock_and_image(matrix: Matrix, capsys: pytest.CaptureFixture[str]) -> None:
+    """cuda130-sm90-py311 builds in cuda130-py311's env: the same inputs, the same file,
+    which `wheelmill lock --check` checks once; and on the same builder image."""
+    recipes = load_recipes(ROOT / "recipes")
+    slim, parent = matrix.cell("cuda130-sm90-py311"), matrix.cell("cuda130-py311")
+    assert inputs(matrix, recipes, slim) == inputs(matrix, recipes, parent) and inputs(matrix, recipes, slim).cell == "cuda130-py311"
+    pins = load_pins(ROOT / "containers" / "pins.toml")
+    for policy in ("bootstrap", "auto"):
+        assert choose(pins, slim.variant, "3.11", containers=ROOT / "containers", policy=policy) == choose(
+            pins, parent.variant, "3.11", containers=ROOT / "containers", policy=policy
+        )
+    assert main(["--recipes", str(ROOT / "recipes"), "lock", "--check", "--cell", "cuda130-*py311"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("locks/cuda130-py311.txt: matches its inputs") == 1
+    assert "1 committed locks match their inputs; 0 cells resolve theirs at build time" in out

@@ -68,6 +68,8 @@ def test_tags_say_what_is_inside(matrix: Matrix) -> None:
     assert image_tag(COMMIT, "devel", cuda, "2.14.1") == "0123456-devel-cuda13.0.2-torch2.14.1-py3.11"
     (cpu,) = matrix.select(["cpu-py311"])
     assert image_tag(COMMIT, "runtime-extras", cpu, "2.13.0+cpu") == "0123456-runtime-extras-cpu-torch2.13.0-py3.11"
+    slim = matrix.cell("cuda130-sm90-py311")
+    assert image_tag(COMMIT, "runtime-extras", slim, "2.14.1") == "0123456-runtime-extras-cuda13.0.2-sm90-torch2.14.1-py3.11", "never the parent's tag"
 
 
 def test_a_tag_over_128_characters_is_refused(matrix: Matrix) -> None:

@@ -32,7 +32,7 @@ def test_printed_plan_matches_golden(cli: CliRunner, repo_root: Path, monkeypatc
 def test_plan_runs_nothing_and_writes_nothing(cli: CliRunner, repo_root: Path, tmp_path: Path) -> None:
     result = cli("--recipes", str(repo_root / "recipes"), "plan", "--cell", "cuda*-py311")
     assert result.code == 0
-    assert result.out.count("plan for ") == 6
+    assert result.out.count("plan for ") == 7  # six CUDA variants, and cuda130's slim cuda130-sm90: a glob matches slim cells too
     assert not (tmp_path / "wheels").exists()
 
 
@@ -53,6 +53,40 @@ def test_steps_come_in_design_order_and_dependencies_first(repo_root: Path) -> N
     tail = [StepKind.CLOSURE, StepKind.MIRROR, StepKind.CHANNEL_CHECKS]
     assert kinds == [*CELL_STEPS, *RECIPE_STEPS, StepKind.PUBLISH, *RECIPE_STEPS, StepKind.PUBLISH, *tail]
     assert kinds.index(StepKind.PRE_CHECKS) < kinds.index(StepKind.PREPARE_ENV) < kinds.index(StepKind.BUILD)
+
+
+def test_a_slim_cell_plans_its_one_arch_into_its_own_channel(cli: CliRunner, repo_root: Path) -> None:
+    """cuda130-sm90-py311: the parent's build for 9.0 alone, published apart; torch, its
+    index and the build env (lock) are the parent's. Pure planning: nothing is built."""
+    matrix = load_matrix(repo_root / "recipes" / "matrix.toml")
+    recipes = load_recipes(repo_root / "recipes")
+    settings = Settings.from_environ({})
+    (slim,) = plan(matrix, recipes, matrix.select(["cuda130-sm90-py311"]), [], settings)
+    (fat,) = plan(matrix, recipes, matrix.select(["cuda130-py311"]), [], settings)
+    assert slim.channel == "cu130-sm90" and fat.channel == "cu130"
+    assert [r.name for r in slim.recipes] == [r.name for r in fat.recipes]
+    assert {r.name: r.arch_list for r in slim.recipes} == {"example-cpp-ops": "9.0", "torchsort": "9.0", "example-cuda-ops": "9.0"}
+    torchsort = slim.recipe("torchsort")
+    assert fat.recipe("torchsort").arch_list == "8.0;9.0", "the recipe's own list, which does not widen a slim cell's"
+    assert torchsort.build_variables()["TORCH_CUDA_ARCH_LIST"] == "9.0"
+    assert torchsort.version.expected(torchsort.source) == "0.1.10+cu130.sm90"
+    assert fat.recipe("torchsort").version.expected(torchsort.source) == "0.1.10+cu130"
+    assert slim.cell.variant.torch_requirement == "torch==2.14.1" and slim.lock.requirements[0] == "torch==2.14.1"
+    assert slim.torch_index == fat.torch_index == "https://download.pytorch.org/whl/cu130"
+    assert slim.lock == fat.lock and slim.lock.cell == "cuda130-py311", "one env, one lock file"
+    printed = cli("--recipes", str(repo_root / "recipes"), "plan", "--cell", "cuda130-sm90-py311", "--engine", "none")
+    assert printed.code == 0, printed.err
+    assert "TORCH_CUDA_ARCH_LIST=9.0;" in printed.out and "add to channel cu130-sm90 " in printed.out
+    assert "version label +cu130.sm90" in printed.out and "locks/cuda130-py311.txt" in printed.out
+
+
+def test_a_rocm_slim_cell_plans_its_one_target(repo_root: Path) -> None:
+    matrix = load_matrix(repo_root / "recipes" / "matrix.toml")
+    recipes = load_recipes(repo_root / "recipes")
+    (slim,) = plan(matrix, recipes, matrix.select(["rocm64-gfx942-py311"]), [], Settings.from_environ({}))
+    assert slim.channel == "rocm6.4-gfx942" and slim.torch_index == "https://download.pytorch.org/whl/rocm6.4"
+    assert {r.build_variables()["PYTORCH_ROCM_ARCH"] for r in slim.recipes} == {"gfx942"}
+    assert {r.version.label for r in slim.recipes} == {"rocm6.4.gfx942"}
 
 
 def test_torch_index_setting_replaces_the_template(repo_root: Path) -> None:

@@ -1,12 +1,20 @@
 """What the README says of the code, kept true: its module map names every module of the
-package and nothing else, and its exit-code table is the error family's."""
+package and nothing else, its exit-code table is the error family's, and its section on
+slim channels names what the matrix and the noxfile make."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
+import nox
+import pytest
+
 from wheelmill import errors
+from wheelmill.archs import arch_tag
+from wheelmill.cli import main
+from wheelmill.matrix import load_matrix
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 README = (ROOT / "README.md").read_text()
@@ -31,3 +39,45 @@ def test_the_exit_code_table_is_the_error_family() -> None:
         cls.exit_code for cls in vars(errors).values() if isinstance(cls, type) and issubclass(cls, errors.WheelmillError) and cls is not errors.WheelmillError
     }
     assert documented == family
+
+
+def test_the_slim_section_names_what_the_matrix_makes() -> None:
+    text = section("### Slim channels", "## The index")
+    matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
+    slim, parent = matrix.variants["cuda130-sm90"], matrix.variants["cuda130"]
+    assert f'slim = ["{slim.arch_list}"]' in text and f'arch-list = "{parent.arch_list}"' in text
+    assert 'slim = ["gfx942"]' in text and matrix.variants["rocm64-gfx942"].slim_of == "rocm64"
+    derived = re.findall(r"`([0-9]+\.[0-9]+[af]?|gfx[0-9a-f]+)`\s+→\s+`([a-z0-9]+)-([a-z0-9]+)`", text)
+    assert len(derived) == 4
+    for arch, variant, tag in derived:
+        assert variant in matrix.variants and arch_tag(arch) == tag, (arch, variant, tag)
+    assert f"TORCH_CUDA_ARCH_LIST={slim.arch_list}, into channel {slim.channel}" in text
+    assert f"| channel | `{parent.channel}` | `{slim.channel}` " in text
+    assert f"`0.1.10+{parent.wheel_label}` | `0.1.10+{slim.wheel_label}`" in text
+    assert f"`{slim.torch_requirement}`, from the `{slim.label}` torch index" in text
+    (url,) = re.findall(r"--index-url (\S+/simple/)", text)
+    assert url.endswith(f"/{slim.channel}/simple/")
+
+
+def test_the_slim_sections_commands_do_what_it_says(capsys: pytest.CaptureFixture[str]) -> None:
+    text = section("### Slim channels", "## The index")
+    recipes = str(ROOT / "recipes")
+    assert main(["--recipes", recipes, "index", "config", "--channel", "cu130-sm90", "--url", "https://wheels.internal"]) == 0
+    (url,) = re.findall(r"--index-url (\S+/simple/)", text)
+    assert f"index-url = {url}\n" in capsys.readouterr().out
+    assert main(["--recipes", recipes, "matrix"]) == 0
+    table = capsys.readouterr().out
+    assert "slim of" in table and re.search(r"cuda130-sm90 +│ cuda130 ", table)
+    assert main(["--recipes", recipes, "plan", "--cell", "cuda130-sm90-py311", "--engine", "none"]) == 0
+    assert "TORCH_CUDA_ARCH_LIST=9.0;" in capsys.readouterr().out and "wheelmill plan --cell cuda130-sm90-py311" in text
+
+
+def test_the_noxfile_makes_a_session_for_every_cell_slim_ones_included() -> None:
+    spec = importlib.util.spec_from_file_location("noxfile_under_test", ROOT / "noxfile.py")
+    assert spec is not None and spec.loader is not None
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    sessions = set(nox.registry.get())
+    cells = load_matrix(ROOT / "recipes" / "matrix.toml").cells
+    assert {f"build-{c.id}" for c in cells} <= sessions
+    named = re.findall(r"nox -s (build-\S+)", section("### Slim channels", "## The index"))
+    assert named == ["build-cuda130-sm90-py311"] and set(named) <= sessions

@@ -7,6 +7,7 @@ import fnmatch
 import json
 import subprocess
 import zipfile
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
@@ -14,14 +15,17 @@ import pytest
 
 from tests.wheels import make_wheel
 from wheelmill.cli import main
+from wheelmill.cli.release import release_json
 from wheelmill.errors import IndexStoreError, IntegrityError, ReleaseError
 from wheelmill.index.store import Channel, channel_names, publish
 from wheelmill.index.verify import verify
 from wheelmill.matrix import load_matrix
 from wheelmill.net import sha256_of
+from wheelmill.plan import Options, plan
 from wheelmill.recipes import load_recipes
 from wheelmill.release import Manifest, ReleasedFile, manifests, promote, prune, record, same_payload
 from wheelmill.selection import affected_cells
+from wheelmill.settings import Settings
 from wheelmill.versions import Action, GitState, Release, Track, VersionRule, for_nightly, for_tag, read_state, stamp_version
 from wheelmill.wheelfile import read_wheel
 
@@ -104,6 +108,9 @@ STAMP_CASES = [
     (VersionRule.SOURCE, "1.0+upstream", RC, "cu118", None),
     (VersionRule.REPO, "1.0+upstream", RC, "cu118", "2.4.0rc1+cu118"),
     (VersionRule.SOURCE, "0.18.0.post1", None, "cpu", "0.18.0.post1+cpu"),
+    # A slim variant's wheels: the arch as one more local segment, never the parent's file name.
+    (VersionRule.REPO, "0.1.0", RC, "cu130.sm90", "2.4.0rc1+cu130.sm90"),
+    (VersionRule.SOURCE, "0.1.10", None, "rocm6.4.gfx942", "0.1.10+rocm6.4.gfx942"),
 ]
 
 
@@ -159,7 +166,7 @@ def test_cells_a_change_affects(changed: list[str], expected: str | list[str]) -
         assert chosen == expected
         return
     globs = expected.split()
-    every = [c.id for c in matrix.cells]
+    every = [c.id for c in matrix.cells if not c.variant.slim_of]  # a slim cell only where named
     wanted = every if expected == "all" else [c for c in every if any(fnmatch.fnmatchcase(c, g) for g in globs)]
     assert chosen == wanted and chosen
 
@@ -169,7 +176,46 @@ def test_matrix_json_is_golden(capsys: pytest.CaptureFixture[str]) -> None:
     produced = json.loads(capsys.readouterr().out)
     golden = json.loads((ROOT / "tests" / "golden" / "matrix.json").read_text())
     assert produced == golden
-    assert len(produced["include"]) == 43 and set(produced["include"][0]) == {"cell", "variant", "python", "family", "label"}
+    assert len(produced["include"]) == 51 and set(produced["include"][0]) == {"cell", "variant", "python", "family", "label", "channel"}
+    slim = next(entry for entry in produced["include"] if entry["cell"] == "cuda130-sm90-py311")
+    assert slim == {
+        "cell": "cuda130-sm90-py311",
+        "variant": "cuda130-sm90",
+        "python": "3.11",
+        "family": "cuda",
+        "label": "cu130",
+        "channel": "cu130-sm90",
+        "slim-of": "cuda130",
+    }
+
+
+def test_a_change_picks_slim_cells_only_where_named(tmp_path: Path) -> None:
+    """A pull request builds a slim cell only where the canary names it; its parent's cell
+    covers every arch the slim one has. A release builds them all (its default glob, '*')."""
+    matrix, recipes = load_matrix(ROOT / "recipes" / "matrix.toml"), load_recipes(ROOT / "recipes")
+    slim = {c.id for c in matrix.cells if c.variant.slim_of}
+    assert slim and not slim & {c.id for c in affected_cells(matrix, recipes, ["recipes/matrix.toml", "recipes/torchsort.toml"], root=ROOT)}
+    named = replace(matrix, canary=("cuda130-sm90-py311",))
+    assert [c.id for c in affected_cells(named, recipes, ["README.md"], root=ROOT)] == ["cuda130-sm90-py311"]
+    assert slim <= {c.id for c in matrix.select(["*"])}
+
+
+def test_a_release_builds_slim_cells_into_their_channels_in_its_track() -> None:
+    matrix, recipes = load_matrix(ROOT / "recipes" / "matrix.toml"), load_recipes(ROOT / "recipes")
+    plans = plan(matrix, recipes, matrix.select(["*"]), [], Settings.from_environ({}), Options(publish=False, release=RC))
+    by_cell = {p.cell.id: p for p in plans}
+    assert by_cell["cuda130-sm90-py311"].channel == "test/cu130-sm90" and by_cell["rocm64-gfx942-py311"].channel == "test/rocm6.4-gfx942"
+    ops = by_cell["cuda130-sm90-py311"].recipe("example-cpp-ops")
+    assert ops.version.expected(ops.source) == "2.4.0rc1+cu130.sm90"
+    assert "cuda130-sm90-py311" in {e["cell"] for e in release_json(RC, plans)["matrix"]["include"]}
+    assert Track.NIGHTLY.channel(matrix.variants["cuda130-sm90"].channel) == "nightly/cu130-sm90"
+
+
+def test_matrix_json_without_slim_cells(capsys: pytest.CaptureFixture[str]) -> None:
+    """build.yml's fallback when no diff can be computed: every cell but the slim ones."""
+    assert main(["--recipes", str(ROOT / "recipes"), "matrix", "--json", "--no-slim"]) == 0
+    cells = [c["cell"] for c in json.loads(capsys.readouterr().out)["include"]]
+    assert len(cells) == 43 and "cuda130-py311" in cells and not [c for c in cells if "-sm" in c or "-gfx" in c]
 
 
 def test_matrix_json_for_changed_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

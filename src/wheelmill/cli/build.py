@@ -12,8 +12,8 @@ from rich.table import Table
 from wheelmill.cli.common import Commands, add_cell_options, build_cells, load_inputs, mirror_cells, prepare
 from wheelmill.errors import UsageError
 from wheelmill.locks import check_lock, write_lock
-from wheelmill.matrix import github_matrix, matrix_markdown
-from wheelmill.plan import Options, plan
+from wheelmill.matrix import MATRIX_COLUMNS, Matrix, github_matrix, matrix_markdown, matrix_row
+from wheelmill.plan import Options, plan, plan_cell
 from wheelmill.selection import affected_cells
 from wheelmill.settings import Settings
 from wheelmill.spec import CellPlan
@@ -26,6 +26,9 @@ def register(commands: Commands) -> None:
     form.add_argument("--markdown", action="store_true", help="the table as Markdown (the README's copy)")
     matrix.add_argument(
         "--changed-files", type=Path, metavar="FILE", help="with --json: only the cells these changed paths (one a line, from the repo root) affect"
+    )
+    matrix.add_argument(
+        "--no-slim", dest="slim", action="store_false", help="with --json: leave the slim cells out (their parent's cells build every arch they have)"
     )
     matrix.set_defaults(func=cmd_matrix)
 
@@ -49,25 +52,32 @@ def register(commands: Commands) -> None:
 
 def cmd_matrix(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     matrix, recipes = load_inputs(settings)
-    if args.changed_files and not args.json:
-        raise UsageError("matrix: --changed-files goes with --json", fix="add --json")
+    if (args.changed_files or not args.slim) and not args.json:
+        raise UsageError("matrix: --changed-files and --no-slim go with --json", fix="add --json")
     if args.json:
         chosen = matrix.cells
         if args.changed_files:
             chosen = affected_cells(matrix, recipes, _changed(args.changed_files), root=settings.root)
+        if not args.slim:
+            chosen = tuple(c for c in chosen if not c.variant.slim_of)
         print(json.dumps(github_matrix(chosen), separators=(",", ":")))
         return 0
     if args.markdown:
         print(matrix_markdown(matrix))
         return 0
-    table = Table(title=f"matrix ({len(matrix.cells)} cells)", title_justify="left")
-    for column in ("variant", "toolkit", "torch", "arch list", "glibc", *matrix.pythons):
+    table = Table(title=f"matrix ({_count(matrix)})", title_justify="left")
+    for column in (*MATRIX_COLUMNS, *matrix.pythons):
         table.add_column(column, overflow="fold")
     for v in matrix.variants.values():
-        cells = ["yes" if p in v.pythons else "-" for p in matrix.pythons]
-        table.add_row(v.name, v.toolkit or "-", f"{v.torch}+{v.label}", v.arch_list or "-", v.glibc, *cells)
-    Console(highlight=False, width=max(console.width, 160)).print(table)
+        table.add_row(*matrix_row(v, matrix.pythons))
+    Console(highlight=False, width=max(console.width, 180)).print(table)
     return 0
+
+
+def _count(matrix: Matrix) -> str:
+    """``51 cells, 8 of them slim``"""
+    slim = sum(1 for c in matrix.cells if c.variant.slim_of)
+    return f"{len(matrix.cells)} cells" + (f", {slim} of them slim" if slim else "")
 
 
 def _changed(path: Path) -> list[str]:
@@ -78,12 +88,13 @@ def _changed(path: Path) -> list[str]:
 
 
 def cmd_validate(_args: argparse.Namespace, settings: Settings, _console: Console) -> int:
-    """Load everything and plan every cell: what only a cell can tell (a recipe's arch list
-    for its toolkit, its templates) is checked for each one."""
+    """Load everything and plan every cell with every recipe that applies to it, opt-in ones
+    too: what only a cell can tell (a recipe's arch list for its toolkit, its templates, its
+    switches) is checked for each one."""
     matrix, recipes = load_inputs(settings)
-    plans = plan(matrix, recipes, matrix.cells, [], settings, Options())
+    plans = [plan_cell(matrix, recipes, cell, [n for n, r in sorted(recipes.items()) if r.applies_to(cell)], settings, Options()) for cell in matrix.cells]
     steps = sum(len(p.steps) for p in plans)
-    print(f"ok: {len(matrix.variants)} variants, {len(matrix.cells)} cells ({steps} planned steps), {len(recipes)} recipes ({', '.join(sorted(recipes))})")
+    print(f"ok: {len(matrix.variants)} variants, {_count(matrix)} ({steps} planned steps), {len(recipes)} recipes ({', '.join(sorted(recipes))})")
     return 0
 
 
@@ -117,12 +128,16 @@ def cmd_lock(args: argparse.Namespace, settings: Settings, console: Console) -> 
     matrix, recipes = load_inputs(settings)
     locks_dir = settings.root / "locks"
     cells = matrix.select(args.cell)
+    # A slim cell's lock is its parent cell's file: one lock per env, however many cells share it.
+    owners = {c.base_id: matrix.cell(c.base_id) for c in cells}
     if not args.check:
-        for cell in cells:
-            console.print(write_lock(matrix, recipes, cell, locks_dir, settings), highlight=False)
+        for owner in owners.values():
+            console.print(write_lock(matrix, recipes, owner, locks_dir, settings), highlight=False)
         return 0
-    checked = [line for cell in cells if (line := check_lock(matrix, recipes, cell, locks_dir))]
-    for line in checked:
+    checked = {lock_id: check_lock(matrix, recipes, owner, locks_dir) for lock_id, owner in owners.items()}
+    matched = [line for line in checked.values() if line]
+    for line in matched:
         console.print(line, highlight=False)
-    console.print(f"{len(checked)} committed locks match their inputs; {len(cells) - len(checked)} cells resolve theirs at build time", highlight=False)
+    late = sum(1 for c in cells if checked[c.base_id] is None)
+    console.print(f"{len(matched)} committed locks match their inputs; {late} cells resolve theirs at build time", highlight=False)
     return 0

@@ -135,8 +135,11 @@ class ImageSpec:
 
 
 def toolkit_label(cell: Cell) -> str:
+    """``cuda13.0.2``; a slim cell's arch after it (``cuda13.0.2-sm90``), so the images of a
+    slim cell never take the tags of its parent's, whose wheels carry every arch."""
     variant = cell.variant
-    return {Family.CUDA: f"cuda{variant.toolkit}", Family.ROCM: f"rocm{variant.toolkit}"}.get(variant.family, "cpu")
+    toolkit = {Family.CUDA: f"cuda{variant.toolkit}", Family.ROCM: f"rocm{variant.toolkit}"}.get(variant.family, "cpu")
+    return f"{toolkit}-{variant.slim_tag}" if variant.slim_tag else toolkit
 
 
 def image_tag(commit: str, kind: str, cell: Cell, torch: str) -> str:

@@ -81,7 +81,7 @@ def choose(pins: Pins, variant: Variant, python: str, *, containers: Path, polic
         base = _registry(pins, registry_key, registry)
         definition = "rocm" if family is Family.ROCM else "manylinux"
     else:
-        suite = pins.suite_for(variant.name)
+        suite = pins.suite_for(variant.base_name)  # a slim variant builds on its parent's base
         reference = f"{BASE_REPOSITORY}:{suite}-{pins.variant}"
         base = Base(
             kind=BaseKind.BOOTSTRAP,

@@ -158,7 +158,7 @@ def _disk(ctx: StepContext) -> CheckResult:
 
 def _lock(plan: CellPlan) -> tuple[CheckResult, str]:
     """A committed lock made for other inputs stops the cell here, before anything builds."""
-    committed, cell = path_of(plan.locks_dir, plan.cell.id), plan.cell.id
+    committed, cell = path_of(plan.locks_dir, plan.lock.cell), plan.lock.cell  # a slim cell's is its parent's
     if not committed.is_file():
         detail = f"no {committed}: the env is resolved now (`wheelmill lock --cell {cell}` commits one)"
         return CheckResult.passed("lock", detail), "resolved at build time (no committed lock)"
@@ -196,7 +196,7 @@ def prepare_env(ctx: StepContext) -> Outcome:
     """A fresh env from the committed lock, or from one resolved now, hashes checked."""
     plan, layout, backend = ctx.run.plan, ctx.run.layout, ctx.where.backend
     sources, python = ctx.done.get(Sources), ctx.done.get(Toolchain).python
-    committed = path_of(plan.locks_dir, plan.cell.id)
+    committed = path_of(plan.locks_dir, plan.lock.cell)
     try:
         if committed.is_file():
             layout.lock.write_text(committed.read_text(encoding="utf-8"), encoding="utf-8")
@@ -252,7 +252,7 @@ def link_dev_names(lib_dir: Path) -> list[str]:
 
 def describe_pre_checks(plan: CellPlan) -> str:
     where = "the configured package sources" + (f", else {plan.torch_index}" if plan.torch_index else "")
-    lock = f"{plan.locks_dir.name}/{plan.cell.id}.txt, if committed, matches its inputs"
+    lock = f"{plan.locks_dir.name}/{plan.lock.cell}.txt, if committed, matches its inputs"
     here = "" if plan.image else _toolchain_detail(plan.cell) + "; "
     return f"{here}free disk >= {format_size(plan.min_free_disk)}; {lock}; {plan.cell.variant.torch_requirement} locatable in {where}"
 
