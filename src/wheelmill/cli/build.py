@@ -13,7 +13,7 @@ from wheelmill.cli.common import Commands, add_cell_options, build_cells, load_i
 from wheelmill.errors import UsageError
 from wheelmill.locks import check_lock, write_lock
 from wheelmill.matrix import MATRIX_COLUMNS, Matrix, github_matrix, matrix_markdown, matrix_row
-from wheelmill.plan import Options, plan, plan_cell
+from wheelmill.plan import Options, plan_cell
 from wheelmill.selection import affected_cells
 from wheelmill.settings import Settings
 from wheelmill.spec import CellPlan
