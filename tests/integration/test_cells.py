@@ -51,7 +51,7 @@ def all_checks(data: dict[str, Any]) -> list[dict[str, Any]]:
     return [check for step in data["steps"] for check in step["checks"]]
 
 
-def assert_cell_built(output: Path, cell: str, recipes: set[str], label: str, torch: str) -> dict[str, Any]:
+def assert_cell_built(output: Path, cell: str, recipes: set[str], label: str, torch: str, *, channel_name: str | None = None) -> dict[str, Any]:
     data = report(output, cell)
     assert data["status"] == "ok", json.dumps(data["steps"], indent=1)
     assert {r["name"] for r in data["recipes"]} == recipes
@@ -60,7 +60,7 @@ def assert_cell_built(output: Path, cell: str, recipes: set[str], label: str, to
     assert not [c for c in checks if c["verdict"] == "fail"]
     # On the host the only acceptable warning is the glibc baseline (containers fix it).
     assert {c["name"] for c in checks if c["verdict"] == "warn"} <= {"glibc-baseline"}
-    channel = Channel(output / "index", label)
+    channel = Channel(output / "index", channel_name or label)
     assert verify(channel) == []
     published = {f.filename for name in channel.project_names() for f in (channel.project(name) or Project(name=name, files=())).files}
     for recipe in data["recipes"]:

@@ -106,3 +106,18 @@ def test_git_source_is_fetched_from_its_mirror(tmp_path: Path) -> None:
     assert failed.returncode == 6, failed.stdout[-2000:] + failed.stderr
     assert len(lines) == 1 and "git.example.invalid" in lines[0] and "fix:" in lines[0], lines
     assert "Traceback" not in failed.stdout + failed.stderr
+
+
+@pytest.mark.cuda
+def test_deepspeed_builds_for_one_arch_into_its_slim_channel(tmp_path: Path) -> None:
+    """A CUDA recipe of the list, for a single arch: the slim cell cuda130-sm90 compiles
+    DeepSpeed's fused optimizers for sm_90 only and publishes them apart, in cu130-sm90."""
+    if shutil.which("nvcc", path="/usr/local/cuda-13.0/bin:" + os.environ.get("CUDA_HOME", "") + "/bin") is None:
+        pytest.skip("no CUDA 13.0 toolkit")
+    result = nox("build-cuda130-sm90-py311", tmp_path, "--recipe", "deepspeed")
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    print(result.stdout)
+    data = assert_cell_built(tmp_path, "cuda130-sm90-py311", {"deepspeed"}, "cu130.sm90", "2.14.1", channel_name="cu130-sm90")
+    checks = {(step["recipe"], c["name"]): c for step in data["steps"] for c in step["checks"]}
+    assert checks[("deepspeed", "device-code")]["detail"] == "2 libraries carry exactly 9.0"
+    assert "'fused_adam', 'fused_lamb'" in checks[("deepspeed", "smoke")]["detail"]

@@ -81,3 +81,25 @@ def test_the_noxfile_makes_a_session_for_every_cell_slim_ones_included() -> None
     assert {f"build-{c.id}" for c in cells} <= sessions
     named = re.findall(r"nox -s (build-\S+)", section("### Slim channels", "## The index"))
     assert named == ["build-cuda130-sm90-py311"] and set(named) <= sessions
+
+
+def test_the_recipe_table_says_what_the_recipes_do() -> None:
+    """Each row of "The recipes teams build": the recipe exists, is opt-in, its source kind
+    and the variants whose cells it applies to are what the row says."""
+    from wheelmill.recipes import GitSource, SdistSource, load_recipes  # noqa: PLC0415
+
+    recipes = load_recipes(ROOT / "recipes")
+    matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
+    table = section("## The recipes teams build", "Git sources name their upstream")
+    rows = re.findall(r"^\| ([a-z-]+) \| ([^|]+) \| ([^|]+) \| ", table, flags=re.MULTILINE)
+    named = {name for name, _, _ in rows if name != "recipe"}
+    assert named == {name for name, recipe in recipes.items() if recipe.opt_in}
+    for name, source, cells in rows:
+        if name == "recipe":
+            continue
+        recipe = recipes[name]
+        kind = {GitSource: "git", SdistSource: "sdist"}[type(recipe.source)]
+        assert source.startswith(kind), (name, source)
+        variants = {cell.variant.name for cell in matrix.cells if recipe.applies_to(cell) and cell.variant.slim_of is None}
+        assert variants == {v.strip() for v in cells.split(",")}, name
+    assert "`USE_SYSTEM_UCC=1` does nothing without `USE_UCC=1`" in table

@@ -30,6 +30,7 @@ from wheelmill.spec import CellPlan, RecipeSpec
 from wheelmill.steps.cell import BuildEnv, CheckedEnv, Sources
 from wheelmill.steps.fetch import Fetched
 from wheelmill.toolchain import Toolkit
+from wheelmill.variants import Family
 from wheelmill.wheelfile import read_wheel, rewrite_metadata
 
 
@@ -80,6 +81,7 @@ def build(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     argv = [fill(part, values) for part in spec.command]
     jobs = max_jobs(available_memory(), spec.memory_per_job, os.cpu_count() or 1)
     environment = build_environment(spec, values, path=[env.bin_dir], toolkit=toolkit, jobs=jobs)
+    environment.update(wheel_toolkit_paths(env.root) if spec.family is Family.CUDA else {})
     ctx.log.note(f"MAX_JOBS={jobs} ({format_size(available_memory())} available)")
     try:
         ctx.where.runner.run(argv, env=environment, log=ctx.log, cwd=source, on_line=ctx.run.on_line)
@@ -119,6 +121,16 @@ def build_environment(spec: RecipeSpec, values: Mapping[str, str], *, path: list
     extra["MAX_JOBS"] = str(jobs)
     extra.update({key: fill(value, values) for key, value in spec.env.items()})
     return base_environment(path + ([toolkit.bin_dir] if toolkit else []), extra)
+
+
+def wheel_toolkit_paths(env_root: Path) -> dict[str, str]:
+    """The CUDA libraries' headers and link libraries from the nvidia-* wheels in the env
+    (cusparse.h, cublas_v2.h, libcublas.so): torch's headers include them (CUDAContext.h),
+    an nvcc-only toolkit lacks them, and these are the very versions torch runs with."""
+    nvidia = sorted(env_root.glob("lib/python3*/site-packages/nvidia"))
+    includes = [str(p) for root in nvidia for p in sorted(root.glob("*/include"))]
+    libraries = [str(p) for root in nvidia for p in sorted(root.glob("*/lib"))]
+    return {key: ":".join(paths) for key, paths in (("CPATH", includes), ("LIBRARY_PATH", libraries)) if paths}
 
 
 def fill(template: str, values: Mapping[str, str]) -> str:
