@@ -11,18 +11,26 @@ cell's Python, cuobjdump, the ELF reader. What stands in, and says so:
 - the C++ compiler and the CUDA/ROCm toolkits: scripts that report a version, which is all
   the pre-checks ask of them before a build runs them;
 - the build: a script that zips the files a test put in the recipe's ``payload/``.
+
+``build`` runs a cell of the sandbox from the command line; ``assert_recorded`` checks that
+a step failed the way the error boundary promises.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+import pytest
+
+from tests.conftest import CliResult, CliRunner
 from tests.wheels import make_wheel
 from wheelmill.index.store import Channel, publish
+from wheelmill.process import TRACEBACK_MARK
 
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 PY = PYTHON.replace(".", "")
@@ -155,3 +163,35 @@ class Sandbox:
     def logs(self, variant: str) -> dict[str, str]:
         """Each step log of the cell, by file name."""
         return {p.name: p.read_text() for p in sorted((self.output / self.cell(variant) / "logs").glob("*.log"))}
+
+
+TAG = f"cp{PY}-cp{PY}-linux_x86_64"
+
+
+def dist_info(name: str, version: str, *, metadata_version: str | None = None) -> dict[str, bytes]:
+    directory = f"{name}-{version}.dist-info"
+    return {
+        f"{directory}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {metadata_version or version}\n".encode(),
+        f"{directory}/WHEEL": f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: {TAG}\n".encode(),
+    }
+
+
+def build(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, variant: str, *, engine: str = "none") -> CliResult:
+    for key, value in sandbox.environ().items():
+        monkeypatch.setenv(key, value)
+    return cli("--recipes", str(sandbox.recipes), "build", "--cell", sandbox.cell(variant), "--engine", engine)
+
+
+def assert_recorded(result: CliResult, sandbox: Sandbox, variant: str, *, step: str, code: int, says: str) -> str:
+    """One line on stderr, the error naming the step, and the step's code; no traceback
+    shown; the step's record says the same, and its log holds the traceback. Returns the log."""
+    assert result.code == code, (result.out + result.err)[-3000:]
+    (line,) = result.err.splitlines()
+    assert line.startswith("wheelmill: error: ") and step in line and says in line and "; fix: " in line, line
+    assert "Traceback" not in result.err + result.out
+    report = json.loads((sandbox.output / sandbox.cell(variant) / "report.json").read_text())
+    (record,) = [s for s in report["steps"] if s["status"] == "failed"]
+    assert (record["recipe"] or "") in step and record["step"] in step and record["exit_code"] == code
+    log = Path(record["log"]).read_text()
+    assert f"{TRACEBACK_MARK}Traceback (most recent call last):" in log
+    return log

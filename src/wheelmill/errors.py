@@ -165,6 +165,15 @@ class ImageError(WheelmillError):
     exit_code = 20
 
 
+class DoctorError(WheelmillError):
+    """``wheelmill doctor``: an installed wheel would not run on this machine's GPU (it lacks
+    the GPU's arch). ``wheelmill/doctor.py`` is standard library only, so it holds this code
+    itself, as ``EXIT_WOULD_FAIL``; a test keeps the two equal, and this class keeps the
+    code apart from the others."""
+
+    exit_code = 21
+
+
 class InternalError(WheelmillError):
     """Something wheelmill did not expect: a bug. The traceback goes to a log, never to the
     terminal; the line says where."""

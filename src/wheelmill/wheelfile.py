@@ -1,5 +1,6 @@
-"""Wheels as values: read the name, tags and core metadata, unpack the binaries, and
-rewrite the metadata (version label, exact pins) with a fresh RECORD.
+"""Wheels as values: read the name, tags, core metadata and GPU arch record, unpack the
+binaries, and rewrite the metadata (version label, exact pins, added .dist-info files) with
+a fresh RECORD.
 
 Names and versions go through ``packaging``; nothing PEP-defined is parsed by regex.
 """
@@ -8,26 +9,32 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import tempfile
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from email.message import Message
 from email.parser import HeaderParser
 from functools import cached_property
 from pathlib import Path
+from typing import TypeVar
 
+from elftools.common.exceptions import ELFError
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from wheelmill.checks.elf import is_elf
-from wheelmill.errors import InvalidWheel
+from wheelmill.archs import ARCH_RECORD
+from wheelmill.checks.elf import ElfSummary, is_elf, summarize
+from wheelmill.errors import CheckError, InvalidWheel
 from wheelmill.files import atomic_path
 
 # Core metadata is a few kilobytes; a wheel whose METADATA would unpack to more than this
 # is refused before it is read (a small zip can expand to gigabytes).
 MAX_METADATA = 16 * 2**20
+MAX_ARCH_RECORD = 64 * 2**10  # gpu-archs.json is one short line
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +48,7 @@ class WheelInfo:
     dist_info: str
     metadata: bytes  # METADATA as stored: what a PEP 658 sidecar serves
     files: tuple[str, ...]
+    arch_record: bytes | None = None  # .dist-info/gpu-archs.json as stored (wheelmill.archs.ArchRecord), if any
 
     @cached_property
     def headers(self) -> Message:
@@ -91,10 +99,21 @@ def read_wheel(path: Path) -> WheelInfo:
         with zipfile.ZipFile(path) as zf:
             files = tuple(zf.namelist())
             dist_info = _dist_info_dir(files, path)
-            metadata = _read_bounded(zf, f"{dist_info}/METADATA", path)
+            metadata = _read_bounded(zf, f"{dist_info}/METADATA", path, MAX_METADATA)
+            record_name = f"{dist_info}/{ARCH_RECORD}"
+            arch_record = _read_bounded(zf, record_name, path, MAX_ARCH_RECORD) if record_name in files else None
     except (zipfile.BadZipFile, OSError, EOFError) as exc:
         raise InvalidWheel(f"{path}: unreadable wheel ({exc})", fix="rebuild it; a wheel is a zip file") from None
-    info = WheelInfo(path=path, name=canonicalize_name(name), version=version, tags=frozenset(tags), dist_info=dist_info, metadata=metadata, files=files)
+    info = WheelInfo(
+        path=path,
+        name=canonicalize_name(name),
+        version=version,
+        tags=frozenset(tags),
+        dist_info=dist_info,
+        metadata=metadata,
+        files=files,
+        arch_record=arch_record,
+    )
     _check_metadata(info)
     return info
 
@@ -108,14 +127,14 @@ def _dist_info_dir(files: tuple[str, ...], path: Path) -> str:
     return dirs.pop()
 
 
-def _read_bounded(zf: zipfile.ZipFile, member: str, path: Path) -> bytes:
+def _read_bounded(zf: zipfile.ZipFile, member: str, path: Path, limit: int) -> bytes:
     info = zf.getinfo(member)
-    if info.file_size > MAX_METADATA:
-        raise InvalidWheel(f"{path}: {member} unpacks to {info.file_size} bytes", fix="core metadata is kilobytes; rebuild the wheel")
+    if info.file_size > limit:
+        raise InvalidWheel(f"{path}: {member} unpacks to {info.file_size} bytes", fix="metadata is kilobytes; rebuild the wheel")
     with zf.open(info) as member_file:
-        data = member_file.read(MAX_METADATA + 1)  # the declared size can lie
-    if len(data) > MAX_METADATA:
-        raise InvalidWheel(f"{path}: {member} unpacks to more than {MAX_METADATA} bytes", fix="core metadata is kilobytes; rebuild the wheel")
+        data = member_file.read(limit + 1)  # the declared size can lie
+    if len(data) > limit:
+        raise InvalidWheel(f"{path}: {member} unpacks to more than {limit} bytes", fix="metadata is kilobytes; rebuild the wheel")
     return data
 
 
@@ -156,6 +175,20 @@ def extract_binaries(wheel: Path, dest: Path) -> list[Path]:
     return [p for p in out if is_elf(p)]
 
 
+def inspect_wheel(wheel: Path, judge: Callable[[Path, list[ElfSummary]], T]) -> T:
+    """Unpack the wheel's ELF files into a temporary directory and judge them there."""
+    with tempfile.TemporaryDirectory(prefix="wheelmill-inspect-") as tmp:
+        root = Path(tmp)
+        return judge(root, [_summary(wheel, root, path) for path in extract_binaries(wheel, root)])
+
+
+def _summary(wheel: Path, root: Path, path: Path) -> ElfSummary:
+    try:
+        return summarize(path)
+    except ELFError as exc:
+        raise CheckError(f"{wheel.name}: {path.relative_to(root)} starts like an ELF file but cannot be read as one ({exc})", fix="rebuild the wheel") from None
+
+
 def _record_hash(data: bytes) -> str:
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
     return f"sha256={digest}"
@@ -168,13 +201,15 @@ def rewrite_metadata(
     version: str | None,
     pins: Mapping[str, str],
     add: Sequence[str] = (),
+    dist_files: Mapping[str, bytes] | None = None,
 ) -> Path:
     """A copy of ``wheel`` in ``dest_dir`` with a new version, exact pins, added requirements.
 
     ``pins`` maps a project name to the exact version every unconditional requirement on
     it must have (``torch`` -> ``2.14.1``); one is added where the wheel had none. ``add``
-    requirements are appended unless already declared. The .dist-info directory and the
-    file name follow the version, and RECORD is recomputed.
+    requirements are appended unless already declared. ``dist_files`` (a name in the
+    .dist-info directory -> its bytes) are written there, replacing any of that name. The
+    .dist-info directory and the file name follow the version, and RECORD is recomputed.
     """
     info = read_wheel(wheel)
     new_version = version or str(info.version)
@@ -183,7 +218,7 @@ def rewrite_metadata(
     tag_part = wheel.name[len(name_part) + 1 + len(_filename_version(wheel.name)) + 1 :]
     target = dest_dir / f"{name_part}-{new_version}-{tag_part}"
     metadata = _rewrite_headers(info.metadata_text, version=new_version, pins=pins, add=add)
-    _rewrite_zip(wheel, target, old_dist=info.dist_info, new_dist=new_dist_info, metadata=metadata)
+    _rewrite_zip(wheel, target, old_dist=info.dist_info, new_dist=new_dist_info, metadata=metadata, dist_files=dist_files or {})
     return target
 
 
@@ -232,16 +267,22 @@ def _pin_requirement(text: str, pins: Mapping[str, str]) -> tuple[str, str] | No
     return name, f"{req.name}{extras}=={canonical[name]}"
 
 
-def _rewrite_zip(source: Path, target: Path, *, old_dist: str, new_dist: str, metadata: str) -> None:
+def _rewrite_zip(source: Path, target: Path, *, old_dist: str, new_dist: str, metadata: str, dist_files: Mapping[str, bytes]) -> None:
     records: list[str] = []
+    replaced = {f"{old_dist}/RECORD", *(f"{old_dist}/{name}" for name in dist_files)}
     with atomic_path(target) as tmp, zipfile.ZipFile(source) as zin, zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zout:
         for item in zin.infolist():
-            if item.filename == f"{old_dist}/RECORD":
+            if item.filename in replaced:
                 continue
             data = metadata.encode() if item.filename == f"{old_dist}/METADATA" else zin.read(item)
             name = new_dist + item.filename[len(old_dist) :] if item.filename.startswith(old_dist + "/") else item.filename
             zout.writestr(_copy_info(item, name), data)
             records.append(f"{name},{_record_hash(data)},{len(data)}")
+        # Added files get RECORD's fixed timestamp and mode: the same input gives the same bytes.
+        for name, data in sorted(dist_files.items()):
+            member = f"{new_dist}/{name}"
+            zout.writestr(_copy_info(zipfile.ZipInfo(member), member), data)
+            records.append(f"{member},{_record_hash(data)},{len(data)}")
         record_name = f"{new_dist}/RECORD"
         records.append(f"{record_name},,")
         zout.writestr(_copy_info(zipfile.ZipInfo(record_name), record_name), "\n".join(records) + "\n")

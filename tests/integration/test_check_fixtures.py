@@ -20,8 +20,8 @@ from wheelmill.checks.elf import ElfSummary, LibraryFinder, system_lib_dirs
 from wheelmill.checks.symbols import interpreter_libraries, judge_undefined, unresolved_symbols
 from wheelmill.matrix import load_matrix
 from wheelmill.process import HostRunner, capture
-from wheelmill.steps.verify import inspect_wheel
 from wheelmill.toolchain import Toolkit, find_toolkit
+from wheelmill.wheelfile import inspect_wheel
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parent.parent.parent

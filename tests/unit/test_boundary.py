@@ -7,54 +7,21 @@ expect at all is an internal error, exit 70, its traceback in a log."""
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import CliResult, CliRunner
+from tests.conftest import CliRunner
 from tests.elves import make_elf
-from tests.sandbox import PY, Sandbox, script
+from tests.sandbox import TAG, Sandbox, assert_recorded, build, dist_info, script
 from wheelmill.errors import CheckError, EnvError, InternalError, InvalidWheel, PrecheckError
-from wheelmill.process import TRACEBACK_MARK
 from wheelmill.spec import StepKind
 from wheelmill.steps import BY_KIND
-
-TAG = f"cp{PY}-cp{PY}-linux_x86_64"
-
-
-def dist_info(name: str, version: str, *, metadata_version: str | None = None) -> dict[str, bytes]:
-    directory = f"{name}-{version}.dist-info"
-    return {
-        f"{directory}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {metadata_version or version}\n".encode(),
-        f"{directory}/WHEEL": f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: {TAG}\n".encode(),
-    }
 
 
 @pytest.fixture
 def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Sandbox:
     return Sandbox(tmp_path / "repo")
-
-
-def build(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, variant: str, *, engine: str = "none") -> CliResult:
-    for key, value in sandbox.environ().items():
-        monkeypatch.setenv(key, value)
-    return cli("--recipes", str(sandbox.recipes), "build", "--cell", sandbox.cell(variant), "--engine", engine)
-
-
-def assert_recorded(result: CliResult, sandbox: Sandbox, variant: str, *, step: str, code: int, says: str) -> str:
-    """One line on stderr, the error naming the step, and the step's code; no traceback
-    shown; the step's record says the same, and its log holds the traceback. Returns the log."""
-    assert result.code == code, (result.out + result.err)[-3000:]
-    (line,) = result.err.splitlines()
-    assert line.startswith("wheelmill: error: ") and step in line and says in line and "; fix: " in line, line
-    assert "Traceback" not in result.err + result.out
-    report = json.loads((sandbox.output / sandbox.cell(variant) / "report.json").read_text())
-    (record,) = [s for s in report["steps"] if s["status"] == "failed"]
-    assert (record["recipe"] or "") in step and record["step"] in step and record["exit_code"] == code
-    log = Path(record["log"]).read_text()
-    assert f"{TRACEBACK_MARK}Traceback (most recent call last):" in log
-    return log
 
 
 @pytest.mark.parametrize(

@@ -13,9 +13,11 @@ from tests.conftest import CliRunner
 from tests.sandbox import Sandbox
 from tests.wheels import make_wheel
 from wheelmill.containers.editions import (
+    DOCTOR,
     CellOutput,
     Delivered,
     Edition,
+    build_context,
     image_tag,
     missing_from_channel,
     plan_images,
@@ -92,6 +94,32 @@ def test_each_image_is_from_the_one_before_and_installs_from_the_channel_alone(m
     labels = extras["labels"]
     assert labels["io.wheelmill.channel"] == "cpu" and labels["org.opencontainers.image.revision"] == COMMIT  # type: ignore[index]
     assert json.loads(labels["io.wheelmill.wheels"])["torchsort-0.1.10+cpu-cp311-cp311-manylinux_2_31_x86_64.whl"] == "b" * 64  # type: ignore[index]
+
+
+def test_the_runtime_image_carries_the_doctor_from_the_package_and_the_editions_on_it_inherit_it(matrix: Matrix) -> None:
+    specs = plan_images(
+        output(matrix),
+        edition=Edition.DEVEL,
+        extras=True,
+        commit=COMMIT,
+        builder="b",
+        base="base",
+        runtime_packages=(),
+        index_url="http://127.0.0.1:8080/cpu/simple/",
+        containers=ROOT / "containers",
+    )
+    runtime, devel, extras = specs
+    assert dict(runtime.context_files) == {"wheelmill-doctor": ROOT / "src" / "wheelmill" / "doctor.py"} == {"wheelmill-doctor": DOCTOR}
+    assert not devel.context_files and not extras.context_files  # FROM the runtime image: they have it
+    assert "COPY wheelmill-doctor /usr/local/bin/wheelmill-doctor\n" in runtime.containerfile.read_text()
+    with build_context(runtime) as context:
+        assert sorted(p.name for p in context.iterdir()) == ["Containerfile", "torchrun", "wheelmill-doctor"]
+        doctor = context / "wheelmill-doctor"
+        assert doctor.read_bytes() == DOCTOR.read_bytes() and doctor.stat().st_mode & 0o777 == 0o755
+        assert (context / "torchrun").stat().st_mode & 0o111, "the wrapper stays executable"
+    assert not context.exists(), "the temporary context goes after the build"
+    with build_context(devel) as context:
+        assert context == ROOT / "containers" / "devel"
 
 
 def test_a_runtime_image_without_extras_is_one_image(matrix: Matrix) -> None:

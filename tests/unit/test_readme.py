@@ -1,6 +1,7 @@
 """What the README says of the code, kept true: its module map names every module of the
-package and nothing else, its exit-code table is the error family's, and its section on
-slim channels names what the matrix and the noxfile make."""
+package and nothing else, its exit-code table is the error family's, its section on
+slim channels names what the matrix and the noxfile make, and its ``wheelmill doctor``
+example is what doctor prints."""
 
 from __future__ import annotations
 
@@ -11,10 +12,13 @@ from pathlib import Path
 import nox
 import pytest
 
+from tests.conftest import CliRunner
+from tests.wheels import install
 from wheelmill import errors
-from wheelmill.archs import arch_tag
+from wheelmill.archs import ArchRecord, arch_tag
 from wheelmill.cli import main
 from wheelmill.matrix import load_matrix
+from wheelmill.variants import Family
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 README = (ROOT / "README.md").read_text()
@@ -103,3 +107,20 @@ def test_the_recipe_table_says_what_the_recipes_do() -> None:
         variants = {cell.variant.name for cell in matrix.cells if recipe.applies_to(cell) and cell.variant.slim_of is None}
         assert variants == {v.strip() for v in cells.split(",")}, name
     assert "`USE_SYSTEM_UCC=1` does nothing without `USE_UCC=1`" in table
+
+
+def test_the_doctor_example_is_what_doctor_prints(cli: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cu130 channel's wheels, installed: what the README shows, run."""
+    monkeypatch.delenv("WHEELMILL_GPU_CAPABILITY", raising=False)
+    site = tmp_path / "site"
+    cell = "cuda130-py311"
+    install(site, "example-cuda-ops", "0.1.0+cu130", gpu_archs=ArchRecord(family=Family.CUDA, arch_list="7.5;8.0;8.6;9.0;10.0;12.0+PTX", cell=cell).to_bytes())
+    install(site, "example-cpp-ops", "0.1.0+cu130", gpu_archs=ArchRecord(family=Family.CPU, arch_list=None, cell=cell).to_bytes())
+    install(site, "torchsort", "0.1.10+cu130", gpu_archs=ArchRecord(family=Family.CUDA, arch_list="8.0;9.0", cell=cell).to_bytes())
+    install(site, "torch", "2.14.1+cu130")
+    install(site, "filelock", "3.20.0")
+    (command, *shown) = section("<!-- doctor:start", "<!-- doctor:end").split("```")[1].strip().splitlines()
+    assert command == "$ wheelmill doctor --capability 12.0"
+    result = cli("doctor", "--path", str(site), "--capability", "12.0")
+    assert result.code == 21
+    assert shown == (result.out + result.err).splitlines()

@@ -1,5 +1,6 @@
 """What is inside the wheel and what it declares: no driver or torch library bundled,
-exact pins on torch and on sibling recipes, the variant's version label, a size gate."""
+exact pins on torch and on sibling recipes, the variant's version label, the GPU arch
+record, a size gate."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
+from wheelmill.archs import ARCH_RECORD, ArchRecord
 from wheelmill.checks import CheckResult
 from wheelmill.checks.elf import ElfSummary
 from wheelmill.config import format_size
@@ -82,3 +84,20 @@ def judge_size(size: int, limit: int) -> CheckResult:
             name, f"{format_size(size)} is over the {format_size(limit)} gate", "build fewer archs, strip debug info, or raise checks.max-wheel-size"
         )
     return CheckResult.passed(name, f"{format_size(size)} <= {format_size(limit)}")
+
+
+def judge_arch_record(wheel: WheelInfo, expected: ArchRecord) -> CheckResult:
+    """The wheel says which GPUs it runs on (``gpu-archs.json``), and says it truly: what
+    the index shows and ``wheelmill doctor`` checks."""
+    name = "gpu-archs"
+    where = f"{wheel.path.name}: {wheel.dist_info}/{ARCH_RECORD}"
+    fix = "rebuild it with this wheelmill: the stamp step writes the file from the recipe's arch list, and repair keeps it"
+    if wheel.arch_record is None:
+        return CheckResult.failed(name, f"{where} is missing", fix)
+    try:
+        found = ArchRecord.parse(wheel.arch_record)
+    except ValueError as exc:
+        return CheckResult.failed(name, f"{where} is not an arch record: {exc}", fix)
+    if found != expected:
+        return CheckResult.failed(name, f"{where} says {found.describe()} (cell {found.cell}), the build is {expected.describe()} (cell {expected.cell})", fix)
+    return CheckResult.passed(name, f"{expected.describe()} (cell {expected.cell})")

@@ -24,6 +24,7 @@ from wheelmill.archs import CudaArchs, RocmArchs
 from wheelmill.checks import CheckResult
 from wheelmill.checks.elf import ElfSummary
 from wheelmill.process import capture
+from wheelmill.variants import Family
 
 _CUBIN = re.compile(r"\.(sm_\d+[af]?)\.cubin\s*$")
 _PTX = re.compile(r"\.(sm_\d+[af]?|compute_\d+[af]?)\.ptx\s*$")
@@ -171,6 +172,17 @@ def carries_cuda(elf: ElfSummary) -> bool:
 
 def carries_rocm(elf: ElfSummary) -> bool:
     return ".hip_fatbin" in elf.sections
+
+
+def carries_device_code(elves: Sequence[ElfSummary], family: Family) -> bool:
+    """Whether any library carries device code of the cell's family."""
+    match family:
+        case Family.CPU:
+            return False
+        case Family.CUDA:
+            return any(carries_cuda(e) for e in elves)
+        case Family.ROCM:
+            return any(carries_rocm(e) for e in elves)
 
 
 def scan_cuda(elves: Sequence[ElfSummary], root: Path, cuobjdump: Path) -> dict[str, DeviceCode | Unreadable]:

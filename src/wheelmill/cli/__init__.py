@@ -23,7 +23,7 @@ from types import FrameType
 from typing import NoReturn
 
 from wheelmill import __version__
-from wheelmill.cli import build, image, index, release
+from wheelmill.cli import build, doctor, image, index, release
 from wheelmill.cli.common import Parser, print_error
 from wheelmill.errors import InternalError, Interrupted, WheelmillError
 from wheelmill.process import StepLog
@@ -37,7 +37,7 @@ def build_parser() -> Parser:
     parser.add_argument("--recipes", type=Path, default=None, help="the recipes directory (default: $WHEELMILL_RECIPES or recipes)")
     parser.add_argument("--output", type=Path, default=None, help="output root (default: $WHEELMILL_OUTPUT or wheels)")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for group in (build, index, image, release):
+    for group in (build, index, image, release, doctor):
         group.register(commands)
     return parser
 

@@ -13,6 +13,7 @@ from wheelmill.config import format_size
 from wheelmill.errors import IndexStoreError, SelectionError, UsageError, did_you_mean
 from wheelmill.index import consumer
 from wheelmill.index.blobs import Blobs
+from wheelmill.index.pages import FileEntry
 from wheelmill.index.remote import Remote, upload
 from wheelmill.index.serve import IDLE_TIMEOUT, PER_CLIENT, make_server
 from wheelmill.index.store import Channel, channel_dirs, channel_names, publish, repair, set_yanked, usage
@@ -195,13 +196,20 @@ def cmd_repair(args: argparse.Namespace, settings: Settings, console: Console) -
 
 
 def cmd_list(args: argparse.Namespace, settings: Settings, _console: Console) -> int:
-    """Each project, its versions and whether wheelmill built or mirrored it; then the bytes
-    the channels list against the bytes stored."""
+    """Each project, its versions, whether wheelmill built or mirrored it and the GPU archs
+    a built wheel carries; then the bytes the channels list against the bytes stored."""
     channel = _channel(args, settings)
     for project in channel.projects():
         yanked = {f.version for f in project.files if f.yanked is not None}
         versions = [f"{v} (yanked)" if v in yanked else v for v in project.versions]
-        origins = sorted({"built" if f.built else f"mirrored from {f.mirrored_from}" for f in project.files})
+        origins = sorted({_origin(f) for f in project.files})
         print(f"{project.name}: {', '.join(versions)}  [{'; '.join(origins)}]")
     print(usage(settings.index).describe())
     return 0
+
+
+def _origin(entry: FileEntry) -> str:
+    """``built, cuda 8.0;9.0+PTX``, ``built`` (a wheel without an arch record) or ``mirrored from URL``."""
+    if not entry.built:
+        return f"mirrored from {entry.mirrored_from}"
+    return f"built, {entry.gpu_archs}" if entry.gpu_archs else "built"

@@ -3,7 +3,8 @@ image on top of either, defined as data in ``containers/{runtime,devel,extras}``
 by the same engine code as the builder images.
 
 Every image installs with pip from the cell's channel alone, served on loopback while it
-builds; its tag says what is inside (``<sha7>-<edition>[-extras]-<toolkit>-torch<v>-py<v>``,
+builds, and carries ``wheelmill-doctor`` (``wheelmill/doctor.py``, copied into the runtime
+image's build context, so the devel and extras images have it too); its tag says what is inside (``<sha7>-<edition>[-extras]-<toolkit>-torch<v>-py<v>``,
 at most 128 characters) and its labels carry the channel and every wheel's name and sha256.
 Planning is pure (``plan_images``); building and the smoke tests are ``build_images`` and
 ``wheelmill.containers.smoke``.
@@ -13,9 +14,11 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
@@ -25,6 +28,7 @@ from packaging.requirements import Requirement
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
+from wheelmill import doctor
 from wheelmill.checks.platform import oldest_glibc
 from wheelmill.closure import LOCK_NAME, read
 from wheelmill.containers.engine import Engine
@@ -41,6 +45,8 @@ REPOSITORY = "localhost/wheelmill"
 MAX_TAG = 128  # the OCI distribution spec's limit on a tag
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 LABEL_PREFIX = "io.wheelmill"
+# Standard library only, so it runs alone in an image, with the image's Python.
+DOCTOR = Path(doctor.__file__)
 
 
 class Edition(StrEnum):
@@ -128,6 +134,7 @@ class ImageSpec:
     containerfile: Path
     build_args: Mapping[str, str]
     labels: Mapping[str, str] = field(default_factory=dict)
+    context_files: Mapping[str, Path] = field(default_factory=dict)  # a name in the build context -> the file it copies
 
     @property
     def tag(self) -> str:
@@ -191,6 +198,7 @@ def plan_images(
             "CONSTRAINTS": f"torch=={output.torch} {built}",
         },
         labels={**labels, f"{LABEL_PREFIX}.edition": Edition.RUNTIME.value},
+        context_files={"wheelmill-doctor": DOCTOR},
     )
     specs = [runtime]
     if edition is Edition.DEVEL:
@@ -277,10 +285,30 @@ def build_images(engine: Engine, specs: Sequence[ImageSpec], *, log: StepLog, on
     return built
 
 
+@contextmanager
+def build_context(spec: ImageSpec) -> Iterator[Path]:
+    """The directory an image is built from: its Containerfile's own, or a temporary copy
+    of it with the spec's files from elsewhere (the doctor, from the package) added as
+    executables, since an engine reads nothing outside the context."""
+    if not spec.context_files:
+        yield spec.containerfile.parent
+        return
+    with tempfile.TemporaryDirectory(prefix="wheelmill-context-") as tmp:
+        context = Path(tmp) / spec.containerfile.parent.name
+        shutil.copytree(spec.containerfile.parent, context)
+        for name, source in spec.context_files.items():
+            shutil.copyfile(source, context / name)
+            (context / name).chmod(0o755)
+        yield context
+
+
 def _build_one(engine: Engine, spec: ImageSpec, *, log: StepLog, on_line: Callable[[str], None]) -> BuiltImage:
-    argv = engine.build(tag=spec.reference, containerfile=spec.containerfile, context=spec.containerfile.parent, build_args=spec.build_args, labels=spec.labels)
     try:
-        HostRunner().run(argv, env=base_environment([]), log=log, on_line=on_line)
+        with build_context(spec) as context:
+            argv = engine.build(
+                tag=spec.reference, containerfile=context / spec.containerfile.name, context=context, build_args=spec.build_args, labels=spec.labels
+            )
+            HostRunner().run(argv, env=base_environment([]), log=log, on_line=on_line)
     except CommandFailed as failed:
         remove(engine, [spec.reference])
         raise ImageError(f"building {spec.reference} failed: {_pip_said(failed)}", fix=f"read {failed.log}") from None

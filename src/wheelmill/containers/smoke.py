@@ -1,7 +1,8 @@
 """Smoke tests of an image, in tiers, each a container of the image that is removed after:
 
 a. imports: torch (its label the variant's) and every extension, ``pip check`` clean, gloo
-   available, and the constraint holding (``pip install torch==<other>`` refused);
+   available, the constraint holding (``pip install torch==<other>`` refused), and
+   ``wheelmill-doctor`` running on the image's Python (no GPU here: it lists, never fails);
 b. ``torchrun --standalone --nnodes=1 --nproc-per-node=2``: an all-reduce over gloo;
 c. PyTorchJob as Kubeflow's training operator starts it: two containers on one engine
    network, a master and a worker, each given the operator's variables (once the v1
@@ -96,6 +97,7 @@ class Smoke:
         if "(constraint) torch==" not in refused:
             raise ImageError(f"{self.image}: pip install torch=={other} failed, but not because of the constraint", fix=f"read {self.log.path}")
         self.say(f"constraint: pip install torch=={other} refused by /etc/pip/constraint.txt (torch=={torch})")
+        self.say("wheelmill-doctor: " + _line(self._run("a/doctor", ["wheelmill-doctor"]), "summary:"))
 
     def standalone(self) -> None:
         argv = ["torchrun", "--standalone", "--nnodes=1", "--nproc-per-node=2", str(SMOKE / "allreduce.py")]

@@ -6,7 +6,10 @@ of Debian bookworm's and bullseye's CPythons, crashes on the older ``dist-info-m
 in JSON, which is why PEP 714 renamed it), its yank reason (PEP 592); the JSON adds ``versions``, ``size`` and ``upload-time``
 (PEP 700). A file wheelmill mirrored rather than built says where it came from, in a
 private key of the JSON (``_mirrored-from``, PEP 691 reserves leading underscores for
-such) and a ``data-mirrored-from`` attribute of its link. File URLs are relative and
+such) and a ``data-mirrored-from`` attribute of its link. A wheel wheelmill built shows the
+GPU archs it carries (its ``gpu-archs.json``: ``cuda 8.0;9.0+PTX``, ``rocm gfx90a``, ``cpu``)
+the same way: ``_gpu-archs`` in the JSON, ``data-gpu-archs`` on the link; a page written
+before there was such a key reads back without it. File URLs are relative and
 percent-encoded, so ``+`` in a local version label reaches the file on servers that read ``+`` as a space (S3).
 """
 
@@ -39,6 +42,7 @@ class FileEntry:
     metadata_sha256: str
     yanked: str | None = None  # None: not yanked; "" yanked without a reason
     mirrored_from: str | None = None  # None: built here; else the upstream URL it was mirrored from
+    gpu_archs: str | None = None  # what its gpu-archs.json says (ArchRecord.describe); None: no such file
 
     @property
     def built(self) -> bool:
@@ -62,6 +66,8 @@ class FileEntry:
         }
         if self.mirrored_from is not None:
             data["_mirrored-from"] = self.mirrored_from
+        if self.gpu_archs is not None:
+            data["_gpu-archs"] = self.gpu_archs
         return data
 
     @classmethod
@@ -78,6 +84,7 @@ class FileEntry:
             metadata_sha256=data["core-metadata"]["sha256"],
             yanked=yanked if isinstance(yanked, str) else ("" if yanked else None),
             mirrored_from=data.get("_mirrored-from"),
+            gpu_archs=data.get("_gpu-archs"),
         )
 
 
@@ -122,6 +129,8 @@ def _link(f: FileEntry) -> str:
         attrs.append(f'data-yanked="{html.escape(f.yanked)}"')
     if f.mirrored_from is not None:
         attrs.append(f'data-mirrored-from="{html.escape(f.mirrored_from)}"')
+    if f.gpu_archs is not None:
+        attrs.append(f'data-gpu-archs="{html.escape(f.gpu_archs)}"')
     return f"<a {' '.join(attrs)}>{html.escape(f.filename)}</a><br>"
 
 

@@ -12,7 +12,8 @@ a channel is never also mirrored there: its built wheel replaces the mirrored on
 place, files before the pages that list them, under an exclusive lock per channel; so a
 reader, a concurrent publisher or a publisher killed at any instant finds a valid index
 (at worst an unlisted file, which the next publish of it lists). A publish touches its own
-project's pages, and the project list only when the project is new.
+project's pages, and the project list only when the project is new. A built wheel's listing
+carries the GPU archs its ``gpu-archs.json`` records (``wheelmill.archs.ArchRecord``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from typing import TypeVar
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from wheelmill.errors import IndexConflict, IndexStoreError, IndexWriteError
+from wheelmill.archs import ARCH_RECORD, ArchRecord
+from wheelmill.errors import IndexConflict, IndexStoreError, IndexWriteError, InvalidWheel
 from wheelmill.files import Content, Linked, file_lock, write_all, write_atomic
 from wheelmill.index import pages
 from wheelmill.index.blobs import Blobs, Usage, stored
@@ -235,11 +237,26 @@ def _agreeing(wheel: Path) -> WheelInfo:
     return info
 
 
+def gpu_archs(info: WheelInfo) -> str | None:
+    """What the wheel's arch record says, for its listing (None: it has none); a record
+    that is not one makes the wheel invalid."""
+    if info.arch_record is None:
+        return None
+    try:
+        return ArchRecord.parse(info.arch_record).describe()
+    except ValueError as exc:
+        raise InvalidWheel(
+            f"{info.path}: {info.dist_info}/{ARCH_RECORD} is not a GPU arch record ({exc})", fix="rebuild it with wheelmill, whose stamp step writes that file"
+        ) from None
+
+
 def publish(channel: Channel, wheel: Path, *, upload_time: str | None = None, mirrored_from: str | None = None, sha256: str | None = None) -> Published:
     """Add ``wheel`` to ``channel``, built here or (``mirrored_from`` an upstream URL)
     mirrored; identical bytes again are a no-op. A built wheel replaces the mirrored files
-    of its project; a mirrored one is not added where the project is built."""
+    of its project; a mirrored one is not added where the project is built. The arch
+    record is wheelmill's own: only a built wheel's is read (and must be valid)."""
     info = _agreeing(wheel)
+    archs = gpu_archs(info) if mirrored_from is None else None
     sha256 = sha256 or sha256_of(wheel)
     with channel.lock():
         target = channel.files / wheel.name
@@ -269,6 +286,7 @@ def publish(channel: Channel, wheel: Path, *, upload_time: str | None = None, mi
             requires_python=info.requires_python,
             metadata_sha256=hashlib.sha256(info.metadata).hexdigest(),
             mirrored_from=mirrored_from,
+            gpu_archs=archs,
         )
         kept = tuple(f for f in project.files if f not in replaced and f.filename != wheel.name)
         try:
@@ -379,12 +397,14 @@ def _entry(channel: Channel, anchor: Mapping[str, str | None]) -> FileEntry | No
         metadata_sha256=(anchor.get("data-core-metadata") or "").removeprefix("sha256="),
         yanked=anchor.get("data-yanked"),
         mirrored_from=anchor.get("data-mirrored-from"),
+        gpu_archs=anchor.get("data-gpu-archs"),
     )
 
 
 def _complete(channel: Channel, project: Project) -> tuple[Project, list[str]]:
-    """The project with entries whose file is gone dropped and every sidecar made again
-    from its wheel where it is missing or differs; what was done, and what cannot be."""
+    """The project with entries whose file is gone dropped, every sidecar made again from
+    its wheel where it is missing or differs, and a built wheel's GPU archs read from it
+    where the listing lacks them; what was done, and what cannot be."""
     entries, notes = [], []
     for entry in project.files:
         path, sidecar = channel.files / entry.filename, channel.files / f"{entry.filename}.metadata"
@@ -398,5 +418,6 @@ def _complete(channel: Channel, project: Project) -> tuple[Project, list[str]]:
             write_atomic(sidecar, info.metadata, tmp_dir=channel.tmp)
             notes.append(f"made the .metadata of {entry.filename} again")
         metadata_sha256, requires_python = hashlib.sha256(info.metadata).hexdigest(), entry.requires_python or info.requires_python
-        entries.append(replace(entry, metadata_sha256=metadata_sha256, requires_python=requires_python, size=path.stat().st_size))
+        archs = gpu_archs(info) if entry.built and entry.gpu_archs is None else entry.gpu_archs  # a listing rebuilt from its file
+        entries.append(replace(entry, metadata_sha256=metadata_sha256, requires_python=requires_python, size=path.stat().st_size, gpu_archs=archs))
     return replace(project, files=tuple(entries)), notes

@@ -95,3 +95,5 @@ def _file(channel: Channel, entry: pages.FileEntry, anchor: dict[str, str | None
         yield f"{where}: .metadata sha256 differs from the page"
     if anchor is not None and (anchor.get("href") or "").split("#sha256=")[-1] != entry.sha256:
         yield f"{where}: the HTML link carries another sha256"
+    if anchor is not None and anchor.get("data-gpu-archs") != entry.gpu_archs:
+        yield f"{where}: the HTML link and the JSON page show different GPU archs"

@@ -4,7 +4,8 @@ The build runs the recipe's command in the cell's build env, without build isola
 the extension compiles against the env's torch, not a fresh one pip would download), with
 an explicit environment: the variant's toolkit and arch list, and ``MAX_JOBS`` sized to the
 free memory. The stamp step then writes what the wheel must declare: the variant's version
-label and exact pins on the torch it was built against and on sibling recipes.
+label, exact pins on the torch it was built against and on sibling recipes, and the GPU
+archs it carries (``gpu-archs.json``, which the index shows and ``wheelmill doctor`` reads).
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
+from wheelmill.archs import ARCH_RECORD, ArchRecord
 from wheelmill.checks import CheckResult
+from wheelmill.checks.device import carries_device_code
+from wheelmill.checks.elf import ElfSummary
 from wheelmill.config import format_size
 from wheelmill.context import Outcome, StepContext
 from wheelmill.errors import BuildError, CommandFailed, EnvError
@@ -31,7 +35,7 @@ from wheelmill.steps.cell import BuildEnv, CheckedEnv, Sources
 from wheelmill.steps.fetch import Fetched
 from wheelmill.toolchain import Toolkit
 from wheelmill.variants import Family
-from wheelmill.wheelfile import read_wheel, rewrite_metadata
+from wheelmill.wheelfile import inspect_wheel, read_wheel, rewrite_metadata
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -185,12 +189,20 @@ def stamp(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     pins = expected_pins(ctx.done, spec, ctx.done.get(CheckedEnv).torch.dist_version)
     dependencies = {canonicalize_name(d) for d in spec.depends_on}
     add = [r for r in spec.run_requires if canonicalize_name(r) not in dependencies]
+    record = inspect_wheel(built, lambda _root, elves: arch_record(spec, elves))
     out = ctx.run.layout.build / spec.name / "stamped"
     out.mkdir(parents=True, exist_ok=True)
-    stamped = rewrite_metadata(built, out, version=version, pins=pins, add=add)
+    stamped = rewrite_metadata(built, out, version=version, pins=pins, add=add, dist_files={ARCH_RECORD: record.to_bytes()})
     changes = ([f"version {info.version} -> {version}"] if version else []) + [f"{k}=={v}" for k, v in pins.items()] + add
+    changes.append(f"{ARCH_RECORD} {record.describe()}")
     ctx.log.note(f"{built.name} -> {stamped.name}: {', '.join(changes) or 'no change'}")
     return Outcome(checks=[CheckResult.passed("metadata", f"{stamped.name}: " + (", ".join(changes) or "unchanged"))], made=(Stamped(wheel=stamped),))
+
+
+def arch_record(spec: RecipeSpec, elves: list[ElfSummary]) -> ArchRecord:
+    """The arch record of a wheel of ``spec`` whose libraries are ``elves``: the spec's arch
+    list where they carry device code (the post-build checks hold them to exactly that list)."""
+    return ArchRecord.of_build(spec.family, spec.arch_list, spec.cell, device_code=carries_device_code(elves, spec.family))
 
 
 def expected_pins(done: Done, spec: RecipeSpec, torch_version: str) -> dict[str, str]:
@@ -228,4 +240,5 @@ def _fill_known(template: str, values: Mapping[str, str]) -> str:
 def describe_stamp(_plan: CellPlan, spec: RecipeSpec) -> str:
     torch = "torch==<the torch built in this cell>" if TORCH in spec.depends_on else "torch==<the env's torch>"
     pins = ([torch] if spec.torch_pin else []) + [f"{d}==<as built>" for d in spec.run_requires]
-    return f"{spec.version.describe()}; Requires-Dist {', '.join(pins) or 'unchanged'}"
+    archs = "cpu" if spec.family is Family.CPU else f"{spec.family.value} {spec.arch_list} (cpu if it carries no device code)"
+    return f"{spec.version.describe()}; Requires-Dist {', '.join(pins) or 'unchanged'}; {ARCH_RECORD} {archs}"

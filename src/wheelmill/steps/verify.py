@@ -1,22 +1,20 @@
 """Post-build checks, repair, and post-repair checks: the wheel is inspected as built (its
 symbols, device code and metadata), repaired by auditwheel with torch and the GPU runtime
-excluded, and inspected again as shipped (platform tag, bundled libraries, size)."""
+excluded, and inspected again as shipped (platform tag, bundled libraries, size, and the
+GPU arch record the stamp step wrote, which repair must keep)."""
 
 from __future__ import annotations
 
 import shutil
-import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from elftools.common.exceptions import ELFError
-
 from wheelmill.archs import CudaArchs, RocmArchs
 from wheelmill.checks import CheckResult, require
-from wheelmill.checks.contents import judge_bundled, judge_label, judge_pins, judge_size
+from wheelmill.checks.contents import judge_arch_record, judge_bundled, judge_label, judge_pins, judge_size
 from wheelmill.checks.device import find_cuobjdump, judge_cuda, judge_rocm, scan_cuda, scan_rocm
-from wheelmill.checks.elf import ElfSummary, LibraryFinder, summarize, system_lib_dirs
+from wheelmill.checks.elf import ElfSummary, LibraryFinder, system_lib_dirs
 from wheelmill.checks.platform import judge_baseline, judge_platform
 from wheelmill.checks.symbols import interpreter_libraries, judge_required, judge_undefined, unresolved_symbols
 from wheelmill.config import format_size
@@ -26,30 +24,16 @@ from wheelmill.errors import CheckError, CommandFailed, PrecheckError, RepairErr
 from wheelmill.probes import TorchInfo
 from wheelmill.process import Runner, base_environment
 from wheelmill.spec import CellPlan, RecipeSpec
-from wheelmill.steps.build import Stamped, expected_pins
+from wheelmill.steps.build import Stamped, arch_record, expected_pins
 from wheelmill.steps.cell import BuildEnv, CheckedEnv, Toolchain
 from wheelmill.toolchain import Toolkit
 from wheelmill.variants import Family
-from wheelmill.wheelfile import extract_binaries, read_wheel
+from wheelmill.wheelfile import inspect_wheel, read_wheel
 
 
 @dataclass(frozen=True, kw_only=True)
 class Repaired:
     wheel: Path
-
-
-def inspect_wheel(wheel: Path, judge: Callable[[Path, list[ElfSummary]], list[CheckResult]]) -> list[CheckResult]:
-    """Unpack the wheel's ELF files into a temporary directory and judge them there."""
-    with tempfile.TemporaryDirectory(prefix="wheelmill-inspect-") as tmp:
-        root = Path(tmp)
-        return judge(root, [_summary(wheel, root, path) for path in extract_binaries(wheel, root)])
-
-
-def _summary(wheel: Path, root: Path, path: Path) -> ElfSummary:
-    try:
-        return summarize(path)
-    except ELFError as exc:
-        raise CheckError(f"{wheel.name}: {path.relative_to(root)} starts like an ELF file but cannot be read as one ({exc})", fix="rebuild the wheel") from None
 
 
 def post_build_checks(ctx: StepContext, spec: RecipeSpec) -> Outcome:
@@ -155,6 +139,7 @@ def post_repair_checks(ctx: StepContext, spec: RecipeSpec) -> Outcome:
             judge_baseline(info.platforms, spec.glibc, fallback=fallback),
             judge_bundled(elves, spec.forbidden),
             judge_size(wheel.stat().st_size, spec.max_wheel_size),
+            judge_arch_record(info, arch_record(spec, elves)),  # as shipped: repair must have kept it
         ]
 
     return Outcome(checks=_verdict(ctx, spec, wheel, inspect_wheel(wheel, judge)))
@@ -185,4 +170,4 @@ def describe_repair(_plan: CellPlan, spec: RecipeSpec) -> str:
 
 def describe_post_repair(_plan: CellPlan, spec: RecipeSpec) -> str:
     bundled = f"nothing bundled from: {', '.join(spec.forbid)} or the excludes"
-    return f"manylinux tag vs GLIBC/GLIBCXX; baseline {spec.glibc}; {bundled}; size <= {format_size(spec.max_wheel_size)}"
+    return f"manylinux tag vs GLIBC/GLIBCXX; baseline {spec.glibc}; {bundled}; size <= {format_size(spec.max_wheel_size)}; gpu-archs.json as stamped"

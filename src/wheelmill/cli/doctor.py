@@ -1,0 +1,34 @@
+"""``wheelmill doctor``: would the GPU code of the installed wheels run on this machine's
+GPUs? A thin wrapper around ``wheelmill.doctor``, which also runs alone in the images."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from rich.console import Console
+
+from wheelmill import doctor
+from wheelmill.cli.common import Commands
+from wheelmill.errors import DoctorError, UsageError
+from wheelmill.settings import Settings
+
+
+def register(commands: Commands) -> None:
+    sub = commands.add_parser("doctor", help="say whether the installed wheels' GPU code would run on this machine's GPUs (or a declared one)")
+    doctor.add_arguments(sub)
+    sub.set_defaults(func=cmd_doctor)
+
+
+def cmd_doctor(args: argparse.Namespace, _settings: Settings, _console: Console) -> int:
+    """The report on stdout; a wheel that would fail is a ``DoctorError``."""
+    try:
+        result = doctor.run(args, os.environ)
+    except doctor.Problem as exc:
+        raise UsageError(f"doctor: {exc.message}", fix=exc.fix) from None
+    sys.stdout.write(doctor.as_json(result) if args.json else doctor.render(result))
+    failure = result.failure()
+    if failure is not None:
+        raise DoctorError(f"doctor: {failure[0]}", fix=failure[1])
+    return doctor.EXIT_OK
