@@ -12,13 +12,15 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CliRunner
+from tests.wheels import make_wheel
 from wheelmill.errors import ConfigError, SelectionError
 from wheelmill.matrix import load_matrix
 from wheelmill.plan import plan
 from wheelmill.recipes import GitSource, load_recipes, select
+from wheelmill.report import Done, Status, StepRecord, WheelRecord
 from wheelmill.settings import Settings
-from wheelmill.spec import CellPlan
-from wheelmill.steps.build import describe_build, describe_stamp
+from wheelmill.spec import CellPlan, Step, StepKind
+from wheelmill.steps.build import describe_build, describe_stamp, expected_pins
 from wheelmill.steps.fetch import git_config, mirrored_url
 
 GOLDEN = Path(__file__).parent.parent / "golden"
@@ -133,3 +135,12 @@ def test_git_mirror_setting_is_checked() -> None:
     assert Settings.from_environ({"WHEELMILL_GIT_MIRRORS": "https://github.com/=file:///m/"}).git_mirrors == (("https://github.com/", "file:///m/"),)
     with pytest.raises(ConfigError, match=re.escape("WHEELMILL_GIT_MIRRORS: 'https://github.com/' is not UPSTREAM=MIRROR")):
         Settings.from_environ({"WHEELMILL_GIT_MIRRORS": "https://github.com/"})
+
+
+def test_what_comes_after_torch_pins_the_torch_the_cell_built(repo_root: Path, tmp_path: Path) -> None:
+    cell_plan = _plan(repo_root, "cpu-py311", ["torch", "torchvision"])
+    built = make_wheel(tmp_path, "torch", "2.13.0+cpu.team1")
+    done = Done([StepRecord(step=Step(kind=StepKind.INSTALL_TEST, recipe="torch", detail=""), status=Status.OK, made=(WheelRecord.of(built),))])
+    assert expected_pins(done, cell_plan.recipe("torchvision"), "2.13.0+cpu") == {"torch": "2.13.0+cpu.team1"}
+    alone = _plan(repo_root, "cpu-py311", ["torchvision"]).recipe("torchvision")
+    assert expected_pins(Done([]), alone, "2.13.0+cpu") == {"torch": "2.13.0+cpu"}, "without torch in the cell: the env's"

@@ -18,6 +18,7 @@ from wheelmill import errors
 from wheelmill.archs import ArchRecord, arch_tag
 from wheelmill.cli import main
 from wheelmill.matrix import load_matrix
+from wheelmill.recipes import GitSource, SdistSource, load_recipes
 from wheelmill.variants import Family
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -90,8 +91,6 @@ def test_the_noxfile_makes_a_session_for_every_cell_slim_ones_included() -> None
 def test_the_recipe_table_says_what_the_recipes_do() -> None:
     """Each row of "The recipes teams build": the recipe exists, is opt-in, its source kind
     and the variants whose cells it applies to are what the row says."""
-    from wheelmill.recipes import GitSource, SdistSource, load_recipes  # noqa: PLC0415
-
     recipes = load_recipes(ROOT / "recipes")
     matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
     table = section("## The recipes teams build", "Git sources name their upstream")
