@@ -274,4 +274,4 @@ def test_git_source_with_an_unknown_commit_is_a_clear_error(tmp_path: Path) -> N
     assert record.status is Status.FAILED
     assert record.exit_code == FetchError.exit_code
     assert record.attempts == 1
-    assert "check the URL and that the commit exists" in (record.error or "")
+    assert "check the URL, the mirror setting and that the commit exists" in (record.error or "")

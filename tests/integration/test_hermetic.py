@@ -87,10 +87,11 @@ def loopback() -> Iterator[Loopback]:
 
 
 def repo(tmp_path: Path, server: Loopback) -> Path:
-    """The project's matrix, containers and committed locks, and one recipe: the sdist."""
+    """The project's recipes (whose build requirements the committed locks cover), matrix,
+    containers and locks, and one more recipe: the sdist, the one the test builds."""
     root = tmp_path / "repo"
-    shutil.copytree(ROOT / "recipes" / "schema", root / "recipes" / "schema")
-    shutil.copy(ROOT / "recipes" / "matrix.toml", root / "recipes")
+    shutil.copytree(ROOT / "recipes", root / "recipes")
+    shutil.copytree(ROOT / "extensions", root / "extensions")
     shutil.copytree(ROOT / "containers", root / "containers")
     shutil.copytree(ROOT / "locks", root / "locks")
     server.payload = sdist(f"http://127.0.0.1:{server.port}/prebuilt.whl")
@@ -110,7 +111,7 @@ def test_a_build_that_reaches_for_the_network_gets_none_and_says_so(tmp_path: Pa
             pytest.skip(exc.one_line())
     root = repo(tmp_path, loopback)
     env = {**os.environ, "WHEELMILL_OUTPUT": str(tmp_path / "out")}
-    command = [sys.executable, "-m", "wheelmill", "build", "--cell", "cpu-py311", "--engine", engine, "--no-publish"]
+    command = [sys.executable, "-m", "wheelmill", "build", "--cell", "cpu-py311", "--recipe", "downloader", "--engine", engine, "--no-publish"]
     result = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, check=False, timeout=1800)
     assert result.returncode == BuildError.exit_code, (result.stdout + result.stderr)[-3000:]
     (line,) = result.stderr.strip().splitlines()
