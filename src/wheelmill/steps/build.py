@@ -86,6 +86,10 @@ def build(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     jobs = max_jobs(available_memory(), spec.memory_per_job, os.cpu_count() or 1)
     environment = build_environment(spec, values, path=[env.bin_dir], toolkit=toolkit, jobs=jobs)
     environment.update(wheel_toolkit_paths(env.root) if spec.family is Family.CUDA else {})
+    prefixes = {ctx.run.layout.root: "/wheelmill", **({toolkit.root: "/toolkit"} if toolkit else {})}
+    prefixes.update({base: "/python"} if (base := python_home(env.root)) else {})
+    environment.update(prefix_maps(prefixes, environment))
+    environment.update(nvcc_stable_names(toolkit, environment))
     ctx.log.note(f"MAX_JOBS={jobs} ({format_size(available_memory())} available)")
     try:
         ctx.where.runner.run(argv, env=environment, log=ctx.log, cwd=source, on_line=ctx.run.on_line)
@@ -135,6 +139,51 @@ def wheel_toolkit_paths(env_root: Path) -> dict[str, str]:
     includes = [str(p) for root in nvidia for p in sorted(root.glob("*/include"))]
     libraries = [str(p) for root in nvidia for p in sorted(root.glob("*/lib"))]
     return {key: ":".join(paths) for key, paths in (("CPATH", includes), ("LIBRARY_PATH", libraries)) if paths}
+
+
+def python_home(env_root: Path) -> Path | None:
+    """The installation the env's Python comes from (its headers are compiled in), as the
+    venv's pyvenv.cfg names it: ``home = /opt/python/3.11/bin``."""
+    try:
+        lines = (env_root / "pyvenv.cfg").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    homes = [line.split("=", 1)[1].strip() for line in lines if line.split("=", 1)[0].strip() == "home"]
+    return Path(homes[0]).parent if homes else None
+
+
+def prefix_maps(prefixes: Mapping[Path, str], environment: Mapping[str, str]) -> dict[str, str]:
+    """Compiler flags that write these paths under fixed names into what is compiled (debug
+    info, __FILE__), so the same source gives the same bytes whatever the output root, the
+    clone's location or the machine's Python. Longest prefix first; appended to what the
+    recipe sets. nvcc passes them to its host compiler.
+
+    >>> flags = prefix_maps({Path("/o/cpu-py311"): "/wheelmill", Path("/o"): "/x"}, {"CFLAGS": "-O2"})
+    >>> flags["CFLAGS"]
+    '-O2 -ffile-prefix-map=/o/cpu-py311=/wheelmill -ffile-prefix-map=/o=/x'
+    >>> flags["NVCC_APPEND_FLAGS"]
+    '-Xcompiler=-ffile-prefix-map=/o/cpu-py311=/wheelmill -Xcompiler=-ffile-prefix-map=/o=/x'
+    """
+    ordered = sorted(prefixes.items(), key=lambda item: len(str(item[0])), reverse=True)
+    maps = [f"-ffile-prefix-map={path}={name}" for path, name in ordered]
+    added = {"CFLAGS": maps, "CXXFLAGS": maps, "NVCC_APPEND_FLAGS": [f"-Xcompiler={flag}" for flag in maps]}
+    return {key: " ".join([environment[key], *flags] if environment.get(key) else flags) for key, flags in added.items()}
+
+
+def nvcc_stable_names(toolkit: Toolkit | None, environment: Mapping[str, str]) -> dict[str, str]:
+    """nvcc names its intermediate files after its process id (``tmpxft_0000049d_...``), and
+    the names reach the library's symbols: a different build, different bytes. From CUDA
+    12.1 on, ``--objdir-as-tempdir`` names them after the object file instead."""
+    if toolkit is None or toolkit.family is not Family.CUDA or _version(toolkit.version) < (12, 1):
+        return {}
+    return {"NVCC_APPEND_FLAGS": " ".join(filter(None, [environment.get("NVCC_APPEND_FLAGS"), "--objdir-as-tempdir"]))}
+
+
+def _version(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(".")[:2])
+    except ValueError:
+        return (0,)
 
 
 def fill(template: str, values: Mapping[str, str]) -> str:
