@@ -90,7 +90,6 @@ class ResolvedRecipe:
     name: str
     file: Path
     depends_on: tuple[str, ...]
-    after: tuple[str, ...]
     source: Source
     subdir: str | None
     patches: tuple[Path, ...]
@@ -135,7 +134,9 @@ def load_recipe(file: Path) -> Recipe:
     for index, override in enumerate(data.get("override", ())):
         _check_tables(override, file=file, where=f"override[{index}].")
         if "source" in override:
-            _source(override["source"], file=file, where=f"override[{index}].source")
+            where = f"override[{index}].source"
+            _source(override["source"], file=file, where=where)
+            _patches(override["source"], file=file, where=where)
     _check_tables(data, file=file, where="")
     return Recipe(
         name=data["name"],
@@ -168,7 +169,6 @@ def _source(raw: Mapping[str, Any], *, file: Path, where: str = "source") -> Sou
             raise ConfigError(f"{file}: {where}.{key}: only a git source takes {key}", fix=f"remove {key}")
     if kind in ("path", "git") and "sha256" in raw:
         raise ConfigError(f"{file}: {where}.sha256: a {kind} source takes no sha256", fix="remove sha256")
-    _patches(raw, file=file, where=where)
     match kind:
         case "path":
             path = (file.parent / raw["path"]).resolve()
@@ -325,7 +325,6 @@ def resolve(recipe: Recipe, cell: Cell) -> ResolvedRecipe:
         name=recipe.name,
         file=recipe.file,
         depends_on=recipe.depends_on,
-        after=recipe.after,
         source=source,
         subdir=subdir,
         patches=patches,

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from wheelmill.archs import ARCH_RECORD, ArchRecord
 from wheelmill.checks import CheckResult
@@ -26,6 +27,7 @@ from wheelmill.checks.device import carries_device_code
 from wheelmill.checks.elf import ElfSummary
 from wheelmill.config import format_size
 from wheelmill.context import Outcome, StepContext
+from wheelmill.envs import Env
 from wheelmill.errors import BuildError, CommandFailed, EnvError
 from wheelmill.process import base_environment
 from wheelmill.recipes import TORCH
@@ -84,12 +86,7 @@ def build(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     values = {"python": str(env.python), "source": str(source), "dist": str(out), **spec.template_values()}
     argv = [fill(part, values) for part in spec.command]
     jobs = max_jobs(available_memory(), spec.memory_per_job, os.cpu_count() or 1)
-    environment = build_environment(spec, values, path=[env.bin_dir], toolkit=toolkit, jobs=jobs)
-    environment.update(wheel_toolkit_paths(env.root) if spec.family is Family.CUDA else {})
-    prefixes = {ctx.run.layout.root: "/wheelmill", **({toolkit.root: "/toolkit"} if toolkit else {})}
-    prefixes.update({base: "/python"} if (base := python_home(env.root)) else {})
-    environment.update(prefix_maps(prefixes, environment))
-    environment.update(nvcc_stable_names(toolkit, environment))
+    environment = build_environment(spec, values, env=env, cell_root=ctx.run.layout.root, toolkit=toolkit, jobs=jobs)
     ctx.log.note(f"MAX_JOBS={jobs} ({format_size(available_memory())} available)")
     try:
         ctx.where.runner.run(argv, env=environment, log=ctx.log, cwd=source, on_line=ctx.run.on_line)
@@ -121,14 +118,22 @@ def _build_failure(spec: RecipeSpec, log: Path, failed: CommandFailed) -> BuildE
     return BuildError(f"{spec.name}: build failed (exit {failed.returncode}): {first_error(log, failed.tail)}", fix=f"read {failed.log}")
 
 
-def build_environment(spec: RecipeSpec, values: Mapping[str, str], *, path: list[Path], toolkit: Toolkit | None, jobs: int) -> dict[str, str]:
+def build_environment(
+    spec: RecipeSpec, values: Mapping[str, str], *, env: Env, cell_root: Path, toolkit: Toolkit | None, jobs: int
+) -> dict[str, str]:
     """The explicit environment of a build: env and toolkit on PATH, the spec's variables
-    (archs), the jobs, then the recipe's own variables."""
+    (archs), the jobs, the recipe's own variables; then, for CUDA, the nvidia-* wheels'
+    headers and libraries, and the flags that keep build paths out of what is compiled."""
     extra = dict(toolkit.environment()) if toolkit else {}
     extra.update(spec.build_variables())
     extra["MAX_JOBS"] = str(jobs)
     extra.update({key: fill(value, values) for key, value in spec.env.items()})
-    return base_environment(path + ([toolkit.bin_dir] if toolkit else []), extra)
+    extra.update(wheel_toolkit_paths(env.root) if spec.family is Family.CUDA else {})
+    prefixes = {cell_root: "/wheelmill", **({toolkit.root: "/toolkit"} if toolkit else {})}
+    prefixes.update({base: "/python"} if (base := python_home(env.root)) else {})
+    for key, flags in (*prefix_maps(prefixes).items(), ("NVCC_APPEND_FLAGS", nvcc_stable_names(toolkit))):
+        extra[key] = " ".join([extra[key], *flags] if extra.get(key) else flags)  # after what the recipe sets
+    return base_environment([env.bin_dir, *([toolkit.bin_dir] if toolkit else [])], extra)
 
 
 def wheel_toolkit_paths(env_root: Path) -> dict[str, str]:
@@ -152,38 +157,30 @@ def python_home(env_root: Path) -> Path | None:
     return Path(homes[0]).parent if homes else None
 
 
-def prefix_maps(prefixes: Mapping[Path, str], environment: Mapping[str, str]) -> dict[str, str]:
+def prefix_maps(prefixes: Mapping[Path, str]) -> dict[str, list[str]]:
     """Compiler flags that write these paths under fixed names into what is compiled (debug
     info, __FILE__), so the same source gives the same bytes whatever the output root, the
-    clone's location or the machine's Python. Longest prefix first; appended to what the
-    recipe sets. nvcc passes them to its host compiler.
+    clone's location or the machine's Python. Longest prefix first; nvcc passes them to its
+    host compiler.
 
-    >>> flags = prefix_maps({Path("/o/cpu-py311"): "/wheelmill", Path("/o"): "/x"}, {"CFLAGS": "-O2"})
+    >>> flags = prefix_maps({Path("/o/cpu-py311"): "/wheelmill", Path("/o"): "/x"})
     >>> flags["CFLAGS"]
-    '-O2 -ffile-prefix-map=/o/cpu-py311=/wheelmill -ffile-prefix-map=/o=/x'
+    ['-ffile-prefix-map=/o/cpu-py311=/wheelmill', '-ffile-prefix-map=/o=/x']
     >>> flags["NVCC_APPEND_FLAGS"]
-    '-Xcompiler=-ffile-prefix-map=/o/cpu-py311=/wheelmill -Xcompiler=-ffile-prefix-map=/o=/x'
+    ['-Xcompiler=-ffile-prefix-map=/o/cpu-py311=/wheelmill', '-Xcompiler=-ffile-prefix-map=/o=/x']
     """
     ordered = sorted(prefixes.items(), key=lambda item: len(str(item[0])), reverse=True)
     maps = [f"-ffile-prefix-map={path}={name}" for path, name in ordered]
-    added = {"CFLAGS": maps, "CXXFLAGS": maps, "NVCC_APPEND_FLAGS": [f"-Xcompiler={flag}" for flag in maps]}
-    return {key: " ".join([environment[key], *flags] if environment.get(key) else flags) for key, flags in added.items()}
+    return {"CFLAGS": maps, "CXXFLAGS": maps, "NVCC_APPEND_FLAGS": [f"-Xcompiler={flag}" for flag in maps]}
 
 
-def nvcc_stable_names(toolkit: Toolkit | None, environment: Mapping[str, str]) -> dict[str, str]:
+def nvcc_stable_names(toolkit: Toolkit | None) -> list[str]:
     """nvcc names its intermediate files after its process id (``tmpxft_0000049d_...``), and
     the names reach the library's symbols: a different build, different bytes. From CUDA
     12.1 on, ``--objdir-as-tempdir`` names them after the object file instead."""
-    if toolkit is None or toolkit.family is not Family.CUDA or _version(toolkit.version) < (12, 1):
-        return {}
-    return {"NVCC_APPEND_FLAGS": " ".join(filter(None, [environment.get("NVCC_APPEND_FLAGS"), "--objdir-as-tempdir"]))}
-
-
-def _version(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in text.split(".")[:2])
-    except ValueError:
-        return (0,)
+    if toolkit is None or toolkit.family is not Family.CUDA or Version(toolkit.version) < Version("12.1"):
+        return []
+    return ["--objdir-as-tempdir"]
 
 
 def fill(template: str, values: Mapping[str, str]) -> str:
