@@ -118,9 +118,7 @@ def _build_failure(spec: RecipeSpec, log: Path, failed: CommandFailed) -> BuildE
     return BuildError(f"{spec.name}: build failed (exit {failed.returncode}): {first_error(log, failed.tail)}", fix=f"read {failed.log}")
 
 
-def build_environment(
-    spec: RecipeSpec, values: Mapping[str, str], *, env: Env, cell_root: Path, toolkit: Toolkit | None, jobs: int
-) -> dict[str, str]:
+def build_environment(spec: RecipeSpec, values: Mapping[str, str], *, env: Env, cell_root: Path, toolkit: Toolkit | None, jobs: int) -> dict[str, str]:
     """The explicit environment of a build: env and toolkit on PATH, the spec's variables
     (archs), the jobs, the recipe's own variables; then, for CUDA, the nvidia-* wheels'
     headers and libraries, and the flags that keep build paths out of what is compiled."""
