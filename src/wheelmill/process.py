@@ -141,6 +141,12 @@ class Runner(Protocol):
         """Where a path of the runner's file system is readable from this process."""
         ...
 
+    def stable_path(self, path: Path) -> Path:
+        """The name a build should use for a path of this process, the same whatever the
+        output root or the cell (what a compiler writes into its output, and what a
+        compiler cache keys on)."""
+        ...
+
 
 class HostRunner:
     """Runs commands directly on this machine (engine ``none``); with ``netless``, each in a
@@ -156,6 +162,9 @@ class HostRunner:
 
     def host_path(self, path: Path) -> Path:
         return path
+
+    def stable_path(self, path: Path) -> Path:
+        return path  # here paths are what they are; the prefix maps name them in what is compiled
 
     def run(
         self,

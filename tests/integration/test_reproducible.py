@@ -1,6 +1,7 @@
 """Same inputs, same bytes: a recipe built from two copies of the project at different paths,
 into different output roots, gives byte-identical wheels. Paths compiled into a library
-(debug info, __FILE__) are mapped to fixed names by the build's prefix maps."""
+(debug info, __FILE__) are mapped to fixed names by the build's prefix maps; in a container
+the build sees its cell at a fixed path, which nvcc's module ids need too."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ def _copy_of_the_project(where: Path) -> Path:
     return where
 
 
-def _build(project: Path, output: Path, cell: str, recipe: str) -> Path:
-    env = {**os.environ, "WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": "none"}
+def _build(project: Path, output: Path, cell: str, recipe: str, engine: str) -> Path:
+    env = {**os.environ, "WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": engine}
     command = [sys.executable, "-m", "wheelmill", "build", "--cell", cell, "--recipe", recipe, "--no-publish"]
     done = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=1800, check=False)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
@@ -32,12 +33,22 @@ def _build(project: Path, output: Path, cell: str, recipe: str) -> Path:
     return wheel
 
 
-def _assert_same_bytes_from_two_places(tmp_path: Path, cell: str, recipe: str) -> None:
-    first = _build(_copy_of_the_project(tmp_path / "a"), tmp_path / "out-a", cell, recipe)
-    second = _build(_copy_of_the_project(tmp_path / "elsewhere" / "deeper" / "b"), tmp_path / "other-root", cell, recipe)
+def _assert_same_bytes_from_two_places(tmp_path: Path, cell: str, recipe: str, engine: str = "none") -> None:
+    first = _build(_copy_of_the_project(tmp_path / "a"), tmp_path / "out-a", cell, recipe, engine)
+    second = _build(_copy_of_the_project(tmp_path / "elsewhere" / "deeper" / "b"), tmp_path / "other-root", cell, recipe, engine)
     assert first.name == second.name
     assert first.read_bytes() == second.read_bytes(), f"{first} and {second} differ"
 
 
 def test_example_cpp_ops_is_byte_identical_from_two_clones_and_output_roots(tmp_path: Path) -> None:
     _assert_same_bytes_from_two_places(tmp_path, "cpu-py311", "example-cpp-ops")
+
+
+@pytest.mark.cuda
+def test_example_cuda_ops_is_byte_identical_from_two_clones_and_output_roots(tmp_path: Path) -> None:
+    """Device code too: built in the container, where the cell's sources, env and the
+    nvidia-* wheels' nvcc are under the same fixed path in every cell (one arch, the slim
+    cell: the cause is per file, not per arch)."""
+    if shutil.which("podman") is None and shutil.which("docker") is None:
+        pytest.skip("no container engine")
+    _assert_same_bytes_from_two_places(tmp_path, "cuda130-sm90-py311", "example-cuda-ops", engine="auto")

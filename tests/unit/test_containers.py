@@ -208,3 +208,48 @@ def test_a_slim_cell_shares_its_parents_lock_and_image(matrix: Matrix, capsys: p
     out = capsys.readouterr().out
     assert out.count("locks/cuda130-py311.txt: matches its inputs") == 1
     assert "1 committed locks match their inputs; 0 cells resolve theirs at build time" in out
+
+
+def test_a_build_sees_its_cell_at_a_fixed_path_and_the_host_finds_it_back(tmp_path: Path) -> None:
+    """The cell root, mounted a second time at /wheelmill: build paths are named there (the
+    same in every cell and output root), and what a command names there is found here."""
+    from wheelmill.containers.container import Container
+    from wheelmill.process import StepLog
+
+    cell_root = tmp_path / "out" / "cuda130-py311"
+    stable = Mount(source=cell_root, target=Path("/wheelmill"), readonly=False)
+    log = StepLog(tmp_path / "log")
+    container = Container(PODMAN, cell="cuda130-py311", image="i", mounts=[], log=log, same_path=[tmp_path / "out"], stable=stable)
+    log.close()
+    assert container.stable_path(cell_root / "src" / "x" / "a.cu") == Path("/wheelmill/src/x/a.cu")
+    assert container.stable_path(tmp_path / "out" / ".cache") == tmp_path / "out" / ".cache"  # shared by cells: as it is
+    assert container.host_path(Path("/wheelmill/envs/build/bin/python")) == cell_root / "envs" / "build" / "bin" / "python"
+    assert container.host_path(cell_root / "dist") == cell_root / "dist"
+
+
+def test_the_build_environment_names_the_cells_paths_as_the_build_sees_them(tmp_path: Path) -> None:
+    """PATH, CUDA_HOME, the nvidia-* wheels' headers and the prefix maps all name the fixed
+    path: nothing of the output root reaches a compiler's command line."""
+    from wheelmill.envs import Env
+    from wheelmill.plan import plan_cell
+    from wheelmill.steps.build import build_environment
+    from wheelmill.toolchain import Toolkit
+    from wheelmill.variants import Family
+
+    matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
+    cell = matrix.cell("cuda130-py311")
+    spec = plan_cell(matrix, load_recipes(ROOT / "recipes"), cell, ["example-cuda-ops"], Settings()).recipe("example-cuda-ops")
+    root = tmp_path / "out" / cell.id
+    env = Env(root=root / "envs" / "build")
+    (env.root / "lib" / "python3.11" / "site-packages" / "nvidia" / "cu13" / "include").mkdir(parents=True)
+    nvcc_root = env.root / "lib" / "python3.11" / "site-packages" / "nvidia" / "cu13"
+    toolkit = Toolkit(family=Family.CUDA, root=nvcc_root, version="13.0", compiler=nvcc_root / "bin" / "nvcc")
+
+    def stable(path: Path) -> Path:
+        return Path("/wheelmill") / path.relative_to(root) if path.is_relative_to(root) else path
+
+    made = build_environment(spec, {}, env=env, cell_root=root, toolkit=toolkit, jobs=2, stable=stable)
+    assert made["CUDA_HOME"] == "/wheelmill/envs/build/lib/python3.11/site-packages/nvidia/cu13"
+    assert made["CPATH"] == "/wheelmill/envs/build/lib/python3.11/site-packages/nvidia/cu13/include"
+    assert made["PATH"].startswith("/wheelmill/envs/build/bin:/wheelmill/envs/build/lib/python3.11/site-packages/nvidia/cu13/bin:")
+    assert str(tmp_path) not in " ".join(made.values())

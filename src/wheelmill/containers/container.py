@@ -4,7 +4,10 @@ whose commands are ``exec``'d into it.
 
 Every command gets its own explicit environment, so a step cannot tell it from the host
 runner but for where its files are: the output root is mounted at the same path, and
-anything else of the container's is reached through ``/proc/<pid>/root``.
+anything else of the container's is reached through ``/proc/<pid>/root``. The cell's own
+root is mounted a second time at a fixed path (``/wheelmill``) for builds: what a compiler
+writes into its output (nvcc's module ids, debug info) and what a compiler cache keys on
+are then the same in every cell and under every output root.
 """
 
 from __future__ import annotations
@@ -20,13 +23,23 @@ from wheelmill.process import Captured, CommandResult, HostRunner, StepLog, base
 
 class Container:
     def __init__(
-        self, engine: Engine, *, cell: str, image: str, mounts: Sequence[Mount], log: StepLog, same_path: Sequence[Path] = (), network: bool = True
+        self,
+        engine: Engine,
+        *,
+        cell: str,
+        image: str,
+        mounts: Sequence[Mount],
+        log: StepLog,
+        same_path: Sequence[Path] = (),
+        stable: Mount | None = None,
+        network: bool = True,
     ) -> None:
         self.engine = engine
         self.cell = cell
         self.image = image
         self.mounts = tuple(mounts)
         self.same_path = tuple(same_path)  # mounted at the same path: no translation needed
+        self.stable = stable  # a host directory mounted a second time, at a fixed path
         self.log = log  # of the step that starts it
         self.network = network
         self.name = f"wheelmill-{cell}-{os.getpid()}" + ("" if network else "-netless")
@@ -55,7 +68,8 @@ class Container:
         return listed
 
     def _start(self) -> None:
-        argv = self.engine.run_detached(container=self.name, image=self.image, mounts=self.mounts, cell=self.cell, network=self.network)
+        mounts = [*self.mounts, *([self.stable] if self.stable else [])]
+        argv = self.engine.run_detached(container=self.name, image=self.image, mounts=mounts, cell=self.cell, network=self.network)
         try:
             self._host.run(argv, env=base_environment([]), log=self.log)
         except CommandFailed as failed:
@@ -88,8 +102,16 @@ class Container:
         outer = self.engine.exec(container=self.name, argv=[str(a) for a in argv], env_keys=sorted(environment), workdir=None)
         return capture(outer, env=environment, timeout=timeout)
 
+    def stable_path(self, path: Path) -> Path:
+        """``<output>/<cell>/src/x`` as ``/wheelmill/src/x``; other paths as they are."""
+        if self.stable is not None and path.is_relative_to(self.stable.source):
+            return self.stable.target / path.relative_to(self.stable.source)
+        return path
+
     def host_path(self, path: Path) -> Path:
         """Where a path of the container is visible here (its root, as its init sees it)."""
+        if self.stable is not None and path.is_relative_to(self.stable.target):
+            return self.stable.source / path.relative_to(self.stable.target)
         if any(path.is_relative_to(mounted) for mounted in self.same_path):
             return path
         root = Path(f"/proc/{self._pid}/root") if self._pid is not None else None

@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -82,14 +82,14 @@ def build(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    source = ctx.done.get(Fetched, spec.name).root
-    values = {"python": str(env.python), "source": str(source), "dist": str(out), **spec.template_values()}
+    source, stable = ctx.done.get(Fetched, spec.name).root, ctx.where.runner.stable_path
+    values = {"python": str(stable(env.python)), "source": str(stable(source)), "dist": str(stable(out)), **spec.template_values()}
     argv = [fill(part, values) for part in spec.command]
     jobs = max_jobs(available_memory(), spec.memory_per_job, os.cpu_count() or 1)
-    environment = build_environment(spec, values, env=env, cell_root=ctx.run.layout.root, toolkit=toolkit, jobs=jobs)
+    environment = build_environment(spec, values, env=env, cell_root=ctx.run.layout.root, toolkit=toolkit, jobs=jobs, stable=stable)
     ctx.log.note(f"MAX_JOBS={jobs} ({format_size(available_memory())} available)")
     try:
-        ctx.where.runner.run(argv, env=environment, log=ctx.log, cwd=source, on_line=ctx.run.on_line)
+        ctx.where.runner.run(argv, env=environment, log=ctx.log, cwd=stable(source), on_line=ctx.run.on_line)
     except CommandFailed as failed:
         raise _build_failure(spec, ctx.log.path, failed) from None
     wheels = sorted(out.glob("*.whl"))
@@ -118,29 +118,42 @@ def _build_failure(spec: RecipeSpec, log: Path, failed: CommandFailed) -> BuildE
     return BuildError(f"{spec.name}: build failed (exit {failed.returncode}): {first_error(log, failed.tail)}", fix=f"read {failed.log}")
 
 
-def build_environment(spec: RecipeSpec, values: Mapping[str, str], *, env: Env, cell_root: Path, toolkit: Toolkit | None, jobs: int) -> dict[str, str]:
+def build_environment(  # noqa: PLR0913 - what a build's environment is made of
+    spec: RecipeSpec,
+    values: Mapping[str, str],
+    *,
+    env: Env,
+    cell_root: Path,
+    toolkit: Toolkit | None,
+    jobs: int,
+    stable: Callable[[Path], Path] = lambda path: path,
+) -> dict[str, str]:
     """The explicit environment of a build: env and toolkit on PATH, the spec's variables
     (archs), the jobs, the recipe's own variables; then, for CUDA, the nvidia-* wheels'
-    headers and libraries, and the flags that keep build paths out of what is compiled."""
+    headers and libraries, and the flags that keep build paths out of what is compiled.
+    Paths of the cell are named as the build sees them (``stable``: in a container, the
+    cell root's fixed mount)."""
+    if toolkit is not None:  # the nvidia-* wheels' nvcc lives in the env
+        toolkit = replace(toolkit, root=stable(toolkit.root), compiler=stable(toolkit.compiler))
     extra = dict(toolkit.environment()) if toolkit else {}
     extra.update(spec.build_variables())
     extra["MAX_JOBS"] = str(jobs)
     extra.update({key: fill(value, values) for key, value in spec.env.items()})
-    extra.update(wheel_toolkit_paths(env.root) if spec.family is Family.CUDA else {})
-    prefixes = {cell_root: "/wheelmill", **({toolkit.root: "/toolkit"} if toolkit else {})}
+    extra.update(wheel_toolkit_paths(env.root, stable) if spec.family is Family.CUDA else {})
+    prefixes = {stable(cell_root): "/wheelmill", **({toolkit.root: "/toolkit"} if toolkit else {})}
     prefixes.update({base: "/python"} if (base := python_home(env.root)) else {})
     for key, flags in (*prefix_maps(prefixes).items(), ("NVCC_APPEND_FLAGS", nvcc_stable_names(toolkit))):
         extra[key] = " ".join([extra[key], *flags] if extra.get(key) else flags)  # after what the recipe sets
-    return base_environment([env.bin_dir, *([toolkit.bin_dir] if toolkit else [])], extra)
+    return base_environment([stable(env.bin_dir), *([toolkit.bin_dir] if toolkit else [])], extra)
 
 
-def wheel_toolkit_paths(env_root: Path) -> dict[str, str]:
+def wheel_toolkit_paths(env_root: Path, stable: Callable[[Path], Path] = lambda path: path) -> dict[str, str]:
     """The CUDA libraries' headers and link libraries from the nvidia-* wheels in the env
     (cusparse.h, cublas_v2.h, libcublas.so): torch's headers include them (CUDAContext.h),
     an nvcc-only toolkit lacks them, and these are the very versions torch runs with."""
     nvidia = sorted(env_root.glob("lib/python3*/site-packages/nvidia"))
-    includes = [str(p) for root in nvidia for p in sorted(root.glob("*/include"))]
-    libraries = [str(p) for root in nvidia for p in sorted(root.glob("*/lib"))]
+    includes = [str(stable(p)) for root in nvidia for p in sorted(root.glob("*/include"))]
+    libraries = [str(stable(p)) for root in nvidia for p in sorted(root.glob("*/lib"))]
     return {key: ":".join(paths) for key, paths in (("CPATH", includes), ("LIBRARY_PATH", libraries)) if paths}
 
 

@@ -22,6 +22,10 @@ from wheelmill.spec import CellPlan
 from wheelmill.tools import uv_bin
 
 
+# Where a build sees its cell's root, in every cell: the name compiled into its output.
+STABLE_ROOT = Path("/wheelmill")
+
+
 def _engine(ctx: StepContext) -> Engine:
     assert ctx.run.engine is not None, "the plan has container steps only where the command line found an engine"
     return ctx.run.engine
@@ -44,8 +48,9 @@ def prepare_container(ctx: StepContext) -> Outcome:
     """Two containers of the cell from one image with the same mounts: one with the host's
     network for the steps that download, one with none for the steps that must not."""
     layout, ready, backend, cell = ctx.run.layout, ctx.done.get(Ready), ctx.run.settings.env_backend, ctx.run.plan.cell.id
+    stable = Mount(source=layout.root, target=STABLE_ROOT, readonly=False)
     online, netless = (
-        ctx.hold(Container(_engine(ctx), cell=cell, image=ready.tag, mounts=mounts(ctx), same_path=[layout.output], log=ctx.log, network=network))
+        ctx.hold(Container(_engine(ctx), cell=cell, image=ready.tag, mounts=mounts(ctx), same_path=[layout.output], stable=stable, log=ctx.log, network=network))
         for network in (True, False)
     )
     offline = Where(runner=netless, backend=envs.backend(backend, netless, cache_dir=layout.cache / "uv", offline=True))
