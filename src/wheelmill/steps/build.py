@@ -118,7 +118,7 @@ def _build_failure(spec: RecipeSpec, log: Path, failed: CommandFailed) -> BuildE
     return BuildError(f"{spec.name}: build failed (exit {failed.returncode}): {first_error(log, failed.tail)}", fix=f"read {failed.log}")
 
 
-def build_environment(  # noqa: PLR0913 - what a build's environment is made of
+def build_environment(
     spec: RecipeSpec,
     values: Mapping[str, str],
     *,

@@ -21,7 +21,6 @@ from wheelmill.package_sources import machine_sources
 from wheelmill.spec import CellPlan
 from wheelmill.tools import uv_bin
 
-
 # Where a build sees its cell's root, in every cell: the name compiled into its output.
 STABLE_ROOT = Path("/wheelmill")
 
@@ -50,7 +49,9 @@ def prepare_container(ctx: StepContext) -> Outcome:
     layout, ready, backend, cell = ctx.run.layout, ctx.done.get(Ready), ctx.run.settings.env_backend, ctx.run.plan.cell.id
     stable = Mount(source=layout.root, target=STABLE_ROOT, readonly=False)
     online, netless = (
-        ctx.hold(Container(_engine(ctx), cell=cell, image=ready.tag, mounts=mounts(ctx), same_path=[layout.output], stable=stable, log=ctx.log, network=network))
+        ctx.hold(
+            Container(_engine(ctx), cell=cell, image=ready.tag, mounts=mounts(ctx), same_path=[layout.output], stable=stable, log=ctx.log, network=network)
+        )
         for network in (True, False)
     )
     offline = Where(runner=netless, backend=envs.backend(backend, netless, cache_dir=layout.cache / "uv", offline=True))
