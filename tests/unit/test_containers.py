@@ -10,15 +10,21 @@ from pathlib import Path
 import pytest
 
 from wheelmill.cli import main
+from wheelmill.containers.container import Container
 from wheelmill.containers.engine import Engine, EngineName, Mount, Probe, detect
 from wheelmill.containers.images import BaseKind, choose, debian_mirror, image_build_failure, require_pinned
 from wheelmill.containers.pins import Pins, load_pins
+from wheelmill.envs import Env
 from wheelmill.errors import CommandFailed, ConfigError, PrecheckError, UsageError
 from wheelmill.locks import inputs
 from wheelmill.matrix import Matrix, load_matrix
-from wheelmill.process import Captured
+from wheelmill.plan import plan_cell
+from wheelmill.process import Captured, StepLog
 from wheelmill.recipes import load_recipes
 from wheelmill.settings import Settings
+from wheelmill.steps.build import build_environment
+from wheelmill.toolchain import Toolkit
+from wheelmill.variants import Family
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DOCKER = Engine(name=EngineName.DOCKER, binary="/usr/bin/docker")
@@ -213,9 +219,6 @@ def test_a_slim_cell_shares_its_parents_lock_and_image(matrix: Matrix, capsys: p
 def test_a_build_sees_its_cell_at_a_fixed_path_and_the_host_finds_it_back(tmp_path: Path) -> None:
     """The cell root, mounted a second time at /wheelmill: build paths are named there (the
     same in every cell and output root), and what a command names there is found here."""
-    from wheelmill.containers.container import Container
-    from wheelmill.process import StepLog
-
     cell_root = tmp_path / "out" / "cuda130-py311"
     stable = Mount(source=cell_root, target=Path("/wheelmill"), readonly=False)
     log = StepLog(tmp_path / "log")
@@ -230,12 +233,6 @@ def test_a_build_sees_its_cell_at_a_fixed_path_and_the_host_finds_it_back(tmp_pa
 def test_the_build_environment_names_the_cells_paths_as_the_build_sees_them(tmp_path: Path) -> None:
     """PATH, CUDA_HOME, the nvidia-* wheels' headers and the prefix maps all name the fixed
     path: nothing of the output root reaches a compiler's command line."""
-    from wheelmill.envs import Env
-    from wheelmill.plan import plan_cell
-    from wheelmill.steps.build import build_environment
-    from wheelmill.toolchain import Toolkit
-    from wheelmill.variants import Family
-
     matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
     cell = matrix.cell("cuda130-py311")
     spec = plan_cell(matrix, load_recipes(ROOT / "recipes"), cell, ["example-cuda-ops"], Settings()).recipe("example-cuda-ops")
