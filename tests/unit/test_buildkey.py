@@ -145,6 +145,9 @@ def test_the_channel_lists_a_built_wheel_by_its_keys(tmp_path: Path) -> None:
     assert set(built_by_key(channel)) == {"k1", "k2"}
     assert (channel.files / wheel.name).stat().st_mtime_ns == mtime
     assert verify(channel) == [], "the HTML link carries the same keys"
+    page = channel.simple / "example-cpp-ops"
+    assert '"_build-keys": [\n    "k1",\n    "k2"\n   ]' in (page / "index.json").read_text()
+    assert 'data-build-keys="k1 k2"' in (page / "index.html").read_text()
     set_yanked(channel, "example-cpp-ops", "0.1.0+cpu", "bad")
     assert built_by_key(channel) == {}, "a yanked wheel answers for no key"
 
