@@ -99,7 +99,8 @@ def test_a_published_build_is_not_built_again_and_a_changed_source_rebuilds_its_
     assert again["status"] == "ok" and again["facts"]["build_keys"] == keys
     assert {r["name"]: r["status"] for r in again["recipes"]} == {"example-cpp-ops": "published", "example-dependent": "published"}
     assert {s["step"] for s in again["steps"] if s["status"] == "ok"} == {"pre-checks", "build-keys"}
-    assert all(Path(r["wheel"]["path"]).parent == channel.files for r in again["recipes"])
+    assert all(Path(r["wheel"]["path"]).parent == output / CELL / "dist" for r in again["recipes"])
+    assert again["facts"]["torch"]["version"] == first["facts"]["torch"]["version"]
     assert "not built again" in out and "published: example_cpp_ops-0.1.0+cpu" in out
     assert files(channel) == published, "nothing published again"
 

@@ -171,7 +171,7 @@ def _report(plan: CellPlan, tmp_path: Path, published: tuple[str, ...]) -> CellR
         done = publish(channel, wheel, build_key=keys[name].digest)
         _project, entry = built_by_key(channel)[keys[name].digest]
         path = channel.files / wheel.name
-        hits[name] = PublishedBuild(recipe=name, key=keys[name].digest, channel=channel.name, project=done.project, entry=entry, path=path)
+        hits[name] = PublishedBuild(recipe=name, key=keys[name].digest, channel=channel.name, project=done.project, entry=entry, path=path, torch=None)
     made = BuildKeys(channel=channel.name, keys=keys, published=hits)
     report = CellReport(plan=plan, path=tmp_path / "report.json")
     report.steps += [StepRecord(step=plan.steps[0], status=Status.OK), StepRecord(step=plan.steps[1], status=Status.OK, made=(made,))]
@@ -189,7 +189,7 @@ def test_a_published_recipe_does_not_run_and_stands_for_its_wheel(project: Path,
     stop = blocked(_step(plan, StepKind.FETCH, "example-cpp-ops"), plan, report)
     assert stop is not None and stop.status is Status.PUBLISHED and "published: example_cpp_ops-0.1.0+cpu" in stop.reason
     (wheel,) = [m for m in stop.made if isinstance(m, WheelRecord)]
-    assert Path(wheel.path).parent == tmp_path / "index" / "cpu" / "files"
+    assert Path(wheel.path) == tmp_path / "index" / "cpu" / "files" / "example_cpp_ops-0.1.0+cpu-cp311-cp311-linux_x86_64.whl"
     assert blocked(_step(plan, StepKind.FETCH, "torchsort"), plan, report) is None
     assert blocked(_step(plan, StepKind.PREPARE_ENV), plan, report) is None, "torchsort is to be built"
     assert blocked(_step(plan, StepKind.CLOSURE), plan, report) is None
@@ -246,9 +246,13 @@ def test_the_step_finds_what_the_channel_lists_for_the_key_unless_rebuild(projec
     plan = cell_plan(project, names=("example-cpp-ops", "torchsort"))
     first = _run_keys_step(plan, tmp_path)
     assert first.published == {} and not first.nothing_to_build
-    wheel = make_wheel(tmp_path / "dist", "example-cpp-ops", "0.1.0+cpu")
+    wheel = make_wheel(tmp_path / "dist", "example-cpp-ops", "0.1.0+cpu", requires=["torch==2.13.0+cpu"])
     publish(Channel(tmp_path / "wheels" / "index", "cpu"), wheel, build_key=first.keys["example-cpp-ops"].digest)
     again = _run_keys_step(plan, tmp_path)
     assert again.keys == first.keys, "the host's toolchain is asked the same"
     assert set(again.published) == {"example-cpp-ops"} and again.published["example-cpp-ops"].entry.filename == wheel.name
+    delivered = again.published["example-cpp-ops"].path
+    assert delivered == tmp_path / "wheels" / "cpu-py311" / "dist" / wheel.name, "linked into dist/, where reports are read with their wheels"
+    assert delivered.stat().st_ino == (tmp_path / "wheels" / "index" / "cpu" / "files" / wheel.name).stat().st_ino
+    assert again.facts()["torch"] == {"version": "2.13.0+cpu"}, "the torch it pins, where no env checks run"
     assert _run_keys_step(replace(plan, rebuild=True), tmp_path).published == {}

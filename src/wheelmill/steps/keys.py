@@ -1,7 +1,8 @@
 """The build-keys step: each recipe's build key (``wheelmill.buildkey``), looked up in the
 cell's channel. A recipe whose key is listed there was built from these very inputs and
 published: its steps do not run, and its wheel is the channel's file, which is what the
-recipes that depend on it install and pin. Where every recipe is published, the steps
+recipes that depend on it install and pin (linked into ``dist/`` too, where a built wheel
+is delivered and where the report's readers look). Where every recipe is published, the steps
 that only serve builds (the container, the env and their checks, the closure and the
 channel checks) do not run either. ``--rebuild`` builds everything all the same.
 """
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import Requirement
+
 from wheelmill.buildkey import BuildKey, build_keys, host_identity, image_identity
 from wheelmill.checks import CheckResult
 from wheelmill.context import Outcome, StepContext
@@ -22,7 +25,9 @@ from wheelmill.index.store import Outcome as PublishOutcome
 from wheelmill.report import WheelRecord
 from wheelmill.spec import CellPlan
 from wheelmill.steps.cell import Toolchain
+from wheelmill.steps.install import deliver
 from wheelmill.toolchain import Found, find_compiler
+from wheelmill.wheelfile import read_wheel
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,7 +39,8 @@ class PublishedBuild:
     channel: str
     project: str
     entry: FileEntry
-    path: Path  # the channel's file
+    path: Path  # the channel's file, linked into dist/
+    torch: str | None  # the torch it pins, for the report's facts where no env says it
 
     def describe(self) -> str:
         return f"published: {self.entry.filename} (build key {self.key[:12]}...)"
@@ -57,7 +63,10 @@ class BuildKeys:
         return set(self.published) == set(self.keys)
 
     def facts(self) -> Mapping[str, Any]:
-        return {"build_keys": {name: key.digest for name, key in self.keys.items()}}
+        """The keys; and the torch the published wheels pin, which the env checks say
+        instead where a build runs (later facts win)."""
+        pinned = next((p.torch for p in self.published.values() if p.torch), None)
+        return {"build_keys": {name: key.digest for name, key in self.keys.items()}, **({"torch": {"version": pinned}} if pinned else {})}
 
 
 def build_keys_step(ctx: StepContext) -> Outcome:
@@ -67,13 +76,16 @@ def build_keys_step(ctx: StepContext) -> Outcome:
         ctx.log.note(f"{key.recipe}: build key {key.digest} of {key.inputs}")
     channel = Channel(ctx.run.settings.index, plan.channel)
     listed = {} if plan.rebuild else built_by_key(channel)
-    published = {
-        name: PublishedBuild(recipe=name, key=key.digest, channel=channel.name, project=hit[0], entry=hit[1], path=channel.files / hit[1].filename)
-        for name, key in keys.items()
-        if (hit := listed.get(key.digest)) is not None
-    }
+    published = {name: _published(ctx, channel, key, *hit) for name, key in keys.items() if (hit := listed.get(key.digest)) is not None}
     checks = [_verdict(key, published.get(name), rebuild=plan.rebuild) for name, key in keys.items()]
     return Outcome(checks=checks, made=(BuildKeys(channel=channel.name, keys=keys, published=published),))
+
+
+def _published(ctx: StepContext, channel: Channel, key: BuildKey, project: str, entry: FileEntry) -> PublishedBuild:
+    wheel = channel.files / entry.filename
+    pins = [str(r.specifier).removeprefix("==") for r in map(Requirement, read_wheel(wheel).requires_dist) if r.name == "torch"]
+    path = deliver(ctx.run.layout.dist, wheel, link=True)
+    return PublishedBuild(recipe=key.recipe, key=key.digest, channel=channel.name, project=project, entry=entry, path=path, torch=pins[0] if pins else None)
 
 
 def _verdict(key: BuildKey, published: PublishedBuild | None, *, rebuild: bool) -> CheckResult:
