@@ -122,7 +122,7 @@ def inputs_of_report(report: Path, *, index: Path, glibc: str, toolkit: tuple[st
     the torch it built against, the sources it used."""
     try:
         data = json.loads(report.read_text(encoding="utf-8"))
-        wheels = [r["wheel"] for r in data["recipes"] if r["status"] == "ok" and r["wheel"]]
+        wheels = [r["wheel"] for r in data["recipes"] if r["status"] in ("ok", "published") and r["wheel"]]
         torch, args = data["facts"]["torch"]["version"], data["facts"]["package_source_args"]
     except FileNotFoundError:
         raise PrecheckError(f"{report}: no report: the cell was not built here", fix="build it first: wheelmill build --cell <cell>") from None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from contextlib import ExitStack
+from dataclasses import dataclass
 
 from wheelmill import envs
 from wheelmill.containers.engine import Engine
@@ -29,6 +30,7 @@ from wheelmill.retry import RetryPolicy, TransientError, with_retries
 from wheelmill.settings import Settings
 from wheelmill.spec import CellPlan, Step
 from wheelmill.steps import BY_KIND, CellStep, StepDefinition
+from wheelmill.steps.keys import BuildKeys
 from wheelmill.ui import UI
 
 NO_RETRY = RetryPolicy(attempts=1)
@@ -68,10 +70,10 @@ def _run_steps(run: RunContext, report: CellReport, ui: UI, hold: Hold) -> None:
     steps = run.plan.steps
     where = host(run.settings)
     for index, step in enumerate(steps, start=1):
-        reason = blocked(step, run.plan, report)
-        if reason:
-            report.steps.append(StepRecord(step=step, status=Status.SKIPPED, error=reason))
-            ui.skipped(step, reason)
+        stop = blocked(step, run.plan, report)
+        if stop:
+            report.steps.append(StepRecord(step=step, status=stop.status, error=stop.reason, made=stop.made))
+            ui.skipped(step, stop.reason, published=stop.status is Status.PUBLISHED)
             continue
         record = run_step(run, step, where=where, report=report, position=(index, len(steps)), ui=ui, hold=hold)
         report.steps.append(record)
@@ -82,16 +84,44 @@ def _run_steps(run: RunContext, report: CellReport, ui: UI, hold: Hold) -> None:
             raise Interrupted(f"{run.plan.cell.id}: interrupted during {step.id}", fix="run the session again; finished wheels are kept in dist/")
 
 
-def blocked(step: Step, plan: CellPlan, report: CellReport) -> str | None:
-    """Why a step cannot run: a cell step failed, or its recipe (or one it needs) failed."""
+@dataclass(frozen=True, kw_only=True)
+class Blocked:
+    """Why a step does not run: the status of its record, the reason, and what the record
+    holds in its place (a published recipe's wheel, for what depends on it)."""
+
+    status: Status
+    reason: str
+    made: tuple[object, ...] = ()
+
+
+def blocked(step: Step, plan: CellPlan, report: CellReport) -> Blocked | None:
+    """Why a step does not run: it need not (its recipe is published for its build key, or
+    every recipe is and the step only serves builds), or it cannot (a cell step failed, or
+    its recipe, or one it needs, failed). A published step is no failure: what depends on
+    it goes on."""
+    published = _published(step, report.done.find(BuildKeys))
+    if published is not None:
+        return published
     needs = {step.recipe, *plan.recipe(step.recipe).needs} if step.recipe else set()
     for done in report.steps:
-        if done.status is Status.OK:
+        if done.status in (Status.OK, Status.PUBLISHED):
             continue
         if done.step.recipe is None:
-            return f"cell step {done.step.kind} did not succeed"
+            return Blocked(status=Status.SKIPPED, reason=f"cell step {done.step.kind} did not succeed")
         if done.step.recipe in needs:
-            return f"{done.step.id} did not succeed"
+            return Blocked(status=Status.SKIPPED, reason=f"{done.step.id} did not succeed")
+    return None
+
+
+def _published(step: Step, keys: BuildKeys | None) -> Blocked | None:
+    if keys is None:
+        return None
+    if step.recipe is not None:
+        found = keys.published.get(step.recipe)
+        return Blocked(status=Status.PUBLISHED, reason=found.describe(), made=found.made()) if found else None
+    definition = BY_KIND[step.kind]
+    if isinstance(definition, CellStep) and definition.for_builds and keys.nothing_to_build:
+        return Blocked(status=Status.PUBLISHED, reason=f"nothing to build: every recipe is published in channel {keys.channel} for its build key")
     return None
 
 

@@ -50,6 +50,7 @@ class Options:
     containers: ContainerSetup | None = None
     locks_dir: Path = Path("locks")
     release: Release | None = None  # a tag's or a nightly's: versions from git, the track's channels
+    rebuild: bool = False  # build what the channel has published for its build key too
 
 
 def plan(  # noqa: PLR0917 - the inputs of the pure function, in their order
@@ -90,6 +91,7 @@ def plan_cell(  # noqa: PLR0917 - the inputs of the pure function, in their orde
         channel=channel_of(cell, options.release),
         release=options.release,
         recipes=specs,
+        rebuild=options.rebuild,
     )
     return replace(spec, steps=tuple(_steps(spec, publish=options.publish, mirror=options.mirror)))
 

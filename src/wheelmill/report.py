@@ -32,6 +32,9 @@ class Status(StrEnum):
     FAILED = "failed"
     SKIPPED = "skipped"
     INTERRUPTED = "interrupted"
+    # Not run, and no need: the channel has the recipe's wheel for its build key (or, for a
+    # cell step that only serves builds, every recipe's). Its record holds the wheel.
+    PUBLISHED = "published"
 
 
 @runtime_checkable
@@ -146,7 +149,7 @@ class CellReport:
 
     def recipe_status(self, recipe: str) -> Status:
         mine = [s for s in self.steps if s.step.recipe == recipe]
-        for status in (Status.INTERRUPTED, Status.FAILED, Status.SKIPPED):
+        for status in (Status.INTERRUPTED, Status.FAILED, Status.SKIPPED, Status.PUBLISHED):
             if any(s.status is status for s in mine):
                 return status
         return Status.OK if mine and len(mine) == sum(1 for s in self.plan.steps if s.recipe == recipe) else Status.SKIPPED

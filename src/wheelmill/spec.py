@@ -31,6 +31,7 @@ _ARCH_VARIABLE = {Family.CUDA: "TORCH_CUDA_ARCH_LIST", Family.ROCM: "PYTORCH_ROC
 
 class StepKind(StrEnum):
     PRE_CHECKS = "pre-checks"
+    BUILD_KEYS = "build-keys"
     PREPARE_IMAGE = "prepare-image"
     PREPARE_CONTAINER = "prepare-container"
     TOOLCHAIN_CHECKS = "toolchain-checks"
@@ -168,6 +169,7 @@ class CellPlan:
     release: Release | None
     recipes: tuple[RecipeSpec, ...]
     steps: tuple[Step, ...] = ()
+    rebuild: bool = False  # build every recipe, whatever its channel has for its build key
 
     def recipe(self, name: str) -> RecipeSpec:
         return next(r for r in self.recipes if r.name == name)

@@ -25,7 +25,13 @@ from wheelmill.report import CellReport, Status, StepRecord
 from wheelmill.spec import Step
 
 HEARTBEAT = 60.0
-_MARK = {Status.OK: "[green]ok[/]", Status.FAILED: "[red]FAILED[/]", Status.SKIPPED: "[dim]skipped[/]", Status.INTERRUPTED: "[yellow]interrupted[/]"}
+_MARK = {
+    Status.OK: "[green]ok[/]",
+    Status.FAILED: "[red]FAILED[/]",
+    Status.SKIPPED: "[dim]skipped[/]",
+    Status.INTERRUPTED: "[yellow]interrupted[/]",
+    Status.PUBLISHED: "[cyan]published[/]",
+}
 _VERDICT = {Verdict.PASS: "[green]pass[/]", Verdict.FAIL: "[red]FAIL[/]", Verdict.WARN: "[yellow]warn[/]", Verdict.SKIP: "[dim]skip[/]"}
 
 
@@ -48,6 +54,7 @@ class UI:
         self._last_draw = 0.0
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
+        self._published: set[str | None] = set()  # recipes (None: the cell) said published
 
     def cell_started(self, cell: str, detail: str) -> None:
         self.console.print(f"[bold]wheelmill[/] build [bold]{cell}[/]: {escape(detail)}")
@@ -106,13 +113,21 @@ class UI:
         if os.environ.get("GITHUB_ACTIONS"):
             print("::endgroup::", file=self.console.file, flush=True)
 
-    def skipped(self, step: Step, reason: str) -> None:
-        self.console.print(f"[dim]skipped {escape(step.id)}: {escape(reason)}[/]")
+    def skipped(self, step: Step, reason: str, *, published: bool = False) -> None:
+        if not published:
+            self.console.print(f"[dim]skipped {escape(step.id)}: {escape(reason)}[/]")
+        elif step.recipe not in self._published:  # once for its steps, not once a step
+            self._published.add(step.recipe)
+            self.console.print(f"{_MARK[Status.PUBLISHED]} {escape(step.recipe or '(cell)')}: {escape(reason)}")
 
     def summary(self, report: CellReport) -> None:
         self.console.print(self._steps_table(report))
         if report.wheels:
             self.console.print(self._wheels_table(report))
+        published = [r.name for r in report.plan.recipes if report.recipe_status(r.name) is Status.PUBLISHED]
+        if published:
+            names = ", ".join(published)
+            self.console.print(f"not built again, published in channel {report.plan.channel} for their build keys: {names} (--rebuild builds them)")
         status = _MARK[report.status]
         seconds = (report.finished or time.time()) - report.started
         self.console.print(f"{report.plan.cell.id}: {status} in {_clock(seconds)}; report {escape(str(report.path))}")

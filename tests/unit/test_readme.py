@@ -16,9 +16,13 @@ from tests.conftest import CliRunner
 from tests.wheels import install
 from wheelmill import errors
 from wheelmill.archs import ArchRecord, arch_tag
+from wheelmill.buildkey import build_keys
 from wheelmill.cli import main
 from wheelmill.matrix import load_matrix
+from wheelmill.plan import plan_cell
 from wheelmill.recipes import GitSource, SdistSource, load_recipes
+from wheelmill.settings import Settings
+from wheelmill.steps import REGISTRY, CellStep
 from wheelmill.variants import Family
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -123,3 +127,19 @@ def test_the_doctor_example_is_what_doctor_prints(cli: CliRunner, tmp_path: Path
     result = cli("doctor", "--path", str(site), "--capability", "12.0")
     assert result.code == 21
     assert shown == (result.out + result.err).splitlines()
+
+
+def test_the_build_key_section_names_every_part_of_the_key_and_the_steps_it_spares(cli: CliRunner) -> None:
+    text = section("### Nothing built twice", "## Two-level containment")
+    parts = re.findall(r"^\| `([a-z]+)` \| \S.* \|$", text, flags=re.MULTILINE)
+    matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
+    plan = plan_cell(matrix, load_recipes(ROOT / "recipes"), matrix.cell("cpu-py311"), [], Settings())
+    assert sorted(parts) == sorted(build_keys(plan, {})["example-cpp-ops"].inputs)
+    # The steps it names, in its words: the image, the container, the toolchain and env checks, the env, the closure, mirror and channel checks.
+    spared = {str(d.kind) for d in REGISTRY if isinstance(d, CellStep) and d.for_builds}
+    kinds = ("prepare-image", "prepare-container", "toolchain-checks", "env-checks", "prepare-env", "closure", "mirror", "channel-checks")
+    assert spared == set(kinds)
+    words = "the image, the container, the toolchain and env checks, the env, and the closure, mirror and channel checks"
+    assert words in " ".join(text.split())
+    assert "nox -s build-cpu-py311 -- --rebuild" in text
+    assert "--rebuild: built even where channel cpu lists it" in cli("plan", "--cell", "cpu-py311", "--engine", "none", "--rebuild").out

@@ -1,5 +1,5 @@
 """What the commands share: the parser class, the cell options (``--cell``, ``--recipe``,
-``--engine``, ``--no-publish``), loading the matrix and recipes, planning, and running
+``--engine``, ``--no-publish``, ``--rebuild``), loading the matrix and recipes, planning, and running
 the plans of the build-like commands (``plan``, ``build``, ``release``)."""
 
 from __future__ import annotations
@@ -60,6 +60,9 @@ def add_cell_options(
         "--no-mirror", dest="mirror", action="store_false", help="publish the built wheels only, not the runtime closure (torch and its dependencies)"
     )
     parser.add_argument(
+        "--rebuild", action="store_true", help="build every recipe, also those the channel has published for their build key (from the same inputs)"
+    )
+    parser.add_argument(
         "--engine",
         choices=ENGINE_CHOICES,
         default=None,
@@ -101,6 +104,7 @@ def prepare(args: argparse.Namespace, settings: Settings, *, probe: bool, releas
         containers=containers,
         locks_dir=settings.root / "locks",
         release=release,
+        rebuild=args.rebuild,
     )
     return Prepared(plans=plan(matrix, recipes, cells, args.recipe, settings, options), settings=settings, engine=engine)
 

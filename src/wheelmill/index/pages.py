@@ -8,8 +8,10 @@ in JSON, which is why PEP 714 renamed it), its yank reason (PEP 592); the JSON a
 private key of the JSON (``_mirrored-from``, PEP 691 reserves leading underscores for
 such) and a ``data-mirrored-from`` attribute of its link. A wheel wheelmill built shows the
 GPU archs it carries (its ``gpu-archs.json``: ``cuda 8.0;9.0+PTX``, ``rocm gfx90a``, ``cpu``)
-the same way: ``_gpu-archs`` in the JSON, ``data-gpu-archs`` on the link; a page written
-before there was such a key reads back without it. File URLs are relative and
+the same way: ``_gpu-archs`` in the JSON, ``data-gpu-archs`` on the link; and the build keys
+it was built for (``wheelmill.buildkey``: a hash of every input of its build, so a build
+whose key is listed here need not run), ``_build-keys`` in the JSON, ``data-build-keys`` on
+the link. A page written before there was such a key reads back without it. File URLs are relative and
 percent-encoded, so ``+`` in a local version label reaches the file on servers that read ``+`` as a space (S3).
 """
 
@@ -43,6 +45,9 @@ class FileEntry:
     yanked: str | None = None  # None: not yanked; "" yanked without a reason
     mirrored_from: str | None = None  # None: built here; else the upstream URL it was mirrored from
     gpu_archs: str | None = None  # what its gpu-archs.json says (ArchRecord.describe); None: no such file
+    # The build keys whose build gave these bytes: more than one where inputs changed and the
+    # bytes did not (a reproducible build of an edited comment); empty for a mirrored file.
+    build_keys: tuple[str, ...] = ()
 
     @property
     def built(self) -> bool:
@@ -68,6 +73,8 @@ class FileEntry:
             data["_mirrored-from"] = self.mirrored_from
         if self.gpu_archs is not None:
             data["_gpu-archs"] = self.gpu_archs
+        if self.build_keys:
+            data["_build-keys"] = list(self.build_keys)
         return data
 
     @classmethod
@@ -85,6 +92,7 @@ class FileEntry:
             yanked=yanked if isinstance(yanked, str) else ("" if yanked else None),
             mirrored_from=data.get("_mirrored-from"),
             gpu_archs=data.get("_gpu-archs"),
+            build_keys=tuple(data.get("_build-keys", ())),
         )
 
 
@@ -131,6 +139,8 @@ def _link(f: FileEntry) -> str:
         attrs.append(f'data-mirrored-from="{html.escape(f.mirrored_from)}"')
     if f.gpu_archs is not None:
         attrs.append(f'data-gpu-archs="{html.escape(f.gpu_archs)}"')
+    if f.build_keys:
+        attrs.append(f'data-build-keys="{" ".join(f.build_keys)}"')
     return f"<a {' '.join(attrs)}>{html.escape(f.filename)}</a><br>"
 
 

@@ -13,7 +13,9 @@ place, files before the pages that list them, under an exclusive lock per channe
 reader, a concurrent publisher or a publisher killed at any instant finds a valid index
 (at worst an unlisted file, which the next publish of it lists). A publish touches its own
 project's pages, and the project list only when the project is new. A built wheel's listing
-carries the GPU archs its ``gpu-archs.json`` records (``wheelmill.archs.ArchRecord``).
+carries the GPU archs its ``gpu-archs.json`` records (``wheelmill.archs.ArchRecord``), and
+the build keys it was built for (``wheelmill.buildkey``): the same bytes published again for
+another key add the key to the listing, and the file stays as it is.
 """
 
 from __future__ import annotations
@@ -250,11 +252,20 @@ def gpu_archs(info: WheelInfo) -> str | None:
         ) from None
 
 
-def publish(channel: Channel, wheel: Path, *, upload_time: str | None = None, mirrored_from: str | None = None, sha256: str | None = None) -> Published:
-    """Add ``wheel`` to ``channel``, built here or (``mirrored_from`` an upstream URL)
-    mirrored; identical bytes again are a no-op. A built wheel replaces the mirrored files
-    of its project; a mirrored one is not added where the project is built. The arch
-    record is wheelmill's own: only a built wheel's is read (and must be valid)."""
+def publish(
+    channel: Channel,
+    wheel: Path,
+    *,
+    upload_time: str | None = None,
+    mirrored_from: str | None = None,
+    sha256: str | None = None,
+    build_key: str | None = None,
+) -> Published:
+    """Add ``wheel`` to ``channel``, built here (for ``build_key``) or (``mirrored_from`` an
+    upstream URL) mirrored; identical bytes again are a no-op, but for a build key the
+    listing lacks, which it learns. A built wheel replaces the mirrored files of its
+    project; a mirrored one is not added where the project is built. The arch record is
+    wheelmill's own: only a built wheel's is read (and must be valid)."""
     info = _agreeing(wheel)
     archs = gpu_archs(info) if mirrored_from is None else None
     sha256 = sha256 or sha256_of(wheel)
@@ -270,6 +281,8 @@ def publish(channel: Channel, wheel: Path, *, upload_time: str | None = None, mi
             return Published(channel=channel.name, project=info.name, filename=wheel.name, outcome=Outcome.BUILT_HERE)
         listed = next((f for f in project.files if f.filename == wheel.name), None)
         if target.exists() and listed is not None and listed.built == (mirrored_from is None):
+            if build_key is not None and build_key not in listed.build_keys:
+                _add_key(channel, project, listed, build_key)
             return Published(channel=channel.name, project=info.name, filename=wheel.name, outcome=Outcome.UNCHANGED)
         replaced = [f for f in project.files if not f.built] if mirrored_from is None else []
         blobs = Blobs(channel.root)
@@ -287,6 +300,7 @@ def publish(channel: Channel, wheel: Path, *, upload_time: str | None = None, mi
             metadata_sha256=hashlib.sha256(info.metadata).hexdigest(),
             mirrored_from=mirrored_from,
             gpu_archs=archs,
+            build_keys=(build_key,) if build_key else (),
         )
         kept = tuple(f for f in project.files if f not in replaced and f.filename != wheel.name)
         try:
@@ -299,6 +313,26 @@ def publish(channel: Channel, wheel: Path, *, upload_time: str | None = None, mi
             (channel.files / f"{gone.filename}.metadata").unlink(missing_ok=True)
             (channel.files / gone.filename).unlink(missing_ok=True)
     return Published(channel=channel.name, project=info.name, filename=wheel.name, outcome=Outcome.ADDED, replaced=tuple(f.filename for f in replaced))
+
+
+def _add_key(channel: Channel, project: Project, listed: FileEntry, key: str) -> None:
+    """Other inputs gave the same bytes (a reproducible build of an edited comment, say):
+    the listing learns the key (under the lock), so the next build with it need not run."""
+    files = tuple(replace(f, build_keys=(*f.build_keys, key)) if f == listed else f for f in project.files)
+    channel.update(replace(project, files=files))
+
+
+def built_by_key(channel: Channel) -> dict[str, tuple[str, FileEntry]]:
+    """Every build key of the channel's built wheels, with the project and the listing of
+    its wheel: a build whose key is here made those bytes already. A yanked wheel answers
+    for no key: whoever yanked it wanted another."""
+    if not channel.exists():
+        return {}
+    found: dict[str, tuple[str, FileEntry]] = {}
+    for project in channel.projects():
+        for entry in (f for f in project.files if f.built and f.yanked is None):
+            found |= dict.fromkeys(entry.build_keys, (project.name, entry))
+    return found
 
 
 def set_yanked(channel: Channel, project_name: str, version: str, reason: str | None) -> list[str]:
@@ -398,6 +432,7 @@ def _entry(channel: Channel, anchor: Mapping[str, str | None]) -> FileEntry | No
         yanked=anchor.get("data-yanked"),
         mirrored_from=anchor.get("data-mirrored-from"),
         gpu_archs=anchor.get("data-gpu-archs"),
+        build_keys=tuple((anchor.get("data-build-keys") or "").split()),
     )
 
 

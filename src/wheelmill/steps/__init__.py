@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from wheelmill.context import Outcome, StepContext
 from wheelmill.errors import BuildError, CheckError, EnvError, FetchError, IndexStoreError, InstallTestError, PrecheckError, RepairError, WheelmillError
 from wheelmill.spec import CellPlan, RecipeSpec, StepKind
-from wheelmill.steps import build, cell, channel, container, fetch, install, mirror, publish, verify
+from wheelmill.steps import build, cell, channel, container, fetch, install, keys, mirror, publish, verify
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,6 +31,7 @@ class CellStep:
     container: bool = False  # only where the cell has a container
     publishing: bool = False  # only when the wheels are published
     mirroring: bool = False  # only when the closure is mirrored too (not with --no-mirror)
+    for_builds: bool = False  # serves the recipes' builds only: not run where every recipe is published
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,11 +53,23 @@ REGISTRY: tuple[StepDefinition, ...] = (
     # What needs no container is checked first (fail early: before minutes of image
     # building); in a container the toolchain is checked once commands run there.
     CellStep(kind=StepKind.PRE_CHECKS, run=cell.pre_checks, describe=cell.describe_pre_checks, error=PrecheckError),
-    CellStep(kind=StepKind.PREPARE_IMAGE, run=container.prepare_image, describe=container.describe_image, error=PrecheckError, container=True),
-    CellStep(kind=StepKind.PREPARE_CONTAINER, run=container.prepare_container, describe=container.describe_container, error=PrecheckError, container=True),
-    CellStep(kind=StepKind.TOOLCHAIN_CHECKS, run=cell.toolchain_checks, describe=cell.describe_toolchain_checks, error=PrecheckError, container=True),
-    CellStep(kind=StepKind.PREPARE_ENV, run=cell.prepare_env, describe=cell.describe_prepare_env, error=EnvError, retries=True),
-    CellStep(kind=StepKind.ENV_CHECKS, run=cell.env_checks, describe=cell.describe_env_checks, error=PrecheckError),
+    # Nothing is built again that the channel has from the same inputs: decided before the
+    # image, the container and the env, which only a build needs (seconds to minutes).
+    CellStep(kind=StepKind.BUILD_KEYS, run=keys.build_keys_step, describe=keys.describe, error=IndexStoreError, publishing=True),
+    CellStep(kind=StepKind.PREPARE_IMAGE, run=container.prepare_image, describe=container.describe_image, error=PrecheckError, container=True, for_builds=True),
+    CellStep(
+        kind=StepKind.PREPARE_CONTAINER,
+        run=container.prepare_container,
+        describe=container.describe_container,
+        error=PrecheckError,
+        container=True,
+        for_builds=True,
+    ),
+    CellStep(
+        kind=StepKind.TOOLCHAIN_CHECKS, run=cell.toolchain_checks, describe=cell.describe_toolchain_checks, error=PrecheckError, container=True, for_builds=True
+    ),
+    CellStep(kind=StepKind.PREPARE_ENV, run=cell.prepare_env, describe=cell.describe_prepare_env, error=EnvError, retries=True, for_builds=True),
+    CellStep(kind=StepKind.ENV_CHECKS, run=cell.env_checks, describe=cell.describe_env_checks, error=PrecheckError, for_builds=True),
     RecipeStep(kind=StepKind.FETCH, run=fetch.fetch, describe=fetch.describe, error=FetchError, retries=True),
     # From the build to the repaired wheel nothing needs the network: what a build could
     # download instead of compiling would not be what we built.
@@ -68,9 +81,14 @@ REGISTRY: tuple[StepDefinition, ...] = (
     RecipeStep(kind=StepKind.INSTALL_TEST, run=install.install_test, describe=install.describe, error=InstallTestError),
     RecipeStep(kind=StepKind.PUBLISH, run=publish.publish_step, describe=publish.describe, error=IndexStoreError, publishing=True),
     # The channel then installs on its own: torch and every dependency beside the wheels.
-    CellStep(kind=StepKind.CLOSURE, run=mirror.resolve_closure, describe=mirror.describe_closure, error=FetchError, publishing=True, mirroring=True),
-    CellStep(kind=StepKind.MIRROR, run=mirror.mirror_closure, describe=mirror.describe_mirror, error=FetchError, publishing=True, mirroring=True),
-    CellStep(kind=StepKind.CHANNEL_CHECKS, run=channel.channel_checks, describe=channel.describe, error=IndexStoreError, publishing=True),
+    # Where every recipe is published already, the run that published them did these.
+    CellStep(
+        kind=StepKind.CLOSURE, run=mirror.resolve_closure, describe=mirror.describe_closure, error=FetchError, publishing=True, mirroring=True, for_builds=True
+    ),
+    CellStep(
+        kind=StepKind.MIRROR, run=mirror.mirror_closure, describe=mirror.describe_mirror, error=FetchError, publishing=True, mirroring=True, for_builds=True
+    ),
+    CellStep(kind=StepKind.CHANNEL_CHECKS, run=channel.channel_checks, describe=channel.describe, error=IndexStoreError, publishing=True, for_builds=True),
 )
 
 BY_KIND: Mapping[StepKind, StepDefinition] = {d.kind: d for d in REGISTRY}

@@ -17,6 +17,7 @@ from pathlib import Path
 from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
 from packaging.version import Version
 
+from wheelmill.buildkey import NOT_SOURCE
 from wheelmill.checks import CheckResult
 from wheelmill.config import format_size
 from wheelmill.context import Outcome, StepContext
@@ -29,7 +30,7 @@ from wheelmill.spec import CellPlan, RecipeSpec, describe_source
 from wheelmill.steps.cell import Sources
 
 # Never copied from a local source tree: build outputs and VCS/tool state.
-_IGNORE = shutil.ignore_patterns("build", "dist", "*.egg-info", "__pycache__", ".git", ".nox", ".pytest_cache", "*.so")
+_IGNORE = shutil.ignore_patterns(*NOT_SOURCE)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,7 +17,7 @@ from wheelmill.checks import CheckResult, Verdict
 from wheelmill.context import Outcome, StepContext
 from wheelmill.envs import Env, constraints_from_lock
 from wheelmill.errors import CommandFailed, InstallTestError
-from wheelmill.files import copy_atomic
+from wheelmill.files import Linked, write_all
 from wheelmill.probes import IMPORTS, run_probe
 from wheelmill.process import StepLog, base_environment
 from wheelmill.report import WheelRecord
@@ -46,7 +46,7 @@ def install_test(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     if isinstance(smoke, InstallTestError):
         raise smoke
     results += [smoke] if smoke else []
-    delivered = _deliver(ctx, wheel)
+    delivered = deliver(ctx.run.layout.dist, wheel)
     shutil.rmtree(env.root, ignore_errors=True)
     return Outcome(checks=results, made=(WheelRecord.of(delivered),))
 
@@ -99,15 +99,15 @@ def _smoke(ctx: StepContext, spec: RecipeSpec, env: Env) -> CheckResult | Instal
     return CheckResult.passed("smoke", last[-1].strip()[:160] if last else "passed")
 
 
-def _deliver(ctx: StepContext, wheel: Path) -> Path:
-    """Copy the tested wheel into dist/, replacing older wheels of the same project."""
-    dist = ctx.run.layout.dist
+def deliver(dist: Path, wheel: Path, *, link: bool = False) -> Path:
+    """Copy the tested wheel into dist/ (``link``: hard-link a published, immutable one),
+    replacing older wheels of the same project."""
     dist.mkdir(parents=True, exist_ok=True)
     name = canonicalize_name(read_wheel(wheel).name)
     for old in dist.glob("*.whl"):
         if old.name != wheel.name and canonicalize_name(old.name.split("-", 1)[0]) == name:
             old.unlink()
-    copy_atomic(wheel, dist / wheel.name)
+    write_all({dist / wheel.name: Linked(wheel) if link else wheel})
     return dist / wheel.name
 
 

@@ -1,0 +1,127 @@
+"""Nothing rebuilt that is already published: a cell built twice into one output root and
+channel builds nothing the second time and publishes nothing new; a changed source file
+rebuilds its recipe and what depends on it, and nothing else.
+
+The project is copied, with one more recipe: a tiny C extension that depends on
+example-cpp-ops (built first, installed into its build env, pinned exactly)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.test_cells import ROOT
+from wheelmill.index.store import Channel, built_by_key
+from wheelmill.index.verify import verify
+
+pytestmark = pytest.mark.integration
+CELL = "cpu-py311"
+
+DEPENDENT_RECIPE = """
+name = "example-dependent"
+description = "a tiny C extension that needs example-cpp-ops"
+cells = ["cpu-*"]
+depends-on = ["example-cpp-ops"]
+
+[source]
+path = "../extensions/dependent"
+
+[requirements]
+run = ["example-cpp-ops"]
+
+[checks]
+imports = ["example_dependent"]
+"""
+
+DEPENDENT_FILES = {
+    "setup.py": 'from setuptools import Extension, setup\nsetup(name="example-dependent", version="0.1.0", packages=["example_dependent"],'
+    ' ext_modules=[Extension("example_dependent._native", ["native.c"])])\n',
+    "example_dependent/__init__.py": "import example_cpp_ops  # noqa: F401\n\nfrom example_dependent._native import answer  # noqa: F401\n",
+    "native.c": (
+        "#include <Python.h>\n"
+        "static PyObject *answer(PyObject *self, PyObject *args) { return PyLong_FromLong(42); }\n"
+        'static PyMethodDef methods[] = {{"answer", answer, METH_NOARGS, NULL}, {NULL, NULL, 0, NULL}};\n'
+        'static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", NULL, -1, methods};\n'
+        "PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }\n"
+    ),
+}
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    where = tmp_path / "project"
+    for part in ("recipes", "extensions", "locks", "containers"):
+        shutil.copytree(ROOT / part, where / part, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    (where / "recipes" / "example-dependent.toml").write_text(DEPENDENT_RECIPE)
+    for name, text in DEPENDENT_FILES.items():
+        (where / "extensions" / "dependent" / name).parent.mkdir(parents=True, exist_ok=True)
+        (where / "extensions" / "dependent" / name).write_text(text)
+    return where
+
+
+def build(project: Path, output: Path, *args: str) -> tuple[dict[str, Any], str]:
+    env = {**os.environ, "WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": "none"}
+    command = [sys.executable, "-m", "wheelmill", "build", "--cell", CELL, "--recipe", "example-dependent", *args]
+    done = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=1800, check=False)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    return json.loads((output / CELL / "report.json").read_text()), done.stdout
+
+
+def statuses(report: dict[str, Any], kind: str) -> dict[str | None, str]:
+    return {step["recipe"]: step["status"] for step in report["steps"] if step["step"] == kind}
+
+
+def files(channel: Channel) -> dict[str, int]:
+    return {p.name: p.stat().st_mtime_ns for p in channel.files.iterdir()}
+
+
+def test_a_published_build_is_not_built_again_and_a_changed_source_rebuilds_its_dependents(project: Path, tmp_path: Path) -> None:
+    output = tmp_path / "wheels"
+    channel = Channel(output / "index", "cpu")
+    first, _ = build(project, output)
+    assert statuses(first, "build") == {"example-cpp-ops": "ok", "example-dependent": "ok"}
+    keys = first["facts"]["build_keys"]
+    assert {key: entry.filename.split("-")[0] for key, (_p, entry) in built_by_key(channel).items()} == {
+        keys["example-cpp-ops"]: "example_cpp_ops",
+        keys["example-dependent"]: "example_dependent",
+    }
+    published = files(channel)
+
+    # Nothing changed: nothing built, nothing published; each recipe's wheel is the channel's.
+    again, out = build(project, output)
+    assert again["status"] == "ok" and again["facts"]["build_keys"] == keys
+    assert {r["name"]: r["status"] for r in again["recipes"]} == {"example-cpp-ops": "published", "example-dependent": "published"}
+    assert {s["step"] for s in again["steps"] if s["status"] == "ok"} == {"pre-checks", "build-keys"}
+    assert all(Path(r["wheel"]["path"]).parent == output / CELL / "dist" for r in again["recipes"])
+    assert again["facts"]["torch"]["version"] == first["facts"]["torch"]["version"]
+    assert "not built again" in out and "published: example_cpp_ops-0.1.0+cpu" in out
+    assert files(channel) == published, "nothing published again"
+
+    # The dependent's source changed (and its version: published files are immutable): it
+    # alone is built, against the channel's example-cpp-ops.
+    native, setup = project / "extensions" / "dependent" / "native.c", project / "extensions" / "dependent" / "setup.py"
+    native.write_text(native.read_text().replace("42", "43"))
+    setup.write_text(setup.read_text().replace('version="0.1.0"', 'version="0.1.1"'))
+    third, _ = build(project, output)
+    assert statuses(third, "build") == {"example-cpp-ops": "published", "example-dependent": "ok"}
+    assert third["facts"]["build_keys"]["example-cpp-ops"] == keys["example-cpp-ops"]
+    assert {p.name for p in channel.files.glob("example_dependent-0.1.1+cpu-*.whl")}
+
+    # A file of example-cpp-ops' source changed (one its wheel does not carry): it and what
+    # depends on it are built again; the same bytes, so the listings learn the new keys.
+    tests = next((project / "extensions" / "cpp-ops" / "tests").glob("test_*.py"))
+    tests.write_text(tests.read_text() + "\n# changed\n")
+    fourth, _ = build(project, output)
+    assert statuses(fourth, "build") == {"example-cpp-ops": "ok", "example-dependent": "ok"}
+    new_keys = fourth["facts"]["build_keys"]
+    assert new_keys["example-cpp-ops"] != keys["example-cpp-ops"] and new_keys["example-dependent"] != third["facts"]["build_keys"]["example-dependent"]
+    listed = built_by_key(channel)
+    assert listed[new_keys["example-cpp-ops"]][1] == listed[keys["example-cpp-ops"]][1], "one wheel, two keys"
+    assert verify(channel) == []

@@ -1,0 +1,258 @@
+"""Build keys: every input of a build changes its key, the same inputs (wherever the clone
+is) give the same key, a dependency's change reaches what depends on it and nothing else;
+the channel lists each built wheel's keys; and the pipeline does not run what is published."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.wheels import make_wheel
+from wheelmill import buildkey
+from wheelmill.buildkey import build_keys, plain, tree_hash
+from wheelmill.context import Layout, RunContext, StepContext
+from wheelmill.index.store import Channel, built_by_key, publish, set_yanked
+from wheelmill.index.verify import verify
+from wheelmill.matrix import load_matrix
+from wheelmill.pipeline import blocked, host
+from wheelmill.plan import Options, plan_cell
+from wheelmill.process import StepLog
+from wheelmill.recipes import GitSource, SdistSource, load_recipes
+from wheelmill.report import CellReport, Done, Status, StepRecord, WheelRecord
+from wheelmill.settings import Settings
+from wheelmill.spec import CellPlan, Step, StepKind
+from wheelmill.steps.keys import BuildKeys, PublishedBuild, build_keys_step
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+HOST = {"host": {"compiler": ["/usr/bin/c++", "12.2.0"]}}
+
+
+def cell_plan(repo: Path, cell: str = "cpu-py311", names: tuple[str, ...] = (), **options: object) -> CellPlan:
+    matrix = load_matrix(repo / "recipes" / "matrix.toml")
+    recipes = load_recipes(repo / "recipes")
+    return plan_cell(matrix, recipes, matrix.cell(cell), list(names), Settings(), Options(locks_dir=repo / "locks", **options))  # type: ignore[arg-type]
+
+
+def digests(plan: CellPlan, builder: dict[str, object] | None = None) -> dict[str, str]:
+    return {name: key.digest for name, key in build_keys(plan, builder or HOST).items()}
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A copy of the repository's data and example extensions, to change."""
+    for part in ("recipes", "extensions", "locks"):
+        shutil.copytree(ROOT / part, tmp_path / "project" / part, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    return tmp_path / "project"
+
+
+def test_the_same_inputs_give_the_same_key_wherever_the_clone_is(project: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "deeper" / "other"
+    shutil.copytree(project, elsewhere)
+    assert digests(cell_plan(project)) == digests(cell_plan(project)) == digests(cell_plan(elsewhere))
+    assert len(set(digests(cell_plan(project)).values())) == len(cell_plan(project).recipes), "each recipe its own key"
+
+
+def test_a_changed_source_file_changes_its_recipe_key_and_nothing_else(project: Path) -> None:
+    before = digests(cell_plan(project))
+    source = project / "extensions" / "cpp-ops" / "csrc"
+    changed = next(p for p in sorted(source.rglob("*")) if p.is_file())
+    changed.write_text(changed.read_text() + "\n// a comment\n")
+    after = digests(cell_plan(project))
+    assert after["example-cpp-ops"] != before["example-cpp-ops"]
+    assert after["torchsort"] == before["torchsort"]
+
+
+def test_what_fetch_leaves_out_is_no_part_of_the_key(project: Path) -> None:
+    tree = project / "extensions" / "cpp-ops"
+    before = tree_hash(tree)
+    for ignored in ("build/lib/x.o", "__pycache__/m.cpython-311.pyc", "example_cpp_ops.egg-info/PKG-INFO", "_C.so"):
+        (tree / ignored).parent.mkdir(parents=True, exist_ok=True)
+        (tree / ignored).write_bytes(b"output")
+    assert tree_hash(tree) == before
+    (tree / "setup.py").chmod(0o755)
+    assert tree_hash(tree) != before, "the executable bit is part of a tree"
+
+
+def test_every_input_changes_the_key(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = cell_plan(project)
+    base = digests(plan)["example-cpp-ops"]
+    spec = plan.recipe("example-cpp-ops")
+
+    def with_spec(**changes: object) -> CellPlan:
+        return replace(plan, recipes=tuple(replace(r, **changes) if r.name == spec.name else r for r in plan.recipes))  # type: ignore[arg-type]
+
+    patch = project / "recipes" / "patches" / "extra.patch"
+    patch.write_text("--- a/x\n+++ b/x\n")
+    variant = replace(plan.cell.variant, torch="2.13.1")
+    changed = {
+        "source (sdist)": digests(with_spec(source=SdistSource(project="p", version="1", sha256="a" * 64))),
+        "source (git commit)": digests(with_spec(source=GitSource(url="https://example.org/x", rev="b" * 40))),
+        "patches": digests(with_spec(patches=(patch,))),
+        "recipe": digests(with_spec(env={"MY_FLAG": "1"})),
+        "lock inputs": digests(replace(plan, lock=replace(plan.lock, requirements=(*plan.lock.requirements, "extra")))),
+        "builder": digests(plan, {"image": {"definition": "0" * 64}}),
+        "variant": digests(replace(plan, cell=replace(plan.cell, variant=variant))),
+    }
+    (project / "locks" / "cpu-py311.txt").write_text((project / "locks" / "cpu-py311.txt").read_text() + "# changed\n")
+    changed["committed lock"] = digests(plan)
+    monkeypatch.setattr(buildkey, "__version__", "99.0")
+    changed["wheelmill version"] = digests(plan)
+    assert {what: keys["example-cpp-ops"] for what, keys in changed.items() if keys["example-cpp-ops"] == base} == {}
+
+
+def test_a_dependency_key_change_changes_its_dependents_and_nothing_else(project: Path) -> None:
+    before = digests(cell_plan(project, "cuda130-py311"))
+    assert set(before) == {"example-cpp-ops", "example-cuda-ops", "torchsort"}
+    (project / "extensions" / "cpp-ops" / "setup.py").write_text((project / "extensions" / "cpp-ops" / "setup.py").read_text() + "\n")
+    after = digests(cell_plan(project, "cuda130-py311"))
+    assert after["example-cpp-ops"] != before["example-cpp-ops"]
+    assert after["example-cuda-ops"] != before["example-cuda-ops"], "it depends on example-cpp-ops"
+    assert after["torchsort"] == before["torchsort"]
+    (project / "extensions" / "cuda-ops" / "setup.py").write_text((project / "extensions" / "cuda-ops" / "setup.py").read_text() + "\n")
+    last = digests(cell_plan(project, "cuda130-py311"))
+    assert last["example-cuda-ops"] != after["example-cuda-ops"] and last["example-cpp-ops"] == after["example-cpp-ops"]
+
+
+def test_a_path_is_never_part_of_a_key() -> None:
+    with pytest.raises(TypeError, match="no part of a build key"):
+        plain({"where": Path("somewhere")})
+
+
+def test_every_recipe_in_every_cell_has_a_key(repo_root: Path) -> None:
+    """No spec field holds a path or a value JSON cannot carry."""
+    matrix, recipes = load_matrix(repo_root / "recipes" / "matrix.toml"), load_recipes(repo_root / "recipes")
+    for cell in matrix.cells:
+        names = [n for n, r in sorted(recipes.items()) if r.applies_to(cell)]
+        plan = plan_cell(matrix, recipes, cell, names, Settings(), Options(locks_dir=repo_root / "locks"))
+        assert len(build_keys(plan, HOST)) == len(names)
+
+
+# The channel: keys listed beside each built wheel.
+
+
+def test_the_channel_lists_a_built_wheel_by_its_keys(tmp_path: Path) -> None:
+    channel = Channel(tmp_path / "index", "cpu")
+    wheel = make_wheel(tmp_path / "dist", "example-cpp-ops", "0.1.0+cpu")
+    publish(channel, wheel, build_key="k1")
+    assert {key: entry.filename for key, (_project, entry) in built_by_key(channel).items()} == {"k1": wheel.name}
+    # The same bytes from other inputs (an edited comment, a reproducible build): the
+    # listing learns the key, the file stays as it is.
+    mtime = (channel.files / wheel.name).stat().st_mtime_ns
+    publish(channel, wheel, build_key="k2")
+    assert set(built_by_key(channel)) == {"k1", "k2"}
+    assert (channel.files / wheel.name).stat().st_mtime_ns == mtime
+    assert verify(channel) == [], "the HTML link carries the same keys"
+    page = channel.simple / "example-cpp-ops"
+    assert '"_build-keys": [\n    "k1",\n    "k2"\n   ]' in (page / "index.json").read_text()
+    assert 'data-build-keys="k1 k2"' in (page / "index.html").read_text()
+    set_yanked(channel, "example-cpp-ops", "0.1.0+cpu", "bad")
+    assert built_by_key(channel) == {}, "a yanked wheel answers for no key"
+
+
+def test_a_mirrored_file_and_an_empty_channel_have_no_keys(tmp_path: Path) -> None:
+    channel = Channel(tmp_path / "index", "cpu")
+    assert built_by_key(channel) == {}
+    publish(channel, make_wheel(tmp_path / "dist", "filelock", "3.0"), mirrored_from="https://example.org/filelock-3.0.whl")
+    assert built_by_key(channel) == {}
+
+
+# The skip decision: blocked() in the pipeline.
+
+
+def _report(plan: CellPlan, tmp_path: Path, published: tuple[str, ...]) -> CellReport:
+    keys = build_keys(plan, HOST)
+    channel = Channel(tmp_path / "index", plan.channel)
+    hits = {}
+    for name in published:
+        wheel = make_wheel(tmp_path / "dist", name, "0.1.0+cpu")
+        done = publish(channel, wheel, build_key=keys[name].digest)
+        _project, entry = built_by_key(channel)[keys[name].digest]
+        path = channel.files / wheel.name
+        hits[name] = PublishedBuild(recipe=name, key=keys[name].digest, channel=channel.name, project=done.project, entry=entry, path=path, torch=None)
+    made = BuildKeys(channel=channel.name, keys=keys, published=hits)
+    report = CellReport(plan=plan, path=tmp_path / "report.json")
+    report.steps += [StepRecord(step=plan.steps[0], status=Status.OK), StepRecord(step=plan.steps[1], status=Status.OK, made=(made,))]
+    return report
+
+
+def _step(plan: CellPlan, kind: StepKind, recipe: str | None = None) -> Step:
+    return next(s for s in plan.steps if s.kind is kind and s.recipe == recipe)
+
+
+def test_a_published_recipe_does_not_run_and_stands_for_its_wheel(project: Path, tmp_path: Path) -> None:
+    plan = cell_plan(project, names=("example-cpp-ops", "torchsort"))
+    assert [s.kind for s in plan.steps[:2]] == [StepKind.PRE_CHECKS, StepKind.BUILD_KEYS]
+    report = _report(plan, tmp_path, ("example-cpp-ops",))
+    stop = blocked(_step(plan, StepKind.FETCH, "example-cpp-ops"), plan, report)
+    assert stop is not None and stop.status is Status.PUBLISHED and "published: example_cpp_ops-0.1.0+cpu" in stop.reason
+    (wheel,) = [m for m in stop.made if isinstance(m, WheelRecord)]
+    assert Path(wheel.path) == tmp_path / "index" / "cpu" / "files" / "example_cpp_ops-0.1.0+cpu-cp311-cp311-linux_x86_64.whl"
+    assert blocked(_step(plan, StepKind.FETCH, "torchsort"), plan, report) is None
+    assert blocked(_step(plan, StepKind.PREPARE_ENV), plan, report) is None, "torchsort is to be built"
+    assert blocked(_step(plan, StepKind.CLOSURE), plan, report) is None
+
+
+def test_when_every_recipe_is_published_the_build_steps_of_the_cell_do_not_run(project: Path, tmp_path: Path) -> None:
+    plan = cell_plan(project, names=("example-cpp-ops", "torchsort"))
+    report = _report(plan, tmp_path, ("example-cpp-ops", "torchsort"))
+    for kind in (StepKind.PREPARE_ENV, StepKind.ENV_CHECKS, StepKind.CLOSURE, StepKind.MIRROR, StepKind.CHANNEL_CHECKS):
+        stop = blocked(_step(plan, kind), plan, report)
+        assert stop is not None and stop.status is Status.PUBLISHED and "nothing to build" in stop.reason, kind
+
+
+def test_a_published_dependency_is_no_failure_and_gives_its_wheel_to_what_depends_on_it(project: Path, tmp_path: Path) -> None:
+    plan = cell_plan(project, "cuda130-py311", names=("example-cuda-ops",))
+    report = _report(plan, tmp_path, ("example-cpp-ops",))
+    for step in (s for s in plan.steps if s.recipe == "example-cpp-ops"):
+        stop = blocked(step, plan, report)
+        assert stop is not None
+        report.steps.append(StepRecord(step=step, status=stop.status, error=stop.reason, made=stop.made))
+    assert blocked(_step(plan, StepKind.PREPARE_ENV), plan, report) is None
+    assert blocked(_step(plan, StepKind.BUILD, "example-cuda-ops"), plan, report) is None
+    assert report.done.get(WheelRecord, "example-cpp-ops").path.startswith(str(tmp_path / "index" / "cu130" / "files"))
+    assert report.recipe_status("example-cpp-ops") is Status.PUBLISHED
+
+
+def test_a_failure_still_blocks_and_rebuild_publishes_nothing_as_found(project: Path, tmp_path: Path) -> None:
+    plan = cell_plan(project, names=("example-cpp-ops", "torchsort"))
+    report = _report(plan, tmp_path, ())
+    report.steps.append(StepRecord(step=_step(plan, StepKind.FETCH, "example-cpp-ops"), status=Status.FAILED))
+    stop = blocked(_step(plan, StepKind.BUILD, "example-cpp-ops"), plan, report)
+    assert stop is not None and stop.status is Status.SKIPPED
+    assert blocked(_step(plan, StepKind.FETCH, "torchsort"), plan, report) is None
+    rebuild = cell_plan(project, names=("example-cpp-ops",), rebuild=True)
+    assert rebuild.rebuild and "--rebuild" in _step(rebuild, StepKind.BUILD_KEYS).detail
+
+
+def test_no_publish_plans_no_build_keys(project: Path) -> None:
+    """A build that publishes nothing (a fork's pull request) asks the channel nothing."""
+    assert StepKind.BUILD_KEYS not in {s.kind for s in cell_plan(project, publish=False).steps}
+
+
+def _run_keys_step(plan: CellPlan, tmp_path: Path) -> BuildKeys:
+    settings = Settings(output=tmp_path / "wheels")
+    run = RunContext(plan=plan, settings=settings, layout=Layout(output=settings.output, cell=plan.cell.id), engine=None, on_line=lambda _line: None)
+    with StepLog(tmp_path / "build-keys.log") as log:
+        ctx = StepContext(run=run, where=host(settings), done=Done([]), log=log, hold=lambda manager: manager.__enter__())
+        (made,) = build_keys_step(ctx).made
+    assert isinstance(made, BuildKeys)
+    return made
+
+
+def test_the_step_finds_what_the_channel_lists_for_the_key_unless_rebuild(project: Path, tmp_path: Path) -> None:
+    plan = cell_plan(project, names=("example-cpp-ops", "torchsort"))
+    first = _run_keys_step(plan, tmp_path)
+    assert first.published == {} and not first.nothing_to_build
+    wheel = make_wheel(tmp_path / "dist", "example-cpp-ops", "0.1.0+cpu", requires=["torch==2.13.0+cpu"])
+    publish(Channel(tmp_path / "wheels" / "index", "cpu"), wheel, build_key=first.keys["example-cpp-ops"].digest)
+    again = _run_keys_step(plan, tmp_path)
+    assert again.keys == first.keys, "the host's toolchain is asked the same"
+    assert set(again.published) == {"example-cpp-ops"} and again.published["example-cpp-ops"].entry.filename == wheel.name
+    delivered = again.published["example-cpp-ops"].path
+    assert delivered == tmp_path / "wheels" / "cpu-py311" / "dist" / wheel.name, "linked into dist/, where reports are read with their wheels"
+    assert delivered.stat().st_ino == (tmp_path / "wheels" / "index" / "cpu" / "files" / wheel.name).stat().st_ino
+    assert again.facts()["torch"] == {"version": "2.13.0+cpu"}, "the torch it pins, where no env checks run"
+    assert _run_keys_step(replace(plan, rebuild=True), tmp_path).published == {}
