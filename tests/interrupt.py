@@ -16,7 +16,8 @@ def _interruptible() -> None:
 
 def interrupt_mid_compile(command: Sequence[str], *, cwd: Path, env: Mapping[str, str], build_log: Path, wait: float, stop_within: float) -> tuple[int, str]:
     """SIGINT to ``command`` once ``build_log`` shows ``c++`` (waiting at most ``wait`` s);
-    its exit status and stderr, which must come within ``stop_within`` s."""
+    its exit status and stderr, which must come within ``stop_within`` s. The log's name may
+    be a pattern (``*-example-cpp-ops-build.log``: steps are numbered by their position)."""
     # A run started in the background (`cmd &` in a script) inherits SIGINT ignored, and
     # Python then never raises KeyboardInterrupt: the build gets Ctrl-C's default, as a
     # terminal would give it.
@@ -30,14 +31,18 @@ def interrupt_mid_compile(command: Sequence[str], *, cwd: Path, env: Mapping[str
         preexec_fn=_interruptible,  # noqa: PLW1509 - no threads here
     )
     deadline = time.monotonic() + wait
-    while time.monotonic() < deadline and not (build_log.exists() and "c++" in build_log.read_text(errors="replace")):
+    while time.monotonic() < deadline and not _compiling(build_log):
         time.sleep(0.5)
     if proc.poll() is not None:
         raise AssertionError(f"the command ended (exit {proc.returncode}) before its compile could be interrupted")
-    if not build_log.exists():
+    if not list(build_log.parent.glob(build_log.name)):
         proc.kill()
         proc.communicate()
         raise AssertionError(f"the build step did not start within {wait:.0f} s")
     proc.send_signal(signal.SIGINT)
     _out, err = proc.communicate(timeout=stop_within)
     return proc.returncode, err
+
+
+def _compiling(build_log: Path) -> bool:
+    return any("c++" in log.read_text(errors="replace") for log in build_log.parent.glob(build_log.name))
