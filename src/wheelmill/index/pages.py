@@ -128,6 +128,11 @@ def project_html(project: Project) -> str:
     return _page(f"Links for {project.name}", links)
 
 
+def build_keys_of(attribute: str | None) -> tuple[str, ...]:
+    """The build keys a link's ``data-build-keys`` lists (space-separated; none if absent)."""
+    return tuple((attribute or "").split())
+
+
 def _link(f: FileEntry) -> str:
     attrs = [f'href="{html.escape(f.url)}#sha256={f.sha256}"']
     if f.requires_python:

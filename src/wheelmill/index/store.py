@@ -432,7 +432,7 @@ def _entry(channel: Channel, anchor: Mapping[str, str | None]) -> FileEntry | No
         yanked=anchor.get("data-yanked"),
         mirrored_from=anchor.get("data-mirrored-from"),
         gpu_archs=anchor.get("data-gpu-archs"),
-        build_keys=tuple((anchor.get("data-build-keys") or "").split()),
+        build_keys=pages.build_keys_of(anchor.get("data-build-keys")),
     )
 
 

@@ -97,5 +97,5 @@ def _file(channel: Channel, entry: pages.FileEntry, anchor: dict[str, str | None
         yield f"{where}: the HTML link carries another sha256"
     if anchor is not None and anchor.get("data-gpu-archs") != entry.gpu_archs:
         yield f"{where}: the HTML link and the JSON page show different GPU archs"
-    if anchor is not None and tuple((anchor.get("data-build-keys") or "").split()) != entry.build_keys:
+    if anchor is not None and pages.build_keys_of(anchor.get("data-build-keys")) != entry.build_keys:
         yield f"{where}: the HTML link and the JSON page show different build keys"
