@@ -25,6 +25,7 @@ from wheelmill.archs import ARCH_RECORD, ArchRecord
 from wheelmill.checks import CheckResult
 from wheelmill.checks.device import carries_device_code
 from wheelmill.checks.elf import ElfSummary
+from wheelmill.compiler_cache import CacheStats, CompilerCache, cache_check, read_stats, zero_stats
 from wheelmill.config import format_size
 from wheelmill.context import Outcome, StepContext
 from wheelmill.envs import Env
@@ -45,9 +46,10 @@ class Built:
     wheel: Path
     recipe: str
     max_jobs: int
+    cache: CacheStats | None = None  # what the compiler cache did for this build; None: not used
 
     def facts(self) -> Mapping[str, Any]:
-        return {"max_jobs": {self.recipe: self.max_jobs}}
+        return {"max_jobs": {self.recipe: self.max_jobs}, "compiler_cache": {self.recipe: self.cache.as_dict() if self.cache else None}}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,7 +88,8 @@ def build(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     values = {"python": str(env.python), "source": str(source), "dist": str(out), **spec.template_values()}
     argv = [fill(part, values) for part in spec.command]
     jobs = max_jobs(available_memory(), spec.memory_per_job, os.cpu_count() or 1)
-    environment = build_environment(spec, values, env=env, cell_root=ctx.run.layout.root, toolkit=toolkit, jobs=jobs)
+    cache, stopped = _zeroed_cache(ctx)
+    environment = build_environment(spec, values, env=env, cell_root=ctx.run.layout.root, toolkit=toolkit, jobs=jobs, cache=cache)
     ctx.log.note(f"MAX_JOBS={jobs} ({format_size(available_memory())} available)")
     try:
         ctx.where.runner.run(argv, env=environment, log=ctx.log, cwd=source, on_line=ctx.run.on_line)
@@ -95,9 +98,24 @@ def build(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     wheels = sorted(out.glob("*.whl"))
     if len(wheels) != 1:
         raise BuildError(f"{spec.name}: the build made {len(wheels)} wheels in {out}, not one", fix="make the build command write exactly one wheel to {dist}")
-    made = Built(wheel=wheels[0], recipe=spec.name, max_jobs=jobs)
+    stats = read_stats(cache, ctx.where.runner) if cache.active else None
+    made = Built(wheel=wheels[0], recipe=spec.name, max_jobs=jobs, cache=stats)
     checks = [CheckResult.passed("wheel", f"{wheels[0].name} ({format_size(wheels[0].stat().st_size)}), MAX_JOBS={jobs}"), _hermetic(ctx)]
-    return Outcome(checks=checks, made=(made,))
+    return Outcome(checks=[*checks, cache_check(cache, stopped=stopped, stats=stats)], made=(made,))
+
+
+def _zeroed_cache(ctx: StepContext) -> tuple[CompilerCache, bool]:
+    """The cell's compiler cache with its counters zeroed for this build; or none (True
+    where the server answered when the cell started and no longer does)."""
+    cache = ctx.done.find(CompilerCache) or CompilerCache.off("no compiler-cache step ran")
+    (ctx.run.layout.build / "tmp").mkdir(parents=True, exist_ok=True)
+    if not cache.active:
+        return cache, False
+    problem = zero_stats(cache, ctx.where.runner)
+    if problem is not None:
+        ctx.log.note(f"compiling without the compiler cache: {problem}")
+        return CompilerCache.off(problem), True
+    return cache, False
 
 
 def _hermetic(ctx: StepContext) -> CheckResult:
@@ -118,11 +136,15 @@ def _build_failure(spec: RecipeSpec, log: Path, failed: CommandFailed) -> BuildE
     return BuildError(f"{spec.name}: build failed (exit {failed.returncode}): {first_error(log, failed.tail)}", fix=f"read {failed.log}")
 
 
-def build_environment(spec: RecipeSpec, values: Mapping[str, str], *, env: Env, cell_root: Path, toolkit: Toolkit | None, jobs: int) -> dict[str, str]:
-    """The explicit environment of a build: env and toolkit on PATH, the spec's variables
-    (archs), the jobs, the recipe's own variables; then, for CUDA, the nvidia-* wheels'
-    headers and libraries, and the flags that keep build paths out of what is compiled."""
+def build_environment(
+    spec: RecipeSpec, values: Mapping[str, str], *, env: Env, cell_root: Path, toolkit: Toolkit | None, jobs: int, cache: CompilerCache | None = None
+) -> dict[str, str]:
+    """The explicit environment of a build: env, toolkit and compiler cache on PATH, the
+    cache's variables, the spec's (archs), the jobs, the recipe's own variables; then, for
+    CUDA, the nvidia-* wheels' headers and libraries, and the flags that keep build paths
+    out of what is compiled."""
     extra = dict(toolkit.environment()) if toolkit else {}
+    extra.update(cache.client_environment(cell_root / "build" / "tmp") if cache else {})
     extra.update(spec.build_variables())
     extra["MAX_JOBS"] = str(jobs)
     extra.update({key: fill(value, values) for key, value in spec.env.items()})
@@ -131,7 +153,7 @@ def build_environment(spec: RecipeSpec, values: Mapping[str, str], *, env: Env, 
     prefixes.update({base: "/python"} if (base := python_home(env.root)) else {})
     for key, flags in (*prefix_maps(prefixes).items(), ("NVCC_APPEND_FLAGS", nvcc_stable_names(toolkit))):
         extra[key] = " ".join([extra[key], *flags] if extra.get(key) else flags)  # after what the recipe sets
-    return base_environment([env.bin_dir, *([toolkit.bin_dir] if toolkit else [])], extra)
+    return base_environment([env.bin_dir, *([toolkit.bin_dir] if toolkit else []), *(cache.path() if cache else [])], extra)
 
 
 def wheel_toolkit_paths(env_root: Path) -> dict[str, str]:
