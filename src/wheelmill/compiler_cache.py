@@ -33,8 +33,9 @@ from wheelmill.process import Runner, StepLog, base_environment, terminate
 
 CHECK = "compiler-cache"  # the name of its verdicts
 # What sccache reads to find and reach a remote cache: its own variables, the AWS
-# credentials its S3 backend reads, and the GitHub Actions cache service's.
-REMOTE_PREFIXES = ("SCCACHE_", "AWS_", "ACTIONS_")
+# credentials its S3 backend reads, and the GitHub Actions cache service's (GITHUB_SERVER_URL
+# included).
+REMOTE_PREFIXES = ("SCCACHE_", "AWS_", "ACTIONS_", "GITHUB_SERVER_URL")
 # What wheelmill decides itself, whatever the caller's environment says.
 OWN = frozenset({"SCCACHE_SERVER_UDS", "SCCACHE_SERVER_PORT", "SCCACHE_START_SERVER", "SCCACHE_NO_DAEMON", "SCCACHE_IDLE_TIMEOUT"})
 # A Unix socket's path is at most 107 bytes (sun_path is 108 with its NUL).

@@ -103,13 +103,14 @@ def test_the_server_gets_the_callers_cache_configuration_and_wheelmill_decides_t
         "AWS_ACCESS_KEY_ID": "AKIA",
         "ACTIONS_CACHE_URL": "https://cache/",
         "SCCACHE_GHA_ENABLED": "true",
+        "GITHUB_SERVER_URL": "https://github.com",
         "SCCACHE_SERVER_PORT": "4226",
         "SCCACHE_IDLE_TIMEOUT": "0",
         "CC": "clang",
         "SECRET_THING": "x",
     }
     env = server_environment(caller, cache_dir=Path("/o/.cache/sccache"), socket_path=Path("/o/c/sccache.sock"))
-    for key in ("SCCACHE_BUCKET", "SCCACHE_REGION", "AWS_ACCESS_KEY_ID", "ACTIONS_CACHE_URL", "SCCACHE_GHA_ENABLED"):
+    for key in ("SCCACHE_BUCKET", "SCCACHE_REGION", "AWS_ACCESS_KEY_ID", "ACTIONS_CACHE_URL", "SCCACHE_GHA_ENABLED", "GITHUB_SERVER_URL"):
         assert env[key] == caller[key]
     assert "CC" not in env and "SECRET_THING" not in env and "SCCACHE_SERVER_PORT" not in env
     assert env["SCCACHE_DIR"] == "/o/.cache/sccache"  # local disk under the output root by default
