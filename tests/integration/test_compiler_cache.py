@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,13 +22,13 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 CELL, RECIPE = "cpu-py311", "example-cpp-ops"
 
 
-def build(output: Path, *, engine: str = "none", **extra: str) -> dict[str, Any]:
-    """One recipe of the CPU cell, not published (nothing would skip a rebuild); its report."""
+def build(output: Path, *, engine: str = "none", cell: str = CELL, recipe: str = RECIPE, **extra: str) -> dict[str, Any]:
+    """One recipe of a cell, not published (nothing would skip a rebuild); its report."""
     env = {**os.environ, "WHEELMILL_OUTPUT": str(output), **extra}
-    command = [sys.executable, "-m", "wheelmill", "build", "--cell", CELL, "--recipe", RECIPE, "--engine", engine, "--no-publish"]
+    command = [sys.executable, "-m", "wheelmill", "build", "--cell", cell, "--recipe", recipe, "--engine", engine, "--no-publish"]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600, check=False)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr
-    report: dict[str, Any] = json.loads((output / CELL / "report.json").read_text())
+    report: dict[str, Any] = json.loads((output / cell / "report.json").read_text())
     report["stdout"] = done.stdout
     return report
 
@@ -59,6 +60,18 @@ def test_a_rebuild_in_the_container_takes_every_object_from_the_cache(tmp_path: 
     except PrecheckError as exc:
         pytest.skip(exc.one_line())
     assert_second_build_hits(tmp_path / "out", "podman")
+
+
+@pytest.mark.cuda
+def test_a_cuda_rebuild_takes_host_and_device_code_from_the_cache(tmp_path: Path) -> None:
+    """nvcc through sccache (torch's cpp_extension wraps it), one arch to keep it short:
+    the second build compiles nothing, C++ and CUDA alike."""
+    if shutil.which("nvcc", path="/usr/local/cuda-13.0/bin:/usr/local/cuda/bin") is None:
+        pytest.skip("no CUDA toolkit here")
+    cell, recipe = "cuda130-sm90-py311", "example-cuda-ops"
+    build(tmp_path / "out", cell=cell, recipe=recipe)
+    stats = build(tmp_path / "out", cell=cell, recipe=recipe)["facts"]["compiler_cache"][recipe]
+    assert stats["misses"] == 0 and {"C/C++", "CUDA"} <= stats["hits_by_language"].keys(), stats
 
 
 def test_an_unreachable_cache_is_one_warning_and_a_build_without_it(tmp_path: Path) -> None:

@@ -151,7 +151,8 @@ def build_environment(
     extra.update(wheel_toolkit_paths(env.root) if spec.family is Family.CUDA else {})
     prefixes = {cell_root: "/wheelmill", **({toolkit.root: "/toolkit"} if toolkit else {})}
     prefixes.update({base: "/python"} if (base := python_home(env.root)) else {})
-    for key, flags in (*prefix_maps(prefixes).items(), ("NVCC_APPEND_FLAGS", nvcc_stable_names(toolkit))):
+    stable = [] if cache is not None and cache.active else nvcc_stable_names(toolkit)
+    for key, flags in (*prefix_maps(prefixes).items(), ("NVCC_APPEND_FLAGS", stable)):
         extra[key] = " ".join([extra[key], *flags] if extra.get(key) else flags)  # after what the recipe sets
     return base_environment([env.bin_dir, *([toolkit.bin_dir] if toolkit else []), *(cache.path() if cache else [])], extra)
 
@@ -197,7 +198,10 @@ def prefix_maps(prefixes: Mapping[Path, str]) -> dict[str, list[str]]:
 def nvcc_stable_names(toolkit: Toolkit | None) -> list[str]:
     """nvcc names its intermediate files after its process id (``tmpxft_0000049d_...``), and
     the names reach the library's symbols: a different build, different bytes. From CUDA
-    12.1 on, ``--objdir-as-tempdir`` names them after the object file instead."""
+    12.1 on, ``--objdir-as-tempdir`` names them after the object file instead. Not through
+    the compiler cache: sccache runs nvcc's steps itself, under names of its own that no
+    build changes (the same bytes again), and fatbinary then misses the cubin this flag
+    would have put beside the object."""
     if toolkit is None or toolkit.family is not Family.CUDA or Version(toolkit.version) < Version("12.1"):
         return []
     return ["--objdir-as-tempdir"]
