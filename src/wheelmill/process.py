@@ -48,7 +48,7 @@ SYSTEM_PATH = ("/usr/sbin", "/usr/bin", "/sbin", "/bin")
 TERMINATE_GRACE = 10.0
 TRACEBACK_MARK = "#| "  # a traceback's lines in a step log
 # Never written to a log: credentials travel in the environment, not in argv.
-_SECRET = re.compile(r"PASSWORD|TOKEN|SECRET|CREDENTIAL", re.IGNORECASE)
+_SECRET = re.compile(r"PASSWORD|TOKEN|SECRET|CREDENTIAL|CONNECTION_STRING", re.IGNORECASE)
 # What carries a credential in what a command or a server says, whatever the credential is:
 # an Authorization header (a server may echo it in an error page), a token after its scheme,
 # a password in a URL.

@@ -83,6 +83,7 @@ def test_a_build_compiles_through_the_cache_torch_and_cmake_alike(tmp_path: Path
         assert env[f"CMAKE_{language}_COMPILER_LAUNCHER"] == str(cache.binary)
     assert env["SCCACHE_SERVER_UDS"] == str(tmp_path / "cuda130-py311" / "sccache.sock")
     assert env["SCCACHE_IGNORE_SERVER_IO_ERROR"] == "1"
+    assert env["TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES"] == "1"  # nvcc -MD: every hit preprocesses again
     # The server compiles: temporary files where it sees them too, on the output mount.
     assert env["TMPDIR"] == str(tmp_path / "cuda130-py311" / "build" / "tmp")
     # cpp_extension would wrap CC/CXX a second time, and `sccache sccache cc` fails.
@@ -95,7 +96,7 @@ def test_a_build_compiles_through_the_cache_torch_and_cmake_alike(tmp_path: Path
 def test_without_the_cache_a_build_environment_names_none_of_it(tmp_path: Path) -> None:
     for cache in (None, CompilerCache.off("WHEELMILL_COMPILER_CACHE=off"), CompilerCache(binary=Path("/o/bin/sccache"), socket=None)):
         env = environment(tmp_path, cache)
-        assert not [key for key in env if key.startswith(("SCCACHE_", "CMAKE_")) or key == "TMPDIR"], cache
+        assert not [key for key in env if key.startswith(("SCCACHE_", "CMAKE_", "TORCH_EXTENSION_")) or key == "TMPDIR"], cache
         assert "/o/bin" not in env["PATH"] and str(tmp_path / ".cache" / "bin") not in env["PATH"]
         assert "--objdir-as-tempdir" in env["NVCC_APPEND_FLAGS"].split()
 
@@ -199,3 +200,19 @@ def test_the_server_answers_on_its_socket_and_is_gone_after_the_cell(tmp_path: P
     assert process.poll() is not None, "the server is stopped when the cell ends"
     assert not socket.exists() and not answers(socket)
     assert STARTUP_SECONDS <= 30
+
+
+def test_the_servers_credentials_reach_no_log(tmp_path: Path) -> None:
+    caller = {
+        "AWS_SECRET_ACCESS_KEY": "aws-hunter2",
+        "AWS_SESSION_TOKEN": "aws-session-hunter2",
+        "ACTIONS_RUNTIME_TOKEN": "gha-hunter2",
+        "SCCACHE_REDIS_PASSWORD": "redis-hunter2",
+        "SCCACHE_AZURE_CONNECTION_STRING": "AccountKey=azure-hunter2",
+    }
+    env = server_environment(caller, cache_dir=tmp_path / "cache", socket_path=tmp_path / "s.sock")
+    with StepLog(tmp_path / "step.log") as log:
+        HostRunner().spawn(["true"], env=env, log=log, output=tmp_path / "server.log").wait()
+    text = (tmp_path / "step.log").read_text()
+    assert "SCCACHE_AZURE_CONNECTION_STRING=***" in text
+    assert "hunter2" not in text

@@ -84,6 +84,7 @@ def build(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
+    (ctx.run.layout.build / "tmp").mkdir(exist_ok=True)  # TMPDIR where the cache's server sees it
     source = ctx.done.get(Fetched, spec.name).root
     values = {"python": str(env.python), "source": str(source), "dist": str(out), **spec.template_values()}
     argv = [fill(part, values) for part in spec.command]
@@ -108,7 +109,6 @@ def _zeroed_cache(ctx: StepContext) -> tuple[CompilerCache, bool]:
     """The cell's compiler cache with its counters zeroed for this build; or none (True
     where the server answered when the cell started and no longer does)."""
     cache = ctx.done.find(CompilerCache) or CompilerCache.off("no compiler-cache step ran")
-    (ctx.run.layout.build / "tmp").mkdir(parents=True, exist_ok=True)
     if not cache.active:
         return cache, False
     problem = zero_stats(cache, ctx.where.runner)
