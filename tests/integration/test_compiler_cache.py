@@ -80,7 +80,7 @@ def test_an_unreachable_cache_is_one_warning_and_a_build_without_it(tmp_path: Pa
     checks = cache_checks(report)
     warnings = [c for c in checks if c[1] == "warn"]
     assert len(warnings) == 1 and warnings[0][0] == "compiler-cache", checks
-    assert "unreachable, builds compile without it" in warnings[0][2]
+    assert warnings[0][2].startswith("builds compile without it: the server did not answer within 15s")
     assert [c[1] for c in checks if c[0] == "build"] == ["skip"]
     assert report["facts"]["compiler_cache"][RECIPE] is None
     assert report["stdout"].count("warn compiler-cache: compiler-cache:") == 1  # one line under the summary

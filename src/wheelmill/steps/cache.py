@@ -34,7 +34,7 @@ def compiler_cache(ctx: StepContext) -> Outcome:
         if problem is None:
             cache = _located(ctx, CompilerCache(binary=client, socket=socket))
             return Outcome(checks=[CheckResult.passed(CHECK, f"sccache server on {socket}; cache: {cache.location}")], made=(cache,))
-    return _without(CheckResult.warned(CHECK, f"unreachable, builds compile without it: {problem}", FIX), problem or "")
+    return _without(CheckResult.warned(CHECK, f"builds compile without it: {problem}", FIX), problem or "")
 
 
 def _without(check: CheckResult, why: str) -> Outcome:
