@@ -48,7 +48,7 @@ SYSTEM_PATH = ("/usr/sbin", "/usr/bin", "/sbin", "/bin")
 TERMINATE_GRACE = 10.0
 TRACEBACK_MARK = "#| "  # a traceback's lines in a step log
 # Never written to a log: credentials travel in the environment, not in argv.
-_SECRET = re.compile(r"PASSWORD|TOKEN|SECRET|CREDENTIAL", re.IGNORECASE)
+_SECRET = re.compile(r"PASSWORD|TOKEN|SECRET|CREDENTIAL|CONNECTION_STRING", re.IGNORECASE)
 # What carries a credential in what a command or a server says, whatever the credential is:
 # an Authorization header (a server may echo it in an error page), a token after its scheme,
 # a password in a URL.
@@ -137,6 +137,11 @@ class Runner(Protocol):
         """A quick query (a version, a listing), unlogged; never raises for its status."""
         ...
 
+    def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], log: StepLog, output: Path) -> subprocess.Popen[str]:
+        """A long-running process (a server) left running: logged like a command, its
+        output to a file of its own (it outlives the step's log); ``terminate`` stops it."""
+        ...
+
     def host_path(self, path: Path) -> Path:
         """Where a path of the runner's file system is readable from this process."""
         ...
@@ -165,6 +170,9 @@ class HostRunner:
 
     def stable_path(self, path: Path) -> Path:
         return path  # here paths are what they are; the prefix maps name them in what is compiled
+
+    def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], log: StepLog, output: Path) -> subprocess.Popen[str]:
+        return spawn([*self.prefix, *argv], env=env, log=log, output=output)
 
     def run(
         self,
@@ -202,6 +210,16 @@ class HostRunner:
         if proc.returncode != 0:
             raise CommandFailed(argv, proc.returncode, log.path, tail)
         return CommandResult(argv=tuple(argv), returncode=0, seconds=seconds, output="".join(kept))
+
+
+def spawn(argv: Sequence[str], *, env: Mapping[str, str], log: StepLog, output: Path) -> subprocess.Popen[str]:
+    """Start a process that runs on after this call, in its own process group (so that
+    ``terminate`` stops its whole tree), its output appended to ``output``."""
+    _log_command(log, argv, env, None)
+    log.note(f"started in the background; its output goes to {output}")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with output.open("a", encoding="utf-8") as sink:  # the child keeps its own descriptor
+        return subprocess.Popen(list(argv), stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env), start_new_session=True, text=True)
 
 
 @cache

@@ -20,6 +20,7 @@ from wheelmill.retry import RetryPolicy
 
 N = TypeVar("N", int, float)
 BASE_POLICIES = ("auto", "bootstrap", "registry")
+COMPILER_CACHE_MODES = ("on", "off")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +42,9 @@ class Settings:
     # (upstream prefix, mirror prefix): git sources, and their submodules, fetched from a
     # mirror, the way git's url.<mirror>.insteadOf=<upstream> says.
     git_mirrors: tuple[tuple[str, str], ...] = ()
+    # on: every build compiles through sccache (where its cache lives is sccache's own
+    # SCCACHE_* configuration; local disk under the output root by default); off: without.
+    compiler_cache: str = "on"
     publish_username: str | None = field(default=None, repr=False)
     publish_password: str | None = field(default=None, repr=False)
 
@@ -64,6 +68,7 @@ class Settings:
             base_policy=_choice(env, "WHEELMILL_BASE", BASE_POLICIES),
             debian_mirror=env.get("WHEELMILL_DEBIAN_MIRROR") or None,
             git_mirrors=_prefix_pairs(env, "WHEELMILL_GIT_MIRRORS"),
+            compiler_cache=_choice(env, "WHEELMILL_COMPILER_CACHE", COMPILER_CACHE_MODES),
             publish_username=env.get("WHEELMILL_PUBLISH_USERNAME") or None,
             publish_password=env.get("WHEELMILL_PUBLISH_PASSWORD") or None,
         )

@@ -37,6 +37,7 @@ class StepKind(StrEnum):
     TOOLCHAIN_CHECKS = "toolchain-checks"
     PREPARE_ENV = "prepare-env"
     ENV_CHECKS = "env-checks"
+    COMPILER_CACHE = "compiler-cache"
     FETCH = "fetch"
     BUILD = "build"
     STAMP = "stamp"

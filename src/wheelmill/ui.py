@@ -11,7 +11,9 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -128,6 +130,12 @@ class UI:
         if published:
             names = ", ".join(published)
             self.console.print(f"not built again, published in channel {report.plan.channel} for their build keys: {names} (--rebuild builds them)")
+        caches = {recipe: stats for recipe, stats in (report.facts.get("compiler_cache") or {}).items() if stats}
+        if caches:
+            self.console.print(_cache_table(caches))
+        for record, check in ((r, c) for r in report.steps for c in r.checks if c.verdict is Verdict.WARN):
+            fix = f"; fix: {check.fix}" if check.fix else ""
+            self.console.print(f"[yellow]warn[/] {escape(record.step.id)}: {escape(check.name)}: {escape(check.detail + fix)}")
         status = _MARK[report.status]
         seconds = (report.finished or time.time()) - report.started
         self.console.print(f"{report.plan.cell.id}: {status} in {_clock(seconds)}; report {escape(str(report.path))}")
@@ -155,6 +163,16 @@ class UI:
         for recipe, wheel in report.wheels.items():
             table.add_row(recipe, wheel.name, format_size(wheel.size), wheel.sha256)
         return table
+
+
+def _cache_table(caches: Mapping[str, Mapping[str, Any]]) -> Table:
+    """Each build's compiler cache hits and misses (the build's counters, zeroed before it)."""
+    table = Table(title="compiler cache", title_justify="left")
+    for column in ("recipe", "hits", "misses", "cache"):
+        table.add_column(column, overflow="fold")
+    for recipe, stats in caches.items():
+        table.add_row(recipe, str(stats["hits"]), str(stats["misses"]), escape(str(stats.get("location", ""))))
+    return table
 
 
 def _clock(seconds: float) -> str:

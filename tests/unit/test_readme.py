@@ -130,16 +130,16 @@ def test_the_doctor_example_is_what_doctor_prints(cli: CliRunner, tmp_path: Path
 
 
 def test_the_build_key_section_names_every_part_of_the_key_and_the_steps_it_spares(cli: CliRunner) -> None:
-    text = section("### Nothing built twice", "## Two-level containment")
+    text = section("### Nothing built twice", "## Compiler cache")
     parts = re.findall(r"^\| `([a-z]+)` \| \S.* \|$", text, flags=re.MULTILINE)
     matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
     plan = plan_cell(matrix, load_recipes(ROOT / "recipes"), matrix.cell("cpu-py311"), [], Settings())
     assert sorted(parts) == sorted(build_keys(plan, {})["example-cpp-ops"].inputs)
-    # The steps it names, in its words: the image, the container, the toolchain and env checks, the env, the closure, mirror and channel checks.
+    # The steps it names, in its words: the image, the container, the toolchain and env checks, the env, the compiler cache, the closure, mirror and channel checks.
     spared = {str(d.kind) for d in REGISTRY if isinstance(d, CellStep) and d.for_builds}
-    kinds = ("prepare-image", "prepare-container", "toolchain-checks", "env-checks", "prepare-env", "closure", "mirror", "channel-checks")
+    kinds = ("prepare-image", "prepare-container", "toolchain-checks", "env-checks", "prepare-env", "compiler-cache", "closure", "mirror", "channel-checks")
     assert spared == set(kinds)
-    words = "the image, the container, the toolchain and env checks, the env, and the closure, mirror and channel checks"
+    words = "the image, the container, the toolchain and env checks, the env, the compiler cache, and the closure, mirror and channel checks"
     assert words in " ".join(text.split())
     assert "nox -s build-cpu-py311 -- --rebuild" in text
     assert "--rebuild: built even where channel cpu lists it" in cli("plan", "--cell", "cpu-py311", "--engine", "none", "--rebuild").out

@@ -289,6 +289,22 @@ def test_cells_come_from_the_plan_and_run_in_parallel(name: str) -> None:
     assert matrix_problems(load(name), PLAN_COMMANDS[name]) == []
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_every_build_job_keeps_its_compiler_cache_in_the_actions_cache(name: str) -> None:
+    """sccache's GHA backend (README, "Compiler cache"): enabled for the job, and the cache
+    service's variables, which only JavaScript actions see, exported before the build."""
+    building = {key: job for key, job in jobs(load(name)).items() if any(re.search(r"wheelmill\s+(build|release)\b.*--cell", line) for line in run_lines(job))}
+    assert building, f"{name}: a job that builds cells"
+    for key, job in building.items():
+        assert str((job.get("env") or {}).get("SCCACHE_GHA_ENABLED")) == "true", f"{name}/{key}"
+        names = [str(step.get("uses", "")).split("@")[0] or str(step.get("run", "")) for step in steps(job)]
+        exporting = names.index("actions/github-script")
+        script = str(steps(job)[exporting]["with"]["script"])
+        assert all(variable in script for variable in ("ACTIONS_RESULTS_URL", "ACTIONS_RUNTIME_TOKEN", "core.exportVariable")), f"{name}/{key}"
+        built = next(i for i, step in enumerate(steps(job)) if re.search(r"wheelmill\s+(build|release)\b", str(step.get("run", ""))))
+        assert exporting < built, f"{name}/{key}: the variables are exported before the build"
+
+
 def test_build_runs_on_pull_requests_and_main_and_never_publishes() -> None:
     workflow = load("build")
     on = triggers(workflow)

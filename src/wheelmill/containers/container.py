@@ -13,12 +13,13 @@ are then the same in every cell and under every output root.
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from wheelmill.containers.engine import Engine, Mount
 from wheelmill.errors import CommandFailed, PrecheckError
-from wheelmill.process import Captured, CommandResult, HostRunner, StepLog, base_environment, capture
+from wheelmill.process import Captured, CommandResult, HostRunner, StepLog, base_environment, capture, spawn
 
 
 class Container:
@@ -96,6 +97,13 @@ class Container:
         outer = self.engine.exec(container=self.name, argv=[str(a) for a in argv], env_keys=sorted(env), workdir=cwd)
         log.note(f"in container {self.name}:")
         return self._host.run(outer, env=env, log=log, on_line=on_line, keep_output=keep_output)
+
+    def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], log: StepLog, output: Path) -> subprocess.Popen[str]:
+        """The exec'd process runs on in the container; removing the container ends it, if
+        nothing stopped it before."""
+        outer = self.engine.exec(container=self.name, argv=[str(a) for a in argv], env_keys=sorted(env), workdir=None)
+        log.note(f"in container {self.name}:")
+        return spawn(outer, env=env, log=log, output=output)
 
     def capture(self, argv: Sequence[str | Path], *, env: Mapping[str, str] | None = None, timeout: float = 60.0) -> Captured:
         environment = dict(env) if env is not None else base_environment([])

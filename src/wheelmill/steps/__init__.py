@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from wheelmill.context import Outcome, StepContext
 from wheelmill.errors import BuildError, CheckError, EnvError, FetchError, IndexStoreError, InstallTestError, PrecheckError, RepairError, WheelmillError
 from wheelmill.spec import CellPlan, RecipeSpec, StepKind
-from wheelmill.steps import build, cell, channel, container, fetch, install, keys, mirror, publish, verify
+from wheelmill.steps import build, cache, cell, channel, container, fetch, install, keys, mirror, publish, verify
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,6 +70,9 @@ REGISTRY: tuple[StepDefinition, ...] = (
     ),
     CellStep(kind=StepKind.PREPARE_ENV, run=cell.prepare_env, describe=cell.describe_prepare_env, error=EnvError, retries=True, for_builds=True),
     CellStep(kind=StepKind.ENV_CHECKS, run=cell.env_checks, describe=cell.describe_env_checks, error=PrecheckError, for_builds=True),
+    # Where the network is: a remote cache needs it, and the builds reach the server over
+    # a Unix socket from where there is none.
+    CellStep(kind=StepKind.COMPILER_CACHE, run=cache.compiler_cache, describe=cache.describe, error=PrecheckError, for_builds=True),
     RecipeStep(kind=StepKind.FETCH, run=fetch.fetch, describe=fetch.describe, error=FetchError, retries=True),
     # From the build to the repaired wheel nothing needs the network: what a build could
     # download instead of compiling would not be what we built.

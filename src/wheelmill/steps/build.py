@@ -25,6 +25,7 @@ from wheelmill.archs import ARCH_RECORD, ArchRecord
 from wheelmill.checks import CheckResult
 from wheelmill.checks.device import carries_device_code
 from wheelmill.checks.elf import ElfSummary
+from wheelmill.compiler_cache import CacheStats, CompilerCache, cache_check, read_stats, zero_stats
 from wheelmill.config import format_size
 from wheelmill.context import Outcome, StepContext
 from wheelmill.envs import Env
@@ -45,9 +46,10 @@ class Built:
     wheel: Path
     recipe: str
     max_jobs: int
+    cache: CacheStats | None = None  # what the compiler cache did for this build; None: not used
 
     def facts(self) -> Mapping[str, Any]:
-        return {"max_jobs": {self.recipe: self.max_jobs}}
+        return {"max_jobs": {self.recipe: self.max_jobs}, "compiler_cache": {self.recipe: self.cache.as_dict() if self.cache else None}}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,11 +84,13 @@ def build(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
+    (ctx.run.layout.build / "tmp").mkdir(exist_ok=True)  # TMPDIR where the cache's server sees it
     source, stable = ctx.done.get(Fetched, spec.name).root, ctx.where.runner.stable_path
     values = {"python": str(stable(env.python)), "source": str(stable(source)), "dist": str(stable(out)), **spec.template_values()}
     argv = [fill(part, values) for part in spec.command]
     jobs = max_jobs(available_memory(), spec.memory_per_job, os.cpu_count() or 1)
-    environment = build_environment(spec, values, env=env, cell_root=ctx.run.layout.root, toolkit=toolkit, jobs=jobs, stable=stable)
+    cache, stopped = _zeroed_cache(ctx)
+    environment = build_environment(spec, values, env=env, cell_root=ctx.run.layout.root, toolkit=toolkit, jobs=jobs, stable=stable, cache=cache)
     ctx.log.note(f"MAX_JOBS={jobs} ({format_size(available_memory())} available)")
     try:
         ctx.where.runner.run(argv, env=environment, log=ctx.log, cwd=stable(source), on_line=ctx.run.on_line)
@@ -95,9 +99,23 @@ def build(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     wheels = sorted(out.glob("*.whl"))
     if len(wheels) != 1:
         raise BuildError(f"{spec.name}: the build made {len(wheels)} wheels in {out}, not one", fix="make the build command write exactly one wheel to {dist}")
-    made = Built(wheel=wheels[0], recipe=spec.name, max_jobs=jobs)
+    stats = read_stats(cache, ctx.where.runner) if cache.active else None
+    made = Built(wheel=wheels[0], recipe=spec.name, max_jobs=jobs, cache=stats)
     checks = [CheckResult.passed("wheel", f"{wheels[0].name} ({format_size(wheels[0].stat().st_size)}), MAX_JOBS={jobs}"), _hermetic(ctx)]
-    return Outcome(checks=checks, made=(made,))
+    return Outcome(checks=[*checks, cache_check(cache, stopped=stopped, stats=stats)], made=(made,))
+
+
+def _zeroed_cache(ctx: StepContext) -> tuple[CompilerCache, bool]:
+    """The cell's compiler cache with its counters zeroed for this build; or none (True
+    where the server answered when the cell started and no longer does)."""
+    cache = ctx.done.find(CompilerCache) or CompilerCache.off("no compiler-cache step ran")
+    if not cache.active:
+        return cache, False
+    problem = zero_stats(cache, ctx.where.runner)
+    if problem is not None:
+        ctx.log.note(f"compiling without the compiler cache: {problem}")
+        return CompilerCache.off(problem), True
+    return cache, False
 
 
 def _hermetic(ctx: StepContext) -> CheckResult:
@@ -127,24 +145,27 @@ def build_environment(
     toolkit: Toolkit | None,
     jobs: int,
     stable: Callable[[Path], Path] = lambda path: path,
+    cache: CompilerCache | None = None,
 ) -> dict[str, str]:
-    """The explicit environment of a build: env and toolkit on PATH, the spec's variables
-    (archs), the jobs, the recipe's own variables; then, for CUDA, the nvidia-* wheels'
-    headers and libraries, and the flags that keep build paths out of what is compiled.
-    Paths of the cell are named as the build sees them (``stable``: in a container, the
-    cell root's fixed mount)."""
+    """The explicit environment of a build: env, toolkit and compiler cache on PATH, the
+    cache's variables, the spec's (archs), the jobs, the recipe's own variables; then, for
+    CUDA, the nvidia-* wheels' headers and libraries, and the flags that keep build paths
+    out of what is compiled. Paths of the cell are named as the build sees them
+    (``stable``: in a container, the cell root's fixed mount)."""
     if toolkit is not None:  # the nvidia-* wheels' nvcc lives in the env
         toolkit = replace(toolkit, root=stable(toolkit.root), compiler=stable(toolkit.compiler))
     extra = dict(toolkit.environment()) if toolkit else {}
+    extra.update(cache.client_environment(stable(cell_root / "build" / "tmp")) if cache else {})
     extra.update(spec.build_variables())
     extra["MAX_JOBS"] = str(jobs)
     extra.update({key: fill(value, values) for key, value in spec.env.items()})
     extra.update(wheel_toolkit_paths(env.root, stable) if spec.family is Family.CUDA else {})
     prefixes = {stable(cell_root): "/wheelmill", **({toolkit.root: "/toolkit"} if toolkit else {})}
     prefixes.update({base: "/python"} if (base := python_home(env.root)) else {})
-    for key, flags in (*prefix_maps(prefixes).items(), ("NVCC_APPEND_FLAGS", nvcc_stable_names(toolkit))):
+    names = [] if cache is not None and cache.active else nvcc_stable_names(toolkit)
+    for key, flags in (*prefix_maps(prefixes).items(), ("NVCC_APPEND_FLAGS", names)):
         extra[key] = " ".join([extra[key], *flags] if extra.get(key) else flags)  # after what the recipe sets
-    return base_environment([stable(env.bin_dir), *([toolkit.bin_dir] if toolkit else [])], extra)
+    return base_environment([stable(env.bin_dir), *([toolkit.bin_dir] if toolkit else []), *(cache.path() if cache else [])], extra)
 
 
 def wheel_toolkit_paths(env_root: Path, stable: Callable[[Path], Path] = lambda path: path) -> dict[str, str]:
@@ -188,7 +209,10 @@ def prefix_maps(prefixes: Mapping[Path, str]) -> dict[str, list[str]]:
 def nvcc_stable_names(toolkit: Toolkit | None) -> list[str]:
     """nvcc names its intermediate files after its process id (``tmpxft_0000049d_...``), and
     the names reach the library's symbols: a different build, different bytes. From CUDA
-    12.1 on, ``--objdir-as-tempdir`` names them after the object file instead."""
+    12.1 on, ``--objdir-as-tempdir`` names them after the object file instead. Not through
+    the compiler cache: sccache runs nvcc's steps itself, under names of its own that no
+    build changes (the same bytes again), and fatbinary then misses the cubin this flag
+    would have put beside the object."""
     if toolkit is None or toolkit.family is not Family.CUDA or Version(toolkit.version) < Version("12.1"):
         return []
     return ["--objdir-as-tempdir"]

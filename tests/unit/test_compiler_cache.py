@@ -1,0 +1,218 @@
+"""The compiler cache, without a compiler: what a build's environment gets, what the server
+gets, what sccache's statistics say, and when a build warns. The one real process here is
+sccache's server itself (no compiler), started and stopped on a socket under tmp_path."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from wheelmill.checks import Verdict
+from wheelmill.compiler_cache import (
+    STARTUP_SECONDS,
+    CacheStats,
+    CompilerCache,
+    Server,
+    answers,
+    cache_check,
+    install_client,
+    server_environment,
+    socket_problem,
+)
+from wheelmill.envs import Env
+from wheelmill.errors import ConfigError
+from wheelmill.matrix import load_matrix
+from wheelmill.plan import plan
+from wheelmill.process import HostRunner, StepLog
+from wheelmill.recipes import load_recipes
+from wheelmill.settings import Settings
+from wheelmill.spec import RecipeSpec
+from wheelmill.steps.build import build_environment
+from wheelmill.toolchain import Toolkit
+from wheelmill.tools import sccache_bin
+from wheelmill.variants import Family
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+# What sccache 0.16.0 printed for a CUDA build here (--show-stats --stats-format=json), trimmed.
+STATS = {
+    "stats": {
+        "compile_requests": 9,
+        "requests_unsupported_compiler": 0,
+        "requests_not_compile": 4,
+        "requests_not_cacheable": 1,
+        "cache_errors": {"counts": {}, "adv_counts": {}},
+        "cache_hits": {"counts": {"C/C++": 2, "CUDA": 1, "PTX": 1, "CUBIN": 5}, "adv_counts": {}},
+        "cache_misses": {"counts": {}, "adv_counts": {}},
+        "cache_timeouts": 0,
+        "cache_read_errors": 0,
+        "non_cacheable_compilations": 0,
+        "cache_write_errors": 0,
+    },
+    "cache_location": 'Local disk: "/o/.cache/sccache"',
+    "version": "0.16.0",
+}
+
+
+def spec(cell: str, recipe: str) -> RecipeSpec:
+    matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
+    (cell_plan,) = plan(matrix, load_recipes(ROOT / "recipes"), matrix.select([cell]), [recipe], Settings.from_environ({}))
+    return cell_plan.recipe(recipe)
+
+
+def cache_at(root: Path) -> CompilerCache:
+    return CompilerCache(binary=root / ".cache" / "bin" / "sccache", socket=root / "cuda130-py311" / "sccache.sock", location="Local disk")
+
+
+def environment(tmp_path: Path, cache: CompilerCache | None) -> dict[str, str]:
+    toolkit = Toolkit(family=Family.CUDA, root=Path("/usr/local/cuda-13.0"), version="13.0", compiler=Path("/usr/local/cuda-13.0/bin/nvcc"))
+    values = {"python": "python", "source": "src", "dist": "dist"}
+    cell_root = tmp_path / "cuda130-py311"
+    env = Env(root=cell_root / "envs" / "build")
+    return build_environment(spec("cuda130-py311", "example-cuda-ops"), values, env=env, cell_root=cell_root, toolkit=toolkit, jobs=2, cache=cache)
+
+
+def test_a_build_compiles_through_the_cache_torch_and_cmake_alike(tmp_path: Path) -> None:
+    cache = cache_at(tmp_path)
+    env = environment(tmp_path, cache)
+    # torch's cpp_extension prefixes the C++ compiler and nvcc with the sccache on PATH.
+    assert str(tmp_path / ".cache" / "bin") in env["PATH"].split(":")
+    for language in ("C", "CXX", "CUDA"):
+        assert env[f"CMAKE_{language}_COMPILER_LAUNCHER"] == str(cache.binary)
+    assert env["SCCACHE_SERVER_UDS"] == str(tmp_path / "cuda130-py311" / "sccache.sock")
+    assert env["SCCACHE_IGNORE_SERVER_IO_ERROR"] == "1"
+    assert env["TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES"] == "1"  # nvcc -MD: every hit preprocesses again
+    # The server compiles: temporary files where it sees them too, on the output mount.
+    assert env["TMPDIR"] == str(tmp_path / "cuda130-py311" / "build" / "tmp")
+    # cpp_extension would wrap CC/CXX a second time, and `sccache sccache cc` fails.
+    assert "CC" not in env and "CXX" not in env
+    # sccache runs nvcc's steps under stable names itself; nvcc's own flag for them breaks it.
+    assert "--objdir-as-tempdir" not in env["NVCC_APPEND_FLAGS"]
+    assert "-Xcompiler=-ffile-prefix-map=" in env["NVCC_APPEND_FLAGS"]
+
+
+def test_without_the_cache_a_build_environment_names_none_of_it(tmp_path: Path) -> None:
+    for cache in (None, CompilerCache.off("WHEELMILL_COMPILER_CACHE=off"), CompilerCache(binary=Path("/o/bin/sccache"), socket=None)):
+        env = environment(tmp_path, cache)
+        assert not [key for key in env if key.startswith(("SCCACHE_", "CMAKE_", "TORCH_EXTENSION_")) or key == "TMPDIR"], cache
+        assert "/o/bin" not in env["PATH"] and str(tmp_path / ".cache" / "bin") not in env["PATH"]
+        assert "--objdir-as-tempdir" in env["NVCC_APPEND_FLAGS"].split()
+
+
+def test_the_server_gets_the_callers_cache_configuration_and_wheelmill_decides_the_rest() -> None:
+    caller = {
+        "SCCACHE_BUCKET": "team-cache",
+        "SCCACHE_REGION": "eu-west-1",
+        "AWS_ACCESS_KEY_ID": "AKIA",
+        "ACTIONS_CACHE_URL": "https://cache/",
+        "SCCACHE_GHA_ENABLED": "true",
+        "GITHUB_SERVER_URL": "https://github.com",
+        "SCCACHE_SERVER_PORT": "4226",
+        "SCCACHE_IDLE_TIMEOUT": "0",
+        "CC": "clang",
+        "SECRET_THING": "x",
+    }
+    env = server_environment(caller, cache_dir=Path("/o/.cache/sccache"), socket_path=Path("/o/c/sccache.sock"))
+    for key in ("SCCACHE_BUCKET", "SCCACHE_REGION", "AWS_ACCESS_KEY_ID", "ACTIONS_CACHE_URL", "SCCACHE_GHA_ENABLED", "GITHUB_SERVER_URL"):
+        assert env[key] == caller[key]
+    assert "CC" not in env and "SECRET_THING" not in env and "SCCACHE_SERVER_PORT" not in env
+    assert env["SCCACHE_DIR"] == "/o/.cache/sccache"  # local disk under the output root by default
+    assert env["SCCACHE_SERVER_UDS"] == "/o/c/sccache.sock"
+    assert (env["SCCACHE_START_SERVER"], env["SCCACHE_NO_DAEMON"], env["SCCACHE_IDLE_TIMEOUT"]) == ("1", "1", "3600")
+    mine = server_environment({"SCCACHE_DIR": "/fast/ssd"}, cache_dir=Path("/o/.cache/sccache"), socket_path=Path("/s"))
+    assert mine["SCCACHE_DIR"] == "/fast/ssd"
+
+
+def test_stats_are_counted_by_language_and_in_all() -> None:
+    stats = CacheStats.parse(json.dumps(STATS))
+    assert (stats.total_hits, stats.total_misses, stats.errors, stats.not_cached) == (9, 0, 0, 1)
+    assert stats.as_dict() == {
+        "hits": 9,
+        "misses": 0,
+        "hits_by_language": {"C/C++": 2, "CUBIN": 5, "CUDA": 1, "PTX": 1},
+        "misses_by_language": {},
+        "errors": 0,
+        "not_cached": 1,
+        "location": 'Local disk: "/o/.cache/sccache"',
+    }
+    assert stats.describe() == "9 hits, 0 misses, 1 not cacheable"
+    empty = CacheStats.parse('{"stats": {}, "cache_location": ""}')
+    assert (empty.total_hits, empty.total_misses) == (0, 0)
+
+
+def test_a_build_warns_once_where_the_cache_went_away_and_never_fails() -> None:
+    stats = CacheStats.parse(json.dumps(STATS))
+    cache = cache_at(Path("/o"))
+    assert cache_check(cache, stopped=False, stats=stats).verdict is Verdict.PASS
+    assert "9 hits, 0 misses" in cache_check(cache, stopped=False, stats=stats).detail
+    # The cell's step warned already: its builds say why they went without, no second warning.
+    off = cache_check(CompilerCache.off("the server did not answer"), stopped=False, stats=None)
+    assert (off.verdict, off.detail) == (Verdict.SKIP, "compiled without it: the server did not answer")
+    gone = cache_check(CompilerCache.off("stopped answering"), stopped=True, stats=None)
+    assert gone.verdict is Verdict.WARN and gone.fix
+    assert cache_check(cache, stopped=False, stats=None).verdict is Verdict.WARN
+    assert all(c.verdict is not Verdict.FAIL for c in (off, gone))
+
+
+def test_a_socket_path_longer_than_a_unix_socket_takes_is_refused_before_starting() -> None:
+    assert socket_problem(Path("/o/cpu-py311/sccache.sock")) is None
+    assert "more than a Unix socket takes" in (socket_problem(Path("/" + "d" * 100 + "/cpu-py311/sccache.sock")) or "")
+
+
+def test_settings_turn_the_cache_off_and_refuse_a_typo() -> None:
+    assert Settings.from_environ({}).compiler_cache == "on"
+    assert Settings.from_environ({"WHEELMILL_COMPILER_CACHE": "off"}).compiler_cache == "off"
+    with pytest.raises(ConfigError, match="WHEELMILL_COMPILER_CACHE"):
+        Settings.from_environ({"WHEELMILL_COMPILER_CACHE": "s3"})
+
+
+def test_sccache_is_pinned_with_hashes_and_found_in_wheelmills_env() -> None:
+    lock = (ROOT / "requirements" / "dev.txt").read_text()
+    pinned = re.search(r"^sccache==0\.16\.0 \\\n((?:    --hash=sha256:[0-9a-f]{64}(?: \\)?\n)+)", lock, flags=re.MULTILINE)
+    assert pinned is not None and pinned.group(1).count("--hash") >= 1
+    binary = sccache_bin()
+    assert binary is not None and binary.is_file() and binary.name == "sccache"
+
+
+def test_the_client_is_copied_alone_into_its_directory_once(tmp_path: Path) -> None:
+    binary = sccache_bin()
+    assert binary is not None
+    client = install_client(binary, tmp_path / "bin")
+    assert [p.name for p in (tmp_path / "bin").iterdir()] == ["sccache"] and client.read_bytes() == binary.read_bytes()
+    before = client.stat().st_mtime_ns
+    assert install_client(binary, tmp_path / "bin") == client and client.stat().st_mtime_ns == before
+
+
+def test_the_server_answers_on_its_socket_and_is_gone_after_the_cell(tmp_path: Path) -> None:
+    """sccache's own server (no compiler involved): started, answering, then stopped with
+    its socket removed."""
+    binary = sccache_bin()
+    assert binary is not None
+    socket = tmp_path / "sccache.sock"
+    env = server_environment({}, cache_dir=tmp_path / "cache", socket_path=socket)
+    with StepLog(tmp_path / "step.log") as log, Server(HostRunner(), binary=binary, env=env, log=log, output=tmp_path / "server.log") as server:
+        assert server.failure is None
+        assert answers(socket)
+        process = server._process  # the process it must stop
+        assert process is not None and process.poll() is None
+    assert process.poll() is not None, "the server is stopped when the cell ends"
+    assert not socket.exists() and not answers(socket)
+    assert STARTUP_SECONDS <= 30
+
+
+def test_the_servers_credentials_reach_no_log(tmp_path: Path) -> None:
+    caller = {
+        "AWS_SECRET_ACCESS_KEY": "aws-hunter2",
+        "AWS_SESSION_TOKEN": "aws-session-hunter2",
+        "ACTIONS_RUNTIME_TOKEN": "gha-hunter2",
+        "SCCACHE_REDIS_PASSWORD": "redis-hunter2",
+        "SCCACHE_AZURE_CONNECTION_STRING": "AccountKey=azure-hunter2",
+    }
+    env = server_environment(caller, cache_dir=tmp_path / "cache", socket_path=tmp_path / "s.sock")
+    with StepLog(tmp_path / "step.log") as log:
+        HostRunner().spawn(["true"], env=env, log=log, output=tmp_path / "server.log").wait()
+    text = (tmp_path / "step.log").read_text()
+    assert "SCCACHE_AZURE_CONNECTION_STRING=***" in text
+    assert "hunter2" not in text
