@@ -22,7 +22,7 @@ import os
 import socket
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,9 +148,10 @@ def _counts(stats: Mapping[str, Any], key: str) -> dict[str, int]:
     return {str(language): int(n) for language, n in sorted(counts.items())}
 
 
-def server_environment(environ: Mapping[str, str], *, cache_dir: Path, socket_path: Path) -> dict[str, str]:
+def server_environment(environ: Mapping[str, str], *, cache_dir: Path, socket_path: Path, basedirs: Sequence[Path] = ()) -> dict[str, str]:
     """The server's explicit environment: the caller's remote-cache variables, local disk
-    under the output root unless they name another ``SCCACHE_DIR``, and the socket.
+    under the output root unless they name another ``SCCACHE_DIR``, the socket, and the
+    base directories stripped from paths before hashing (after the caller's own).
 
     >>> env = server_environment({"SCCACHE_REDIS_ENDPOINT": "redis://r:6379", "SCCACHE_SERVER_PORT": "1", "HOMEBREW": "x"},
     ...     cache_dir=Path("/o/.cache/sccache"), socket_path=Path("/o/c/sccache.sock"))
@@ -160,6 +161,8 @@ def server_environment(environ: Mapping[str, str], *, cache_dir: Path, socket_pa
     """
     extra = {key: value for key, value in environ.items() if key.startswith(REMOTE_PREFIXES) and key not in OWN}
     extra.setdefault("SCCACHE_DIR", str(cache_dir))
+    if basedirs:
+        extra["SCCACHE_BASEDIRS"] = ":".join([*filter(None, [extra.get("SCCACHE_BASEDIRS")]), *map(str, basedirs)])
     # In the foreground (no daemon): the cell owns the process and stops it.
     extra.update(SCCACHE_SERVER_UDS=str(socket_path), SCCACHE_START_SERVER="1", SCCACHE_NO_DAEMON="1", SCCACHE_IDLE_TIMEOUT=IDLE_TIMEOUT)
     return base_environment([], extra)

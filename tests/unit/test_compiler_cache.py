@@ -125,6 +125,15 @@ def test_the_server_gets_the_callers_cache_configuration_and_wheelmill_decides_t
     assert mine["SCCACHE_DIR"] == "/fast/ssd"
 
 
+def test_the_server_strips_the_envs_site_packages_and_the_cell_root_after_the_callers_basedirs() -> None:
+    site, cell = Path("/wheelmill/envs/build/lib/python3.13/site-packages"), Path("/wheelmill")
+    env = server_environment({}, cache_dir=Path("/c"), socket_path=Path("/s"), basedirs=[site, cell])
+    assert env["SCCACHE_BASEDIRS"] == f"{site}:{cell}"
+    theirs = server_environment({"SCCACHE_BASEDIRS": "/home/ci"}, cache_dir=Path("/c"), socket_path=Path("/s"), basedirs=[site, cell])
+    assert theirs["SCCACHE_BASEDIRS"] == f"/home/ci:{site}:{cell}"
+    assert "SCCACHE_BASEDIRS" not in server_environment({}, cache_dir=Path("/c"), socket_path=Path("/s"))
+
+
 def test_stats_are_counted_by_language_and_in_all() -> None:
     stats = CacheStats.parse(json.dumps(STATS))
     assert (stats.total_hits, stats.total_misses, stats.errors, stats.not_cached) == (9, 0, 0, 1)

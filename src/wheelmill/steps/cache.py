@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from pathlib import Path
 
 from wheelmill.checks import CheckResult
 from wheelmill.compiler_cache import CHECK, CompilerCache, Server, install_client, read_stats, server_environment, socket_problem
 from wheelmill.context import Outcome, StepContext
 from wheelmill.spec import CellPlan
+from wheelmill.steps.cell import BuildEnv
 from wheelmill.tools import sccache_bin
 
 SOCKET = "sccache.sock"
@@ -28,13 +30,24 @@ def compiler_cache(ctx: StepContext) -> Outcome:
     problem = "no sccache in wheelmill's env (run scripts/setup)" if binary is None else socket_problem(socket)
     if binary is not None and problem is None:
         client = install_client(binary, layout.cache / "bin")
-        env = server_environment(os.environ, cache_dir=layout.cache / "sccache", socket_path=socket)
+        env = server_environment(os.environ, cache_dir=layout.cache / "sccache", socket_path=socket, basedirs=basedirs(ctx))
         server = ctx.hold(Server(ctx.where.runner, binary=client, env=env, log=ctx.log, output=layout.logs / "sccache-server.log"))
         problem = server.failure
         if problem is None:
             cache = _located(ctx, CompilerCache(binary=client, socket=socket))
             return Outcome(checks=[CheckResult.passed(CHECK, f"sccache server on {socket}; cache: {cache.location}")], made=(cache,))
     return _without(CheckResult.warned(CHECK, f"builds compile without it: {problem}", FIX), problem or "")
+
+
+def basedirs(ctx: StepContext) -> list[Path]:
+    """The directories sccache strips from paths before it hashes: the build env's
+    site-packages first (torch's headers live under ``lib/python3.X/``, the one part of
+    their path that differs between the Pythons of a variant), then the cell root as the
+    build sees it (with engine none each cell has its own). Device code then hashes the
+    same for every Python: torch's headers are the same bytes."""
+    stable = ctx.where.runner.stable_path
+    env = ctx.done.get(BuildEnv).env
+    return [*(stable(p) for p in sorted(env.root.glob("lib/python3*/site-packages"))), stable(ctx.run.layout.root)]
 
 
 def _without(check: CheckResult, why: str) -> Outcome:
