@@ -135,7 +135,8 @@ def test_the_build_key_section_names_every_part_of_the_key_and_the_steps_it_spar
     matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
     plan = plan_cell(matrix, load_recipes(ROOT / "recipes"), matrix.cell("cpu-py311"), [], Settings())
     assert sorted(parts) == sorted(build_keys(plan, {})["example-cpp-ops"].inputs)
-    # The steps it names, in its words: the image, the container, the toolchain and env checks, the env, the compiler cache, the closure, mirror and channel checks.
+    # The steps it names, in its words: the image, the container, the toolchain and env checks,
+    # the env, the compiler cache, the closure, mirror and channel checks.
     spared = {str(d.kind) for d in REGISTRY if isinstance(d, CellStep) and d.for_builds}
     kinds = ("prepare-image", "prepare-container", "toolchain-checks", "env-checks", "prepare-env", "compiler-cache", "closure", "mirror", "channel-checks")
     assert spared == set(kinds)
