@@ -47,6 +47,16 @@ class Env:
     def bin_dir(self) -> Path:
         return self.root / "bin"
 
+    @property
+    def site_packages(self) -> list[Path]:
+        return site_packages(self.root)
+
+
+def site_packages(env_root: Path) -> list[Path]:
+    """An env's site-packages (one, in a venv), found rather than named: its path holds the
+    Python version (``lib/python3.11/site-packages``), which the env's root does not say."""
+    return sorted(env_root.glob("lib/python3*/site-packages"))
+
 
 def pinned_versions(lock_text: str) -> dict[str, str]:
     """``name -> version`` of every pinned line of a requirements lock.

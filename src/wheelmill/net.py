@@ -81,6 +81,25 @@ def _open(url: str, *, accept: str | None = None, auth: tuple[str, str] | None =
     return response
 
 
+def upload_refusal(url: str, auth: tuple[str, str] | None, *, timeout: float = TIMEOUT) -> str | None:
+    """How an upload endpoint refuses these credentials (``status code 403 Forbidden``), or
+    None when it does not: a legacy-API upload without a file, which an index answers 401 or
+    403 before it reads anything, and 400 (no file) once the credentials pass."""
+    headers = {"User-Agent": "wheelmill", "Content-Type": "application/x-www-form-urlencoded"}
+    if auth is not None:
+        headers["Authorization"] = "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+    body = urllib.parse.urlencode({":action": "file_upload", "protocol_version": "1"}).encode()
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")  # noqa: S310 - the index's own URL
+    try:
+        urllib.request.urlopen(request, timeout=timeout).close()  # noqa: S310
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        return f"status code {exc.code} {exc.reason}" if exc.code in (401, 403) else None
+    except (urllib.error.URLError, TimeoutError, ConnectionError):
+        return None
+    return None
+
+
 def download(
     url: str,
     dest: Path,

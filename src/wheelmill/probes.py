@@ -13,6 +13,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from wheelmill.envs import site_packages
 from wheelmill.errors import EnvError
 from wheelmill.process import Runner, StepLog
 
@@ -94,7 +95,7 @@ def read_torch(env_root: Path) -> TorchInfo:
     written when torch was built; reading it costs milliseconds where ``import torch`` costs
     seconds. The C++ ABI shows in libc10's symbol names (``std::__cxx11::basic_string``).
     """
-    found = sorted(env_root.glob("lib/python3*/site-packages/torch/version.py"))
+    found = [p / "torch" / "version.py" for p in site_packages(env_root) if (p / "torch" / "version.py").is_file()]
     if not found:
         raise EnvError(f"{env_root}: torch is not installed in the env", fix="check the lock: it must contain torch")
     package = found[0].parent

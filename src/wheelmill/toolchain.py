@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from wheelmill.envs import site_packages
 from wheelmill.process import Runner
 from wheelmill.tools import uv_bin
 from wheelmill.variants import Family, Variant
@@ -127,7 +128,7 @@ def find_toolkit(variant: Variant, runner: Runner) -> Toolkit | NotFound | None:
 
 def find_env_toolkit(variant: Variant, env_root: Path, runner: Runner) -> Toolkit | NotFound:
     """The toolkit pip's nvidia wheels put in an env (``site-packages/nvidia/cu13``)."""
-    found = sorted(runner.host_path(env_root).glob("lib/python3*/site-packages/nvidia/cu*/bin/nvcc"))
+    found = [nvcc for p in site_packages(runner.host_path(env_root)) for nvcc in sorted(p.glob("nvidia/cu*/bin/nvcc"))]
     roots = [env_root / p.relative_to(runner.host_path(env_root)).parent.parent for p in found]
     return _find(variant, runner, roots or [env_root / "lib/python3.X/site-packages/nvidia/cuXX"], "nvcc", _NVCC_RELEASE)
 

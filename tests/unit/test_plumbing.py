@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+import http.server
 import random
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,7 +16,7 @@ from wheelmill.checks.elf import system_lib_dirs
 from wheelmill.envs import pinned_versions
 from wheelmill.errors import CommandFailed, PublishError
 from wheelmill.index.remote import Remote, upload_failure
-from wheelmill.net import is_transient
+from wheelmill.net import is_transient, upload_refusal
 from wheelmill.package_sources import PackageSources, machine_sources, sources_from_pip_config
 from wheelmill.process import HostRunner, StepLog, base_environment
 from wheelmill.retry import RetryPolicy, TransientError, with_retries
@@ -107,6 +111,37 @@ def test_upload_failures_are_told_apart(tail: list[str], kind: type[Exception], 
     assert type(error) is kind
     assert says in (f"{error}; fix: {error.fix}" if isinstance(error, PublishError) else str(error))
     assert "<html>" not in str(error)
+
+
+@pytest.fixture
+def upload_endpoint() -> Iterator[str]:
+    """An index that takes uploads from user:secret alone, checking credentials first, as
+    pypiserver does: 403 without reading the body, else 400 for the missing file."""
+    allowed = "Basic " + base64.b64encode(b"user:secret").decode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.send_response(400 if self.headers.get("Authorization") == allowed else 403)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+    server.server_close()
+
+
+def test_an_upload_refusal_is_told_by_asking_without_the_file(upload_endpoint: str) -> None:
+    # After uv's broken pipe (the index closed the connection as it refused), this tells a
+    # refusal, which is not retried, from a network fault, which is.
+    assert upload_refusal(upload_endpoint, ("user", "wrong")) == "status code 403 Forbidden"
+    assert upload_refusal(upload_endpoint, None) == "status code 403 Forbidden"
+    assert upload_refusal(upload_endpoint, ("user", "secret")) is None
+    assert upload_refusal("http://127.0.0.1:9/", ("user", "secret"), timeout=2) is None  # nothing listens: not a refusal
 
 
 def test_retries_back_off_and_stop_at_the_budget() -> None:

@@ -20,7 +20,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from wheelmill.errors import CommandFailed, IndexConflict, PublishError
-from wheelmill.net import is_transient, project_files, sha256_of, split_credentials
+from wheelmill.net import is_transient, project_files, sha256_of, split_credentials, upload_refusal
 from wheelmill.process import Runner, StepLog, base_environment
 from wheelmill.retry import RetryPolicy, TransientError, with_retries
 from wheelmill.settings import Settings
@@ -28,6 +28,7 @@ from wheelmill.tools import uv_bin
 from wheelmill.wheelfile import read_wheel
 
 _STATUS = re.compile(r"status code (\d{3})")
+CREDENTIALS_FIX = "set WHEELMILL_PUBLISH_USERNAME and WHEELMILL_PUBLISH_PASSWORD to an account that may upload there"
 
 
 class Upload(StrEnum):
@@ -120,7 +121,18 @@ def _uv_publish(remote: Remote, wheel: Path, *, runner: Runner, log: StepLog) ->
     try:
         runner.run(argv, env=env, log=log)
     except CommandFailed as failed:
-        raise upload_failure(remote, wheel.name, failed) from None
+        failure = upload_failure(remote, wheel.name, failed)
+        if isinstance(failure, TransientError) and "broken pipe" in str(failure).lower():
+            failure = _refused(remote, wheel.name) or failure
+        raise failure from None
+
+
+def _refused(remote: Remote, name: str) -> PublishError | None:
+    """An index that refuses the credentials may close the connection before it has read
+    the upload, and uv then sees a broken pipe, not the status: ask the index once more,
+    without the file, so a refusal is told as one and not retried."""
+    status = upload_refusal(remote.url, remote.auth)
+    return None if status is None else PublishError(f"{remote.url}: the index refused the upload of {name}: {status}", fix=CREDENTIALS_FIX)
 
 
 def upload_failure(remote: Remote, name: str, failed: CommandFailed) -> PublishError | TransientError:
@@ -129,8 +141,7 @@ def upload_failure(remote: Remote, name: str, failed: CommandFailed) -> PublishE
     cause = upload_cause(failed.tail) or failed.last_line()
     status = _STATUS.search(cause)
     if status and status.group(1) in {"401", "403"}:
-        fix = "set WHEELMILL_PUBLISH_USERNAME and WHEELMILL_PUBLISH_PASSWORD to an account that may upload there"
-        return PublishError(f"{remote.url}: the index refused the upload of {name}: {cause}", fix=fix)
+        return PublishError(f"{remote.url}: the index refused the upload of {name}: {cause}", fix=CREDENTIALS_FIX)
     if is_transient(cause):
         return TransientError(f"uv publish: {cause}")
     return PublishError(f"{remote.url}: uploading {name} failed: {cause}", fix=f"read {failed.log}")

@@ -28,7 +28,7 @@ from wheelmill.checks.elf import ElfSummary
 from wheelmill.compiler_cache import CacheStats, CompilerCache, cache_check, read_stats, zero_stats
 from wheelmill.config import format_size
 from wheelmill.context import Outcome, StepContext
-from wheelmill.envs import Env
+from wheelmill.envs import Env, site_packages
 from wheelmill.errors import BuildError, CommandFailed, EnvError
 from wheelmill.process import base_environment
 from wheelmill.recipes import TORCH
@@ -172,7 +172,7 @@ def wheel_toolkit_paths(env_root: Path, stable: Callable[[Path], Path] = lambda 
     """The CUDA libraries' headers and link libraries from the nvidia-* wheels in the env
     (cusparse.h, cublas_v2.h, libcublas.so): torch's headers include them (CUDAContext.h),
     an nvcc-only toolkit lacks them, and these are the very versions torch runs with."""
-    nvidia = sorted(env_root.glob("lib/python3*/site-packages/nvidia"))
+    nvidia = [p / "nvidia" for p in site_packages(env_root) if (p / "nvidia").is_dir()]
     includes = [str(stable(p)) for root in nvidia for p in sorted(root.glob("*/include"))]
     libraries = [str(stable(p)) for root in nvidia for p in sorted(root.glob("*/lib"))]
     return {key: ":".join(paths) for key, paths in (("CPATH", includes), ("LIBRARY_PATH", libraries)) if paths}

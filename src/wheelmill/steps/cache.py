@@ -47,7 +47,7 @@ def basedirs(ctx: StepContext) -> list[Path]:
     same for every Python: torch's headers are the same bytes."""
     stable = ctx.where.runner.stable_path
     env = ctx.done.get(BuildEnv).env
-    return [*(stable(p) for p in sorted(env.root.glob("lib/python3*/site-packages"))), stable(ctx.run.layout.root)]
+    return [*(stable(p) for p in env.site_packages), stable(ctx.run.layout.root)]
 
 
 def _without(check: CheckResult, why: str) -> Outcome:
