@@ -17,6 +17,7 @@ from wheelmill.config import format_size
 from wheelmill.context import Outcome, StepContext
 from wheelmill.envs import Env, pinned_versions
 from wheelmill.errors import CommandFailed, PrecheckError, WheelmillError
+from wheelmill.headers import pin_header_times
 from wheelmill.locks import locate_torch, mismatch, path_of, requirements_text
 from wheelmill.net import is_transient, sha256_of
 from wheelmill.package_sources import PackageSources, machine_sources
@@ -205,6 +206,7 @@ def prepare_env(ctx: StepContext) -> Outcome:
             backend.lock(layout.requirements, layout.lock, target=plan.lock.target, sources=sources.packages, log=ctx.log, interpreter=python)
         env = backend.create(layout.envs / "build", python=python, log=ctx.log)
         backend.sync(env, layout.lock, sources=sources.packages, log=ctx.log)
+        ctx.log.note(f"{pin_header_times(ctx.where.runner.host_path(env.root))} headers' times fixed (GCC's #pragma once compares them)")
     except CommandFailed as failed:
         if is_transient("\n".join(failed.tail)):
             raise TransientError(f"{failed.argv[1]} {failed.argv[2]}: {failed.last_line()}") from None

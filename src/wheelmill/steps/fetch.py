@@ -22,6 +22,7 @@ from wheelmill.checks import CheckResult
 from wheelmill.config import format_size
 from wheelmill.context import Outcome, StepContext
 from wheelmill.errors import CommandFailed, FetchError, IntegrityError
+from wheelmill.headers import pin_header_times
 from wheelmill.net import IndexFile, download, is_transient, project_files, sha256_of
 from wheelmill.process import HostRunner, base_environment
 from wheelmill.recipes import GitSource, PathSource, SdistSource, UrlSource
@@ -61,6 +62,7 @@ def fetch(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     for patch in spec.patches:
         _apply_patch(ctx, patch, root)
         detail += f", patched with {patch.name}"
+    ctx.log.note(f"{pin_header_times(dest)} headers' times fixed (GCC's #pragma once compares them)")
     if spec.subdir:
         root = root / spec.subdir
         if not root.is_dir():
