@@ -37,6 +37,7 @@ from typing import Any
 
 from wheelmill import __version__
 from wheelmill.containers.images import BuilderImage
+from wheelmill.errors import FetchError
 from wheelmill.locks import path_of
 from wheelmill.net import sha256_of
 from wheelmill.recipes import GitSource, PathSource, SdistSource, Source, UrlSource
@@ -151,7 +152,12 @@ def _ignored(name: str) -> bool:
 
 
 def _identity(path: Path) -> str:
-    if path.is_symlink():
-        return f"link {path.readlink()}"
-    executable = "x" if path.stat().st_mode & 0o111 else "-"
-    return f"file {executable} {sha256_of(path)}"
+    try:
+        if path.is_symlink():
+            return f"link {path.readlink()}"
+        executable = "x" if path.stat().st_mode & 0o111 else "-"
+        return f"file {executable} {sha256_of(path)}"
+    except OSError as exc:
+        raise FetchError(
+            f"{path}: cannot be read to key the source ({exc.strerror or exc})", fix="make the source tree readable by this user, or remove the file"
+        ) from None

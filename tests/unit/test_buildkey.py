@@ -14,6 +14,7 @@ from tests.wheels import make_wheel
 from wheelmill import buildkey
 from wheelmill.buildkey import build_keys, plain, tree_hash
 from wheelmill.context import Layout, RunContext, StepContext
+from wheelmill.errors import FetchError
 from wheelmill.index.store import Channel, built_by_key, publish, set_yanked
 from wheelmill.index.verify import verify
 from wheelmill.matrix import load_matrix
@@ -114,6 +115,21 @@ def test_a_dependency_key_change_changes_its_dependents_and_nothing_else(project
     (project / "extensions" / "cuda-ops" / "setup.py").write_text((project / "extensions" / "cuda-ops" / "setup.py").read_text() + "\n")
     last = digests(cell_plan(project, "cuda130-py311"))
     assert last["example-cuda-ops"] != after["example-cuda-ops"] and last["example-cpp-ops"] == after["example-cpp-ops"]
+
+
+def test_an_unreadable_source_file_is_a_fetch_error_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "csrc").mkdir()
+    (tmp_path / "csrc" / "ops.cpp").write_text("int x;\n")
+
+    def denied(path: Path) -> str:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(buildkey, "sha256_of", denied)
+    with pytest.raises(FetchError) as caught:
+        tree_hash(tmp_path)
+    assert caught.value.exit_code == 6
+    assert caught.value.one_line().startswith(f"{tmp_path / 'csrc' / 'ops.cpp'}: cannot be read to key the source (Permission denied)")
+    assert "fix: make the source tree readable" in caught.value.one_line()
 
 
 def test_a_path_is_never_part_of_a_key() -> None:
