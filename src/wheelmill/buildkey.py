@@ -14,7 +14,8 @@ The inputs, each a part of the key:
   its tag hashes but for the base's image id, which only the engine knows), or on this
   machine the toolchain a build here uses;
 - ``variant``: the matrix's variant of the cell;
-- ``wheelmill``: its version (bump it when wheelmill changes what goes into a wheel);
+- ``wheelmill``: its version and the tree of its own code: a change to what wheelmill does
+  to a build (its flags, its environment) changes every key, whether released or not;
 - ``dependencies``: the keys of the recipes it depends on, so a changed dependency changes
   the keys of what depends on it, and of nothing else.
 
@@ -25,6 +26,7 @@ built, cloned or downloaded to know it.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
 import json
 import os
@@ -67,7 +69,7 @@ class BuildKey:
 def build_keys(plan: CellPlan, builder: Mapping[str, Any]) -> dict[str, BuildKey]:
     """Every recipe's key in the plan's build order, so a dependency's comes before its
     dependents' and goes into theirs."""
-    shared = {"lock": lock_identity(plan), "builder": dict(builder), "variant": plain(plan.cell.variant), "wheelmill": __version__}
+    shared = {"lock": lock_identity(plan), "builder": dict(builder), "variant": plain(plan.cell.variant), "wheelmill": wheelmill_identity()}
     found: dict[str, BuildKey] = {}
     for spec in plan.recipes:
         dependencies = {name: found[name].digest for name in spec.depends_on}
@@ -88,6 +90,12 @@ def _source(source: Source) -> dict[str, Any]:
             return {"sha256": sha256}
         case GitSource(rev=rev, submodules=submodules):
             return {"commit": rev, "submodules": submodules}
+
+
+@functools.cache
+def wheelmill_identity() -> dict[str, str]:
+    """wheelmill itself: its version, and its package's files (once per process)."""
+    return {"version": __version__, "code": tree_hash(Path(__file__).parent)}
 
 
 def recipe_identity(spec: RecipeSpec) -> dict[str, Any]:

@@ -97,10 +97,20 @@ def test_every_input_changes_the_key(project: Path, monkeypatch: pytest.MonkeyPa
         "builder": digests(plan, {"image": {"definition": "0" * 64}}),
         "variant": digests(replace(plan, cell=replace(plan.cell, variant=variant))),
     }
+    with monkeypatch.context() as m:
+        m.setattr(buildkey, "__version__", "99.0")
+        buildkey.wheelmill_identity.cache_clear()
+        changed["wheelmill version"] = digests(plan)
+    code = shutil.copytree(Path(buildkey.__file__).parent, project / "wheelmill-changed", ignore=shutil.ignore_patterns("__pycache__"))
+    (code / "steps" / "build.py").write_text((code / "steps" / "build.py").read_text() + "# a changed flag\n")
+    with monkeypatch.context() as m:
+        m.setattr(buildkey, "__file__", str(code / "buildkey.py"))
+        buildkey.wheelmill_identity.cache_clear()
+        changed["wheelmill code"] = digests(plan)
+    buildkey.wheelmill_identity.cache_clear()
+    assert digests(plan)["example-cpp-ops"] == base
     (project / "locks" / "cpu-py311.txt").write_text((project / "locks" / "cpu-py311.txt").read_text() + "# changed\n")
     changed["committed lock"] = digests(plan)
-    monkeypatch.setattr(buildkey, "__version__", "99.0")
-    changed["wheelmill version"] = digests(plan)
     assert {what: keys["example-cpp-ops"] for what, keys in changed.items() if keys["example-cpp-ops"] == base} == {}
 
 
