@@ -193,10 +193,10 @@ def _git_checkout(ctx: StepContext, git: GitSource, dest: Path) -> str:
     if via != git.url:
         log.note(f"{git.url} is fetched from its mirror {via} (WHEELMILL_GIT_MIRRORS)")
     try:
-        runner.run([*git_argv, "clone", "--quiet", "--no-checkout", "--filter=blob:none", git.url, str(dest)], env=env, log=log)
-        runner.run([*git_argv, "-C", str(dest), "checkout", "--quiet", "--detach", git.rev], env=env, log=log)
+        runner.run([*git_argv, "clone", "--progress", "--no-checkout", "--filter=blob:none", git.url, str(dest)], env=env, log=log)
+        runner.run([*git_argv, "-C", str(dest), "checkout", "--progress", "--detach", git.rev], env=env, log=log)
         if git.submodules:
-            runner.run([*git_argv, "-C", str(dest), "submodule", "update", "--quiet", "--init", "--recursive"], env=env, log=log)
+            runner.run([*git_argv, "-C", str(dest), "submodule", "update", "--progress", "--init", "--recursive"], env=env, log=log)
         head = runner.run(["git", "-C", str(dest), "rev-parse", "HEAD"], env=env, log=log, keep_output=True).output.strip()
     except CommandFailed as failed:
         shutil.rmtree(dest, ignore_errors=True)
