@@ -90,6 +90,8 @@ def test_a_build_compiles_through_the_cache_torch_and_cmake_alike(tmp_path: Path
     assert "CC" not in env and "CXX" not in env
     # sccache runs nvcc's steps under stable names itself; nvcc's own flag for them breaks it.
     assert "--objdir-as-tempdir" not in env["NVCC_APPEND_FLAGS"]
+    # Module ids seeded, not ended in nvcc's process id; one seed for every Python.
+    assert "--frandom-seed=example-cuda-ops" in env["NVCC_APPEND_FLAGS"].split()
     assert "-Xcompiler=-ffile-prefix-map=" in env["NVCC_APPEND_FLAGS"]
 
 
@@ -98,7 +100,7 @@ def test_without_the_cache_a_build_environment_names_none_of_it(tmp_path: Path) 
         env = environment(tmp_path, cache)
         assert not [key for key in env if key.startswith(("SCCACHE_", "CMAKE_", "TORCH_EXTENSION_")) or key == "TMPDIR"], cache
         assert "/o/bin" not in env["PATH"] and str(tmp_path / ".cache" / "bin") not in env["PATH"]
-        assert "--objdir-as-tempdir" in env["NVCC_APPEND_FLAGS"].split()
+        assert {"--objdir-as-tempdir", "--frandom-seed=example-cuda-ops"} <= set(env["NVCC_APPEND_FLAGS"].split())
 
 
 def test_the_server_gets_the_callers_cache_configuration_and_wheelmill_decides_the_rest() -> None:

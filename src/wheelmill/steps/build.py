@@ -162,7 +162,7 @@ def build_environment(
     extra.update(wheel_toolkit_paths(env.root, stable) if spec.family is Family.CUDA else {})
     prefixes = {stable(cell_root): "/wheelmill", **({toolkit.root: "/toolkit"} if toolkit else {})}
     prefixes.update({base: "/python"} if (base := python_home(env.root)) else {})
-    names = [] if cache is not None and cache.active else nvcc_stable_names(toolkit)
+    names = nvcc_stable_names(toolkit, seed=spec.name, cached=cache is not None and cache.active)
     for key, flags in (*prefix_maps(prefixes).items(), ("NVCC_APPEND_FLAGS", names)):
         extra[key] = " ".join([extra[key], *flags] if extra.get(key) else flags)  # after what the recipe sets
     return base_environment([stable(env.bin_dir), *([toolkit.bin_dir] if toolkit else []), *(cache.path() if cache else [])], extra)
@@ -206,16 +206,27 @@ def prefix_maps(prefixes: Mapping[Path, str]) -> dict[str, list[str]]:
     return {"CFLAGS": maps, "CXXFLAGS": maps, "NVCC_APPEND_FLAGS": [f"-Xcompiler={flag}" for flag in maps]}
 
 
-def nvcc_stable_names(toolkit: Toolkit | None) -> list[str]:
-    """nvcc names its intermediate files after its process id (``tmpxft_0000049d_...``), and
-    the names reach the library's symbols: a different build, different bytes. From CUDA
-    12.1 on, ``--objdir-as-tempdir`` names them after the object file instead. Not through
-    the compiler cache: sccache runs nvcc's steps itself, under names of its own that no
-    build changes (the same bytes again), and fatbinary then misses the cubin this flag
-    would have put beside the object."""
-    if toolkit is None or toolkit.family is not Family.CUDA or Version(toolkit.version) < Version("12.1"):
+def nvcc_stable_names(toolkit: Toolkit | None, *, seed: str, cached: bool) -> list[str]:
+    """nvcc's flags that keep its process id out of the library's symbols.
+
+    Each file's module id (in the names of its anonymous namespaces' symbols) ends in the
+    process id of the nvcc that compiled it, unless ``--frandom-seed`` (CUDA 12.9 on) seeds
+    it; the id starts with a hash of the source's path, so one seed for a whole build (the
+    recipe's name, the same for every Python) still gives each file its own. Intermediate
+    files are named after the process id too (``tmpxft_0000049d_...``), unless
+    ``--objdir-as-tempdir`` (CUDA 12.1 on) names them after the object: not through the
+    compiler cache, where sccache runs nvcc's steps under names of its own, and fatbinary
+    would miss the cubin this flag puts beside the object.
+
+    >>> cuda = Toolkit(family=Family.CUDA, root=Path("/t"), version="13.0", compiler=Path("/t/bin/nvcc"))
+    >>> nvcc_stable_names(cuda, seed="my-ops", cached=True), nvcc_stable_names(replace(cuda, version="12.4"), seed="my-ops", cached=False)
+    (['--frandom-seed=my-ops'], ['--objdir-as-tempdir'])
+    """
+    if toolkit is None or toolkit.family is not Family.CUDA:
         return []
-    return ["--objdir-as-tempdir"]
+    version = Version(toolkit.version)
+    names = ["--objdir-as-tempdir"] if version >= Version("12.1") and not cached else []
+    return [*names, f"--frandom-seed={seed}"] if version >= Version("12.9") else names
 
 
 def fill(template: str, values: Mapping[str, str]) -> str:
