@@ -26,6 +26,7 @@ import shutil
 import sys
 import tomllib
 import urllib.parse
+import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,7 @@ from wheelmill.checks.platform import oldest_glibc
 from wheelmill.config import format_size
 from wheelmill.envs import EnvBackend, Target
 from wheelmill.errors import CommandFailed, EnvError, FetchError, IntegrityError, PrecheckError
-from wheelmill.files import write_atomic
+from wheelmill.files import Linked, write_all, write_atomic
 from wheelmill.index.blobs import Blobs
 from wheelmill.index.store import Channel, Published, now_rfc3339, publish
 from wheelmill.net import download, is_transient, sha256_of, split_credentials
@@ -319,6 +320,10 @@ def _built_in(channel: Channel, project: str) -> bool:
 
 def _fetch(wheel: LockedWheel, blobs: Blobs, *, sources: PackageSources, policy: RetryPolicy, log: StepLog) -> None:
     shown = _without_credentials(wheel.url)
+    local = _local_file(wheel.url)
+    if local is not None:
+        _link_local(wheel, local, blobs, log)
+        return
 
     def attempt(_number: int) -> Path:
         return download(wheel.url, blobs.path_of(wheel.sha256), sha256=wheel.sha256, auth=_auth_for(wheel.url, sources), tmp_dir=blobs.incoming)
@@ -337,6 +342,34 @@ def _fetch(wheel: LockedWheel, blobs: Blobs, *, sources: PackageSources, policy:
     except IntegrityError as exc:
         raise IntegrityError(f"mirror: {wheel.filename}: {exc.message}", fix=f"{exc.fix}; the channel is unchanged") from None
     log.note(f"{wheel.filename}: downloaded from {shown}, sha256 {wheel.sha256} as locked")
+
+
+def _local_file(url: str) -> Path | None:
+    """The path of a ``file://`` URL (a package source on this machine's disk), else None.
+
+    >>> _local_file("file:///srv/wheels/files/a-1.0-py3-none-any.whl"), _local_file("https://m.example/a.whl")
+    (PosixPath('/srv/wheels/files/a-1.0-py3-none-any.whl'), None)
+    """
+    parsed = urllib.parse.urlsplit(url)
+    return Path(urllib.request.url2pathname(parsed.path)) if parsed.scheme == "file" else None
+
+
+def _link_local(wheel: LockedWheel, source: Path, blobs: Blobs, log: StepLog) -> None:
+    """A wheel already on this machine's disk: its sha256 checked, then stored as another
+    name of the same file where the file system allows (no second copy of a closure's
+    gigabytes), else copied. A source rewritten in place would change the stored bytes too;
+    ``wheelmill index verify`` finds that, and package sources replace files, not rewrite them."""
+    if not source.is_file():
+        raise FetchError(f"mirror: {source}: no such file (the lock's URL for {wheel.filename})", fix="check the package sources, then lock again")
+    actual = sha256_of(source)
+    if actual != wheel.sha256:
+        raise IntegrityError(
+            f"mirror: {wheel.filename}: {source}: sha256 mismatch: expected {wheel.sha256} (the lock's), got {actual}",
+            fix="the file changed or was tampered with; check the source and lock again only if you trust it; the channel is unchanged",
+        )
+    blobs.path_of(wheel.sha256).parent.mkdir(parents=True, exist_ok=True)
+    write_all({blobs.path_of(wheel.sha256): Linked(source)}, tmp_dir=blobs.incoming)
+    log.note(f"{wheel.filename}: stored from {source} (linked where the file system allows), sha256 {wheel.sha256} as locked")
 
 
 def _publish(channel: Channel, blobs: Blobs, wheel: LockedWheel) -> Published:

@@ -110,7 +110,9 @@ def _sync(tmp: Path) -> None:
 
 
 def _rename(tmp: Path, path: Path) -> None:
-    tmp.chmod(0o644)  # readable by a web server's user
+    mode = tmp.stat().st_mode & 0o7777
+    if mode & 0o444 != 0o444:  # readable by a web server's user; a linked file's mode is its source's too
+        tmp.chmod(mode | 0o444)
     tmp.replace(path)
 
 
