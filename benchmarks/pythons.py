@@ -43,7 +43,7 @@ def timed_build(cells: list[str], recipe: str, output: Path, log: Path) -> float
 
 def build_seconds(report: dict[str, Any]) -> float:
     """The cell's build steps (the compilers' work), without the env, image and tests."""
-    return sum(step["seconds"] for step in report["steps"] if step["step"] == "build")
+    return float(sum(step["seconds"] for step in report["steps"] if step["step"] == "build"))
 
 
 def cache_counts(report: dict[str, Any]) -> str:
