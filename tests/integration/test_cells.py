@@ -128,6 +128,19 @@ def test_cpu_cell_builds_end_to_end(tmp_path: Path) -> None:
     downloads = [path for path, status, _size in requests if path.endswith(".whl")]
     assert all(status == 200 and path.startswith("/cpu/") for path, status, _size in requests), requests
     assert any("torch-2.13.0" in path for path in downloads) and any("filelock" in path for path in downloads)
+    _conda_env_runs_the_cell(tmp_path)
+
+
+def _conda_env_runs_the_cell(output: Path) -> None:
+    """The README's conda commands: the channel's wheels and this machine's CPython as a
+    conda channel, an env made from it alone, and the extensions run in it."""
+    env = {**os.environ, "WHEELMILL_OUTPUT": str(output)}
+    for args in (["seed", "--cell", "cpu-py311"], ["create", str(output / "conda-env"), "example-cpp-ops", "torchsort"]):
+        done = subprocess.run([sys.executable, "-m", "wheelmill", "conda", *args], cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=900)
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert "example-cpp-ops 0.1.0 cpu_py311_0" in done.stdout and "torch 2.13.0 cpu_py311_0" in done.stdout
+    smoke = subprocess.run([str(output / "conda-env" / "bin" / "python"), "-c", SMOKE], capture_output=True, text=True, check=False, env=isolated_env())
+    assert smoke.returncode == 0 and "smoke ok" in smoke.stdout, smoke.stderr[-2000:]
 
 
 @pytest.mark.cuda

@@ -23,7 +23,7 @@ from types import FrameType
 from typing import NoReturn
 
 from wheelmill import __version__
-from wheelmill.cli import build, doctor, image, index, release
+from wheelmill.cli import build, conda, doctor, image, index, release
 from wheelmill.cli.common import Parser, print_error
 from wheelmill.errors import InternalError, Interrupted, WheelmillError
 from wheelmill.process import StepLog
@@ -37,7 +37,7 @@ def build_parser() -> Parser:
     parser.add_argument("--recipes", type=Path, default=None, help="the recipes directory (default: $WHEELMILL_RECIPES or recipes)")
     parser.add_argument("--output", type=Path, default=None, help="output root (default: $WHEELMILL_OUTPUT or wheels)")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for group in (build, index, image, release, doctor):
+    for group in (build, index, conda, image, release, doctor):
         group.register(commands)
     return parser
 
@@ -85,5 +85,17 @@ def _crash_log(exc: Exception) -> Path:
     return Path(name)
 
 
+# Native modules whose background threads outlive a command: py-rattler's runtime may call
+# into the interpreter while it finalizes, and a finished command then dies at its exit
+# (SIGABRT or SIGSEGV, one run in ten here). After one of them ran, the command ends at once
+# instead: everything it wrote is closed by then, and only stdout and stderr need a flush.
+_EXIT_AT_ONCE_AFTER = ("rattler", "rattler_build")
+
+
 def entry() -> NoReturn:
-    sys.exit(main())
+    code = main()
+    if any(name in sys.modules for name in _EXIT_AT_ONCE_AFTER):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

@@ -45,10 +45,12 @@ from wheelmill.versions import Track
 from wheelmill.wheelfile import WheelInfo, read_wheel
 
 # A variant's channel (cu118), or one in a track other than the release track (test/cu118,
-# nightly/cu118); the track names and the release records' directory are no channels.
+# nightly/cu118); the track names, the release records' and the conda channels' directories
+# are no channels.
 TRACK_DIRS = tuple(t.value for t in Track if t is not Track.RELEASE)
 RECORDS_DIR = "releases"
-RESERVED = (*TRACK_DIRS, RECORDS_DIR)
+CONDA_DIR = "conda"  # the conda channels beside the wheel channels (wheelmill.conda.channel)
+RESERVED = (*TRACK_DIRS, RECORDS_DIR, CONDA_DIR)
 T = TypeVar("T")
 _CHANNEL = re.compile(rf"^(?:(?:{'|'.join(TRACK_DIRS)})/)?[a-z0-9][a-z0-9.+_-]*$")
 

@@ -1,0 +1,100 @@
+"""A local conda channel: ``<root>/<subdir>/<package>.conda`` and each subdir's
+``repodata.json``, written by py-rattler's indexer. Immutable like the wheel index: the same
+bytes under a published name are a no-op, other bytes are refused. One writer at a time; a
+package is renamed into place whole, and the index is rewritten after it, so a killed
+writer leaves a package the next write (or ``wheelmill conda index``) lists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from wheelmill.errors import IndexConflict, IndexWriteError
+from wheelmill.files import Linked, file_lock, write_all
+from wheelmill.index.store import CONDA_DIR
+from wheelmill.net import sha256_of
+
+SUBDIRS = ("linux-64", "noarch")  # a channel indexes noarch even where it has none: solvers read both
+
+
+class Outcome(StrEnum):
+    ADDED = "added"
+    UNCHANGED = "unchanged"  # the same bytes were there
+
+
+@dataclass(frozen=True, kw_only=True)
+class Added:
+    path: Path
+    outcome: Outcome
+
+
+def conda_channel_root(index_root: Path, channel: str) -> Path:
+    """A variant's conda channel beside its wheel channel: ``<index>/conda/cu130``."""
+    return index_root / CONDA_DIR / channel
+
+
+class CondaChannel:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    @property
+    def url(self) -> str:
+        return self.root.resolve().as_uri()
+
+    def add(self, packages: list[Path]) -> list[Added]:
+        """Each package into its subdir (the directory it was written to names it), then the
+        channel indexed once."""
+        with self._locked():
+            added = [self._add_one(package) for package in packages]
+            self._index()
+        return added
+
+    def reindex(self) -> None:
+        with self._locked():
+            self._index()
+
+    def _add_one(self, package: Path) -> Added:
+        subdir = package.parent.name
+        if subdir not in SUBDIRS:
+            raise IndexWriteError(f"{package}: not in a subdir of {', '.join(SUBDIRS)}", fix="write packages into <dir>/linux-64 or <dir>/noarch")
+        target = self.root / subdir / package.name
+        if target.exists():
+            if sha256_of(target) == sha256_of(package):
+                return Added(path=target, outcome=Outcome.UNCHANGED)
+            raise IndexConflict(
+                f"{target}: already published with other bytes",
+                fix="published packages are immutable: raise the build number (or the version) to publish a new build",
+            )
+        write_all({target: Linked(package)})  # the temporary's name ends in .part: no indexer lists it
+        return Added(path=target, outcome=Outcome.ADDED)
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        try:
+            for subdir in SUBDIRS:
+                (self.root / subdir).mkdir(parents=True, exist_ok=True)
+            with file_lock(self.root / ".lock"):
+                yield
+        except OSError as exc:
+            raise IndexWriteError(
+                f"{self.root}: cannot write the conda channel: {exc.strerror or exc} ({exc.filename or self.root})",
+                fix="free space, or make the index root writable (WHEELMILL_INDEX_ROOT)",
+            ) from None
+
+    def _index(self) -> None:
+        from rattler.exceptions import CacheDirError, IoError  # noqa: PLC0415 - a native module: loaded when used
+        from rattler.index import index_fs  # noqa: PLC0415
+
+        try:
+            asyncio.run(index_fs(self.root, write_zst=False, write_shards=False, force=True))
+        except (CacheDirError, IoError) as exc:
+            fix = "free space or make the channel writable; then run wheelmill conda index"
+            raise IndexWriteError(f"{self.root}: cannot index the conda channel: {exc}", fix=fix) from None
+
+    def packages(self) -> list[Path]:
+        return sorted(p for subdir in SUBDIRS for p in (self.root / subdir).glob("*.conda"))

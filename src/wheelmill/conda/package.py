@@ -1,0 +1,241 @@
+"""A wheel as a conda package: what conda users select by (a build string naming the variant,
+the exact torch, ``python_abi``, ``__cuda`` and ``cuda-version`` for CUDA builds, a higher
+build number for GPU builds), decided by pure functions; the files staged where conda puts
+them; the archive written by py-rattler-build with a fixed timestamp, so the same wheel
+gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import shutil
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from wheelmill.errors import InvalidWheel
+from wheelmill.variants import Family, Variant
+from wheelmill.wheelfile import WheelInfo, read_wheel
+
+# Solvers prefer the higher build number among equal versions: a GPU build wins wherever
+# its ``__cuda`` requirement is met, the CPU build everywhere else (conda-forge's way).
+GPU_BUILD_OFFSET = 100
+PURE_BUILD = "py"  # the build string stem of a noarch python package
+SUBDIR = "linux-64"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CondaTarget:
+    """What a wheel is repackaged for: the cell's variant and Python."""
+
+    variant: str  # cuda130, cuda130-sm90, cpu
+    label: str  # the wheels' local label: cu130, cu130.sm90, cpu
+    python: str  # 3.11
+    cuda: str | None = None  # the toolkit's major.minor, for a CUDA variant
+    gpu: bool = False
+
+    @classmethod
+    def of(cls, variant: Variant, python: str) -> CondaTarget:
+        cuda = variant.toolkit_short if variant.family is Family.CUDA else None
+        return cls(variant=variant.name, label=variant.wheel_label, python=python, cuda=cuda, gpu=variant.family is not Family.CPU)
+
+    @property
+    def py_tag(self) -> str:
+        return "py" + self.python.replace(".", "")
+
+    @property
+    def build_stem(self) -> str:
+        """``cuda130_py311``: conda build strings allow no ``-``."""
+        return f"{self.variant.replace('-', '_').replace('.', '_')}_{self.py_tag}"
+
+    def markers(self) -> dict[str, str]:
+        """The PEP 508 environment a requirement's marker is evaluated in: the cell's."""
+        return {
+            "python_version": self.python,
+            "python_full_version": f"{self.python}.0",
+            "implementation_name": "cpython",
+            "platform_python_implementation": "CPython",
+            "sys_platform": "linux",
+            "platform_system": "Linux",
+            "platform_machine": "x86_64",
+            "os_name": "posix",
+            "extra": "",
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class CondaMeta:
+    """A conda package's identity and dependencies (its ``info/index.json``)."""
+
+    name: str
+    version: str
+    build: str
+    build_number: int
+    noarch: bool
+    depends: tuple[str, ...]
+    constrains: tuple[str, ...] = ()
+    summary: str = ""
+    license: str | None = None
+
+    @property
+    def subdir(self) -> str:
+        return "noarch" if self.noarch else SUBDIR
+
+    @property
+    def filename(self) -> str:
+        return f"{self.name}-{self.version}-{self.build}.conda"
+
+
+def is_pure(info: WheelInfo) -> bool:
+    """A wheel for every Python and platform (``py3-none-any``): one noarch package serves all."""
+    return all(tag.abi == "none" and tag.platform == "any" for tag in info.tags)
+
+
+def conda_meta(info: WheelInfo, target: CondaTarget, *, build_number: int = 0) -> CondaMeta:
+    """The package a wheel becomes for ``target``: pure wheels as noarch python packages,
+    the rest per variant and Python, with a local label moved into the build string."""
+    version = info.version.public
+    depends = [spec for req in info.requirements() if (spec := conda_spec(req, target)) is not None]
+    summary, license_ = str(info.headers.get("Summary", "")), info.headers.get("License-Expression") or info.headers.get("License")
+    if is_pure(info):
+        python = f"python {info.requires_python}".strip() if info.requires_python else "python"
+        return CondaMeta(
+            name=info.name, version=version, build=f"{PURE_BUILD}_{build_number}", build_number=build_number, noarch=True,
+            depends=(python, *depends), summary=summary, license=_short(license_),
+        )  # fmt: skip
+    number = build_number + (GPU_BUILD_OFFSET if target.gpu and info.version.local else 0)
+    depends = [*python_depends(target), *depends]
+    constrains: list[str] = []
+    if target.cuda and info.version.local:
+        major = target.cuda.split(".")[0]
+        depends.append(f"__cuda >={target.cuda}")
+        constrains.append(f"cuda-version >={target.cuda},<{int(major) + 1}")
+    build = f"{target.build_stem}_{number}" if info.version.local else f"{target.py_tag}_{number}"
+    return CondaMeta(
+        name=info.name, version=version, build=build, build_number=number, noarch=False,
+        depends=tuple(depends), constrains=tuple(constrains), summary=summary, license=_short(license_),
+    )  # fmt: skip
+
+
+def python_depends(target: CondaTarget) -> tuple[str, ...]:
+    """What ties a compiled package to one CPython: its minor version and its ABI.
+
+    >>> python_depends(CondaTarget(variant="cpu", label="cpu", python="3.11"))
+    ('python >=3.11,<3.12.0a0', 'python_abi 3.11.* *_cp311')
+    """
+    major, minor = target.python.split(".")
+    tag = f"cp{major}{minor}"
+    return (f"python >={target.python},<{major}.{int(minor) + 1}.0a0", f"python_abi {target.python}.* *_{tag}")
+
+
+def conda_spec(req: Requirement, target: CondaTarget) -> str | None:
+    """A ``Requires-Dist`` as a conda match spec, or None where its marker excludes the cell.
+    An exact pin to a local version (``torch==2.14.1+cu130``) pins the same version built for
+    the cell's variant.
+
+    >>> t = CondaTarget(variant="cuda130", label="cu130", python="3.11", cuda="13.0", gpu=True)
+    >>> conda_spec(Requirement("torch==2.14.1+cu130"), t)
+    'torch ==2.14.1 cuda130_py311_*'
+    >>> conda_spec(Requirement("numpy>=1.21,<3"), t)
+    'numpy <3,>=1.21'
+    >>> conda_spec(Requirement("pytest; extra == 'test'"), t) is None
+    True
+    """
+    if req.marker is not None and not req.marker.evaluate(target.markers()):
+        return None
+    name = canonicalize_name(req.name)
+    specs, local = [], False
+    for spec in sorted(req.specifier, key=str):
+        version = spec.version
+        if spec.operator in ("==", "===") and "+" in version:
+            version, local = Version(version).public, True
+        operator = "==" if spec.operator == "===" else spec.operator
+        specs.append(f"{operator}{version}")
+    text = " ".join([name, ",".join(specs)]).strip()
+    return f"{text} {target.build_stem}_*" if local else text
+
+
+def _short(text: str | None) -> str | None:
+    """A license field as conda shows it: one line (some wheels carry the whole text)."""
+    if not text:
+        return None
+    first = text.strip().splitlines()[0].strip()
+    return first[:120] if first else None
+
+
+@dataclass(frozen=True)
+class Staged:
+    root: Path
+    timestamp: datetime.datetime
+
+
+def stage_wheel(info: WheelInfo, meta: CondaMeta, target: CondaTarget, dest: Path) -> Staged:
+    """The wheel's files where conda installs them: ``site-packages/`` for a noarch package
+    (the installer places it for the env's Python), else ``lib/pythonX.Y/site-packages``;
+    ``.data/scripts`` to ``bin``, ``.data/data`` to the prefix. The dist-info stays, so pip
+    sees the package, with ``INSTALLER`` saying conda put it there."""
+    site = PurePosixPath("site-packages") if meta.noarch else PurePosixPath(f"lib/python{target.python}/site-packages")
+    scripts = PurePosixPath("python-scripts") if meta.noarch else PurePosixPath("bin")
+    data_dir = f"{info.dist_info.removesuffix('.dist-info')}.data/"
+    newest = (1980, 1, 1, 0, 0, 0)
+    with zipfile.ZipFile(info.path) as zf:
+        for item in zf.infolist():
+            if item.is_dir():
+                continue
+            newest = max(newest, item.date_time)
+            where = _placed(item.filename, data_dir, site, scripts, target)
+            if where is None:
+                continue
+            out = dest / where
+            _check_inside(out, dest, info.path)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(item) as src, out.open("wb") as sink:
+                shutil.copyfileobj(src, sink)
+            if item.external_attr >> 16 & 0o111 or where.parent.name == scripts.name:
+                out.chmod(0o755)
+    (dest / site / info.dist_info / "INSTALLER").write_text("conda\n", encoding="utf-8")
+    return Staged(dest, datetime.datetime(*newest, tzinfo=datetime.UTC))
+
+
+def _placed(name: str, data_dir: str, site: PurePosixPath, scripts: PurePosixPath, target: CondaTarget) -> PurePosixPath | None:
+    if not name.startswith(data_dir):
+        return site / name
+    kind, _, rest = name.removeprefix(data_dir).partition("/")
+    places = {"purelib": site, "platlib": site, "scripts": scripts, "data": PurePosixPath(".")}
+    if kind == "headers":
+        return PurePosixPath(f"include/python{target.python}") / rest
+    return places[kind] / rest if kind in places and rest else None
+
+
+def _check_inside(path: Path, root: Path, wheel: Path) -> None:
+    if not path.resolve().is_relative_to(root.resolve()):
+        raise InvalidWheel(f"{wheel}: member {path.relative_to(root)} points outside the package", fix="rebuild the wheel")
+
+
+def package_wheel(wheel: Path, target: CondaTarget, out_dir: Path, work: Path, *, build_number: int = 0, compression: int = 3) -> tuple[Path, CondaMeta]:
+    """Write ``wheel`` as a ``.conda`` package into ``out_dir/<subdir>/``, staged under ``work``."""
+    from rattler_build import assemble_package  # noqa: PLC0415 - a 30 MB native module: loaded when used
+
+    info = read_wheel(wheel)
+    meta = conda_meta(info, target, build_number=build_number)
+    stage = work / f"{meta.name}-{meta.build}"
+    if stage.exists():
+        shutil.rmtree(stage)
+    staged = stage_wheel(info, meta, target, stage)
+    (out_dir / meta.subdir).mkdir(parents=True, exist_ok=True)
+    made = assemble_package(
+        name=meta.name, version=meta.version, target_platform=meta.subdir, build_string=meta.build, output_dir=out_dir / meta.subdir,
+        files_dir=staged.root, depends=list(meta.depends), constrains=list(meta.constrains), build_number=meta.build_number,
+        noarch="python" if meta.noarch else None, summary=meta.summary or None, license=meta.license,
+        timestamp=staged.timestamp, compression_level=compression, compression_threads=1,
+    )  # fmt: skip
+    shutil.rmtree(stage)
+    return Path(made.path), meta
+
+
+def describe(meta: CondaMeta) -> str:
+    return f"{meta.subdir}/{meta.filename} ({', '.join(meta.depends)})"

@@ -1,0 +1,77 @@
+"""Solving and creating conda envs with py-rattler, on this machine: which packages a spec
+gets from the configured channels for the given virtual packages (``__cuda`` present or
+not), and an env made from them. No conda, no network beyond the channels' URLs."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from wheelmill.errors import EnvError, FetchError, UsageError
+
+if TYPE_CHECKING:
+    from rattler import RepoDataRecord
+
+
+@dataclass(frozen=True, kw_only=True)
+class Picked:
+    """One package of a solution, as a solver's summary names it."""
+
+    name: str
+    version: str
+    build: str
+    channel: str
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.version} {self.build}"
+
+
+def solve(channels: Sequence[str], specs: Sequence[str], *, cuda: str | None = None) -> list[RepoDataRecord]:
+    """The records ``specs`` resolve to from ``channels`` on linux-64, as on a machine whose
+    driver supports CUDA ``cuda`` (``__cuda``), or none where it is None. Channels are not
+    ranked: each variant has its own, and a CUDA channel listed first must not hide the CPU
+    build from a machine without a GPU (versions and build numbers decide)."""
+    import rattler  # noqa: PLC0415 - a native module of a tenth of a second: loaded when used
+    from rattler.exceptions import GatewayError, InvalidMatchSpecError, SolverError  # noqa: PLC0415
+
+    virtual = [rattler.GenericVirtualPackage(rattler.PackageName("__cuda"), rattler.Version(cuda), rattler.BuildString("0"))] if cuda else []
+    virtual += [rattler.GenericVirtualPackage(rattler.PackageName("__unix"), rattler.Version("0"), rattler.BuildString("0"))]
+    sources = [rattler.Channel(url) for url in channels]
+    unranked = rattler.ChannelPriority.Disabled
+    try:
+        return asyncio.run(
+            rattler.solve(sources=sources, specs=list(specs), platforms=["linux-64", "noarch"], virtual_packages=virtual, channel_priority=unranked)
+        )
+    except InvalidMatchSpecError as exc:
+        raise UsageError(f"conda: not a match spec: {_first(exc)}", fix="write specs as conda does: 'torch', 'torch 2.14.*', 'python 3.11.*'") from None
+    except SolverError as exc:
+        fix = "seed the channel (wheelmill conda seed) or correct the spec"
+        raise EnvError(f"conda: {' '.join(specs)} cannot be solved from {', '.join(channels)}: {_first(exc)}", fix=fix) from None
+    except GatewayError as exc:  # a channel it could not read: unreachable, not indexed, not a channel
+        fix = "check the channel URL (--channel, WHEELMILL_CONDA_CHANNELS) and that it is indexed (wheelmill conda index)"
+        raise FetchError(f"conda: cannot read a channel of {', '.join(channels)}: {_first(exc)}", fix=fix) from None
+
+
+def picked(records: Sequence[RepoDataRecord]) -> list[Picked]:
+    return sorted((Picked(name=r.name.normalized, version=str(r.version), build=str(r.build), channel=str(r.channel)) for r in records), key=lambda p: p.name)
+
+
+def create(prefix: Path, records: Sequence[RepoDataRecord], *, cache_dir: Path) -> None:
+    """An env at ``prefix`` holding exactly ``records`` (a new one where none is)."""
+    import rattler  # noqa: PLC0415 - see solve
+    from rattler.exceptions import InstallerError, IoError, LinkError, TransactionError  # noqa: PLC0415
+
+    try:
+        asyncio.run(rattler.install(list(records), target_prefix=prefix, cache_dir=cache_dir, show_progress=False, execute_link_scripts=False))
+    except (InstallerError, IoError, LinkError, TransactionError, OSError) as exc:
+        raise EnvError(
+            f"conda: cannot create the env at {prefix}: {_first(exc)}", fix="check the channel's packages (wheelmill conda index) and free space"
+        ) from None
+
+
+def _first(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return "; ".join(lines[:3]) if lines else type(exc).__name__

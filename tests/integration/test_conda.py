@@ -1,0 +1,107 @@
+"""Conda channels beside the wheel index, through the command as a user runs it: seeded with
+this machine's CPython and a channel's wheels, solved by ``__cuda``, made into envs, offline.
+py-rattler runs in the command's process only (its threads may outlive a finished call)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_cells import ROOT
+from tests.wheels import make_wheel
+
+pytestmark = pytest.mark.integration
+LINUX = "cp311-cp311-manylinux_2_28_x86_64"
+
+
+def wheelmill(*args: str | Path, output: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "WHEELMILL_OUTPUT": str(output)}
+    env.pop("WHEELMILL_CONDA_CHANNELS", None)
+    command = [sys.executable, "-m", "wheelmill", *map(str, args)]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+
+
+def _variant_wheels(where: Path, label: str, torch: str) -> Path:
+    """A variant's torch and an extension pinned to it: small, but real wheels."""
+    make_wheel(where, "torch", f"{torch}+{label}", tag=LINUX, requires=["filelock"], files={"torch/__init__.py": f"__version__ = '{torch}+{label}'\n".encode()})
+    make_wheel(where, "ops", f"0.1.0+{label}", tag=LINUX, requires=[f"torch=={torch}+{label}"], files={"ops/__init__.py": f"LABEL = '{label}'\n".encode()})
+    make_wheel(where, "filelock", "3.16.1", tag="py3-none-any", files={"filelock/__init__.py": b""})
+    make_wheel(where, "other", "1.0", tag="cp312-cp312-manylinux_2_28_x86_64")  # another Python's: left out
+    return where
+
+
+@pytest.fixture(scope="module")
+def channels(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("conda")
+    cpu, cuda = root / "conda" / "cpu", root / "conda" / "cu130"
+    made = (("cpu-py311", cpu, _variant_wheels(root / "w-cpu", "cpu", "2.13.0")), ("cuda130-py311", cuda, _variant_wheels(root / "w-cu130", "cu130", "2.14.1")))
+    for cell, channel, wheels in made:
+        done = wheelmill("conda", "seed", "--cell", cell, "--wheels", wheels, "--channel", channel, output=root)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "5 packages added, 0 already there, 1 wheels for other Pythons left out" in done.stdout
+    return cpu, cuda
+
+
+def _solve(channels: tuple[Path, Path], *extra: str) -> str:
+    cpu, cuda = channels
+    done = wheelmill("conda", "solve", "ops", "--channel", cuda, "--channel", cpu, *extra, output=cpu.parent)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_a_solve_picks_the_cuda_build_only_where_a_cuda_driver_is(channels: tuple[Path, Path]) -> None:
+    """Both channels offer ops 0.1.0; the CUDA build ranks higher but needs ``__cuda``."""
+    without = _solve(channels)
+    assert "ops 0.1.0 cpu_py311_0" in without and "torch 2.13.0 cpu_py311_0" in without
+    assert "python 3.11." in without and "python_abi 3.11 0_cp311" in without and "filelock 3.16.1 py_0" in without
+    with_gpu = _solve(channels, "--cuda", "13.0")
+    assert "ops 0.1.0 cuda130_py311_100" in with_gpu and "torch 2.14.1 cuda130_py311_100" in with_gpu
+    assert "ops 0.1.0 cpu_py311_0" in _solve(channels, "--cuda", "12.8"), "a driver older than the build's CUDA gets the CPU build"
+
+
+def test_an_env_made_from_the_channel_runs_its_python_and_packages(channels: tuple[Path, Path], tmp_path: Path) -> None:
+    cpu, _cuda = channels
+    prefix = tmp_path / "env"
+    done = wheelmill("conda", "create", prefix, "ops", "--channel", cpu, output=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    script = "import sys, sysconfig, ops, torch, filelock; print(json.dumps([sys.prefix, sysconfig.get_paths()['include'], ops.LABEL, torch.__version__]))"
+    ran = subprocess.run([prefix / "bin" / "python", "-c", f"import json; {script}"], capture_output=True, text=True, check=False, env={"PATH": "/bin"})
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout) == [str(prefix), str(prefix / "include" / "python3.11"), "cpu", "2.13.0+cpu"], "the interpreter's prefix is the env's"
+
+
+def test_seeding_again_adds_nothing_and_other_bytes_under_a_published_name_are_refused(channels: tuple[Path, Path], tmp_path: Path) -> None:
+    cpu, _cuda = channels
+    before = {p.name: p.stat().st_mtime_ns for p in cpu.glob("*/*.conda")}
+    again = wheelmill("conda", "seed", "--cell", "cpu-py311", "--wheels", cpu.parent.parent / "w-cpu", "--channel", cpu, output=tmp_path)
+    assert again.returncode == 0 and "0 packages added, 5 already there" in again.stdout, again.stdout + again.stderr
+    assert {p.name: p.stat().st_mtime_ns for p in cpu.glob("*/*.conda")} == before
+    other_bytes = {"ops/__init__.py": b"LABEL = 'other bytes'\n"}
+    changed = make_wheel(tmp_path / "changed", "ops", "0.1.0+cpu", tag=LINUX, requires=["torch==2.13.0+cpu"], files=other_bytes)
+    refused = wheelmill("conda", "package", "--cell", "cpu-py311", changed, "--channel", cpu, output=tmp_path)
+    assert refused.returncode == 14, refused.stdout + refused.stderr
+    assert refused.stderr.count("\n") == 1 and "ops-0.1.0-cpu_py311_0.conda: already published with other bytes" in refused.stderr
+    assert {p.name: p.stat().st_mtime_ns for p in cpu.glob("*/*.conda")} == before
+
+
+def test_an_unreachable_channel_is_one_line_naming_it(tmp_path: Path) -> None:
+    done = wheelmill("conda", "solve", "ops", "--channel", "http://127.0.0.1:9/nowhere", output=tmp_path)
+    assert done.returncode == 6, done.stdout + done.stderr
+    assert done.stderr.count("\n") == 1 and "http://127.0.0.1:9/nowhere" in done.stderr and "fix:" in done.stderr
+    missing = wheelmill("conda", "solve", "nosuch", "--channel", tmp_path / "none", output=tmp_path)
+    assert missing.returncode in (6, 8) and missing.stderr.count("\n") == 1, missing.stderr
+
+
+def test_the_same_wheel_gives_the_same_package_bytes_anywhere(channels: tuple[Path, Path], tmp_path: Path) -> None:
+    cpu, _cuda = channels
+    (wheel,) = (cpu.parent.parent / "w-cpu").glob("ops-*.whl")
+    elsewhere = tmp_path / "deeper" / "channel"
+    done = wheelmill("conda", "package", "--cell", "cpu-py311", wheel, "--channel", elsewhere, output=tmp_path)
+    assert done.returncode == 0 and "added: linux-64/ops-0.1.0-cpu_py311_0.conda" in done.stdout, done.stdout + done.stderr
+    name = "linux-64/ops-0.1.0-cpu_py311_0.conda"
+    assert (elsewhere / name).read_bytes() == (cpu / name).read_bytes()

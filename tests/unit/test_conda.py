@@ -1,0 +1,99 @@
+"""A wheel as a conda package: the metadata solvers select by, and where its files go. Pure:
+nothing here loads py-rattler (that is the integration tests', through the command)."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.wheels import make_wheel
+from wheelmill.conda.package import GPU_BUILD_OFFSET, CondaTarget, conda_meta, stage_wheel
+from wheelmill.conda.seed import fits
+from wheelmill.errors import InvalidWheel
+from wheelmill.matrix import load_matrix
+from wheelmill.wheelfile import read_wheel
+
+CPU = CondaTarget(variant="cpu", label="cpu", python="3.11")
+CUDA = CondaTarget(variant="cuda130", label="cu130", python="3.11", cuda="13.0", gpu=True)
+
+
+def _ops(tmp_path: Path, label: str, torch: str) -> Path:
+    return make_wheel(
+        tmp_path / label, "example-cpp-ops", f"0.1.0+{label}", tag="cp311-cp311-manylinux_2_28_x86_64",
+        requires=[f"torch=={torch}", "numpy>=1.21,<3", "pytest; extra == 'test'", "tomli; python_version < '3.11'"],
+        files={"example_cpp_ops/__init__.py": b"", "example_cpp_ops/_C.so": b"\x7fELF"},
+    )  # fmt: skip
+
+
+def test_a_cpu_build_names_its_variant_pins_torch_and_its_python_abi(tmp_path: Path) -> None:
+    meta = conda_meta(read_wheel(_ops(tmp_path, "cpu", "2.13.0+cpu")), CPU)
+    assert (meta.name, meta.version, meta.build, meta.build_number, meta.subdir) == ("example-cpp-ops", "0.1.0", "cpu_py311_0", 0, "linux-64")
+    assert meta.depends == ("python >=3.11,<3.12.0a0", "python_abi 3.11.* *_cp311", "torch ==2.13.0 cpu_py311_*", "numpy <3,>=1.21")
+    assert meta.constrains == ()
+    assert meta.filename == "example-cpp-ops-0.1.0-cpu_py311_0.conda"
+
+
+def test_a_cuda_build_needs_a_cuda_driver_and_ranks_above_the_cpu_build(tmp_path: Path) -> None:
+    cpu = conda_meta(read_wheel(_ops(tmp_path, "cpu", "2.13.0+cpu")), CPU)
+    cuda = conda_meta(read_wheel(_ops(tmp_path, "cu130", "2.14.1+cu130")), CUDA)
+    assert cuda.build == f"cuda130_py311_{GPU_BUILD_OFFSET}" and cuda.build_number > cpu.build_number
+    assert "__cuda >=13.0" in cuda.depends and "torch ==2.14.1 cuda130_py311_*" in cuda.depends
+    assert cuda.constrains == ("cuda-version >=13.0,<14",)
+
+
+def test_a_pure_wheel_is_one_noarch_package_for_every_python(tmp_path: Path) -> None:
+    pure = make_wheel(tmp_path, "filelock", "3.16.1", tag="py3-none-any", requires_python=">=3.9", requires=["typing-extensions>=4; python_version < '3.11'"])
+    meta = conda_meta(read_wheel(pure), CUDA)
+    assert (meta.subdir, meta.build, meta.depends) == ("noarch", "py_0", ("python >=3.9",))
+    assert "__cuda >=13.0" not in meta.depends
+
+
+def test_a_compiled_wheel_without_a_label_is_no_variant_build(tmp_path: Path) -> None:
+    """numpy from PyPI, say: the same for every variant, so no __cuda and no GPU rank."""
+    numpy = make_wheel(tmp_path, "numpy", "2.1.0", tag="cp311-cp311-manylinux_2_17_x86_64")
+    meta = conda_meta(read_wheel(numpy), CUDA)
+    assert (meta.build, meta.build_number) == ("py311_0", 0)
+    assert not any(d.startswith("__cuda") for d in meta.depends)
+
+
+def test_a_slim_variant_names_its_arch_in_the_build_string(repo_root: Path) -> None:
+    matrix = load_matrix(repo_root / "recipes" / "matrix.toml")
+    slim = next(v for v in matrix.variants.values() if v.slim_tag)
+    target = CondaTarget.of(slim, "3.11")
+    assert target.build_stem == f"{slim.name.replace('-', '_')}_py311" and "-" not in target.build_stem
+    assert target.gpu and target.cuda == slim.toolkit_short
+
+
+def test_files_go_where_conda_puts_them(tmp_path: Path) -> None:
+    wheel = make_wheel(
+        tmp_path, "tool", "1.0+cpu", tag="cp311-cp311-manylinux_2_28_x86_64",
+        files={"tool/__init__.py": b"", "tool-1.0+cpu.data/scripts/run-tool": b"#!python\n", "tool-1.0+cpu.data/data/share/tool/x.txt": b"x"},
+    )  # fmt: skip
+    info = read_wheel(wheel)
+    staged = stage_wheel(info, conda_meta(info, CPU), CPU, tmp_path / "stage")
+    site = staged.root / "lib/python3.11/site-packages"
+    assert (site / "tool/__init__.py").is_file()
+    assert (staged.root / "bin/run-tool").stat().st_mode & 0o111
+    assert (staged.root / "share/tool/x.txt").read_text() == "x"
+    assert (site / "tool-1.0+cpu.dist-info/INSTALLER").read_text() == "conda\n"
+    assert staged.timestamp.year >= 1980  # the newest member's time: the same wheel, the same archive
+
+
+def test_a_member_outside_the_package_is_refused(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path, "evil", "1.0", tag="py3-none-any", files={"evil/__init__.py": b""})
+    with zipfile.ZipFile(wheel, "a") as zf:
+        zf.writestr("../../escape.txt", b"x")
+    info = read_wheel(wheel)
+    with pytest.raises(InvalidWheel, match="points outside the package"):
+        stage_wheel(info, conda_meta(info, CPU), CPU, tmp_path / "stage")
+    assert not (tmp_path / "escape.txt").exists()
+
+
+def test_which_wheels_a_python_takes(tmp_path: Path) -> None:
+    def info(tag: str) -> bool:
+        return fits(read_wheel(make_wheel(tmp_path / tag, "x", "1", tag=tag)), "3.11")
+
+    assert info("cp311-cp311-manylinux_2_28_x86_64") and info("py3-none-any") and info("cp39-abi3-manylinux2014_x86_64")
+    assert not info("cp312-cp312-manylinux_2_28_x86_64") and not info("cp311-cp311-manylinux_2_28_aarch64") and not info("cp312-abi3-manylinux2014_x86_64")
