@@ -134,11 +134,16 @@ def test_cpu_cell_builds_end_to_end(tmp_path: Path) -> None:
 def _conda_env_runs_the_cell(output: Path) -> None:
     """The README's conda commands: the channel's wheels and this machine's CPython as a
     conda channel, an env made from it alone, and the extensions run in it."""
+    published = sorted(p.name for p in (output / "index" / "conda" / "cpu").glob("*/*.conda"))
+    assert published == ["example-cpp-ops-0.1.0-cpu_py311_0.conda", "torchsort-0.1.10-cpu_py311_0.conda"], "the publish step made them"
     env = {**os.environ, "WHEELMILL_OUTPUT": str(output)}
+    outputs = []
     for args in (["seed", "--cell", "cpu-py311"], ["create", str(output / "conda-env"), "example-cpp-ops", "torchsort"]):
         done = subprocess.run([sys.executable, "-m", "wheelmill", "conda", *args], cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=900)
         assert done.returncode == 0, done.stdout + done.stderr
-    assert "example-cpp-ops 0.1.0 cpu_py311_0" in done.stdout and "torch 2.13.0 cpu_py311_0" in done.stdout
+        outputs.append(done.stdout)
+    assert " packages added, 2 already there," in outputs[0], outputs[0]
+    assert "example-cpp-ops 0.1.0 cpu_py311_0" in outputs[1] and "torch 2.13.0 cpu_py311_0" in outputs[1]
     smoke = subprocess.run([str(output / "conda-env" / "bin" / "python"), "-c", SMOKE], capture_output=True, text=True, check=False, env=isolated_env())
     assert smoke.returncode == 0 and "smoke ok" in smoke.stdout, smoke.stderr[-2000:]
 

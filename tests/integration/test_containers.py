@@ -186,17 +186,6 @@ def test_a_cpython_source_out_of_reach_is_named_with_its_fix(podman: str, recipe
     assert tag.group(1) not in images
 
 
-def test_the_cuda_example_builds_in_a_container_with_pips_nvcc(podman: str, tmp_path: Path) -> None:
-    result = build(tmp_path, "--cell", "cuda130-py311", "--recipe", "example-cuda-ops")
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
-    data = report(tmp_path, "cuda130-py311")
-    toolkit = next(c for s in data["steps"] for c in s["checks"] if c["name"] == "env-toolkit")
-    assert toolkit["verdict"] == "pass" and "site-packages/nvidia/cu13" in toolkit["detail"]
-    device = next(c for s in data["steps"] if s["recipe"] == "example-cuda-ops" for c in s["checks"] if c["name"] == "device-code")
-    assert device["verdict"] == "pass", device
-    assert containers_of(podman, "cuda130-py311") == []
-
-
 def test_pins_refresh_against_a_real_registry(podman: str, tmp_path: Path) -> None:
     """scripts/update_pins.py's resolution, against Debian's docker-registry on loopback."""
     with loopback_registry(tmp_path) as address:

@@ -10,11 +10,14 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.integration.test_cells import ROOT
+from tests.integration.test_cells import ROOT, report
+from tests.integration.test_containers import containers_of
+from wheelmill.containers.engine import detect
 
 pytestmark = pytest.mark.integration
 
@@ -34,8 +37,25 @@ def _build(project: Path, output: Path, cell: str, recipe: str, engine: str) -> 
     return wheel
 
 
-def _assert_same_bytes_from_two_places(tmp_path: Path, cell: str, recipe: str, engine: str = "none") -> None:
+def _keep_only(directory: Path, keep: Path) -> None:
+    """Remove everything under ``directory`` but ``keep`` and the directories that lead to it."""
+    for entry in directory.iterdir():
+        if keep.is_relative_to(entry):
+            if entry != keep:
+                _keep_only(entry, keep)
+        elif entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+def _assert_same_bytes_from_two_places(tmp_path: Path, cell: str, recipe: str, engine: str = "none", *, then: Callable[[Path], None] | None = None) -> None:
     first = _build(_copy_of_the_project(tmp_path / "a"), tmp_path / "out-a", cell, recipe, engine)
+    if then is not None:
+        then(tmp_path / "out-a")  # checks of the first build, before it is cleared away
+    # Only the wheel is compared: the first build's envs and caches (GBs for a CUDA cell) go
+    # before the second build checks its free disk.
+    _keep_only(tmp_path / "out-a", first)
     second = _build(_copy_of_the_project(tmp_path / "elsewhere" / "deeper" / "b"), tmp_path / "other-root", cell, recipe, engine)
     assert first.name == second.name
     assert first.read_bytes() == second.read_bytes(), f"{first} and {second} differ"
@@ -47,10 +67,23 @@ def test_example_cpp_ops_is_byte_identical_from_two_clones_and_output_roots(tmp_
 
 @pytest.mark.cuda
 def test_example_cuda_ops_is_byte_identical_from_two_clones_and_output_roots(tmp_path: Path) -> None:
-    """Device code too: built in the container, where the cell's sources, env and the
-    nvidia-* wheels' nvcc are under the same fixed path in every cell, and nvcc's module ids
-    are seeded, not ended in its process id (which differs with every ``docker exec``); one
-    arch, the slim cell: the causes are per file, not per arch."""
+    """Device code too: built in the container with the nvcc of pip's nvidia-* wheels, which
+    are under the same fixed path in every cell like its sources and env, and nvcc's module
+    ids are seeded, not ended in its process id (which differs with every ``docker exec``);
+    one arch, the slim cell: the causes are per file, not per arch. The container is gone
+    after the build."""
     if shutil.which("podman") is None and shutil.which("docker") is None:
         pytest.skip("no container engine")
-    _assert_same_bytes_from_two_places(tmp_path, "cuda130-sm90-py311", "example-cuda-ops", engine="auto")
+    engine = detect("auto")  # the engine the build takes
+    assert engine is not None
+    cell = "cuda130-sm90-py311"
+
+    def built_with_pips_nvcc_and_left_no_container(output: Path) -> None:
+        data = report(output, cell)
+        toolkit = next(c for s in data["steps"] for c in s["checks"] if c["name"] == "env-toolkit")
+        assert toolkit["verdict"] == "pass" and "site-packages/nvidia/cu13" in toolkit["detail"], toolkit
+        device = next(c for s in data["steps"] if s["recipe"] == "example-cuda-ops" for c in s["checks"] if c["name"] == "device-code")
+        assert device["verdict"] == "pass", device
+        assert containers_of(engine.binary, cell) == []
+
+    _assert_same_bytes_from_two_places(tmp_path, cell, "example-cuda-ops", engine="auto", then=built_with_pips_nvcc_and_left_no_container)
