@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -69,7 +70,8 @@ def test_an_env_made_from_the_channel_runs_its_python_and_packages(channels: tup
     prefix = tmp_path / "env"
     done = wheelmill("conda", "create", prefix, "ops", "--channel", cpu, output=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
-    script = "import sys, sysconfig, ops, torch, filelock; print(json.dumps([sys.prefix, sysconfig.get_paths()['include'], ops.LABEL, torch.__version__]))"
+    imports = "import sys, sysconfig, pydoc, sqlite3, ssl, ops, torch, filelock"  # the stdlib's modules that need its .so files too
+    script = f"{imports}; print(json.dumps([sys.prefix, sysconfig.get_paths()['include'], ops.LABEL, torch.__version__]))"
     ran = subprocess.run([prefix / "bin" / "python", "-c", f"import json; {script}"], capture_output=True, text=True, check=False, env={"PATH": "/bin"})
     assert ran.returncode == 0, ran.stderr
     assert json.loads(ran.stdout) == [str(prefix), str(prefix / "include" / "python3.11"), "cpu", "2.13.0+cpu"], "the interpreter's prefix is the env's"
@@ -105,3 +107,17 @@ def test_the_same_wheel_gives_the_same_package_bytes_anywhere(channels: tuple[Pa
     assert done.returncode == 0 and "added: linux-64/ops-0.1.0-cpu_py311_0.conda" in done.stdout, done.stdout + done.stderr
     name = "linux-64/ops-0.1.0-cpu_py311_0.conda"
     assert (elsewhere / name).read_bytes() == (cpu / name).read_bytes()
+
+
+def test_conda_index_rewrites_what_a_killed_writer_left_unlisted(channels: tuple[Path, Path], tmp_path: Path) -> None:
+    """A package renamed into place by a writer killed before it indexed: the next ``conda
+    index`` lists it again."""
+    cpu, _cuda = channels
+    output = tmp_path / "out"
+    shutil.copytree(cpu, output / "index" / "conda" / "cpu")
+    repodata = output / "index" / "conda" / "cpu" / "linux-64" / "repodata.json"
+    repodata.write_text(json.dumps({"info": {"subdir": "linux-64"}, "packages": {}, "packages.conda": {}}))
+    done = wheelmill("conda", "index", output=output)
+    assert done.returncode == 0 and "5 packages indexed" in done.stdout, done.stdout + done.stderr
+    listed = json.loads(repodata.read_text())["packages.conda"]
+    assert {"ops-0.1.0-cpu_py311_0.conda", "torch-2.13.0-cpu_py311_0.conda", "python_abi-3.11-0_cp311.conda"} <= set(listed)

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import CliRunner
 from tests.wheels import make_wheel
 from wheelmill.conda.package import GPU_BUILD_OFFSET, CondaTarget, conda_meta, stage_wheel
 from wheelmill.conda.seed import fits
-from wheelmill.errors import InvalidWheel
+from wheelmill.errors import EnvError, InvalidWheel, SelectionError, UsageError
 from wheelmill.matrix import load_matrix
 from wheelmill.wheelfile import read_wheel
 
@@ -97,3 +98,19 @@ def test_which_wheels_a_python_takes(tmp_path: Path) -> None:
 
     assert info("cp311-cp311-manylinux_2_28_x86_64") and info("py3-none-any") and info("cp39-abi3-manylinux2014_x86_64")
     assert not info("cp312-cp312-manylinux_2_28_x86_64") and not info("cp311-cp311-manylinux_2_28_aarch64") and not info("cp312-abi3-manylinux2014_x86_64")
+
+
+def test_bad_input_to_the_conda_commands_is_one_line_and_writes_nothing(cli: CliRunner, tmp_path: Path) -> None:
+    empty, channel = tmp_path / "no-wheels", tmp_path / "channel"
+    empty.mkdir()
+    result = cli("conda", "seed", "--cell", "cpu-py311", "--wheels", str(empty), "--channel", str(channel))
+    assert result.code == EnvError.exit_code and result.err.count("\n") == 1
+    assert f"no wheels in {empty}" in result.err and "fix: build and publish the cell first" in result.err
+    unknown = cli("conda", "seed", "--cell", "cpu-py399", "--channel", str(channel))
+    assert unknown.code == SelectionError.exit_code and unknown.err.count("\n") == 1
+    taken = tmp_path / "taken"
+    (taken / "notes.txt").parent.mkdir()
+    (taken / "notes.txt").write_text("mine")
+    refused = cli("conda", "create", str(taken), "torch", "--channel", str(channel))
+    assert refused.code == UsageError.exit_code and "is a directory with other files" in refused.err
+    assert not channel.exists() and [p.name for p in taken.iterdir()] == ["notes.txt"]

@@ -72,12 +72,12 @@ def _target(args: argparse.Namespace, settings: Settings) -> tuple[Cell, CondaTa
 
 def cmd_seed(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     cell, target, channel = _target(args, settings)
-    python = args.python or _cell_python(cell)
     dirs = args.wheels or [Channel(settings.index, cell.variant.channel).files]
     wheels = [w for d in dirs for w in sorted(d.glob("*.whl"))]
     if not wheels:
         fix = f"build and publish the cell first (wheelmill build --cell {cell.id}), or give --wheels DIR"
         raise EnvError(f"conda seed: no wheels in {', '.join(map(str, dirs))}", fix=fix)
+    python = args.python or _cell_python(cell)
     with tempfile.TemporaryDirectory(prefix="wheelmill-conda-") as work:
         seeded = seed(channel, target, wheels, Path(work), interpreter=probe_interpreter(python), progress=lambda line: console.print(f"  packaging {line}"))
     console.print(
@@ -123,9 +123,9 @@ def cmd_solve(args: argparse.Namespace, settings: Settings, console: Console) ->
 
 
 def cmd_create(args: argparse.Namespace, settings: Settings, console: Console) -> int:
-    records = solve(channel_urls(args, settings), args.specs, cuda=args.cuda)
     if args.prefix.exists() and any(args.prefix.iterdir()) and not (args.prefix / "conda-meta").is_dir():
         raise UsageError(f"conda create: {args.prefix} is a directory with other files", fix="give a new or empty directory, or an env's prefix")
+    records = solve(channel_urls(args, settings), args.specs, cuda=args.cuda)
     create(args.prefix, records, cache_dir=settings.output / ".cache" / "conda-pkgs")
     console.print(f"{args.prefix}: {len(records)} packages: {', '.join(map(str, picked(records)))}", highlight=False)
     return 0

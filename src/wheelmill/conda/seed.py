@@ -26,9 +26,11 @@ from wheelmill.process import capture
 from wheelmill.wheelfile import WheelInfo, read_wheel
 
 # What an interpreter package leaves out: the test suite, bytecode, what pip put into its
-# site-packages, the static libpython (extensions link none), man pages.
+# site-packages, the static libpython (extensions link none), man pages, and from bin/ the
+# scripts of pip, IDLE, pydoc and 2to3 (their modules stay: pydoc backs help()).
 _LEFT_OUT = ("test", "__pycache__", "site-packages", "man", "idlelib", "turtledemo")
 _LEFT_OUT_SUFFIXES = (".a", ".pyc")
+_LEFT_OUT_SCRIPTS = ("pip", "idle", "pydoc", "2to3")
 INTERPRETER_BUILD = "0_cpython"
 
 
@@ -62,8 +64,16 @@ def probe_interpreter(executable: Path) -> Interpreter:
     return Interpreter(executable=executable, prefix=Path(prefix), version=version)
 
 
-def _ignore(_directory: str, names: list[str]) -> set[str]:
-    return {n for n in names if n in _LEFT_OUT or n.endswith(_LEFT_OUT_SUFFIXES) or n.startswith(("pip", "idle", "pydoc", "2to3"))}
+def left_out(directory: str, names: list[str]) -> set[str]:
+    """What of ``directory`` an interpreter package leaves out (``shutil.copytree``'s ignore).
+
+    >>> sorted(left_out("/p/lib/python3.11", ["pydoc.py", "pipes.py", "os.py", "test", "__pycache__"]))
+    ['__pycache__', 'test']
+    >>> sorted(left_out("/p/bin", ["python3.11", "pip3", "pydoc3.11", "idle3", "2to3-3.11"]))
+    ['2to3-3.11', 'idle3', 'pip3', 'pydoc3.11']
+    """
+    scripts = Path(directory).name == "bin"
+    return {n for n in names if n in _LEFT_OUT or n.endswith(_LEFT_OUT_SUFFIXES) or (scripts and n.startswith(_LEFT_OUT_SCRIPTS))}
 
 
 _RECIPE = """\
@@ -99,7 +109,7 @@ def interpreter_package(interpreter: Interpreter, out_dir: Path, work: Path) -> 
 
     stage = work / "python-stage"
     shutil.rmtree(stage, ignore_errors=True)
-    shutil.copytree(interpreter.prefix, stage, symlinks=True, ignore=_ignore)
+    shutil.copytree(interpreter.prefix, stage, symlinks=True, ignore=left_out)
     (stage / "lib" / f"python{interpreter.minor}" / "site-packages").mkdir(exist_ok=True)
     recipe_dir = work / "python-recipe"
     recipe_dir.mkdir(parents=True, exist_ok=True)
