@@ -91,12 +91,14 @@ def test_seeding_again_adds_nothing_and_other_bytes_under_a_published_name_are_r
     assert {p.name: p.stat().st_mtime_ns for p in cpu.glob("*/*.conda")} == before
 
 
-def test_an_unreachable_channel_is_one_line_naming_it(tmp_path: Path) -> None:
+def test_an_unreachable_channel_or_an_unmet_spec_is_one_line_naming_it(channels: tuple[Path, Path], tmp_path: Path) -> None:
     done = wheelmill("conda", "solve", "ops", "--channel", "http://127.0.0.1:9/nowhere", output=tmp_path)
     assert done.returncode == 6, done.stdout + done.stderr
     assert done.stderr.count("\n") == 1 and "http://127.0.0.1:9/nowhere" in done.stderr and "fix:" in done.stderr
-    missing = wheelmill("conda", "solve", "nosuch", "--channel", tmp_path / "none", output=tmp_path)
-    assert missing.returncode in (6, 8) and missing.stderr.count("\n") == 1, missing.stderr
+    missing = wheelmill("conda", "solve", "ops", "--channel", tmp_path / "none", output=tmp_path)
+    assert missing.returncode == 6 and missing.stderr.count("\n") == 1 and str(tmp_path / "none") in missing.stderr, missing.stderr
+    unmet = wheelmill("conda", "solve", "ops >=2", "--channel", channels[0], output=tmp_path)
+    assert unmet.returncode == 8 and unmet.stderr.count("\n") == 1 and "ops >=2 cannot be solved" in unmet.stderr, unmet.stderr
 
 
 def test_the_same_wheel_gives_the_same_package_bytes_anywhere(channels: tuple[Path, Path], tmp_path: Path) -> None:
