@@ -116,10 +116,13 @@ def test_conda_index_rewrites_what_a_killed_writer_left_unlisted(channels: tuple
     index`` lists it again."""
     cpu, _cuda = channels
     output = tmp_path / "out"
-    shutil.copytree(cpu, output / "index" / "conda" / "cpu")
-    repodata = output / "index" / "conda" / "cpu" / "linux-64" / "repodata.json"
-    repodata.write_text(json.dumps({"info": {"subdir": "linux-64"}, "packages": {}, "packages.conda": {}}))
+    conda = output / "index" / "conda"
+    for channel in ("cpu", "test/cpu"):  # a channel of the release track, and one of the test track
+        shutil.copytree(cpu, conda / channel)
+        (conda / channel / "linux-64" / "repodata.json").write_text(json.dumps({"info": {"subdir": "linux-64"}, "packages": {}, "packages.conda": {}}))
     done = wheelmill("conda", "index", output=output)
-    assert done.returncode == 0 and "5 packages indexed" in done.stdout, done.stdout + done.stderr
-    listed = json.loads(repodata.read_text())["packages.conda"]
-    assert {"ops-0.1.0-cpu_py311_0.conda", "torch-2.13.0-cpu_py311_0.conda", "python_abi-3.11-0_cp311.conda"} <= set(listed)
+    assert done.returncode == 0 and done.stdout.count("5 packages indexed") == 2, done.stdout + done.stderr
+    for channel in ("cpu", "test/cpu"):
+        listed = json.loads((conda / channel / "linux-64" / "repodata.json").read_text())["packages.conda"]
+        assert {"ops-0.1.0-cpu_py311_0.conda", "torch-2.13.0-cpu_py311_0.conda", "python_abi-3.11-0_cp311.conda"} <= set(listed)
+    assert not (conda / "test" / "linux-64").exists(), "a track's directory is no channel"

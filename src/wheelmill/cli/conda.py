@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.console import Console
 
 from wheelmill.cli.common import Commands, load_inputs
-from wheelmill.conda.channel import CondaChannel, conda_channel_root
+from wheelmill.conda.channel import CondaChannel, conda_channel_root, local_channels
 from wheelmill.conda.package import CondaTarget, describe, package_wheel
 from wheelmill.conda.seed import probe_interpreter, seed
 from wheelmill.conda.solve import create, picked, solve
@@ -108,7 +108,7 @@ def channel_urls(args: argparse.Namespace, settings: Settings) -> list[str]:
     given = args.channels or os.environ.get("WHEELMILL_CONDA_CHANNELS", "").split()
     if given:
         return [c if "://" in c else Path(c).resolve().as_uri() for c in given]
-    local = sorted(p for p in (settings.index / CONDA_DIR).glob("*") if (p / "noarch" / "repodata.json").is_file())
+    local = [p for p in local_channels(settings.index) if (p / "noarch" / "repodata.json").is_file()]
     if not local:
         raise UsageError(f"conda: no conda channel under {settings.index / CONDA_DIR}", fix="seed one (wheelmill conda seed --cell ...) or give --channel URL")
     return [p.resolve().as_uri() for p in local]
@@ -132,7 +132,7 @@ def cmd_create(args: argparse.Namespace, settings: Settings, console: Console) -
 
 
 def cmd_index(_args: argparse.Namespace, settings: Settings, console: Console) -> int:
-    roots = sorted(p for p in (settings.index / CONDA_DIR).glob("*") if p.is_dir())
+    roots = local_channels(settings.index)
     for root in roots:
         CondaChannel(root).reindex()
         console.print(f"{root}: {len(CondaChannel(root).packages())} packages indexed")

@@ -34,8 +34,16 @@ class Added:
 
 
 def conda_channel_root(index_root: Path, channel: str) -> Path:
-    """A variant's conda channel beside its wheel channel: ``<index>/conda/cu130``."""
+    """A variant's conda channel beside its wheel channel: ``<index>/conda/cu130``, or
+    ``<index>/conda/test/cu130`` for a channel of another track."""
     return index_root / CONDA_DIR / channel
+
+
+def local_channels(index_root: Path) -> list[Path]:
+    """Every conda channel under the index root that a write started, tracks' included: a
+    channel's subdirs exist from its first write on."""
+    conda = index_root / CONDA_DIR
+    return sorted({subdir.parent for pattern in ("*/noarch", "*/*/noarch") for subdir in conda.glob(pattern)})
 
 
 class CondaChannel:
