@@ -16,8 +16,8 @@ from wheelmill.errors import EnvError, InvalidWheel, SelectionError, UsageError
 from wheelmill.matrix import load_matrix
 from wheelmill.wheelfile import read_wheel
 
-CPU = CondaTarget(variant="cpu", label="cpu", python="3.11")
-CUDA = CondaTarget(variant="cuda130", label="cu130", python="3.11", cuda="13.0", gpu=True)
+CPU = CondaTarget(variant="cpu", python="3.11")
+CUDA = CondaTarget(variant="cuda130", python="3.11", cuda="13.0", gpu=True)
 
 
 def _ops(tmp_path: Path, label: str, torch: str) -> Path:

@@ -33,7 +33,6 @@ class CondaTarget:
     """What a wheel is repackaged for: the cell's variant and Python."""
 
     variant: str  # cuda130, cuda130-sm90, cpu
-    label: str  # the wheels' local label: cu130, cu130.sm90, cpu
     python: str  # 3.11
     cuda: str | None = None  # the toolkit's major.minor, for a CUDA variant
     gpu: bool = False
@@ -41,7 +40,7 @@ class CondaTarget:
     @classmethod
     def of(cls, variant: Variant, python: str) -> CondaTarget:
         cuda = variant.toolkit_short if variant.family is Family.CUDA else None
-        return cls(variant=variant.name, label=variant.wheel_label, python=python, cuda=cuda, gpu=variant.family is not Family.CPU)
+        return cls(variant=variant.name, python=python, cuda=cuda, gpu=variant.family is not Family.CPU)
 
     @property
     def py_tag(self) -> str:
@@ -124,7 +123,7 @@ def conda_meta(info: WheelInfo, target: CondaTarget, *, build_number: int = 0) -
 def python_depends(target: CondaTarget) -> tuple[str, ...]:
     """What ties a compiled package to one CPython: its minor version and its ABI.
 
-    >>> python_depends(CondaTarget(variant="cpu", label="cpu", python="3.11"))
+    >>> python_depends(CondaTarget(variant="cpu", python="3.11"))
     ('python >=3.11,<3.12.0a0', 'python_abi 3.11.* *_cp311')
     """
     major, minor = target.python.split(".")
@@ -137,7 +136,7 @@ def conda_spec(req: Requirement, target: CondaTarget) -> str | None:
     An exact pin to a local version (``torch==2.14.1+cu130``) pins the same version built for
     the cell's variant.
 
-    >>> t = CondaTarget(variant="cuda130", label="cu130", python="3.11", cuda="13.0", gpu=True)
+    >>> t = CondaTarget(variant="cuda130", python="3.11", cuda="13.0", gpu=True)
     >>> conda_spec(Requirement("torch==2.14.1+cu130"), t)
     'torch ==2.14.1 cuda130_py311_*'
     >>> conda_spec(Requirement("numpy>=1.21,<3"), t)
