@@ -3,8 +3,10 @@ in-process (so a test sees the exit code and the exact stderr a user would)."""
 
 from __future__ import annotations
 
+import os
 import shutil
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +25,23 @@ class CliResult:
 
 
 CliRunner = Callable[..., CliResult]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def uv_cache() -> Iterator[Path]:
+    """One uv cache for the whole run, removed at its end. uv keys a wheel by the URL it
+    came from, and the tests serve channels on new ports every time: in the user's cache,
+    each run would leave gigabytes of unpacked torch behind for good."""
+    if "UV_CACHE_DIR" in os.environ:
+        yield Path(os.environ["UV_CACHE_DIR"])
+        return
+    path = Path(tempfile.mkdtemp(prefix="uv-cache-of-wheelmill-tests-"))
+    os.environ["UV_CACHE_DIR"] = str(path)
+    try:
+        yield path
+    finally:
+        del os.environ["UV_CACHE_DIR"]
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

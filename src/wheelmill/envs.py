@@ -8,6 +8,7 @@ step's ``Runner``, so the same backend works on the host and inside a container.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from abc import ABC, abstractmethod
@@ -126,6 +127,9 @@ class UvBackend(EnvBackend):
         env = base_environment([], {"UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1", "UV_HTTP_RETRIES": retries})
         if self.cache_dir is not None:
             env["UV_CACHE_DIR"] = str(self.cache_dir)
+        elif "UV_CACHE_DIR" in os.environ:
+            # Where the cache lives changes no result, so the caller's choice of it is kept.
+            env["UV_CACHE_DIR"] = os.environ["UV_CACHE_DIR"]
         return env
 
     def _uv(self, *args: str | Path) -> list[str]:

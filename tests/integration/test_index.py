@@ -83,8 +83,9 @@ def wheelmill(index_root: Path, *args: str, check: bool = True, env: dict[str, s
 
 
 def isolated_env(**extra: str) -> dict[str, str]:
-    """No pip or uv configuration of this machine: only what a test passes."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
+    """No pip or uv configuration of this machine: only what a test passes (the run's uv
+    cache stays, see conftest)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_")) or k == "UV_CACHE_DIR"}
     return {**env, "PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never", **extra}
 
 

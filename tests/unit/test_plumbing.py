@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from wheelmill.checks.elf import system_lib_dirs
-from wheelmill.envs import pinned_versions
+from wheelmill.envs import UvBackend, pinned_versions
 from wheelmill.errors import CommandFailed, PublishError
 from wheelmill.index.remote import Remote, upload_failure
 from wheelmill.net import is_transient, upload_refusal
@@ -204,6 +204,16 @@ def test_runner_environment_is_explicit(tmp_path: Path, monkeypatch: pytest.Monk
     assert "CUDA_HOME" not in env
     assert env["PATH"].split(":")[0] == "/opt/tool/bin"
     assert "/usr/local/bin" not in env["PATH"].split(":")
+
+
+def test_uv_keeps_the_callers_cache_location_and_no_other_uv_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("UV_CACHE_DIR", "/elsewhere/uv")
+    monkeypatch.setenv("UV_INDEX_URL", "http://example.invalid/simple")
+    env = UvBackend(HostRunner())._env()
+    assert env["UV_CACHE_DIR"] == "/elsewhere/uv" and "UV_INDEX_URL" not in env
+    assert UvBackend(HostRunner(), cache_dir=tmp_path / "uv")._env()["UV_CACHE_DIR"] == str(tmp_path / "uv"), "the cell's own cache wins"
+    monkeypatch.delenv("UV_CACHE_DIR")
+    assert "UV_CACHE_DIR" not in UvBackend(HostRunner())._env()
 
 
 def test_runner_failure_carries_the_tail(tmp_path: Path) -> None:
