@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sys
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -39,6 +40,11 @@ class Target:
 @dataclass(frozen=True, kw_only=True)
 class Env:
     root: Path
+    conda: bool = False  # a conda env (conda-meta/), not a venv
+
+    def activation(self, stable: Callable[[Path], Path] = lambda path: path) -> dict[str, str]:
+        """What activating a conda env sets beyond PATH (build scripts look for CONDA_PREFIX)."""
+        return {"CONDA_PREFIX": str(stable(self.root)), "CONDA_DEFAULT_ENV": str(stable(self.root))} if self.conda else {}
 
     @property
     def python(self) -> Path:
@@ -76,10 +82,11 @@ def pinned_versions(lock_text: str) -> dict[str, str]:
 class EnvBackend(ABC):
     name: ClassVar[str]
 
-    def __init__(self, runner: Runner, *, cache_dir: Path | None = None, offline: bool = False) -> None:
+    def __init__(self, runner: Runner, *, cache_dir: Path | None = None, offline: bool = False, channels: Sequence[str] = ()) -> None:
         self.runner = runner
         self.cache_dir = cache_dir  # None: the tool's default cache
         self.offline = offline  # where there is no network: local files and the cache only
+        self.channels = tuple(channels)  # the conda backend's channels (URLs)
 
     @abstractmethod
     def lock(
@@ -104,8 +111,9 @@ class EnvBackend(ABC):
         ``lock``, a PEP 751 lock (``pylock.<name>.toml``) with each wheel's URL and sha256."""
 
     @abstractmethod
-    def create(self, root: Path, *, python: Path, log: StepLog) -> Env:
-        """A new, empty env at ``root`` (replacing whatever was there)."""
+    def create(self, root: Path, *, python: Path, log: StepLog, lock: Path | None = None) -> Env:
+        """A new env at ``root`` (replacing whatever was there): empty, or holding exactly
+        the packages of the backend's own ``lock`` where it has one (conda's)."""
 
     @abstractmethod
     def sync(self, env: Env, lock: Path, *, sources: PackageSources, log: StepLog) -> None:
@@ -162,7 +170,7 @@ class UvBackend(EnvBackend):
         argv = self._uv("pip", "compile", requirements, "-o", lock, "--format", "pylock.toml", "--only-binary", ":all:", *platform, "--quiet")
         self.runner.run([*argv, *sources.uv_args()], env=self._env(), log=log)
 
-    def create(self, root: Path, *, python: Path, log: StepLog) -> Env:
+    def create(self, root: Path, *, python: Path, log: StepLog, lock: Path | None = None) -> Env:  # noqa: ARG002 - a venv has no lock of its own
         if root.exists():
             shutil.rmtree(root)
         self.runner.run(self._uv("venv", "--python", python, "--quiet", root), env=self._env(), log=log)
@@ -179,12 +187,65 @@ class UvBackend(EnvBackend):
         self.runner.run([*argv, *args], env=self._env(), log=log)
 
 
-BACKENDS: Mapping[str, type[EnvBackend]] = {UvBackend.name: UvBackend}
+class CondaBackend(UvBackend):
+    """A conda env from the cell's conda lock (its CPython, the build tools), made by
+    py-rattler from the configured channels; the cell's uv lock installed into its Python
+    by uv. Without a conda lock (the install test's env) it makes a venv, as uv does."""
+
+    name = "conda"
+
+    def create(self, root: Path, *, python: Path, log: StepLog, lock: Path | None = None) -> Env:
+        if lock is None:
+            return super().create(root, python=python, log=log)
+        if root.exists():
+            shutil.rmtree(root)
+        # In a process of its own: py-rattler's threads may outlive the call (see publish).
+        argv: list[str | Path] = [sys.executable, "-m", "wheelmill", "conda", "create", root, "--lock", lock]
+        argv += [arg for url in self.channels for arg in ("--channel", url)]
+        argv += ["--pkgs-dir", (self.cache_dir.parent if self.cache_dir else root.parent) / "conda-pkgs"]
+        self.runner.run([str(a) for a in argv], env=base_environment([]), log=log)
+        return Env(root=root, conda=True)
+
+    def sync(self, env: Env, lock: Path, *, sources: PackageSources, log: StepLog) -> None:
+        if not env.conda:
+            super().sync(env, lock, sources=sources, log=log)
+            return
+        # Not `uv pip sync`: it would remove what conda installed. The conda env's own
+        # packages (ninja, cmake) are left out of the uv lock's; the rest are installed as
+        # locked, with their hashes, and nothing else (the lock is complete: no resolving).
+        rest = lock.with_name(lock.stem + ".conda-rest.txt")
+        rest.write_text(without(lock.read_text(encoding="utf-8"), conda_names(self.runner.host_path(env.root))), encoding="utf-8")
+        argv = self._uv("pip", "install", "--python", env.python, "--require-hashes", "--no-deps", *sources.uv_args(), "-r", rest)
+        self.runner.run(argv, env=self._env(), log=log)
 
 
-def backend(name: str, runner: Runner, *, cache_dir: Path | None = None, offline: bool = False) -> EnvBackend:
+def conda_names(prefix: Path) -> set[str]:
+    """The (normalized) names of the packages in a conda env, from its conda-meta records."""
+    return {canonicalize_name(p.name.rsplit("-", 2)[0]) for p in (prefix / "conda-meta").glob("*.json")}
+
+
+def without(lock_text: str, names: set[str]) -> str:
+    """A requirements lock without the entries (a pin and its hash lines) of ``names``.
+
+    >>> print(without("ninja==1.13.0 \\\\\\n    --hash=sha256:aa\\ntorch==2.13.0\\n", {"ninja"}), end="")
+    torch==2.13.0
+    """
+    out, keep = [], True
+    for line in lock_text.splitlines(keepends=True):
+        if line.strip() and not line[0].isspace():
+            match = _PINNED.match(line.strip())
+            keep = not (match and canonicalize_name(match.group(1)) in names)
+        if keep:
+            out.append(line)
+    return "".join(out)
+
+
+BACKENDS: Mapping[str, type[EnvBackend]] = {UvBackend.name: UvBackend, CondaBackend.name: CondaBackend}
+
+
+def backend(name: str, runner: Runner, *, cache_dir: Path | None = None, offline: bool = False, channels: Sequence[str] = ()) -> EnvBackend:
     try:
-        return BACKENDS[name](runner, cache_dir=cache_dir, offline=offline)
+        return BACKENDS[name](runner, cache_dir=cache_dir, offline=offline, channels=channels)
     except KeyError:
         raise ConfigError(f"environment: WHEELMILL_ENV_BACKEND={name!r} is not a backend", fix=f"use one of: {', '.join(BACKENDS)}") from None
 

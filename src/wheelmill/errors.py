@@ -150,6 +150,13 @@ class CommandFailed(WheelmillError):
         lines = [line for line in self.tail if line.strip()]
         return lines[-1].strip()[:200] if lines else "(no output)"
 
+    def child_error(self) -> tuple[str, str]:
+        """What a wheelmill command run as a child process says failed, and its fix: its
+        error line, whole (``last_line`` shortens it)."""
+        lines = [line.strip() for line in self.tail if line.strip()]
+        what, _, fix = (lines[-1] if lines else "(no output)").removeprefix("wheelmill: error: ").partition("; fix: ")
+        return what, fix
+
 
 class IndexWriteError(WheelmillError):
     """The index could not be written: a full disk, a read-only or unwritable tree. Every

@@ -20,9 +20,10 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 
 from wheelmill import envs
+from wheelmill.conda.channel import configured_channels
 from wheelmill.containers.engine import Engine
 from wheelmill.context import Hold, Layout, Outcome, RunContext, StepContext, Where
-from wheelmill.errors import BusyError, CommandFailed, InternalError, Interrupted, WheelmillError
+from wheelmill.errors import BusyError, CommandFailed, InternalError, Interrupted, UsageError, WheelmillError
 from wheelmill.files import file_lock
 from wheelmill.process import HostRunner, StepLog, netless_prefix
 from wheelmill.report import CellReport, Status, StepRecord
@@ -62,8 +63,17 @@ def host(settings: Settings) -> Where:
     namespace of it for the steps that need no network, where the platform allows one."""
     runner, prefix = HostRunner(), netless_prefix()
     netless = HostRunner(netless=prefix) if prefix else None
-    offline = Where(runner=netless, backend=envs.backend(settings.env_backend, netless, offline=True)) if netless else None
-    return Where(runner=runner, backend=envs.backend(settings.env_backend, runner), netless=offline)
+    channels = conda_channels(settings) if settings.env_backend == "conda" else ()
+    offline = Where(runner=netless, backend=envs.backend(settings.env_backend, netless, offline=True, channels=channels)) if netless else None
+    return Where(runner=runner, backend=envs.backend(settings.env_backend, runner, channels=channels), netless=offline)
+
+
+def conda_channels(settings: Settings) -> list[str]:
+    """The conda backend's channels; none where none is found (its pre-check says so)."""
+    try:
+        return configured_channels(settings.conda_channels, settings.index)
+    except UsageError:
+        return []
 
 
 def _run_steps(run: RunContext, report: CellReport, ui: UI, hold: Hold) -> None:

@@ -35,6 +35,7 @@ class Settings:
     find_links: tuple[str, ...] | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     env_backend: str = "uv"
+    conda_channels: tuple[str, ...] = ()  # () : the local conda channels under <index>/conda
     index_root: Path | None = None  # None: <output>/index
     engine: str = "auto"  # where commands run: auto | podman | docker | none
     base_policy: str = "auto"  # auto | bootstrap | registry: the builder images' base
@@ -63,6 +64,7 @@ class Settings:
                 base_delay=_number(env, "WHEELMILL_RETRY_DELAY", 1.0, float),
             ),
             env_backend=env.get("WHEELMILL_ENV_BACKEND", "uv"),
+            conda_channels=tuple(env.get("WHEELMILL_CONDA_CHANNELS", "").split()),
             index_root=Path(env["WHEELMILL_INDEX_ROOT"]) if env.get("WHEELMILL_INDEX_ROOT") else None,
             engine=_choice(env, "WHEELMILL_ENGINE", ENGINE_CHOICES),
             base_policy=_choice(env, "WHEELMILL_BASE", BASE_POLICIES),

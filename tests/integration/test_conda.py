@@ -126,3 +126,61 @@ def test_conda_index_rewrites_what_a_killed_writer_left_unlisted(channels: tuple
         listed = json.loads((conda / channel / "linux-64" / "repodata.json").read_text())["packages.conda"]
         assert {"ops-0.1.0-cpu_py311_0.conda", "torch-2.13.0-cpu_py311_0.conda", "python_abi-3.11-0_cp311.conda"} <= set(listed)
     assert not (conda / "test" / "linux-64").exists(), "a track's directory is no channel"
+
+
+def _build(recipes: Path, output: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {**os.environ, "WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": "none", "WHEELMILL_ENV_BACKEND": "conda", **env}
+    command = [sys.executable, "-m", "wheelmill", "--recipes", str(recipes), "build", "--cell", "cpu-py311", "--recipe", "example-cpp-ops"]
+    return subprocess.run(command, cwd=ROOT, env=environ, capture_output=True, text=True, timeout=900, check=False)
+
+
+def test_the_cpu_example_builds_in_a_conda_env_made_from_a_locked_local_channel(recipes_copy: Path, tmp_path: Path) -> None:
+    """The conda backend end to end on this machine: a channel seeded with the cell's CPython
+    and the build tools of recipes/conda/envs.toml, a lock of it, the build in the env made
+    from the lock; then a changed spec and an unreachable channel, each stopped in the first
+    step before anything builds, with one line naming the lock or the channel."""
+    shutil.copytree(ROOT / "locks", tmp_path / "locks", ignore=shutil.ignore_patterns("conda"))
+    out = tmp_path / "out"
+    seeded = wheelmill("--recipes", recipes_copy, "conda", "seed", "--cell", "cpu-py311", "--build-env", output=out)
+    assert seeded.returncode == 0, seeded.stdout + seeded.stderr
+    assert "4 packages added" in seeded.stdout, seeded.stdout
+    locked = wheelmill("--recipes", recipes_copy, "conda", "lock", "--cell", "cpu-py311", output=out)
+    assert locked.returncode == 0, locked.stdout + locked.stderr
+    lock = tmp_path / "locks" / "conda" / "cpu-py311.txt"
+    assert {line.split("/")[1].split("-")[0] for line in lock.read_text().splitlines()[2:]} == {"cmake", "ninja", "python", "python_abi"}
+    built = _build(recipes_copy, out)
+    assert built.returncode == 0, (built.stdout + built.stderr)[-4000:]
+    cell = out / "cpu-py311"
+    assert {p.name.rsplit("-", 2)[0] for p in (cell / "envs" / "build" / "conda-meta").glob("*.json")} == {"cmake", "ninja", "python", "python_abi"}
+    report = json.loads((cell / "report.json").read_text())
+    pre = next(s for s in report["steps"] if s["step"] == "pre-checks")
+    assert any(c["name"] == "conda-lock" and c["verdict"] == "pass" and "fits its specs" in c["detail"] for c in pre["checks"]), pre
+    (build_log,) = (cell / "logs").glob("*-example-cpp-ops-build.log")
+    text = build_log.read_text()
+    assert f"# env CONDA_PREFIX={cell / 'envs' / 'build'}" in text and f"{cell / 'envs' / 'build' / 'bin' / 'python'} -m pip wheel" in text
+    assert list((cell / "dist").glob("example_cpp_ops-0.1.0+cpu-*.whl"))
+    path = f"{cell / 'envs' / 'build' / 'bin'}:/usr/bin:/bin"
+    tools = subprocess.run(["cmake", "--version"], env={"PATH": path}, capture_output=True, text=True, check=False)
+    assert tools.returncode == 0 and "cmake version 4." in tools.stdout, "the conda package's console script runs, with the env's python"
+
+    other = tmp_path / "other-bytes.txt"
+    other.write_text(lock.read_text().replace(lock.read_text().splitlines()[2].split("sha256:")[1], "0" * 64))
+    refused = wheelmill("--recipes", recipes_copy, "conda", "create", tmp_path / "refused", "--lock", other, output=out)
+    assert refused.returncode == 7 and refused.stderr.count("\n") == 1 and f"{other} locks {'0' * 64}" in refused.stderr, refused.stderr
+
+    envs_toml = recipes_copy / "conda" / "envs.toml"
+    envs_toml.write_text(envs_toml.read_text().replace(', "cmake"]', "]"))
+    stale = _build(recipes_copy, tmp_path / "stale", WHEELMILL_CONDA_CHANNELS=str(out / "index" / "conda" / "cpu"))
+    assert stale.returncode == 5, stale.stdout + stale.stderr
+    assert stale.stderr.count("\n") == 1 and f"conda-lock: {lock} was made for other specs" in stale.stderr, stale.stderr
+    assert "wheelmill conda lock --cell cpu-py311" in stale.stderr
+    assert not (tmp_path / "stale" / "cpu-py311" / "envs").exists(), "nothing was made"
+
+    none = _build(recipes_copy, tmp_path / "none")
+    assert none.returncode == 5 and none.stderr.count("\n") == 1 and "conda-lock: conda: no conda channel under" in none.stderr, none.stderr
+    shutil.copyfile(ROOT / "recipes" / "conda" / "envs.toml", envs_toml)
+    gone = _build(recipes_copy, tmp_path / "gone", WHEELMILL_CONDA_CHANNELS="http://127.0.0.1:9/conda/cpu")
+    assert gone.returncode == 5, gone.stdout + gone.stderr
+    assert gone.stderr.count("\n") == 1 and "cannot read a channel of http://127.0.0.1:9/conda/cpu" in gone.stderr, gone.stderr
+    first = json.loads((tmp_path / "gone" / "cpu-py311" / "report.json").read_text())["steps"][0]
+    assert first["step"] == "pre-checks" and first["status"] == "failed"

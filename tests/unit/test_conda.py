@@ -8,12 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CliRunner
+from tests.conftest import ROOT, CliRunner
 from tests.wheels import make_wheel
+from wheelmill.conda import envspec
 from wheelmill.conda.package import GPU_BUILD_OFFSET, CondaTarget, conda_meta, stage_wheel
 from wheelmill.conda.seed import fits
-from wheelmill.errors import EnvError, InvalidWheel, SelectionError, UsageError
+from wheelmill.envs import Env, conda_names, without
+from wheelmill.errors import ConfigError, EnvError, InvalidWheel, SelectionError, UsageError
 from wheelmill.matrix import load_matrix
+from wheelmill.variants import Cell
 from wheelmill.wheelfile import read_wheel
 
 CPU = CondaTarget(variant="cpu", python="3.11")
@@ -114,3 +117,72 @@ def test_bad_input_to_the_conda_commands_is_one_line_and_writes_nothing(cli: Cli
     refused = cli("conda", "create", str(taken), "torch", "--channel", str(channel))
     assert refused.code == UsageError.exit_code and "is a directory with other files" in refused.err
     assert not channel.exists() and [p.name for p in taken.iterdir()] == ["notes.txt"]
+
+
+def _cell(variant: str = "cpu", python: str = "3.11") -> Cell:
+    return load_matrix(ROOT / "recipes" / "matrix.toml").cell(f"{variant}-py{python.replace('.', '')}")
+
+
+def test_a_cells_conda_env_specs_are_every_cells_then_its_variants_with_its_python(recipes_copy: Path) -> None:
+    (recipes_copy / "conda" / "envs.toml").write_text(
+        'schema = 1\nspecs = ["python {python}.*", "python_abi {python}.* *_cp{nodot}", "ninja"]\n[variants]\ncuda130 = ["cuda-nvcc 13.0.*", "ninja"]\n'
+    )
+    cpu, cuda = envspec.inputs(recipes_copy, _cell("cpu")), envspec.inputs(recipes_copy, _cell("cuda130", "3.12"))
+    assert cpu.specs == ("python 3.11.*", "python_abi 3.11.* *_cp311", "ninja")
+    assert cuda.specs == ("python 3.12.*", "python_abi 3.12.* *_cp312", "ninja", "cuda-nvcc 13.0.*") and cuda.cell == "cuda130-py312"
+    assert cpu.digest != envspec.inputs(recipes_copy, _cell("cpu", "3.12")).digest, "the Python is an input"
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [("specs = 'python'\n", "specs: not a list of match specs"), ('specs = ["python"]\nvariants = 3\n', "variants: not a table"),
+     ('specs = ["python"]\n[variants]\ncpu = [""]\n', "variants.cpu: not a list of match specs"), ("specs = [\n", "invalid TOML")],
+)  # fmt: skip
+def test_a_malformed_conda_env_spec_file_is_one_error_naming_the_file_and_key(recipes_copy: Path, text: str, says: str) -> None:
+    (recipes_copy / "conda" / "envs.toml").write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        envspec.inputs(recipes_copy, _cell())
+    assert str(recipes_copy / "conda" / "envs.toml") in caught.value.message and says in caught.value.message
+
+
+def test_a_conda_lock_reads_back_and_knows_when_its_specs_changed(tmp_path: Path) -> None:
+    made = envspec.CondaEnvInputs(cell="cpu-py311", specs=("python 3.11.*", "ninja"))
+    packages = [
+        envspec.LockedPackage(subdir="linux-64", name="python", version="3.11.7", build="0_cpython", sha256="a" * 64),
+        envspec.LockedPackage(subdir="linux-64", name="example-cpp-ops", version="0.1.0", build="cpu_py311_0", sha256="b" * 64),
+    ]
+    lock = tmp_path / "cpu-py311.txt"
+    lock.write_text(envspec.lock_text(made, packages))
+    digest, read = envspec.read_lock(lock)
+    assert digest == made.digest and sorted(read, key=lambda p: p.name) == sorted(packages, key=lambda p: p.name)
+    assert [p.spec for p in read] == ["example-cpp-ops ==0.1.0 cpu_py311_0", "python ==3.11.7 0_cpython"]
+    assert envspec.mismatch(made, lock) is None
+    changed = envspec.CondaEnvInputs(cell="cpu-py311", specs=("python 3.11.*", "ninja", "cmake"))
+    assert "was made for other specs" in str(envspec.mismatch(changed, lock))
+    lock.write_text(lock.read_text() + "python-3.11.7.tar.bz2\n")
+    with pytest.raises(ConfigError, match=r"cpu-py311.txt:5: not a locked package"):
+        envspec.read_lock(lock)
+
+
+def test_the_conda_backends_uv_install_leaves_out_what_the_conda_env_holds(tmp_path: Path) -> None:
+    prefix = tmp_path / "env"
+    (prefix / "conda-meta").mkdir(parents=True)
+    for record in ("ninja-1.13.2-py311_0.json", "python-3.11.7-0_cpython.json", "example-cpp-ops-0.1.0-cpu_py311_0.json"):
+        (prefix / "conda-meta" / record).write_text("{}")
+    assert conda_names(prefix) == {"ninja", "python", "example-cpp-ops"}
+    lock = "ninja==1.13.0 \\\n    --hash=sha256:aa\nsetuptools==80.0 \\\n    --hash=sha256:bb\n    # via -r build.in\nExample_Cpp_Ops==0.1.0\n"
+    assert without(lock, conda_names(prefix)) == "setuptools==80.0 \\\n    --hash=sha256:bb\n    # via -r build.in\n"
+
+
+def test_a_conda_env_is_activated_for_builds_and_a_venv_is_not() -> None:
+    assert Env(root=Path("/o/envs/build"), conda=True).activation(lambda p: Path("/wheelmill") / p.name) == {
+        "CONDA_PREFIX": "/wheelmill/build", "CONDA_DEFAULT_ENV": "/wheelmill/build",
+    }  # fmt: skip
+    assert Env(root=Path("/o/envs/build")).activation() == {}
+
+
+def test_the_repositorys_conda_env_specs_load_for_every_cell(repo_root: Path) -> None:
+    matrix = load_matrix(repo_root / "recipes" / "matrix.toml")
+    for cell in matrix.cells:
+        specs = envspec.inputs(repo_root / "recipes", cell).specs
+        assert specs[0] == f"python {cell.python}.*" and "{" not in " ".join(specs)

@@ -7,20 +7,27 @@ local ones of every variant, so a CPU and a CUDA build of one version are both o
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 from pathlib import Path
 
 from rich.console import Console
 
 from wheelmill.cli.common import Commands, load_inputs
-from wheelmill.conda.channel import CondaChannel, conda_channel_root, local_channels
+from wheelmill.closure import read as read_closure
+from wheelmill.conda import envspec
+from wheelmill.conda.channel import CondaChannel, conda_channel_root, configured_channels, local_channels
+from wheelmill.conda.envspec import read_lock
 from wheelmill.conda.package import CondaTarget, describe, package_wheel
 from wheelmill.conda.seed import probe_interpreter, seed
-from wheelmill.conda.solve import create, picked, solve
-from wheelmill.errors import EnvError, UsageError
+from wheelmill.conda.solve import create, find_locked, locked, picked, solve
+from wheelmill.envs import UvBackend
+from wheelmill.errors import CommandFailed, ConfigError, EnvError, UsageError
+from wheelmill.files import write_atomic
 from wheelmill.index.store import CONDA_DIR, Channel
-from wheelmill.process import HostRunner
+from wheelmill.locks import target
+from wheelmill.net import download
+from wheelmill.package_sources import machine_sources
+from wheelmill.process import HostRunner, StepLog
 from wheelmill.settings import Settings
 from wheelmill.toolchain import NotFound, find_python
 from wheelmill.variants import Cell
@@ -33,6 +40,9 @@ def register(commands: Commands) -> None:
     _cell(sow)
     sow.add_argument("--python", type=Path, help="the CPython to repackage (default: the cell's, found as builds find it)")
     sow.add_argument("--wheels", type=Path, action="append", metavar="DIR", help="take wheels from here (default: the cell's wheel channel)")
+    sow.add_argument(
+        "--build-env", action="store_true", help="what the cell's conda build env needs instead: its CPython and the tools of recipes/conda/envs.toml"
+    )
     sow.set_defaults(func=cmd_seed)
     pack = actions.add_parser("package", help="repackage wheels as conda packages into a cell's conda channel")
     _cell(pack)
@@ -43,9 +53,17 @@ def register(commands: Commands) -> None:
     ask.add_argument("--cuda", metavar="X.Y", help="solve as on a machine whose driver supports CUDA X.Y (default: no GPU)")
     _channels(ask)
     ask.set_defaults(func=cmd_solve)
+    pin = actions.add_parser("lock", help="solve a cell's conda env (recipes/conda/envs.toml) into its committed lock, locks/conda/<cell>.txt")
+    pin.add_argument("--cell", required=True, help="the cell (cpu-py311)")
+    pin.add_argument("--out", type=Path, help="write the lock here instead")
+    pin.add_argument("--check", action="store_true", help="write nothing: check that the committed lock fits its specs and the channels hold its packages")
+    _channels(pin)
+    pin.set_defaults(func=cmd_lock)
     make = actions.add_parser("create", help="make a conda env from the channels")
     make.add_argument("prefix", type=Path)
-    make.add_argument("specs", nargs="+", metavar="SPEC")
+    make.add_argument("specs", nargs="*", metavar="SPEC")
+    make.add_argument("--pkgs-dir", type=Path, help="where packages are unpacked before they are linked (default: <output>/.cache/conda-pkgs)")
+    make.add_argument("--lock", type=Path, help="exactly the packages of this conda lock (wheelmill conda lock), their sha256 checked")
     make.add_argument("--cuda", metavar="X.Y", help="as on a machine whose driver supports CUDA X.Y")
     _channels(make)
     make.set_defaults(func=cmd_create)
@@ -73,18 +91,43 @@ def _target(args: argparse.Namespace, settings: Settings) -> tuple[Cell, CondaTa
 def cmd_seed(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     cell, target, channel = _target(args, settings)
     dirs = args.wheels or [Channel(settings.index, cell.variant.channel).files]
-    wheels = [w for d in dirs for w in sorted(d.glob("*.whl"))]
-    if not wheels:
-        fix = f"build and publish the cell first (wheelmill build --cell {cell.id}), or give --wheels DIR"
+    wheels = [] if args.build_env else [w for d in dirs for w in sorted(d.glob("*.whl"))]
+    if not wheels and not args.build_env:
+        fix = f"build and publish the cell first (wheelmill build --cell {cell.id}), give --wheels DIR, or seed --build-env"
         raise EnvError(f"conda seed: no wheels in {', '.join(map(str, dirs))}", fix=fix)
     python = args.python or _cell_python(cell)
     with tempfile.TemporaryDirectory(prefix="wheelmill-conda-") as work:
+        wheels += _tool_wheels(cell, channel, settings, Path(work)) if args.build_env else []
         seeded = seed(channel, target, wheels, Path(work), interpreter=probe_interpreter(python), progress=lambda line: console.print(f"  packaging {line}"))
     console.print(
         f"{channel.root}: {len(seeded.added)} packages added, {seeded.present} already there, "
         f"{len(seeded.skipped)} wheels for other Pythons left out; channel {channel.url}"
     )
     return 0
+
+
+def _tool_wheels(cell: Cell, channel: CondaChannel, settings: Settings, work: Path) -> list[Path]:
+    """Wheels, from the package sources, of what the cell's conda env specs name beyond its
+    Python (ninja, cmake) and the channel lacks: downloaded, sha256 as resolved, to be
+    repackaged like the rest."""
+    have = {p.name.rsplit("-", 2)[0] for p in channel.packages()}
+    names = [spec.split()[0] for spec in envspec.inputs(settings.recipes, cell).specs]
+    missing = [name for name in names if name not in ("python", "python_abi", *have)]
+    if not missing:
+        return []
+    requirements = work / "tools.in"
+    requirements.write_text("\n".join(missing) + "\n", encoding="utf-8")
+    with StepLog(work / "tools.log") as log:
+        try:
+            UvBackend(HostRunner()).lock_wheels(requirements, work / "pylock.tools.toml", target=target(cell), sources=machine_sources(settings), log=log)
+        except CommandFailed as failed:
+            raise EnvError(
+                f"conda seed: no wheels of {', '.join(missing)} in the package sources: {failed.last_line()}",
+                fix=f"check the package sources, or the specs in {settings.recipes / envspec.SPEC_FILE}",
+            ) from None
+    out = work / "tools"
+    out.mkdir()
+    return [download(w.url, out / w.filename, sha256=w.sha256) for w in read_closure(work / "pylock.tools.toml").wheels]
 
 
 def _cell_python(cell: Cell) -> Path:
@@ -105,13 +148,7 @@ def cmd_package(args: argparse.Namespace, settings: Settings, console: Console) 
 
 
 def channel_urls(args: argparse.Namespace, settings: Settings) -> list[str]:
-    given = args.channels or os.environ.get("WHEELMILL_CONDA_CHANNELS", "").split()
-    if given:
-        return [c if "://" in c else Path(c).resolve().as_uri() for c in given]
-    local = [p for p in local_channels(settings.index) if (p / "noarch" / "repodata.json").is_file()]
-    if not local:
-        raise UsageError(f"conda: no conda channel under {settings.index / CONDA_DIR}", fix="seed one (wheelmill conda seed --cell ...) or give --channel URL")
-    return [p.resolve().as_uri() for p in local]
+    return configured_channels(args.channels or settings.conda_channels, settings.index)
 
 
 def cmd_solve(args: argparse.Namespace, settings: Settings, console: Console) -> int:
@@ -125,10 +162,45 @@ def cmd_solve(args: argparse.Namespace, settings: Settings, console: Console) ->
 def cmd_create(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     if args.prefix.exists() and any(args.prefix.iterdir()) and not (args.prefix / "conda-meta").is_dir():
         raise UsageError(f"conda create: {args.prefix} is a directory with other files", fix="give a new or empty directory, or an env's prefix")
-    records = solve(channel_urls(args, settings), args.specs, cuda=args.cuda)
-    create(args.prefix, records, cache_dir=settings.output / ".cache" / "conda-pkgs")
+    if bool(args.lock) == bool(args.specs):
+        fix = "e.g. wheelmill conda create ENV torch, or --lock locks/conda/<cell>.txt"
+        raise UsageError("conda create: give specs or --lock FILE, not both or neither", fix=fix)
+    if args.lock:
+        _digest, packages = read_lock(_readable(args.lock))
+        records = find_locked(channel_urls(args, settings), packages, lock=args.lock)
+    else:
+        records = solve(channel_urls(args, settings), args.specs, cuda=args.cuda)
+    create(args.prefix, records, cache_dir=args.pkgs_dir or settings.output / ".cache" / "conda-pkgs")
     console.print(f"{args.prefix}: {len(records)} packages: {', '.join(map(str, picked(records)))}", highlight=False)
     return 0
+
+
+def cmd_lock(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    matrix, _recipes = load_inputs(settings)
+    cell = matrix.cell(args.cell)
+    wanted = envspec.inputs(settings.recipes, cell)
+    committed = envspec.lock_path(settings.root / "locks", wanted.cell)
+    channels = channel_urls(args, settings)
+    if args.check:
+        problem = envspec.mismatch(wanted, _readable(committed))
+        if problem:
+            raise ConfigError(problem, fix=f"run `wheelmill conda lock --cell {wanted.cell}` and commit {committed}")
+        _digest, packages = read_lock(committed)
+        find_locked(channels, packages, lock=committed)
+        console.print(f"{committed}: fits its specs; the channels hold its {len(packages)} packages, sha256 as locked", highlight=False)
+        return 0
+    packages = locked(solve(channels, wanted.specs))
+    out = args.out or committed
+    write_atomic(out, envspec.lock_text(wanted, packages).encode())
+    shown = ", ".join(f"{p.name} {p.version}" for p in packages)
+    console.print(f"{out}: {len(packages)} packages ({shown}), specs {wanted.digest[:12]}...", highlight=False)
+    return 0
+
+
+def _readable(path: Path) -> Path:
+    if not path.is_file():
+        raise ConfigError(f"conda: no lock at {path}", fix="make one: wheelmill conda lock --cell <cell>")
+    return path
 
 
 def cmd_index(_args: argparse.Namespace, settings: Settings, console: Console) -> int:

@@ -8,13 +8,13 @@ writer leaves a package the next write (or ``wheelmill conda index``) lists.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from wheelmill.errors import IndexConflict, IndexWriteError
+from wheelmill.errors import IndexConflict, IndexWriteError, UsageError
 from wheelmill.files import Linked, file_lock, write_all
 from wheelmill.index.store import CONDA_DIR
 from wheelmill.net import sha256_of
@@ -37,6 +37,17 @@ def conda_channel_root(index_root: Path, channel: str) -> Path:
     """A variant's conda channel beside its wheel channel: ``<index>/conda/cu130``, or
     ``<index>/conda/test/cu130`` for a channel of another track."""
     return index_root / CONDA_DIR / channel
+
+
+def configured_channels(given: Sequence[str], index_root: Path) -> list[str]:
+    """The channels solves read, as URLs: those given (URLs or directories), else the
+    indexed local ones under ``index_root``, so a CPU and a CUDA build are both offered."""
+    if given:
+        return [c if "://" in c else Path(c).resolve().as_uri() for c in given]
+    local = [p for p in local_channels(index_root) if (p / "noarch" / "repodata.json").is_file()]
+    if not local:
+        raise UsageError(f"conda: no conda channel under {index_root / CONDA_DIR}", fix="seed one (wheelmill conda seed --cell ...) or give --channel URL")
+    return [p.resolve().as_uri() for p in local]
 
 
 def local_channels(index_root: Path) -> list[Path]:

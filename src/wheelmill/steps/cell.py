@@ -13,16 +13,18 @@ from typing import Any
 
 from wheelmill.checks import CheckResult, require
 from wheelmill.checks.torchenv import judge_torch
+from wheelmill.conda import envspec
+from wheelmill.conda.channel import configured_channels
 from wheelmill.config import format_size
 from wheelmill.context import Outcome, StepContext
 from wheelmill.envs import Env, pinned_versions
-from wheelmill.errors import CommandFailed, PrecheckError, WheelmillError
+from wheelmill.errors import CommandFailed, PrecheckError, UsageError, WheelmillError
 from wheelmill.headers import pin_header_times
 from wheelmill.locks import locate_torch, mismatch, path_of, requirements_text
 from wheelmill.net import is_transient, sha256_of
 from wheelmill.package_sources import PackageSources, machine_sources
 from wheelmill.probes import TorchInfo, read_torch
-from wheelmill.process import Runner
+from wheelmill.process import HostRunner, Runner, base_environment
 from wheelmill.retry import TransientError
 from wheelmill.spec import CellPlan
 from wheelmill.toolchain import Found, NotFound, Toolkit, find_compiler, find_env_toolkit, find_python, find_toolkit
@@ -74,6 +76,17 @@ class CheckedEnv:
         return {**self.torch.facts(), **(_toolkit_facts(self.toolkit) if self.toolkit else {})}
 
 
+@dataclass(frozen=True, kw_only=True)
+class CondaLock:
+    """The conda lock the build env is made from (the conda backend's): a copy under the cell."""
+
+    path: Path
+    origin: str
+
+    def facts(self) -> Mapping[str, Any]:
+        return {"conda_lock": str(self.path), "conda_lock_origin": self.origin}
+
+
 def _toolkit_facts(toolkit: Toolkit) -> Mapping[str, Any]:
     return {"toolkit": {"root": str(toolkit.root), "version": toolkit.version}}
 
@@ -89,9 +102,12 @@ def pre_checks(ctx: StepContext) -> Outcome:
     toolchain_results, toolchain = ([], None) if plan.image else _toolchain(ctx.where.runner, plan.cell)
     lock_result, origin = _lock(plan)
     torch_result, packages = _torch(ctx)
-    results = require([*toolchain_results, _disk(ctx), lock_result, torch_result], ctx.log, failure=_failure(plan.cell, "pre-checks"))
+    conda_results, conda = _conda_lock(ctx) if ctx.run.settings.env_backend == "conda" else ([], None)
+    checks = [*toolchain_results, _disk(ctx), lock_result, torch_result, *conda_results]
+    results = require(checks, ctx.log, failure=_failure(plan.cell, "pre-checks"))
     assert packages is not None, "the torch-source check passed"
-    return Outcome(checks=results, made=(Sources(packages=packages, lock_origin=origin), *([toolchain] if toolchain else [])))
+    made = (Sources(packages=packages, lock_origin=origin), *([toolchain] if toolchain else []), *([conda] if conda else []))
+    return Outcome(checks=results, made=made)
 
 
 def toolchain_checks(ctx: StepContext) -> Outcome:
@@ -170,6 +186,34 @@ def _lock(plan: CellPlan) -> tuple[CheckResult, str]:
     return CheckResult.passed("lock", f"{committed} matches its inputs ({plan.lock.digest[:12]}...)"), f"committed {committed}"
 
 
+def _conda_lock(ctx: StepContext) -> tuple[list[CheckResult], CondaLock | None]:
+    """The conda backend's lock: the committed one, checked against its specs and the
+    channels (a changed spec, an unreachable channel, a package with other bytes stop the
+    cell here), else one solved now. Done by ``wheelmill conda lock`` in a process of its
+    own (py-rattler's threads, see the publish step)."""
+    plan, settings, layout = ctx.run.plan, ctx.run.settings, ctx.run.layout
+    if plan.image:
+        what = "the conda backend makes its env on this machine, and this cell builds in a container"
+        return [CheckResult.failed("conda-lock", what, "set WHEELMILL_ENGINE=none, or WHEELMILL_ENV_BACKEND=uv")], None
+    try:
+        channels = configured_channels(settings.conda_channels, settings.index)
+    except UsageError as missing:
+        return [CheckResult.failed("conda-lock", missing.message, missing.fix or "seed one: wheelmill conda seed --cell <cell> --build-env")], None
+    committed, copy = envspec.lock_path(plan.locks_dir, plan.lock.cell), layout.root / "conda-lock.txt"
+    argv = [sys.executable, "-m", "wheelmill", "--recipes", str(settings.recipes.resolve()), "conda", "lock", "--cell", plan.lock.cell]
+    argv += [arg for url in channels for arg in ("--channel", url)]
+    argv += ["--check"] if committed.is_file() else ["--out", str(copy)]
+    try:
+        said = HostRunner().run(argv, env=base_environment([]), log=ctx.log, keep_output=True).output.strip().splitlines()[-1]
+    except CommandFailed as failed:
+        what, fix = failed.child_error()
+        return [CheckResult.failed("conda-lock", what, fix or f"read {ctx.log.path}")], None
+    if committed.is_file():
+        shutil.copyfile(committed, copy)
+        return [CheckResult.passed("conda-lock", said)], CondaLock(path=copy, origin=f"committed {committed}")
+    return [CheckResult.passed("conda-lock", f"no {committed}: solved now: {said}")], CondaLock(path=copy, origin="solved at build time")
+
+
 def _torch(ctx: StepContext) -> tuple[CheckResult, PackageSources | None]:
     plan = ctx.run.plan
     variant = plan.cell.variant
@@ -204,7 +248,8 @@ def prepare_env(ctx: StepContext) -> Outcome:
         else:
             layout.requirements.write_text(requirements_text(plan.lock.requirements), encoding="utf-8")
             backend.lock(layout.requirements, layout.lock, target=plan.lock.target, sources=sources.packages, log=ctx.log, interpreter=python)
-        env = backend.create(layout.envs / "build", python=python, log=ctx.log)
+        conda = ctx.done.find(CondaLock)
+        env = backend.create(layout.envs / "build", python=python, log=ctx.log, lock=conda.path if conda else None)
         backend.sync(env, layout.lock, sources=sources.packages, log=ctx.log)
         ctx.log.note(f"{pin_header_times(ctx.where.runner.host_path(env.root))} headers' times fixed (GCC's #pragma once compares them)")
     except CommandFailed as failed:

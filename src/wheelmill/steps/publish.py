@@ -43,7 +43,7 @@ def conda_package(ctx: StepContext, wheel: Path) -> str:
     except CommandFailed as failed:
         if failed.returncode != IndexConflict.exit_code:
             raise
-        what, _, fix = failed.last_line().removeprefix("wheelmill: error: ").partition("; fix: ")
+        what, fix = failed.child_error()
         raise IndexConflict(what, fix=fix or "raise the recipe's version") from None
     return f"{result.output.strip().splitlines()[-1]} in {root}"
 
