@@ -22,7 +22,7 @@ from packaging.utils import canonicalize_name
 
 from wheelmill.errors import ConfigError
 from wheelmill.package_sources import PackageSources
-from wheelmill.process import Runner, StepLog, base_environment
+from wheelmill.process import HostRunner, Runner, StepLog, base_environment
 from wheelmill.tools import uv_bin
 
 _PINNED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;\\]+)")
@@ -199,11 +199,14 @@ class CondaBackend(UvBackend):
             return super().create(root, python=python, log=log)
         if root.exists():
             shutil.rmtree(root)
-        # In a process of its own: py-rattler's threads may outlive the call (see publish).
-        argv: list[str | Path] = [sys.executable, "-m", "wheelmill", "conda", "create", root, "--lock", lock]
+        # Made on this machine, by wheelmill in a process of its own (py-rattler's threads may
+        # outlive the call, see publish), where a container sees it at the same path (the
+        # output is mounted there); its Python runs wherever it is, for uv and the builds.
+        host = self.runner.host_path(root)
+        argv: list[str | Path] = [sys.executable, "-m", "wheelmill", "conda", "create", host, "--lock", self.runner.host_path(lock)]
         argv += [arg for url in self.channels for arg in ("--channel", url)]
-        argv += ["--pkgs-dir", (self.cache_dir.parent if self.cache_dir else root.parent) / "conda-pkgs"]
-        self.runner.run([str(a) for a in argv], env=base_environment([]), log=log)
+        argv += ["--pkgs-dir", host.parent / "conda-pkgs"]
+        HostRunner().run([str(a) for a in argv], env=base_environment([]), log=log)
         return Env(root=root, conda=True)
 
     def sync(self, env: Env, lock: Path, *, sources: PackageSources, log: StepLog) -> None:

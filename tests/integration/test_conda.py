@@ -14,17 +14,18 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_cells import ROOT
+from tests.integration.test_containers import answering
 from tests.wheels import make_wheel
 
 pytestmark = pytest.mark.integration
 LINUX = "cp311-cp311-manylinux_2_28_x86_64"
 
 
-def wheelmill(*args: str | Path, output: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "WHEELMILL_OUTPUT": str(output)}
-    env.pop("WHEELMILL_CONDA_CHANNELS", None)
+def wheelmill(*args: str | Path, output: Path, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    environ = {**os.environ, "WHEELMILL_OUTPUT": str(output), **(env or {})}
+    environ.pop("WHEELMILL_CONDA_CHANNELS", None)
     command = [sys.executable, "-m", "wheelmill", *map(str, args)]
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    return subprocess.run(command, cwd=ROOT, env=environ, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def _variant_wheels(where: Path, label: str, torch: str) -> Path:
@@ -141,9 +142,9 @@ def test_the_cpu_example_builds_in_a_conda_env_made_from_a_locked_local_channel(
     step before anything builds, with one line naming the lock or the channel."""
     shutil.copytree(ROOT / "locks", tmp_path / "locks", ignore=shutil.ignore_patterns("conda"))
     out = tmp_path / "out"
-    seeded = wheelmill("--recipes", recipes_copy, "conda", "seed", "--cell", "cpu-py311", "--build-env", output=out)
+    seeded = wheelmill("--recipes", recipes_copy, "conda", "seed", "--cell", "cpu-py311", "--build-env", output=out, env={"WHEELMILL_ENGINE": "none"})
     assert seeded.returncode == 0, seeded.stdout + seeded.stderr
-    assert "4 packages added" in seeded.stdout, seeded.stdout
+    assert "4 packages added" in seeded.stdout and "builder image" not in seeded.stdout, seeded.stdout
     locked = wheelmill("--recipes", recipes_copy, "conda", "lock", "--cell", "cpu-py311", output=out)
     assert locked.returncode == 0, locked.stdout + locked.stderr
     lock = tmp_path / "locks" / "conda" / "cpu-py311.txt"
@@ -184,3 +185,26 @@ def test_the_cpu_example_builds_in_a_conda_env_made_from_a_locked_local_channel(
     assert gone.stderr.count("\n") == 1 and "cannot read a channel of http://127.0.0.1:9/conda/cpu" in gone.stderr, gone.stderr
     first = json.loads((tmp_path / "gone" / "cpu-py311" / "report.json").read_text())["steps"][0]
     assert first["step"] == "pre-checks" and first["status"] == "failed"
+
+
+def test_the_cpu_example_builds_in_a_conda_env_inside_its_container(recipes_copy: Path, tmp_path: Path) -> None:
+    """The same in the cell's builder container: the seeded CPython is the image's own (it
+    must run on the image's glibc), the env is made here under the output, which the
+    container mounts at the same path, and every build command runs in it, activated."""
+    podman = answering("podman")
+    shutil.copytree(ROOT / "locks", tmp_path / "locks", ignore=shutil.ignore_patterns("conda"))
+    shutil.copytree(ROOT / "containers", tmp_path / "containers")
+    out, engine = tmp_path / "out", {"WHEELMILL_ENGINE": "podman"}
+    seeded = wheelmill("--recipes", recipes_copy, "conda", "seed", "--cell", "cpu-py311", "--build-env", output=out, env=engine, timeout=3600)
+    assert seeded.returncode == 0, seeded.stdout + seeded.stderr
+    assert "the builder image of cpu-py311" in seeded.stdout and "image-python" in seeded.stdout, seeded.stdout
+    locked = wheelmill("--recipes", recipes_copy, "conda", "lock", "--cell", "cpu-py311", output=out)
+    assert locked.returncode == 0, locked.stdout + locked.stderr
+    built = _build(recipes_copy, out, **engine)
+    assert built.returncode == 0, (built.stdout + built.stderr)[-4000:]
+    (build_log,) = (out / "cpu-py311" / "logs").glob("*-example-cpp-ops-build.log")
+    text = build_log.read_text()
+    assert "# in container wheelmill-cpu-py311-" in text and " /wheelmill/envs/build/bin/python -m pip wheel " in text
+    assert "# env CONDA_PREFIX=/wheelmill/envs/build" in text
+    assert list((out / "cpu-py311" / "dist").glob("example_cpp_ops-0.1.0+cpu-*.whl"))
+    assert subprocess.run([podman, "ps", "-aq", "--filter", "label=wheelmill.cell=cpu-py311"], capture_output=True, text=True, check=True).stdout.strip() == ""

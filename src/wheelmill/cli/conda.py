@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from wheelmill.cli.common import Commands, load_inputs
+from wheelmill.cli.common import Commands, load_inputs, prepare
 from wheelmill.closure import read as read_closure
 from wheelmill.conda import envspec
 from wheelmill.conda.channel import CondaChannel, conda_channel_root, configured_channels, local_channels
@@ -20,6 +20,8 @@ from wheelmill.conda.envspec import read_lock
 from wheelmill.conda.package import CondaTarget, describe, package_wheel
 from wheelmill.conda.seed import probe_interpreter, seed
 from wheelmill.conda.solve import create, find_locked, locked, picked, solve
+from wheelmill.containers.engine import Mount
+from wheelmill.containers.images import debian_mirror, ensure_image
 from wheelmill.envs import UvBackend
 from wheelmill.errors import CommandFailed, ConfigError, EnvError, UsageError
 from wheelmill.files import write_atomic
@@ -27,7 +29,7 @@ from wheelmill.index.store import CONDA_DIR, Channel
 from wheelmill.locks import target
 from wheelmill.net import download
 from wheelmill.package_sources import machine_sources
-from wheelmill.process import HostRunner, StepLog
+from wheelmill.process import HostRunner, StepLog, base_environment
 from wheelmill.settings import Settings
 from wheelmill.toolchain import NotFound, find_python
 from wheelmill.variants import Cell
@@ -95,8 +97,8 @@ def cmd_seed(args: argparse.Namespace, settings: Settings, console: Console) -> 
     if not wheels and not args.build_env:
         fix = f"build and publish the cell first (wheelmill build --cell {cell.id}), give --wheels DIR, or seed --build-env"
         raise EnvError(f"conda seed: no wheels in {', '.join(map(str, dirs))}", fix=fix)
-    python = args.python or _cell_python(cell)
     with tempfile.TemporaryDirectory(prefix="wheelmill-conda-") as work:
+        python = args.python or (_image_python(args, settings, Path(work), console) if args.build_env else None) or _cell_python(cell)
         wheels += _tool_wheels(cell, channel, settings, Path(work)) if args.build_env else []
         seeded = seed(channel, target, wheels, Path(work), interpreter=probe_interpreter(python), progress=lambda line: console.print(f"  packaging {line}"))
     console.print(
@@ -128,6 +130,33 @@ def _tool_wheels(cell: Cell, channel: CondaChannel, settings: Settings, work: Pa
     out = work / "tools"
     out.mkdir()
     return [download(w.url, out / w.filename, sha256=w.sha256) for w in read_closure(work / "pylock.tools.toml").wheels]
+
+
+def _image_python(args: argparse.Namespace, settings: Settings, work: Path, console: Console) -> Path | None:
+    """The CPython of the cell's builder image (``/opt/python/X.Y``), copied out of it, where
+    the cell builds in a container: the build env's interpreter must run on the image's
+    glibc, which may be older than this machine's. None where the cell builds here."""
+    selection = argparse.Namespace(cell=[args.cell], recipe=[], publish=False, mirror=False, rebuild=False)
+    prepared = prepare(selection, settings, probe=True)
+    (cell_plan,) = prepared.plans
+    if cell_plan.image is None or prepared.engine is None:
+        return None
+    engine, version = prepared.engine, cell_plan.cell.python
+    with StepLog(settings.output.resolve() / ".cache" / f"conda-seed-{cell_plan.cell.id}.log") as log:
+        console.print(f"  the builder image of {cell_plan.cell.id} ({log.path} logs it)", highlight=False)
+        mirror = debian_mirror(settings.debian_mirror)
+        ready = ensure_image(engine, cell_plan.image, mirror=mirror, work=settings.output.resolve() / ".cache" / "bootstrap", log=log, on_line=lambda _l: None)
+        out = work / "image-python"
+        out.mkdir()
+        copy = ["cp", "-a", f"/opt/python/{version}/.", "/out/"]
+        HostRunner().run(
+            engine.run(image=ready.tag, argv=copy, mounts=[Mount(source=out, target=Path("/out"), readonly=False)]), env=base_environment([]), log=log
+        )
+    executable = out / "bin" / f"python{version}"
+    if executable.is_symlink() or not executable.is_file():
+        what = f"conda seed: the CPython of {ready.tag} is its distribution's (/opt/python/{version} links to /usr)"
+        raise EnvError(what, fix="give --python a CPython that runs on the image's glibc, installed in a prefix of its own")
+    return executable
 
 
 def _cell_python(cell: Cell) -> Path:

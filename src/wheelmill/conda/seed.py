@@ -40,8 +40,9 @@ INTERPRETER_BUILD = "0_cpython"
 @dataclass(frozen=True, kw_only=True)
 class Interpreter:
     executable: Path
-    prefix: Path
+    prefix: Path  # where it is
     version: str  # 3.11.7
+    built_for: Path  # the prefix it was configured for, named in its files (copied out of an image: not ``prefix``)
 
     @property
     def minor(self) -> str:
@@ -51,12 +52,15 @@ class Interpreter:
 def probe_interpreter(executable: Path) -> Interpreter:
     """The CPython at ``executable``, if it lives in a prefix of its own (pyenv's, /opt/python):
     a distribution's /usr Python cannot be lifted out of its system."""
-    script = "import sys; print(sys.base_prefix); print('.'.join(map(str, sys.version_info[:3]))); print(sys.implementation.name)"
+    script = (
+        "import sys, sysconfig; print(sys.base_prefix); print('.'.join(map(str, sys.version_info[:3]))); print(sys.implementation.name); "
+        "print(sysconfig.get_config_var('prefix'))"
+    )
     done = capture([executable, "-c", script])
-    if done.returncode != 0 or len(done.stdout.split()) != 3:
+    if done.returncode != 0 or len(done.stdout.split()) != 4:
         why = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise EnvError(f"conda seed: cannot run {executable} ({why})", fix="give --python an installed CPython")
-    prefix, version, implementation = done.stdout.split()
+    prefix, version, implementation, built = done.stdout.split()
     if implementation != "cpython":
         raise EnvError(f"conda seed: {executable} is {implementation}, not CPython", fix="give --python a CPython")
     if Path(prefix) in (Path("/usr"), Path("/usr/local"), Path("/")):
@@ -64,7 +68,7 @@ def probe_interpreter(executable: Path) -> Interpreter:
             f"conda seed: {executable} lives in {prefix}, shared with its system",
             fix="give --python a CPython installed in a prefix of its own (pyenv, /opt/python/X.Y)",
         )
-    return Interpreter(executable=executable, prefix=Path(prefix), version=version)
+    return Interpreter(executable=executable, prefix=Path(prefix), version=version, built_for=Path(built))
 
 
 def left_out(directory: str, names: list[str]) -> set[str]:
@@ -93,7 +97,7 @@ build:
       - "**/*.py"
   script:
     - cp -a "{stage}/." "$PREFIX/"
-    - grep -rlI --null "{prefix}" "$PREFIX" | xargs -0 -r sed -i "s|{prefix}|$PREFIX|g"
+    - grep -rlI --null "{built_for}" "$PREFIX" | xargs -0 -r sed -i "s|{built_for}|$PREFIX|g"
 requirements:
   run_constraints:
     - python_abi {minor}.* *_cp{nodot}
@@ -148,11 +152,14 @@ def interpreter_package(interpreter: Interpreter, out_dir: Path, work: Path) -> 
     shutil.rmtree(stage, ignore_errors=True)
     shutil.copytree(interpreter.prefix, stage, symlinks=True, ignore=left_out)
     (stage / "lib" / f"python{interpreter.minor}" / "site-packages").mkdir(exist_ok=True)
-    relative_runpaths(stage, interpreter.prefix)
+    for alias in ("python3", "python"):  # conda's python packages have both; `make altinstall` makes neither
+        if not (stage / "bin" / alias).exists():
+            (stage / "bin" / alias).symlink_to(f"python{interpreter.minor}")
+    relative_runpaths(stage, interpreter.built_for)
     recipe_dir = work / "python-recipe"
     recipe_dir.mkdir(parents=True, exist_ok=True)
     text = _RECIPE.format(
-        version=interpreter.version, build=INTERPRETER_BUILD, stage=stage, prefix=interpreter.prefix, minor=interpreter.minor,
+        version=interpreter.version, build=INTERPRETER_BUILD, stage=stage, prefix=interpreter.prefix, built_for=interpreter.built_for, minor=interpreter.minor,
         nodot=interpreter.minor.replace(".", ""),
     )  # fmt: skip
     recipe = Stage0Recipe.from_yaml(text, recipe_dir=recipe_dir)

@@ -94,20 +94,20 @@ class Container:
         on_line: Callable[[str], None] | None = None,
         keep_output: bool = False,
     ) -> CommandResult:
-        outer = self.engine.exec(container=self.name, argv=[str(a) for a in argv], env_keys=sorted(env), workdir=cwd)
+        outer = self.engine.exec(container=self.name, argv=[str(a) for a in argv], env_keys=_inside(env), workdir=cwd)
         log.note(f"in container {self.name}:")
         return self._host.run(outer, env=env, log=log, on_line=on_line, keep_output=keep_output)
 
     def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], log: StepLog, output: Path) -> subprocess.Popen[str]:
         """The exec'd process runs on in the container; removing the container ends it, if
         nothing stopped it before."""
-        outer = self.engine.exec(container=self.name, argv=[str(a) for a in argv], env_keys=sorted(env), workdir=None)
+        outer = self.engine.exec(container=self.name, argv=[str(a) for a in argv], env_keys=_inside(env), workdir=None)
         log.note(f"in container {self.name}:")
         return spawn(outer, env=env, log=log, output=output)
 
     def capture(self, argv: Sequence[str | Path], *, env: Mapping[str, str] | None = None, timeout: float = 60.0) -> Captured:
         environment = dict(env) if env is not None else base_environment([])
-        outer = self.engine.exec(container=self.name, argv=[str(a) for a in argv], env_keys=sorted(environment), workdir=None)
+        outer = self.engine.exec(container=self.name, argv=[str(a) for a in argv], env_keys=_inside(environment), workdir=None)
         return capture(outer, env=environment, timeout=timeout)
 
     def stable_path(self, path: Path) -> Path:
@@ -129,3 +129,9 @@ class Container:
                 fix="build the cell again, and leave wheelmill-* containers alone while it runs",
             )
         return root / path.relative_to(path.anchor)
+
+
+def _inside(env: Mapping[str, str]) -> list[str]:
+    """The variables a command in the container gets: not TMPDIR, a directory of this
+    machine the container does not have (tools that write temporary files there fail)."""
+    return sorted(key for key in env if key != "TMPDIR")

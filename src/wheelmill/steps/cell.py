@@ -192,9 +192,6 @@ def _conda_lock(ctx: StepContext) -> tuple[list[CheckResult], CondaLock | None]:
     cell here), else one solved now. Done by ``wheelmill conda lock`` in a process of its
     own (py-rattler's threads, see the publish step)."""
     plan, settings, layout = ctx.run.plan, ctx.run.settings, ctx.run.layout
-    if plan.image:
-        what = "the conda backend makes its env on this machine, and this cell builds in a container"
-        return [CheckResult.failed("conda-lock", what, "set WHEELMILL_ENGINE=none, or WHEELMILL_ENV_BACKEND=uv")], None
     try:
         channels = configured_channels(settings.conda_channels, settings.index)
     except UsageError as missing:

@@ -54,8 +54,9 @@ def prepare_container(ctx: StepContext) -> Outcome:
         )
         for network in (True, False)
     )
-    offline = Where(runner=netless, backend=envs.backend(backend, netless, cache_dir=layout.cache / "uv", offline=True))
-    where = Where(runner=online, backend=envs.backend(backend, online, cache_dir=layout.cache / "uv"), netless=offline)
+    channels = ctx.where.backend.channels  # the conda backend's, as on this machine
+    offline = Where(runner=netless, backend=envs.backend(backend, netless, cache_dir=layout.cache / "uv", offline=True, channels=channels))
+    where = Where(runner=online, backend=envs.backend(backend, online, cache_dir=layout.cache / "uv", channels=channels), netless=offline)
     removed = f"; removed {len(online.stale)} left behind" if online.stale else ""
     return Outcome(checks=[CheckResult.passed("container", f"{online.name} from {ready.tag}, and {netless.name} with no network{removed}")], made=(where,))
 
