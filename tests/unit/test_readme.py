@@ -144,3 +144,10 @@ def test_the_build_key_section_names_every_part_of_the_key_and_the_steps_it_spar
     assert words in " ".join(text.split())
     assert "nox -s build-cpu-py311 -- --rebuild" in text
     assert "--rebuild: built even where channel cpu lists it" in cli("plan", "--cell", "cpu-py311", "--engine", "none", "--rebuild").out
+
+
+def test_every_setting_wheelmill_reads_is_in_the_readme() -> None:
+    read = set(re.findall(r'"(WHEELMILL_[A-Z_]+)"', (ROOT / "src" / "wheelmill" / "settings.py").read_text()))
+    assert "WHEELMILL_CONDA_CHANNELS" in read
+    missing = sorted(name for name in read if name not in (ROOT / "README.md").read_text())
+    assert not missing, f"README.md does not say what these do: {missing}"
