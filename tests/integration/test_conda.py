@@ -156,6 +156,8 @@ def test_the_cpu_example_builds_in_a_conda_env_made_from_a_locked_local_channel(
     report = json.loads((cell / "report.json").read_text())
     pre = next(s for s in report["steps"] if s["step"] == "pre-checks")
     assert any(c["name"] == "conda-lock" and c["verdict"] == "pass" and "fits its specs" in c["detail"] for c in pre["checks"]), pre
+    env = next(s for s in report["steps"] if s["step"] == "prepare-env")
+    assert any(c["name"] == "conda-env" and "4 conda packages (cmake 4." in c["detail"] for c in env["checks"]), env
     (build_log,) = (cell / "logs").glob("*-example-cpp-ops-build.log")
     text = build_log.read_text()
     assert f"# env CONDA_PREFIX={cell / 'envs' / 'build'}" in text and f"{cell / 'envs' / 'build' / 'bin' / 'python'} -m pip wheel" in text

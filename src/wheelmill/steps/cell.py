@@ -255,7 +255,12 @@ def prepare_env(ctx: StepContext) -> Outcome:
         raise
     pins = pinned_versions(layout.lock.read_text(encoding="utf-8"))
     made = BuildEnv(env=env, lock=layout.lock, lock_sha256=sha256_of(layout.lock), pins=pins)
-    return Outcome(checks=[CheckResult.passed("lock", f"{len(pins)} packages with hashes, {sources.lock_origin}; torch {pins.get('torch')}")], made=(made,))
+    checks = [CheckResult.passed("lock", f"{len(pins)} packages with hashes, {sources.lock_origin}; torch {pins.get('torch')}")]
+    if conda is not None:
+        _digest, packages = envspec.read_lock(conda.path)
+        shown = ", ".join(f"{p.name} {p.version}" for p in packages)
+        checks.append(CheckResult.passed("conda-env", f"{len(packages)} conda packages ({shown}), lock {conda.origin}; the uv lock's others into its Python"))
+    return Outcome(checks=checks, made=(made,))
 
 
 def env_checks(ctx: StepContext) -> Outcome:
