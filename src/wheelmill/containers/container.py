@@ -17,7 +17,7 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from wheelmill.containers.engine import Engine, Mount
+from wheelmill.containers.engine import Engine, Mount, left_behind
 from wheelmill.errors import CommandFailed, PrecheckError
 from wheelmill.process import Captured, CommandResult, HostRunner, StepLog, base_environment, capture, spawn
 
@@ -62,7 +62,7 @@ class Container:
         self.stop()
 
     def _remove_stale(self) -> list[str]:
-        listed = capture(self.engine.containers(self.cell), timeout=60).stdout.split()
+        listed = left_behind(capture(self.engine.containers(self.cell), timeout=60).stdout.split())
         for name in listed:
             self.log.note(f"removing a container left behind: {name}")
             capture(self.engine.remove(name), timeout=120)

@@ -5,6 +5,7 @@ running them is the runner's job.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -94,6 +95,9 @@ class Engine:
     def network_create(self, name: str, subnet: str) -> list[str]:
         return [self.binary, "network", "create", "--subnet", subnet, name]
 
+    def networks(self) -> list[str]:
+        return [self.binary, "network", "ls", "--format", "{{.Name}}"]
+
     def network_remove(self, name: str) -> list[str]:
         return [self.binary, "network", "rm", "--force", name] if self.name is EngineName.PODMAN else [self.binary, "network", "rm", name]
 
@@ -128,6 +132,34 @@ class Engine:
     def containers(self, cell: str | None = None) -> list[str]:
         selector = f"label={LABEL}={cell}" if cell else f"label={LABEL}"
         return [self.binary, "ps", "--all", "--filter", selector, "--format", "{{.Names}}"]
+
+
+def left_behind(names: Sequence[str]) -> list[str]:
+    """Of wheelmill's containers and networks (``wheelmill-<cell>-<pid>[-netless]``,
+    ``wheelmill-smoke-<pid>``), those whose wheelmill process is gone: a killed run's. A live
+    run's, another output root building the same cell, is not touched.
+
+    >>> left_behind([f"wheelmill-cpu-py311-{os.getpid()}", f"wheelmill-smoke-{os.getpid()}-netless", "wheelmill-cpu-py311-999999999", "other"])
+    ['wheelmill-cpu-py311-999999999', 'other']
+    """
+    return [name for name in names if not _alive(_owner(name))]
+
+
+def _owner(name: str) -> int | None:
+    parts = name.removesuffix("-netless").rsplit("-", 1)
+    return int(parts[1]) if len(parts) == 2 and parts[1].isdigit() else None
+
+
+def _alive(pid: int | None) -> bool:
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return pid < 2**22  # another user's process (or no pid at all)
+    return True
 
 
 Which = Callable[[str], str | None]

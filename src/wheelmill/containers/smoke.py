@@ -25,7 +25,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from wheelmill.containers.engine import Engine, Mount
+from wheelmill.containers.engine import Engine, Mount, left_behind
 from wheelmill.errors import ImageError
 from wheelmill.process import StepLog, base_environment
 
@@ -111,7 +111,12 @@ class Smoke:
         network = f"wheelmill-smoke-{os.getpid()}"
         subnet, master_ip, worker_ip = "10.254.77.0/24", "10.254.77.2", "10.254.77.3"
         what = "c/pytorchjob-" + ("trainer-v2" if trainer_v2 else "v1")
-        subprocess.run(self.engine.network_remove(network), capture_output=True, check=False)
+        # The subnet is fixed: a killed run's network holds it until it is removed.
+        mine = [
+            n for n in subprocess.run(self.engine.networks(), capture_output=True, text=True, check=False).stdout.split() if n.startswith("wheelmill-smoke-")
+        ]
+        for stale in [*left_behind(mine), network]:
+            subprocess.run(self.engine.network_remove(stale), capture_output=True, check=False)
         created = subprocess.run(self.engine.network_create(network, subnet), capture_output=True, text=True, check=False)
         if created.returncode != 0:
             raise ImageError(f"smoke {what}: cannot create the engine network {network}: {created.stderr.strip()[-200:]}", fix="check the engine's networking")
