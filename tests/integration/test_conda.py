@@ -76,6 +76,8 @@ def test_an_env_made_from_the_channel_runs_its_python_and_packages(channels: tup
     ran = subprocess.run([prefix / "bin" / "python", "-c", f"import json; {script}"], capture_output=True, text=True, check=False, env={"PATH": "/bin"})
     assert ran.returncode == 0, ran.stderr
     assert json.loads(ran.stdout) == [str(prefix), str(prefix / "include" / "python3.11"), "cpu", "2.13.0+cpu"], "the interpreter's prefix is the env's"
+    strays = sorted(p.name for p in (prefix / "bin").iterdir() if not p.name.startswith("python"))
+    assert strays == [], "bin/ holds the interpreter, not the scripts pip put beside the one it was made from"
 
 
 def test_seeding_again_adds_nothing_and_other_bytes_under_a_published_name_are_refused(channels: tuple[Path, Path], tmp_path: Path) -> None:

@@ -29,11 +29,11 @@ from wheelmill.tools import patchelf_bin
 from wheelmill.wheelfile import WheelInfo, read_wheel
 
 # What an interpreter package leaves out: the test suite, bytecode, what pip put into its
-# site-packages, the static libpython (extensions link none), man pages, and from bin/ the
-# scripts of pip, IDLE, pydoc and 2to3 (their modules stay: pydoc backs help()).
+# site-packages, the static libpython (extensions link none), man pages, and from bin/ all
+# but the interpreter and its -config: the scripts of pip, IDLE, pydoc and 2to3 (their
+# modules stay: pydoc backs help()), and those of whatever pip installed there.
 _LEFT_OUT = ("test", "__pycache__", "site-packages", "man", "idlelib", "turtledemo")
 _LEFT_OUT_SUFFIXES = (".a", ".pyc")
-_LEFT_OUT_SCRIPTS = ("pip", "idle", "pydoc", "2to3")
 INTERPRETER_BUILD = "0_cpython"
 
 
@@ -76,11 +76,11 @@ def left_out(directory: str, names: list[str]) -> set[str]:
 
     >>> sorted(left_out("/p/lib/python3.11", ["pydoc.py", "pipes.py", "os.py", "test", "__pycache__"]))
     ['__pycache__', 'test']
-    >>> sorted(left_out("/p/bin", ["python3.11", "pip3", "pydoc3.11", "idle3", "2to3-3.11"]))
-    ['2to3-3.11', 'idle3', 'pip3', 'pydoc3.11']
+    >>> sorted(left_out("/p/bin", ["python3.11", "python3.11-config", "pip3", "pydoc3.11", "idle3", "2to3-3.11", "ipython", "aws"]))
+    ['2to3-3.11', 'aws', 'idle3', 'ipython', 'pip3', 'pydoc3.11']
     """
     scripts = Path(directory).name == "bin"
-    return {n for n in names if n in _LEFT_OUT or n.endswith(_LEFT_OUT_SUFFIXES) or (scripts and n.startswith(_LEFT_OUT_SCRIPTS))}
+    return {n for n in names if n in _LEFT_OUT or n.endswith(_LEFT_OUT_SUFFIXES) or (scripts and not n.startswith("python"))}
 
 
 _RECIPE = """\
