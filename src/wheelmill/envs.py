@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from packaging.utils import canonicalize_name
 
 from wheelmill.errors import ConfigError
 from wheelmill.package_sources import PackageSources
-from wheelmill.process import HostRunner, Runner, StepLog, base_environment
+from wheelmill.process import HostRunner, Runner, StepLog, base_environment, wheelmill_command
 from wheelmill.tools import uv_bin
 
 _PINNED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;\\]+)")
@@ -203,10 +202,9 @@ class CondaBackend(UvBackend):
         # outlive the call, see publish), where a container sees it at the same path (the
         # output is mounted there); its Python runs wherever it is, for uv and the builds.
         host = self.runner.host_path(root)
-        argv: list[str | Path] = [sys.executable, "-m", "wheelmill", "conda", "create", host, "--lock", self.runner.host_path(lock)]
-        argv += [arg for url in self.channels for arg in ("--channel", url)]
-        argv += ["--pkgs-dir", host.parent / "conda-pkgs"]
-        HostRunner().run([str(a) for a in argv], env=base_environment([]), log=log)
+        channels = [arg for url in self.channels for arg in ("--channel", url)]
+        argv = wheelmill_command("conda", "create", host, "--lock", self.runner.host_path(lock), *channels, "--pkgs-dir", host.parent / "conda-pkgs")
+        HostRunner().run(argv, env=base_environment([]), log=log)
         return Env(root=root, conda=True)
 
     def sync(self, env: Env, lock: Path, *, sources: PackageSources, log: StepLog) -> None:
@@ -222,9 +220,19 @@ class CondaBackend(UvBackend):
         self.runner.run(argv, env=self._env(), log=log)
 
 
+def package_name(path: Path) -> str:
+    """The package a conda file names: ``name-version-build.conda``, or its record in an
+    env's ``conda-meta/`` (``name-version-build.json``); neither version nor build has a dash.
+
+    >>> package_name(Path("linux-64/example-cpp-ops-0.1.0-cpu_py311_0.conda"))
+    'example-cpp-ops'
+    """
+    return path.name.rsplit("-", 2)[0]
+
+
 def conda_names(prefix: Path) -> set[str]:
     """The (normalized) names of the packages in a conda env, from its conda-meta records."""
-    return {canonicalize_name(p.name.rsplit("-", 2)[0]) for p in (prefix / "conda-meta").glob("*.json")}
+    return {canonicalize_name(package_name(p)) for p in (prefix / "conda-meta").glob("*.json")}
 
 
 def without(lock_text: str, names: set[str]) -> str:

@@ -34,7 +34,8 @@ from wheelmill.recipes import Recipe, resolve
 from wheelmill.settings import Settings
 from wheelmill.variants import Cell, Variant
 
-_HEADER = re.compile(r"^# wheelmill lock of (\S+); inputs sha256:([0-9a-f]{64})$")
+# The first line of a lock, uv's and conda's: whose it is and the hash of its inputs.
+_HEADER = re.compile(r"^# wheelmill (?:conda )?lock of (\S+); inputs sha256:([0-9a-f]{64})$")
 
 
 @dataclass(frozen=True, kw_only=True)

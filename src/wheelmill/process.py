@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 import traceback
 from collections import deque
@@ -312,6 +313,12 @@ def capture(argv: Sequence[str | Path], *, env: Mapping[str, str] | None = None,
 # Zip entries and other build timestamps come from here unless the caller sets it: the same
 # source gives the same wheel bytes, so publishing a rebuild is a no-op, not a conflict.
 DEFAULT_SOURCE_DATE_EPOCH = "315532800"  # 1980-01-01, the earliest a zip can say
+
+
+def wheelmill_command(*args: str | Path, recipes: Path | None = None) -> list[str]:
+    """This wheelmill, as a child process: for work done apart from the calling process
+    (py-rattler's threads may outlive a call, and a build's process must not carry them)."""
+    return [sys.executable, "-m", "wheelmill", *(["--recipes", str(recipes.resolve())] if recipes else []), *map(str, args)]
 
 
 def base_environment(path: Sequence[Path | str], extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -22,7 +22,7 @@ from wheelmill.conda.seed import probe_interpreter, seed
 from wheelmill.conda.solve import create, find_locked, locked, picked, solve
 from wheelmill.containers.engine import Mount
 from wheelmill.containers.images import debian_mirror, ensure_image
-from wheelmill.envs import UvBackend
+from wheelmill.envs import UvBackend, package_name
 from wheelmill.errors import CommandFailed, ConfigError, EnvError, UsageError
 from wheelmill.files import write_atomic
 from wheelmill.index.store import CONDA_DIR, Channel
@@ -112,7 +112,7 @@ def _tool_wheels(cell: Cell, channel: CondaChannel, settings: Settings, work: Pa
     """Wheels, from the package sources, of what the cell's conda env specs name beyond its
     Python (ninja, cmake) and the channel lacks: downloaded, sha256 as resolved, to be
     repackaged like the rest."""
-    have = {p.name.rsplit("-", 2)[0] for p in channel.packages()}
+    have = {package_name(p) for p in channel.packages()}
     names = [spec.split()[0] for spec in envspec.inputs(settings.recipes, cell).specs]
     missing = [name for name in names if name not in ("python", "python_abi", *have)]
     if not missing:
@@ -195,7 +195,7 @@ def cmd_create(args: argparse.Namespace, settings: Settings, console: Console) -
         fix = "e.g. wheelmill conda create ENV torch, or --lock locks/conda/<cell>.txt"
         raise UsageError("conda create: give specs or --lock FILE, not both or neither", fix=fix)
     if args.lock:
-        _digest, packages = read_lock(_readable(args.lock))
+        packages = read_lock(_readable(args.lock))
         records = find_locked(channel_urls(args, settings), packages, lock=args.lock)
     else:
         records = solve(channel_urls(args, settings), args.specs, cuda=args.cuda)
@@ -214,7 +214,7 @@ def cmd_lock(args: argparse.Namespace, settings: Settings, console: Console) -> 
         problem = envspec.mismatch(wanted, _readable(committed))
         if problem:
             raise ConfigError(problem, fix=f"run `wheelmill conda lock --cell {wanted.cell}` and commit {committed}")
-        _digest, packages = read_lock(committed)
+        packages = read_lock(committed)
         find_locked(channels, packages, lock=committed)
         console.print(f"{committed}: fits its specs; the channels hold its {len(packages)} packages, sha256 as locked", highlight=False)
         return 0

@@ -25,10 +25,10 @@ from pathlib import Path
 
 from wheelmill.config import load_toml
 from wheelmill.errors import ConfigError
+from wheelmill.locks import recorded_digest
 from wheelmill.variants import Cell
 
 SPEC_FILE = "conda/envs.toml"
-_HEADER = re.compile(r"^# wheelmill conda lock of (\S+); inputs sha256:([0-9a-f]{64})$")
 _LINE = re.compile(r"^(linux-64|noarch)/(\S+)-([^-\s]+)-([^-\s]+)\.conda sha256:([0-9a-f]{64})$")
 
 
@@ -94,20 +94,17 @@ def lock_text(lock_inputs: CondaEnvInputs, packages: list[LockedPackage]) -> str
     return lock_inputs.header() + "".join(p.line() + "\n" for p in sorted(packages, key=lambda p: p.name))
 
 
-def read_lock(path: Path) -> tuple[str | None, list[LockedPackage]]:
-    """The recorded inputs digest and the packages of a conda lock.
+def read_lock(path: Path) -> list[LockedPackage]:
+    """The packages of a conda lock (its header is read by ``locks.recorded_digest``).
 
     >>> p = Path(__import__("tempfile").mkdtemp()) / "l.txt"
     >>> header = "# wheelmill conda lock of cpu-py311; inputs sha256:" + "0" * 64
     >>> _ = p.write_text(header + "\\nlinux-64/python-3.11.7-0_cpython.conda sha256:" + "a" * 64 + "\\n")
-    >>> digest, (python,) = read_lock(p)
-    >>> python.spec, digest[:4]
-    ('python ==3.11.7 0_cpython', '0000')
+    >>> [python.spec for python in read_lock(p)]
+    ['python ==3.11.7 0_cpython']
     """
-    lines = path.read_text(encoding="utf-8").splitlines()
-    header = _HEADER.match(lines[0]) if lines else None
     packages = []
-    for number, line in enumerate(lines, start=1):
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip() or line.startswith("#"):
             continue
         match = _LINE.match(line.strip())
@@ -115,12 +112,12 @@ def read_lock(path: Path) -> tuple[str | None, list[LockedPackage]]:
             raise ConfigError(f"{path}:{number}: not a locked package: {line.strip()[:80]!r}", fix="remake it: wheelmill conda lock --cell <cell>")
         subdir, name, version, build, sha256 = match.groups()
         packages.append(LockedPackage(subdir=subdir, name=name, version=version, build=build, sha256=sha256))
-    return (header.group(2) if header else None), packages
+    return packages
 
 
 def mismatch(lock_inputs: CondaEnvInputs, committed: Path) -> str | None:
     """Why the committed conda lock does not fit ``lock_inputs``, or None when it does."""
-    recorded, _packages = read_lock(committed)
+    recorded = recorded_digest(committed)
     if recorded == lock_inputs.digest:
         return None
     return f"{committed} was made for other specs (recorded {str(recorded)[:12]}..., now {lock_inputs.digest[:12]}...)"

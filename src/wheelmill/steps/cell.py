@@ -24,7 +24,7 @@ from wheelmill.locks import locate_torch, mismatch, path_of, requirements_text
 from wheelmill.net import is_transient, sha256_of
 from wheelmill.package_sources import PackageSources, machine_sources
 from wheelmill.probes import TorchInfo, read_torch
-from wheelmill.process import HostRunner, Runner, base_environment
+from wheelmill.process import HostRunner, Runner, base_environment, wheelmill_command
 from wheelmill.retry import TransientError
 from wheelmill.spec import CellPlan
 from wheelmill.toolchain import Found, NotFound, Toolkit, find_compiler, find_env_toolkit, find_python, find_toolkit
@@ -197,7 +197,7 @@ def _conda_lock(ctx: StepContext) -> tuple[list[CheckResult], CondaLock | None]:
     except UsageError as missing:
         return [CheckResult.failed("conda-lock", missing.message, missing.fix or "seed one: wheelmill conda seed --cell <cell> --build-env")], None
     committed, copy = envspec.lock_path(plan.locks_dir, plan.lock.cell), layout.root / "conda-lock.txt"
-    argv = [sys.executable, "-m", "wheelmill", "--recipes", str(settings.recipes.resolve()), "conda", "lock", "--cell", plan.lock.cell]
+    argv = wheelmill_command("conda", "lock", "--cell", plan.lock.cell, recipes=settings.recipes)
     argv += [arg for url in channels for arg in ("--channel", url)]
     argv += ["--check"] if committed.is_file() else ["--out", str(copy)]
     try:
@@ -257,7 +257,7 @@ def prepare_env(ctx: StepContext) -> Outcome:
     made = BuildEnv(env=env, lock=layout.lock, lock_sha256=sha256_of(layout.lock), pins=pins)
     checks = [CheckResult.passed("lock", f"{len(pins)} packages with hashes, {sources.lock_origin}; torch {pins.get('torch')}")]
     if conda is not None:
-        _digest, packages = envspec.read_lock(conda.path)
+        packages = envspec.read_lock(conda.path)
         shown = ", ".join(f"{p.name} {p.version}" for p in packages)
         checks.append(CheckResult.passed("conda-env", f"{len(packages)} conda packages ({shown}), lock {conda.origin}; the uv lock's others into its Python"))
     return Outcome(checks=checks, made=(made,))

@@ -5,7 +5,6 @@ variant's conda channel beside it (``<index>/conda/<channel>``)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from wheelmill.checks import CheckResult
@@ -13,7 +12,7 @@ from wheelmill.conda.channel import conda_channel_root
 from wheelmill.context import Outcome, StepContext
 from wheelmill.errors import CommandFailed, IndexConflict
 from wheelmill.index.store import Channel, publish
-from wheelmill.process import HostRunner, base_environment
+from wheelmill.process import HostRunner, base_environment, wheelmill_command
 from wheelmill.report import WheelRecord
 from wheelmill.spec import CellPlan, RecipeSpec
 from wheelmill.steps.keys import BuildKeys
@@ -37,7 +36,7 @@ def conda_package(ctx: StepContext, wheel: Path) -> str:
     must not carry them. Immutable like the wheel: the same wheel again is a no-op."""
     settings, plan = ctx.run.settings, ctx.run.plan
     root = conda_channel_root(settings.index, plan.channel)
-    argv = [sys.executable, "-m", "wheelmill", "--recipes", str(settings.recipes.resolve()), "conda", "package", "--cell", plan.cell.id, str(wheel)]
+    argv = wheelmill_command("conda", "package", "--cell", plan.cell.id, wheel, recipes=settings.recipes)
     try:
         result = HostRunner().run([*argv, "--channel", str(root)], env=base_environment([]), log=ctx.log, keep_output=True)
     except CommandFailed as failed:
