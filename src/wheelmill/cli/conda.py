@@ -22,6 +22,7 @@ from wheelmill.conda.seed import probe_interpreter, seed
 from wheelmill.conda.solve import create, find_locked, locked, picked, solve
 from wheelmill.containers.engine import Mount
 from wheelmill.containers.images import debian_mirror, ensure_image
+from wheelmill.context import Layout
 from wheelmill.envs import UvBackend, package_name
 from wheelmill.errors import CommandFailed, ConfigError, EnvError, UsageError
 from wheelmill.files import write_atomic
@@ -142,10 +143,11 @@ def _image_python(args: argparse.Namespace, settings: Settings, work: Path, cons
     if cell_plan.image is None or prepared.engine is None:
         return None
     engine, version = prepared.engine, cell_plan.cell.python
-    with StepLog(settings.output.resolve() / ".cache" / f"conda-seed-{cell_plan.cell.id}.log") as log:
+    cache = Layout(output=settings.output.resolve(), cell=cell_plan.cell.id).cache
+    with StepLog(cache / f"conda-seed-{cell_plan.cell.id}.log") as log:
         console.print(f"  the builder image of {cell_plan.cell.id} ({log.path} logs it)", highlight=False)
         mirror = debian_mirror(settings.debian_mirror)
-        ready = ensure_image(engine, cell_plan.image, mirror=mirror, work=settings.output.resolve() / ".cache" / "bootstrap", log=log, on_line=lambda _l: None)
+        ready = ensure_image(engine, cell_plan.image, mirror=mirror, work=cache / "bootstrap", log=log, on_line=lambda _l: None)
         out = work / "image-python"
         out.mkdir()
         copy = ["cp", "-a", f"/opt/python/{version}/.", "/out/"]

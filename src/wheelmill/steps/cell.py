@@ -192,8 +192,8 @@ def _conda_lock(ctx: StepContext) -> tuple[list[CheckResult], CondaLock | None]:
     cell here), else one solved now. Done by ``wheelmill conda lock`` in a process of its
     own (py-rattler's threads, see the publish step)."""
     plan, settings, layout = ctx.run.plan, ctx.run.settings, ctx.run.layout
-    try:
-        channels = configured_channels(settings.conda_channels, settings.index)
+    try:  # the backend's, found as the run started; none there: say why
+        channels = ctx.where.backend.channels or configured_channels(settings.conda_channels, settings.index)
     except UsageError as missing:
         return [CheckResult.failed("conda-lock", missing.message, missing.fix or "seed one: wheelmill conda seed --cell <cell> --build-env")], None
     committed, copy = envspec.lock_path(plan.locks_dir, plan.lock.cell), layout.root / "conda-lock.txt"
