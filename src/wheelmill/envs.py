@@ -57,6 +57,24 @@ class Env:
     def site_packages(self) -> list[Path]:
         return site_packages(self.root)
 
+    @property
+    def site(self) -> Path:
+        """The env's site-packages under a name without the Python's version (a link that
+        ``link_site`` makes): builds import torch from there, so its headers, the nvidia-*
+        wheels' toolkit and every path a compiler sees are the same for every Python."""
+        return self.root / "site"
+
+
+def link_site(env: Env) -> Path | None:
+    """``<env>/site``, a relative link to the env's site-packages (made once); none for an
+    env without one."""
+    found = env.site_packages
+    if not found:
+        return None
+    if not env.site.is_symlink():
+        env.site.symlink_to(found[0].relative_to(env.root))
+    return env.site
+
 
 def site_packages(env_root: Path) -> list[Path]:
     """An env's site-packages (one, in a venv), found rather than named: its path holds the

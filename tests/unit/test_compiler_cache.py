@@ -127,12 +127,12 @@ def test_the_server_gets_the_callers_cache_configuration_and_wheelmill_decides_t
     assert mine["SCCACHE_DIR"] == "/fast/ssd"
 
 
-def test_the_server_strips_the_envs_site_packages_and_the_cell_root_after_the_callers_basedirs() -> None:
-    site, cell = Path("/wheelmill/envs/build/lib/python3.13/site-packages"), Path("/wheelmill")
-    env = server_environment({}, cache_dir=Path("/c"), socket_path=Path("/s"), basedirs=[site, cell])
-    assert env["SCCACHE_BASEDIRS"] == f"{site}:{cell}"
-    theirs = server_environment({"SCCACHE_BASEDIRS": "/home/ci"}, cache_dir=Path("/c"), socket_path=Path("/s"), basedirs=[site, cell])
-    assert theirs["SCCACHE_BASEDIRS"] == f"/home/ci:{site}:{cell}"
+def test_the_server_strips_the_cell_root_after_the_callers_basedirs() -> None:
+    cell, other = Path("/o/cuda130-py313"), Path("/elsewhere")
+    env = server_environment({}, cache_dir=Path("/c"), socket_path=Path("/s"), basedirs=[cell, other])
+    assert env["SCCACHE_BASEDIRS"] == f"{cell}:{other}"
+    theirs = server_environment({"SCCACHE_BASEDIRS": "/home/ci"}, cache_dir=Path("/c"), socket_path=Path("/s"), basedirs=[cell])
+    assert theirs["SCCACHE_BASEDIRS"] == f"/home/ci:{cell}"
     assert "SCCACHE_BASEDIRS" not in server_environment({}, cache_dir=Path("/c"), socket_path=Path("/s"))
 
 

@@ -14,7 +14,7 @@ from wheelmill.containers.container import Container
 from wheelmill.containers.engine import Engine, EngineName, Mount, Probe, detect
 from wheelmill.containers.images import BaseKind, choose, debian_mirror, image_build_failure, require_pinned
 from wheelmill.containers.pins import Pins, load_pins
-from wheelmill.envs import Env
+from wheelmill.envs import Env, link_site
 from wheelmill.errors import CommandFailed, ConfigError, PrecheckError, UsageError
 from wheelmill.locks import inputs
 from wheelmill.matrix import Matrix, load_matrix
@@ -246,7 +246,43 @@ def test_the_build_environment_names_the_cells_paths_as_the_build_sees_them(tmp_
         return Path("/wheelmill") / path.relative_to(root) if path.is_relative_to(root) else path
 
     made = build_environment(spec, {}, env=env, cell_root=root, toolkit=toolkit, jobs=2, stable=stable)
-    assert made["CUDA_HOME"] == "/wheelmill/envs/build/lib/python3.11/site-packages/nvidia/cu13"
-    assert made["CPATH"] == "/wheelmill/envs/build/lib/python3.11/site-packages/nvidia/cu13/include"
-    assert made["PATH"].startswith("/wheelmill/envs/build/bin:/wheelmill/envs/build/lib/python3.11/site-packages/nvidia/cu13/bin:")
+    assert made["CUDA_HOME"] == "/wheelmill/envs/build/site/nvidia/cu13"
+    assert made["CPATH"] == "/wheelmill/envs/build/site/nvidia/cu13/include"
+    assert made["PATH"].startswith("/wheelmill/envs/build/bin:/wheelmill/envs/build/site/nvidia/cu13/bin:")
+    assert made["PYTHONPATH"] == "/wheelmill/envs/build/site"
     assert str(tmp_path) not in " ".join(made.values())
+
+
+def test_in_a_container_every_python_of_a_variant_gets_the_same_compiler_flags_and_paths(tmp_path: Path) -> None:
+    """What the compiler cache hashes (flags, prefix maps, the toolkit) and the paths the
+    compilers see hold no Python version: the env's site-packages is reached through its
+    site link, and the image's Python is not mapped (the image fixes where it is)."""
+    matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
+    recipes = load_recipes(ROOT / "recipes")
+    made = []
+    for python, home in (("3.11", "/usr/bin"), ("3.13", "/opt/python/3.13/bin")):
+        cell = matrix.cell(f"cuda130-py{python.replace('.', '')}")
+        spec = plan_cell(matrix, recipes, cell, ["example-cuda-ops"], Settings()).recipe("example-cuda-ops")
+        root = tmp_path / "out" / cell.id
+        env = Env(root=root / "envs" / "build")
+        nvcc_root = env.root / "lib" / f"python{python}" / "site-packages" / "nvidia" / "cu13"
+        (nvcc_root / "include").mkdir(parents=True)
+        (env.root / "pyvenv.cfg").write_text(f"home = {home}\n")
+        toolkit = Toolkit(family=Family.CUDA, root=nvcc_root, version="13.0", compiler=nvcc_root / "bin" / "nvcc")
+
+        def stable(path: Path, root: Path = root) -> Path:
+            return Path("/wheelmill") / path.relative_to(root) if path.is_relative_to(root) else path
+
+        made.append(build_environment(spec, {}, env=env, cell_root=root, toolkit=toolkit, jobs=2, stable=stable))
+    for key in ("CFLAGS", "CXXFLAGS", "NVCC_APPEND_FLAGS", "CUDA_HOME", "CPATH", "PATH", "PYTHONPATH"):
+        assert made[0][key] == made[1][key], key
+    assert "/python" not in made[0]["CFLAGS"] and "python3" not in " ".join(made[0].values())
+
+
+def test_the_site_link_names_the_envs_site_packages_relatively_once(tmp_path: Path) -> None:
+    env = Env(root=tmp_path / "build")
+    assert link_site(env) is None  # no site-packages: nothing to link
+    (env.root / "lib" / "python3.13" / "site-packages" / "torch").mkdir(parents=True)
+    assert link_site(env) == env.site and link_site(env) == env.site  # made once, kept
+    assert env.site.readlink() == Path("lib/python3.13/site-packages")  # relative: the container sees it too
+    assert (env.site / "torch").is_dir()

@@ -2,9 +2,9 @@
 //
 // The operators are defined here (TORCH_LIBRARY) with their CPU kernels; the example-cuda-ops
 // package adds CUDA kernels for the same schemas (TORCH_LIBRARY_IMPL), the way out-of-tree
-// backends extend an operator library.
-#include <Python.h>
-
+// backends extend an operator library. No Python header here: the module that Python
+// imports is module.cpp, so this file preprocesses to the same text for every Python, and a
+// compiler cache compiles it once per variant.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
@@ -86,10 +86,4 @@ TORCH_LIBRARY(example_ops, m) {
 TORCH_LIBRARY_IMPL(example_ops, CPU, m) {
   m.impl("rms_norm", &example_ops::rms_norm_cpu);
   m.impl("segment_sum", &example_ops::segment_sum_cpu);
-}
-
-// A Python module with no functions of its own: importing it runs the registrations above.
-extern "C" PyObject* PyInit__C(void) {
-  static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_C", "example_ops CPU kernels", -1, nullptr};
-  return PyModule_Create(&module);
 }

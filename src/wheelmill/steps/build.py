@@ -28,7 +28,7 @@ from wheelmill.checks.elf import ElfSummary
 from wheelmill.compiler_cache import CacheStats, CompilerCache, cache_check, read_stats, zero_stats
 from wheelmill.config import format_size
 from wheelmill.context import Outcome, StepContext
-from wheelmill.envs import Env, site_packages
+from wheelmill.envs import Env, link_site
 from wheelmill.errors import BuildError, CommandFailed, EnvError
 from wheelmill.process import base_environment
 from wheelmill.recipes import TORCH
@@ -85,6 +85,7 @@ def build(ctx: StepContext, spec: RecipeSpec) -> Outcome:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     (ctx.run.layout.build / "tmp").mkdir(exist_ok=True)  # TMPDIR where the cache's server sees it
+    link_site(env)
     source, stable = ctx.done.get(Fetched, spec.name).root, ctx.where.runner.stable_path
     values = {"python": str(stable(env.python)), "source": str(stable(source)), "dist": str(stable(out)), **spec.template_values()}
     argv = [fill(part, values) for part in spec.command]
@@ -152,31 +153,55 @@ def build_environment(
     CUDA, the nvidia-* wheels' headers and libraries, and the flags that keep build paths
     out of what is compiled. Paths of the cell are named as the build sees them
     (``stable``: in a container, the cell root's fixed mount)."""
+
+    def seen(path: Path) -> Path:  # through the env's site link, as the build sees it
+        return stable(via_site(env, path))
+
     if toolkit is not None:  # the nvidia-* wheels' nvcc lives in the env
-        toolkit = replace(toolkit, root=stable(toolkit.root), compiler=stable(toolkit.compiler))
+        toolkit = replace(toolkit, root=seen(toolkit.root), compiler=seen(toolkit.compiler))
     extra = dict(toolkit.environment()) if toolkit else {}
     extra.update(cache.client_environment(stable(cell_root / "build" / "tmp")) if cache else {})
     extra.update(env.activation(stable))
+    extra["PYTHONPATH"] = str(stable(env.site))  # torch (and its headers) from the site link
     extra.update(spec.build_variables())
     extra["MAX_JOBS"] = str(jobs)
     extra.update({key: fill(value, values) for key, value in spec.env.items()})
-    extra.update(wheel_toolkit_paths(env.root, stable) if spec.family is Family.CUDA else {})
+    extra.update(wheel_toolkit_paths(env, stable) if spec.family is Family.CUDA else {})
     prefixes = {stable(cell_root): "/wheelmill", **({toolkit.root: "/toolkit"} if toolkit else {})}
-    prefixes.update({base: "/python"} if (base := python_home(env.root)) else {})
+    # In a container (the cell root renamed) the image fixes where its Python is, so no map
+    # is needed; and a map naming it (/opt/python/3.13) would differ between the Pythons of a
+    # variant on every command line, which the compiler cache hashes.
+    in_container = stable(cell_root) != cell_root
+    prefixes.update({base: "/python"} if (base := python_home(env.root)) and not in_container else {})
     names = nvcc_stable_names(toolkit, seed=spec.name, cached=cache is not None and cache.active)
     for key, flags in (*prefix_maps(prefixes).items(), ("NVCC_APPEND_FLAGS", names)):
         extra[key] = " ".join([extra[key], *flags] if extra.get(key) else flags)  # after what the recipe sets
     return base_environment([stable(env.bin_dir), *([toolkit.bin_dir] if toolkit else []), *(cache.path() if cache else [])], extra)
 
 
-def wheel_toolkit_paths(env_root: Path, stable: Callable[[Path], Path] = lambda path: path) -> dict[str, str]:
+def wheel_toolkit_paths(env: Env, stable: Callable[[Path], Path] = lambda path: path) -> dict[str, str]:
     """The CUDA libraries' headers and link libraries from the nvidia-* wheels in the env
     (cusparse.h, cublas_v2.h, libcublas.so): torch's headers include them (CUDAContext.h),
-    an nvcc-only toolkit lacks them, and these are the very versions torch runs with."""
-    nvidia = [p / "nvidia" for p in site_packages(env_root) if (p / "nvidia").is_dir()]
-    includes = [str(stable(p)) for root in nvidia for p in sorted(root.glob("*/include"))]
-    libraries = [str(stable(p)) for root in nvidia for p in sorted(root.glob("*/lib"))]
+    an nvcc-only toolkit lacks them, and these are the very versions torch runs with. Named
+    through the env's site link."""
+    nvidia = [p / "nvidia" for p in env.site_packages if (p / "nvidia").is_dir()]
+    includes = [str(stable(via_site(env, p))) for root in nvidia for p in sorted(root.glob("*/include"))]
+    libraries = [str(stable(via_site(env, p))) for root in nvidia for p in sorted(root.glob("*/lib"))]
     return {key: ":".join(paths) for key, paths in (("CPATH", includes), ("LIBRARY_PATH", libraries)) if paths}
+
+
+def via_site(env: Env, path: Path) -> Path:
+    """A path under the env's site-packages named through its site link, which holds no
+    Python version (``<env>/lib/python3.11/site-packages/nvidia`` as ``<env>/site/nvidia``).
+
+    >>> env = Env(root=Path("/e"))
+    >>> via_site(env, Path("/e/lib/python3.13/site-packages/nvidia/cu13")), via_site(env, Path("/usr/local/cuda"))
+    (PosixPath('/e/site/nvidia/cu13'), PosixPath('/usr/local/cuda'))
+    """
+    under = path.relative_to(env.root).parts if path.is_relative_to(env.root) else ()
+    if len(under) >= 3 and under[0] == "lib" and under[1].startswith("python") and under[2] == "site-packages":
+        return env.site.joinpath(*under[3:])
+    return path
 
 
 def python_home(env_root: Path) -> Path | None:

@@ -15,7 +15,6 @@ from wheelmill.checks import CheckResult
 from wheelmill.compiler_cache import CHECK, CompilerCache, Server, install_client, read_stats, server_environment, socket_problem
 from wheelmill.context import Outcome, StepContext
 from wheelmill.spec import CellPlan
-from wheelmill.steps.cell import BuildEnv
 from wheelmill.tools import sccache_bin
 
 SOCKET = "sccache.sock"
@@ -40,14 +39,11 @@ def compiler_cache(ctx: StepContext) -> Outcome:
 
 
 def basedirs(ctx: StepContext) -> list[Path]:
-    """The directories sccache strips from paths before it hashes: the build env's
-    site-packages first (torch's headers live under ``lib/python3.X/``, the one part of
-    their path that differs between the Pythons of a variant), then the cell root as the
-    build sees it (with engine none each cell has its own). Device code then hashes the
-    same for every Python: torch's headers are the same bytes."""
-    stable = ctx.where.runner.stable_path
-    env = ctx.done.get(BuildEnv).env
-    return [*(stable(p) for p in env.site_packages), stable(ctx.run.layout.root)]
+    """The directories sccache strips from paths before it hashes: the cell root as the
+    build sees it (with engine none each cell has its own; in a container it is
+    ``/wheelmill`` already). Torch's headers need none of their own: builds see them through
+    the env's site link (``envs/build/site``), a path without the Python's version."""
+    return [ctx.where.runner.stable_path(ctx.run.layout.root)]
 
 
 def _without(check: CheckResult, why: str) -> Outcome:
