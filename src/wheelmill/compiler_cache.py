@@ -210,7 +210,7 @@ class Server:
         self._process: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> Server:
-        self.socket.unlink(missing_ok=True)  # one a killed server left: the cell's lock says none runs
+        self.runner.host_path(self.socket).unlink(missing_ok=True)  # a killed server's: the cell's lock says none runs
         try:
             self._process = self.runner.spawn([str(self.binary)], env=self.env, log=self.log, output=self.output)
             self.failure = self._wait()
@@ -240,19 +240,28 @@ class Server:
         self.runner.capture([self.binary, "--stop-server"], env=base_environment([], {"SCCACHE_SERVER_UDS": str(self.socket)}), timeout=30)
         terminate(self._process)
         self._process = None
-        self.socket.unlink(missing_ok=True)
+        self.runner.host_path(self.socket).unlink(missing_ok=True)
 
 
 def answers(path: Path) -> bool:
-    """Whether a server listens on the Unix socket at ``path``."""
+    """Whether a server listens on the Unix socket at ``path``. Reached through its
+    directory's descriptor (``/proc/self/fd/N/sccache.sock``): a socket's path is limited to
+    107 bytes, and the cell's directory here can be longer than the name the runner gives it
+    (``/wheelmill/sccache.sock`` in a container)."""
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
+        directory = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
+    except OSError:
+        probe.close()
+        return False
+    try:
         probe.settimeout(2.0)
-        probe.connect(str(path))
+        probe.connect(f"/proc/self/fd/{directory}/{path.name}")
     except OSError:
         return False
     finally:
         probe.close()
+        os.close(directory)
     return True
 
 

@@ -6,6 +6,7 @@ hash of the source's path, and end in a seed)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -17,6 +18,7 @@ import pytest
 
 from tests.integration.test_cells import ROOT, report
 from tests.integration.test_containers import containers_of
+from wheelmill.compiler_cache import SOCKET_PATH_MAX
 from wheelmill.containers.engine import detect
 
 pytestmark = pytest.mark.integration
@@ -49,14 +51,22 @@ def _keep_only(directory: Path, keep: Path) -> None:
             entry.unlink()
 
 
-def _assert_same_bytes_from_two_places(tmp_path: Path, cell: str, recipe: str, engine: str = "none", *, then: Callable[[Path], None] | None = None) -> None:
+def _assert_same_bytes_from_two_places(
+    tmp_path: Path, cell: str, recipe: str, engine: str = "none", *, then: Callable[[Path], None] | None = None, deep: bool = False
+) -> None:
     first = _build(_copy_of_the_project(tmp_path / "a"), tmp_path / "out-a", cell, recipe, engine)
     if then is not None:
         then(tmp_path / "out-a")  # checks of the first build, before it is cleared away
     # Only the wheel is compared: the first build's envs and caches (GBs for a CUDA cell) go
     # before the second build checks its free disk.
     _keep_only(tmp_path / "out-a", first)
-    second = _build(_copy_of_the_project(tmp_path / "elsewhere" / "deeper" / "b"), tmp_path / "other-root", cell, recipe, engine)
+    # deep: an output root whose cell directory is too long for a socket path (107 bytes).
+    other = tmp_path / "elsewhere" / ("an-output-root-deeper-than-a-unix-socket-path-may-be" if deep else "") / "other-root"
+    second = _build(_copy_of_the_project(tmp_path / "elsewhere" / "deeper" / "b"), other, cell, recipe, engine)
+    if deep:
+        assert len(str(other / cell / "sccache.sock")) > SOCKET_PATH_MAX
+        report = json.loads((other / cell / "report.json").read_text())
+        assert report["facts"]["compiler_cache"][recipe] is not None, "the deep root kept its compiler cache"
     assert first.name == second.name
     assert first.read_bytes() == second.read_bytes(), f"{first} and {second} differ"
 
@@ -71,7 +81,9 @@ def test_example_cuda_ops_is_byte_identical_from_two_clones_and_output_roots(tmp
     are under the same fixed path in every cell like its sources and env, and nvcc's module
     ids are seeded, not ended in its process id (which differs with every ``docker exec``);
     one arch, the slim cell: the causes are per file, not per arch. The container is gone
-    after the build."""
+    after the build. The second output root is deeper than a socket's path may be: in the
+    container the cache is still reached (nvcc through it names its intermediate files, and
+    a symbol with them, otherwise than without it)."""
     if shutil.which("podman") is None and shutil.which("docker") is None:
         pytest.skip("no container engine")
     engine = detect("auto")  # the engine the build takes
@@ -86,4 +98,4 @@ def test_example_cuda_ops_is_byte_identical_from_two_clones_and_output_roots(tmp
         assert device["verdict"] == "pass", device
         assert containers_of(engine.binary, cell) == []
 
-    _assert_same_bytes_from_two_places(tmp_path, cell, "example-cuda-ops", engine="auto", then=built_with_pips_nvcc_and_left_no_container)
+    _assert_same_bytes_from_two_places(tmp_path, cell, "example-cuda-ops", engine="auto", then=built_with_pips_nvcc_and_left_no_container, deep=True)

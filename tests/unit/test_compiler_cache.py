@@ -5,13 +5,16 @@ sccache's server itself (no compiler), started and stopped on a socket under tmp
 from __future__ import annotations
 
 import json
+import os
 import re
+import socket
 from pathlib import Path
 
 import pytest
 
 from wheelmill.checks import Verdict
 from wheelmill.compiler_cache import (
+    SOCKET_PATH_MAX,
     STARTUP_SECONDS,
     CacheStats,
     CompilerCache,
@@ -211,6 +214,26 @@ def test_the_server_answers_on_its_socket_and_is_gone_after_the_cell(tmp_path: P
     assert process.poll() is not None, "the server is stopped when the cell ends"
     assert not socket.exists() and not answers(socket)
     assert STARTUP_SECONDS <= 30
+
+
+def test_a_socket_deeper_than_a_socket_path_allows_is_still_probed(tmp_path: Path) -> None:
+    """In a container the server listens on ``/wheelmill/sccache.sock``; this process
+    reaches the same socket under the cell's directory, which may be longer than 107 bytes."""
+    deep = tmp_path.joinpath(*["a-long-directory-name"] * 6)
+    deep.mkdir(parents=True)
+    path = deep / "sccache.sock"
+    assert len(str(path)) > SOCKET_PATH_MAX
+    directory = os.open(deep, os.O_PATH | os.O_DIRECTORY)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(f"/proc/self/fd/{directory}/sccache.sock")  # how a short name reaches it
+        listener.listen(1)
+        assert answers(path)
+    finally:
+        listener.close()
+        os.close(directory)
+    path.unlink()
+    assert not answers(path) and not answers(tmp_path / "missing" / "sccache.sock")
 
 
 def test_the_servers_credentials_reach_no_log(tmp_path: Path) -> None:

@@ -25,7 +25,8 @@ def compiler_cache(ctx: StepContext) -> Outcome:
     if ctx.run.settings.compiler_cache == "off":
         return _without(CheckResult.skipped(CHECK, "off (WHEELMILL_COMPILER_CACHE=off): builds compile without a cache"), "WHEELMILL_COMPILER_CACHE=off")
     layout = ctx.run.layout
-    binary, socket = sccache_bin(), layout.root / SOCKET
+    # As the runner sees it: in a container, /wheelmill/sccache.sock, short whatever the output root.
+    binary, socket = sccache_bin(), ctx.where.runner.stable_path(layout.root / SOCKET)
     problem = "no sccache in wheelmill's env (run scripts/setup)" if binary is None else socket_problem(socket)
     if binary is not None and problem is None:
         client = install_client(binary, layout.cache / "bin")
