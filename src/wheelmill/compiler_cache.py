@@ -248,12 +248,11 @@ def answers(path: Path) -> bool:
     directory's descriptor (``/proc/self/fd/N/sccache.sock``): a socket's path is limited to
     107 bytes, and the cell's directory here can be longer than the name the runner gives it
     (``/wheelmill/sccache.sock`` in a container)."""
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         directory = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
     except OSError:
-        probe.close()
         return False
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         probe.settimeout(2.0)
         probe.connect(f"/proc/self/fd/{directory}/{path.name}")

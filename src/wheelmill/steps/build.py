@@ -28,7 +28,7 @@ from wheelmill.checks.elf import ElfSummary
 from wheelmill.compiler_cache import CacheStats, CompilerCache, cache_check, read_stats, zero_stats
 from wheelmill.config import format_size
 from wheelmill.context import Outcome, StepContext
-from wheelmill.envs import Env, link_site
+from wheelmill.envs import Env
 from wheelmill.errors import BuildError, CommandFailed, EnvError
 from wheelmill.process import base_environment
 from wheelmill.recipes import TORCH
@@ -85,7 +85,6 @@ def build(ctx: StepContext, spec: RecipeSpec) -> Outcome:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     (ctx.run.layout.build / "tmp").mkdir(exist_ok=True)  # TMPDIR where the cache's server sees it
-    link_site(env)
     source, stable = ctx.done.get(Fetched, spec.name).root, ctx.where.runner.stable_path
     values = {"python": str(stable(env.python)), "source": str(stable(source)), "dist": str(stable(out)), **spec.template_values()}
     argv = [fill(part, values) for part in spec.command]

@@ -17,7 +17,7 @@ from wheelmill.conda import envspec
 from wheelmill.conda.channel import configured_channels
 from wheelmill.config import format_size
 from wheelmill.context import Outcome, StepContext
-from wheelmill.envs import Env, pinned_versions
+from wheelmill.envs import Env, link_site, pinned_versions
 from wheelmill.errors import CommandFailed, PrecheckError, UsageError, WheelmillError
 from wheelmill.headers import pin_header_times
 from wheelmill.locks import locate_torch, mismatch, path_of, requirements_text
@@ -249,6 +249,7 @@ def prepare_env(ctx: StepContext) -> Outcome:
         env = backend.create(layout.envs / "build", python=python, log=ctx.log, lock=conda.path if conda else None)
         backend.sync(env, layout.lock, sources=sources.packages, log=ctx.log)
         ctx.log.note(f"{pin_header_times(ctx.where.runner.host_path(env.root))} headers' times fixed (GCC's #pragma once compares them)")
+        link_site(env)  # builds import torch through it: one path for every Python
     except CommandFailed as failed:
         if is_transient("\n".join(failed.tail)):
             raise TransientError(f"{failed.argv[1]} {failed.argv[2]}: {failed.last_line()}") from None
