@@ -6,7 +6,7 @@ Both runs happen here, one after the other, in this process tree:
    builds example-cpp-ops first, as the dependency): pre-checks, locked env, both builds,
    stamping, every check, repair, and an install test of each wheel in a clean env.
 2. the raw baseline for the same two packages: a venv synced from the same lock, ``pip
-   wheel --no-build-isolation`` with the same environment (CUDA_HOME, arch list, MAX_JOBS),
+   wheel --no-build-isolation`` with the same environment (CUDA_HOME, arch list, MAX_JOBS, nvcc's --threads),
    example-cpp-ops installed before example-cuda-ops is built, and ``auditwheel repair``
    with the same excludes.
 
@@ -29,7 +29,7 @@ from pathlib import Path
 from wheelmill.matrix import load_matrix
 from wheelmill.process import HostRunner, base_environment
 from wheelmill.recipes import PathSource, load_recipes, resolve
-from wheelmill.steps.build import available_memory, max_jobs
+from wheelmill.steps.build import available_memory, max_jobs, nvcc_threads
 from wheelmill.toolchain import Toolkit, find_toolkit
 from wheelmill.tools import uv_bin
 
@@ -68,7 +68,9 @@ def run_baseline(cell_id: str, output: Path, work: Path, log: Path) -> float:
         [uv_bin(), "pip", "sync", "--quiet", "--python", str(env_dir / "bin" / "python"), "--require-hashes", *sources, str(lock)], env=uv_env, log=log
     )
     excludes = [arg for pattern in matrix.excludes_for(cell.variant) for arg in ("--exclude", pattern)]
-    jobs = max_jobs(available_memory(), matrix.memory_per_job["cuda"], os.cpu_count() or 1)
+    memory, per_job, cores = available_memory(), matrix.memory_per_job["cuda"], os.cpu_count() or 1
+    jobs = max_jobs(memory, per_job, cores)
+    threads = f"--threads {nvcc_threads(memory, per_job, jobs, cores)}"  # as wheelmill's builds: this measures overhead, not that
     for name in RECIPES:
         recipe = resolve(recipes[name], cell)
         source = work / "src" / name
@@ -76,7 +78,13 @@ def run_baseline(cell_id: str, output: Path, work: Path, log: Path) -> float:
         shutil.copytree(recipe.source.path, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
         build_env = base_environment(
             [env_dir / "bin", toolkit.bin_dir],
-            {**toolkit.environment(), "TORCH_CUDA_ARCH_LIST": recipe.arch_list or cell.variant.arch_list or "", "FORCE_CUDA": "1", "MAX_JOBS": str(jobs)},
+            {
+                **toolkit.environment(),
+                "TORCH_CUDA_ARCH_LIST": recipe.arch_list or cell.variant.arch_list or "",
+                "FORCE_CUDA": "1",
+                "MAX_JOBS": str(jobs),
+                "NVCC_PREPEND_FLAGS": threads,
+            },
         )
         dist, repaired = work / "dist" / name, work / "repaired" / name
         python_env = str(env_dir / "bin" / "python")

@@ -16,6 +16,7 @@ from pathlib import Path
 from wheelmill import locks
 from wheelmill.containers import images
 from wheelmill.containers.pins import Pins
+from wheelmill.errors import SelectionError
 from wheelmill.matrix import Matrix
 from wheelmill.package_sources import torch_index_url
 from wheelmill.recipes import Recipe, cell_dependencies, closure, resolve, select
@@ -40,6 +41,9 @@ class ContainerSetup:
     base_policy: str  # auto | bootstrap | registry
 
 
+REBUILD_ALL = "*"  # a bare --rebuild
+
+
 @dataclass(frozen=True, kw_only=True)
 class Options:
     """How to run a cell, as the command line and settings say."""
@@ -50,7 +54,7 @@ class Options:
     containers: ContainerSetup | None = None
     locks_dir: Path = Path("locks")
     release: Release | None = None  # a tag's or a nightly's: versions from git, the track's channels
-    rebuild: bool = False  # build what the channel has published for its build key too
+    rebuild: tuple[str, ...] = ()  # recipes to build although published for their build key; REBUILD_ALL: every one
 
 
 def plan(  # noqa: PLR0917 - the inputs of the pure function, in their order
@@ -91,9 +95,22 @@ def plan_cell(  # noqa: PLR0917 - the inputs of the pure function, in their orde
         channel=channel_of(cell, options.release),
         release=options.release,
         recipes=specs,
-        rebuild=options.rebuild,
+        rebuild=_rebuilt(options.rebuild, chosen, cell),
     )
     return replace(spec, steps=tuple(_steps(spec, publish=options.publish, mirror=options.mirror)))
+
+
+def _rebuilt(names: Sequence[str], chosen: Sequence[str], cell: Cell) -> frozenset[str]:
+    """The recipes ``--rebuild`` names (all of them for a bare one), each one this build has."""
+    if REBUILD_ALL in names:
+        return frozenset(chosen)
+    for name in names:
+        if name not in chosen:
+            raise SelectionError(
+                f"--rebuild {name}: not a recipe of this build of {cell.id} (it builds {', '.join(chosen)})",
+                fix=f"name one of those, or add --recipe {name}",
+            )
+    return frozenset(names)
 
 
 def _fits(definition: StepDefinition, spec: CellPlan, *, mirror: bool) -> bool:
@@ -126,4 +143,4 @@ def _steps(spec: CellPlan, *, publish: bool, mirror: bool) -> list[Step]:
     return steps
 
 
-__all__ = ["CELL_STEPS", "RECIPE_STEPS", "CellPlan", "ContainerSetup", "Options", "StepKind", "plan", "plan_cell"]
+__all__ = ["CELL_STEPS", "REBUILD_ALL", "RECIPE_STEPS", "CellPlan", "ContainerSetup", "Options", "StepKind", "plan", "plan_cell"]

@@ -170,7 +170,7 @@ class CellPlan:
     release: Release | None
     recipes: tuple[RecipeSpec, ...]
     steps: tuple[Step, ...] = ()
-    rebuild: bool = False  # build every recipe, whatever its channel has for its build key
+    rebuild: frozenset[str] = frozenset()  # recipes built whatever their channel has for their build key
 
     def recipe(self, name: str) -> RecipeSpec:
         return next(r for r in self.recipes if r.name == name)

@@ -129,7 +129,8 @@ class UI:
         published = [r.name for r in report.plan.recipes if report.recipe_status(r.name) is Status.PUBLISHED]
         if published:
             names = ", ".join(published)
-            self.console.print(f"not built again, published in channel {report.plan.channel} for their build keys: {names} (--rebuild builds them)")
+            again = "--rebuild builds them again, --rebuild RECIPE one of them"
+            self.console.print(f"not built again, published in channel {report.plan.channel} for their build keys: {names} ({again})")
         caches = {recipe: stats for recipe, stats in (report.facts.get("compiler_cache") or {}).items() if stats}
         if caches:
             self.console.print(_cache_table(caches))

@@ -14,12 +14,12 @@ from tests.wheels import make_wheel
 from wheelmill import buildkey
 from wheelmill.buildkey import build_keys, plain, tree_hash
 from wheelmill.context import Layout, RunContext, StepContext
-from wheelmill.errors import FetchError
+from wheelmill.errors import FetchError, SelectionError
 from wheelmill.index.store import Channel, built_by_key, publish, set_yanked
 from wheelmill.index.verify import verify
 from wheelmill.matrix import load_matrix
 from wheelmill.pipeline import blocked, host
-from wheelmill.plan import Options, plan_cell
+from wheelmill.plan import REBUILD_ALL, Options, plan_cell
 from wheelmill.process import StepLog
 from wheelmill.recipes import GitSource, SdistSource, load_recipes
 from wheelmill.report import CellReport, Done, Status, StepRecord, WheelRecord
@@ -249,8 +249,8 @@ def test_a_failure_still_blocks_and_rebuild_publishes_nothing_as_found(project: 
     stop = blocked(_step(plan, StepKind.BUILD, "example-cpp-ops"), plan, report)
     assert stop is not None and stop.status is Status.SKIPPED
     assert blocked(_step(plan, StepKind.FETCH, "torchsort"), plan, report) is None
-    rebuild = cell_plan(project, names=("example-cpp-ops",), rebuild=True)
-    assert rebuild.rebuild and "--rebuild" in _step(rebuild, StepKind.BUILD_KEYS).detail
+    rebuild = cell_plan(project, names=("example-cpp-ops",), rebuild=(REBUILD_ALL,))
+    assert rebuild.rebuild == {"example-cpp-ops"} and "--rebuild" in _step(rebuild, StepKind.BUILD_KEYS).detail
 
 
 def test_no_publish_plans_no_build_keys(project: Path) -> None:
@@ -281,4 +281,19 @@ def test_the_step_finds_what_the_channel_lists_for_the_key_unless_rebuild(projec
     assert delivered == tmp_path / "wheels" / "cpu-py311" / "dist" / wheel.name, "linked into dist/, where reports are read with their wheels"
     assert delivered.stat().st_ino == (tmp_path / "wheels" / "index" / "cpu" / "files" / wheel.name).stat().st_ino
     assert again.facts()["torch"] == {"version": "2.13.0+cpu"}, "the torch it pins, where no env checks run"
-    assert _run_keys_step(replace(plan, rebuild=True), tmp_path).published == {}
+    assert _run_keys_step(replace(plan, rebuild=frozenset({"example-cpp-ops", "torchsort"})), tmp_path).published == {}
+    assert set(_run_keys_step(replace(plan, rebuild=frozenset({"torchsort"})), tmp_path).published) == {"example-cpp-ops"}, "only what it names"
+    assert _run_keys_step(replace(plan, rebuild=frozenset({"example-cpp-ops"})), tmp_path).published == {}
+
+
+def test_rebuild_names_recipes_of_the_build_and_nothing_else(project: Path) -> None:
+    """``--rebuild NAME`` builds that one again and looks the rest up; a name this build
+    does not have is a selection error naming what it builds, not a silent no-op."""
+    plan = cell_plan(project, names=("example-cpp-ops", "torchsort"), rebuild=("torchsort",))
+    assert plan.rebuild == {"torchsort"}
+    detail = _step(plan, StepKind.BUILD_KEYS).detail
+    assert "--rebuild torchsort: built even where channel cpu lists it, the rest looked up there" in detail
+    with pytest.raises(SelectionError) as raised:
+        cell_plan(project, names=("example-cpp-ops",), rebuild=("torchsort",))
+    assert "--rebuild torchsort: not a recipe of this build of cpu-py311 (it builds example-cpp-ops)" in raised.value.one_line()
+    assert "add --recipe torchsort" in raised.value.one_line()

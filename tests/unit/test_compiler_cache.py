@@ -8,6 +8,7 @@ import json
 import os
 import re
 import socket
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -250,3 +251,22 @@ def test_the_servers_credentials_reach_no_log(tmp_path: Path) -> None:
     text = (tmp_path / "step.log").read_text()
     assert "SCCACHE_AZURE_CONNECTION_STRING=***" in text
     assert "hunter2" not in text
+
+
+def test_nvcc_compiles_a_files_archs_at_once_unless_the_recipe_chooses_its_own_threads(tmp_path: Path) -> None:
+    """``--threads`` goes first (NVCC_PREPEND_FLAGS), so a build's own flag still wins; a
+    recipe that sets NVCC_THREADS (flash-attn) or the flag itself (apex) gets none of ours,
+    and a CPU cell none at all."""
+    toolkit = Toolkit(family=Family.CUDA, root=Path("/usr/local/cuda-13.0"), version="13.0", compiler=Path("/usr/local/cuda-13.0/bin/nvcc"))
+    env = Env(root=tmp_path / "cuda130-py311" / "envs" / "build")
+
+    def made(cell: str, recipe: str, threads: int, **variables: str) -> dict[str, str]:
+        chosen = replace(spec(cell, recipe), env={**spec(cell, recipe).env, **variables})
+        kit = toolkit if chosen.family is Family.CUDA else None
+        return build_environment(chosen, {}, env=env, cell_root=tmp_path / cell, toolkit=kit, jobs=2, nvcc_threads=threads)
+
+    assert made("cuda130-py311", "example-cuda-ops", 2)["NVCC_PREPEND_FLAGS"] == "--threads 2"
+    assert "NVCC_PREPEND_FLAGS" not in made("cuda130-py311", "example-cuda-ops", 1)
+    assert "NVCC_PREPEND_FLAGS" not in made("cuda130-py311", "example-cuda-ops", 2, NVCC_THREADS="4")
+    assert "--threads" not in made("cuda130-py311", "example-cuda-ops", 2, NVCC_APPEND_FLAGS="--threads 3").get("NVCC_PREPEND_FLAGS", "")
+    assert "NVCC_PREPEND_FLAGS" not in made("cpu-py311", "example-cpp-ops", 2)

@@ -144,6 +144,11 @@ def test_the_build_key_section_names_every_part_of_the_key_and_the_steps_it_spar
     assert words in " ".join(text.split())
     assert "nox -s build-cpu-py311 -- --rebuild" in text
     assert "--rebuild: built even where channel cpu lists it" in cli("plan", "--cell", "cpu-py311", "--engine", "none", "--rebuild").out
+    assert "nox -s build-cpu-py311 -- --rebuild torchsort" in text
+    one = cli("plan", "--cell", "cpu-py311", "--engine", "none", "--rebuild", "torchsort")
+    assert "--rebuild torchsort: built even where channel cpu lists it, the rest looked up there" in one.out
+    unknown = cli("plan", "--cell", "cpu-py311", "--engine", "none", "--recipe", "example-cpp-ops", "--rebuild", "torchsort")
+    assert unknown.code == 4 and "not a recipe of this build" in unknown.err and "exit 4" in text
 
 
 def test_every_setting_wheelmill_reads_is_in_the_readme() -> None:

@@ -18,7 +18,7 @@ from wheelmill.containers.pins import load_pins
 from wheelmill.errors import UsageError
 from wheelmill.index.store import usage
 from wheelmill.matrix import Matrix, load_matrix
-from wheelmill.plan import ContainerSetup, Options, plan
+from wheelmill.plan import REBUILD_ALL, ContainerSetup, Options, plan
 from wheelmill.process import HostRunner, StepLog
 from wheelmill.recipes import Recipe, check_cells, load_recipes
 from wheelmill.settings import Settings
@@ -60,7 +60,13 @@ def add_cell_options(
         "--no-mirror", dest="mirror", action="store_false", help="publish the built wheels only, not the runtime closure (torch and its dependencies)"
     )
     parser.add_argument(
-        "--rebuild", action="store_true", help="build every recipe, also those the channel has published for their build key (from the same inputs)"
+        "--rebuild",
+        nargs="?",
+        const=REBUILD_ALL,
+        action="append",
+        default=[],
+        metavar="RECIPE",
+        help="build again what the channel has published for its build key (from the same inputs): every recipe, or only RECIPE (repeatable)",
     )
     parser.add_argument(
         "--engine",
@@ -104,7 +110,7 @@ def prepare(args: argparse.Namespace, settings: Settings, *, probe: bool, releas
         containers=containers,
         locks_dir=settings.root / "locks",
         release=release,
-        rebuild=args.rebuild,
+        rebuild=tuple(args.rebuild),
     )
     return Prepared(plans=plan(matrix, recipes, cells, args.recipe, settings, options), settings=settings, engine=engine)
 

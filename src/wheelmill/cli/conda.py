@@ -137,7 +137,7 @@ def _image_python(args: argparse.Namespace, settings: Settings, work: Path, cons
     """The CPython of the cell's builder image (``/opt/python/X.Y``), copied out of it, where
     the cell builds in a container: the build env's interpreter must run on the image's
     glibc, which may be older than this machine's. None where the cell builds here."""
-    selection = argparse.Namespace(cell=[args.cell], recipe=[], publish=False, mirror=False, rebuild=False)
+    selection = argparse.Namespace(cell=[args.cell], recipe=[], publish=False, mirror=False, rebuild=[])
     prepared = prepare(selection, settings, probe=True)
     (cell_plan,) = prepared.plans
     if cell_plan.image is None or prepared.engine is None:
