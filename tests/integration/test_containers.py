@@ -111,7 +111,9 @@ def test_the_container_glibc_sets_the_platform_tag(podman: str, tmp_path: Path) 
     assert glibc["podman"] <= (2, 31), "built against bullseye's glibc"
 
 
-def test_a_second_run_reuses_the_builder_image(engine: tuple[str, str], tmp_path: Path) -> None:
+def test_a_second_run_reuses_the_builder_image_and_the_compiler_cache(engine: tuple[str, str], tmp_path: Path) -> None:
+    """Built twice into one output root: the second run finds the image by its tag, and
+    every object in the cache the first run filled (local disk, mounted into the container)."""
     name, binary = engine
     for _ in range(2):
         result = build(tmp_path, "--cell", "cpu-py311", "--recipe", "example-cpp-ops", "--no-publish", engine=name)
@@ -123,6 +125,11 @@ def test_a_second_run_reuses_the_builder_image(engine: tuple[str, str], tmp_path
     assert image["seconds"] <= 2.0
     assert image["checks"][0]["detail"].startswith("reused")
     assert containers_of(binary, "cpu-py311") == []
+    stats = data["facts"]["compiler_cache"]["example-cpp-ops"]
+    assert stats["hits"] > 0 and stats["misses"] == 0 and stats["hits_by_language"].get("C/C++", 0) > 0, stats
+    assert stats["location"].startswith("Local disk") and (tmp_path / ".cache" / "sccache").is_dir()
+    assert "compiler cache" in result.stdout  # the summary's table
+    assert not (tmp_path / "cpu-py311" / "sccache.sock").exists(), "the server is stopped when the cell ends"
 
 
 def test_ctrl_c_in_a_container_build_leaves_nothing(engine: tuple[str, str], tmp_path: Path) -> None:

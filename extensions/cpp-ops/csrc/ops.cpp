@@ -4,8 +4,12 @@
 // package adds CUDA kernels for the same schemas (TORCH_LIBRARY_IMPL), the way out-of-tree
 // backends extend an operator library. No Python header here: the module that Python
 // imports is module.cpp, so this file preprocesses to the same text for every Python, and a
-// compiler cache compiles it once per variant.
-#include <ATen/ATen.h>
+// compiler cache compiles it once per variant. The operators' own headers, not ATen/ATen.h
+// (every operator's): a quarter less to compile, and less to preprocess on a cache hit.
+#define TORCH_ASSERT_ONLY_METHOD_OPERATORS
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>

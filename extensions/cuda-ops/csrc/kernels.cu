@@ -4,7 +4,12 @@
 // kernels (TORCH_LIBRARY_IMPL), so `import example_cuda_ops` after `import example_cpp_ops`
 // makes torch.ops.example_ops.* run on the GPU.
 // Only c10's CUDA headers: they need the CUDA runtime alone, not cuBLAS/cuSPARSE headers.
-#include <ATen/ATen.h>
+// The operators' own headers, not ATen/ATen.h (every operator's): nvcc parses what is
+// included once per arch, and this file compiles for six (here 48 s -> 35 s for two).
+#define TORCH_ASSERT_ONLY_METHOD_OPERATORS
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
 #include <ATen/Dispatch.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>

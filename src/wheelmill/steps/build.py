@@ -46,10 +46,15 @@ class Built:
     wheel: Path
     recipe: str
     max_jobs: int
+    nvcc_threads: int | None = None  # the --threads wheelmill gave nvcc; None: none (no nvcc, or the recipe's own)
     cache: CacheStats | None = None  # what the compiler cache did for this build; None: not used
 
     def facts(self) -> Mapping[str, Any]:
-        return {"max_jobs": {self.recipe: self.max_jobs}, "compiler_cache": {self.recipe: self.cache.as_dict() if self.cache else None}}
+        return {
+            "max_jobs": {self.recipe: self.max_jobs},
+            "nvcc_threads": {self.recipe: self.nvcc_threads},
+            "compiler_cache": {self.recipe: self.cache.as_dict() if self.cache else None},
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,6 +95,12 @@ def nvcc_threads(memory: int, per_job: int, jobs: int, cores: int) -> int:
     return max(1, min(cores, memory // (per_job * jobs)))
 
 
+def threads_given(spec: RecipeSpec, threads: int) -> int | None:
+    """The ``--threads`` wheelmill gives nvcc in a build of ``spec``: none for a CPU cell, for
+    one thread (nvcc's default), or where the recipe chooses its own."""
+    return threads if spec.family is Family.CUDA and threads > 1 and not sets_nvcc_threads(spec.env) else None
+
+
 def sets_nvcc_threads(variables: Mapping[str, str]) -> bool:
     """Whether a recipe chooses nvcc's threads itself (flash-attn's NVCC_THREADS, apex's
     ``--threads`` flag): wheelmill's choice must not override it.
@@ -114,12 +125,13 @@ def build(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     argv = [fill(part, values) for part in spec.command]
     memory, cores = available_memory(), os.cpu_count() or 1
     jobs = max_jobs(memory, spec.memory_per_job, cores)
-    threads = nvcc_threads(memory, spec.memory_per_job, jobs, cores)
+    threads = threads_given(spec, nvcc_threads(memory, spec.memory_per_job, jobs, cores))
     cache, stopped = _zeroed_cache(ctx)
     environment = build_environment(
-        spec, values, env=env, cell_root=ctx.run.layout.root, toolkit=toolkit, jobs=jobs, nvcc_threads=threads, stable=stable, cache=cache
+        spec, values, env=env, cell_root=ctx.run.layout.root, toolkit=toolkit, jobs=jobs, nvcc_threads=threads or 1, stable=stable, cache=cache
     )
-    ctx.log.note(f"MAX_JOBS={jobs}, nvcc --threads {threads} ({format_size(memory)} available, {cores} cores)")
+    given = f"MAX_JOBS={jobs}" + (f", nvcc --threads {threads}" if threads else "")
+    ctx.log.note(f"{given} ({format_size(memory)} available, {cores} cores)")
     try:
         ctx.where.runner.run(argv, env=environment, log=ctx.log, cwd=stable(source), on_line=ctx.run.on_line)
     except CommandFailed as failed:
@@ -128,8 +140,8 @@ def build(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     if len(wheels) != 1:
         raise BuildError(f"{spec.name}: the build made {len(wheels)} wheels in {out}, not one", fix="make the build command write exactly one wheel to {dist}")
     stats = read_stats(cache, ctx.where.runner) if cache.active else None
-    made = Built(wheel=wheels[0], recipe=spec.name, max_jobs=jobs, cache=stats)
-    checks = [CheckResult.passed("wheel", f"{wheels[0].name} ({format_size(wheels[0].stat().st_size)}), MAX_JOBS={jobs}"), _hermetic(ctx)]
+    made = Built(wheel=wheels[0], recipe=spec.name, max_jobs=jobs, nvcc_threads=threads, cache=stats)
+    checks = [CheckResult.passed("wheel", f"{wheels[0].name} ({format_size(wheels[0].stat().st_size)}), {given}"), _hermetic(ctx)]
     return Outcome(checks=[*checks, cache_check(cache, stopped=stopped, stats=stats)], made=(made,))
 
 
@@ -195,8 +207,8 @@ def build_environment(
     extra["PYTHONPATH"] = str(stable(env.site))  # torch (and its headers) from the site link
     extra.update(spec.build_variables())
     extra["MAX_JOBS"] = str(jobs)
-    if spec.family is Family.CUDA and nvcc_threads > 1 and not sets_nvcc_threads(spec.env):
-        extra["NVCC_PREPEND_FLAGS"] = f"--threads {nvcc_threads}"
+    if threads := threads_given(spec, nvcc_threads):
+        extra["NVCC_PREPEND_FLAGS"] = f"--threads {threads}"
     extra.update({key: fill(value, values) for key, value in spec.env.items()})
     extra.update(wheel_toolkit_paths(env, stable) if spec.family is Family.CUDA else {})
     prefixes = {stable(cell_root): "/wheelmill", **({toolkit.root: "/toolkit"} if toolkit else {})}
