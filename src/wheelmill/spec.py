@@ -21,7 +21,10 @@ from wheelmill.recipes import GitSource, PathSource, ResolvedRecipe, SdistSource
 from wheelmill.variants import Cell, Family
 from wheelmill.versions import Release, VersionRule, stamp_version
 
-DEFAULT_BUILD = ("{python}", "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-v", "-w", "{dist}", "{source}")
+# PEP 517's build_wheel alone, through pypa/build: pip wheel asks the backend for the
+# wheel's metadata first, in a process of its own, and a setup.py that imports torch runs
+# twice (example-cpp-ops here: 19.6 s with pip wheel, 14.7 s with build).
+DEFAULT_BUILD = ("{python}", "-m", "build", "--wheel", "--no-isolation", "--skip-dependency-check", "--outdir", "{dist}", "{source}")
 DEFAULT_MEMORY_PER_JOB = 2 * 2**30
 # What a build's templates (its command and variables) and a smoke command may use.
 BUILD_FIELDS = frozenset({"python", "source", "dist", "cell", "label", "arch_list", "arch_numbers"})

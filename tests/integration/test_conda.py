@@ -162,7 +162,7 @@ def test_the_cpu_example_builds_in_a_conda_env_made_from_a_locked_local_channel(
     assert any(c["name"] == "conda-env" and "4 conda packages (cmake 4." in c["detail"] for c in env["checks"]), env
     (build_log,) = (cell / "logs").glob("*-example-cpp-ops-build.log")
     text = build_log.read_text()
-    assert f"# env CONDA_PREFIX={cell / 'envs' / 'build'}" in text and f"{cell / 'envs' / 'build' / 'bin' / 'python'} -m pip wheel" in text
+    assert f"# env CONDA_PREFIX={cell / 'envs' / 'build'}" in text and f"{cell / 'envs' / 'build' / 'bin' / 'python'} -m build --wheel" in text
     assert list((cell / "dist").glob("example_cpp_ops-0.1.0+cpu-*.whl"))
     path = f"{cell / 'envs' / 'build' / 'bin'}:/usr/bin:/bin"
     tools = subprocess.run(["cmake", "--version"], env={"PATH": path}, capture_output=True, text=True, check=False)
@@ -221,7 +221,7 @@ def test_the_cpu_example_builds_in_a_conda_env_inside_its_container(recipes_copy
     assert built.returncode == 0, (built.stdout + built.stderr)[-4000:]
     (build_log,) = (out / "cpu-py311" / "logs").glob("*-example-cpp-ops-build.log")
     text = build_log.read_text()
-    assert "# in container wheelmill-cpu-py311-" in text and " /wheelmill/envs/build/bin/python -m pip wheel " in text
+    assert "# in container wheelmill-cpu-py311-" in text and " /wheelmill/envs/build/bin/python -m build --wheel " in text
     assert "# env CONDA_PREFIX=/wheelmill/envs/build" in text
     assert list((out / "cpu-py311" / "dist").glob("example_cpp_ops-0.1.0+cpu-*.whl"))
     assert subprocess.run([podman, "ps", "-aq", "--filter", "label=wheelmill.cell=cpu-py311"], capture_output=True, text=True, check=True).stdout.strip() == ""
