@@ -5,8 +5,9 @@ Both runs happen here, one after the other, in this process tree:
 1. wheelmill: ``wheelmill build --cell CELL --recipe example-cuda-ops``, timed whole (it
    builds example-cpp-ops first, as the dependency): pre-checks, locked env, both builds,
    stamping, every check, repair, and an install test of each wheel in a clean env.
-2. the raw baseline for the same two packages: a venv synced from the same lock, ``pip
-   wheel --no-build-isolation`` with the same environment (CUDA_HOME, arch list, MAX_JOBS, nvcc's --threads),
+2. the raw baseline for the same two packages: a venv synced from the same lock, the same
+   frontend (``python -m build --wheel --no-isolation``) with the same environment
+   (CUDA_HOME, arch list, MAX_JOBS, nvcc's --threads),
    example-cpp-ops installed before example-cuda-ops is built, and ``auditwheel repair``
    with the same excludes.
 
@@ -89,7 +90,10 @@ def run_baseline(cell_id: str, output: Path, work: Path, log: Path) -> float:
         dist, repaired = work / "dist" / name, work / "repaired" / name
         python_env = str(env_dir / "bin" / "python")
         elapsed += timed(
-            [python_env, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-v", "-w", str(dist), str(source)], env=build_env, cwd=source, log=log
+            [python_env, "-m", "build", "--wheel", "--no-isolation", "--skip-dependency-check", "--outdir", str(dist), str(source)],
+            env=build_env,
+            cwd=source,
+            log=log,
         )
         wheel = next(dist.glob("*.whl"))
         elapsed += timed([python_env, "-m", "auditwheel", "repair", "-w", str(repaired), *excludes, str(wheel)], env=build_env, log=log)
@@ -118,7 +122,7 @@ def main() -> int:
     theirs = sorted(r[1] for r in results)[len(results) // 2]
     print(f"cell {args.cell}, recipes {', '.join(RECIPES)}")
     print(f"wheelmill (pre-checks, env, build, checks, repair, install tests): {ours:.1f} s")
-    print(f"baseline  (venv from the same lock, pip wheel, auditwheel repair):  {theirs:.1f} s")
+    print(f"baseline  (venv from the same lock, build, auditwheel repair):  {theirs:.1f} s")
     print(f"ratio {ours / theirs:.3f} (target <= {TARGET})")
     return 0
 
