@@ -178,6 +178,11 @@ class CellPlan:
     def recipe(self, name: str) -> RecipeSpec:
         return next(r for r in self.recipes if r.name == name)
 
+    @property
+    def rebuilds_all(self) -> bool:
+        """A bare ``--rebuild``: every recipe built, the channel asked nothing."""
+        return bool(self.rebuild) and self.rebuild == {r.name for r in self.recipes}
+
 
 def channel_of(cell: Cell, release: Release | None) -> str:
     return release.track.channel(cell.variant.channel) if release else cell.variant.channel

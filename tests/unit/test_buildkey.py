@@ -290,7 +290,9 @@ def test_rebuild_names_recipes_of_the_build_and_nothing_else(project: Path) -> N
     """``--rebuild NAME`` builds that one again and looks the rest up; a name this build
     does not have is a selection error naming what it builds, not a silent no-op."""
     plan = cell_plan(project, names=("example-cpp-ops", "torchsort"), rebuild=("torchsort",))
-    assert plan.rebuild == {"torchsort"}
+    assert plan.rebuild == {"torchsort"} and not plan.rebuilds_all
+    assert cell_plan(project, names=("example-cpp-ops",), rebuild=(REBUILD_ALL,)).rebuilds_all
+    assert not replace(plan, recipes=(), rebuild=frozenset()).rebuilds_all, "a plan without recipes and --rebuild asks its channel"
     detail = _step(plan, StepKind.BUILD_KEYS).detail
     assert "--rebuild torchsort: built even where channel cpu lists it, the rest looked up there" in detail
     with pytest.raises(SelectionError) as raised:

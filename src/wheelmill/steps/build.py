@@ -95,10 +95,16 @@ def nvcc_threads(memory: int, per_job: int, jobs: int, cores: int) -> int:
     return max(1, min(cores, memory // (per_job * jobs)))
 
 
+def gives_nvcc_threads(spec: RecipeSpec) -> bool:
+    """Whether wheelmill chooses nvcc's ``--threads`` for ``spec``: in a CUDA cell, unless
+    the recipe chooses its own."""
+    return spec.family is Family.CUDA and not sets_nvcc_threads(spec.env)
+
+
 def threads_given(spec: RecipeSpec, threads: int) -> int | None:
-    """The ``--threads`` wheelmill gives nvcc in a build of ``spec``: none for a CPU cell, for
-    one thread (nvcc's default), or where the recipe chooses its own."""
-    return threads if spec.family is Family.CUDA and threads > 1 and not sets_nvcc_threads(spec.env) else None
+    """The ``--threads`` wheelmill gives nvcc in a build of ``spec``: none for one thread
+    (nvcc's default), or where it chooses none."""
+    return threads if threads > 1 and gives_nvcc_threads(spec) else None
 
 
 def sets_nvcc_threads(variables: Mapping[str, str]) -> bool:
@@ -384,7 +390,7 @@ def describe_build(_plan: CellPlan, spec: RecipeSpec) -> str:
         parts.append(f"after installing {', '.join(spec.depends_on)}")
     if spec.arch_variable:
         parts.append(f"{spec.arch_variable}={spec.arch_list}")
-    threads = ", nvcc --threads from what is left" if spec.family is Family.CUDA and not sets_nvcc_threads(spec.env) else ""
+    threads = ", nvcc --threads from what is left" if gives_nvcc_threads(spec) else ""
     parts.append(f"MAX_JOBS from free memory ({format_size(spec.memory_per_job)} a job) and cores{threads}")
     parts += [f"{k}={_fill_known(v, spec.template_values())}" for k, v in sorted(spec.env.items())]
     return "; ".join(parts)

@@ -75,7 +75,7 @@ def build_keys_step(ctx: StepContext) -> Outcome:
     for key in keys.values():
         ctx.log.note(f"{key.recipe}: build key {key.digest} of {key.inputs}")
     channel = Channel(ctx.run.settings.index, plan.channel)
-    listed = {} if plan.rebuild == {r.name for r in plan.recipes} else built_by_key(channel)
+    listed = {} if plan.rebuilds_all else built_by_key(channel)
     published = {
         name: _published(ctx, channel, key, *hit) for name, key in keys.items() if name not in plan.rebuild and (hit := listed.get(key.digest)) is not None
     }
@@ -117,7 +117,7 @@ def builder(ctx: StepContext) -> dict[str, Any]:
 
 def describe(plan: CellPlan) -> str:
     inputs = "each recipe's build key (source, recipe, lock, builder, variant, wheelmill, dependencies)"
-    if plan.rebuild == {r.name for r in plan.recipes}:
+    if plan.rebuilds_all:
         return f"{inputs}; --rebuild: built even where channel {plan.channel} lists it"
     if plan.rebuild:
         return f"{inputs}; --rebuild {', '.join(sorted(plan.rebuild))}: built even where channel {plan.channel} lists it, the rest looked up there"
