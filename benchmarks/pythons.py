@@ -1,8 +1,9 @@
 """What every extra Python of a variant costs: one cell built alone, then the same variant's
 cells for several Pythons in one run, each from a cold compiler cache.
 
-Both runs happen here, one after the other, in this process tree, each into a fresh
-temporary output root (so a fresh local compiler cache, and nothing published to skip):
+After an untimed warm-up (every cell's env and image made once, elsewhere), both runs happen
+here, one after the other, in this process tree, each into a fresh temporary output root
+(so a fresh local compiler cache, and nothing published to skip):
 
 1. ``wheelmill build --cell VARIANT-pyA --recipe RECIPE``: the first Python alone;
 2. ``wheelmill build --cell 'VARIANT-py{A,B,...}' --recipe RECIPE``: the same, and every
@@ -28,6 +29,13 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = 0.20
+
+
+def warm_up(cells: list[str], output: Path, log: Path) -> float:
+    """One untimed build of every cell's lightest recipe in an output root of its own: each
+    Python's env, lock and image are then in uv's cache and the engine's, for both runs
+    alike (else the run of several Pythons alone would download the other Pythons' torch)."""
+    return timed_build(cells, "example-cpp-ops", output, log)
 
 
 def timed_build(cells: list[str], recipe: str, output: Path, log: Path) -> float:
@@ -61,10 +69,13 @@ def main() -> int:
     parser.add_argument("--variant", default="cuda130")
     parser.add_argument("--recipe", default="example-cuda-ops")
     parser.add_argument("--pythons", default="3.11,3.12", help="comma-separated; the first is built alone too")
+    parser.add_argument("--no-warm-up", dest="warm_up", action="store_false", help="start with the caches as they are")
     args = parser.parse_args()
     cells = [f"{args.variant}-py{python.replace('.', '')}" for python in args.pythons.split(",")]
     with tempfile.TemporaryDirectory(prefix="wheelmill-bench-") as tmp:
         alone_root, all_root, log = Path(tmp) / "alone", Path(tmp) / "all", Path(tmp) / "bench.log"
+        if args.warm_up:
+            print(f"warm-up (untimed): example-cpp-ops built once in {', '.join(cells)}, {warm_up(cells, Path(tmp) / 'warm-up', log):.1f} s", flush=True)
         alone = timed_build(cells[:1], args.recipe, alone_root, log)
         together = timed_build(cells, args.recipe, all_root, log)
         reports = {cell: json.loads((all_root / cell / "report.json").read_text()) for cell in cells}

@@ -27,7 +27,8 @@ import sys
 import tomllib
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -299,13 +300,14 @@ def mirror(
     left out (the channel says so at publish time, under its lock)."""
     blobs = Blobs(channel.root)
     wanted = [w for w in closure.to_mirror if not _built_in(channel, w.project)]
+    digests = local_digests([w for w in wanted if not blobs.holds(w.sha256)])
     fetched = 0
     for number, wheel in enumerate(wanted, start=1):
         if blobs.holds(wheel.sha256):
             log.note(f"[{number}/{len(wanted)}] {wheel.filename}: in the store already")
             continue
         on_line(f"mirror [{number}/{len(wanted)}] {wheel.filename}" + (f" ({format_size(wheel.size)})" if wheel.size else ""))
-        _fetch(wheel, blobs, sources=sources, policy=policy, log=log)
+        _fetch(wheel, blobs, sources=sources, policy=policy, log=log, digests=digests)
         fetched += blobs.path_of(wheel.sha256).stat().st_size
     published = tuple(_publish(channel, blobs, wheel) for wheel in wanted)
     for done in published:
@@ -313,16 +315,32 @@ def mirror(
     return Mirrored(channel=channel.name, published=published, fetched_bytes=fetched)
 
 
+def local_digests(wheels: Sequence[LockedWheel]) -> dict[Path, str]:
+    """The sha256 of the wheels that are files on this machine, computed side by side:
+    hashing a closure's gigabytes is most of mirroring it from a local source, and hashlib
+    lets threads run at once. A file that cannot be read is left out (its check says why)."""
+
+    def digest(path: Path) -> str | None:
+        try:
+            return sha256_of(path)
+        except OSError:
+            return None
+
+    local = sorted({path for w in wheels if (path := _local_file(w.url)) is not None})
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return {path: found for path, found in zip(local, pool.map(digest, local), strict=True) if found}
+
+
 def _built_in(channel: Channel, project: str) -> bool:
     found = channel.project(project) if channel.exists() else None
     return found is not None and any(f.built for f in found.files)
 
 
-def _fetch(wheel: LockedWheel, blobs: Blobs, *, sources: PackageSources, policy: RetryPolicy, log: StepLog) -> None:
+def _fetch(wheel: LockedWheel, blobs: Blobs, *, sources: PackageSources, policy: RetryPolicy, log: StepLog, digests: Mapping[Path, str]) -> None:
     shown = _without_credentials(wheel.url)
     local = _local_file(wheel.url)
     if local is not None:
-        _link_local(wheel, local, blobs, log)
+        _link_local(wheel, local, blobs, log, digest=digests.get(local))
         return
 
     def attempt(_number: int) -> Path:
@@ -354,14 +372,15 @@ def _local_file(url: str) -> Path | None:
     return Path(urllib.request.url2pathname(parsed.path)) if parsed.scheme == "file" else None
 
 
-def _link_local(wheel: LockedWheel, source: Path, blobs: Blobs, log: StepLog) -> None:
-    """A wheel already on this machine's disk: its sha256 checked, then stored as another
-    name of the same file where the file system allows (no second copy of a closure's
-    gigabytes), else copied. A source rewritten in place would change the stored bytes too;
-    ``wheelmill index verify`` finds that, and package sources replace files, not rewrite them."""
+def _link_local(wheel: LockedWheel, source: Path, blobs: Blobs, log: StepLog, *, digest: str | None = None) -> None:
+    """A wheel already on this machine's disk: its sha256 (``digest``, where it was computed
+    already) checked, then stored as another name of the same file where the file system
+    allows (no second copy of a closure's gigabytes), else copied. A source rewritten in
+    place would change the stored bytes too; ``wheelmill index verify`` finds that, and
+    package sources replace files, not rewrite them."""
     if not source.is_file():
         raise FetchError(f"mirror: {source}: no such file (the lock's URL for {wheel.filename})", fix="check the package sources, then lock again")
-    actual = sha256_of(source)
+    actual = digest or sha256_of(source)
     if actual != wheel.sha256:
         raise IntegrityError(
             f"mirror: {wheel.filename}: {source}: sha256 mismatch: expected {wheel.sha256} (the lock's), got {actual}",

@@ -99,7 +99,8 @@ def test_a_build_compiles_through_the_cache_torch_and_cmake_alike(tmp_path: Path
     assert "-Xcompiler=-ffile-prefix-map=" in env["NVCC_APPEND_FLAGS"]
 
 
-def test_without_the_cache_a_build_environment_names_none_of_it(tmp_path: Path) -> None:
+def test_without_the_cache_a_build_environment_names_none_of_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TMPDIR", raising=False)  # a caller's own passes through; the cache sets none
     for cache in (None, CompilerCache.off("WHEELMILL_COMPILER_CACHE=off"), CompilerCache(binary=Path("/o/bin/sccache"), socket=None)):
         env = environment(tmp_path, cache)
         assert not [key for key in env if key.startswith(("SCCACHE_", "CMAKE_", "TORCH_EXTENSION_")) or key == "TMPDIR"], cache

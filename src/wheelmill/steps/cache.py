@@ -41,9 +41,12 @@ def compiler_cache(ctx: StepContext) -> Outcome:
 
 def basedirs(ctx: StepContext) -> list[Path]:
     """The directories sccache strips from paths before it hashes: the cell root as the
-    build sees it (with engine none each cell has its own; in a container it is
-    ``/wheelmill`` already). Torch's headers need none of their own: builds see them through
-    the env's site link (``envs/build/site``), a path without the Python's version."""
+    build sees it (in a container it is ``/wheelmill`` already). It rewrites the
+    preprocessed source and the working directory, not the arguments: with engine none
+    the prefix maps name the cell root on every command line, so there the cells of a
+    variant do not share compiles. Torch's headers need no entry of their own: builds see
+    them through the env's site link (``envs/build/site``), a path without the Python's
+    version."""
     return [ctx.where.runner.stable_path(ctx.run.layout.root)]
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from wheelmill.bytecode import share_bytecode
 from wheelmill.checks import CheckResult, Verdict
 from wheelmill.context import Outcome, StepContext
 from wheelmill.envs import Env, constraints_from_lock
@@ -47,6 +48,7 @@ def install_test(ctx: StepContext, spec: RecipeSpec) -> Outcome:
         raise smoke
     results += [smoke] if smoke else []
     delivered = deliver(ctx.run.layout.dist, wheel)
+    _share_bytecode(ctx, env, ctx.done.get(BuildEnv).env, "given back to the build env, for the next recipe's test env")
     shutil.rmtree(env.root, ignore_errors=True)
     return Outcome(checks=results, made=(WheelRecord.of(delivered),))
 
@@ -54,14 +56,27 @@ def install_test(ctx: StepContext, spec: RecipeSpec) -> Outcome:
 def _test_env(ctx: StepContext, spec: RecipeSpec, wheel: Path) -> Env:
     backend, layout = ctx.where.backend, ctx.run.layout
     env = backend.create(layout.envs / f"test-{spec.name}", python=ctx.done.get(Toolchain).python, log=ctx.log)
-    constraints = constraints_from_lock(ctx.done.get(BuildEnv).lock, layout.root / "constraints.txt")
+    build_env = ctx.done.get(BuildEnv)
+    constraints = constraints_from_lock(build_env.lock, layout.root / "constraints.txt")
     # The wheel under test and the delivered wheels of everything it depends on.
     packages = [str(wheel), *(ctx.done.get(WheelRecord, name).path for name in spec.needs), *spec.test_requires]
     try:
         backend.install(env, packages, sources=ctx.done.get(Sources).packages, log=ctx.log, constraints=constraints)
     except CommandFailed as failed:
         raise InstallTestError(f"{spec.name}: {wheel.name} does not install into a clean env: {failed.last_line()}", fix=f"read {failed.log}") from None
+    _share_bytecode(ctx, build_env.env, env, "linked in from the build env")
     return env
+
+
+def _share_bytecode(ctx: StepContext, source: Env, target: Env, what: str) -> None:
+    """``source``'s compiled modules, where ``target`` has the same sources: a test env's
+    imports of torch then compile nothing that the build or an earlier test compiled
+    (torch, and sympy, which its operators import at their first call), and what a test
+    compiled serves the next (``wheelmill.bytecode``)."""
+    sites = source.site_packages[:1], target.site_packages[:1]
+    if all(sites):
+        linked = share_bytecode(sites[0][0], sites[1][0])
+        ctx.log.note(f"{linked} compiled modules {what}, for sources both envs hold with the same sha256")
 
 
 def _probe(ctx: StepContext, spec: RecipeSpec, env: Env, log: StepLog) -> list[CheckResult]:

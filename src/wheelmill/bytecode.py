@@ -1,0 +1,65 @@
+"""Bytecode that one env compiled, shared with another env that holds the same sources.
+
+The first ``import torch`` in a fresh env compiles some 700 of torch's modules, which
+takes longer than the import itself, and every install test starts two such imports (the
+import probe and the smoke command) in an env made for it. The build env compiled the same
+modules when the build imported torch. Where both envs hold a module with the same sha256
+(their RECORDs list it: the same locked wheel), the build env's compiled file is linked
+into the test env's ``__pycache__``. The interpreter still checks each compiled file against
+its source (mtime and size) and compiles again what does not match, and the sources are
+byte-identical, so a link makes an import faster, never different.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path, PurePosixPath
+
+
+def recorded_sources(site: Path) -> dict[PurePosixPath, str]:
+    """``path -> hash`` of every Python source that a RECORD of ``site`` lists with its
+    hash, the path relative to ``site``; what lies outside it (scripts) is left out."""
+    found: dict[PurePosixPath, str] = {}
+    for record in site.glob("*.dist-info/RECORD"):
+        try:
+            rows = list(csv.reader(record.read_text(encoding="utf-8").splitlines()))
+        except (OSError, UnicodeDecodeError, csv.Error):
+            continue  # an unreadable RECORD shares nothing
+        for row in rows:
+            if len(row) >= 2 and row[0].endswith(".py") and row[1] and ".." not in PurePosixPath(row[0]).parts:
+                found[PurePosixPath(row[0])] = row[1]
+    return found
+
+
+def share_bytecode(source: Path, target: Path) -> int:
+    """Hard-link the compiled modules of site-packages ``source`` into ``target`` where
+    ``target`` holds the same source (same path, same hash); how many were linked. A file
+    that cannot be linked is left to the interpreter to compile."""
+    theirs = recorded_sources(source)
+    same = {path for path, digest in recorded_sources(target).items() if theirs.get(path) == digest}
+    linked = 0
+    for directory in {path.parent for path in same}:
+        for compiled in _compiled_in(source / directory / "__pycache__"):
+            module = compiled.name.split(".", 1)[0]  # ops.cpython-311.pyc, ops.cpython-311.opt-1.pyc
+            if directory / f"{module}.py" in same and _link(compiled, target / directory / "__pycache__" / compiled.name):
+                linked += 1
+    return linked
+
+
+def _compiled_in(cache: Path) -> list[Path]:
+    try:
+        return [entry for entry in cache.iterdir() if entry.name.endswith(".pyc")]
+    except OSError:
+        return []
+
+
+def _link(compiled: Path, destination: Path) -> bool:
+    try:
+        destination.parent.mkdir(exist_ok=True)
+        os.link(compiled, destination)
+    except FileExistsError:
+        return False  # compiled there already
+    except OSError:
+        return False  # another file system, or not ours to write: compiled on import instead
+    return True
