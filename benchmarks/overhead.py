@@ -124,7 +124,7 @@ def run_baseline(cell_id: str, output: Path, work: Path, log: Path) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cell", default="cuda130-py311")
-    parser.add_argument("--rounds", type=int, default=3, help="alternate wheelmill and baseline this many times; the medians are compared")
+    parser.add_argument("--rounds", type=int, default=3, help="alternate wheelmill and baseline this many times; the median of the ratios is the figure")
     parser.add_argument("--no-warm-up", dest="warm_up", action="store_false", help="start with the caches as they are")
     args = parser.parse_args()
     results: list[tuple[float, float]] = []
@@ -135,11 +135,11 @@ def main() -> int:
             print(f"warm-up (untimed): {RECIPES[0]} built once, {warm_up(args.cell, root / 'warm-up', log):.1f} s", flush=True)
         for index in range(args.rounds):
             output, work = root / f"wheels-{index}", root / f"baseline-{index}"
-            cpu = cpu_seconds()
+            before = cpu_seconds()
             ours = run_wheelmill(args.cell, output, log)
-            cpu, ours_cpu = cpu_seconds(), cpu_seconds() - cpu
+            between = cpu_seconds()
             theirs = run_baseline(args.cell, output, work, log)
-            theirs_cpu = cpu_seconds() - cpu
+            ours_cpu, theirs_cpu = between - before, cpu_seconds() - between
             results.append((ours, theirs))
             sides = f"wheelmill {ours:.1f} s ({ours_cpu:.0f} s cpu), baseline {theirs:.1f} s ({theirs_cpu:.0f} s cpu)"
             print(f"round {index + 1}: {sides}, ratio {ours / theirs:.3f}", flush=True)

@@ -12,23 +12,24 @@ byte-identical, so a link makes an import faster, never different.
 
 from __future__ import annotations
 
-import csv
+import importlib.metadata
 import os
 from pathlib import Path, PurePosixPath
 
 
 def recorded_sources(site: Path) -> dict[PurePosixPath, str]:
     """``path -> hash`` of every Python source that a RECORD of ``site`` lists with its
-    hash, the path relative to ``site``; what lies outside it (scripts) is left out."""
+    hash (read by ``importlib.metadata``), the path relative to ``site``; what lies outside
+    it (scripts) is left out."""
     found: dict[PurePosixPath, str] = {}
-    for record in site.glob("*.dist-info/RECORD"):
+    for dist in importlib.metadata.distributions(path=[str(site)]):
         try:
-            rows = list(csv.reader(record.read_text(encoding="utf-8").splitlines()))
-        except (OSError, UnicodeDecodeError, csv.Error):
+            files = dist.files or []
+        except (UnicodeDecodeError, ValueError):
             continue  # an unreadable RECORD shares nothing
-        for row in rows:
-            if len(row) >= 2 and row[0].endswith(".py") and row[1] and ".." not in PurePosixPath(row[0]).parts:
-                found[PurePosixPath(row[0])] = row[1]
+        for file in files:
+            if file.suffix == ".py" and file.hash is not None and ".." not in file.parts:
+                found[PurePosixPath(file)] = f"{file.hash.mode}={file.hash.value}"
     return found
 
 

@@ -73,9 +73,9 @@ def _share_bytecode(ctx: StepContext, source: Env, target: Env, what: str) -> No
     imports of torch then compile nothing that the build or an earlier test compiled
     (torch, and sympy, which its operators import at their first call), and what a test
     compiled serves the next (``wheelmill.bytecode``)."""
-    sites = source.site_packages[:1], target.site_packages[:1]
-    if all(sites):
-        linked = share_bytecode(sites[0][0], sites[1][0])
+    source_sites, target_sites = source.site_packages, target.site_packages
+    if source_sites and target_sites:
+        linked = share_bytecode(source_sites[0], target_sites[0])
         ctx.log.note(f"{linked} compiled modules {what}, for sources both envs hold with the same sha256")
 
 
