@@ -20,16 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+import runs
+
 TARGET = 6.0  # the CUDA example's warm rebuild against its cold build
 
 
@@ -52,12 +49,8 @@ class Run:
 
 
 def run(case: Case, output: Path, log: Path) -> Run:
-    env = {**os.environ, "WHEELMILL_OUTPUT": str(output), "WHEELMILL_COMPILER_CACHE": "on"}
-    argv = [sys.executable, "-m", "wheelmill", "build", "--engine", "none", "--cell", case.cell, "--recipe", case.recipe, "--no-publish"]
-    started = time.monotonic()
-    with log.open("a") as out:
-        subprocess.run(argv, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, check=True)
-    total = time.monotonic() - started
+    argv = ["build", "--engine", "none", "--cell", case.cell, "--recipe", case.recipe, "--no-publish"]
+    total = runs.wheelmill(argv, output=output, log=log, env={"WHEELMILL_COMPILER_CACHE": "on"})
     report: dict[str, Any] = json.loads((output / case.cell / "report.json").read_text())
     (build,) = [s["seconds"] for s in report["steps"] if s["step"] == "build" and s["recipe"] == case.recipe]
     stats = report["facts"]["compiler_cache"][case.recipe] or {"hits": 0, "misses": 0}
@@ -79,9 +72,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", action="append", choices=sorted(CASES), help="repeatable; default: every case")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="wheelmill-cache-bench-") as tmp:
+    with runs.workspace("wheelmill-cache-bench-") as tmp:
         for name in args.case or sorted(CASES):
-            compare(name, CASES[name], Path(tmp))
+            compare(name, CASES[name], tmp)
     return 0
 
 

@@ -18,25 +18,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+import runs
+
 TARGET = 3.0
 
 
 def timed_build(cell: str, recipe: str, output: Path, log: Path) -> float:
-    env = {**os.environ, "WHEELMILL_OUTPUT": str(output)}
-    argv = [sys.executable, "-m", "wheelmill", "build", "--engine", "none", "--cell", cell, *(["--recipe", recipe] if recipe else [])]
-    started = time.monotonic()
-    with log.open("a") as out:
-        subprocess.run(argv, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, check=True)
-    return time.monotonic() - started
+    return runs.wheelmill(["build", "--engine", "none", "--cell", cell, *(["--recipe", recipe] if recipe else [])], output=output, log=log)
 
 
 def compiled(report: dict[str, Any]) -> list[str]:
@@ -49,8 +41,8 @@ def main() -> int:
     parser.add_argument("--cell", default="cpu-py311")
     parser.add_argument("--recipe", default="example-cpp-ops", help="'' for the cell's default recipes")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="wheelmill-bench-") as tmp:
-        output, log = Path(tmp) / "wheels", Path(tmp) / "bench.log"
+    with runs.workspace("wheelmill-bench-") as tmp:
+        output, log = tmp / "wheels", tmp / "bench.log"
         first = timed_build(args.cell, args.recipe, output, log)
         built = compiled(json.loads((output / args.cell / "report.json").read_text()))
         again = timed_build(args.cell, args.recipe, output, log)

@@ -19,15 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+import runs
+
 TARGET = 0.20
 
 
@@ -39,14 +36,8 @@ def warm_up(cells: list[str], output: Path, log: Path) -> float:
 
 
 def timed_build(cells: list[str], recipe: str, output: Path, log: Path) -> float:
-    env = {**os.environ, "WHEELMILL_OUTPUT": str(output)}  # WHEELMILL_ENGINE etc. as set
-    argv = [sys.executable, "-m", "wheelmill", "build", "--no-publish", "--recipe", recipe]
-    for cell in cells:
-        argv += ["--cell", cell]
-    started = time.monotonic()
-    with log.open("a") as out:
-        subprocess.run(argv, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, check=True)
-    return time.monotonic() - started
+    # WHEELMILL_ENGINE etc. as set
+    return runs.wheelmill(["build", "--no-publish", "--recipe", recipe, *(arg for cell in cells for arg in ("--cell", cell))], output=output, log=log)
 
 
 def build_seconds(report: dict[str, Any]) -> float:
@@ -72,10 +63,10 @@ def main() -> int:
     parser.add_argument("--no-warm-up", dest="warm_up", action="store_false", help="start with the caches as they are")
     args = parser.parse_args()
     cells = [f"{args.variant}-py{python.replace('.', '')}" for python in args.pythons.split(",")]
-    with tempfile.TemporaryDirectory(prefix="wheelmill-bench-") as tmp:
-        alone_root, all_root, log = Path(tmp) / "alone", Path(tmp) / "all", Path(tmp) / "bench.log"
+    with runs.workspace("wheelmill-bench-") as tmp:
+        alone_root, all_root, log = tmp / "alone", tmp / "all", tmp / "bench.log"
         if args.warm_up:
-            print(f"warm-up (untimed): example-cpp-ops built once in {', '.join(cells)}, {warm_up(cells, Path(tmp) / 'warm-up', log):.1f} s", flush=True)
+            print(f"warm-up (untimed): example-cpp-ops built once in {', '.join(cells)}, {warm_up(cells, tmp / 'warm-up', log):.1f} s", flush=True)
         alone = timed_build(cells[:1], args.recipe, alone_root, log)
         together = timed_build(cells, args.recipe, all_root, log)
         reports = {cell: json.loads((all_root / cell / "report.json").read_text()) for cell in cells}

@@ -12,24 +12,27 @@ byte-identical, so a link makes an import faster, never different.
 
 from __future__ import annotations
 
+import csv
 import importlib.metadata
 import os
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 
-def recorded_sources(site: Path) -> dict[PurePosixPath, str]:
+def recorded_sources(site: Path) -> dict[str, str]:
     """``path -> hash`` of every Python source that a RECORD of ``site`` lists with its
-    hash (read by ``importlib.metadata``), the path relative to ``site``; what lies outside
-    it (scripts) is left out."""
-    found: dict[PurePosixPath, str] = {}
+    hash, the path relative to ``site`` (``torch/nn/__init__.py``); what lies outside it
+    (scripts) is left out. The standard library finds the RECORDs; their rows are read here
+    as plain CSV, since a ``PackagePath`` for each of torch's 15,000 files took 0.2 s a
+    site, four times a recipe."""
+    found: dict[str, str] = {}
     for dist in importlib.metadata.distributions(path=[str(site)]):
         try:
-            files = dist.files or []
-        except (UnicodeDecodeError, ValueError):
+            rows = list(csv.reader((dist.read_text("RECORD") or "").splitlines()))
+        except (UnicodeDecodeError, ValueError, csv.Error):
             continue  # an unreadable RECORD shares nothing
-        for file in files:
-            if file.suffix == ".py" and file.hash is not None and ".." not in file.parts:
-                found[PurePosixPath(file)] = f"{file.hash.mode}={file.hash.value}"
+        for row in rows:
+            if len(row) >= 2 and row[0].endswith(".py") and row[1] and not row[0].startswith("/") and ".." not in row[0].split("/"):
+                found[row[0]] = row[1]
     return found
 
 
@@ -40,17 +43,19 @@ def share_bytecode(source: Path, target: Path) -> int:
     theirs = recorded_sources(source)
     same = {path for path, digest in recorded_sources(target).items() if theirs.get(path) == digest}
     linked = 0
-    for directory in {path.parent for path in same}:
-        for compiled in _compiled_in(source / directory / "__pycache__"):
-            module = compiled.name.split(".", 1)[0]  # ops.cpython-311.pyc, ops.cpython-311.opt-1.pyc
-            if directory / f"{module}.py" in same and _link(compiled, target / directory / "__pycache__" / compiled.name):
+    for directory in {path.rpartition("/")[0] for path in same}:
+        prefix = f"{directory}/" if directory else ""
+        for name in _compiled_in(source / directory / "__pycache__"):
+            module = name.split(".", 1)[0]  # ops.cpython-311.pyc, ops.cpython-311.opt-1.pyc
+            if f"{prefix}{module}.py" in same and _link(source / directory / "__pycache__" / name, target / directory / "__pycache__" / name):
                 linked += 1
     return linked
 
 
-def _compiled_in(cache: Path) -> list[Path]:
+def _compiled_in(cache: Path) -> list[str]:
     try:
-        return [entry for entry in cache.iterdir() if entry.name.endswith(".pyc")]
+        with os.scandir(cache) as entries:
+            return [entry.name for entry in entries if entry.name.endswith(".pyc")]
     except OSError:
         return []
 

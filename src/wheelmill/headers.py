@@ -21,27 +21,38 @@ SUFFIXES = frozenset({".h", ".hh", ".hpp", ".hxx", ".h++", ".cuh", ".inl", ".inc
 EPOCH = int(DEFAULT_SOURCE_DATE_EPOCH)
 
 
-def is_header(relative: Path) -> bool:
+def is_header(relative: str) -> bool:
     """A header by its name, or any file under an ``include`` directory (the C++ library's
     and CCCL's headers have no suffix: ``cuda/std/atomic``).
 
-    >>> [is_header(Path(p)) for p in ("torch/include/ATen/ATen.h", "nvidia/cu13/include/cccl/cuda/std/atomic", "torch/lib/libc10.so")]
+    >>> [is_header(p) for p in ("torch/include/ATen/ATen.h", "nvidia/cu13/include/cccl/cuda/std/atomic", "torch/lib/libc10.so")]
     [True, True, False]
     """
-    return relative.suffix in SUFFIXES or "include" in relative.parts[:-1]
+    directory, _, name = relative.rpartition("/")
+    stem, dot, suffix = name.rpartition(".")
+    return (bool(stem) and f"{dot}{suffix}" in SUFFIXES) or "include" in directory.split("/")
 
 
 def pin_header_times(root: Path) -> int:
     """Give each header under ``root`` (links not followed) the time ``EPOCH + n``, ``n`` its
     place in the sorted list of their paths; how many there were."""
-    headers = sorted(path.relative_to(root) for path in _files(root) if is_header(path.relative_to(root)))
+    # Sorted by their parts, as pathlib compares paths ("a/b" before "a-c/d").
+    headers = sorted((relative for relative in _files(str(root), "") if is_header(relative)), key=lambda relative: relative.split("/"))
     for n, relative in enumerate(headers):
         os.utime(root / relative, (EPOCH + n, EPOCH + n), follow_symlinks=False)
     return len(headers)
 
 
-def _files(root: Path) -> list[Path]:
-    found = []
-    for directory, _dirs, names in os.walk(root):
-        found += [Path(directory, name) for name in names if not Path(directory, name).is_symlink()]
+def _files(directory: str, relative: str) -> list[str]:
+    """The regular files under ``directory``, as paths relative to the walk's root (the
+    entries' types come with the listing: an env holds 25,000 files, and a stat of each
+    was most of the time)."""
+    found: list[str] = []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            path = f"{relative}{entry.name}"
+            if entry.is_dir(follow_symlinks=False):
+                found += _files(entry.path, f"{path}/")
+            elif entry.is_file(follow_symlinks=False):
+                found.append(path)
     return found

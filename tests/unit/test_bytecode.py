@@ -40,7 +40,7 @@ def test_compiled_modules_are_linked_only_where_the_target_holds_the_same_source
     for name in [*same, "pkg/changed.py", "other.py"]:
         py_compile.compile(str(build / name), cfile=str(compiled(build, name)))
 
-    assert set(map(str, recorded_sources(test))) == {*same, "pkg/changed.py"}  # the script outside site-packages is left out
+    assert set(recorded_sources(test)) == {*same, "pkg/changed.py"}  # the script outside site-packages is left out
     assert share_bytecode(build, test) == 2
     for name in same:
         assert compiled(test, name).samefile(compiled(build, name))

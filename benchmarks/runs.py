@@ -1,0 +1,64 @@
+"""What the benchmarks share: a command timed into a log, wheelmill run from this checkout,
+and a work directory that a failed command keeps.
+
+A benchmark whose command fails stops with that command's exit status and the last lines
+of its log, not a traceback; the work directory (log, output roots, reports) stays for a
+look, where a passing benchmark removes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TAIL = 15  # lines of a failed command's log that are shown
+
+
+class RunFailed(Exception):
+    def __init__(self, argv: Sequence[str], returncode: int, log: Path) -> None:
+        super().__init__(f"{shlex.join(argv)} exited {returncode}")
+        self.argv, self.returncode, self.log = list(argv), returncode, log
+
+
+def timed(argv: Sequence[str], *, log: Path, env: Mapping[str, str] | None = None, cwd: Path | None = None) -> float:
+    """Seconds ``argv`` ran, its output appended to ``log`` after the command line."""
+    with log.open("a") as out:
+        out.write(f"$ {shlex.join(argv)}\n")
+        out.flush()
+        started = time.monotonic()
+        done = subprocess.run(list(argv), env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, check=False)
+        elapsed = time.monotonic() - started
+    if done.returncode != 0:
+        raise RunFailed(argv, done.returncode, log)
+    return elapsed
+
+
+def wheelmill(args: Sequence[str], *, output: Path, log: Path, env: Mapping[str, str] | None = None) -> float:
+    """Seconds ``wheelmill ARGS`` ran from this checkout into output root ``output``."""
+    environment = {**os.environ, "WHEELMILL_OUTPUT": str(output), **(env or {})}
+    return timed([sys.executable, "-m", "wheelmill", *args], log=log, env=environment, cwd=ROOT)
+
+
+@contextlib.contextmanager
+def workspace(prefix: str) -> Iterator[Path]:
+    """A fresh work directory, removed when the benchmark passes. A command that fails ends
+    the benchmark here: exit status 1, its log's last lines, and the directory kept."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield root
+    except RunFailed as failed:
+        lines = failed.log.read_text(encoding="utf-8", errors="replace").splitlines()[-TAIL:]
+        print(f"benchmark stopped: {failed}", file=sys.stderr)
+        print(f"the last lines of {failed.log}:", *(f"  {line}" for line in lines), sep="\n", file=sys.stderr)
+        print(f"kept for a look: {root}", file=sys.stderr)
+        raise SystemExit(1) from None
+    shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,44 @@
+"""The benchmarks' runner: a failed command ends a benchmark with its log's tail, not a
+traceback, and keeps what it made."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import runs
+
+
+def test_a_passing_benchmark_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with runs.workspace("bench-") as root:
+        log = root / "bench.log"
+        assert runs.timed([sys.executable, "-c", "print('built')"], log=log) >= 0
+        assert log.read_text().splitlines()[1:] == ["built"]  # after the command line
+        assert root.parent == tmp_path
+    assert not root.exists()
+
+
+def test_a_failed_command_stops_the_benchmark_with_its_log_and_keeps_the_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    script = "import sys; [print('line', n) for n in range(40)]; sys.exit(3)"
+
+    def benchmark() -> None:
+        with runs.workspace("bench-") as root:
+            runs.timed([sys.executable, "-c", script], log=root / "bench.log")
+            pytest.fail("a failed command goes on")
+
+    with pytest.raises(SystemExit) as stopped:
+        benchmark()
+    assert stopped.value.code == 1
+    (root,) = tmp_path.iterdir()
+    err = capsys.readouterr().err
+    assert "exited 3" in err and "line 39" in err and "line 24" not in err  # the last lines only
+    assert f"kept for a look: {root}" in err
+    assert (root / "bench.log").is_file()
