@@ -1,9 +1,11 @@
 """What every extra Python of a variant costs: one cell built alone, then the same variant's
 cells for several Pythons in one run, each from a cold compiler cache.
 
-After an untimed warm-up (every cell's env and image made once, elsewhere), both runs happen
-here, one after the other, in this process tree, each into a fresh temporary output root
-(so a fresh local compiler cache, and nothing published to skip):
+After an untimed warm-up (every cell's image, lock and env made once), both runs happen here,
+one after the other, in this process tree, in the warm-up's output root, as on a machine
+that has built these cells before: the package caches (uv's, which a container keeps under
+the output root) are warm, the compiler cache (``<output>/.cache/sccache``) is emptied
+before each run, and nothing is published (``--no-publish``), so nothing is skipped:
 
 1. ``wheelmill build --cell VARIANT-pyA --recipe RECIPE``: the first Python alone;
 2. ``wheelmill build --cell 'VARIANT-py{A,B,...}' --recipe RECIPE``: the same, and every
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,15 +32,22 @@ TARGET = 0.20
 
 
 def warm_up(cells: list[str], output: Path, log: Path) -> float:
-    """One untimed build of every cell's lightest recipe in an output root of its own: each
-    Python's env, lock and image are then in uv's cache and the engine's, for both runs
-    alike (else the run of several Pythons alone would download the other Pythons' torch)."""
+    """One untimed build of every cell's lightest recipe: each Python's env, lock and image
+    are then in uv's cache and the engine's, for both runs alike (else the run of several
+    Pythons alone would unpack the other Pythons' torch)."""
     return timed_build(cells, "example-cpp-ops", output, log)
 
 
 def timed_build(cells: list[str], recipe: str, output: Path, log: Path) -> float:
     # WHEELMILL_ENGINE etc. as set
     return runs.wheelmill(["build", "--no-publish", "--recipe", recipe, *(arg for cell in cells for arg in ("--cell", cell))], output=output, log=log)
+
+
+def cold_build(cells: list[str], recipe: str, output: Path, log: Path) -> tuple[float, dict[str, dict[str, Any]]]:
+    """``timed_build`` from an empty compiler cache; its seconds and the cells' reports."""
+    shutil.rmtree(output / ".cache" / "sccache", ignore_errors=True)
+    seconds = timed_build(cells, recipe, output, log)
+    return seconds, {cell: json.loads((output / cell / "report.json").read_text()) for cell in cells}
 
 
 def build_seconds(report: dict[str, Any]) -> float:
@@ -64,16 +74,15 @@ def main() -> int:
     args = parser.parse_args()
     cells = [f"{args.variant}-py{python.replace('.', '')}" for python in args.pythons.split(",")]
     with runs.workspace("wheelmill-bench-") as tmp:
-        alone_root, all_root, log = tmp / "alone", tmp / "all", tmp / "bench.log"
+        output, log = tmp / "wheels", tmp / "bench.log"
         if args.warm_up:
-            print(f"warm-up (untimed): example-cpp-ops built once in {', '.join(cells)}, {warm_up(cells, tmp / 'warm-up', log):.1f} s", flush=True)
-        alone = timed_build(cells[:1], args.recipe, alone_root, log)
-        together = timed_build(cells, args.recipe, all_root, log)
-        reports = {cell: json.loads((all_root / cell / "report.json").read_text()) for cell in cells}
-        first_build = build_seconds(json.loads((alone_root / cells[0] / "report.json").read_text()))
+            print(f"warm-up (untimed): example-cpp-ops built once in {', '.join(cells)}, {warm_up(cells, output, log):.1f} s", flush=True)
+        alone, first = cold_build(cells[:1], args.recipe, output, log)
+        together, reports = cold_build(cells, args.recipe, output, log)
+        first_build = build_seconds(first[cells[0]])
     extra = (together - alone) / alone / max(1, len(cells) - 1)
     print(f"variant {args.variant}, recipe {args.recipe}, cold compiler cache")
-    print(f"{cells[0]} alone: {alone:.1f} s, of which build steps {first_build:.1f} s")
+    print(f"{cells[0]} alone: {alone:.1f} s, of which build steps {first_build:.1f} s ({cache_counts(first[cells[0]])})")
     print(f"{', '.join(cells)} in one run: {together:.1f} s")
     for cell, report in reports.items():
         print(f"  {cell}: build steps {build_seconds(report):.1f} s ({cache_counts(report)})")

@@ -130,6 +130,10 @@ def test_a_second_run_reuses_the_builder_image_and_the_compiler_cache(engine: tu
     assert stats["location"].startswith("Local disk") and (tmp_path / ".cache" / "sccache").is_dir()
     assert "compiler cache" in result.stdout  # the summary's table
     assert not (tmp_path / "cpu-py311" / "sccache.sock").exists(), "the server is stopped when the cell ends"
+    # The first run's compiled bytecode (torch's, in the container's Python) serves the second's build env.
+    prepare = next((tmp_path / "cpu-py311" / "logs").glob("*-prepare-env.log")).read_text()
+    lent = re.search(r"^# (\d+) compiled modules from the bytecode store", prepare, re.MULTILINE)
+    assert lent is not None and int(lent[1]) > 500, prepare[-2000:]
 
 
 def test_ctrl_c_in_a_container_build_leaves_nothing(engine: tuple[str, str], tmp_path: Path) -> None:

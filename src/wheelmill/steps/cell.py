@@ -11,13 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wheelmill.bytecode import BytecodeStore
 from wheelmill.checks import CheckResult, require
 from wheelmill.checks.torchenv import judge_torch
 from wheelmill.conda import envspec
 from wheelmill.conda.channel import configured_channels
 from wheelmill.config import format_size
 from wheelmill.context import Outcome, StepContext
-from wheelmill.envs import Env, link_site, pinned_versions
+from wheelmill.envs import Env, link_site, pinned_versions, site_packages
 from wheelmill.errors import CommandFailed, PrecheckError, UsageError, WheelmillError
 from wheelmill.headers import pin_header_times
 from wheelmill.locks import locate_torch, mismatch, path_of, requirements_text
@@ -250,6 +251,7 @@ def prepare_env(ctx: StepContext) -> Outcome:
         backend.sync(env, layout.lock, sources=sources.packages, log=ctx.log)
         ctx.log.note(f"{pin_header_times(ctx.where.runner.host_path(env.root))} headers' times fixed (GCC's #pragma once compares them)")
         link_site(env)  # builds import torch through it: one path for every Python
+        lend_bytecode(ctx, env)  # what an earlier run compiled: the frontend's torch import
     except CommandFailed as failed:
         if is_transient("\n".join(failed.tail)):
             raise TransientError(f"{failed.argv[1]} {failed.argv[2]}: {failed.last_line()}") from None
@@ -262,6 +264,19 @@ def prepare_env(ctx: StepContext) -> Outcome:
         shown = ", ".join(f"{p.name} {p.version}" for p in packages)
         checks.append(CheckResult.passed("conda-env", f"{len(packages)} conda packages ({shown}), lock {conda.origin}; the uv lock's others into its Python"))
     return Outcome(checks=checks, made=(made,))
+
+
+def keep_bytecode(ctx: StepContext, env: Env, what: str) -> None:
+    """Keep ``env``'s compiled modules in the output root's bytecode store (``wheelmill.bytecode``)."""
+    for site in site_packages(ctx.where.runner.host_path(env.root))[:1]:
+        ctx.log.note(f"{BytecodeStore(ctx.run.layout.cache / 'bytecode').keep(site)} compiled modules {what}")
+
+
+def lend_bytecode(ctx: StepContext, env: Env) -> None:
+    """Give ``env`` the stored bytecode of every source it holds with the same sha256."""
+    for site in site_packages(ctx.where.runner.host_path(env.root))[:1]:
+        lent = BytecodeStore(ctx.run.layout.cache / "bytecode").lend(site)
+        ctx.log.note(f"{lent} compiled modules from the bytecode store, for sources of the same sha256")
 
 
 def env_checks(ctx: StepContext) -> Outcome:

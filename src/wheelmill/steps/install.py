@@ -13,7 +13,6 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from wheelmill.bytecode import share_bytecode
 from wheelmill.checks import CheckResult, Verdict
 from wheelmill.context import Outcome, StepContext
 from wheelmill.envs import Env, constraints_from_lock
@@ -24,7 +23,7 @@ from wheelmill.process import StepLog, base_environment
 from wheelmill.report import WheelRecord
 from wheelmill.spec import CellPlan, RecipeSpec
 from wheelmill.steps.build import fill
-from wheelmill.steps.cell import BuildEnv, Sources, Toolchain
+from wheelmill.steps.cell import BuildEnv, Sources, Toolchain, keep_bytecode, lend_bytecode
 from wheelmill.steps.fetch import Fetched
 from wheelmill.steps.verify import Repaired
 from wheelmill.wheelfile import read_wheel
@@ -48,7 +47,7 @@ def install_test(ctx: StepContext, spec: RecipeSpec) -> Outcome:
         raise smoke
     results += [smoke] if smoke else []
     delivered = deliver(ctx.run.layout.dist, wheel)
-    _share_bytecode(ctx, env, ctx.done.get(BuildEnv).env, "given back to the build env, for the next recipe's test env")
+    keep_bytecode(ctx, env, "of the test env kept, for the next envs")
     shutil.rmtree(env.root, ignore_errors=True)
     return Outcome(checks=results, made=(WheelRecord.of(delivered),))
 
@@ -64,19 +63,11 @@ def _test_env(ctx: StepContext, spec: RecipeSpec, wheel: Path) -> Env:
         backend.install(env, packages, sources=ctx.done.get(Sources).packages, log=ctx.log, constraints=constraints)
     except CommandFailed as failed:
         raise InstallTestError(f"{spec.name}: {wheel.name} does not install into a clean env: {failed.last_line()}", fix=f"read {failed.log}") from None
-    _share_bytecode(ctx, build_env.env, env, "linked in from the build env")
+    # What the build compiled (torch's modules) and earlier tests did (pytest, sympy, which
+    # torch's operators import at their first call), so the test's imports compile none of it.
+    keep_bytecode(ctx, build_env.env, "of the build env kept")
+    lend_bytecode(ctx, env)
     return env
-
-
-def _share_bytecode(ctx: StepContext, source: Env, target: Env, what: str) -> None:
-    """``source``'s compiled modules, where ``target`` has the same sources: a test env's
-    imports of torch then compile nothing that the build or an earlier test compiled
-    (torch, and sympy, which its operators import at their first call), and what a test
-    compiled serves the next (``wheelmill.bytecode``)."""
-    source_sites, target_sites = source.site_packages, target.site_packages
-    if source_sites and target_sites:
-        linked = share_bytecode(source_sites[0], target_sites[0])
-        ctx.log.note(f"{linked} compiled modules {what}, for sources both envs hold with the same sha256")
 
 
 def _probe(ctx: StepContext, spec: RecipeSpec, env: Env, log: StepLog) -> list[CheckResult]:
