@@ -300,15 +300,17 @@ def mirror(
     left out (the channel says so at publish time, under its lock)."""
     blobs = Blobs(channel.root)
     wanted = [w for w in closure.to_mirror if not _built_in(channel, w.project)]
-    digests = local_digests([w for w in wanted if not blobs.holds(w.sha256)])
+    missing = {w.sha256 for w in wanted if not blobs.holds(w.sha256)}
+    digests = local_digests([w for w in wanted if w.sha256 in missing])
     fetched = 0
     for number, wheel in enumerate(wanted, start=1):
-        if blobs.holds(wheel.sha256):
+        if wheel.sha256 not in missing:
             log.note(f"[{number}/{len(wanted)}] {wheel.filename}: in the store already")
             continue
         on_line(f"mirror [{number}/{len(wanted)}] {wheel.filename}" + (f" ({format_size(wheel.size)})" if wheel.size else ""))
         _fetch(wheel, blobs, sources=sources, policy=policy, log=log, digests=digests)
         fetched += blobs.path_of(wheel.sha256).stat().st_size
+        missing.discard(wheel.sha256)  # the same bytes under two names: stored once
     published = tuple(_publish(channel, blobs, wheel) for wheel in wanted)
     for done in published:
         log.note(f"{done.outcome}: {channel.name}/{done.filename}")

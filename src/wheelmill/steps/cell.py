@@ -269,14 +269,17 @@ def prepare_env(ctx: StepContext) -> Outcome:
 def keep_bytecode(ctx: StepContext, env: Env, what: str) -> None:
     """Keep ``env``'s compiled modules in the output root's bytecode store (``wheelmill.bytecode``)."""
     for site in site_packages(ctx.where.runner.host_path(env.root))[:1]:
-        ctx.log.note(f"{BytecodeStore(ctx.run.layout.cache / 'bytecode').keep(site)} compiled modules {what}")
+        ctx.log.note(f"{_bytecode_store(ctx).keep(site)} compiled modules {what}")
 
 
 def lend_bytecode(ctx: StepContext, env: Env) -> None:
     """Give ``env`` the stored bytecode of every source it holds with the same sha256."""
     for site in site_packages(ctx.where.runner.host_path(env.root))[:1]:
-        lent = BytecodeStore(ctx.run.layout.cache / "bytecode").lend(site)
-        ctx.log.note(f"{lent} compiled modules from the bytecode store, for sources of the same sha256")
+        ctx.log.note(f"{_bytecode_store(ctx).lend(site)} compiled modules from the bytecode store, for sources of the same sha256")
+
+
+def _bytecode_store(ctx: StepContext) -> BytecodeStore:
+    return BytecodeStore(ctx.run.layout.cache / "bytecode")
 
 
 def env_checks(ctx: StepContext) -> Outcome:
