@@ -133,8 +133,8 @@ def _lend(stored: str, source: str, digest: str, compiled: str) -> int:
     header, stat = _header(stored), _stat(source)
     if header is None or stat is None or _sha256(source) != digest:
         return 0  # changed since it was installed: compiled on import instead
-    if header[8:] == _stamp(stat) and _link_or_write(stored, compiled):
-        return 1
+    if header[8:] == _stamp(stat):
+        return _link_or_write(stored, compiled)
     try:
         with open(stored, "rb") as file:
             data = file.read()
