@@ -26,6 +26,7 @@ import json
 import shutil
 import sys
 from pathlib import Path
+from statistics import fmean
 from typing import Any
 
 import runs
@@ -84,8 +85,8 @@ def main() -> int:
         first_build = build_seconds(first[cells[0]])
     extras = list(reports.values())[1:] or [first[cells[0]]]
     difference = (together - alone) / alone / len(extras)
-    own = mean([float(report["seconds"]) for report in extras]) / float(first[cells[0]]["seconds"])
-    compiles = mean([build_seconds(report) for report in extras]) / first_build
+    own = fmean([float(report["seconds"]) for report in extras]) / float(first[cells[0]]["seconds"])
+    compiles = fmean([build_seconds(report) for report in extras]) / first_build
     print(f"variant {args.variant}, recipe {args.recipe}, cold compiler cache")
     first_cell = f"the cell {first[cells[0]]['seconds']:.1f} s, of which build steps {first_build:.1f} s ({cache_counts(first[cells[0]])})"
     print(f"{cells[0]} alone: {alone:.1f} s ({first_cell})")
@@ -97,10 +98,6 @@ def main() -> int:
     print(f"each extra Python costs {own:.2f} of the first, whole cell, by its own time; {difference:.2f} by the runs' difference (target <= {TARGET:.2f})")
     print(f"each extra Python's build steps cost {compiles:.2f} of the first's (target <= {TARGET:.2f})")
     return 0
-
-
-def mean(values: list[float]) -> float:
-    return sum(values) / len(values)
 
 
 if __name__ == "__main__":

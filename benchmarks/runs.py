@@ -1,9 +1,9 @@
 """What the benchmarks share: a command timed into a log, wheelmill run from this checkout,
 and a work directory that a failed command keeps.
 
-A benchmark whose command fails stops with that command's exit status and the last lines
-of its log, not a traceback; the work directory (log, output roots, reports) stays for a
-look, where a passing benchmark removes it.
+A benchmark whose command fails stops with exit status 1, naming the command and its exit
+status, and the last lines of its log, not a traceback; the work directory (log, output
+roots, reports) stays for a look, where a passing benchmark removes it.
 """
 
 from __future__ import annotations

@@ -20,15 +20,15 @@ own: to a temporary name, then renamed.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import csv
-import hashlib
 import importlib.metadata
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from wheelmill.wheelfile import record_hash
 
 HEADER = 16  # magic, flags, source mtime, source size (PEP 552)
 DIGEST = re.compile(r"[A-Za-z0-9_-]{43}")  # a sha256 as RECORD writes it: urlsafe base64, unpadded
@@ -103,13 +103,12 @@ def _modules(site: Path, tag: str) -> list[tuple[str, str, str]]:
 
 
 def _sha256(path: str) -> str | None:
-    """The RECORD form of a file's sha256 (urlsafe base64, unpadded), or None if unreadable."""
+    """A file's sha256 as ``recorded_sources`` gives it, or None if unreadable."""
     try:
         with open(path, "rb") as file:
-            digest = hashlib.sha256(file.read()).digest()
+            return record_hash(file.read()).removeprefix("sha256=")
     except OSError:
         return None
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
 def _stamp(source: os.stat_result) -> bytes:

@@ -189,7 +189,8 @@ def _summary(wheel: Path, root: Path, path: Path) -> ElfSummary:
         raise CheckError(f"{wheel.name}: {path.relative_to(root)} starts like an ELF file but cannot be read as one ({exc})", fix="rebuild the wheel") from None
 
 
-def _record_hash(data: bytes) -> str:
+def record_hash(data: bytes) -> str:
+    """Bytes' hash as a RECORD writes it: ``sha256=`` and the digest in urlsafe base64, unpadded."""
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
     return f"sha256={digest}"
 
@@ -277,12 +278,12 @@ def _rewrite_zip(source: Path, target: Path, *, old_dist: str, new_dist: str, me
             data = metadata.encode() if item.filename == f"{old_dist}/METADATA" else zin.read(item)
             name = new_dist + item.filename[len(old_dist) :] if item.filename.startswith(old_dist + "/") else item.filename
             zout.writestr(_copy_info(item, name), data)
-            records.append(f"{name},{_record_hash(data)},{len(data)}")
+            records.append(f"{name},{record_hash(data)},{len(data)}")
         # Added files get RECORD's fixed timestamp and mode: the same input gives the same bytes.
         for name, data in sorted(dist_files.items()):
             member = f"{new_dist}/{name}"
             zout.writestr(_copy_info(zipfile.ZipInfo(member), member), data)
-            records.append(f"{member},{_record_hash(data)},{len(data)}")
+            records.append(f"{member},{record_hash(data)},{len(data)}")
         record_name = f"{new_dist}/RECORD"
         records.append(f"{record_name},,")
         zout.writestr(_copy_info(zipfile.ZipInfo(record_name), record_name), "\n".join(records) + "\n")
