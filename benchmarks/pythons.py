@@ -75,7 +75,10 @@ def main() -> int:
     parser.add_argument("--pythons", default="3.11,3.12", help="comma-separated; the first is built alone too")
     parser.add_argument("--no-warm-up", dest="warm_up", action="store_false", help="start with the caches as they are")
     args = parser.parse_args()
-    cells = [f"{args.variant}-py{python.replace('.', '')}" for python in args.pythons.split(",")]
+    pythons = list(dict.fromkeys(python.strip() for python in args.pythons.split(",") if python.strip()))
+    if len(pythons) < 2:
+        parser.error(f"--pythons {args.pythons}: name at least two different Pythons (an extra Python is what this measures), e.g. 3.11,3.13")
+    cells = [f"{args.variant}-py{python.replace('.', '')}" for python in pythons]
     with runs.workspace("wheelmill-bench-") as tmp:
         output, log = tmp / "wheels", tmp / "bench.log"
         if args.warm_up:
@@ -83,7 +86,7 @@ def main() -> int:
         alone, first = cold_build(cells[:1], args.recipe, output, log)
         together, reports = cold_build(cells, args.recipe, output, log)
         first_build = build_seconds(first[cells[0]])
-    extras = list(reports.values())[1:] or [first[cells[0]]]
+    extras = list(reports.values())[1:]
     difference = (together - alone) / alone / len(extras)
     own = fmean([float(report["seconds"]) for report in extras]) / float(first[cells[0]]["seconds"])
     compiles = fmean([build_seconds(report) for report in extras]) / first_build

@@ -30,13 +30,15 @@ class RunFailed(Exception):
 
 
 def timed(argv: Sequence[str], *, log: Path, env: Mapping[str, str] | None = None, cwd: Path | None = None) -> float:
-    """Seconds ``argv`` ran, its output appended to ``log`` after the command line."""
+    """Seconds ``argv`` ran, its output appended to ``log`` between the command line and
+    its exit status and seconds."""
     with log.open("a") as out:
         out.write(f"$ {shlex.join(argv)}\n")
         out.flush()
         started = time.monotonic()
         done = subprocess.run(list(argv), env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, check=False)
         elapsed = time.monotonic() - started
+        out.write(f"# exit status {done.returncode} after {elapsed:.1f} s\n")
     if done.returncode != 0:
         raise RunFailed(argv, done.returncode, log)
     return elapsed

@@ -18,7 +18,9 @@ def test_a_passing_benchmark_leaves_nothing_behind(tmp_path: Path, monkeypatch: 
     with runs.workspace("bench-") as root:
         log = root / "bench.log"
         assert runs.timed([sys.executable, "-c", "print('built')"], log=log) >= 0
-        assert log.read_text().splitlines()[1:] == ["built"]  # after the command line
+        command, output, status = log.read_text().splitlines()
+        assert command.startswith("$ ") and output == "built"
+        assert status.startswith("# exit status 0 after ")
         assert root.parent == tmp_path
     assert not root.exists()
 
@@ -39,6 +41,6 @@ def test_a_failed_command_stops_the_benchmark_with_its_log_and_keeps_the_directo
     assert stopped.value.code == 1
     (root,) = tmp_path.iterdir()
     err = capsys.readouterr().err
-    assert "exited 3" in err and "line 39" in err and "line 24" not in err  # the last lines only
+    assert "exited 3" in err and "line 39" in err and "# exit status 3" in err and "line 24" not in err  # the last lines only
     assert f"kept for a look: {root}" in err
     assert (root / "bench.log").is_file()
