@@ -154,23 +154,104 @@ class Runner(Protocol):
         ...
 
 
+# Where engine none's commands see the cell, on every machine: a build compiles the paths
+# it sees into its output (nvcc's module ids hash the source's path, which no prefix map
+# reaches) and the compiler cache hashes them, so they must not name the output root or the
+# cell. Under /tmp, which every machine has, and hidden: a mount namespace binds the cell
+# over it for each command, the directory itself stays empty.
+VIEW_ROOT = Path("/tmp/.wheelmill-cell")  # noqa: S108 - only ever a mount point in a namespace of one build's own
+# Binds the cell ($1) at $2 and the Python installation ($3, if any) at $2/python, goes to
+# the working directory ($4, if any: one under the view exists only in there), then runs
+# the command; in a mount namespace of its own, so nothing of it is seen outside.
+_VIEW_SCRIPT = (
+    'mount --bind "$1" "$2" || exit 125; if [ -n "$3" ]; then mount --bind "$3" "$2/python" || exit 125; fi; '
+    'if [ -n "$4" ]; then cd "$4" || exit 125; fi; shift 4; exec "$@"'
+)
+
+
+@dataclass(frozen=True)
+class View:
+    """A cell seen at a fixed path on this machine, as a container mounts it at /wheelmill:
+    each command runs in a mount namespace of its own where the cell root is bound at
+    ``target`` and the Python installation (``python``, pyenv's ``versions/3.11.7``) at
+    ``target/python``, so an env made from that Python names its headers there too."""
+
+    cell: Path
+    python: Path | None  # None: the Python is seen where it is (a system one, under /usr)
+    target: Path = VIEW_ROOT
+
+    def _pairs(self) -> list[tuple[Path, Path]]:
+        return [*([(self.python, self.target / "python")] if self.python else []), (self.cell, self.target)]
+
+    def stable(self, path: Path) -> Path:
+        for source, target in self._pairs():
+            if path.is_relative_to(source):
+                return target / path.relative_to(source)
+        return path
+
+    def host(self, path: Path) -> Path:
+        for source, target in self._pairs():
+            if path.is_relative_to(target):
+                return source / path.relative_to(target)
+        return path
+
+    def prefix(self, *, network: bool, cwd: Path | None = None) -> tuple[str, ...] | None:
+        """The command that runs one in the view (and without network), in ``cwd``; None
+        where this machine allows no mount namespace."""
+        unshare = unshare_prefix("--mount", *(() if network else ("--net",)))
+        if unshare is None:
+            return None
+        where = (str(self.cell), str(self.target), str(self.python or ""), str(cwd or ""))
+        return (*unshare, "sh", "-c", _VIEW_SCRIPT, "wheelmill-view", *where)
+
+
+def make_view(cell: Path, python: Path | None, *, netless: bool) -> View | str:
+    """The cell's view (``python``: the installation to show under it too), or why this
+    machine gives none: the fixed directory cannot be made, or no mount namespace (with no
+    network too, for ``netless``) can be started here."""
+    view = View(cell=cell, python=python)
+    taken = [p for p in (cell, python) if p is not None and (p.is_relative_to(view.target) or view.target.is_relative_to(p))]
+    if taken:
+        return f"{taken[0]} overlaps {view.target}"
+    try:
+        view.target.mkdir(exist_ok=True)
+        if view.target.is_symlink() or not view.target.is_dir():
+            return f"{view.target} is not a directory"
+        if python is not None:
+            (cell / "python").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"cannot make {exc.filename}: {exc.strerror}"
+    for network in (True, *((False,) if netless else ())):
+        prefix = view.prefix(network=network)
+        done = capture([*prefix, "true"], timeout=30) if prefix else None
+        if done is None or done.returncode != 0:
+            said = f": {(done.stderr or done.stdout).strip()[-200:]}" if done else ""
+            return f"no mount namespace here (run as root, or where user namespaces are allowed){said}"
+    return view
+
+
 class HostRunner:
     """Runs commands directly on this machine (engine ``none``); with ``netless``, each in a
-    network namespace of its own, which has no network, loopback included."""
+    network namespace of its own, which has no network, loopback included; with ``view``,
+    in a mount namespace that shows the cell at a fixed path (``View``)."""
 
-    def __init__(self, *, netless: Sequence[str] = ()) -> None:
+    def __init__(self, *, netless: Sequence[str] = (), view: View | None = None, network: bool = True) -> None:
         self.environ: Mapping[str, str] = os.environ
-        self.prefix = tuple(netless)  # the command that starts one in a network namespace
-        self.network = not self.prefix
+        self.network = network and not netless  # with a view, its namespace takes the network away
+        self.view = view
+        viewed = view.prefix(network=self.network) if view else None
+        assert view is None or viewed is not None, "a view is made only where its namespace works (View.prefix)"
+        self.prefix = viewed or tuple(netless)  # the command that starts one in its namespaces
 
     def capture(self, argv: Sequence[str | Path], *, env: Mapping[str, str] | None = None, timeout: float = 60.0) -> Captured:
         return capture([*self.prefix, *argv], env=env, timeout=timeout)
 
     def host_path(self, path: Path) -> Path:
-        return path
+        return self.view.host(path) if self.view else path
 
     def stable_path(self, path: Path) -> Path:
-        return path  # here paths are what they are; the prefix maps name them in what is compiled
+        # Without a view paths are what they are; the prefix maps name them in what is compiled.
+        return self.view.stable(path) if self.view else path
 
     def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], log: StepLog, output: Path) -> subprocess.Popen[str]:
         return spawn([*self.prefix, *argv], env=env, log=log, output=output)
@@ -185,8 +266,14 @@ class HostRunner:
         on_line: Callable[[str], None] | None = None,
         keep_output: bool = False,
     ) -> CommandResult:
-        argv = [*self.prefix, *(str(a) for a in argv)]
-        _log_command(log, argv, env, cwd)
+        if self.view is not None and cwd is not None:  # a directory of the view: entered in there
+            viewed = self.view.prefix(network=self.network, cwd=cwd)
+            assert viewed is not None, "made where its namespace works"
+            prefix, cwd, seen = viewed, None, cwd
+        else:
+            prefix, seen = self.prefix, cwd
+        argv = [*prefix, *(str(a) for a in argv)]
+        _log_command(log, argv, env, seen)
         started = time.monotonic()
         try:
             proc = subprocess.Popen(
@@ -223,11 +310,17 @@ def spawn(argv: Sequence[str], *, env: Mapping[str, str], log: StepLog, output: 
         return subprocess.Popen(list(argv), stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env), start_new_session=True, text=True)
 
 
-@cache
 def netless_prefix() -> tuple[str, ...] | None:
     """How this machine starts a command without network: a network namespace (as root, or
     in a user namespace where those are allowed); None where the platform allows neither."""
-    for prefix in (("unshare", "--net", "--"), ("unshare", "--net", "--map-root-user", "--")):
+    return unshare_prefix("--net")
+
+
+@cache
+def unshare_prefix(*namespaces: str) -> tuple[str, ...] | None:
+    """``unshare`` with these namespaces, as root or in a user namespace, whichever works
+    here; None where neither does."""
+    for prefix in (("unshare", *namespaces, "--"), ("unshare", *namespaces, "--map-root-user", "--")):
         if capture([*prefix, "true"], timeout=30).returncode == 0:
             return prefix
     return None

@@ -1,8 +1,10 @@
 """Same inputs, same bytes: a recipe built from two copies of the project at different paths,
 into different output roots, gives byte-identical wheels. Paths compiled into a library
-(debug info, __FILE__) are mapped to fixed names by the build's prefix maps; in a container
-the build sees its cell at a fixed path, which nvcc's module ids need too (they start with a
-hash of the source's path, and end in a seed)."""
+(debug info, __FILE__) are mapped to fixed names by the build's prefix maps; the build sees
+its cell at a fixed path (in a container, or on this machine in a mount namespace), which
+nvcc's module ids need too (they start with a hash of the source's path, and end in a
+seed), and which the compiler cache hashes: a third output root takes every compile from
+the second's cache."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +23,7 @@ from tests.integration.test_cells import ROOT, report
 from tests.integration.test_containers import containers_of
 from wheelmill.compiler_cache import SOCKET_PATH_MAX
 from wheelmill.containers.engine import detect
+from wheelmill.process import make_view
 
 pytestmark = pytest.mark.integration
 
@@ -30,8 +34,8 @@ def _copy_of_the_project(where: Path) -> Path:
     return where
 
 
-def _build(project: Path, output: Path, cell: str, recipe: str, engine: str) -> Path:
-    env = {**os.environ, "WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": engine}
+def _build(project: Path, output: Path, cell: str, recipe: str, engine: str, *, cache: Path | None = None) -> Path:
+    env = {**os.environ, "WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": engine, **({"SCCACHE_DIR": str(cache)} if cache else {})}
     command = [sys.executable, "-m", "wheelmill", "build", "--cell", cell, "--recipe", recipe, "--no-publish"]
     done = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=1800, check=False)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
@@ -52,7 +56,14 @@ def _keep_only(directory: Path, keep: Path) -> None:
 
 
 def _assert_same_bytes_from_two_places(
-    tmp_path: Path, cell: str, recipe: str, engine: str = "none", *, then: Callable[[Path], None] | None = None, deep: bool = False
+    tmp_path: Path,
+    cell: str,
+    recipe: str,
+    engine: str = "none",
+    *,
+    then: Callable[[Path], None] | None = None,
+    deep: bool = False,
+    shared: bool = False,
 ) -> None:
     first = _build(_copy_of_the_project(tmp_path / "a"), tmp_path / "out-a", cell, recipe, engine)
     if then is not None:
@@ -65,14 +76,35 @@ def _assert_same_bytes_from_two_places(
     second = _build(_copy_of_the_project(tmp_path / "elsewhere" / "deeper" / "b"), other, cell, recipe, engine)
     if deep:
         assert len(str(other / cell / "sccache.sock")) > SOCKET_PATH_MAX
-        report = json.loads((other / cell / "report.json").read_text())
-        assert report["facts"]["compiler_cache"][recipe] is not None, "the deep root kept its compiler cache"
+        data = json.loads((other / cell / "report.json").read_text())
+        assert data["facts"]["compiler_cache"][recipe] is not None, "the deep root kept its compiler cache"
     assert first.name == second.name
     assert first.read_bytes() == second.read_bytes(), f"{first} and {second} differ"
+    if shared:  # the second root's compiler cache, from a third: every compile a hit, the same bytes
+        third = _build(_copy_of_the_project(tmp_path / "c"), tmp_path / "out-c", cell, recipe, engine, cache=other / ".cache" / "sccache")
+        stats = report(tmp_path / "out-c", cell)["facts"]["compiler_cache"][recipe]
+        assert stats["misses"] == 0 and stats["hits"] > 0, stats
+        assert third.read_bytes() == second.read_bytes()
 
 
 def test_example_cpp_ops_is_byte_identical_from_two_clones_and_output_roots(tmp_path: Path) -> None:
-    _assert_same_bytes_from_two_places(tmp_path, "cpu-py311", "example-cpp-ops")
+    _assert_same_bytes_from_two_places(tmp_path, "cpu-py311", "example-cpp-ops", shared=_viewed())
+
+
+def _viewed() -> bool:
+    """Whether this machine gives engine none its view of the cell (a mount namespace)."""
+    with tempfile.TemporaryDirectory() as cell:
+        return not isinstance(make_view(Path(cell), None, netless=False), str)
+
+
+@pytest.mark.cuda
+def test_example_cuda_ops_is_byte_identical_from_two_clones_and_output_roots_on_this_machine(tmp_path: Path) -> None:
+    """Device code built on this machine (engine none, the installed toolkit), one arch: the
+    cell seen at the view's fixed path gives nvcc's module ids the same source paths from
+    any output root, and the compiler cache the same command lines."""
+    if not _viewed():
+        pytest.skip("no mount namespace here: engine none's CUDA builds name their cell's path")
+    _assert_same_bytes_from_two_places(tmp_path, "cuda130-sm90-py311", "example-cuda-ops", shared=True)
 
 
 @pytest.mark.cuda

@@ -220,9 +220,10 @@ def build_environment(
     prefixes = {stable(cell_root): "/wheelmill", **({toolkit.root: "/toolkit"} if toolkit else {})}
     # In a container (the cell root renamed) the image fixes where its Python is, so no map
     # is needed; and a map naming it (/opt/python/3.13) would differ between the Pythons of a
-    # variant on every command line, which the compiler cache hashes.
-    in_container = stable(cell_root) != cell_root
-    prefixes.update({base: "/python"} if (base := python_home(env.root)) and not in_container else {})
+    # variant on every command line, which the compiler cache hashes. In this machine's view
+    # of the cell the Python is under it, the same name for every Python.
+    base, renamed = python_home(env.root), stable(cell_root)
+    prefixes.update({base: "/python"} if base and (renamed == cell_root or base.is_relative_to(renamed)) else {})
     names = nvcc_stable_names(toolkit, seed=spec.name, cached=cache is not None and cache.active)
     for key, flags in (*prefix_maps(prefixes).items(), ("NVCC_APPEND_FLAGS", names)):
         extra[key] = " ".join([extra[key], *flags] if extra.get(key) else flags)  # after what the recipe sets

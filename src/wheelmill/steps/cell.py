@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ from wheelmill.checks.torchenv import judge_torch
 from wheelmill.conda import envspec
 from wheelmill.conda.channel import configured_channels
 from wheelmill.config import format_size
-from wheelmill.context import Outcome, StepContext
+from wheelmill.context import Outcome, StepContext, Where
 from wheelmill.envs import Env, link_site, pinned_versions, site_packages
 from wheelmill.errors import CommandFailed, PrecheckError, UsageError, WheelmillError
 from wheelmill.headers import pin_header_times
@@ -25,7 +25,7 @@ from wheelmill.locks import locate_torch, mismatch, path_of, requirements_text
 from wheelmill.net import is_transient, sha256_of
 from wheelmill.package_sources import PackageSources, machine_sources
 from wheelmill.probes import TorchInfo, read_torch
-from wheelmill.process import HostRunner, Runner, base_environment, wheelmill_command
+from wheelmill.process import HostRunner, Runner, View, base_environment, make_view, wheelmill_command
 from wheelmill.retry import TransientError
 from wheelmill.spec import CellPlan
 from wheelmill.toolchain import Found, NotFound, Toolkit, find_compiler, find_env_toolkit, find_python, find_toolkit
@@ -107,8 +107,51 @@ def pre_checks(ctx: StepContext) -> Outcome:
     checks = [*toolchain_results, _disk(ctx), lock_result, torch_result, *conda_results]
     results = require(checks, ctx.log, failure=_failure(plan.cell, "pre-checks"))
     assert packages is not None, "the torch-source check passed"
-    made = (Sources(packages=packages, lock_origin=origin), *([toolchain] if toolchain else []), *([conda] if conda else []))
+    made: tuple[object, ...] = (Sources(packages=packages, lock_origin=origin), *([toolchain] if toolchain else []), *([conda] if conda else []))
+    if toolchain is not None:  # on this machine: the cell at a fixed path, where it can be
+        view_result, where = _view(ctx, toolchain)
+        results, made = [*results, view_result], (*made, *([where] if where else []))
     return Outcome(checks=results, made=made)
+
+
+def _view(ctx: StepContext, toolchain: Toolchain) -> tuple[CheckResult, Where | None]:
+    """Where this machine allows a mount namespace, every later command of the cell sees the
+    cell at a fixed path, and its Python's installation under it, as in a container: the
+    build's paths, which the compiler cache hashes and nvcc compiles into module ids, then
+    name neither the output root nor the cell nor the Python's location."""
+    python = python_installation(toolchain.python)
+    view = make_view(ctx.run.layout.root, python, netless=ctx.where.netless is not None)
+    if isinstance(view, str):
+        why = f"the build sees the cell where it is ({view}): its compiles are its own, not shared with other cells or output roots"
+        return CheckResult.skipped("stable-paths", why), None
+    shown = f"the cell at {view.target}" + (f", Python {python} at {view.target / 'python'}" if python else "")
+    return CheckResult.passed("stable-paths", f"{shown} (a mount namespace per command)"), viewed(ctx.where, view)
+
+
+SYSTEM_PREFIXES = ("/", "/usr", "/usr/local")
+
+
+def python_installation(python: Path) -> Path | None:
+    """The installation a Python runs from, where it is one of its own (pyenv's
+    ``versions/3.11.7``, ``/opt/python/3.13``): ``<root>/bin/python3.X``. None for a
+    system Python (under ``/usr``), whose directory holds far more than Python.
+
+    >>> python_installation(Path("/root/.pyenv/versions/3.11.7/bin/python3.11")), python_installation(Path("/usr/bin/python3.11"))
+    (PosixPath('/root/.pyenv/versions/3.11.7'), None)
+    """
+    root = python.parent.parent
+    return None if not python.is_absolute() or python.parent.name != "bin" or str(root) in SYSTEM_PREFIXES else root
+
+
+def viewed(where: Where, view: View) -> Where:
+    """``where`` (this machine, and its network namespace) with every command in ``view``."""
+
+    def moved(place: Where, *, network: bool) -> Where:
+        runner, backend = HostRunner(view=view, network=network), place.backend
+        return Where(runner=runner, backend=type(backend)(runner, cache_dir=backend.cache_dir, offline=backend.offline, channels=backend.channels))
+
+    online = moved(where, network=True)
+    return replace(online, netless=moved(where.netless, network=False)) if where.netless else online
 
 
 def toolchain_checks(ctx: StepContext) -> Outcome:
@@ -247,7 +290,9 @@ def prepare_env(ctx: StepContext) -> Outcome:
             layout.requirements.write_text(requirements_text(plan.lock.requirements), encoding="utf-8")
             backend.lock(layout.requirements, layout.lock, target=plan.lock.target, sources=sources.packages, log=ctx.log, interpreter=python)
         conda = ctx.done.find(CondaLock)
-        env = backend.create(layout.envs / "build", python=python, log=ctx.log, lock=conda.path if conda else None)
+        # From the Python as the build sees it: in a view, its headers are named there too.
+        seen = ctx.where.runner.stable_path(python)
+        env = backend.create(layout.envs / "build", python=seen, log=ctx.log, lock=conda.path if conda else None)
         backend.sync(env, layout.lock, sources=sources.packages, log=ctx.log)
         ctx.log.note(f"{pin_header_times(ctx.where.runner.host_path(env.root))} headers' times fixed (GCC's #pragma once compares them)")
         link_site(env)  # builds import torch through it: one path for every Python
