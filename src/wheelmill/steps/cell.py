@@ -290,9 +290,8 @@ def prepare_env(ctx: StepContext) -> Outcome:
             layout.requirements.write_text(requirements_text(plan.lock.requirements), encoding="utf-8")
             backend.lock(layout.requirements, layout.lock, target=plan.lock.target, sources=sources.packages, log=ctx.log, interpreter=python)
         conda = ctx.done.find(CondaLock)
-        # From the Python as the build sees it: in a view, its headers are named there too.
-        seen = ctx.where.runner.stable_path(python)
-        env = backend.create(layout.envs / "build", python=seen, log=ctx.log, lock=conda.path if conda else None)
+        env = backend.create(layout.envs / "build", python=python, log=ctx.log, lock=conda.path if conda else None)
+        home_as_seen(ctx.where.runner, env, python)
         backend.sync(env, layout.lock, sources=sources.packages, log=ctx.log)
         ctx.log.note(f"{pin_header_times(ctx.where.runner.host_path(env.root))} headers' times fixed (GCC's #pragma once compares them)")
         link_site(env)  # builds import torch through it: one path for every Python
@@ -309,6 +308,20 @@ def prepare_env(ctx: StepContext) -> Outcome:
         shown = ", ".join(f"{p.name} {p.version}" for p in packages)
         checks.append(CheckResult.passed("conda-env", f"{len(packages)} conda packages ({shown}), lock {conda.origin}; the uv lock's others into its Python"))
     return Outcome(checks=checks, made=(made,))
+
+
+def home_as_seen(runner: Runner, env: Env, python: Path) -> None:
+    """Point a venv's ``home`` (pyvenv.cfg: where its interpreter finds the standard library
+    and headers) at its Python's installation as the build sees it: in a view, under the
+    fixed path, so the headers compiled in are named the same for every Python. Its links
+    stay the real interpreter's, so the env runs outside the view too: there that home is
+    not found, and the interpreter takes its installation from where it is."""
+    seen = runner.stable_path(python)
+    config = runner.host_path(env.root) / "pyvenv.cfg"
+    if seen == python or env.conda or not config.is_file():
+        return
+    lines = config.read_text(encoding="utf-8").splitlines()
+    config.write_text("".join(f"home = {seen.parent}\n" if line.split("=", 1)[0].strip() == "home" else f"{line}\n" for line in lines), encoding="utf-8")
 
 
 def keep_bytecode(ctx: StepContext, env: Env, what: str) -> None:

@@ -54,8 +54,7 @@ def install_test(ctx: StepContext, spec: RecipeSpec) -> Outcome:
 
 def _test_env(ctx: StepContext, spec: RecipeSpec, wheel: Path) -> Env:
     backend, layout = ctx.where.backend, ctx.run.layout
-    python = ctx.where.runner.stable_path(ctx.done.get(Toolchain).python)
-    env = backend.create(layout.envs / f"test-{spec.name}", python=python, log=ctx.log)
+    env = backend.create(layout.envs / f"test-{spec.name}", python=ctx.done.get(Toolchain).python, log=ctx.log)
     build_env = ctx.done.get(BuildEnv)
     constraints = constraints_from_lock(build_env.lock, layout.root / "constraints.txt")
     # The wheel under test and the delivered wheels of everything it depends on.
