@@ -16,8 +16,11 @@ internal error, its traceback in the step's log, never on the terminal.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any, NoReturn
 
 from wheelmill import envs
 from wheelmill.conda.channel import configured_channels
@@ -25,14 +28,14 @@ from wheelmill.containers.engine import Engine
 from wheelmill.context import Hold, Layout, Outcome, RunContext, StepContext, Where
 from wheelmill.errors import BusyError, CommandFailed, InternalError, Interrupted, UsageError, WheelmillError
 from wheelmill.files import file_lock
-from wheelmill.process import HostRunner, StepLog, netless_prefix
+from wheelmill.process import HostRunner, StepLog, netless_prefix, stop_running
 from wheelmill.report import CellReport, Status, StepRecord
 from wheelmill.retry import RetryPolicy, TransientError, with_retries
 from wheelmill.settings import Settings
 from wheelmill.spec import CellPlan, Step
-from wheelmill.steps import BY_KIND, CellStep, StepDefinition
+from wheelmill.steps import BY_KIND, CellStep, RecipeStep, StepDefinition
 from wheelmill.steps.keys import BuildKeys
-from wheelmill.ui import UI
+from wheelmill.ui import UI, step_label
 
 NO_RETRY = RetryPolicy(attempts=1)
 
@@ -79,19 +82,88 @@ def conda_channels(settings: Settings) -> list[str]:
 def _run_steps(run: RunContext, report: CellReport, ui: UI, hold: Hold) -> None:
     steps = run.plan.steps
     where = host(run.settings)
-    for index, step in enumerate(steps, start=1):
-        stop = blocked(step, run.plan, report)
-        if stop:
-            report.steps.append(StepRecord(step=step, status=stop.status, error=stop.reason, made=stop.made))
-            ui.skipped(step, stop.reason, published=stop.status is Status.PUBLISHED)
-            continue
-        record = run_step(run, step, where=where, report=report, position=(index, len(steps)), ui=ui, hold=hold)
-        report.steps.append(record)
-        where = next((made for made in record.made if isinstance(made, Where)), where)
-        report.write()
-        if record.status is Status.INTERRUPTED:
-            report.steps += [StepRecord(step=rest, status=Status.SKIPPED, error="interrupted") for rest in steps[index:]]
-            raise Interrupted(f"{run.plan.cell.id}: interrupted during {step.id}", fix="run the session again; finished wheels are kept in dist/")
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="wheelmill-beside") as pool:
+        beside: Beside | None = None
+        try:
+            for index, step in enumerate(steps, start=1):
+                if beside and (waits_for(step, beside.step) or _goes_beside(step)):
+                    _await(beside, report, ui)
+                    beside = None
+                stop = blocked(step, run.plan, report)
+                if stop:
+                    report.steps.append(StepRecord(step=step, status=stop.status, error=stop.reason, made=stop.made))
+                    ui.skipped(step, stop.reason, published=stop.status is Status.PUBLISHED)
+                    continue
+                position = (index, len(steps))
+                if _goes_beside(step) and index < len(steps) and not waits_for(steps[index], step):
+                    beside = _start_beside(pool, run, step, steps[index], where=where, report=report, position=position, ui=ui, hold=hold)
+                    continue
+                record = run_step(run, step, where=where, report=report, position=position, ui=ui, hold=hold)
+                report.steps.append(record)
+                where = next((made for made in record.made if isinstance(made, Where)), where)
+                report.write()
+                if record.status is Status.INTERRUPTED:
+                    if beside:
+                        _await(beside, report, ui, stop=True)
+                        beside = None
+                    _interrupted(run.plan, step, steps[index:], report)
+        except BaseException:  # Ctrl-C while awaiting it, or a bug: nothing left running
+            if beside:
+                _await(beside, report, ui, stop=True)
+            raise
+        if beside:
+            _await(beside, report, ui)
+
+
+def _interrupted(plan: CellPlan, step: Step, rest: Sequence[Step], report: CellReport) -> NoReturn:
+    report.steps += [StepRecord(step=later, status=Status.SKIPPED, error="interrupted") for later in rest]
+    raise Interrupted(f"{plan.cell.id}: interrupted during {step.id}", fix="run the session again; finished wheels are kept in dist/")
+
+
+def _goes_beside(step: Step) -> bool:
+    definition = BY_KIND[step.kind]
+    return isinstance(definition, RecipeStep) and definition.beside
+
+
+@dataclass(frozen=True, kw_only=True)
+class Beside:
+    """The step running on a thread beside the main one (one at a time), with the label the
+    terminal knows it by: its record joins the report, and its verdict the terminal, when it
+    is awaited."""
+
+    step: Step
+    after: Step  # the plan's next step, which its record goes before
+    label: str
+    future: Future[StepRecord]
+
+
+def waits_for(step: Step, pending: Step) -> bool:
+    """Whether ``step`` needs the outcome of ``pending``, a recipe's step running beside: the
+    cell's steps do, and that recipe's later ones; another recipe's do not (one that needs
+    that recipe takes its repaired wheel until its own install test)."""
+    return step.recipe is None or step.recipe == pending.recipe
+
+
+def _start_beside(pool: ThreadPoolExecutor, run: RunContext, step: Step, after: Step, *, position: tuple[int, int], ui: UI, **context: Any) -> Beside:
+    ui.step_beside(step, *position)
+    quiet = replace(run, on_line=lambda _line: None)  # the terminal's progress line is the main step's
+    future = pool.submit(run_step, quiet, step, position=position, ui=ui, beside=True, **context)
+    return Beside(step=step, after=after, label=step_label(step, *position), future=future)
+
+
+def _await(beside: Beside, report: CellReport, ui: UI, *, stop: bool = False) -> None:
+    """Wait for the step beside, and record it; ``stop``: its commands are stopped first
+    (Ctrl-C), so that it ends as interrupted."""
+    if stop:
+        stop_running()
+    record = beside.future.result()
+    if stop and record.status is Status.FAILED:
+        record.status, record.error, record.exit_code = Status.INTERRUPTED, "interrupted", Interrupted.exit_code
+    # In the plan's order, where a reader of the report looks for it.
+    recorded = [done.step for done in report.steps]
+    report.steps.insert(recorded.index(beside.after) if beside.after in recorded else len(recorded), record)
+    report.write()
+    ui.verdict(record, beside.label)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,11 +207,16 @@ def _published(step: Step, keys: BuildKeys | None) -> Blocked | None:
     return None
 
 
-def run_step(run: RunContext, step: Step, *, where: Where, report: CellReport, position: tuple[int, int], ui: UI, hold: Hold) -> StepRecord:
+def run_step(
+    run: RunContext, step: Step, *, where: Where, report: CellReport, position: tuple[int, int], ui: UI, hold: Hold, beside: bool = False
+) -> StepRecord:
+    """``step``'s record, once it ran; ``beside``: on a thread beside the main one, which
+    says it started and, when it awaits it, how it ended."""
     definition = BY_KIND[step.kind]
     log = StepLog(run.layout.logs / f"{position[0]:02d}-{step.id.replace('/', '-')}.log")
     record = StepRecord(step=step, status=Status.OK, log=str(log.path))
-    ui.step_started(step, *position)
+    if not beside:
+        ui.step_started(step, *position)
     started = time.monotonic()
 
     def on_retry(attempt: int, error: Exception, pause: float) -> None:
@@ -163,7 +240,8 @@ def run_step(run: RunContext, step: Step, *, where: Where, report: CellReport, p
         record.seconds = time.monotonic() - started
         log.note(f"{step.id}: {record.status} after {record.seconds:.1f}s, {record.attempts} attempt(s)")
         log.close()
-        ui.step_finished(record)
+        if not beside:
+            ui.step_finished(record)
     return record
 
 

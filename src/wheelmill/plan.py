@@ -131,13 +131,16 @@ def _image(cell: Cell, options: Options) -> images.BuilderImage | None:
 
 def _steps(spec: CellPlan, *, publish: bool, mirror: bool) -> list[Step]:
     """The registry in its order: a run of cell steps once, a run of recipe steps for every
-    recipe in turn (dependencies first)."""
+    recipe in turn (dependencies first), and then each tested recipe's publishing: a recipe's
+    install test runs beside the next recipe's build, which publishing it would wait for."""
     wanted = [d for d in REGISTRY if (publish or not d.publishing) and _fits(d, spec, mirror=mirror)]
     steps: list[Step] = []
     for _scope, run in groupby(wanted, key=type):
         group = list(run)
         if isinstance(group[0], RecipeStep):
-            steps += [Step(kind=d.kind, recipe=r.name, detail=d.describe(spec, r)) for r in spec.recipes for d in group if isinstance(d, RecipeStep)]
+            for publishing in (False, True):
+                kinds = [d for d in group if isinstance(d, RecipeStep) and d.publishing is publishing]
+                steps += [Step(kind=d.kind, recipe=r.name, detail=d.describe(spec, r)) for r in spec.recipes for d in kinds]
         else:
             steps += [Step(kind=d.kind, recipe=None, detail=d.describe(spec)) for d in group if isinstance(d, CellStep)]
     return steps

@@ -10,15 +10,17 @@ tree, not just its parent.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -48,6 +50,10 @@ PASSTHROUGH = (
 SYSTEM_PATH = ("/usr/sbin", "/usr/bin", "/sbin", "/bin")
 TERMINATE_GRACE = 10.0
 TRACEBACK_MARK = "#| "  # a traceback's lines in a step log
+# The commands running now, from any thread: Ctrl-C reaches the one the main thread waits
+# on, and ``stop_running`` the others (a step running beside it).
+_RUNNING: set[subprocess.Popen[str]] = set()
+_RUNNING_LOCK = threading.Lock()
 # Never written to a log: credentials travel in the environment, not in argv.
 _SECRET = re.compile(r"PASSWORD|TOKEN|SECRET|CREDENTIAL|CONNECTION_STRING", re.IGNORECASE)
 # What carries a credential in what a command or a server says, whatever the credential is:
@@ -291,7 +297,7 @@ class HostRunner:
         except OSError as exc:
             log.note(f"could not start: {exc}")
             raise CommandFailed(argv, 127, log.path, [str(exc)]) from None
-        with proc:  # closes the pipe and reaps the child, whatever happens
+        with proc, _running(proc):  # closes the pipe and reaps the child, whatever happens
             tail, kept = _drain(proc, log, on_line, keep_output)
         seconds = time.monotonic() - started
         log.note(f"exit status {proc.returncode} after {seconds:.1f}s")
@@ -349,6 +355,25 @@ def _drain(
         terminate(proc)
         raise
     return list(tail), kept
+
+
+@contextlib.contextmanager
+def _running(proc: subprocess.Popen[str]) -> Iterator[None]:
+    with _RUNNING_LOCK:
+        _RUNNING.add(proc)
+    try:
+        yield
+    finally:
+        with _RUNNING_LOCK:
+            _RUNNING.discard(proc)
+
+
+def stop_running() -> None:
+    """Stop every command that is running, whichever thread waits on it."""
+    with _RUNNING_LOCK:
+        running = list(_RUNNING)
+    for proc in running:
+        terminate(proc)
 
 
 def terminate(proc: subprocess.Popen[str]) -> None:

@@ -63,7 +63,7 @@ class UI:
 
     def step_started(self, step: Step, index: int, total: int) -> None:
         self._step, self._started, self._last_line = step, time.monotonic(), ""
-        self._label = f"[{index}/{total}] {step.id}"
+        self._label = step_label(step, index, total)
         if self.live:
             self._spinner = self.console.status(escape(self._label))
             self._spinner.start()
@@ -89,13 +89,20 @@ class UI:
     def retrying(self, attempt: int, error: Exception, pause: float) -> None:
         self.console.print(f"  [yellow]attempt {attempt} failed[/]: {escape(str(error))}; retrying in {pause:.1f}s")
 
+    def step_beside(self, step: Step, index: int, total: int) -> None:
+        """A step started on a thread beside the next ones: said now, its verdict when awaited."""
+        self.console.print(f"> {escape(step_label(step, index, total))}: {escape(step.detail)} [dim](beside the next steps)[/]")
+
     def step_finished(self, record: StepRecord) -> None:
         if self._spinner:
             self._spinner.stop()
             self._spinner = None
         self._stop.set()
+        self.verdict(record, self._label)
+
+    def verdict(self, record: StepRecord, label: str) -> None:
         tries = f", {record.attempts} attempts" if record.attempts > 1 else ""
-        self.console.print(f"{_MARK[record.status]} {escape(self._label)} {record.seconds:.1f}s{tries}")
+        self.console.print(f"{_MARK[record.status]} {escape(label)} {record.seconds:.1f}s{tries}")
         if record.error:
             self.console.print(f"  [red]{escape(record.error)}[/]")
         if record.status is Status.FAILED and record.log:
@@ -174,6 +181,10 @@ def _cache_table(caches: Mapping[str, Mapping[str, Any]]) -> Table:
     for recipe, stats in caches.items():
         table.add_row(recipe, str(stats["hits"]), str(stats["misses"]), escape(str(stats.get("location", ""))))
     return table
+
+
+def step_label(step: Step, index: int, total: int) -> str:
+    return f"[{index}/{total}] {step.id}"
 
 
 def _clock(seconds: float) -> str:

@@ -36,8 +36,7 @@ from wheelmill.recipes import load_recipes
 from wheelmill.settings import Settings
 from wheelmill.spec import RecipeSpec, StepKind
 from wheelmill.steps import BY_KIND
-from wheelmill.steps.build import Stamped, arch_record
-from wheelmill.steps.verify import Repaired
+from wheelmill.steps.build import Repaired, Stamped, arch_record
 from wheelmill.variants import Family
 from wheelmill.wheelfile import read_wheel, rewrite_metadata
 

@@ -45,6 +45,9 @@ class RecipeStep:
     retries: bool = False
     network: bool = True
     publishing: bool = False
+    # Runs on a thread beside the steps after it, which wait for it only where they need
+    # its outcome: the cell's steps and its recipe's later ones (the pipeline's waits_for).
+    beside: bool = False
 
 
 StepDefinition = CellStep | RecipeStep
@@ -81,7 +84,9 @@ REGISTRY: tuple[StepDefinition, ...] = (
     RecipeStep(kind=StepKind.POST_BUILD_CHECKS, run=verify.post_build_checks, describe=verify.describe_post_build, error=CheckError, network=False),
     RecipeStep(kind=StepKind.REPAIR, run=verify.repair, describe=verify.describe_repair, error=RepairError, network=False),
     RecipeStep(kind=StepKind.POST_REPAIR_CHECKS, run=verify.post_repair_checks, describe=verify.describe_post_repair, error=CheckError, network=False),
-    RecipeStep(kind=StepKind.INSTALL_TEST, run=install.install_test, describe=install.describe, error=InstallTestError),
+    # Seconds of importing torch, mostly one core's: beside the next recipe's build, which
+    # takes the repaired wheel of a recipe it needs (a failed test stops it before delivery).
+    RecipeStep(kind=StepKind.INSTALL_TEST, run=install.install_test, describe=install.describe, error=InstallTestError, beside=True),
     RecipeStep(kind=StepKind.PUBLISH, run=publish.publish_step, describe=publish.describe, error=IndexStoreError, publishing=True),
     # The channel then installs on its own: torch and every dependency beside the wheels.
     # Where every recipe is published already, the run that published them did these.

@@ -62,6 +62,19 @@ class Stamped:
     wheel: Path
 
 
+@dataclass(frozen=True, kw_only=True)
+class Repaired:
+    wheel: Path
+
+
+def wheel_of(done: Done, recipe: str) -> Path:
+    """The wheel of a recipe built before this one: the tested one (delivered, or found
+    published for its build key), else the repaired one, while its install test runs beside
+    this step (if that test fails, this recipe stops before anything of it is delivered)."""
+    tested = done.find(WheelRecord, recipe)
+    return Path(tested.path) if tested else done.get(Repaired, recipe).wheel
+
+
 def available_memory() -> int:
     """MemAvailable from /proc/meminfo, in bytes (what new processes can get)."""
     try:
@@ -343,7 +356,7 @@ def first_match(log: Path, tail: tuple[str, ...], pattern: re.Pattern[str], *, s
 def _install_dependencies(ctx: StepContext, spec: RecipeSpec) -> None:
     if not spec.depends_on:
         return
-    wheels = [ctx.done.get(WheelRecord, dep).path for dep in spec.depends_on]
+    wheels = [str(wheel_of(ctx.done, dep)) for dep in spec.depends_on]
     sources = ctx.done.get(Sources).packages
     try:
         ctx.where.backend.install(ctx.done.get(BuildEnv).env, wheels, sources=sources, log=ctx.log, deps=False)
@@ -378,10 +391,10 @@ def expected_pins(done: Done, spec: RecipeSpec, torch_version: str) -> dict[str,
     """What the wheel must pin exactly: the build's torch (the cell's own, where the cell
     built torch before it), and the sibling recipes it needs."""
     if TORCH in spec.depends_on:
-        torch_version = str(read_wheel(Path(done.get(WheelRecord, TORCH).path)).version)
+        torch_version = str(read_wheel(wheel_of(done, TORCH)).version)
     pins = {"torch": torch_version} if spec.torch_pin else {}
     for sibling in spec.sibling_pins:
-        pins[sibling] = str(read_wheel(Path(done.get(WheelRecord, sibling).path)).version)
+        pins[sibling] = str(read_wheel(wheel_of(done, sibling)).version)
     return pins
 
 

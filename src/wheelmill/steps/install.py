@@ -22,10 +22,9 @@ from wheelmill.probes import IMPORTS, run_probe
 from wheelmill.process import StepLog, base_environment
 from wheelmill.report import WheelRecord
 from wheelmill.spec import CellPlan, RecipeSpec
-from wheelmill.steps.build import fill
+from wheelmill.steps.build import Repaired, fill
 from wheelmill.steps.cell import BuildEnv, Sources, Toolchain, keep_bytecode, lend_bytecode
 from wheelmill.steps.fetch import Fetched
-from wheelmill.steps.verify import Repaired
 from wheelmill.wheelfile import read_wheel
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from wheelmill.archs import CudaArchs, RocmArchs
@@ -24,16 +23,11 @@ from wheelmill.errors import CheckError, CommandFailed, PrecheckError, RepairErr
 from wheelmill.probes import TorchInfo
 from wheelmill.process import Runner, base_environment
 from wheelmill.spec import CellPlan, RecipeSpec
-from wheelmill.steps.build import Stamped, arch_record, expected_pins
+from wheelmill.steps.build import Repaired, Stamped, arch_record, expected_pins
 from wheelmill.steps.cell import BuildEnv, CheckedEnv, Toolchain
 from wheelmill.toolchain import Toolkit
 from wheelmill.variants import Family
 from wheelmill.wheelfile import inspect_wheel, read_wheel
-
-
-@dataclass(frozen=True, kw_only=True)
-class Repaired:
-    wheel: Path
 
 
 def post_build_checks(ctx: StepContext, spec: RecipeSpec) -> Outcome:

@@ -1,0 +1,140 @@
+"""A recipe's install test runs beside the next recipe's build: the pipeline, driven from the
+command line in the sandbox, with every recipe step standing in (recording what it was given)
+and the cell's steps real. Recipe ``b`` depends on ``a``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import CliResult, CliRunner
+from tests.sandbox import Sandbox
+from wheelmill.context import Outcome, StepContext
+from wheelmill.errors import InstallTestError, Interrupted
+from wheelmill.process import base_environment
+from wheelmill.report import WheelRecord
+from wheelmill.spec import RecipeSpec, StepKind
+from wheelmill.steps import BY_KIND
+from wheelmill.steps.build import Repaired, wheel_of
+
+KINDS = (StepKind.FETCH, StepKind.BUILD, StepKind.STAMP, StepKind.POST_BUILD_CHECKS, StepKind.REPAIR, StepKind.POST_REPAIR_CHECKS, StepKind.INSTALL_TEST)
+WAIT = 30.0  # seconds a stand-in waits for the other thread before it says it never came
+
+
+class Recipes:
+    """Stand-ins for every recipe step. ``a``'s install test runs ``test_a``, given the
+    moment ``b``'s build has started; ``b``'s build runs ``build_b``."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.b_building = threading.Event()
+        self.taken: Path | None = None  # the wheel of a that b's build was given
+        self.test_a: Callable[[StepContext], None] = lambda _ctx: None
+        self.build_b: Callable[[StepContext], None] = lambda _ctx: None
+
+    def run(self, kind: StepKind) -> Callable[[StepContext, RecipeSpec], Outcome]:
+        def step(ctx: StepContext, spec: RecipeSpec) -> Outcome:
+            if kind is StepKind.REPAIR:
+                return Outcome(made=(Repaired(wheel=self._wheel("repaired", spec.name)),))
+            if kind is StepKind.BUILD and spec.name == "b":
+                self.taken = wheel_of(ctx.done, "a")
+                self.b_building.set()
+                self.build_b(ctx)
+            if kind is StepKind.INSTALL_TEST:
+                if spec.name == "a":
+                    self.test_a(ctx)
+                return Outcome(made=(WheelRecord.of(self._wheel("dist", spec.name)),))
+            return Outcome()
+
+        return step
+
+    def _wheel(self, where: str, name: str) -> Path:
+        path = self.tmp / where / f"{name}-1.0-py3-none-any.whl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(name.encode())
+        return path
+
+
+@pytest.fixture
+def recipes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Recipes:
+    stand_ins = Recipes(tmp_path / "made")
+    for kind in KINDS:
+        monkeypatch.setitem(BY_KIND, kind, dataclasses.replace(BY_KIND[kind], run=stand_ins.run(kind)))  # type: ignore[arg-type]
+    return stand_ins
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Sandbox:
+    box = Sandbox(tmp_path / "repo")
+    for name in ("a", "b"):
+        box.recipe(name, {}, wheel=f"{name}-1.0-py3-none-any.whl")
+    recipe_b = box.recipes / "b.toml"
+    recipe_b.write_text(recipe_b.read_text().replace('cells = ["*"]\n', 'cells = ["*"]\ndepends-on = ["a"]\n'))
+    return box
+
+
+def build(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox) -> tuple[CliResult, list[dict[str, Any]]]:
+    for key, value in sandbox.environ().items():
+        monkeypatch.setenv(key, value)
+    result = cli("--recipes", str(sandbox.recipes), "build", "--cell", sandbox.cell("cpu"), "--recipe", "b", "--no-publish", "--engine", "none")
+    report = json.loads((sandbox.output / sandbox.cell("cpu") / "report.json").read_text())
+    return result, [step for step in report["steps"] if step["recipe"]]
+
+
+def test_the_next_build_runs_beside_an_install_test_on_the_repaired_wheel(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, recipes: Recipes
+) -> None:
+    def test_a(ctx: StepContext) -> None:
+        assert recipes.b_building.wait(WAIT), "b's build did not start while a's install test ran"
+
+    recipes.test_a = test_a
+    result, steps = build(cli, monkeypatch, sandbox)
+    assert result.code == 0, result.out + result.err
+    assert recipes.taken == recipes.tmp / "repaired" / "a-1.0-py3-none-any.whl"
+    # The report keeps the plan's order, and says each step's own time.
+    assert [(s["recipe"], s["step"]) for s in steps] == [(name, kind.value) for name in ("a", "b") for kind in KINDS]
+    assert all(s["status"] == "ok" for s in steps)
+    assert "a/install-test" in result.out and "(beside the next steps)" in result.out
+
+
+def test_a_failed_install_test_stops_what_depends_on_it_before_its_test(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, recipes: Recipes
+) -> None:
+    def test_a(ctx: StepContext) -> None:
+        recipes.b_building.wait(WAIT)
+        raise InstallTestError("a: import a: ModuleNotFoundError", fix="read the log")
+
+    recipes.test_a = test_a
+    result, steps = build(cli, monkeypatch, sandbox)
+    assert result.code == InstallTestError.exit_code, result.out + result.err
+    status = {(s["recipe"], s["step"]): (s["status"], s["error"]) for s in steps}
+    assert status["a", "install-test"] == ("failed", "a: import a: ModuleNotFoundError; fix: read the log")
+    assert status["b", "build"][0] == "ok"  # built beside it; nothing of b is tested or delivered
+    assert status["b", "install-test"] == ("skipped", "a/install-test did not succeed")
+    assert not (sandbox.output / sandbox.cell("cpu") / "dist").exists() or not list((sandbox.output / sandbox.cell("cpu") / "dist").glob("b-*"))
+
+
+def test_ctrl_c_stops_the_install_test_beside_the_interrupted_step(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, recipes: Recipes) -> None:
+    def test_a(ctx: StepContext) -> None:  # a real command, which Ctrl-C must stop
+        ctx.where.runner.run(["sleep", str(int(WAIT * 2))], env=base_environment([]), log=ctx.log)
+
+    def build_b(_ctx: StepContext) -> None:
+        time.sleep(0.5)  # a's command has started
+        raise KeyboardInterrupt
+
+    recipes.test_a, recipes.build_b = test_a, build_b
+    started = time.monotonic()
+    result, steps = build(cli, monkeypatch, sandbox)
+    assert time.monotonic() - started < WAIT
+    assert result.code == Interrupted.exit_code, result.out + result.err
+    status = {(s["recipe"], s["step"]): s["status"] for s in steps}
+    assert status["a", "install-test"] == "interrupted"
+    assert status["b", "build"] == "interrupted"
+    assert status["b", "install-test"] == "skipped"
