@@ -15,6 +15,7 @@ internal error, its traceback in the step's log, never on the terminal.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -127,14 +128,14 @@ def _goes_beside(step: Step) -> bool:
 
 @dataclass(frozen=True, kw_only=True)
 class Beside:
-    """The step running on a thread beside the main one (one at a time), with the label the
-    terminal knows it by: its record joins the report, and its verdict the terminal, when it
-    is awaited."""
+    """The step running on a thread beside the main one (one at a time): its verdict goes to
+    the terminal when it ends, its record into the report when a step needs it."""
 
     step: Step
     after: Step  # the plan's next step, which its record goes before
-    label: str
-    future: Future[StepRecord]
+    label: str  # what the terminal knows it by
+    stopping: threading.Event  # set before Ctrl-C stops its commands: it ends interrupted
+    future: Future[tuple[StepRecord, bool]]
 
 
 def waits_for(step: Step, pending: Step) -> bool:
@@ -147,23 +148,35 @@ def waits_for(step: Step, pending: Step) -> bool:
 def _start_beside(pool: ThreadPoolExecutor, run: RunContext, step: Step, after: Step, *, position: tuple[int, int], ui: UI, **context: Any) -> Beside:
     ui.step_beside(step, *position)
     quiet = replace(run, on_line=lambda _line: None)  # the terminal's progress line is the main step's
-    future = pool.submit(run_step, quiet, step, position=position, ui=ui, beside=True, **context)
-    return Beside(step=step, after=after, label=step_label(step, *position), future=future)
+    label, stopping = step_label(step, *position), threading.Event()
+    future = pool.submit(_run_beside, quiet, step, label=label, stopping=stopping, position=position, ui=ui, **context)
+    return Beside(step=step, after=after, label=label, stopping=stopping, future=future)
+
+
+def _run_beside(run: RunContext, step: Step, *, label: str, stopping: threading.Event, ui: UI, **context: Any) -> tuple[StepRecord, bool]:
+    """``step``'s record, and whether its verdict was said: as soon as it ends (a failed
+    test is seen while the next build runs), unless it failed because Ctrl-C stopped it."""
+    record = run_step(run, step, ui=ui, beside=True, **context)
+    if stopping.is_set() and record.status is Status.FAILED:
+        return record, False
+    ui.verdict(record, label)
+    return record, True
 
 
 def _await(beside: Beside, report: CellReport, ui: UI, *, stop: bool = False) -> None:
     """Wait for the step beside, and record it; ``stop``: its commands are stopped first
     (Ctrl-C), so that it ends as interrupted."""
     if stop:
+        beside.stopping.set()
         stop_running()
-    record = beside.future.result()
-    if stop and record.status is Status.FAILED:
+    record, said = beside.future.result()
+    if not said:
         record.status, record.error, record.exit_code = Status.INTERRUPTED, "interrupted", Interrupted.exit_code
+        ui.verdict(record, beside.label)
     # In the plan's order, where a reader of the report looks for it.
     recorded = [done.step for done in report.steps]
     report.steps.insert(recorded.index(beside.after) if beside.after in recorded else len(recorded), record)
     report.write()
-    ui.verdict(record, beside.label)
 
 
 @dataclass(frozen=True, kw_only=True)

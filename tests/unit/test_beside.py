@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -118,6 +119,7 @@ def test_a_failed_install_test_stops_what_depends_on_it_before_its_test(
     assert status["a", "install-test"] == ("failed", "a: import a: ModuleNotFoundError; fix: read the log")
     assert status["b", "build"][0] == "ok"  # built beside it; nothing of b is tested or delivered
     assert status["b", "install-test"] == ("skipped", "a/install-test did not succeed")
+    assert len(re.findall(r"FAILED \[\d+/\d+\] a/install-test", result.out)) == 1, result.out  # its verdict, said once
     assert not (sandbox.output / sandbox.cell("cpu") / "dist").exists() or not list((sandbox.output / sandbox.cell("cpu") / "dist").glob("b-*"))
 
 
@@ -138,3 +140,4 @@ def test_ctrl_c_stops_the_install_test_beside_the_interrupted_step(cli: CliRunne
     assert status["a", "install-test"] == "interrupted"
     assert status["b", "build"] == "interrupted"
     assert status["b", "install-test"] == "skipped"
+    assert "failed" not in result.out  # a stopped test is said interrupted, not failed
