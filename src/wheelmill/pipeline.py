@@ -104,11 +104,8 @@ def _run_steps(run: RunContext, report: CellReport, ui: UI, hold: Hold) -> None:
                 where = next((made for made in record.made if isinstance(made, Where)), where)
                 report.write()
                 if record.status is Status.INTERRUPTED:
-                    if beside:
-                        _await(beside, report, ui, stop=True)
-                        beside = None
                     _interrupted(run.plan, step, steps[index:], report)
-        except BaseException:  # Ctrl-C while awaiting it, or a bug: nothing left running
+        except BaseException:  # Ctrl-C, or a bug: the step beside is stopped, and recorded in its place
             if beside:
                 _await(beside, report, ui, stop=True)
             raise
@@ -223,8 +220,8 @@ def _published(step: Step, keys: BuildKeys | None) -> Blocked | None:
 def run_step(
     run: RunContext, step: Step, *, where: Where, report: CellReport, position: tuple[int, int], ui: UI, hold: Hold, beside: bool = False
 ) -> StepRecord:
-    """``step``'s record, once it ran; ``beside``: on a thread beside the main one, which
-    says it started and, when it awaits it, how it ended."""
+    """``step``'s record, once it ran; ``beside``: on a thread beside the main one, whose
+    caller says that it started and how it ended."""
     definition = BY_KIND[step.kind]
     log = StepLog(run.layout.logs / f"{position[0]:02d}-{step.id.replace('/', '-')}.log")
     record = StepRecord(step=step, status=Status.OK, log=str(log.path))

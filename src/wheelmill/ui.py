@@ -90,7 +90,7 @@ class UI:
         self.console.print(f"  [yellow]attempt {attempt} failed[/]: {escape(str(error))}; retrying in {pause:.1f}s")
 
     def step_beside(self, step: Step, index: int, total: int) -> None:
-        """A step started on a thread beside the next ones: said now, its verdict when awaited."""
+        """A step started on a thread beside the next ones: said now, its verdict (``verdict``) when it ends."""
         self.console.print(f"> {escape(step_label(step, index, total))}: {escape(step.detail)} [dim](beside the next steps)[/]")
 
     def step_finished(self, record: StepRecord) -> None:
