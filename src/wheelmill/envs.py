@@ -76,6 +76,28 @@ def link_site(env: Env) -> Path | None:
     return env.site
 
 
+def venv_home(env_root: Path) -> Path | None:
+    """Where a venv's Python comes from, as its pyvenv.cfg names it: the directory of the
+    interpreter (``home = /opt/python/3.11/bin``); none for an env without one (conda)."""
+    try:
+        lines = (env_root / "pyvenv.cfg").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    homes = [line.split("=", 1)[1].strip() for line in lines if _is_home(line)]
+    return Path(homes[0]) if homes else None
+
+
+def set_venv_home(env_root: Path, home: Path) -> None:
+    """Point a venv's ``home`` at another name of its interpreter's directory."""
+    config = env_root / "pyvenv.cfg"
+    lines = config.read_text(encoding="utf-8").splitlines()
+    config.write_text("".join(f"home = {home}\n" if _is_home(line) else f"{line}\n" for line in lines), encoding="utf-8")
+
+
+def _is_home(line: str) -> bool:
+    return line.split("=", 1)[0].strip() == "home"
+
+
 def site_packages(env_root: Path) -> list[Path]:
     """An env's site-packages (one, in a venv), found rather than named: its path holds the
     Python version (``lib/python3.11/site-packages``), which the env's root does not say."""

@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 from tests.unit.test_containers import ROOT
-from wheelmill.envs import Env
+from wheelmill.envs import Env, venv_home
 from wheelmill.matrix import load_matrix
 from wheelmill.plan import plan_cell
 from wheelmill.process import VIEW_ROOT, HostRunner, StepLog, View, base_environment, make_view
 from wheelmill.recipes import load_recipes
 from wheelmill.settings import Settings
 from wheelmill.steps.build import build_environment
+from wheelmill.steps.cell import home_as_seen
 from wheelmill.toolchain import Toolkit
 from wheelmill.variants import Family
 
@@ -76,3 +77,34 @@ def test_in_the_view_every_python_of_a_variant_gets_the_same_compiler_flags(tmp_
     flags = made[0]["CFLAGS"].split()
     assert f"-ffile-prefix-map={VIEW_ROOT}/python=/python" in flags and flags[-1] == f"-ffile-prefix-map={VIEW_ROOT}=/wheelmill", flags
     assert str(tmp_path) not in " ".join(made[0].values())
+
+
+def test_the_build_env_names_its_python_as_the_view_sees_it_and_keeps_the_rest(tmp_path: Path) -> None:
+    """pyvenv.cfg's ``home`` is rewritten to the Python under the view (the headers compiled
+    in are then named the same for every Python), every other line kept; without a view,
+    and for a conda env, it is left as venv wrote it."""
+    cell, python = tmp_path / "out" / "cuda130-py311", tmp_path / "pyenv" / "3.11.7"
+    env = Env(root=cell / "envs" / "build")
+    env.root.mkdir(parents=True)
+    written = f"home = {python}/bin\ninclude-system-site-packages = false\nversion = 3.11.7\n"
+    (env.root / "pyvenv.cfg").write_text(written)
+    viewed = _Viewed(View(cell=cell, python=python))
+    home_as_seen(HostRunner(), env, python / "bin" / "python3.11")
+    home_as_seen(viewed, Env(root=env.root, conda=True), python / "bin" / "python3.11")
+    assert (env.root / "pyvenv.cfg").read_text() == written, "no view, or a conda env: nothing to rename"
+    home_as_seen(viewed, env, python / "bin" / "python3.11")
+    assert venv_home(env.root) == VIEW_ROOT / "python" / "bin"
+    assert (env.root / "pyvenv.cfg").read_text() == written.replace(f"{python}/bin", f"{VIEW_ROOT}/python/bin")
+    assert venv_home(tmp_path) is None, "no pyvenv.cfg"
+
+
+class _Viewed(HostRunner):
+    """A host runner's naming of paths through a view, without the namespace (which this
+    test does not run a command in, and which not every machine can make)."""
+
+    def __init__(self, view: View) -> None:
+        super().__init__()
+        self.named = view
+
+    def stable_path(self, path: Path) -> Path:
+        return self.named.stable(path)

@@ -28,7 +28,7 @@ from wheelmill.checks.elf import ElfSummary
 from wheelmill.compiler_cache import CacheStats, CompilerCache, cache_check, read_stats, zero_stats
 from wheelmill.config import format_size
 from wheelmill.context import Outcome, StepContext
-from wheelmill.envs import Env
+from wheelmill.envs import Env, venv_home
 from wheelmill.errors import BuildError, CommandFailed, EnvError
 from wheelmill.process import base_environment
 from wheelmill.recipes import TORCH
@@ -235,7 +235,8 @@ def build_environment(
     # is needed; and a map naming it (/opt/python/3.13) would differ between the Pythons of a
     # variant on every command line, which the compiler cache hashes. In this machine's view
     # of the cell the Python is under it, the same name for every Python.
-    base, renamed = python_home(env.root), stable(cell_root)
+    home, renamed = venv_home(env.root), stable(cell_root)
+    base = home.parent if home else None  # the installation: its headers are compiled in
     prefixes.update({base: "/python"} if base and (renamed == cell_root or base.is_relative_to(renamed)) else {})
     names = nvcc_stable_names(toolkit, seed=spec.name, cached=cache is not None and cache.active)
     for key, flags in (*prefix_maps(prefixes).items(), ("NVCC_APPEND_FLAGS", names)):
@@ -266,17 +267,6 @@ def via_site(env: Env, path: Path) -> Path:
     if len(under) >= 3 and under[0] == "lib" and under[1].startswith("python") and under[2] == "site-packages":
         return env.site.joinpath(*under[3:])
     return path
-
-
-def python_home(env_root: Path) -> Path | None:
-    """The installation the env's Python comes from (its headers are compiled in), as the
-    venv's pyvenv.cfg names it: ``home = /opt/python/3.11/bin``."""
-    try:
-        lines = (env_root / "pyvenv.cfg").read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return None
-    homes = [line.split("=", 1)[1].strip() for line in lines if line.split("=", 1)[0].strip() == "home"]
-    return Path(homes[0]).parent if homes else None
 
 
 def prefix_maps(prefixes: Mapping[Path, str]) -> dict[str, list[str]]:

@@ -18,7 +18,7 @@ from wheelmill.conda import envspec
 from wheelmill.conda.channel import configured_channels
 from wheelmill.config import format_size
 from wheelmill.context import Outcome, StepContext, Where
-from wheelmill.envs import Env, link_site, pinned_versions, site_packages
+from wheelmill.envs import Env, link_site, pinned_versions, set_venv_home, site_packages, venv_home
 from wheelmill.errors import CommandFailed, PrecheckError, UsageError, WheelmillError
 from wheelmill.headers import pin_header_times
 from wheelmill.locks import locate_torch, mismatch, path_of, requirements_text
@@ -316,12 +316,9 @@ def home_as_seen(runner: Runner, env: Env, python: Path) -> None:
     fixed path, so the headers compiled in are named the same for every Python. Its links
     stay the real interpreter's, so the env runs outside the view too: there that home is
     not found, and the interpreter takes its installation from where it is."""
-    seen = runner.stable_path(python)
-    config = runner.host_path(env.root) / "pyvenv.cfg"
-    if seen == python or env.conda or not config.is_file():
-        return
-    lines = config.read_text(encoding="utf-8").splitlines()
-    config.write_text("".join(f"home = {seen.parent}\n" if line.split("=", 1)[0].strip() == "home" else f"{line}\n" for line in lines), encoding="utf-8")
+    seen, root = runner.stable_path(python), runner.host_path(env.root)
+    if seen != python and not env.conda and venv_home(root) is not None:
+        set_venv_home(root, seen.parent)
 
 
 def keep_bytecode(ctx: StepContext, env: Env, what: str) -> None:
