@@ -45,8 +45,10 @@ def timed(argv: Sequence[str], *, log: Path, env: Mapping[str, str] | None = Non
 
 
 def wheelmill(args: Sequence[str], *, output: Path, log: Path, env: Mapping[str, str] | None = None) -> float:
-    """Seconds ``wheelmill ARGS`` ran from this checkout into output root ``output``."""
-    environment = {**os.environ, "WHEELMILL_OUTPUT": str(output), **(env or {})}
+    """Seconds ``wheelmill ARGS`` ran from this checkout into output root ``output``, whose
+    own index (``<output>/index``) is what it publishes to, whatever this shell names."""
+    own = {key: value for key, value in os.environ.items() if key != "WHEELMILL_INDEX_ROOT"}
+    environment = {**own, "WHEELMILL_OUTPUT": str(output), **(env or {})}
     return timed([sys.executable, "-m", "wheelmill", *args], log=log, env=environment, cwd=ROOT)
 
 
