@@ -87,7 +87,7 @@ def _run_steps(run: RunContext, report: CellReport, ui: UI, hold: Hold) -> None:
         beside: Beside | None = None
         try:
             for index, step in enumerate(steps, start=1):
-                if beside and (waits_for(step, beside.step) or _goes_beside(step)):
+                if beside and (waits_for(step, beside.step) or _goes_beside(step, run.settings)):
                     _await(beside, report, ui)
                     beside = None
                 stop = blocked(step, run.plan, report)
@@ -96,7 +96,7 @@ def _run_steps(run: RunContext, report: CellReport, ui: UI, hold: Hold) -> None:
                     ui.skipped(step, stop.reason, published=stop.status is Status.PUBLISHED)
                     continue
                 position = (index, len(steps))
-                if _goes_beside(step) and index < len(steps) and not waits_for(steps[index], step):
+                if _goes_beside(step, run.settings) and index < len(steps) and not waits_for(steps[index], step):
                     beside = _start_beside(pool, run, step, steps[index], where=where, report=report, position=position, ui=ui, hold=hold)
                     continue
                 record = run_step(run, step, where=where, report=report, position=position, ui=ui, hold=hold)
@@ -118,9 +118,9 @@ def _interrupted(plan: CellPlan, step: Step, rest: Sequence[Step], report: CellR
     raise Interrupted(f"{plan.cell.id}: interrupted during {step.id}", fix="run the session again; finished wheels are kept in dist/")
 
 
-def _goes_beside(step: Step) -> bool:
+def _goes_beside(step: Step, settings: Settings) -> bool:
     definition = BY_KIND[step.kind]
-    return isinstance(definition, RecipeStep) and definition.beside
+    return isinstance(definition, RecipeStep) and definition.beside and settings.install_tests == "beside"
 
 
 @dataclass(frozen=True, kw_only=True)

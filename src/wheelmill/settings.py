@@ -21,6 +21,7 @@ from wheelmill.retry import RetryPolicy
 N = TypeVar("N", int, float)
 BASE_POLICIES = ("auto", "bootstrap", "registry")
 COMPILER_CACHE_MODES = ("on", "off")
+INSTALL_TEST_MODES = ("beside", "after")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +47,10 @@ class Settings:
     # on: every build compiles through sccache (where its cache lives is sccache's own
     # SCCACHE_* configuration; local disk under the output root by default); off: without.
     compiler_cache: str = "on"
+    # beside: a recipe's install test runs beside the next recipe's steps; after: every step
+    # waits for the one before (one command at a time: for timing one step alone, or where a
+    # test's torch beside a build leaves it too little memory).
+    install_tests: str = "beside"
     publish_username: str | None = field(default=None, repr=False)
     publish_password: str | None = field(default=None, repr=False)
 
@@ -71,6 +76,7 @@ class Settings:
             debian_mirror=env.get("WHEELMILL_DEBIAN_MIRROR") or None,
             git_mirrors=_prefix_pairs(env, "WHEELMILL_GIT_MIRRORS"),
             compiler_cache=_choice(env, "WHEELMILL_COMPILER_CACHE", COMPILER_CACHE_MODES),
+            install_tests=_choice(env, "WHEELMILL_INSTALL_TESTS", INSTALL_TEST_MODES),
             publish_username=env.get("WHEELMILL_PUBLISH_USERNAME") or None,
             publish_password=env.get("WHEELMILL_PUBLISH_PASSWORD") or None,
         )

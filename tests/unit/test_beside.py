@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import CliResult, CliRunner
 from tests.sandbox import Sandbox
 from wheelmill.context import Outcome, StepContext
-from wheelmill.errors import InstallTestError, Interrupted
+from wheelmill.errors import ConfigError, InstallTestError, Interrupted
 from wheelmill.process import base_environment
 from wheelmill.report import WheelRecord
 from wheelmill.spec import RecipeSpec, StepKind
@@ -141,3 +141,30 @@ def test_ctrl_c_stops_the_install_test_beside_the_interrupted_step(cli: CliRunne
     assert status["b", "build"] == "interrupted"
     assert status["b", "install-test"] == "skipped"
     assert "failed" not in result.out  # a stopped test is said interrupted, not failed
+
+
+def test_with_install_tests_after_each_step_waits_for_the_one_before(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, recipes: Recipes
+) -> None:
+    seen: list[bool] = []
+
+    def record_a(_ctx: StepContext) -> None:
+        seen.append(recipes.b_building.is_set())
+
+    recipes.test_a = record_a
+    monkeypatch.setenv("WHEELMILL_INSTALL_TESTS", "after")
+    result, steps = build(cli, monkeypatch, sandbox)
+    assert result.code == 0, result.out + result.err
+    assert seen == [False], "a's test ran before b's build started"
+    assert "(beside the next steps)" not in result.out
+    assert [(s["recipe"], s["step"]) for s in steps] == [(name, kind.value) for name in ("a", "b") for kind in KINDS]
+
+
+def test_an_unknown_install_tests_mode_is_one_line_naming_the_variable(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox) -> None:
+    monkeypatch.setenv("WHEELMILL_INSTALL_TESTS", "sometimes")
+    for key, value in sandbox.environ().items():
+        monkeypatch.setenv(key, value)
+    result = cli("--recipes", str(sandbox.recipes), "build", "--cell", sandbox.cell("cpu"), "--recipe", "b", "--no-publish", "--engine", "none")
+    assert result.code == ConfigError.exit_code
+    expected = "environment: WHEELMILL_INSTALL_TESTS='sometimes' is not one of beside, after; fix: set WHEELMILL_INSTALL_TESTS to one of them or unset it"
+    assert result.err.strip().splitlines() == [f"wheelmill: error: {expected}"]
