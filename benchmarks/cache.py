@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,7 +61,7 @@ def publish_needs(case: Case, output: Path, log: Path) -> None:
     if case.needs:
         recipes = [arg for name in case.needs for arg in ("--recipe", name)]
         runs.wheelmill(["build", "--engine", "none", "--cell", case.cell, *recipes, "--no-mirror"], output=output, log=log)
-        shutil.rmtree(output / ".cache" / "sccache", ignore_errors=True)
+        runs.empty_compiler_cache(output)
 
 
 def run(case: Case, output: Path, log: Path) -> Run:

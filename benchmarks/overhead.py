@@ -83,7 +83,7 @@ def next_round(output: Path) -> None:
     for entry in output.iterdir() if output.is_dir() else ():
         if entry.name != ".cache":
             shutil.rmtree(entry)
-    shutil.rmtree(output / ".cache" / "sccache", ignore_errors=True)
+    runs.empty_compiler_cache(output)
 
 
 def run_baseline(cell_id: str, output: Path, work: Path, log: Path) -> float:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from pathlib import Path
 from statistics import fmean
@@ -51,7 +50,7 @@ def timed_build(cells: list[str], recipe: str, output: Path, log: Path) -> float
 
 def cold_build(cells: list[str], recipe: str, output: Path, log: Path) -> tuple[float, dict[str, dict[str, Any]]]:
     """``timed_build`` from an empty compiler cache; its seconds and the cells' reports."""
-    shutil.rmtree(output / ".cache" / "sccache", ignore_errors=True)
+    runs.empty_compiler_cache(output)
     seconds = timed_build(cells, recipe, output, log)
     return seconds, {cell: json.loads((output / cell / "report.json").read_text()) for cell in cells}
 

@@ -52,6 +52,12 @@ def wheelmill(args: Sequence[str], *, output: Path, log: Path, env: Mapping[str,
     return timed([sys.executable, "-m", "wheelmill", *args], log=log, env=environment, cwd=ROOT)
 
 
+def empty_compiler_cache(output: Path) -> None:
+    """Empty the compiler cache a build into output root ``output`` uses (sccache's local
+    disk cache, ``<output>/.cache/sccache``), leaving the other caches as they are."""
+    shutil.rmtree(output / ".cache" / "sccache", ignore_errors=True)
+
+
 @contextlib.contextmanager
 def workspace(prefix: str) -> Iterator[Path]:
     """A fresh work directory, removed when the benchmark passes. A command that fails ends
