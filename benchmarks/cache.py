@@ -68,9 +68,9 @@ def run(case: Case, output: Path, log: Path) -> Run:
     argv = ["build", "--engine", "none", "--cell", case.cell, "--recipe", case.recipe, "--rebuild", case.recipe, "--no-mirror"]
     total = runs.wheelmill(argv, output=output, log=log, env={"WHEELMILL_COMPILER_CACHE": "on"})
     report: dict[str, Any] = json.loads((output / case.cell / "report.json").read_text())
-    built = [s["recipe"] for s in report["steps"] if s["step"] == "build" and s["status"] == "ok"]
-    assert built == [case.recipe], f"built {built}: the case's dependencies were not taken from the channel"
-    (build,) = [s["seconds"] for s in report["steps"] if s["step"] == "build" and s["recipe"] == case.recipe]
+    built = {s["recipe"]: s["seconds"] for s in report["steps"] if s["step"] == "build" and s["status"] == "ok"}
+    assert list(built) == [case.recipe], f"built {list(built)}: the case's dependencies were not taken from the channel"
+    build = built[case.recipe]
     stats = report["facts"]["compiler_cache"][case.recipe] or {"hits": 0, "misses": 0}
     return Run(total=total, build=build, hits=stats["hits"], misses=stats["misses"])
 
