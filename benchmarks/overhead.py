@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import sys
 from pathlib import Path
@@ -51,12 +50,6 @@ ROOT = runs.ROOT
 RECIPES = ("example-cpp-ops", "example-cuda-ops")
 TARGET = 1.15
 PUBLISHING = frozenset({"publish", "closure", "mirror", "channel-checks"})  # the steps after a tested wheel
-
-
-def cpu_seconds() -> float:
-    """User and system time of this process's finished children."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def run_wheelmill(cell: str, output: Path, log: Path, *, recipe: str = RECIPES[-1], extra: tuple[str, ...] = ()) -> float:
@@ -152,11 +145,11 @@ def main() -> int:
         for index in range(args.rounds):
             output, work = root / (f"wheels-{index}" if args.fresh_output else "warm-up"), root / f"baseline-{index}"
             next_round(output)
-            before = cpu_seconds()
+            before = runs.cpu_seconds()
             ours = run_wheelmill(args.cell, output, log)
-            between = cpu_seconds()
+            between = runs.cpu_seconds()
             theirs = run_baseline(args.cell, output, work, log)
-            ours_cpu, theirs_cpu = between - before, cpu_seconds() - between
+            ours_cpu, theirs_cpu = between - before, runs.cpu_seconds() - between
             publishing = publishing_seconds(output, args.cell)
             rounds.append((ours, publishing, theirs))
             sides = f"wheelmill {ours:.1f} s ({ours_cpu:.0f} s cpu; publishing {publishing:.1f} s), baseline {theirs:.1f} s ({theirs_cpu:.0f} s cpu)"

@@ -18,7 +18,8 @@ compiled again): the whole cell by its own time against the first Python's alone
 steadier figure), and by the difference of the two runs; its build steps against the first's.
 Then the extra cells are built once more, every compile a cache hit: what an extra Python
 costs that no compiler cache takes away (its env, the frontends importing torch, the
-cache's lookups, repair, the install tests), as a fraction of the first. Usage:
+cache's lookups, repair, the install tests), as a fraction of the first, and the CPU time
+that rebuild's processes used: over the cores, the least time that work can take. Usage:
 ``.venv/bin/python benchmarks/pythons.py [--variant cuda130] [--recipe example-cuda-ops] [--pythons 3.11,3.12]``
 """
 
@@ -87,7 +88,9 @@ def main() -> int:
             print(f"warm-up (untimed): example-cpp-ops built once in {', '.join(cells)}, {warm_up(cells, output, log):.1f} s", flush=True)
         alone, first = cold_build(cells[:1], args.recipe, output, log)
         together, reports = cold_build(cells, args.recipe, output, log)
+        before = runs.cpu_seconds()
         timed_build(cells[1:], args.recipe, output, log)  # every compile from the cache now
+        work = (runs.cpu_seconds() - before) / len(cells[1:])
         rebuilt = [json.loads((output / cell / "report.json").read_text()) for cell in cells[1:]]
         first_build = build_seconds(first[cells[0]])
     extras = list(reports.values())[1:]
@@ -107,6 +110,10 @@ def main() -> int:
     # What no compiler cache can take away: the same cells again, every compile a hit.
     floor = fmean([float(report["seconds"]) for report in rebuilt]) / float(first[cells[0]]["seconds"])
     print(f"each extra Python's cell rebuilt, every compile from the cache ({cache_counts(rebuilt[0])}): {floor:.2f} of the first")
+    # Its processes' CPU time over the cores: no order of its steps, no overlap of one cell
+    # with the next, brings a cell below that, only less work (or more cores).
+    least = work / runs.cores() / float(first[cells[0]]["seconds"])
+    print(f"  its processes used {work:.1f} s of CPU; on {runs.cores()} cores that work takes at least {work / runs.cores():.1f} s, {least:.2f} of the first")
     return 0
 
 

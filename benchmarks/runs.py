@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import shlex
 import shutil
 import subprocess
@@ -50,6 +51,18 @@ def wheelmill(args: Sequence[str], *, output: Path, log: Path, env: Mapping[str,
     own = {key: value for key, value in os.environ.items() if key != "WHEELMILL_INDEX_ROOT"}
     environment = {**own, "WHEELMILL_OUTPUT": str(output), **(env or {})}
     return timed([sys.executable, "-m", "wheelmill", *args], log=log, env=environment, cwd=ROOT)
+
+
+def cpu_seconds() -> float:
+    """User and system time of this process's finished children, theirs included: a build's
+    compilers, and the compiler cache's server, which the cell runs in the foreground."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cores() -> int:
+    """The cores this process may run on (its affinity, not the machine's count)."""
+    return len(os.sched_getaffinity(0))
 
 
 def empty_compiler_cache(output: Path) -> None:

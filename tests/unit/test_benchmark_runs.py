@@ -3,6 +3,7 @@ traceback, and keeps what it made."""
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -44,3 +45,14 @@ def test_a_failed_command_stops_the_benchmark_with_its_log_and_keeps_the_directo
     assert "exited 3" in err and "line 39" in err and "# exit status 3" in err and "line 24" not in err  # the last lines only
     assert f"kept for a look: {root}" in err
     assert (root / "bench.log").is_file()
+
+
+def test_cpu_seconds_count_a_finished_child_and_its_own_children(tmp_path: Path) -> None:
+    # A child that spends 0.3 s of CPU in a grandchild it waits for, as a cell waits for its
+    # compiler cache's server: both count once the child is done, whatever else ran.
+    burn = "import time\nwhile time.process_time() < 0.3: pass"
+    script = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {burn!r}], check=True)"
+    before = runs.cpu_seconds()
+    runs.timed([sys.executable, "-c", script], log=tmp_path / "bench.log")
+    assert runs.cpu_seconds() - before >= 0.3
+    assert 1 <= runs.cores() <= (os.cpu_count() or 1)
