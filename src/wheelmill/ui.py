@@ -11,7 +11,8 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,19 @@ class UI:
         seconds = (report.finished or time.time()) - report.started
         self.console.print(f"{report.plan.cell.id}: {status} in {_clock(seconds)}; report {escape(str(report.path))}")
 
+    def run_summary(self, reports: Sequence[CellReport], seconds: float) -> None:
+        """After a run of several cells: a row a cell (each one's own summary is above), and
+        a line that counts them."""
+        table = Table(title="cells", title_justify="left")
+        for column in ("cell", "status", "time", "built", "published", "compiler cache", "failed step"):
+            table.add_column(column, overflow="fold")
+        for report in reports:
+            table.add_row(*_cell_row(report))
+        self.console.print(table)
+        counts = Counter(report.status for report in reports)
+        said = ", ".join(f"{counts[status]} {mark}" for status, mark in _MARK.items() if counts[status])
+        self.console.print(f"{len(reports)} cells in {_clock(seconds)}: {said}")
+
     def _steps_table(self, report: CellReport) -> Table:
         table = Table(title=f"{report.plan.cell.id} ({report.plan.engine})", title_justify="left")
         for column in ("recipe", "step", "status", "time", "tries", "checks"):
@@ -171,6 +185,24 @@ class UI:
         for recipe, wheel in report.wheels.items():
             table.add_row(recipe, wheel.name, format_size(wheel.size), wheel.sha256)
         return table
+
+
+def _cell_row(report: CellReport) -> tuple[str, ...]:
+    recipes = [r.name for r in report.plan.recipes]
+    built = [name for name in recipes if report.recipe_status(name) is Status.OK]
+    published = [name for name in recipes if report.recipe_status(name) is Status.PUBLISHED]
+    stats = [s for s in (report.facts.get("compiler_cache") or {}).values() if s]
+    cache = f"{sum(s['hits'] for s in stats)} hits, {sum(s['misses'] for s in stats)} misses" if stats else "-"
+    failed = report.failed
+    return (
+        report.plan.cell.id,
+        _MARK[report.status],
+        _clock((report.finished or time.time()) - report.started),
+        f"{len(built)} of {len(recipes)}",
+        ", ".join(published) or "-",
+        cache,
+        escape(failed.step.id) if failed else "-",
+    )
 
 
 def _cache_table(caches: Mapping[str, Mapping[str, Any]]) -> Table:

@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import CliResult, CliRunner
 from tests.sandbox import Sandbox
 from wheelmill.context import Outcome, StepContext
-from wheelmill.errors import ConfigError, InstallTestError, Interrupted
+from wheelmill.errors import BuildError, ConfigError, InstallTestError, Interrupted
 from wheelmill.process import base_environment
 from wheelmill.report import WheelRecord
 from wheelmill.spec import RecipeSpec, StepKind
@@ -168,3 +168,33 @@ def test_an_unknown_install_tests_mode_is_one_line_naming_the_variable(cli: CliR
     assert result.code == ConfigError.exit_code
     expected = "environment: WHEELMILL_INSTALL_TESTS='sometimes' is not one of beside, after; fix: set WHEELMILL_INSTALL_TESTS to one of them or unset it"
     assert result.err.strip().splitlines() == [f"wheelmill: error: {expected}"]
+
+
+def test_a_run_of_several_cells_ends_with_a_row_a_cell_and_a_count(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, recipes: Recipes) -> None:
+    cells = [sandbox.cell("cpu"), sandbox.cell("cuda130")]
+
+    def build_b(ctx: StepContext) -> None:
+        if ctx.run.plan.cell.id == cells[0]:
+            raise BuildError("b: nvcc exited 1", fix="read the log")
+
+    recipes.build_b = build_b
+    for key, value in sandbox.environ().items():
+        monkeypatch.setenv(key, value)
+    result = cli("--recipes", str(sandbox.recipes), "build", "--cell", cells[0], "--cell", cells[1], "--recipe", "b", "--no-publish", "--engine", "none")
+    assert result.code == BuildError.exit_code, result.out + result.err
+    # The first cell's failure does not stop the next; the run's table comes after both.
+    *_, title, _top, head, _rule, failed, ok, _bottom, counted = result.out.splitlines()
+    columns = ["cell", "status", "time", "built", "published", "compiler cache", "failed step"]
+    assert title.strip() == "cells" and [c.strip() for c in head.split("┃")[1:-1]] == columns, head
+    assert [c.strip() for c in ok.split("│")[1:3]] == [cells[1], "ok"] and [c.strip() for c in ok.split("│")[4:]] == ["2 of 2", "-", "-", "-", ""], ok
+    assert [c.strip() for c in failed.split("│")[1:3]] == [cells[0], "FAILED"], failed
+    assert [c.strip() for c in failed.split("│")[4:]] == ["1 of 2", "-", "-", "b/build", ""], failed
+    assert re.fullmatch(r"2 cells in \d+\.\ds: 1 ok, 1 FAILED", counted), counted
+    (error,) = result.err.splitlines()  # the failed cell's line, said once
+    assert error == "wheelmill: error: b/build: b: nvcc exited 1; fix: read the log"
+
+
+def test_a_run_of_one_cell_ends_with_its_own_summary(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, recipes: Recipes) -> None:
+    result, _steps = build(cli, monkeypatch, sandbox)
+    assert result.code == 0, result.out + result.err
+    assert result.out.splitlines()[-1].startswith(f"{sandbox.cell('cpu')}: ok in ") and " cells in " not in result.out

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NoReturn, TypeAlias
@@ -21,6 +22,7 @@ from wheelmill.matrix import Matrix, load_matrix
 from wheelmill.plan import REBUILD_ALL, ContainerSetup, Options, plan
 from wheelmill.process import HostRunner, StepLog
 from wheelmill.recipes import Recipe, check_cells, load_recipes
+from wheelmill.report import CellReport
 from wheelmill.settings import Settings
 from wheelmill.spec import CellPlan
 from wheelmill.ui import UI
@@ -120,13 +122,17 @@ def build_cells(prepared: Prepared, console: Console) -> int:
     from wheelmill.pipeline import execute  # noqa: PLC0415 - the build machinery loads only to build
 
     ui = UI(console)
-    worst = 0
+    worst, started = 0, time.monotonic()
+    reports: list[CellReport] = []
     for cell_plan in prepared.plans:
         report = execute(cell_plan, settings=prepared.settings, ui=ui, engine=prepared.engine)
+        reports.append(report)
         failed = report.failed
         if failed is not None and failed.error:
             print_error(f"{failed.step.id}: {failed.error}")
             worst = worst or report.exit_code
+    if len(reports) > 1:  # one cell's own summary says it all
+        ui.run_summary(reports, time.monotonic() - started)
     return worst
 
 
