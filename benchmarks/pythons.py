@@ -112,8 +112,9 @@ def main() -> int:
     print(f"each extra Python's cell rebuilt, every compile from the cache ({cache_counts(rebuilt[0])}): {floor:.2f} of the first")
     # Its processes' CPU time over the cores: no order of its steps, no overlap of one cell
     # with the next, brings a cell below that, only less work (or more cores).
-    least = work / runs.cores() / float(first[cells[0]]["seconds"])
-    print(f"  its processes used {work:.1f} s of CPU; on {runs.cores()} cores that work takes at least {work / runs.cores():.1f} s, {least:.2f} of the first")
+    cores = runs.cores()
+    least = work / cores / float(first[cells[0]]["seconds"])
+    print(f"  its processes used {work:.1f} s of CPU; on {cores} cores that work takes at least {work / cores:.1f} s, {least:.2f} of the first")
     return 0
 
 

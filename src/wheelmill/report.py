@@ -133,6 +133,16 @@ class CellReport:
         return facts
 
     @property
+    def seconds(self) -> float:
+        """How long the cell ran (so far, while it runs)."""
+        return (self.finished or time.time()) - self.started
+
+    @property
+    def compiler_cache(self) -> dict[str, dict[str, Any]]:
+        """The compiler cache's statistics of each recipe built with it."""
+        return {recipe: stats for recipe, stats in (self.facts.get("compiler_cache") or {}).items() if stats}
+
+    @property
     def failed(self) -> StepRecord | None:
         return next((s for s in self.steps if s.status in (Status.FAILED, Status.INTERRUPTED)), None)
 
@@ -154,6 +164,10 @@ class CellReport:
                 return status
         return Status.OK if mine and len(mine) == sum(1 for s in self.plan.steps if s.recipe == recipe) else Status.SKIPPED
 
+    def recipes_with(self, status: Status) -> list[str]:
+        """The plan's recipes that ended with ``status``, in build order."""
+        return [r.name for r in self.plan.recipes if self.recipe_status(r.name) is status]
+
     def as_dict(self) -> dict[str, Any]:
         cell = self.plan.cell
         wheels = self.wheels
@@ -169,7 +183,7 @@ class CellReport:
             "exit_code": self.exit_code,
             "started": _iso(self.started),
             "finished": _iso(self.finished) if self.finished else None,
-            "seconds": round((self.finished or time.time()) - self.started, 2),
+            "seconds": round(self.seconds, 2),
             "facts": self.facts,
             "recipes": [
                 {

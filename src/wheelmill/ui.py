@@ -134,20 +134,19 @@ class UI:
         self.console.print(self._steps_table(report))
         if report.wheels:
             self.console.print(self._wheels_table(report))
-        published = [r.name for r in report.plan.recipes if report.recipe_status(r.name) is Status.PUBLISHED]
+        published = report.recipes_with(Status.PUBLISHED)
         if published:
             names = ", ".join(published)
             again = "--rebuild builds them again, --rebuild RECIPE one of them"
             self.console.print(f"not built again, published in channel {report.plan.channel} for their build keys: {names} ({again})")
-        caches = {recipe: stats for recipe, stats in (report.facts.get("compiler_cache") or {}).items() if stats}
+        caches = report.compiler_cache
         if caches:
             self.console.print(_cache_table(caches))
         for record, check in ((r, c) for r in report.steps for c in r.checks if c.verdict is Verdict.WARN):
             fix = f"; fix: {check.fix}" if check.fix else ""
             self.console.print(f"[yellow]warn[/] {escape(record.step.id)}: {escape(check.name)}: {escape(check.detail + fix)}")
         status = _MARK[report.status]
-        seconds = (report.finished or time.time()) - report.started
-        self.console.print(f"{report.plan.cell.id}: {status} in {_clock(seconds)}; report {escape(str(report.path))}")
+        self.console.print(f"{report.plan.cell.id}: {status} in {_clock(report.seconds)}; report {escape(str(report.path))}")
 
     def run_summary(self, reports: Sequence[CellReport], seconds: float) -> None:
         """After a run of several cells: a row a cell (each one's own summary is above), and
@@ -188,18 +187,15 @@ class UI:
 
 
 def _cell_row(report: CellReport) -> tuple[str, ...]:
-    recipes = [r.name for r in report.plan.recipes]
-    built = [name for name in recipes if report.recipe_status(name) is Status.OK]
-    published = [name for name in recipes if report.recipe_status(name) is Status.PUBLISHED]
-    stats = [s for s in (report.facts.get("compiler_cache") or {}).values() if s]
+    stats = report.compiler_cache.values()
     cache = f"{sum(s['hits'] for s in stats)} hits, {sum(s['misses'] for s in stats)} misses" if stats else "-"
     failed = report.failed
     return (
         report.plan.cell.id,
         _MARK[report.status],
-        _clock((report.finished or time.time()) - report.started),
-        f"{len(built)} of {len(recipes)}",
-        ", ".join(published) or "-",
+        _clock(report.seconds),
+        f"{len(report.recipes_with(Status.OK))} of {len(report.plan.recipes)}",
+        ", ".join(report.recipes_with(Status.PUBLISHED)) or "-",
         cache,
         escape(failed.step.id) if failed else "-",
     )
