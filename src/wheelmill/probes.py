@@ -15,7 +15,6 @@ from packaging.version import InvalidVersion, Version
 
 from wheelmill.envs import site_packages
 from wheelmill.errors import EnvError
-from wheelmill.process import Runner, StepLog
 
 MARK = "WHEELMILL_PROBE "
 
@@ -38,7 +37,8 @@ class TorchInfo:
 
 # Imports the wheel's modules and looks up its torch operators. ``ns::op@Key`` also asks
 # the dispatcher whether a kernel is registered for that key (CUDA kernels can be checked
-# on a machine without a GPU this way).
+# on a machine without a GPU this way). Where every check passed, it then runs the smoke
+# command that ``joined`` says it can (``then``): its exit status is the interpreter's.
 IMPORTS = r"""
 import importlib, json, sys, traceback
 spec = json.loads(sys.argv[1])
@@ -64,8 +64,44 @@ for op in spec["ops"]:
         results.append({"name": "torch.ops " + op, "ok": ok, "detail": detail})
     except Exception as exc:
         results.append({"name": "torch.ops " + op, "ok": False, "detail": "%s: %s" % (type(exc).__name__, exc)})
-print("WHEELMILL_PROBE " + json.dumps(results))
+print("WHEELMILL_PROBE " + json.dumps(results), flush=True)
+then = spec.get("then")
+if then and all(r["ok"] for r in results):
+    # The smoke command, as its own interpreter would run it (see ``joined``).
+    import os, runpy, types
+    kind, target, rest = then["kind"], then["target"], then["args"]
+    if kind == "-m":
+        sys.argv = [target, *rest]
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
+    elif kind == "-c":
+        sys.argv = ["-c", *rest]
+        main = sys.modules["__main__"] = types.ModuleType("__main__")
+        exec(compile(target, "<string>", "exec"), main.__dict__)
+    else:
+        sys.argv = [target, *rest]
+        sys.path[0] = os.path.dirname(os.path.abspath(target))
+        runpy.run_path(target, run_name="__main__")
 """
+
+
+def joined(argv: Sequence[str], python: str) -> dict[str, Any] | None:
+    """How the import probe's interpreter runs a smoke command after its checks, instead of a
+    second interpreter importing torch again (seconds of CPU a recipe): a command that runs
+    ``python`` on ``-c CODE``, ``-m MODULE`` or a script, with its arguments. None for any
+    other: another program, or interpreter options (``-X``, ``-W``, ``-I``: its own
+    interpreter).
+
+    >>> joined(["/env/bin/python", "-m", "pytest", "-q", "tests"], "/env/bin/python")
+    {'kind': '-m', 'target': 'pytest', 'args': ['-q', 'tests']}
+    >>> joined(["/env/bin/python", "-X", "dev", "-c", "pass"], "/env/bin/python") is None
+    True
+    """
+    if len(argv) < 2 or argv[0] != python:
+        return None
+    flag, *rest = argv[1:]
+    if flag in {"-c", "-m"}:
+        return {"kind": flag, "target": rest[0], "args": rest[1:]} if rest else None
+    return None if flag.startswith("-") else {"kind": "script", "target": flag, "args": rest}
 
 
 def parse(output: str) -> list[dict[str, Any]] | None:
@@ -79,13 +115,6 @@ def parse(output: str) -> list[dict[str, Any]] | None:
                 return None
             return data if isinstance(data, list) and all(isinstance(d, dict) and {"name", "ok", "detail"} <= d.keys() for d in data) else None
     return None
-
-
-def run_probe(
-    runner: Runner, python: Path, source: str, args: Sequence[str], *, env: dict[str, str], log: StepLog, cwd: Path | None = None
-) -> list[dict[str, Any]] | None:
-    result = runner.run([str(python), "-c", source, *args], env=env, log=log, cwd=cwd, keep_output=True)
-    return parse(result.output)
 
 
 def read_torch(env_root: Path) -> TorchInfo:

@@ -1,7 +1,8 @@
 """The install test: the repaired wheel goes into a second, clean env (the locked torch and
 nothing of the build), is imported, its torch operators are looked up, and the recipe's
-smoke command runs from an empty directory so nothing is imported from the source tree.
-Only a wheel that passes lands in ``<cell>/dist``."""
+smoke command runs from an empty directory so nothing is imported from the source tree:
+in the probe's interpreter, after its checks, where it runs the env's Python
+(``probes.joined``). Only a wheel that passes lands in ``<cell>/dist``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import shutil
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from packaging.utils import canonicalize_name
 
@@ -18,7 +20,7 @@ from wheelmill.context import Outcome, StepContext
 from wheelmill.envs import Env, constraints_from_lock
 from wheelmill.errors import CommandFailed, InstallTestError
 from wheelmill.files import Linked, write_all
-from wheelmill.probes import IMPORTS, run_probe
+from wheelmill.probes import IMPORTS, MARK, joined, parse
 from wheelmill.process import StepLog, base_environment
 from wheelmill.report import WheelRecord
 from wheelmill.spec import CellPlan, RecipeSpec
@@ -31,24 +33,29 @@ from wheelmill.wheelfile import read_wheel
 def install_test(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     wheel = ctx.done.get(Repaired, spec.name).wheel
     env = _test_env(ctx, spec, wheel)
-    # The import probe and the smoke command each start a Python that imports torch
-    # (seconds); they are independent, so they run side by side, the probe with its own log.
-    probe_log = StepLog(ctx.log.path.with_suffix(".imports.log"))
-    ctx.log.note(f"import probe running beside the smoke command, logging to {probe_log.path}")
-    with probe_log, ThreadPoolExecutor(max_workers=1) as pool:
-        probing = pool.submit(_probe, ctx, spec, env, probe_log)
-        smoke = _smoke(ctx, spec, env) if spec.smoke else None
-        results = probing.result()
-    failed = [r for r in results if r.verdict is Verdict.FAIL]
-    if failed:
-        raise InstallTestError(f"{spec.name}: " + "; ".join(f"{r.name}: {r.detail}" for r in failed), fix=f"read {probe_log.path}")
-    if isinstance(smoke, InstallTestError):
-        raise smoke
-    results += [smoke] if smoke else []
+    smoke = _smoke_argv(ctx, spec, env)
+    then = joined(smoke, str(env.python)) if smoke and (spec.imports or spec.torch_ops) else None
+    # The import probe's interpreter runs the smoke command after its checks where it can:
+    # one import of torch (seconds of CPU) where two interpreters would each make one.
+    results = _probe(ctx, spec, env, ctx.log, then=then) if then else _beside(ctx, spec, env, smoke)
     delivered = deliver(ctx.run.layout.dist, wheel)
     keep_bytecode(ctx, env, "of the test env kept, for the next envs")
     shutil.rmtree(env.root, ignore_errors=True)
     return Outcome(checks=results, made=(WheelRecord.of(delivered),))
+
+
+def _beside(ctx: StepContext, spec: RecipeSpec, env: Env, smoke: list[str] | None) -> list[CheckResult]:
+    """The probe and a smoke command it cannot run (another program, interpreter options):
+    each imports torch (seconds), so they run side by side, the probe with its own log."""
+    probe_log = StepLog(ctx.log.path.with_suffix(".imports.log"))
+    ctx.log.note(f"import probe running beside the smoke command, logging to {probe_log.path}")
+    with probe_log, ThreadPoolExecutor(max_workers=1) as pool:
+        probing = pool.submit(_probe, ctx, spec, env, probe_log)
+        verdict = _smoke(ctx, spec, env, smoke) if smoke else None
+        results = probing.result()  # its error first: it says more than the smoke's
+    if isinstance(verdict, InstallTestError):
+        raise verdict
+    return [*results, verdict] if verdict else results
 
 
 def _test_env(ctx: StepContext, spec: RecipeSpec, wheel: Path) -> Env:
@@ -69,32 +76,66 @@ def _test_env(ctx: StepContext, spec: RecipeSpec, wheel: Path) -> Env:
     return env
 
 
-def _probe(ctx: StepContext, spec: RecipeSpec, env: Env, log: StepLog) -> list[CheckResult]:
+def _probe(ctx: StepContext, spec: RecipeSpec, env: Env, log: StepLog, *, then: dict[str, Any] | None = None) -> list[CheckResult]:
+    """The import probe's checks, each passed (else its error); ``then``: the smoke command's
+    verdict after them, run by the same interpreter (its output to the terminal too)."""
     if not spec.imports and not spec.torch_ops:
         return [CheckResult.skipped("import", "the recipe names no module or operator")]
-    request = json.dumps({"imports": list(spec.imports), "ops": list(spec.torch_ops)})
+    request = json.dumps({"imports": list(spec.imports), "ops": list(spec.torch_ops), "then": then})
+    lines: list[str] = []
+
+    def seen(line: str) -> None:
+        lines.append(line)
+        if then:
+            ctx.run.on_line(line)
+
+    failed: CommandFailed | None = None
     with tempfile.TemporaryDirectory(prefix="wheelmill-probe-", dir=ctx.run.layout.root) as cwd:
         try:
-            data = run_probe(ctx.where.runner, env.python, IMPORTS, [request], env=base_environment([env.bin_dir]), log=log, cwd=Path(cwd))
-        except CommandFailed as failed:
-            raise InstallTestError(f"{spec.name}: importing torch in the test env failed: {failed.last_line()}", fix=f"read {failed.log}") from None
+            ctx.where.runner.run([str(env.python), "-c", IMPORTS, request], env=base_environment([env.bin_dir]), log=log, cwd=Path(cwd), on_line=seen)
+        except CommandFailed as exc:  # the smoke's failure, where the probe said its result first
+            failed = exc
+    checks = _checks(spec, parse("".join(lines)), failed, log)
+    if then is None:
+        return checks
+    if failed:
+        raise InstallTestError(f"{spec.name}: smoke command failed (exit {failed.returncode}): {failed.last_line()}", fix=f"read {failed.log}")
+    said = [line.strip() for line in lines[_marked(lines) + 1 :] if line.strip()]
+    return [*checks, CheckResult.passed("smoke", said[-1][:160] if said else "passed")]
+
+
+def _checks(spec: RecipeSpec, data: list[dict[str, Any]] | None, failed: CommandFailed | None, log: StepLog) -> list[CheckResult]:
+    """The probe's result as checks, or the error that says why there is none, or which failed."""
+    if data is None and failed:
+        raise InstallTestError(f"{spec.name}: importing torch in the test env failed: {failed.last_line()}", fix=f"read {failed.log}")
     if data is None:
         raise InstallTestError(
             f"{spec.name}: the import probe printed no result: something it imported ended the interpreter or printed a result line of its own",
             fix=f"read {log.path}",
         )
-    return [
+    checks = [
         CheckResult.passed(r["name"], r["detail"]) if r["ok"] else CheckResult.failed(r["name"], r["detail"], "check the module and its operator registration")
         for r in data
     ]
+    wrong = [c for c in checks if c.verdict is Verdict.FAIL]
+    if wrong:
+        raise InstallTestError(f"{spec.name}: " + "; ".join(f"{c.name}: {c.detail}" for c in wrong), fix=f"read {log.path}")
+    return checks
 
 
-def _smoke(ctx: StepContext, spec: RecipeSpec, env: Env) -> CheckResult | InstallTestError:
+def _marked(lines: list[str]) -> int:
+    return max(i for i, line in enumerate(lines) if line.startswith(MARK))
+
+
+def _smoke_argv(ctx: StepContext, spec: RecipeSpec, env: Env) -> list[str] | None:
+    if not spec.smoke:
+        return None
+    values = {"python": str(env.python), "source": str(ctx.done.get(Fetched, spec.name).root), **spec.template_values()}
+    return [fill(part, values) for part in spec.smoke]
+
+
+def _smoke(ctx: StepContext, spec: RecipeSpec, env: Env, argv: list[str]) -> CheckResult | InstallTestError:
     """The smoke command's verdict, or its error (raised after the probe's, which says more)."""
-    assert spec.smoke is not None
-    source = ctx.done.get(Fetched, spec.name).root
-    values = {"python": str(env.python), "source": str(source), **spec.template_values()}
-    argv = [fill(part, values) for part in spec.smoke]
     with tempfile.TemporaryDirectory(prefix="wheelmill-smoke-", dir=ctx.run.layout.root) as cwd:
         try:
             result = ctx.where.runner.run(argv, env=base_environment([env.bin_dir]), log=ctx.log, cwd=Path(cwd), on_line=ctx.run.on_line, keep_output=True)
