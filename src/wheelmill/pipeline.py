@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
@@ -41,7 +41,11 @@ from wheelmill.ui import UI, step_label
 NO_RETRY = RetryPolicy(attempts=1)
 
 
-def execute(plan: CellPlan, *, settings: Settings, ui: UI, engine: Engine | None = None) -> CellReport:
+def execute(
+    plan: CellPlan, *, settings: Settings, ui: UI, engine: Engine | None = None, started: Callable[[CellReport], None] = lambda _report: None
+) -> CellReport:
+    """The cell's report, once its plan ran; ``started`` is given it first, so a caller that
+    Ctrl-C stops (the error raised here) still has it."""
     layout = Layout(output=settings.output.resolve(), cell=plan.cell.id)
 
     def busy(holder: str) -> BusyError:
@@ -50,6 +54,7 @@ def execute(plan: CellPlan, *, settings: Settings, ui: UI, engine: Engine | None
     with file_lock(layout.root / ".lock", busy=busy):
         run = RunContext(plan=plan, settings=settings, layout=layout, engine=engine, on_line=ui.line)
         report = CellReport(plan=plan, path=layout.report)
+        started(report)
         _clear_logs(layout)
         ui.cell_started(plan.cell.id, plan.cell.variant.describe())
         try:

@@ -35,6 +35,7 @@ _MARK = {
     Status.INTERRUPTED: "[yellow]interrupted[/]",
     Status.PUBLISHED: "[cyan]published[/]",
 }
+_NOT_STARTED = "[dim]not started[/]"  # a cell after one that Ctrl-C stopped, or that could not start
 _VERDICT = {Verdict.PASS: "[green]pass[/]", Verdict.FAIL: "[red]FAIL[/]", Verdict.WARN: "[yellow]warn[/]", Verdict.SKIP: "[dim]skip[/]"}
 
 
@@ -148,18 +149,21 @@ class UI:
         status = _MARK[report.status]
         self.console.print(f"{report.plan.cell.id}: {status} in {_clock(report.seconds)}; report {escape(str(report.path))}")
 
-    def run_summary(self, reports: Sequence[CellReport], seconds: float) -> None:
-        """After a run of several cells: a row a cell (each one's own summary is above), and
-        a line that counts them."""
+    def run_summary(self, reports: Sequence[CellReport], seconds: float, *, not_started: Sequence[str] = ()) -> None:
+        """After a run of several cells: a row a cell (each one's own summary is above), those
+        an interruption kept from starting included, and a line that counts them."""
         table = Table(title="cells", title_justify="left")
         for column in ("cell", "status", "time", "built", "published", "compiler cache", "failed step"):
             table.add_column(column, overflow="fold")
         for report in reports:
             table.add_row(*_cell_row(report))
+        for cell in not_started:
+            table.add_row(cell, _NOT_STARTED, *("-" for _ in range(5)))
         self.console.print(table)
         counts = Counter(report.status for report in reports)
-        said = ", ".join(f"{counts[status]} {mark}" for status, mark in _MARK.items() if counts[status])
-        self.console.print(f"{len(reports)} cells in {_clock(seconds)}: {said}")
+        said = [f"{counts[status]} {mark}" for status, mark in _MARK.items() if counts[status]]
+        said += [f"{len(not_started)} {_NOT_STARTED}"] if not_started else []
+        self.console.print(f"{len(reports) + len(not_started)} cells in {_clock(seconds)}: {', '.join(said)}")
 
     def _steps_table(self, report: CellReport) -> Table:
         table = Table(title=f"{report.plan.cell.id} ({report.plan.engine})", title_justify="left")

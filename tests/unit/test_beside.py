@@ -194,6 +194,28 @@ def test_a_run_of_several_cells_ends_with_a_row_a_cell_and_a_count(cli: CliRunne
     assert error == "wheelmill: error: b/build: b: nvcc exited 1; fix: read the log"
 
 
+def test_ctrl_c_in_a_run_of_several_cells_ends_with_the_runs_rows_and_the_cells_not_started(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, recipes: Recipes
+) -> None:
+    cells = [sandbox.cell("cpu"), sandbox.cell("cuda130")]
+
+    def build_b(_ctx: StepContext) -> None:
+        raise KeyboardInterrupt
+
+    recipes.build_b = build_b
+    for key, value in sandbox.environ().items():
+        monkeypatch.setenv(key, value)
+    result = cli("--recipes", str(sandbox.recipes), "build", "--cell", cells[0], "--cell", cells[1], "--recipe", "b", "--no-publish", "--engine", "none")
+    assert result.code == Interrupted.exit_code, result.out + result.err
+    *_, interrupted, not_started, _bottom, counted = result.out.splitlines()
+    assert [c.strip() for c in interrupted.split("│")[1:3]] == [cells[0], "interrupted"], interrupted
+    assert [c.strip() for c in not_started.split("│")[1:-1]] == [cells[1], "not started", "-", "-", "-", "-", "-"], not_started
+    assert re.fullmatch(r"2 cells in \d+\.\ds: 1 interrupted, 1 not started", counted), counted
+    (error,) = result.err.splitlines()
+    assert error.startswith(f"wheelmill: error: {cells[0]}: interrupted during b/build; fix: ")
+    assert not (sandbox.output / cells[1]).exists()
+
+
 def test_a_run_of_one_cell_ends_with_its_own_summary(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, recipes: Recipes) -> None:
     result, _steps = build(cli, monkeypatch, sandbox)
     assert result.code == 0, result.out + result.err

@@ -16,7 +16,7 @@ from rich.console import Console
 from wheelmill import envs
 from wheelmill.containers.engine import ENGINE_CHOICES, Engine, detect
 from wheelmill.containers.pins import load_pins
-from wheelmill.errors import UsageError
+from wheelmill.errors import UsageError, WheelmillError
 from wheelmill.index.store import usage
 from wheelmill.matrix import Matrix, load_matrix
 from wheelmill.plan import REBUILD_ALL, ContainerSetup, Options, plan
@@ -122,16 +122,20 @@ def build_cells(prepared: Prepared, console: Console) -> int:
     from wheelmill.pipeline import execute  # noqa: PLC0415 - the build machinery loads only to build
 
     ui = UI(console)
-    worst, started = 0, time.monotonic()
-    reports: list[CellReport] = []
-    for cell_plan in prepared.plans:
-        report = execute(cell_plan, settings=prepared.settings, ui=ui, engine=prepared.engine)
-        reports.append(report)
-        failed = report.failed
-        if failed is not None and failed.error:
-            print_error(f"{failed.step.id}: {failed.error}")
-            worst = worst or report.exit_code
-    if len(reports) > 1:  # one cell's own summary says it all
+    worst, started, plans = 0, time.monotonic(), prepared.plans
+    reports: list[CellReport] = []  # each cell's, from its start: Ctrl-C leaves it recorded
+    try:
+        for cell_plan in plans:
+            report = execute(cell_plan, settings=prepared.settings, ui=ui, engine=prepared.engine, started=reports.append)
+            failed = report.failed
+            if failed is not None and failed.error:
+                print_error(f"{failed.step.id}: {failed.error}")
+                worst = worst or report.exit_code
+    except (WheelmillError, KeyboardInterrupt):  # Ctrl-C, or a cell that could not start
+        if len(plans) > 1:
+            ui.run_summary(reports, time.monotonic() - started, not_started=[p.cell.id for p in plans[len(reports) :]])
+        raise
+    if len(plans) > 1:  # one cell's own summary says it all
         ui.run_summary(reports, time.monotonic() - started)
     return worst
 
