@@ -14,8 +14,9 @@ before each run, and nothing is published (``--no-publish``), so nothing is skip
 Prints both wall times, each cell's time and build steps (from its report) with the compiler
 cache's hits and misses, and the cost of each extra Python as a fraction of the first
 (target: <= 0.20; device code does not depend on Python, so only what does should be
-compiled again): the whole cell by its own time against the first Python's alone (the
-steadier figure), and by the difference of the two runs; its build steps against the first's.
+compiled again): by the difference of the two runs (the run of several starts each cell
+while the one before it ends its last steps, so that is what a cell adds), and the whole
+cell by its own time against the first Python's alone; its build steps against the first's.
 Then the extra cells are built once more, every compile a cache hit: what an extra Python
 costs that no compiler cache takes away (its env, the frontends importing torch, the
 cache's lookups, repair, the install tests), as a fraction of the first, and the CPU time
@@ -103,9 +104,10 @@ def main() -> int:
     print(f"{', '.join(cells)} in one run: {together:.1f} s")
     for cell, report in reports.items():
         print(f"  {cell}: the cell {report['seconds']:.1f} s, of which build steps {build_seconds(report):.1f} s ({cache_counts(report)})")
-    # The difference of two runs carries both runs' noise (10 % of the first Python's time
-    # here); the extra cells' own times (their reports') carry only theirs.
-    print(f"each extra Python costs {own:.2f} of the first, whole cell, by its own time; {difference:.2f} by the runs' difference (target <= {TARGET:.2f})")
+    # What the run of several took longer is the cost. An extra cell starts while the cell
+    # before it ends (its last wheel's tests on a thread): its own time (its report's) counts
+    # from its start, sharing the cores with that, so it says more than the cell costs.
+    print(f"each extra Python costs {difference:.2f} of the first by the runs' difference (target <= {TARGET:.2f}); by its own time {own:.2f}")
     print(f"each extra Python's build steps cost {compiles:.2f} of the first's (target <= {TARGET:.2f})")
     # What no compiler cache can take away: the same cells again, every compile a hit.
     floor = fmean([float(report["seconds"]) for report in rebuilt]) / float(first[cells[0]]["seconds"])

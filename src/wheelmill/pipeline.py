@@ -8,6 +8,11 @@ on. Network steps retry transient failures; nothing else is retried. Ctrl-C stop
 running command's whole process tree, marks the step interrupted and leaves a valid
 report.
 
+A recipe's install test runs on a thread beside the next steps (``Beside``); in a run of
+several cells, a cell's steps after its last build run on a thread while the next cell
+starts (``Ending``). Ctrl-C reaches the main thread only: it stops the others' commands,
+and their steps end interrupted too.
+
 This is the error boundary of a build: whatever a step raises ends as a recorded step
 result, one line and an exit code; what wheelmill did not expect is recorded as an
 internal error, its traceback in the step's log, never on the terminal.
@@ -19,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
@@ -33,7 +38,7 @@ from wheelmill.process import HostRunner, StepLog, netless_prefix, stop_running
 from wheelmill.report import CellReport, Status, StepRecord
 from wheelmill.retry import RetryPolicy, TransientError, with_retries
 from wheelmill.settings import Settings
-from wheelmill.spec import CellPlan, Step
+from wheelmill.spec import CellPlan, Step, StepKind
 from wheelmill.steps import BY_KIND, CellStep, RecipeStep, StepDefinition
 from wheelmill.steps.keys import BuildKeys
 from wheelmill.ui import UI, step_label
@@ -41,30 +46,83 @@ from wheelmill.ui import UI, step_label
 NO_RETRY = RetryPolicy(attempts=1)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Ending:
+    """A cell whose steps after its last build (checking, repairing, testing and publishing
+    the last recipe's wheel, the cell's closure) run on a thread while the run's next cell
+    starts; then what they held ends, the report is written and said, and the lock goes."""
+
+    report: CellReport
+    stopping: threading.Event  # the run's: set, its running step ends interrupted
+    future: Future[CellReport]
+
+    def stop(self) -> None:
+        """Ctrl-C: its running command is stopped, its step and the rest recorded interrupted."""
+        self.stopping.set()
+        stop_running()
+        with suppress(WheelmillError):  # its Interrupted: the caller's says it, once
+            self.future.result()
+
+
 def execute(
-    plan: CellPlan, *, settings: Settings, ui: UI, engine: Engine | None = None, started: Callable[[CellReport], None] = lambda _report: None
-) -> CellReport:
+    plan: CellPlan,
+    *,
+    settings: Settings,
+    ui: UI,
+    engine: Engine | None = None,
+    started: Callable[[CellReport], None] = lambda _report: None,
+    stopping: threading.Event | None = None,
+    ending: ThreadPoolExecutor | None = None,
+) -> CellReport | Ending:
     """The cell's report, once its plan ran; ``started`` is given it first, so a caller that
-    Ctrl-C stops (the error raised here) still has it."""
+    Ctrl-C stops (the error raised here) still has it. With ``ending`` (a run with a cell
+    after this one), the steps after the last build run there: see ``Ending``. ``stopping``:
+    the run's, set when Ctrl-C stops the steps of its threads."""
     layout = Layout(output=settings.output.resolve(), cell=plan.cell.id)
+    stopping = stopping or threading.Event()
 
     def busy(holder: str) -> BusyError:
         return BusyError(f"{plan.cell.id}: another build of this cell is running ({holder})", fix="wait for it, or use another WHEELMILL_OUTPUT")
 
-    with file_lock(layout.root / ".lock", busy=busy):
+    locked, held = ExitStack(), ExitStack()  # the cell's lock; what steps hand over (the container)
+    locked.enter_context(file_lock(layout.root / ".lock", busy=busy))
+    report = CellReport(plan=plan, path=layout.report)
+    try:
         run = RunContext(plan=plan, settings=settings, layout=layout, engine=engine, on_line=ui.line)
-        report = CellReport(plan=plan, path=layout.report)
         started(report)
         _clear_logs(layout)
         ui.cell_started(plan.cell.id, plan.cell.variant.describe())
+        rest = _run_steps(run, report, ui, held.enter_context, stopping=stopping, hand_over=ending is not None)
+    except BaseException:
+        _end(report, ui, held, locked)
+        raise
+    if rest is None or ending is None:
+        _end(report, ui, held, locked)
+        return report
+    return Ending(report=report, stopping=stopping, future=ending.submit(_run_rest, run, report, ui, held, locked, rest=rest, stopping=stopping))
+
+
+def _run_rest(run: RunContext, report: CellReport, ui: UI, held: ExitStack, locked: ExitStack, *, rest: Rest, stopping: threading.Event) -> CellReport:
+    """On the ending thread: the cell's steps from ``rest`` on, then its end."""
+    try:
+        _run_steps(run, report, ui, held.enter_context, stopping=stopping, rest=rest)
+    finally:
+        _end(report, ui, held, locked)
+    return report
+
+
+def _end(report: CellReport, ui: UI, held: ExitStack, locked: ExitStack) -> None:
+    """What the steps held ends first (the container); then the report is written and said,
+    interrupted too (it says how far it got); then the lock goes."""
+    try:
+        held.close()
+    finally:
         try:
-            with ExitStack() as held:  # what steps hand over (the container) ends first
-                _run_steps(run, report, ui, held.enter_context)
-        finally:  # interrupted too: the report says how far it got
             report.finished = time.time()
             report.write()
             ui.summary(report)
-    return report
+        finally:
+            locked.close()
 
 
 def host(settings: Settings) -> Where:
@@ -85,16 +143,34 @@ def conda_channels(settings: Settings) -> list[str]:
         return []
 
 
-def _run_steps(run: RunContext, report: CellReport, ui: UI, hold: Hold) -> None:
+@dataclass(frozen=True, kw_only=True)
+class Rest:
+    """Where a cell's steps go on: the index of the next one, and where commands run."""
+
+    index: int
+    where: Where
+
+
+def _run_steps(
+    run: RunContext, report: CellReport, ui: UI, hold: Hold, *, stopping: threading.Event, hand_over: bool = False, rest: Rest | None = None
+) -> Rest | None:
+    """Run the plan's steps (from ``rest`` on); ``hand_over``: stop after the last build, the
+    step beside it awaited, and return where the rest starts (None where nothing is left)."""
     steps = run.plan.steps
-    where = host(run.settings)
+    where = rest.where if rest else host(run.settings)
+    last = last_build(steps)
+    handing = last + 1 if hand_over and last >= 0 else None  # a cell that builds nothing keeps its steps
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="wheelmill-beside") as pool:
         beside: Beside | None = None
         try:
-            for index, step in enumerate(steps, start=1):
-                if beside and (waits_for(step, beside.step) or _goes_beside(step, run.settings)):
+            for index, step in enumerate(steps[rest.index if rest else 0 :], start=(rest.index if rest else 0) + 1):
+                if stopping.is_set():  # Ctrl-C in the run's next cell, while this one ends on a thread
+                    _interrupted(run.plan, step, steps[index - 1 :], report)
+                if beside and (waits_for(step, beside.step) or _goes_beside(step, run.settings) or index - 1 == handing):
                     _await(beside, report, ui)
                     beside = None
+                if index - 1 == handing:
+                    return Rest(index=index - 1, where=where)
                 stop = blocked(step, run.plan, report)
                 if stop:
                     report.steps.append(StepRecord(step=step, status=stop.status, error=stop.reason, made=stop.made))
@@ -102,9 +178,9 @@ def _run_steps(run: RunContext, report: CellReport, ui: UI, hold: Hold) -> None:
                     continue
                 position = (index, len(steps))
                 if _goes_beside(step, run.settings) and index < len(steps) and not waits_for(steps[index], step):
-                    beside = _start_beside(pool, run, step, steps[index], where=where, report=report, position=position, ui=ui, hold=hold)
+                    beside = _start_beside(pool, run, step, steps[index], stopping=stopping, where=where, report=report, position=position, ui=ui, hold=hold)
                     continue
-                record = run_step(run, step, where=where, report=report, position=position, ui=ui, hold=hold)
+                record = run_step(run, step, where=where, report=report, position=position, ui=ui, hold=hold, stopping=stopping)
                 report.steps.append(record)
                 where = next((made for made in record.made if isinstance(made, Where)), where)
                 report.write()
@@ -116,6 +192,12 @@ def _run_steps(run: RunContext, report: CellReport, ui: UI, hold: Hold) -> None:
             raise
         if beside:
             _await(beside, report, ui)
+    return None
+
+
+def last_build(steps: Sequence[Step]) -> int:
+    """The index of the plan's last build step (-1 where it has none)."""
+    return max((i for i, step in enumerate(steps) if step.kind is StepKind.BUILD), default=-1)
 
 
 def _interrupted(plan: CellPlan, step: Step, rest: Sequence[Step], report: CellReport) -> NoReturn:
@@ -136,7 +218,7 @@ class Beside:
     step: Step
     after: Step  # the plan's next step, which its record goes before
     label: str  # what the terminal knows it by
-    stopping: threading.Event  # set before Ctrl-C stops its commands: it ends interrupted
+    stopping: threading.Event  # the run's, set before Ctrl-C stops its commands: it ends interrupted
     future: Future[tuple[StepRecord, bool]]
 
 
@@ -147,10 +229,12 @@ def waits_for(step: Step, pending: Step) -> bool:
     return step.recipe is None or step.recipe == pending.recipe
 
 
-def _start_beside(pool: ThreadPoolExecutor, run: RunContext, step: Step, after: Step, *, position: tuple[int, int], ui: UI, **context: Any) -> Beside:
+def _start_beside(
+    pool: ThreadPoolExecutor, run: RunContext, step: Step, after: Step, *, stopping: threading.Event, position: tuple[int, int], ui: UI, **context: Any
+) -> Beside:
     ui.step_beside(step, *position)
     quiet = replace(run, on_line=lambda _line: None)  # the terminal's progress line is the main step's
-    label, stopping = step_label(step, *position), threading.Event()
+    label = step_label(step, *position)
     future = pool.submit(_run_beside, quiet, step, label=label, stopping=stopping, position=position, ui=ui, **context)
     return Beside(step=step, after=after, label=label, stopping=stopping, future=future)
 
@@ -223,10 +307,20 @@ def _published(step: Step, keys: BuildKeys | None) -> Blocked | None:
 
 
 def run_step(
-    run: RunContext, step: Step, *, where: Where, report: CellReport, position: tuple[int, int], ui: UI, hold: Hold, beside: bool = False
+    run: RunContext,
+    step: Step,
+    *,
+    where: Where,
+    report: CellReport,
+    position: tuple[int, int],
+    ui: UI,
+    hold: Hold,
+    beside: bool = False,
+    stopping: threading.Event | None = None,
 ) -> StepRecord:
     """``step``'s record, once it ran; ``beside``: on a thread beside the main one, whose
-    caller says that it started and how it ended."""
+    caller says that it started and how it ended. ``stopping``: once set, a failure is
+    Ctrl-C's (on a thread, which it reaches by stopping the commands): interrupted."""
     definition = BY_KIND[step.kind]
     log = StepLog(run.layout.logs / f"{position[0]:02d}-{step.id.replace('/', '-')}.log")
     record = StepRecord(step=step, status=Status.OK, log=str(log.path))
@@ -250,7 +344,10 @@ def run_step(
     except KeyboardInterrupt:
         record.status, record.error, record.exit_code = Status.INTERRUPTED, "interrupted", Interrupted.exit_code
     except Exception as exc:  # noqa: BLE001 - the boundary: every failure becomes this step's record
-        _fail(record, failure(definition, step, exc, record.attempts, log))
+        if stopping is not None and stopping.is_set():
+            record.status, record.error, record.exit_code = Status.INTERRUPTED, "interrupted", Interrupted.exit_code
+        else:
+            _fail(record, failure(definition, step, exc, record.attempts, log))
     finally:
         record.seconds = time.monotonic() - started
         log.note(f"{step.id}: {record.status} after {record.seconds:.1f}s, {record.attempts} attempt(s)")

@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -46,10 +46,48 @@ def make_console(stream: object = None) -> Console:
     return Console(file=file, width=None if interactive else 200, highlight=False, soft_wrap=False)  # type: ignore[arg-type]
 
 
+class Held:
+    """A stream that keeps what a cell writes while the run's cell before it ends on a thread
+    (its last steps' lines and its summary come first), then writes it, and writes through."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream, self._holding, self._lock = stream, True, threading.Lock()
+        self._kept: list[str] = []
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            if self._holding:
+                self._kept.append(text)
+            else:
+                self._stream.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        with self._lock:
+            if not self._holding:
+                self._stream.flush()
+
+    def release(self) -> None:
+        with self._lock:
+            self._holding = False
+            self._stream.write("".join(self._kept))
+            self._kept.clear()
+            self._stream.flush()
+
+    def isatty(self) -> bool:  # a spinner once it writes through, not into what it keeps
+        return not self._holding and self._stream.isatty()
+
+
+def held_console(console: Console) -> tuple[Console, Held]:
+    """A console for the run's next cell, as wide as ``console``, whose output is held until
+    ``release``."""
+    held = Held(console.file)
+    return Console(file=held, width=console.width, highlight=False, soft_wrap=False), held  # type: ignore[arg-type]
+
+
 class UI:
     def __init__(self, console: Console | None = None) -> None:
         self.console = console or make_console()
-        self.live = self.console.is_terminal and not os.environ.get("CI")
         self._spinner: Spinner | None = None
         self._step: Step | None = None
         self._label = ""
@@ -59,6 +97,11 @@ class UI:
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
         self._published: set[str | None] = set()  # recipes (None: the cell) said published
+
+    @property
+    def live(self) -> bool:
+        """A spinner a step, not a line: on a terminal, but in CI."""
+        return self.console.is_terminal and not os.environ.get("CI")
 
     def cell_started(self, cell: str, detail: str) -> None:
         self.console.print(f"[bold]wheelmill[/] build [bold]{cell}[/]: {escape(detail)}")

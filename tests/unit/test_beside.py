@@ -216,6 +216,83 @@ def test_ctrl_c_in_a_run_of_several_cells_ends_with_the_runs_rows_and_the_cells_
     assert not (sandbox.output / cells[1]).exists()
 
 
+def two_cells(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox) -> tuple[CliResult, list[str]]:
+    cells = [sandbox.cell("cpu"), sandbox.cell("cuda130")]
+    for key, value in sandbox.environ().items():
+        monkeypatch.setenv(key, value)
+    result = cli("--recipes", str(sandbox.recipes), "build", "--cell", cells[0], "--cell", cells[1], "--recipe", "b", "--no-publish", "--engine", "none")
+    return result, cells
+
+
+def before(monkeypatch: pytest.MonkeyPatch, kind: StepKind, hook: Callable[[StepContext, RecipeSpec], None]) -> None:
+    """``hook`` runs before the stand-in of every step of this kind."""
+    definition = BY_KIND[kind]
+
+    def run(ctx: StepContext, spec: RecipeSpec) -> Outcome:
+        hook(ctx, spec)
+        return definition.run(ctx, spec)  # type: ignore[call-arg]
+
+    monkeypatch.setitem(BY_KIND, kind, dataclasses.replace(definition, run=run))  # type: ignore[arg-type]
+
+
+def test_a_cells_steps_after_its_last_build_run_beside_the_next_cells_first_ones(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, recipes: Recipes
+) -> None:
+    next_building, seen = threading.Event(), []
+
+    def build(ctx: StepContext, _spec: RecipeSpec) -> None:
+        if ctx.run.plan.cell.id.startswith("cuda130"):
+            next_building.set()
+
+    def test_b(ctx: StepContext, spec: RecipeSpec) -> None:
+        if spec.name == "b" and ctx.run.plan.cell.id.startswith("cpu"):
+            seen.append(next_building.wait(WAIT))
+
+    before(monkeypatch, StepKind.BUILD, build)
+    before(monkeypatch, StepKind.INSTALL_TEST, test_b)
+    result, cells = two_cells(cli, monkeypatch, sandbox)
+    assert result.code == 0, result.out + result.err
+    assert seen == [True], "the next cell did not build while the first one's last install test ran"
+    # What the next cell said meanwhile comes after the first one's lines and summary.
+    out = result.out
+    last = len(KINDS) * 2 + 4  # the cell's four steps, then the recipes' (none after them, unpublished)
+    assert out.index(f"ok [{last}/{last}] b/install-test") < out.index(f"{cells[0]}: ok in ") < out.index(f"wheelmill build {cells[1]}")
+    for name in cells:
+        report = json.loads((sandbox.output / name / "report.json").read_text())
+        assert [(s["recipe"], s["step"], s["status"]) for s in report["steps"] if s["recipe"]] == [(r, k.value, "ok") for r in ("a", "b") for k in KINDS]
+    assert re.fullmatch(r"2 cells in \d+\.\ds: 2 ok", out.splitlines()[-1])
+
+
+def test_ctrl_c_in_the_next_cell_stops_the_steps_of_the_cell_still_ending(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, recipes: Recipes
+) -> None:
+    sleeping = threading.Event()
+
+    def test_b(ctx: StepContext, spec: RecipeSpec) -> None:  # a real command, which Ctrl-C must stop
+        if spec.name == "b" and ctx.run.plan.cell.id.startswith("cpu"):
+            sleeping.set()
+            ctx.where.runner.run(["sleep", str(int(WAIT * 2))], env=base_environment([]), log=ctx.log)
+
+    def build_a(ctx: StepContext, spec: RecipeSpec) -> None:
+        if spec.name == "a" and ctx.run.plan.cell.id.startswith("cuda130"):
+            assert sleeping.wait(WAIT)
+            time.sleep(0.5)  # its command has started
+            raise KeyboardInterrupt
+
+    before(monkeypatch, StepKind.INSTALL_TEST, test_b)
+    before(monkeypatch, StepKind.BUILD, build_a)
+    started = time.monotonic()
+    result, cells = two_cells(cli, monkeypatch, sandbox)
+    assert time.monotonic() - started < WAIT
+    assert result.code == Interrupted.exit_code, result.out + result.err
+    first = json.loads((sandbox.output / cells[0] / "report.json").read_text())
+    assert {(s["recipe"], s["step"]): s["status"] for s in first["steps"]}["b", "install-test"] == "interrupted"
+    assert re.fullmatch(r"2 cells in \d+\.\ds: 2 interrupted", result.out.splitlines()[-1]), result.out
+    (error,) = result.err.splitlines()  # the run's one line: the cell that Ctrl-C reached
+    assert error.startswith(f"wheelmill: error: {cells[1]}: interrupted during a/build; fix: ")
+    assert "FAILED" not in result.out
+
+
 def test_a_run_of_one_cell_ends_with_its_own_summary(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, recipes: Recipes) -> None:
     result, _steps = build(cli, monkeypatch, sandbox)
     assert result.code == 0, result.out + result.err

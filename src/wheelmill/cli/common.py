@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import dataclass
-from typing import NoReturn, TypeAlias
+from typing import TYPE_CHECKING, NoReturn, TypeAlias
 
 from rich.console import Console
 
 from wheelmill import envs
 from wheelmill.containers.engine import ENGINE_CHOICES, Engine, detect
 from wheelmill.containers.pins import load_pins
-from wheelmill.errors import UsageError, WheelmillError
+from wheelmill.errors import Interrupted, UsageError, WheelmillError
 from wheelmill.index.store import usage
 from wheelmill.matrix import Matrix, load_matrix
 from wheelmill.plan import REBUILD_ALL, ContainerSetup, Options, plan
@@ -25,8 +28,11 @@ from wheelmill.recipes import Recipe, check_cells, load_recipes
 from wheelmill.report import CellReport
 from wheelmill.settings import Settings
 from wheelmill.spec import CellPlan
-from wheelmill.ui import UI
+from wheelmill.ui import UI, held_console
 from wheelmill.versions import Release
+
+if TYPE_CHECKING:
+    from wheelmill.pipeline import Ending
 
 
 class Parser(argparse.ArgumentParser):
@@ -118,26 +124,62 @@ def prepare(args: argparse.Namespace, settings: Settings, *, probe: bool, releas
 
 
 def build_cells(prepared: Prepared, console: Console) -> int:
-    """Run every cell's plan; the exit status of the first failed cell, else 0."""
-    from wheelmill.pipeline import execute  # noqa: PLC0415 - the build machinery loads only to build
+    """Run every cell's plan, each one's steps after its last build beside the next cell's
+    first ones (``pipeline.Ending``); the exit status of the first failed cell, else 0."""
+    from wheelmill.pipeline import Ending, execute  # noqa: PLC0415 - the build machinery loads only to build
 
-    ui = UI(console)
-    worst, started, plans = 0, time.monotonic(), prepared.plans
+    started, plans, stopping = time.monotonic(), prepared.plans, threading.Event()
     reports: list[CellReport] = []  # each cell's, from its start: Ctrl-C leaves it recorded
-    try:
-        for cell_plan in plans:
-            report = execute(cell_plan, settings=prepared.settings, ui=ui, engine=prepared.engine, started=reports.append)
-            failed = report.failed
-            if failed is not None and failed.error:
-                print_error(f"{failed.step.id}: {failed.error}")
-                worst = worst or report.exit_code
-    except (WheelmillError, KeyboardInterrupt):  # Ctrl-C, or a cell that could not start
-        if len(plans) > 1:
-            ui.run_summary(reports, time.monotonic() - started, not_started=[p.cell.id for p in plans[len(reports) :]])
-        raise
+    ending: Ending | None = None
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="wheelmill-ending") as pool:
+        try:
+            for number, cell_plan in enumerate(plans, start=1):
+                ui = UI(console) if ending is None else UI(_after(ending, console))
+                outcome = execute(
+                    cell_plan,
+                    settings=prepared.settings,
+                    ui=ui,
+                    engine=prepared.engine,
+                    started=reports.append,
+                    stopping=stopping,
+                    ending=pool if number < len(plans) else None,
+                )
+                if ending is not None:
+                    _say_failed(ending.future.result())
+                ending = outcome if isinstance(outcome, Ending) else None
+                if isinstance(outcome, CellReport):
+                    _say_failed(outcome)
+        except (WheelmillError, KeyboardInterrupt) as exc:  # Ctrl-C, or a cell that could not start
+            if ending is not None:
+                _stop(ending, interrupted=isinstance(exc, (Interrupted, KeyboardInterrupt)))
+            if len(plans) > 1:
+                UI(console).run_summary(reports, time.monotonic() - started, not_started=[p.cell.id for p in plans[len(reports) :]])
+            raise
     if len(plans) > 1:  # one cell's own summary says it all
-        ui.run_summary(reports, time.monotonic() - started)
-    return worst
+        UI(console).run_summary(reports, time.monotonic() - started)
+    return next((report.exit_code for report in reports if report.exit_code), 0)
+
+
+def _after(ending: Ending, console: Console) -> Console:
+    """The next cell's console: what it writes is held until the cell before it has ended."""
+    held_out, held = held_console(console)
+    ending.future.add_done_callback(lambda _done: held.release())
+    return held_out
+
+
+def _stop(ending: Ending, *, interrupted: bool) -> None:
+    """The cell still ending: stopped (Ctrl-C), else waited for."""
+    if interrupted:
+        ending.stop()
+        return
+    with suppress(WheelmillError):  # its own failure is in its report
+        ending.future.result()
+
+
+def _say_failed(report: CellReport) -> None:
+    failed = report.failed
+    if failed is not None and failed.error:
+        print_error(f"{failed.step.id}: {failed.error}")
 
 
 def mirror_cells(cells: Sequence[str], settings: Settings, console: Console) -> None:
