@@ -52,9 +52,8 @@ class Ending:
     the last recipe's wheel, the cell's closure) run on a thread while the run's next cell
     starts; then what they held ends, the report is written and said, and the lock goes."""
 
-    report: CellReport
     stopping: threading.Event  # the run's: set, its running step ends interrupted
-    future: Future[CellReport]
+    future: Future[CellReport]  # its report, once it ended
 
     def stop(self) -> None:
         """Ctrl-C: its running command is stopped, its step and the rest recorded interrupted."""
@@ -99,7 +98,7 @@ def execute(
     if rest is None or ending is None:
         _end(report, ui, held, locked)
         return report
-    return Ending(report=report, stopping=stopping, future=ending.submit(_run_rest, run, report, ui, held, locked, rest=rest, stopping=stopping))
+    return Ending(stopping=stopping, future=ending.submit(_run_rest, run, report, ui, held, locked, rest=rest, stopping=stopping))
 
 
 def _run_rest(run: RunContext, report: CellReport, ui: UI, held: ExitStack, locked: ExitStack, *, rest: Rest, stopping: threading.Event) -> CellReport:
