@@ -162,7 +162,8 @@ def _run_steps(
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="wheelmill-beside") as pool:
         beside: Beside | None = None
         try:
-            for index, step in enumerate(steps[rest.index if rest else 0 :], start=(rest.index if rest else 0) + 1):
+            first = rest.index if rest else 0
+            for index, step in enumerate(steps[first:], start=first + 1):
                 if stopping.is_set():  # Ctrl-C in the run's next cell, while this one ends on a thread
                     _interrupted(run.plan, step, steps[index - 1 :], report)
                 if beside and (waits_for(step, beside.step) or _goes_beside(step, run.settings) or index - 1 == handing):
@@ -256,7 +257,7 @@ def _await(beside: Beside, report: CellReport, ui: UI, *, stop: bool = False) ->
         stop_running()
     record, said = beside.future.result()
     if not said:
-        record.status, record.error, record.exit_code = Status.INTERRUPTED, "interrupted", Interrupted.exit_code
+        _interrupt(record)
         ui.verdict(record, beside.label)
     # In the plan's order, where a reader of the report looks for it.
     recorded = [done.step for done in report.steps]
@@ -341,10 +342,10 @@ def run_step(
         outcome, record.attempts = with_retries(attempt, policy=run.settings.retry if definition.retries else NO_RETRY, on_retry=on_retry)
         record.checks, record.made = outcome.checks, outcome.made
     except KeyboardInterrupt:
-        record.status, record.error, record.exit_code = Status.INTERRUPTED, "interrupted", Interrupted.exit_code
+        _interrupt(record)
     except Exception as exc:  # noqa: BLE001 - the boundary: every failure becomes this step's record
         if stopping is not None and stopping.is_set():
-            record.status, record.error, record.exit_code = Status.INTERRUPTED, "interrupted", Interrupted.exit_code
+            _interrupt(record)
         else:
             _fail(record, failure(definition, step, exc, record.attempts, log))
     finally:
@@ -377,6 +378,10 @@ def failure(definition: StepDefinition, step: Step, exc: Exception, attempts: in
     if isinstance(exc, WheelmillError):
         return exc
     return InternalError(f"{step.id}: internal error: {type(exc).__name__}: {exc}", fix=f"this is a bug in wheelmill; its traceback is in {log.path}")
+
+
+def _interrupt(record: StepRecord) -> None:
+    record.status, record.error, record.exit_code = Status.INTERRUPTED, "interrupted", Interrupted.exit_code
 
 
 def _fail(record: StepRecord, error: WheelmillError) -> None:

@@ -99,9 +99,8 @@ def _probe(ctx: StepContext, spec: RecipeSpec, env: Env, log: StepLog, *, then: 
     if then is None:
         return checks
     if failed:
-        raise InstallTestError(f"{spec.name}: smoke command failed (exit {failed.returncode}): {failed.last_line()}", fix=f"read {failed.log}")
-    said = [line.strip() for line in lines[_marked(lines) + 1 :] if line.strip()]
-    return [*checks, CheckResult.passed("smoke", said[-1][:160] if said else "passed")]
+        raise _smoke_failed(spec, failed)
+    return [*checks, _smoke_passed(lines[_marked(lines) + 1 :])]
 
 
 def _checks(spec: RecipeSpec, data: list[dict[str, Any]] | None, failed: CommandFailed | None, log: StepLog) -> list[CheckResult]:
@@ -140,9 +139,18 @@ def _smoke(ctx: StepContext, spec: RecipeSpec, env: Env, argv: list[str]) -> Che
         try:
             result = ctx.where.runner.run(argv, env=base_environment([env.bin_dir]), log=ctx.log, cwd=Path(cwd), on_line=ctx.run.on_line, keep_output=True)
         except CommandFailed as failed:
-            return InstallTestError(f"{spec.name}: smoke command failed (exit {failed.returncode}): {failed.last_line()}", fix=f"read {failed.log}")
-    last = [line for line in result.output.splitlines() if line.strip()]
-    return CheckResult.passed("smoke", last[-1].strip()[:160] if last else "passed")
+            return _smoke_failed(spec, failed)
+    return _smoke_passed(result.output.splitlines())
+
+
+def _smoke_passed(output: list[str]) -> CheckResult:
+    """The smoke's verdict: its last line said."""
+    said = [line.strip() for line in output if line.strip()]
+    return CheckResult.passed("smoke", said[-1][:160] if said else "passed")
+
+
+def _smoke_failed(spec: RecipeSpec, failed: CommandFailed) -> InstallTestError:
+    return InstallTestError(f"{spec.name}: smoke command failed (exit {failed.returncode}): {failed.last_line()}", fix=f"read {failed.log}")
 
 
 def deliver(dist: Path, wheel: Path, *, link: bool = False) -> Path:
