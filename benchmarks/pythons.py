@@ -11,17 +11,19 @@ before each run, and nothing is published (``--no-publish``), so nothing is skip
 2. ``wheelmill build --cell 'VARIANT-py{A,B,...}' --recipe RECIPE``: the same, and every
    other Python after it, in one run sharing the cache under the output root.
 
-Prints both wall times, each cell's time and build steps (from its report) with the compiler
-cache's hits and misses, and the cost of each extra Python as a fraction of the first
-(target: <= 0.20; device code does not depend on Python, so only what does should be
-compiled again): by the difference of the two runs (the run of several starts each cell
-while the one before it ends its last steps, so that is what a cell adds), and the whole
-cell by its own time against the first Python's alone; its build steps against the first's.
+The two runs make a round, repeated ``--rounds`` times (3). Each round prints both wall
+times, each cell's time and build steps (from its report) with the compiler cache's hits
+and misses, and the cost of each extra Python as a fraction of the first (target: <= 0.20;
+device code does not depend on Python, so only what does should be compiled again): by
+the difference of the two runs (the run of several starts each cell while the one before
+it ends its last steps, so that is what a cell adds), and the whole cell by its own time
+against the first Python's alone; its build steps against the first's. The median of the
+rounds' figures is the result.
 Then the extra cells are built once more, every compile a cache hit: what an extra Python
 costs that no compiler cache takes away (its env, the frontends importing torch, the
 cache's lookups, repair, the install tests), as a fraction of the first, and the CPU time
 that rebuild's processes used: over the cores, the least time that work can take. Usage:
-``.venv/bin/python benchmarks/pythons.py [--variant cuda130] [--recipe example-cuda-ops] [--pythons 3.11,3.12]``
+``.venv/bin/python benchmarks/pythons.py [--variant cuda130] [--recipe example-cuda-ops] [--pythons 3.11,3.12] [--rounds 3]``
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from statistics import fmean
+from statistics import fmean, median_high
 from typing import Any
 
 import runs
@@ -72,51 +75,90 @@ def cache_counts(report: dict[str, Any]) -> str:
     return f"{hits} hits, {misses} misses"
 
 
+@dataclass(frozen=True)
+class Round:
+    """One round: the first Python alone, then every Python in one run, both cold."""
+
+    alone: float  # seconds of the run of the first Python
+    together: float  # seconds of the run of them all
+    first: dict[str, Any]  # the first Python's report, alone
+    reports: dict[str, dict[str, Any]]  # each cell's report, in the run of them all
+
+    @property
+    def extras(self) -> list[dict[str, Any]]:
+        return list(self.reports.values())[1:]
+
+    def difference(self) -> float:
+        """What the run of several took longer, a fraction of the first alone, per extra Python."""
+        return (self.together - self.alone) / self.alone / len(self.extras)
+
+    def own(self) -> float:
+        """An extra cell's own time (its report's) against the first cell's alone."""
+        return fmean([float(report["seconds"]) for report in self.extras]) / float(self.first["seconds"])
+
+    def compiles(self) -> float:
+        """An extra cell's build steps against the first cell's alone."""
+        return fmean([build_seconds(report) for report in self.extras]) / build_seconds(self.first)
+
+
+def one_round(cells: list[str], recipe: str, output: Path, log: Path) -> Round:
+    alone, first = cold_build(cells[:1], recipe, output, log)
+    together, reports = cold_build(cells, recipe, output, log)
+    return Round(alone=alone, together=together, first=first[cells[0]], reports=reports)
+
+
+def print_round(number: int, cells: list[str], done: Round) -> None:
+    first = f"the cell {done.first['seconds']:.1f} s, of which build steps {build_seconds(done.first):.1f} s ({cache_counts(done.first)})"
+    print(f"round {number}: {cells[0]} alone {done.alone:.1f} s ({first}); all in one run {done.together:.1f} s")
+    for cell, report in list(done.reports.items())[1:]:
+        print(f"  {cell}: the cell {report['seconds']:.1f} s, of which build steps {build_seconds(report):.1f} s ({cache_counts(report)})")
+    costs = f"{done.difference():.2f} of the first by the runs' difference, {done.own():.2f} by its own time"
+    print(f"  each extra Python: {costs}, its build steps {done.compiles():.2f}", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variant", default="cuda130")
     parser.add_argument("--recipe", default="example-cuda-ops")
     parser.add_argument("--pythons", default="3.11,3.12", help="comma-separated; the first is built alone too")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the two runs; the median of the rounds' figures is the result")
     parser.add_argument("--no-warm-up", dest="warm_up", action="store_false", help="start with the caches as they are")
     args = parser.parse_args()
     pythons = list(dict.fromkeys(python.strip() for python in args.pythons.split(",") if python.strip()))
     if len(pythons) < 2:
         parser.error(f"--pythons {args.pythons}: name at least two different Pythons (an extra Python is what this measures), e.g. 3.11,3.13")
+    if args.rounds < 1:
+        parser.error(f"--rounds {args.rounds}: give 1 or more")
     cells = [f"{args.variant}-py{python.replace('.', '')}" for python in pythons]
+    print(f"variant {args.variant}, recipe {args.recipe}, cold compiler cache, {args.rounds} round(s)")
     with runs.workspace("wheelmill-bench-") as tmp:
         output, log = tmp / "wheels", tmp / "bench.log"
         if args.warm_up:
             print(f"warm-up (untimed): example-cpp-ops built once in {', '.join(cells)}, {warm_up(cells, output, log):.1f} s", flush=True)
-        alone, first = cold_build(cells[:1], args.recipe, output, log)
-        together, reports = cold_build(cells, args.recipe, output, log)
+        rounds = []
+        for number in range(1, args.rounds + 1):
+            rounds.append(one_round(cells, args.recipe, output, log))
+            print_round(number, cells, rounds[-1])
         before = runs.cpu_seconds()
         timed_build(cells[1:], args.recipe, output, log)  # every compile from the cache now
         work = (runs.cpu_seconds() - before) / len(cells[1:])
         rebuilt = [json.loads((output / cell / "report.json").read_text()) for cell in cells[1:]]
-        first_build = build_seconds(first[cells[0]])
-    extras = list(reports.values())[1:]
-    difference = (together - alone) / alone / len(extras)
-    own = fmean([float(report["seconds"]) for report in extras]) / float(first[cells[0]]["seconds"])
-    compiles = fmean([build_seconds(report) for report in extras]) / first_build
-    print(f"variant {args.variant}, recipe {args.recipe}, cold compiler cache")
-    first_cell = f"the cell {first[cells[0]]['seconds']:.1f} s, of which build steps {first_build:.1f} s ({cache_counts(first[cells[0]])})"
-    print(f"{cells[0]} alone: {alone:.1f} s ({first_cell})")
-    print(f"{', '.join(cells)} in one run: {together:.1f} s")
-    for cell, report in reports.items():
-        print(f"  {cell}: the cell {report['seconds']:.1f} s, of which build steps {build_seconds(report):.1f} s ({cache_counts(report)})")
-    # What the run of several took longer is the cost. An extra cell starts while the cell
-    # before it ends (its last wheel's tests on a thread): its own time (its report's) counts
-    # from its start, sharing the cores with that, so it says more than the cell costs.
-    print(f"each extra Python costs {difference:.2f} of the first by the runs' difference (target <= {TARGET:.2f}); by its own time {own:.2f}")
-    print(f"each extra Python's build steps cost {compiles:.2f} of the first's (target <= {TARGET:.2f})")
+    # On 2 shared cores one run moves by a tenth or more, and a difference of two runs
+    # carries both runs' noise: the median of the rounds is the figure (the higher middle
+    # one, where the rounds are even), each round's pair a few minutes apart.
+    difference = median_high([done.difference() for done in rounds])
+    first = median_high([float(done.first["seconds"]) for done in rounds])
+    own = median_high([done.own() for done in rounds])
+    median = f"the median of {len(rounds)} rounds"
+    print(f"each extra Python costs {difference:.2f} of the first by the runs' difference, {median} (target <= {TARGET:.2f}); by its own time {own:.2f}")
+    print(f"each extra Python's build steps cost {median_high([done.compiles() for done in rounds]):.2f} of the first's (target <= {TARGET:.2f})")
     # What no compiler cache can take away: the same cells again, every compile a hit.
-    floor = fmean([float(report["seconds"]) for report in rebuilt]) / float(first[cells[0]]["seconds"])
+    floor = fmean([float(report["seconds"]) for report in rebuilt]) / first
     print(f"each extra Python's cell rebuilt, every compile from the cache ({cache_counts(rebuilt[0])}): {floor:.2f} of the first")
     # Its processes' CPU time over the cores: no order of its steps, no overlap of one cell
     # with the next, brings a cell below that, only less work (or more cores).
     cores = runs.cores()
-    least = work / cores / float(first[cells[0]]["seconds"])
-    print(f"  its processes used {work:.1f} s of CPU; on {cores} cores that work takes at least {work / cores:.1f} s, {least:.2f} of the first")
+    print(f"  its processes used {work:.1f} s of CPU; on {cores} cores that work takes at least {work / cores:.1f} s, {work / cores / first:.2f} of the first")
     return 0
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import pythons
 import runs
 
 
@@ -56,3 +57,14 @@ def test_cpu_seconds_count_a_finished_child_and_its_own_children(tmp_path: Path)
     runs.timed([sys.executable, "-c", script], log=tmp_path / "bench.log")
     assert runs.cpu_seconds() - before >= 0.3
     assert 1 <= runs.cores() <= (os.cpu_count() or 1)
+
+
+def test_a_round_of_pythons_costs_each_extra_python_its_share_of_the_runs_difference() -> None:
+    def report(seconds: float, build: float) -> dict[str, object]:
+        return {"seconds": seconds, "steps": [{"step": "build", "seconds": build}, {"step": "install-test", "seconds": seconds - build}]}
+
+    cells = {"v-py311": report(49.0, 40.0), "v-py312": report(12.0, 8.0), "v-py313": report(14.0, 10.0)}
+    done = pythons.Round(alone=50.0, together=70.0, first=report(49.0, 40.0), reports=cells)
+    assert done.difference() == pytest.approx(0.2)  # 20 s more for two extra Pythons: 10 s each, of 50
+    assert done.own() == pytest.approx(13.0 / 49.0)
+    assert done.compiles() == pytest.approx(9.0 / 40.0)
