@@ -136,6 +136,25 @@ def test_a_second_run_reuses_the_builder_image_and_the_compiler_cache(engine: tu
     assert lent is not None and int(lent[1]) > 500, prepare[-2000:]
 
 
+def test_two_cells_in_one_run_each_end_in_their_container_while_the_next_starts(podman: str, tmp_path: Path) -> None:
+    """A CPU and a CUDA cell, two images: the first cell's last steps (its install test,
+    then its container's removal) run beside the second cell's start, and the terminal still
+    reads in order, each cell's lines and summary before the next cell's."""
+    result = build(tmp_path, "--cell", "cpu-py311", "--cell", "cuda130-py311", "--recipe", "example-cpp-ops", "--no-publish")
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    first, second = report(tmp_path, "cpu-py311"), report(tmp_path, "cuda130-py311")
+    assert (first["status"], second["status"]) == ("ok", "ok")
+    assert first["engine"] == second["engine"] == "podman"
+    assert step(first, "install-test", "example-cpp-ops")["status"] == "ok"
+    assert second["started"] < first["finished"], "the next cell starts while the one before it ends"
+    out = result.stdout
+    assert out.index("cpu-py311: ok in") < out.index("wheelmill build cuda130-py311") < out.index("cuda130-py311: ok in")
+    assert "2 cells in" in out and "2 ok" in out
+    for cell in ("cpu-py311", "cuda130-py311"):
+        assert containers_of(podman, cell) == []
+        assert not (tmp_path / cell / "sccache.sock").exists(), "each cell's server is stopped when it ends"
+
+
 def test_ctrl_c_in_a_container_build_leaves_nothing(engine: tuple[str, str], tmp_path: Path) -> None:
     name, binary = engine
     env = {**os.environ, "WHEELMILL_OUTPUT": str(tmp_path)}
