@@ -108,12 +108,16 @@ def one_round(cells: list[str], recipe: str, output: Path, log: Path) -> Round:
 
 
 def print_round(number: int, cells: list[str], done: Round) -> None:
-    first = f"the cell {done.first['seconds']:.1f} s, of which build steps {build_seconds(done.first):.1f} s ({cache_counts(done.first)})"
-    print(f"round {number}: {cells[0]} alone {done.alone:.1f} s ({first}); all in one run {done.together:.1f} s")
-    for cell, report in list(done.reports.items())[1:]:
-        print(f"  {cell}: the cell {report['seconds']:.1f} s, of which build steps {build_seconds(report):.1f} s ({cache_counts(report)})")
+    print(f"round {number}: {cells[0]} alone {done.alone:.1f} s ({described(done.first)}); all in one run {done.together:.1f} s")
+    for cell, report in zip(cells[1:], done.extras, strict=True):
+        print(f"  {cell}: {described(report)}")
     costs = f"{done.difference():.2f} of the first by the runs' difference, {done.own():.2f} by its own time"
     print(f"  each extra Python: {costs}, its build steps {done.compiles():.2f}", flush=True)
+
+
+def described(report: dict[str, Any]) -> str:
+    """A cell's time and its build steps' (from its report), with the compiler cache's counts."""
+    return f"the cell {report['seconds']:.1f} s, of which build steps {build_seconds(report):.1f} s ({cache_counts(report)})"
 
 
 def main() -> int:
