@@ -13,16 +13,17 @@ before each run, and nothing is published (``--no-publish``), so nothing is skip
 
 The two runs make a round, repeated ``--rounds`` times (3). Each round prints both wall
 times, each cell's time and build steps (from its report) with the compiler cache's hits
-and misses, and the cost of each extra Python as a fraction of the first (target: <= 0.20;
-device code does not depend on Python, so only what does should be compiled again): by
-the difference of the two runs (the run of several starts each cell while the one before
-it ends its last steps, so that is what a cell adds), and the whole cell by its own time
-against the first Python's alone; its build steps against the first's. The median of the
-rounds' figures is the result.
-Then the extra cells are built once more, every compile a cache hit: what an extra Python
-costs that no compiler cache takes away (its env, the frontends importing torch, the
-cache's lookups, repair, the install tests), as a fraction of the first, and the CPU time
-that rebuild's processes used: over the cores, the least time that work can take. Usage:
+and misses, the first cell's time in the run of several against its time alone, and the
+cost of each extra Python as a fraction of the first (target: <= 0.20; device code does
+not depend on Python, so only what does should be compiled again): the difference of the
+two runs. The run of several starts each cell once the one before it starts building, its
+commands at a lower priority and each of its builds after that cell's of the same recipe,
+so an extra cell's own clock spans most of the first cell's and says nothing of its cost;
+what the run takes longer does. The median of the rounds' figures is the result.
+Then the extra cells are built once more, alone, every compile a cache hit: what an extra
+Python's cell does that no compiler cache takes away (its env, the frontends importing
+torch, the cache's lookups, repair, the install tests), as a fraction of the first, and
+the CPU time that rebuild's processes used. Usage:
 ``.venv/bin/python benchmarks/pythons.py [--variant cuda130] [--recipe example-cuda-ops] [--pythons 3.11,3.12] [--rounds 3]``
 """
 
@@ -92,13 +93,10 @@ class Round:
         """What the run of several took longer, a fraction of the first alone, per extra Python."""
         return (self.together - self.alone) / self.alone / len(self.extras)
 
-    def own(self) -> float:
-        """An extra cell's own time (its report's) against the first cell's alone."""
-        return fmean([float(report["seconds"]) for report in self.extras]) / float(self.first["seconds"])
-
-    def compiles(self) -> float:
-        """An extra cell's build steps against the first cell's alone."""
-        return fmean([build_seconds(report) for report in self.extras]) / build_seconds(self.first)
+    def slowed(self) -> float:
+        """The first cell's time in the run of several against its time alone: what the
+        cells beside it took from it."""
+        return float(next(iter(self.reports.values()))["seconds"]) / float(self.first["seconds"])
 
 
 def one_round(cells: list[str], recipe: str, output: Path, log: Path) -> Round:
@@ -109,10 +107,9 @@ def one_round(cells: list[str], recipe: str, output: Path, log: Path) -> Round:
 
 def print_round(number: int, cells: list[str], done: Round) -> None:
     print(f"round {number}: {cells[0]} alone {done.alone:.1f} s ({described(done.first)}); all in one run {done.together:.1f} s")
-    for cell, report in zip(cells[1:], done.extras, strict=True):
-        print(f"  {cell}: {described(report)}")
-    costs = f"{done.difference():.2f} of the first by the runs' difference, {done.own():.2f} by its own time"
-    print(f"  each extra Python: {costs}, its build steps {done.compiles():.2f}", flush=True)
+    for cell, report in zip(cells, done.reports.values(), strict=True):
+        print(f"  {cell} in the run: {described(report)}")
+    print(f"  the first cell in the run took {done.slowed():.2f} of its time alone; each extra Python cost {done.difference():.2f} of the first", flush=True)
 
 
 def described(report: dict[str, Any]) -> str:
@@ -152,17 +149,17 @@ def main() -> int:
     # one, where the rounds are even), each round's pair a few minutes apart.
     difference = median_high([done.difference() for done in rounds])
     first = median_high([float(done.first["seconds"]) for done in rounds])
-    own = median_high([done.own() for done in rounds])
     median = f"the median of {len(rounds)} rounds"
-    print(f"each extra Python costs {difference:.2f} of the first by the runs' difference, {median} (target <= {TARGET:.2f}); by its own time {own:.2f}")
-    print(f"each extra Python's build steps cost {median_high([done.compiles() for done in rounds]):.2f} of the first's (target <= {TARGET:.2f})")
-    # What no compiler cache can take away: the same cells again, every compile a hit.
+    print(f"each extra Python costs {difference:.2f} of the first by the runs' difference, {median} (target <= {TARGET:.2f})")
+    # What no compiler cache takes away: the same cells again, alone, every compile a hit.
     floor = fmean([float(report["seconds"]) for report in rebuilt]) / first
-    print(f"each extra Python's cell rebuilt, every compile from the cache ({cache_counts(rebuilt[0])}): {floor:.2f} of the first")
-    # Its processes' CPU time over the cores: no order of its steps, no overlap of one cell
-    # with the next, brings a cell below that, only less work (or more cores).
+    print(f"each extra Python's cell alone, every compile from the cache ({cache_counts(rebuilt[0])}): {floor:.2f} of the first")
+    # Its processes' CPU time over the cores: alone, no order of its steps takes less; beside
+    # the first cell, it runs on what the first leaves idle (one core of two while nvcc
+    # compiles a file's host code, say), so the run of both takes less than the sum.
     cores = runs.cores()
-    print(f"  its processes used {work:.1f} s of CPU; on {cores} cores that work takes at least {work / cores:.1f} s, {work / cores / first:.2f} of the first")
+    least = work / cores
+    print(f"  its processes used {work:.1f} s of CPU; on {cores} cores that work alone takes at least {least:.1f} s, {least / first:.2f} of the first")
     return 0
 
 

@@ -22,7 +22,7 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -34,6 +34,8 @@ from wheelmill.process import TRACEBACK_MARK
 
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 PY = PYTHON.replace(".", "")
+# A second CPython, for a variant's second cell: pyenv has it on the machines the tests run on.
+OTHER_PYTHON = "3.13" if PYTHON != "3.13" else "3.12"
 ROOT = Path(__file__).resolve().parent.parent
 TORCH = {"cpu": ("2.13.0", "cpu", None, None), "cuda130": ("2.14.1", "cu130", "13.0", None), "rocm62": ("2.5.1", "rocm6.2", None, "6.2.41134-stand-in")}
 
@@ -106,13 +108,14 @@ def script(path: Path, text: str) -> Path:
 
 
 class Sandbox:
-    def __init__(self, root: Path, *, version_py: Mapping[str, str] | None = None) -> None:
+    def __init__(self, root: Path, *, version_py: Mapping[str, str] | None = None, pythons: Sequence[str] = (PYTHON,)) -> None:
         self.root = root
         self.recipes = root / "recipes"
         self.output = root / "wheels"
         shutil.copytree(ROOT / "recipes" / "schema", self.recipes / "schema")
         shutil.copytree(ROOT / "containers", root / "containers")
-        (self.recipes / "matrix.toml").write_text(MATRIX)
+        listed = ", ".join(f'"{python}"' for python in pythons)  # every variant's
+        (self.recipes / "matrix.toml").write_text(MATRIX.replace(f'pythons = ["{PYTHON}"]', f"pythons = [{listed}]"))
         self.index = self._torch_index(version_py or {})
         self.bin = root / "bin"
         script(self.bin / "c++", 'echo "c++ (stand-in) 12.2.0"\n')
@@ -157,12 +160,12 @@ class Sandbox:
             "PATH": f"{self.bin}{os.pathsep}{os.environ.get('PATH', '')}",
         }
 
-    def cell(self, variant: str) -> str:
-        return f"{variant}-py{PY}"
+    def cell(self, variant: str, python: str = PYTHON) -> str:
+        return f"{variant}-py{python.replace('.', '')}"
 
-    def logs(self, variant: str) -> dict[str, str]:
+    def logs(self, variant: str, python: str = PYTHON) -> dict[str, str]:
         """Each step log of the cell, by file name."""
-        return {p.name: p.read_text() for p in sorted((self.output / self.cell(variant) / "logs").glob("*.log"))}
+        return {p.name: p.read_text() for p in sorted((self.output / self.cell(variant, python) / "logs").glob("*.log"))}
 
 
 TAG = f"cp{PY}-cp{PY}-linux_x86_64"

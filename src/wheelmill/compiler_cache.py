@@ -55,6 +55,7 @@ class CompilerCache:
     socket: Path | None = None
     location: str = ""  # where the server keeps the cache, as it says
     without: str | None = None  # why there is none
+    server: Server | None = field(default=None, compare=False, repr=False)  # the cell's, to restart
 
     @classmethod
     def off(cls, why: str) -> CompilerCache:
@@ -207,9 +208,14 @@ class Server:
         self.log = log  # of the step that starts it
         self.output = output
         self.failure: str | None = None
+        self.seen = 0  # the other cell's builds that had ended when it started (``restart``)
         self._process: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> Server:
+        self._start()
+        return self
+
+    def _start(self) -> None:
         self.runner.host_path(self.socket).unlink(missing_ok=True)  # a killed server's: the cell's lock says none runs
         try:
             self._process = self.runner.spawn([str(self.binary)], env=self.env, log=self.log, output=self.output)
@@ -219,7 +225,19 @@ class Server:
             raise
         if self.failure is not None:
             self.stop()
-        return self
+
+    def refresh(self, log: StepLog, *, seen: int) -> str | None:
+        """Stopped and started again where the run's cell before this one has ended builds
+        since it started (``seen``: how many now), to find what they compiled: a server
+        reads its local disk cache's index once, at its first lookup, and never looks for
+        files another server adds later. Why it does not answer then, or None."""
+        if seen <= self.seen:
+            return None
+        log.note("restarting the compiler cache's server: the cell before this one has built since it started, and it reads the cache's index once")
+        self.stop()
+        self.log, self.seen = log, seen
+        self._start()
+        return self.failure
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

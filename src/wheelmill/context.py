@@ -92,6 +92,9 @@ class RunContext:
     layout: Layout
     engine: Engine | None  # the engine the command line found; None: this machine
     on_line: Callable[[str], None]  # progress: a line of a running command's output
+    # How many builds the run's cell before this one, still running beside it, has ended
+    # (always 0 where none does): what they compiled is in the cache from then on.
+    builds_before: Callable[[], int] = lambda: 0
 
 
 @dataclass(frozen=True, kw_only=True)

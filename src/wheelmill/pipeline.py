@@ -9,9 +9,10 @@ running command's whole process tree, marks the step interrupted and leaves a va
 report.
 
 A recipe's install test runs on a thread beside the next steps (``Beside``); in a run of
-several cells, a cell's steps after its last build run on a thread while the next cell
-starts (``Ending``). Ctrl-C reaches the main thread only: it stops the others' commands,
-and their steps end interrupted too.
+several cells, a cell's steps from its first build on run on a thread while the next cell
+starts (``Ending``): that one waits for the cell before it to have built a recipe before it
+builds it (``Builds``), and yields the cores to it while it runs. Ctrl-C reaches the main
+thread only: it stops the others' commands, and their steps end interrupted too.
 
 This is the error boundary of a build: whatever a step raises ends as a recorded step
 result, one line and an exit code; what wheelmill did not expect is recorded as an
@@ -20,13 +21,15 @@ internal error, its traceback in the step's log, never on the terminal.
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import ExitStack, suppress
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
-from typing import Any, NoReturn
+from functools import partial
+from typing import Any, NoReturn, TypeVar
 
 from wheelmill import envs
 from wheelmill.conda.channel import configured_channels
@@ -34,7 +37,7 @@ from wheelmill.containers.engine import Engine
 from wheelmill.context import Hold, Layout, Outcome, RunContext, StepContext, Where
 from wheelmill.errors import BusyError, CommandFailed, InternalError, Interrupted, UsageError, WheelmillError
 from wheelmill.files import file_lock
-from wheelmill.process import HostRunner, StepLog, netless_prefix, stop_running
+from wheelmill.process import HostRunner, StepLog, netless_prefix, stop_running, yielding
 from wheelmill.report import CellReport, Status, StepRecord
 from wheelmill.retry import RetryPolicy, TransientError, with_retries
 from wheelmill.settings import Settings
@@ -44,23 +47,60 @@ from wheelmill.steps.keys import BuildKeys
 from wheelmill.ui import UI, step_label
 
 NO_RETRY = RetryPolicy(attempts=1)
+T = TypeVar("T")
+
+
+class Builds:
+    """A cell's builds as the run's next cell sees them: each recipe's ended once its step
+    is recorded (built, failed, skipped or published), and every one once the cell ended,
+    however. The next cell of the same variant builds a recipe only after this one has: its
+    compiles that do not depend on the Python (device code, most C++) are then cache hits,
+    not the same code compiled twice at once."""
+
+    def __init__(self, plan: CellPlan) -> None:
+        self.cell = plan.cell
+        self._ended = {step.recipe: threading.Event() for step in plan.steps if step.kind is StepKind.BUILD and step.recipe}
+        self.count = 0  # the builds ended: a compiler cache server started before the last one does not see it
+
+    def ended(self, step: Step) -> None:
+        if step.kind is StepKind.BUILD and step.recipe in self._ended:
+            self.count += 1
+            self._ended[step.recipe].set()
+
+    def end(self) -> None:
+        for built in self._ended.values():
+            built.set()
+
+    def awaited(self, step: Step, plan: CellPlan) -> threading.Event | None:
+        """What ``step`` of the next cell (``plan``) waits for: this cell's build of its
+        recipe, still running; None where they share nothing (another variant)."""
+        if step.kind is not StepKind.BUILD or step.recipe is None or plan.cell.variant != self.cell.variant:
+            return None
+        built = self._ended.get(step.recipe)
+        return built if built is not None and not built.is_set() else None
 
 
 @dataclass(frozen=True, kw_only=True)
 class Ending:
-    """A cell whose steps after its last build (checking, repairing, testing and publishing
-    the last recipe's wheel, the cell's closure) run on a thread while the run's next cell
-    starts; then what they held ends, the report is written and said, and the lock goes."""
+    """A cell whose steps from its first build on (building, checking, repairing, testing
+    and publishing each recipe's wheel, the cell's closure) run on a thread while the run's
+    next cell starts; then what they held ends, the report is written and said, and the
+    lock goes."""
 
     stopping: threading.Event  # the run's: set, its running step ends interrupted
     future: Future[CellReport]  # its report, once it ended
+    builds: Builds  # which of its recipes it has built: the next cell waits for them
 
-    def stop(self) -> None:
-        """Ctrl-C: its running command is stopped, its step and the rest recorded interrupted."""
+    def stop(self) -> WheelmillError | None:
+        """Ctrl-C: its running command is stopped, its step and the rest recorded
+        interrupted; how it ended (its Interrupted), for the caller to say once."""
         self.stopping.set()
         stop_running()
-        with suppress(WheelmillError):  # its Interrupted: the caller's says it, once
+        try:
             self.future.result()
+        except WheelmillError as error:
+            return error
+        return None
 
 
 def execute(
@@ -72,39 +112,69 @@ def execute(
     started: Callable[[CellReport], None] = lambda _report: None,
     stopping: threading.Event | None = None,
     ending: ThreadPoolExecutor | None = None,
+    after: Ending | None = None,
 ) -> CellReport | Ending:
     """The cell's report, once its plan ran; ``started`` is given it first, so a caller that
     Ctrl-C stops (the error raised here) still has it. With ``ending`` (a run with a cell
-    after this one), the steps after the last build run there: see ``Ending``. ``stopping``:
-    the run's, set when Ctrl-C stops the steps of its threads."""
+    after this one), the steps from the first build on run there: see ``Ending``.
+    ``stopping``: the run's, set when Ctrl-C stops the steps of its threads. ``after``: the
+    run's cell before this one, still running: this one's commands yield the cores to it
+    while it runs, and its builds wait for that cell's of the same recipe."""
+    if after is None:
+        return _execute(plan, settings=settings, ui=ui, engine=engine, started=started, stopping=stopping, ending=ending, after=None)
+    with yielding(lambda: not after.future.done()):
+        return _execute(plan, settings=settings, ui=ui, engine=engine, started=started, stopping=stopping, ending=ending, after=after.builds)
+
+
+def _execute(
+    plan: CellPlan,
+    *,
+    settings: Settings,
+    ui: UI,
+    engine: Engine | None,
+    started: Callable[[CellReport], None],
+    stopping: threading.Event | None,
+    ending: ThreadPoolExecutor | None,
+    after: Builds | None,
+) -> CellReport | Ending:
     layout = Layout(output=settings.output.resolve(), cell=plan.cell.id)
     stopping = stopping or threading.Event()
+    builds = Builds(plan)
 
     def busy(holder: str) -> BusyError:
         return BusyError(f"{plan.cell.id}: another build of this cell is running ({holder})", fix="wait for it, or use another WHEELMILL_OUTPUT")
 
     locked, held = ExitStack(), ExitStack()  # the cell's lock; what steps hand over (the container)
     locked.enter_context(file_lock(layout.root / ".lock", busy=busy))
+    locked.callback(builds.end)  # however the cell ends, the next one waits for none of its builds
     report = CellReport(plan=plan, path=layout.report)
+    order = Order(builds=builds, after=after)
     try:
-        run = RunContext(plan=plan, settings=settings, layout=layout, engine=engine, on_line=ui.line)
+        run = RunContext(plan=plan, settings=settings, layout=layout, engine=engine, on_line=ui.line, builds_before=_counted(after))
         started(report)
         _clear_logs(layout)
         ui.cell_started(plan.cell.id, plan.cell.variant.describe())
-        rest = _run_steps(run, report, ui, held.enter_context, stopping=stopping, hand_over=ending is not None)
+        rest = _run_steps(run, report, ui, held.enter_context, order=order, stopping=stopping, hand_over=ending is not None)
     except BaseException:
         _end(report, ui, held, locked)
         raise
     if rest is None or ending is None:
         _end(report, ui, held, locked)
         return report
-    return Ending(stopping=stopping, future=ending.submit(_run_rest, run, report, ui, held, locked, rest=rest, stopping=stopping))
+    future = ending.submit(_here(partial(_run_rest, run, report, ui, held, locked, rest=rest, order=order, stopping=stopping)))
+    return Ending(stopping=stopping, future=future, builds=builds)
 
 
-def _run_rest(run: RunContext, report: CellReport, ui: UI, held: ExitStack, locked: ExitStack, *, rest: Rest, stopping: threading.Event) -> CellReport:
+def _counted(builds: Builds | None) -> Callable[[], int]:
+    return (lambda: builds.count) if builds is not None else (lambda: 0)
+
+
+def _run_rest(
+    run: RunContext, report: CellReport, ui: UI, held: ExitStack, locked: ExitStack, *, rest: Rest, order: Order, stopping: threading.Event
+) -> CellReport:
     """On the ending thread: the cell's steps from ``rest`` on, then its end."""
     try:
-        _run_steps(run, report, ui, held.enter_context, stopping=stopping, rest=rest)
+        _run_steps(run, report, ui, held.enter_context, order=order, stopping=stopping, rest=rest)
     finally:
         _end(report, ui, held, locked)
     return report
@@ -112,7 +182,8 @@ def _run_rest(run: RunContext, report: CellReport, ui: UI, held: ExitStack, lock
 
 def _end(report: CellReport, ui: UI, held: ExitStack, locked: ExitStack) -> None:
     """What the steps held ends first (the container); then the report is written and said,
-    interrupted too (it says how far it got); then the lock goes."""
+    interrupted too (it says how far it got); then the lock goes, and with it the next
+    cell's wait for its builds."""
     try:
         held.close()
     finally:
@@ -143,6 +214,15 @@ def conda_channels(settings: Settings) -> list[str]:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Order:
+    """Where a cell stands in its run: its own builds, which the next cell waits for, and
+    those of the cell before it (None: none runs), which it waits for."""
+
+    builds: Builds
+    after: Builds | None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Rest:
     """Where a cell's steps go on: the index of the next one, and where commands run."""
 
@@ -151,19 +231,27 @@ class Rest:
 
 
 def _run_steps(
-    run: RunContext, report: CellReport, ui: UI, hold: Hold, *, stopping: threading.Event, hand_over: bool = False, rest: Rest | None = None
+    run: RunContext,
+    report: CellReport,
+    ui: UI,
+    hold: Hold,
+    *,
+    order: Order,
+    stopping: threading.Event,
+    hand_over: bool = False,
+    rest: Rest | None = None,
 ) -> Rest | None:
-    """Run the plan's steps (from ``rest`` on); ``hand_over``: stop after the last build, the
-    step beside it awaited, and return where the rest starts (None where nothing is left)."""
+    """Run the plan's steps (from ``rest`` on); ``hand_over``: stop before the first build
+    and return where the rest starts (None where nothing is left)."""
     steps = run.plan.steps
     where = rest.where if rest else host(run.settings)
-    last = last_build(steps)
-    handing = last + 1 if hand_over and last >= 0 else None  # a cell that builds nothing keeps its steps
+    first = first_build(steps)
+    handing = first if hand_over and first >= 0 else None  # a cell that builds nothing keeps its steps
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="wheelmill-beside") as pool:
         beside: Beside | None = None
         try:
-            first = rest.index if rest else 0
-            for index, step in enumerate(steps[first:], start=first + 1):
+            start = rest.index if rest else 0
+            for index, step in enumerate(steps[start:], start=start + 1):
                 if stopping.is_set():  # Ctrl-C in the run's next cell, while this one ends on a thread
                     _interrupted(run.plan, step, steps[index - 1 :], report)
                 if beside and (waits_for(step, beside.step) or _goes_beside(step, run.settings) or index - 1 == handing):
@@ -174,14 +262,18 @@ def _run_steps(
                 stop = blocked(step, run.plan, report)
                 if stop:
                     report.steps.append(StepRecord(step=step, status=stop.status, error=stop.reason, made=stop.made))
+                    order.builds.ended(step)
                     ui.skipped(step, stop.reason, published=stop.status is Status.PUBLISHED)
                     continue
+                if order.after is not None:
+                    _wait_for(order.after, step, plan=run.plan, ui=ui, rest=steps[index - 1 :], report=report, stopping=stopping)
                 position = (index, len(steps))
                 if _goes_beside(step, run.settings) and index < len(steps) and not waits_for(steps[index], step):
                     beside = _start_beside(pool, run, step, steps[index], stopping=stopping, where=where, report=report, position=position, ui=ui, hold=hold)
                     continue
                 record = run_step(run, step, where=where, report=report, position=position, ui=ui, hold=hold, stopping=stopping)
                 report.steps.append(record)
+                order.builds.ended(step)
                 where = next((made for made in record.made if isinstance(made, Where)), where)
                 report.write()
                 if record.status is Status.INTERRUPTED:
@@ -195,9 +287,30 @@ def _run_steps(
     return None
 
 
-def last_build(steps: Sequence[Step]) -> int:
-    """The index of the plan's last build step (-1 where it has none)."""
-    return max((i for i, step in enumerate(steps) if step.kind is StepKind.BUILD), default=-1)
+def _here(work: Callable[[], T]) -> Callable[[], T]:
+    """``work``, for another thread, in a copy of this thread's context: the cell's
+    commands there yield the cores as they do here (``process.yielding``)."""
+    return partial(contextvars.copy_context().run, work)
+
+
+def first_build(steps: Sequence[Step]) -> int:
+    """The index of the plan's first build step (-1 where it has none)."""
+    return next((i for i, step in enumerate(steps) if step.kind is StepKind.BUILD), -1)
+
+
+def _wait_for(after: Builds, step: Step, *, plan: CellPlan, ui: UI, rest: Sequence[Step], report: CellReport, stopping: threading.Event) -> None:
+    """Before ``step``: the cell before this one's build of its recipe, to its end; then
+    ``rest`` (this step on) is recorded interrupted where Ctrl-C ended that cell."""
+    built = after.awaited(step, plan)
+    if built is None:
+        return
+    ui.waiting(step, f"{after.cell.id}'s build of {step.recipe}, whose compiles it takes from the cache")
+    try:
+        built.wait()
+    except KeyboardInterrupt:  # Ctrl-C while this thread, the main one, waited
+        _interrupted(plan, step, rest, report)
+    if stopping.is_set():  # Ctrl-C ended that cell while this one waited on a thread
+        _interrupted(plan, step, rest, report)
 
 
 def _interrupted(plan: CellPlan, step: Step, rest: Sequence[Step], report: CellReport) -> NoReturn:
@@ -235,7 +348,7 @@ def _start_beside(
     ui.step_beside(step, *position)
     quiet = replace(run, on_line=lambda _line: None)  # the terminal's progress line is the main step's
     label = step_label(step, *position)
-    future = pool.submit(_run_beside, quiet, step, label=label, stopping=stopping, position=position, ui=ui, **context)
+    future = pool.submit(_here(partial(_run_beside, quiet, step, label=label, stopping=stopping, position=position, ui=ui, **context)))
     return Beside(step=step, after=after, label=label, stopping=stopping, future=future)
 
 

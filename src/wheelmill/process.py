@@ -21,6 +21,7 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -54,6 +55,15 @@ TRACEBACK_MARK = "#| "  # a traceback's lines in a step log
 # on, and ``stop_running`` the others (a step running beside it).
 _RUNNING: set[subprocess.Popen[str]] = set()
 _RUNNING_LOCK = threading.Lock()
+# A cell that runs beside the one before it in a run (``pipeline``) starts its commands at a
+# lower CPU priority while that one runs: they take the cores it leaves idle (a host compile
+# on one core, a test importing torch) instead of slowing it. Each command is a session of
+# its own (its process group must be stoppable whole), and where the kernel schedules a
+# session's processes as one group (autogroup), a process's nice value counts only inside
+# that group; so the group's is set too, before the command starts.
+YIELD_NICE = 10
+_YIELD_SCRIPT = f'echo {YIELD_NICE} > /proc/self/autogroup 2>/dev/null; exec nice -n {YIELD_NICE} "$@"'
+_YIELDING: ContextVar[Callable[[], bool] | None] = ContextVar("yielding", default=None)
 # Never written to a log: credentials travel in the environment, not in argv.
 _SECRET = re.compile(r"PASSWORD|TOKEN|SECRET|CREDENTIAL|CONNECTION_STRING", re.IGNORECASE)
 # What carries a credential in what a command or a server says, whatever the credential is:
@@ -279,11 +289,12 @@ class HostRunner:
         else:
             prefix, seen = self.prefix, cwd
         argv = [*prefix, *(str(a) for a in argv)]
-        _log_command(log, argv, env, seen)
+        started_as = _prioritized(argv)
+        _log_command(log, started_as, env, seen)
         started = time.monotonic()
         try:
             proc = subprocess.Popen(
-                argv,
+                started_as,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -309,11 +320,37 @@ class HostRunner:
 def spawn(argv: Sequence[str], *, env: Mapping[str, str], log: StepLog, output: Path) -> subprocess.Popen[str]:
     """Start a process that runs on after this call, in its own process group (so that
     ``terminate`` stops its whole tree), its output appended to ``output``."""
+    argv = _prioritized(argv)
     _log_command(log, argv, env, None)
     log.note(f"started in the background; its output goes to {output}")
     output.parent.mkdir(parents=True, exist_ok=True)
     with output.open("a", encoding="utf-8") as sink:  # the child keeps its own descriptor
         return subprocess.Popen(list(argv), stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env), start_new_session=True, text=True)
+
+
+@contextlib.contextmanager
+def yielding(now: Callable[[], bool]) -> Iterator[None]:
+    """Commands started in this context (and in threads given a copy of it) start at a
+    lower CPU priority whenever ``now()`` says so as they start."""
+    token = _YIELDING.set(now)
+    try:
+        yield
+    finally:
+        _YIELDING.reset(token)
+
+
+def _prioritized(argv: Sequence[str | Path]) -> list[str]:
+    """``argv``, started at a lower CPU priority where this context yields now.
+
+    >>> with yielding(lambda: True):
+    ...     _prioritized(["cc", "--version"])[3:]
+    ['wheelmill-yield', 'cc', '--version']
+    >>> _prioritized(["cc", "--version"])
+    ['cc', '--version']
+    """
+    now = _YIELDING.get()
+    started = [str(a) for a in argv]
+    return ["sh", "-c", _YIELD_SCRIPT, "wheelmill-yield", *started] if now is not None and now() else started
 
 
 def netless_prefix() -> tuple[str, ...] | None:
@@ -412,7 +449,7 @@ def capture(argv: Sequence[str | Path], *, env: Mapping[str, str] | None = None,
     for a non-zero status. A missing program is status 127, a hung one 124."""
     try:
         done = subprocess.run(
-            [str(a) for a in argv],
+            _prioritized(argv),
             capture_output=True,
             text=True,
             errors="replace",

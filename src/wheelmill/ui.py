@@ -138,6 +138,10 @@ class UI:
         """A step started on a thread beside the next ones: said now, its verdict (``verdict``) when it ends."""
         self.console.print(f"> {escape(step_label(step, index, total))}: {escape(step.detail)} [dim](beside the next steps)[/]")
 
+    def waiting(self, step: Step, what: str) -> None:
+        """A step that waits for something before it starts (the run's cell before this one)."""
+        self.console.print(f"[dim]{escape(step.id)} waits for {escape(what)}[/]")
+
     def step_finished(self, record: StepRecord) -> None:
         if self._spinner:
             self._spinner.stop()

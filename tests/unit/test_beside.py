@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -16,14 +18,15 @@ from typing import Any
 import pytest
 
 from tests.conftest import CliResult, CliRunner
-from tests.sandbox import Sandbox
+from tests.sandbox import OTHER_PYTHON, PYTHON, Sandbox
 from wheelmill.context import Outcome, StepContext
 from wheelmill.errors import BuildError, ConfigError, InstallTestError, Interrupted
 from wheelmill.process import base_environment
 from wheelmill.report import WheelRecord
-from wheelmill.spec import RecipeSpec, StepKind
+from wheelmill.spec import RecipeSpec, Step, StepKind
 from wheelmill.steps import BY_KIND
 from wheelmill.steps.build import Repaired, wheel_of
+from wheelmill.ui import UI
 
 KINDS = (StepKind.FETCH, StepKind.BUILD, StepKind.STAMP, StepKind.POST_BUILD_CHECKS, StepKind.REPAIR, StepKind.POST_REPAIR_CHECKS, StepKind.INSTALL_TEST)
 WAIT = 30.0  # seconds a stand-in waits for the other thread before it says it never came
@@ -73,7 +76,12 @@ def recipes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Recipes:
 
 @pytest.fixture
 def sandbox(tmp_path: Path) -> Sandbox:
-    box = Sandbox(tmp_path / "repo")
+    return two_recipes(tmp_path)
+
+
+def two_recipes(tmp_path: Path, *, pythons: tuple[str, ...] = (PYTHON,)) -> Sandbox:
+    """The sandbox with recipes a and b, b depending on a."""
+    box = Sandbox(tmp_path / "repo", pythons=pythons)
     for name in ("a", "b"):
         box.recipe(name, {}, wheel=f"{name}-1.0-py3-none-any.whl")
     recipe_b = box.recipes / "b.toml"
@@ -197,23 +205,39 @@ def test_a_run_of_several_cells_ends_with_a_row_a_cell_and_a_count(cli: CliRunne
 def test_ctrl_c_in_a_run_of_several_cells_ends_with_the_runs_rows_and_the_cells_not_started(
     cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, recipes: Recipes
 ) -> None:
-    cells = [sandbox.cell("cpu"), sandbox.cell("cuda130")]
+    """Ctrl-C while the first cell builds b, on its thread, and the second builds beside it:
+    both end interrupted, the third never starts."""
+    cells = [sandbox.cell("cpu"), sandbox.cell("cuda130"), sandbox.cell("rocm62")]
+    second_building = threading.Event()
 
-    def build_b(_ctx: StepContext) -> None:
-        raise KeyboardInterrupt
+    def build(ctx: StepContext, spec: RecipeSpec) -> None:  # real commands, which Ctrl-C must stop
+        cell = ctx.run.plan.cell.id
+        if cell == cells[1]:
+            second_building.set()
+        elif cell == cells[0] and spec.name == "b":
+            assert second_building.wait(WAIT)  # the second cell builds on its thread, the main one waits
+            threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()  # Ctrl-C, as a terminal sends it
+        else:
+            return
+        ctx.where.runner.run(["sleep", str(int(WAIT * 2))], env=base_environment([]), log=ctx.log)
 
-    recipes.build_b = build_b
+    before(monkeypatch, StepKind.BUILD, build)
     for key, value in sandbox.environ().items():
         monkeypatch.setenv(key, value)
-    result = cli("--recipes", str(sandbox.recipes), "build", "--cell", cells[0], "--cell", cells[1], "--recipe", "b", "--no-publish", "--engine", "none")
+    started = time.monotonic()
+    selected = [arg for cell in cells for arg in ("--cell", cell)]
+    result = cli("--recipes", str(sandbox.recipes), "build", *selected, "--recipe", "b", "--no-publish", "--engine", "none")
+    assert time.monotonic() - started < WAIT, "Ctrl-C stopped the command it ran"
     assert result.code == Interrupted.exit_code, result.out + result.err
-    *_, interrupted, not_started, _bottom, counted = result.out.splitlines()
-    assert [c.strip() for c in interrupted.split("│")[1:3]] == [cells[0], "interrupted"], interrupted
-    assert [c.strip() for c in not_started.split("│")[1:-1]] == [cells[1], "not started", "-", "-", "-", "-", "-"], not_started
-    assert re.fullmatch(r"2 cells in \d+\.\ds: 1 interrupted, 1 not started", counted), counted
-    (error,) = result.err.splitlines()
+    *_, first, second, not_started, _bottom, counted = result.out.splitlines()
+    assert [c.strip() for c in first.split("│")[1:3]] == [cells[0], "interrupted"], first
+    assert [c.strip() for c in second.split("│")[1:3]] == [cells[1], "interrupted"], second
+    assert [c.strip() for c in not_started.split("│")[1:-1]] == [cells[2], "not started", "-", "-", "-", "-", "-"], not_started
+    assert re.fullmatch(r"3 cells in \d+\.\ds: 2 interrupted, 1 not started", counted), counted
+    (error,) = result.err.splitlines()  # the step Ctrl-C stopped, once
     assert error.startswith(f"wheelmill: error: {cells[0]}: interrupted during b/build; fix: ")
-    assert not (sandbox.output / cells[1]).exists()
+    assert "FAILED" not in result.out
+    assert not (sandbox.output / cells[2]).exists()
 
 
 def two_cells(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox) -> tuple[CliResult, list[str]]:
@@ -235,24 +259,25 @@ def before(monkeypatch: pytest.MonkeyPatch, kind: StepKind, hook: Callable[[Step
     monkeypatch.setitem(BY_KIND, kind, dataclasses.replace(definition, run=run))  # type: ignore[arg-type]
 
 
-def test_a_cells_steps_after_its_last_build_run_beside_the_next_cells_first_ones(
+def test_a_cells_steps_from_its_first_build_on_run_beside_the_next_cell(
     cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, recipes: Recipes
 ) -> None:
+    """A CPU and a CUDA cell: the CUDA cell starts once the CPU cell builds, and builds
+    without waiting for it (another variant shares no compiles); while the CPU cell runs,
+    the CUDA cell's commands yield the cores to it; the terminal still reads in order."""
     next_building, seen = threading.Event(), []
 
-    def build(ctx: StepContext, _spec: RecipeSpec) -> None:
+    def build(ctx: StepContext, spec: RecipeSpec) -> None:
         if ctx.run.plan.cell.id.startswith("cuda130"):
             next_building.set()
-
-    def test_b(ctx: StepContext, spec: RecipeSpec) -> None:
-        if spec.name == "b" and ctx.run.plan.cell.id.startswith("cpu"):
+        elif spec.name == "a":
             seen.append(next_building.wait(WAIT))
 
     before(monkeypatch, StepKind.BUILD, build)
-    before(monkeypatch, StepKind.INSTALL_TEST, test_b)
     result, cells = two_cells(cli, monkeypatch, sandbox)
     assert result.code == 0, result.out + result.err
-    assert seen == [True], "the next cell did not build while the first one's last install test ran"
+    assert seen == [True], "the next cell did not build while the first one built"
+    assert " waits for " not in result.out
     # What the next cell said meanwhile comes after the first one's lines and summary.
     out = result.out
     last = len(KINDS) * 2 + 4  # the cell's four steps, then the recipes' (none after them, unpublished)
@@ -261,6 +286,58 @@ def test_a_cells_steps_after_its_last_build_run_beside_the_next_cells_first_ones
         report = json.loads((sandbox.output / name / "report.json").read_text())
         assert [(s["recipe"], s["step"], s["status"]) for s in report["steps"] if s["recipe"]] == [(r, k.value, "ok") for r in ("a", "b") for k in KINDS]
     assert re.fullmatch(r"2 cells in \d+\.\ds: 2 ok", out.splitlines()[-1])
+    # The next cell's env was made while the first cell built: at a lower priority.
+    (made,) = [text for name, text in sandbox.logs("cuda130").items() if name.endswith("-prepare-env.log")]
+    assert re.search(r"^\$ sh -c .*wheelmill-yield ", made, re.MULTILINE), made[:2000]
+    assert not any("wheelmill-yield" in text for text in sandbox.logs("cpu").values()), "the first cell yields to none"
+
+
+class Around:
+    """Every build's start and end, in the order they happened, as (what, cell, recipe),
+    and the builds each cell's saw the cell before it had ended (``builds_before``)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, on_start: Callable[[str], object]) -> None:
+        self.events: list[tuple[str, str, str]] = []
+        self.before: dict[str, list[int]] = {}
+        definition = BY_KIND[StepKind.BUILD]
+
+        def run(ctx: StepContext, spec: RecipeSpec) -> Outcome:
+            cell = ctx.run.plan.cell.id
+            self.events.append(("start", cell, spec.name))
+            self.before.setdefault(cell, []).append(ctx.run.builds_before())
+            on_start(cell)
+            done = definition.run(ctx, spec)  # type: ignore[call-arg]
+            self.events.append(("end", cell, spec.name))
+            return done
+
+        monkeypatch.setitem(BY_KIND, StepKind.BUILD, dataclasses.replace(definition, run=run))  # type: ignore[arg-type]
+
+
+def test_the_next_cell_of_a_variant_builds_a_recipe_once_the_cell_before_it_has(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, recipes: Recipes
+) -> None:
+    """Two Pythons of one variant: the second cell reaches its build of a while the first
+    still builds a, waits, and says so; each of its builds starts after the first cell's of
+    that recipe ended, and counts it (its compiler cache's server restarts on it)."""
+    box = two_recipes(tmp_path, pythons=(PYTHON, OTHER_PYTHON))
+    cells = [box.cell("cpu"), box.cell("cpu", OTHER_PYTHON)]
+    waiting, says = threading.Event(), UI.waiting
+
+    def wait_said(ui: UI, step: Step, what: str) -> None:
+        waiting.set()
+        says(ui, step, what)
+
+    monkeypatch.setattr(UI, "waiting", wait_said)
+    # The first cell builds a until the second says it waits for that build.
+    builds = Around(monkeypatch, on_start=lambda cell: cell == cells[0] and waiting.wait(WAIT))
+    for key, value in box.environ().items():
+        monkeypatch.setenv(key, value)
+    result = cli("--recipes", str(box.recipes), "build", "--cell", cells[0], "--cell", cells[1], "--recipe", "b", "--no-publish", "--engine", "none")
+    assert result.code == 0, result.out + result.err
+    assert f"a/build waits for {cells[0]}'s build of a, whose compiles it takes from the cache" in result.out, result.out
+    for recipe in ("a", "b"):
+        assert builds.events.index(("end", cells[0], recipe)) < builds.events.index(("start", cells[1], recipe)), builds.events
+    assert builds.before == {cells[0]: [0, 0], cells[1]: [1, 2]}, "the second cell's builds see the first's ended"
 
 
 def test_ctrl_c_in_the_next_cell_stops_the_steps_of_the_cell_still_ending(

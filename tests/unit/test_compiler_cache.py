@@ -271,3 +271,20 @@ def test_nvcc_compiles_a_files_archs_at_once_unless_the_recipe_chooses_its_own_t
     assert "NVCC_PREPEND_FLAGS" not in made("cuda130-py311", "example-cuda-ops", 2, NVCC_THREADS="4")
     assert "--threads" not in made("cuda130-py311", "example-cuda-ops", 2, NVCC_APPEND_FLAGS="--threads 3").get("NVCC_PREPEND_FLAGS", "")
     assert "NVCC_PREPEND_FLAGS" not in made("cpu-py311", "example-cpp-ops", 2)
+
+
+def test_the_server_restarts_once_the_cell_before_it_has_built_since_it_started(tmp_path: Path) -> None:
+    """A server reads its cache's index once: after the run's cell before this one has
+    built again, a build gets a new server (a new process, answering, the old one gone);
+    no build of that cell since, no restart."""
+    binary = sccache_bin()
+    assert binary is not None
+    env = server_environment({}, cache_dir=tmp_path / "cache", socket_path=tmp_path / "sccache.sock")
+    with StepLog(tmp_path / "build.log") as log, Server(HostRunner(), binary=binary, env=env, log=log, output=tmp_path / "server.log") as server:
+        server.seen = 1  # the other cell's builds that had ended when it started
+        first = server._process
+        assert server.refresh(log, seen=1) is None and server._process is first, "nothing built since: the same server"
+        assert server.refresh(log, seen=2) is None and server._process is not first and server.seen == 2
+        assert first is not None and first.poll() is not None, "the old server is stopped"
+        assert answers(tmp_path / "sccache.sock")
+    assert (tmp_path / "build.log").read_text().count("# restarting the compiler cache's server") == 1

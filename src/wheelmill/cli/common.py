@@ -124,36 +124,41 @@ def prepare(args: argparse.Namespace, settings: Settings, *, probe: bool, releas
 
 
 def build_cells(prepared: Prepared, console: Console) -> int:
-    """Run every cell's plan, each one's steps after its last build beside the next cell's
-    first ones (``pipeline.Ending``); the exit status of the first failed cell, else 0."""
+    """Run every cell's plan, each one's steps from its first build on beside the next
+    cell's (``pipeline.Ending``), never more than two cells at once; the exit status of the
+    first failed cell, else 0."""
     from wheelmill.pipeline import Ending, execute  # noqa: PLC0415 - the build machinery loads only to build
 
     started, plans, stopping = time.monotonic(), prepared.plans, threading.Event()
     reports: list[CellReport] = []  # each cell's, from its start: Ctrl-C leaves it recorded
-    ending: Ending | None = None
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="wheelmill-ending") as pool:
+    running: list[Ending] = []  # the cells still ending, the earlier first
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="wheelmill-ending") as pool:
         try:
             for number, cell_plan in enumerate(plans, start=1):
-                ui = UI(console) if ending is None else UI(_after(ending, console))
+                before = running[-1] if running else None
                 outcome = execute(
                     cell_plan,
                     settings=prepared.settings,
-                    ui=ui,
+                    ui=UI(console) if before is None else UI(_after(before, console)),
                     engine=prepared.engine,
                     started=reports.append,
                     stopping=stopping,
                     ending=pool if number < len(plans) else None,
+                    after=before,
                 )
-                if ending is not None:
-                    _say_failed(ending.future.result())
-                ending = outcome if isinstance(outcome, Ending) else None
+                running += [outcome] if isinstance(outcome, Ending) else []
+                while len(running) > 1 or (running and not isinstance(outcome, Ending)):  # the next cell starts beside one at most
+                    _say_failed(running[0].future.result())
+                    running.pop(0)  # only now: Ctrl-C while it ends stops it too
                 if isinstance(outcome, CellReport):
                     _say_failed(outcome)
         except (WheelmillError, KeyboardInterrupt) as exc:  # Ctrl-C, or a cell that could not start
-            if ending is not None:
-                _stop(ending, interrupted=isinstance(exc, (Interrupted, KeyboardInterrupt)))
+            stopped = [_stop(ending, interrupted=isinstance(exc, (Interrupted, KeyboardInterrupt))) for ending in running]
             if len(plans) > 1:
                 UI(console).run_summary(reports, time.monotonic() - started, not_started=[p.cell.id for p in plans[len(reports) :]])
+            said = next((error for error in stopped if isinstance(error, Interrupted)), None)
+            if isinstance(exc, KeyboardInterrupt) and said is not None:  # while it waited: the step it stopped says where
+                raise said from None
             raise
     if len(plans) > 1:  # one cell's own summary says it all
         UI(console).run_summary(reports, time.monotonic() - started)
@@ -167,13 +172,13 @@ def _after(ending: Ending, console: Console) -> Console:
     return held_out
 
 
-def _stop(ending: Ending, *, interrupted: bool) -> None:
-    """The cell still ending: stopped (Ctrl-C), else waited for."""
+def _stop(ending: Ending, *, interrupted: bool) -> WheelmillError | None:
+    """A cell still ending: stopped (Ctrl-C: how it ended), else waited for."""
     if interrupted:
-        ending.stop()
-        return
+        return ending.stop()
     with suppress(WheelmillError):  # its own failure is in its report
         ending.future.result()
+    return None
 
 
 def _say_failed(report: CellReport) -> None:

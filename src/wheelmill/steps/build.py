@@ -170,7 +170,8 @@ def _zeroed_cache(ctx: StepContext) -> tuple[CompilerCache, bool]:
     cache = ctx.done.find(CompilerCache) or CompilerCache.off("no compiler-cache step ran")
     if not cache.active:
         return cache, False
-    problem = zero_stats(cache, ctx.where.runner)
+    refreshed = cache.server.refresh(ctx.log, seen=ctx.run.builds_before()) if cache.server else None
+    problem = refreshed or zero_stats(cache, ctx.where.runner)
     if problem is not None:
         ctx.log.note(f"compiling without the compiler cache: {problem}")
         return CompilerCache.off(problem), True

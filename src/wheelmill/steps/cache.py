@@ -34,7 +34,8 @@ def compiler_cache(ctx: StepContext) -> Outcome:
         server = ctx.hold(Server(ctx.where.runner, binary=client, env=env, log=ctx.log, output=layout.logs / "sccache-server.log"))
         problem = server.failure
         if problem is None:
-            cache = _located(ctx, CompilerCache(binary=client, socket=socket))
+            server.seen = ctx.run.builds_before()
+            cache = _located(ctx, CompilerCache(binary=client, socket=socket, server=server))
             return Outcome(checks=[CheckResult.passed(CHECK, f"sccache server on {socket}; cache: {cache.location}")], made=(cache,))
     return _without(CheckResult.warned(CHECK, f"builds compile without it: {problem}", FIX), problem or "")
 
