@@ -339,6 +339,12 @@ def yielding(now: Callable[[], bool]) -> Iterator[None]:
         _YIELDING.reset(token)
 
 
+def yields_now() -> bool:
+    """Whether what this context starts now yields the cores (``yielding``)."""
+    now = _YIELDING.get()
+    return now is not None and now()
+
+
 def _prioritized(argv: Sequence[str | Path]) -> list[str]:
     """``argv``, started at a lower CPU priority where this context yields now.
 
@@ -348,9 +354,8 @@ def _prioritized(argv: Sequence[str | Path]) -> list[str]:
     >>> _prioritized(["cc", "--version"])
     ['cc', '--version']
     """
-    now = _YIELDING.get()
     started = [str(a) for a in argv]
-    return ["sh", "-c", _YIELD_SCRIPT, "wheelmill-yield", *started] if now is not None and now() else started
+    return ["sh", "-c", _YIELD_SCRIPT, "wheelmill-yield", *started] if yields_now() else started
 
 
 def netless_prefix() -> tuple[str, ...] | None:

@@ -9,10 +9,15 @@ import json
 import os
 import subprocess
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from wheelmill.compiler_cache import CompilerCache, Server, read_stats, server_environment, zero_stats
+from wheelmill.process import HostRunner, StepLog, base_environment
+from wheelmill.tools import sccache_bin
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -62,3 +67,36 @@ def test_an_unreachable_cache_is_one_warning_and_a_build_without_it(tmp_path: Pa
     assert report["facts"]["compiler_cache"][RECIPE] is None
     assert report["stdout"].count("warn compiler-cache: compiler-cache:") == 1  # one line under the summary
     assert (tmp_path / "out" / CELL / "logs" / "sccache-server.log").exists()
+
+
+def test_a_server_finds_what_another_cells_server_cached_once_it_is_restarted(tmp_path: Path) -> None:
+    """Two cells' servers on one local disk cache, as a run's cells side by side have them:
+    one that has looked once misses what the other cached after that (it reads the cache's
+    index once), and finds it once restarted, as a cell's build restarts it."""
+    binary = sccache_bin()
+    assert binary is not None
+    for name in ("x", "y", "z"):
+        (tmp_path / f"{name}.c").write_text(f"int {name}(int a) {{ return a * 3 + {len(name)}; }}\n")
+
+    def compiled(server: Server, name: str) -> tuple[int, int]:
+        """The hits and misses of one compile through ``server``."""
+        cache = CompilerCache(binary=binary, socket=server.socket)
+        assert zero_stats(cache, HostRunner()) is None
+        env = base_environment([], {"SCCACHE_SERVER_UDS": str(server.socket)})
+        done = subprocess.run([str(binary), "gcc", "-c", f"{name}.c", "-o", f"{name}.o"], cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+        stats = read_stats(cache, HostRunner())
+        assert stats is not None
+        return stats.total_hits, stats.total_misses
+
+    def started(name: str) -> Server:
+        env = server_environment({}, cache_dir=tmp_path / "cache", socket_path=tmp_path / f"{name}.sock")
+        return servers.enter_context(Server(HostRunner(), binary=binary, env=env, log=log, output=tmp_path / f"{name}.log"))
+
+    with StepLog(tmp_path / "log") as log, ExitStack() as servers:
+        first, second = started("first"), started("second")
+        assert compiled(second, "y") == (0, 1)  # its first lookup reads the index
+        assert compiled(first, "x") == (0, 1) and compiled(first, "z") == (0, 1)
+        assert compiled(second, "x") == (0, 1), "a server that has looked does not see what another cached since"
+        assert second.refresh(log, seen=1) is None
+        assert compiled(second, "z") == (1, 0), "restarted, it does"

@@ -3,6 +3,7 @@ detection, which builder image and base a cell gets, image tags, mirrors, locks.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +20,7 @@ from wheelmill.errors import CommandFailed, ConfigError, PrecheckError, UsageErr
 from wheelmill.locks import inputs
 from wheelmill.matrix import Matrix, load_matrix
 from wheelmill.plan import plan_cell
-from wheelmill.process import Captured, StepLog
+from wheelmill.process import Captured, StepLog, yielding
 from wheelmill.recipes import load_recipes
 from wheelmill.settings import Settings
 from wheelmill.steps.build import build_environment
@@ -40,6 +41,8 @@ def test_run_exec_and_remove_commands(engine: Engine) -> None:
         "--volume", "/srv/wheels:/srv/wheels:rw", "--volume", "/opt/idx:/opt/idx:ro",
         "--entrypoint", "sleep", "localhost/wheelmill-builder:builder-py311-abc", "infinity",
     ]  # fmt: skip
+    weighed = engine.run_detached(container="c", image="i", mounts=[], cell="cpu-py311", network=False, cpu_shares=128)
+    assert weighed[weighed.index("--network") : weighed.index("--entrypoint")] == ["--network", "none", "--cpu-shares", "128"]
     exec_argv = engine.exec(container="c", argv=["python", "-V"], env_keys=["PATH", "TOKEN"], workdir=Path("/src"))
     assert exec_argv == [engine.binary, "exec", "--workdir", "/src", "--env", "PATH", "--env", "TOKEN", "c", "python", "-V"]
     assert "secret" not in " ".join(exec_argv)  # values travel in the environment only
@@ -286,3 +289,21 @@ def test_the_site_link_names_the_envs_site_packages_relatively_once(tmp_path: Pa
     assert link_site(env) == env.site and link_site(env) == env.site  # made once, kept
     assert env.site.readlink() == Path("lib/python3.13/site-packages")  # relative: the container sees it too
     assert (env.site / "torch").is_dir()
+
+
+def test_a_cell_that_yields_the_cores_gets_containers_of_a_lower_cpu_weight(tmp_path: Path) -> None:
+    """Started while the run's cell before it runs, a cell's container weighs 128 against
+    the default 1024 (a nice value inside it would not count against another container);
+    otherwise the engine's default. The engine here is a script that records its argv."""
+    calls = tmp_path / "calls"
+    engine = tmp_path / "engine"
+    engine.write_text(f'#!/bin/sh\necho "$*" >> {calls}\nif [ "$1" = inspect ]; then echo {os.getpid()}; fi\n')  # a root it can see
+    engine.chmod(0o755)
+    podman = Engine(name=EngineName.PODMAN, binary=str(engine))
+    with StepLog(tmp_path / "log") as log:
+        with yielding(lambda: True), Container(podman, cell="c", image="i", mounts=[], log=log):
+            pass
+        with yielding(lambda: False), Container(podman, cell="c", image="i", mounts=[], log=log):
+            pass
+    runs = [line for line in calls.read_text().splitlines() if line.startswith("run ")]
+    assert len(runs) == 2 and " --cpu-shares 128 " in runs[0] and "--cpu-shares" not in runs[1], runs

@@ -40,11 +40,13 @@ class Engine:
     name: EngineName
     binary: str
 
-    def run_detached(self, *, container: str, image: str, mounts: Sequence[Mount], cell: str, network: bool = True) -> list[str]:
+    def run_detached(self, *, container: str, image: str, mounts: Sequence[Mount], cell: str, network: bool = True, cpu_shares: int | None = None) -> list[str]:
         """A long-lived container of the cell; commands are exec'd into it, each with its own
         explicit environment. With ``network``, the host's (package downloads of the level-2
-        env); without, none at all (builds)."""
+        env); without, none at all (builds). ``cpu_shares``: its weight against the other
+        containers when the cores are busy (the engines' default is 1024)."""
         argv = [self.binary, "run", "--detach", "--name", container, "--label", f"{LABEL}={cell}", "--network", "host" if network else "none"]
+        argv += ["--cpu-shares", str(cpu_shares)] if cpu_shares is not None else []
         for mount in mounts:
             argv += ["--volume", mount.volume()]
         return [*argv, "--entrypoint", "sleep", image, "infinity"]
