@@ -282,6 +282,7 @@ def test_a_cells_steps_from_its_first_build_on_run_beside_the_next_cell(
     out = result.out
     last = len(KINDS) * 2 + 4  # the cell's four steps, then the recipes' (none after them, unpublished)
     assert out.index(f"ok [{last}/{last}] b/install-test") < out.index(f"{cells[0]}: ok in ") < out.index(f"wheelmill build {cells[1]}")
+    assert out.index(f"{cells[1]} starts beside {cells[0]}; its lines follow that cell's summary") < out.index(f"{cells[0]}: ok in ")
     for name in cells:
         report = json.loads((sandbox.output / name / "report.json").read_text())
         assert [(s["recipe"], s["step"], s["status"]) for s in report["steps"] if s["recipe"]] == [(r, k.value, "ok") for r in ("a", "b") for k in KINDS]

@@ -136,6 +136,8 @@ def build_cells(prepared: Prepared, console: Console) -> int:
         try:
             for number, cell_plan in enumerate(plans, start=1):
                 before = running[-1] if running else None
+                if before is not None:  # said now: its own lines wait for that cell's summary
+                    console.print(f"[dim]{cell_plan.cell.id} starts beside {before.builds.cell.id}; its lines follow that cell's summary[/]")
                 outcome = execute(
                     cell_plan,
                     settings=prepared.settings,
