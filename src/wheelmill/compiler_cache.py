@@ -200,7 +200,7 @@ class Server:
     for (``failure`` says why it did not answer: then it is stopped already); exited, it is
     stopped, whatever way the cell ends."""
 
-    def __init__(self, runner: Runner, *, binary: Path, env: Mapping[str, str], log: StepLog, output: Path) -> None:
+    def __init__(self, runner: Runner, *, binary: Path, env: Mapping[str, str], log: StepLog, output: Path, seen: int = 0) -> None:
         self.runner = runner
         self.binary = binary
         self.env = dict(env)
@@ -208,7 +208,7 @@ class Server:
         self.log = log  # of the step that starts it
         self.output = output
         self.failure: str | None = None
-        self.seen = 0  # the other cell's builds that had ended when it started (``restart``)
+        self.seen = seen  # the builds the run's cell before this one had ended when it started (``refresh``)
         self._process: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> Server:

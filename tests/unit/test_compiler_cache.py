@@ -280,8 +280,7 @@ def test_the_server_restarts_once_the_cell_before_it_has_built_since_it_started(
     binary = sccache_bin()
     assert binary is not None
     env = server_environment({}, cache_dir=tmp_path / "cache", socket_path=tmp_path / "sccache.sock")
-    with StepLog(tmp_path / "build.log") as log, Server(HostRunner(), binary=binary, env=env, log=log, output=tmp_path / "server.log") as server:
-        server.seen = 1  # the other cell's builds that had ended when it started
+    with StepLog(tmp_path / "build.log") as log, Server(HostRunner(), binary=binary, env=env, log=log, output=tmp_path / "server.log", seen=1) as server:
         first = server._process
         assert server.refresh(log, seen=1) is None and server._process is first, "nothing built since: the same server"
         assert server.refresh(log, seen=2) is None and server._process is not first and server.seen == 2

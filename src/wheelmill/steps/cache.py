@@ -31,10 +31,11 @@ def compiler_cache(ctx: StepContext) -> Outcome:
     if binary is not None and problem is None:
         client = install_client(binary, layout.cache / "bin")
         env = server_environment(os.environ, cache_dir=layout.cache / "sccache", socket_path=socket, basedirs=basedirs(ctx))
-        server = ctx.hold(Server(ctx.where.runner, binary=client, env=env, log=ctx.log, output=layout.logs / "sccache-server.log"))
+        # Counted before it starts: a build that ends meanwhile restarts it, to be sure.
+        seen = ctx.run.builds_before()
+        server = ctx.hold(Server(ctx.where.runner, binary=client, env=env, log=ctx.log, output=layout.logs / "sccache-server.log", seen=seen))
         problem = server.failure
         if problem is None:
-            server.seen = ctx.run.builds_before()
             cache = _located(ctx, CompilerCache(binary=client, socket=socket, server=server))
             return Outcome(checks=[CheckResult.passed(CHECK, f"sccache server on {socket}; cache: {cache.location}")], made=(cache,))
     return _without(CheckResult.warned(CHECK, f"builds compile without it: {problem}", FIX), problem or "")
