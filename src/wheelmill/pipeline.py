@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, NoReturn, TypeVar
@@ -120,10 +120,8 @@ def execute(
     ``stopping``: the run's, set when Ctrl-C stops the steps of its threads. ``after``: the
     run's cell before this one, still running: this one's commands yield the cores to it
     while it runs, and its builds wait for that cell's of the same recipe."""
-    if after is None:
-        return _execute(plan, settings=settings, ui=ui, engine=engine, started=started, stopping=stopping, ending=ending, after=None)
-    with yielding(lambda: not after.future.done()):
-        return _execute(plan, settings=settings, ui=ui, engine=engine, started=started, stopping=stopping, ending=ending, after=after.builds)
+    with yielding(lambda: not after.future.done()) if after else nullcontext():
+        return _execute(plan, settings=settings, ui=ui, engine=engine, started=started, stopping=stopping, ending=ending, after=after.builds if after else None)
 
 
 def _execute(
