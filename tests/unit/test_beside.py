@@ -248,13 +248,21 @@ def two_cells(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox)
     return result, cells
 
 
-def before(monkeypatch: pytest.MonkeyPatch, kind: StepKind, hook: Callable[[StepContext, RecipeSpec], None]) -> None:
-    """``hook`` runs before the stand-in of every step of this kind."""
+def before(
+    monkeypatch: pytest.MonkeyPatch,
+    kind: StepKind,
+    hook: Callable[[StepContext, RecipeSpec], None],
+    *,
+    after: Callable[[StepContext, RecipeSpec], None] = lambda _ctx, _spec: None,
+) -> None:
+    """``hook`` runs before the stand-in of every step of this kind (and ``after``, after it)."""
     definition = BY_KIND[kind]
 
     def run(ctx: StepContext, spec: RecipeSpec) -> Outcome:
         hook(ctx, spec)
-        return definition.run(ctx, spec)  # type: ignore[call-arg]
+        done = definition.run(ctx, spec)  # type: ignore[call-arg]
+        after(ctx, spec)
+        return done
 
     monkeypatch.setitem(BY_KIND, kind, dataclasses.replace(definition, run=run))  # type: ignore[arg-type]
 
@@ -300,18 +308,17 @@ class Around:
     def __init__(self, monkeypatch: pytest.MonkeyPatch, *, on_start: Callable[[str], object]) -> None:
         self.events: list[tuple[str, str, str]] = []
         self.before: dict[str, list[int]] = {}
-        definition = BY_KIND[StepKind.BUILD]
 
-        def run(ctx: StepContext, spec: RecipeSpec) -> Outcome:
+        def start(ctx: StepContext, spec: RecipeSpec) -> None:
             cell = ctx.run.plan.cell.id
             self.events.append(("start", cell, spec.name))
             self.before.setdefault(cell, []).append(ctx.run.builds_before())
             on_start(cell)
-            done = definition.run(ctx, spec)  # type: ignore[call-arg]
-            self.events.append(("end", cell, spec.name))
-            return done
 
-        monkeypatch.setitem(BY_KIND, StepKind.BUILD, dataclasses.replace(definition, run=run))  # type: ignore[arg-type]
+        def end(ctx: StepContext, spec: RecipeSpec) -> None:
+            self.events.append(("end", ctx.run.plan.cell.id, spec.name))
+
+        before(monkeypatch, StepKind.BUILD, start, after=end)
 
 
 def test_the_next_cell_of_a_variant_builds_a_recipe_once_the_cell_before_it_has(
