@@ -13,7 +13,7 @@ from pathlib import Path
 import nox
 
 from wheelmill.cli import main
-from wheelmill.matrix import load_matrix
+from wheelmill.inputs.matrix import load_matrix
 
 nox.options.default_venv_backend = "none"  # the pinned tools of .venv; builds make their own envs
 nox.options.sessions = ["lint", "tests"]

@@ -39,12 +39,12 @@ from statistics import median_high
 
 import runs
 
-from wheelmill.matrix import load_matrix
-from wheelmill.process import HostRunner, base_environment
-from wheelmill.recipes import PathSource, load_recipes, resolve
-from wheelmill.steps.build import available_memory, max_jobs, nvcc_threads
-from wheelmill.toolchain import Toolkit, find_toolkit
-from wheelmill.tools import uv_bin
+from wheelmill.build.steps.build import available_memory, max_jobs, nvcc_threads
+from wheelmill.inputs.matrix import load_matrix
+from wheelmill.inputs.recipes import PathSource, load_recipes, resolve
+from wheelmill.machine.process import HostRunner, base_environment
+from wheelmill.machine.toolchain import Toolkit, find_toolkit
+from wheelmill.machine.tools import uv_bin
 
 ROOT = runs.ROOT
 RECIPES = ("example-cpp-ops", "example-cuda-ops")

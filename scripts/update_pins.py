@@ -15,9 +15,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from wheelmill.containers.pins import load_pins
-from wheelmill.containers.registry import resolve_digest, rewrite_pin
 from wheelmill.errors import WheelmillError
+from wheelmill.machine.pins import load_pins
+from wheelmill.machine.registry import resolve_digest, rewrite_pin
 
 ROOT = Path(__file__).resolve().parent.parent
 

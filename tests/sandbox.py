@@ -30,7 +30,7 @@ import pytest
 from tests.conftest import CliResult, CliRunner
 from tests.wheels import make_wheel
 from wheelmill.index.store import Channel, publish
-from wheelmill.process import TRACEBACK_MARK
+from wheelmill.machine.process import TRACEBACK_MARK
 
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 PY = PYTHON.replace(".", "")

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
-from wheelmill.containers.engine import ENGINE_CHOICES
 from wheelmill.errors import ConfigError
 from wheelmill.retry import RetryPolicy
 
 N = TypeVar("N", int, float)
 BASE_POLICIES = ("auto", "bootstrap", "registry")
+ENGINE_CHOICES = ("auto", "podman", "docker", "none")
 COMPILER_CACHE_MODES = ("on", "off")
 INSTALL_TEST_MODES = ("beside", "after")
 

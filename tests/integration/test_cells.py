@@ -19,17 +19,17 @@ import pytest
 from tests.integration.test_index import Served, isolated_env, pip, uv, venv
 from tests.interrupt import interrupt_mid_compile
 from wheelmill.checks.torchenv import judge_torch
-from wheelmill.closure import LOCK_NAME
-from wheelmill.closure import read as read_closure
-from wheelmill.envs import Env
+from wheelmill.index.closure import LOCK_NAME
+from wheelmill.index.closure import read as read_closure
 from wheelmill.index.pages import Project
 from wheelmill.index.store import Channel
 from wheelmill.index.verify import verify
-from wheelmill.matrix import load_matrix
-from wheelmill.package_sources import machine_sources
-from wheelmill.probes import read_torch
+from wheelmill.inputs.matrix import load_matrix
+from wheelmill.machine.envs import Env
+from wheelmill.machine.package_sources import machine_sources
+from wheelmill.machine.probes import read_torch
 from wheelmill.settings import Settings
-from wheelmill.wheelfile import read_wheel
+from wheelmill.wheel.wheelfile import read_wheel
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parent.parent.parent

@@ -12,16 +12,16 @@ from pathlib import Path
 import pytest
 
 from tests.wheels import make_wheel
-from wheelmill.archs import CudaArchs
 from wheelmill.checks import CheckResult, Verdict
 from wheelmill.checks.contents import judge_bundled
 from wheelmill.checks.device import find_cuobjdump, judge_cuda, scan_cuda
-from wheelmill.checks.elf import ElfSummary, LibraryFinder, system_lib_dirs
 from wheelmill.checks.symbols import interpreter_libraries, judge_undefined, unresolved_symbols
-from wheelmill.matrix import load_matrix
-from wheelmill.process import HostRunner, capture
-from wheelmill.toolchain import Toolkit, find_toolkit
-from wheelmill.wheelfile import inspect_wheel
+from wheelmill.inputs.archs import CudaArchs
+from wheelmill.inputs.matrix import load_matrix
+from wheelmill.machine.process import HostRunner, capture
+from wheelmill.machine.toolchain import Toolkit, find_toolkit
+from wheelmill.wheel.elf import ElfSummary, LibraryFinder, system_lib_dirs
+from wheelmill.wheel.wheelfile import inspect_wheel
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parent.parent.parent

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from wheelmill.compiler_cache import CompilerCache, Server, read_stats, server_environment, zero_stats
-from wheelmill.process import HostRunner, StepLog, base_environment
-from wheelmill.tools import sccache_bin
+from wheelmill.build.compiler_cache import CompilerCache, Server, read_stats, server_environment, zero_stats
+from wheelmill.machine.process import HostRunner, StepLog, base_environment
+from wheelmill.machine.tools import sccache_bin
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parent.parent.parent

@@ -16,7 +16,7 @@ import pytest
 from tests.integration.test_cells import ROOT
 from tests.integration.test_containers import answering
 from tests.wheels import make_wheel
-from wheelmill.process import VIEW_ROOT
+from wheelmill.machine.process import VIEW_ROOT
 
 pytestmark = pytest.mark.integration
 LINUX = "cp311-cp311-manylinux_2_28_x86_64"

@@ -23,10 +23,10 @@ import pytest
 
 from tests.interrupt import interrupt_mid_compile
 from tests.registry import loopback_registry
-from wheelmill.containers.engine import detect
-from wheelmill.containers.registry import resolve_digest, rewrite_pin
 from wheelmill.errors import PrecheckError
-from wheelmill.wheelfile import read_wheel
+from wheelmill.machine.engine import detect
+from wheelmill.machine.registry import resolve_digest, rewrite_pin
+from wheelmill.wheel.wheelfile import read_wheel
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parent.parent.parent

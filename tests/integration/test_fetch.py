@@ -22,17 +22,17 @@ from pathlib import Path
 
 import pytest
 
-from wheelmill.context import Layout, RunContext
+from wheelmill.build.context import Layout, RunContext
+from wheelmill.build.pipeline import host, run_step
+from wheelmill.build.plan import StepKind, plan_cell
+from wheelmill.build.report import CellReport, Status, StepRecord
+from wheelmill.build.steps.cell import Sources
+from wheelmill.build.ui import UI, make_console
 from wheelmill.errors import FetchError, IntegrityError
-from wheelmill.matrix import load_matrix
-from wheelmill.package_sources import machine_sources
-from wheelmill.pipeline import host, run_step
-from wheelmill.plan import StepKind, plan_cell
-from wheelmill.recipes import load_recipes
-from wheelmill.report import CellReport, Status, StepRecord
+from wheelmill.inputs.matrix import load_matrix
+from wheelmill.inputs.recipes import load_recipes
+from wheelmill.machine.package_sources import machine_sources
 from wheelmill.settings import Settings
-from wheelmill.steps.cell import Sources
-from wheelmill.ui import UI, make_console
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parent.parent.parent

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from wheelmill.containers.engine import detect
 from wheelmill.errors import BuildError, PrecheckError
+from wheelmill.machine.engine import detect
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parent.parent.parent

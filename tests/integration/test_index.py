@@ -27,7 +27,7 @@ from tests.wheels import make_wheel
 from wheelmill.index.serve import make_server, parse_access_log
 from wheelmill.index.store import Channel, publish
 from wheelmill.index.verify import leftovers, verify
-from wheelmill.tools import uv_bin
+from wheelmill.machine.tools import uv_bin
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parent.parent.parent

@@ -25,7 +25,7 @@ from tests.wheels import make_wheel
 from wheelmill.errors import IndexWriteError
 from wheelmill.index.store import Channel
 from wheelmill.index.verify import verify
-from wheelmill.wheelfile import read_wheel
+from wheelmill.wheel.wheelfile import read_wheel
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parent.parent.parent

@@ -20,7 +20,7 @@ from tests.ports import free_port
 from wheelmill.index.serve import make_server
 from wheelmill.index.store import Channel
 from wheelmill.index.verify import verify
-from wheelmill.net import sha256_of
+from wheelmill.machine.net import sha256_of
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parent.parent.parent

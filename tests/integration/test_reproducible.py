@@ -21,9 +21,9 @@ import pytest
 
 from tests.integration.test_cells import ROOT, report
 from tests.integration.test_containers import containers_of
-from wheelmill.compiler_cache import SOCKET_PATH_MAX
-from wheelmill.containers.engine import detect
-from wheelmill.process import make_view
+from wheelmill.build.compiler_cache import SOCKET_PATH_MAX
+from wheelmill.machine.engine import detect
+from wheelmill.machine.process import make_view
 
 pytestmark = pytest.mark.integration
 

@@ -14,9 +14,9 @@ import pytest
 from tests.conftest import CliRunner
 from tests.elves import make_elf
 from tests.sandbox import TAG, Sandbox, assert_recorded, build, dist_info, script
+from wheelmill.build.steps import BY_KIND
 from wheelmill.errors import CheckError, EnvError, InternalError, InvalidWheel, PrecheckError
-from wheelmill.spec import StepKind
-from wheelmill.steps import BY_KIND
+from wheelmill.planning.spec import StepKind
 
 
 @pytest.fixture

@@ -11,21 +11,21 @@ from pathlib import Path
 import pytest
 
 from tests.wheels import make_wheel
-from wheelmill import buildkey
-from wheelmill.buildkey import build_keys, plain, tree_hash
-from wheelmill.context import Layout, RunContext, StepContext
+from wheelmill.build.context import Layout, RunContext, StepContext
+from wheelmill.build.pipeline import blocked, host
+from wheelmill.build.plan import REBUILD_ALL, Options, plan_cell
+from wheelmill.build.report import CellReport, Done, Status, StepRecord, WheelRecord
+from wheelmill.build.steps.keys import BuildKeys, PublishedBuild, build_keys_step
 from wheelmill.errors import FetchError, SelectionError
 from wheelmill.index.store import Channel, built_by_key, publish, set_yanked
 from wheelmill.index.verify import verify
-from wheelmill.matrix import load_matrix
-from wheelmill.pipeline import blocked, host
-from wheelmill.plan import REBUILD_ALL, Options, plan_cell
-from wheelmill.process import StepLog
-from wheelmill.recipes import GitSource, SdistSource, load_recipes
-from wheelmill.report import CellReport, Done, Status, StepRecord, WheelRecord
+from wheelmill.inputs.matrix import load_matrix
+from wheelmill.inputs.recipes import GitSource, SdistSource, load_recipes
+from wheelmill.machine.process import StepLog
+from wheelmill.planning import buildkey
+from wheelmill.planning.buildkey import build_keys, plain, tree_hash
+from wheelmill.planning.spec import CellPlan, Step, StepKind
 from wheelmill.settings import Settings
-from wheelmill.spec import CellPlan, Step, StepKind
-from wheelmill.steps.keys import BuildKeys, PublishedBuild, build_keys_step
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 HOST = {"host": {"compiler": ["/usr/bin/c++", "12.2.0"]}}
@@ -101,10 +101,11 @@ def test_every_input_changes_the_key(project: Path, monkeypatch: pytest.MonkeyPa
         m.setattr(buildkey, "__version__", "99.0")
         buildkey.wheelmill_identity.cache_clear()
         changed["wheelmill version"] = digests(plan)
-    code = shutil.copytree(Path(buildkey.__file__).parent, project / "wheelmill-changed", ignore=shutil.ignore_patterns("__pycache__"))
-    (code / "steps" / "build.py").write_text((code / "steps" / "build.py").read_text() + "# a changed flag\n")
+    code = shutil.copytree(Path(buildkey.__file__).parents[1], project / "wheelmill-changed", ignore=shutil.ignore_patterns("__pycache__"))
+    step = code / "build" / "steps" / "build.py"
+    step.write_text(step.read_text() + "# a changed flag\n")
     with monkeypatch.context() as m:
-        m.setattr(buildkey, "__file__", str(code / "buildkey.py"))
+        m.setattr(buildkey, "__file__", str(code / "planning" / "buildkey.py"))
         buildkey.wheelmill_identity.cache_clear()
         changed["wheelmill code"] = digests(plan)
     buildkey.wheelmill_identity.cache_clear()

@@ -9,18 +9,18 @@ from pathlib import Path
 import pytest
 
 from tests.wheels import make_wheel
-from wheelmill.context import Layout, RunContext, StepContext
+from wheelmill.build.context import Layout, RunContext, StepContext
+from wheelmill.build.pipeline import host
+from wheelmill.build.plan import plan_cell
+from wheelmill.build.report import CellReport, Status, StepRecord, WheelRecord
+from wheelmill.build.steps.channel import channel_checks
 from wheelmill.errors import IndexStoreError
 from wheelmill.index.store import Channel, publish
-from wheelmill.matrix import load_matrix
-from wheelmill.pipeline import host
-from wheelmill.plan import plan_cell
-from wheelmill.process import StepLog
-from wheelmill.recipes import load_recipes
-from wheelmill.report import CellReport, Status, StepRecord, WheelRecord
+from wheelmill.inputs.matrix import load_matrix
+from wheelmill.inputs.recipes import load_recipes
+from wheelmill.machine.process import StepLog
+from wheelmill.planning.spec import Step, StepKind
 from wheelmill.settings import Settings
-from wheelmill.spec import Step, StepKind
-from wheelmill.steps.channel import channel_checks
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from wheelmill.checks import Verdict
-from wheelmill.compiler_cache import (
+from wheelmill.build.compiler_cache import (
     SOCKET_PATH_MAX,
     STARTUP_SECONDS,
     CacheStats,
@@ -26,18 +25,19 @@ from wheelmill.compiler_cache import (
     server_environment,
     socket_problem,
 )
-from wheelmill.envs import Env
+from wheelmill.build.plan import plan
+from wheelmill.build.steps.build import build_environment
+from wheelmill.checks import Verdict
 from wheelmill.errors import ConfigError
-from wheelmill.matrix import load_matrix
-from wheelmill.plan import plan
-from wheelmill.process import HostRunner, StepLog
-from wheelmill.recipes import load_recipes
+from wheelmill.inputs.matrix import load_matrix
+from wheelmill.inputs.recipes import load_recipes
+from wheelmill.inputs.variants import Family
+from wheelmill.machine.envs import Env
+from wheelmill.machine.process import HostRunner, StepLog
+from wheelmill.machine.toolchain import Toolkit
+from wheelmill.machine.tools import sccache_bin
+from wheelmill.planning.spec import RecipeSpec
 from wheelmill.settings import Settings
-from wheelmill.spec import RecipeSpec
-from wheelmill.steps.build import build_environment
-from wheelmill.toolchain import Toolkit
-from wheelmill.tools import sccache_bin
-from wheelmill.variants import Family
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 # What sccache 0.16.0 printed for a CUDA build here (--show-stats --stats-format=json), trimmed.

@@ -13,12 +13,12 @@ from tests.wheels import make_wheel
 from wheelmill.conda import envspec
 from wheelmill.conda.package import GPU_BUILD_OFFSET, CondaTarget, conda_meta, stage_wheel
 from wheelmill.conda.seed import fits
-from wheelmill.envs import Env, conda_names, without
 from wheelmill.errors import ConfigError, EnvError, InvalidWheel, SelectionError, UsageError
-from wheelmill.locks import recorded_digest
-from wheelmill.matrix import load_matrix
-from wheelmill.variants import Cell
-from wheelmill.wheelfile import read_wheel
+from wheelmill.inputs.matrix import load_matrix
+from wheelmill.inputs.variants import Cell
+from wheelmill.machine.envs import Env, conda_names, without
+from wheelmill.planning.locks import recorded_digest
+from wheelmill.wheel.wheelfile import read_wheel
 
 CPU = CondaTarget(variant="cpu", python="3.11")
 CUDA = CondaTarget(variant="cuda130", python="3.11", cuda="13.0", gpu=True)

@@ -10,22 +10,22 @@ from pathlib import Path
 
 import pytest
 
+from wheelmill.build.plan import plan_cell
+from wheelmill.build.steps.build import build_environment
 from wheelmill.cli import main
-from wheelmill.containers.container import Container
-from wheelmill.containers.engine import Engine, EngineName, Mount, Probe, detect
-from wheelmill.containers.images import BaseKind, choose, debian_mirror, image_build_failure, require_pinned
-from wheelmill.containers.pins import Pins, load_pins
-from wheelmill.envs import Env, link_site
 from wheelmill.errors import CommandFailed, ConfigError, PrecheckError, UsageError
-from wheelmill.locks import inputs
-from wheelmill.matrix import Matrix, load_matrix
-from wheelmill.plan import plan_cell
-from wheelmill.process import Captured, StepLog, yielding
-from wheelmill.recipes import load_recipes
+from wheelmill.inputs.matrix import Matrix, load_matrix
+from wheelmill.inputs.recipes import load_recipes
+from wheelmill.inputs.variants import Family
+from wheelmill.machine.builder_images import BaseKind, choose, debian_mirror, image_build_failure, require_pinned
+from wheelmill.machine.container import Container
+from wheelmill.machine.engine import Engine, EngineName, Mount, Probe, detect
+from wheelmill.machine.envs import Env, link_site
+from wheelmill.machine.pins import Pins, load_pins
+from wheelmill.machine.process import Captured, StepLog, yielding
+from wheelmill.machine.toolchain import Toolkit
+from wheelmill.planning.locks import inputs
 from wheelmill.settings import Settings
-from wheelmill.steps.build import build_environment
-from wheelmill.toolchain import Toolkit
-from wheelmill.variants import Family
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DOCKER = Engine(name=EngineName.DOCKER, binary="/usr/bin/docker")

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from wheelmill.archs import CudaArchs
 from wheelmill.errors import SelectionError
-from wheelmill.matrix import load_matrix, matrix_markdown
-from wheelmill.recipes import SdistSource, load_recipes, resolve, select
-from wheelmill.variants import Family
+from wheelmill.inputs.archs import CudaArchs
+from wheelmill.inputs.matrix import load_matrix, matrix_markdown
+from wheelmill.inputs.recipes import SdistSource, load_recipes, resolve, select
+from wheelmill.inputs.variants import Family
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 

@@ -15,10 +15,10 @@ import pytest
 from tests import wheels
 from tests.conftest import CliRunner
 from tests.sandbox import script
-from wheelmill import doctor
-from wheelmill.archs import ArchRecord
 from wheelmill.errors import DoctorError, UsageError
-from wheelmill.variants import Family
+from wheelmill.images import doctor
+from wheelmill.inputs.archs import ArchRecord
+from wheelmill.inputs.variants import Family
 
 DOCTOR = Path(doctor.__file__)
 FIX = "install it from the slim channel for this arch or a build whose arch list includes"

@@ -13,15 +13,15 @@ import pytest
 
 from tests.conftest import CliRunner
 from tests.wheels import make_wheel
+from wheelmill.build.plan import plan
+from wheelmill.build.report import Done, Status, StepRecord, WheelRecord
+from wheelmill.build.steps.build import describe_build, describe_stamp, expected_pins
+from wheelmill.build.steps.fetch import git_config, mirrored_url
 from wheelmill.errors import ConfigError, SelectionError
-from wheelmill.matrix import load_matrix
-from wheelmill.plan import plan
-from wheelmill.recipes import GitSource, load_recipes, select
-from wheelmill.report import Done, Status, StepRecord, WheelRecord
+from wheelmill.inputs.matrix import load_matrix
+from wheelmill.inputs.recipes import GitSource, load_recipes, select
+from wheelmill.planning.spec import CellPlan, Step, StepKind
 from wheelmill.settings import Settings
-from wheelmill.spec import CellPlan, Step, StepKind
-from wheelmill.steps.build import describe_build, describe_stamp, expected_pins
-from wheelmill.steps.fetch import git_config, mirrored_url
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 ECOSYSTEM = ("torch", "torchvision", "torchaudio", "flash-attn", "apex", "deepspeed", "xformers", "fbgemm-gpu")

@@ -20,25 +20,25 @@ from tests.conftest import CliRunner
 from tests.elves import make_elf
 from tests.sandbox import PY, Sandbox, assert_recorded, build, dist_info
 from tests.wheels import make_wheel
-from wheelmill.archs import ArchRecord
+from wheelmill.build.context import Outcome, StepContext
+from wheelmill.build.plan import plan
+from wheelmill.build.steps import BY_KIND
+from wheelmill.build.steps.build import Repaired, Stamped, arch_record
 from wheelmill.checks import Verdict
 from wheelmill.checks.contents import judge_arch_record
-from wheelmill.checks.elf import summarize
-from wheelmill.context import Outcome, StepContext
 from wheelmill.errors import CheckError, InvalidWheel
 from wheelmill.index import pages
 from wheelmill.index.pages import Project
 from wheelmill.index.store import Channel, publish, repair
 from wheelmill.index.verify import verify
-from wheelmill.matrix import load_matrix
-from wheelmill.plan import plan
-from wheelmill.recipes import load_recipes
+from wheelmill.inputs.archs import ArchRecord
+from wheelmill.inputs.matrix import load_matrix
+from wheelmill.inputs.recipes import load_recipes
+from wheelmill.inputs.variants import Family
+from wheelmill.planning.spec import RecipeSpec, StepKind
 from wheelmill.settings import Settings
-from wheelmill.spec import RecipeSpec, StepKind
-from wheelmill.steps import BY_KIND
-from wheelmill.steps.build import Repaired, Stamped, arch_record
-from wheelmill.variants import Family
-from wheelmill.wheelfile import read_wheel, rewrite_metadata
+from wheelmill.wheel.elf import summarize
+from wheelmill.wheel.wheelfile import read_wheel, rewrite_metadata
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 CUDA = ArchRecord(family=Family.CUDA, arch_list="7.5;8.0;8.6;9.0;10.0;12.0+PTX", cell="cuda130-py311")

@@ -12,7 +12,8 @@ import pytest
 from tests.conftest import CliRunner
 from tests.sandbox import Sandbox
 from tests.wheels import make_wheel
-from wheelmill.containers.editions import (
+from wheelmill.errors import ConfigError, PrecheckError, ReleaseError
+from wheelmill.images.editions import (
     DOCTOR,
     CellOutput,
     Delivered,
@@ -25,12 +26,11 @@ from wheelmill.containers.editions import (
     read_release_output,
     too_new,
 )
-from wheelmill.containers.engine import Engine, EngineName
-from wheelmill.errors import ConfigError, PrecheckError, ReleaseError
+from wheelmill.index.release import Manifest, ReleasedFile, ReleasedImage, load_manifest, record, record_images
 from wheelmill.index.store import Channel, publish
-from wheelmill.matrix import Matrix, load_matrix
-from wheelmill.release import Manifest, ReleasedFile, ReleasedImage, load_manifest, record, record_images
-from wheelmill.versions import Track, VersionRule
+from wheelmill.inputs.matrix import Matrix, load_matrix
+from wheelmill.inputs.versions import Track, VersionRule
+from wheelmill.machine.engine import Engine, EngineName
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -109,7 +109,7 @@ def test_the_runtime_image_carries_the_doctor_from_the_package_and_the_editions_
         containers=ROOT / "containers",
     )
     runtime, devel, extras = specs
-    assert dict(runtime.context_files) == {"wheelmill-doctor": ROOT / "src" / "wheelmill" / "doctor.py"} == {"wheelmill-doctor": DOCTOR}
+    assert dict(runtime.context_files) == {"wheelmill-doctor": ROOT / "src" / "wheelmill" / "images" / "doctor.py"} == {"wheelmill-doctor": DOCTOR}
     assert not devel.context_files and not extras.context_files  # FROM the runtime image: they have it
     assert "COPY wheelmill-doctor /usr/local/bin/wheelmill-doctor\n" in runtime.containerfile.read_text()
     with build_context(runtime) as context:

@@ -13,11 +13,11 @@ import pytest
 
 from tests.conftest import CliRunner
 from tests.sandbox import Sandbox, assert_recorded, build
-from wheelmill.context import Outcome, StepContext
+from wheelmill.build.context import Outcome, StepContext
+from wheelmill.build.steps import BY_KIND
+from wheelmill.build.steps.build import Repaired, Stamped
 from wheelmill.errors import InstallTestError
-from wheelmill.spec import RecipeSpec, StepKind
-from wheelmill.steps import BY_KIND
-from wheelmill.steps.build import Repaired, Stamped
+from wheelmill.planning.spec import RecipeSpec, StepKind
 
 WHEEL = "thing-1.0-py3-none-manylinux_2_28_x86_64.whl"
 DIST_INFO = {

@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from wheelmill.archs import CudaArchs, RocmArchs
 from wheelmill.checks import Verdict
 from wheelmill.checks.contents import judge_bundled, judge_size, unhashed
 from wheelmill.checks.device import DeviceCode, bundle_targets, judge_cuda, judge_rocm, parse_listing
-from wheelmill.checks.elf import DynamicInfo, ElfSummary
 from wheelmill.checks.platform import judge_baseline, judge_platform
 from wheelmill.checks.symbols import SymbolReport, judge_required, judge_undefined
 from wheelmill.checks.torchenv import judge_located, judge_torch
-from wheelmill.matrix import load_matrix
-from wheelmill.probes import TorchInfo
-from wheelmill.variants import Variant
+from wheelmill.inputs.archs import CudaArchs, RocmArchs
+from wheelmill.inputs.matrix import load_matrix
+from wheelmill.inputs.variants import Variant
+from wheelmill.machine.probes import TorchInfo
+from wheelmill.wheel.elf import DynamicInfo, ElfSummary
 
 
 def elf(name: str, *, soname: str | None = None, needs: tuple[tuple[str, str], ...] = (), defined: frozenset[str] = frozenset()) -> ElfSummary:

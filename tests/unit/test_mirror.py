@@ -22,18 +22,18 @@ import pytest
 from tests.conftest import CliRunner
 from tests.sandbox import PYTHON, Sandbox
 from tests.wheels import make_wheel
-from wheelmill import envs
-from wheelmill.closure import LOCK_NAME, Closure, ClosureInputs, Mirrored, mirror, read, resolve
 from wheelmill.errors import EnvError
 from wheelmill.index.blobs import Blobs
+from wheelmill.index.closure import LOCK_NAME, Closure, ClosureInputs, Mirrored, mirror, read, resolve
+from wheelmill.index.release import promote_mirrored
 from wheelmill.index.store import Channel, Outcome, publish, usage
 from wheelmill.index.verify import verify
-from wheelmill.net import sha256_of
-from wheelmill.package_sources import PackageSources
-from wheelmill.process import HostRunner, StepLog
-from wheelmill.release import promote_mirrored
+from wheelmill.machine import envs
+from wheelmill.machine.net import sha256_of
+from wheelmill.machine.package_sources import PackageSources
+from wheelmill.machine.process import HostRunner, StepLog
+from wheelmill.machine.tools import uv_bin
 from wheelmill.retry import RetryPolicy
-from wheelmill.tools import uv_bin
 
 FAST = RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.01)
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CliRunner
-from wheelmill.matrix import load_matrix
-from wheelmill.plan import CELL_STEPS, RECIPE_STEPS, Options, StepKind, plan
-from wheelmill.recipes import load_recipes
+from wheelmill.build.plan import CELL_STEPS, RECIPE_STEPS, Options, StepKind, plan
+from wheelmill.inputs.matrix import load_matrix
+from wheelmill.inputs.recipes import load_recipes
 from wheelmill.settings import Settings
 
 GOLDEN = Path(__file__).parent.parent / "golden"

@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from wheelmill.checks.elf import system_lib_dirs
-from wheelmill.envs import UvBackend, pinned_versions
+from wheelmill.build.steps.build import first_error, max_jobs
 from wheelmill.errors import CommandFailed, PublishError
 from wheelmill.index.remote import Remote, upload_failure
-from wheelmill.net import is_transient, upload_refusal
-from wheelmill.package_sources import PackageSources, machine_sources, sources_from_pip_config
-from wheelmill.process import HostRunner, StepLog, base_environment
+from wheelmill.machine.envs import UvBackend, pinned_versions
+from wheelmill.machine.net import is_transient, upload_refusal
+from wheelmill.machine.package_sources import PackageSources, machine_sources, sources_from_pip_config
+from wheelmill.machine.process import HostRunner, StepLog, base_environment
 from wheelmill.retry import RetryPolicy, TransientError, with_retries
 from wheelmill.settings import Settings
-from wheelmill.steps.build import first_error, max_jobs
+from wheelmill.wheel.elf import system_lib_dirs
 
 
 def test_pip_configuration_becomes_uv_arguments() -> None:

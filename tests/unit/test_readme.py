@@ -15,15 +15,15 @@ import pytest
 from tests.conftest import CliRunner
 from tests.wheels import install
 from wheelmill import errors
-from wheelmill.archs import ArchRecord, arch_tag
-from wheelmill.buildkey import build_keys
+from wheelmill.build.plan import plan_cell
+from wheelmill.build.steps import REGISTRY, CellStep
 from wheelmill.cli import main
-from wheelmill.matrix import load_matrix
-from wheelmill.plan import plan_cell
-from wheelmill.recipes import GitSource, SdistSource, load_recipes
+from wheelmill.inputs.archs import ArchRecord, arch_tag
+from wheelmill.inputs.matrix import load_matrix
+from wheelmill.inputs.recipes import GitSource, SdistSource, load_recipes
+from wheelmill.inputs.variants import Family
+from wheelmill.planning.buildkey import build_keys
 from wheelmill.settings import Settings
-from wheelmill.steps import REGISTRY, CellStep
-from wheelmill.variants import Family
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 README = (ROOT / "README.md").read_text()

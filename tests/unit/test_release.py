@@ -14,20 +14,21 @@ from pathlib import Path
 import pytest
 
 from tests.wheels import make_wheel
+from wheelmill.build.plan import Options, plan
 from wheelmill.cli import main
 from wheelmill.cli.release import release_json
 from wheelmill.errors import IndexStoreError, IntegrityError, ReleaseError
+from wheelmill.index.release import Manifest, ReleasedFile, manifests, promote, prune, record, same_payload
 from wheelmill.index.store import Channel, channel_names, publish
 from wheelmill.index.verify import verify
-from wheelmill.matrix import load_matrix
-from wheelmill.net import sha256_of
-from wheelmill.plan import Options, plan
-from wheelmill.recipes import load_recipes
-from wheelmill.release import Manifest, ReleasedFile, manifests, promote, prune, record, same_payload
-from wheelmill.selection import affected_cells
+from wheelmill.inputs.matrix import load_matrix
+from wheelmill.inputs.recipes import load_recipes
+from wheelmill.inputs.selection import affected_cells
+from wheelmill.inputs.versions import Action, GitState, Release, Track, VersionRule, for_nightly, for_tag, stamp_version
+from wheelmill.machine.git import read_state
+from wheelmill.machine.net import sha256_of
 from wheelmill.settings import Settings
-from wheelmill.versions import Action, GitState, Release, Track, VersionRule, for_nightly, for_tag, read_state, stamp_version
-from wheelmill.wheelfile import read_wheel
+from wheelmill.wheel.wheelfile import read_wheel
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 HEAD, OTHER = "a" * 40, "b" * 40
@@ -152,7 +153,7 @@ SELECTION_CASES = [
     (["locks/cpu-py311.txt"], ["cpu-py311"]),
     (["containers/rocm/Containerfile"], "rocm*"),
     (["containers/manylinux/Containerfile"], "cpu* cuda*"),
-    (["src/wheelmill/plan.py", "README.md"], ["cpu-py311", "cuda130-py311"]),
+    (["src/wheelmill/build/plan.py", "README.md"], ["cpu-py311", "cuda130-py311"]),
     ([], ["cpu-py311", "cuda130-py311"]),
     (["locks/cpu-py311.txt", "locks/rocm63-py312.txt"], ["cpu-py311", "rocm63-py312"]),
 ]

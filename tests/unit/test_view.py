@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 
 from tests.unit.test_containers import ROOT
-from wheelmill.envs import Env, venv_home
-from wheelmill.matrix import load_matrix
-from wheelmill.plan import plan_cell
-from wheelmill.process import VIEW_ROOT, HostRunner, StepLog, View, base_environment, make_view
-from wheelmill.recipes import load_recipes
+from wheelmill.build.plan import plan_cell
+from wheelmill.build.steps.build import build_environment
+from wheelmill.build.steps.cell import home_as_seen
+from wheelmill.inputs.matrix import load_matrix
+from wheelmill.inputs.recipes import load_recipes
+from wheelmill.inputs.variants import Family
+from wheelmill.machine.envs import Env, venv_home
+from wheelmill.machine.process import VIEW_ROOT, HostRunner, StepLog, View, base_environment, make_view
+from wheelmill.machine.toolchain import Toolkit
 from wheelmill.settings import Settings
-from wheelmill.steps.build import build_environment
-from wheelmill.steps.cell import home_as_seen
-from wheelmill.toolchain import Toolkit
-from wheelmill.variants import Family
 
 
 def test_paths_of_the_cell_and_the_python_are_named_in_the_view_and_back() -> None:

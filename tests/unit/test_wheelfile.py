@@ -12,7 +12,7 @@ from pathlib import Path
 from tests.wheels import make_wheel
 from wheelmill.checks import Verdict
 from wheelmill.checks.contents import judge_label, judge_pins
-from wheelmill.wheelfile import read_wheel, rewrite_metadata
+from wheelmill.wheel.wheelfile import read_wheel, rewrite_metadata
 
 
 def test_stamp_adds_label_and_exact_pins(tmp_path: Path) -> None:

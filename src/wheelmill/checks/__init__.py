@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from wheelmill.errors import WheelmillError
-from wheelmill.process import StepLog
+from wheelmill.machine.process import StepLog
 
 
 class Verdict(StrEnum):

@@ -11,11 +11,11 @@ from collections.abc import Mapping, Sequence
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
-from wheelmill.archs import ARCH_RECORD, ArchRecord
 from wheelmill.checks import CheckResult
-from wheelmill.checks.elf import ElfSummary
 from wheelmill.config import format_size
-from wheelmill.wheelfile import WheelInfo
+from wheelmill.inputs.archs import ARCH_RECORD, ArchRecord
+from wheelmill.wheel.elf import ElfSummary
+from wheelmill.wheel.wheelfile import WheelInfo
 
 # auditwheel renames grafted libraries libfoo.so.1 -> libfoo-1a2b3c4d.so.1
 _GRAFT_HASH = re.compile(r"-[0-9a-f]{8}(?=\.so)")

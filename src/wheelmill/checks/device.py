@@ -20,11 +20,11 @@ from pathlib import Path
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from wheelmill.archs import CudaArchs, RocmArchs
 from wheelmill.checks import CheckResult
-from wheelmill.checks.elf import ElfSummary
-from wheelmill.process import capture
-from wheelmill.variants import Family
+from wheelmill.inputs.archs import CudaArchs, RocmArchs
+from wheelmill.inputs.variants import Family
+from wheelmill.machine.process import capture
+from wheelmill.wheel.elf import ElfSummary
 
 _CUBIN = re.compile(r"\.(sm_\d+[af]?)\.cubin\s*$")
 _PTX = re.compile(r"\.(sm_\d+[af]?|compute_\d+[af]?)\.ptx\s*$")

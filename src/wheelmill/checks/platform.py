@@ -7,72 +7,14 @@ policy; the policies are auditwheel's own data (PEP 600 tags), not a table writt
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from functools import cache
-from importlib import resources
-from typing import Any
+from collections.abc import Sequence
 
 from wheelmill.checks import CheckResult
-from wheelmill.checks.elf import ElfSummary
+from wheelmill.inputs.manylinux import MANYLINUX_TAG, normalize_platform, oldest_glibc, policies, version_key
+from wheelmill.wheel.elf import ElfSummary
 
-_TAG = re.compile(r"^manylinux_(\d+)_(\d+)_(\w+)$")
-_LEGACY = {"manylinux1": "manylinux_2_5", "manylinux2010": "manylinux_2_12", "manylinux2014": "manylinux_2_17"}
 _VERSIONED = re.compile(r"^([A-Z]+)_(\d+(?:\.\d+)*)$")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Policy:
-    name: str  # manylinux_2_28
-    glibc: tuple[int, int]
-    symbol_versions: Mapping[str, frozenset[str]]  # namespace -> allowed versions (one arch)
-    libraries: frozenset[str]
-
-
-@cache
-def policies(arch: str) -> dict[str, Policy]:
-    raw: list[dict[str, Any]] = json.loads(resources.files("auditwheel").joinpath("policy/manylinux-policy.json").read_text())
-    out = {}
-    for entry in raw:
-        match = re.match(r"^manylinux_(\d+)_(\d+)$", entry["name"])
-        if not match or arch not in entry["symbol_versions"]:
-            continue
-        out[entry["name"]] = Policy(
-            name=entry["name"],
-            glibc=(int(match.group(1)), int(match.group(2))),
-            symbol_versions={ns: frozenset(v) for ns, v in entry["symbol_versions"][arch].items()},
-            libraries=frozenset(entry["lib_whitelist"]),
-        )
-    return out
-
-
-def normalize_platform(platform: str) -> str:
-    """PEP 600 form of a platform tag.
-
-    >>> normalize_platform("manylinux2014_x86_64")
-    'manylinux_2_17_x86_64'
-    """
-    for legacy, modern in _LEGACY.items():
-        if platform.startswith(legacy + "_"):
-            return modern + platform[len(legacy) :]
-    return platform
-
-
-def oldest_glibc(platforms: Iterable[str]) -> tuple[int, int] | None:
-    """The glibc a wheel with these platform tags needs: the oldest its manylinux tags name
-    (it runs on any of them); None without a manylinux tag.
-
-    >>> oldest_glibc(["manylinux2014_x86_64", "manylinux_2_28_x86_64"]), oldest_glibc(["linux_x86_64"])
-    ((2, 17), None)
-    """
-    glibcs = [(int(m.group(1)), int(m.group(2))) for p in platforms if (m := _TAG.match(normalize_platform(p)))]
-    return min(glibcs) if glibcs else None
-
-
-def version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in version.split("."))
 
 
 def highest_needs(elves: Sequence[ElfSummary]) -> dict[str, str]:
@@ -106,7 +48,7 @@ def judge_platform(elves: Sequence[ElfSummary], platforms: frozenset[str]) -> Ch
 
 
 def _violations(elves: Sequence[ElfSummary], platform: str) -> str | None:
-    match = _TAG.match(platform)
+    match = MANYLINUX_TAG.match(platform)
     if not match:
         return f"{platform} is not a PEP 600 tag"
     policy = policies(match.group(3)).get(f"manylinux_{match.group(1)}_{match.group(2)}")

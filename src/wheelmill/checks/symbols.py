@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wheelmill.checks import CheckResult
-from wheelmill.checks.elf import ElfSummary, LibraryFinder, Provider, read_dynamic
+from wheelmill.wheel.elf import ElfSummary, LibraryFinder, Provider, read_dynamic
 
 SHOW = 5
 

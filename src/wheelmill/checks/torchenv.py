@@ -11,8 +11,8 @@ from __future__ import annotations
 from packaging.version import InvalidVersion, Version
 
 from wheelmill.checks import CheckResult
-from wheelmill.probes import TorchInfo
-from wheelmill.variants import Family, Variant
+from wheelmill.inputs.variants import Family, Variant
+from wheelmill.machine.probes import TorchInfo
 
 
 def acceptable_labels(variant: Variant) -> set[str | None]:

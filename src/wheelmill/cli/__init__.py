@@ -23,12 +23,12 @@ from types import FrameType
 from typing import NoReturn
 
 from wheelmill import __version__
+from wheelmill.build.ui import make_console
 from wheelmill.cli import build, conda, doctor, image, index, release
 from wheelmill.cli.common import Parser, print_error
 from wheelmill.errors import InternalError, Interrupted, WheelmillError
-from wheelmill.process import StepLog
+from wheelmill.machine.process import StepLog
 from wheelmill.settings import Settings
-from wheelmill.ui import make_console
 
 
 def build_parser() -> Parser:

@@ -9,14 +9,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from wheelmill.build.plan import Options, plan_cell
 from wheelmill.cli.common import Commands, add_cell_options, build_cells, load_inputs, mirror_cells, prepare
 from wheelmill.errors import UsageError
-from wheelmill.locks import check_lock, write_lock
-from wheelmill.matrix import MATRIX_COLUMNS, Matrix, github_matrix, matrix_markdown, matrix_row
-from wheelmill.plan import Options, plan_cell
-from wheelmill.selection import affected_cells
+from wheelmill.inputs.matrix import MATRIX_COLUMNS, Matrix, github_matrix, matrix_markdown, matrix_row
+from wheelmill.inputs.selection import affected_cells
+from wheelmill.planning.locks import check_lock, write_lock
+from wheelmill.planning.spec import CellPlan
 from wheelmill.settings import Settings
-from wheelmill.spec import CellPlan
 
 
 def register(commands: Commands) -> None:

@@ -16,23 +16,23 @@ from typing import TYPE_CHECKING, NoReturn, TypeAlias
 
 from rich.console import Console
 
-from wheelmill import envs
-from wheelmill.containers.engine import ENGINE_CHOICES, Engine, detect
-from wheelmill.containers.pins import load_pins
+from wheelmill.build.plan import REBUILD_ALL, ContainerSetup, Options, plan
+from wheelmill.build.report import CellReport
+from wheelmill.build.ui import UI, held_console
 from wheelmill.errors import Interrupted, UsageError, WheelmillError
 from wheelmill.index.store import usage
-from wheelmill.matrix import Matrix, load_matrix
-from wheelmill.plan import REBUILD_ALL, ContainerSetup, Options, plan
-from wheelmill.process import HostRunner, StepLog
-from wheelmill.recipes import Recipe, check_cells, load_recipes
-from wheelmill.report import CellReport
-from wheelmill.settings import Settings
-from wheelmill.spec import CellPlan
-from wheelmill.ui import UI, held_console
-from wheelmill.versions import Release
+from wheelmill.inputs.matrix import Matrix, load_matrix
+from wheelmill.inputs.recipes import Recipe, check_cells, load_recipes
+from wheelmill.inputs.versions import Release
+from wheelmill.machine import envs
+from wheelmill.machine.engine import Engine, detect
+from wheelmill.machine.pins import load_pins
+from wheelmill.machine.process import HostRunner, StepLog
+from wheelmill.planning.spec import CellPlan
+from wheelmill.settings import ENGINE_CHOICES, Settings
 
 if TYPE_CHECKING:
-    from wheelmill.pipeline import Ending
+    from wheelmill.build.pipeline import Ending
 
 
 class Parser(argparse.ArgumentParser):
@@ -127,7 +127,7 @@ def build_cells(prepared: Prepared, console: Console) -> int:
     """Run every cell's plan, each one's steps from its first build on beside the next
     cell's (``pipeline.Ending``), never more than two cells at once; the exit status of the
     first failed cell, else 0."""
-    from wheelmill.pipeline import Ending, execute  # noqa: PLC0415 - the build machinery loads only to build
+    from wheelmill.build.pipeline import Ending, execute  # noqa: PLC0415 - the build machinery loads only to build
 
     started, plans, stopping = time.monotonic(), prepared.plans, threading.Event()
     reports: list[CellReport] = []  # each cell's, from its start: Ctrl-C leaves it recorded
@@ -193,7 +193,7 @@ def mirror_cells(cells: Sequence[str], settings: Settings, console: Console) -> 
     """Resolve and mirror the runtime closure of each cell these ids or globs select, from
     its report under the output root (a cell built earlier, with --no-mirror, or for a
     release), then say what the index stores."""
-    from wheelmill.closure import LOCK_NAME, inputs_of_report, mirror, resolve  # noqa: PLC0415 - loads only to mirror
+    from wheelmill.index.closure import LOCK_NAME, inputs_of_report, mirror, resolve  # noqa: PLC0415 - loads only to mirror
 
     matrix, _recipes = load_inputs(settings)
     backend = envs.backend(settings.env_backend, HostRunner())

@@ -12,28 +12,28 @@ from pathlib import Path
 
 from rich.console import Console
 
+from wheelmill.build.context import Layout
 from wheelmill.cli.common import Commands, load_inputs, prepare
-from wheelmill.closure import read as read_closure
 from wheelmill.conda import envspec
 from wheelmill.conda.channel import CondaChannel, conda_channel_root, configured_channels, local_channels
 from wheelmill.conda.envspec import read_lock
 from wheelmill.conda.package import CondaTarget, describe, package_wheel
 from wheelmill.conda.seed import probe_interpreter, seed
 from wheelmill.conda.solve import create, find_locked, locked, picked, solve
-from wheelmill.containers.engine import Mount
-from wheelmill.containers.images import debian_mirror, ensure_image
-from wheelmill.context import Layout
-from wheelmill.envs import UvBackend, package_name
 from wheelmill.errors import CommandFailed, ConfigError, EnvError, UsageError
 from wheelmill.files import write_atomic
+from wheelmill.index.closure import read as read_closure
 from wheelmill.index.store import CONDA_DIR, Channel
-from wheelmill.locks import target
-from wheelmill.net import download
-from wheelmill.package_sources import machine_sources
-from wheelmill.process import HostRunner, StepLog, base_environment
+from wheelmill.inputs.variants import Cell
+from wheelmill.machine.builder_images import debian_mirror, ensure_image
+from wheelmill.machine.engine import Mount
+from wheelmill.machine.envs import UvBackend, package_name
+from wheelmill.machine.net import download
+from wheelmill.machine.package_sources import machine_sources
+from wheelmill.machine.process import HostRunner, StepLog, base_environment
+from wheelmill.machine.toolchain import NotFound, find_python
+from wheelmill.planning.locks import target
 from wheelmill.settings import Settings
-from wheelmill.toolchain import NotFound, find_python
-from wheelmill.variants import Cell
 
 
 def register(commands: Commands) -> None:

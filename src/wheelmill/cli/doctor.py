@@ -1,5 +1,5 @@
 """``wheelmill doctor``: would the GPU code of the installed wheels run on this machine's
-GPUs? A thin wrapper around ``wheelmill.doctor``, which also runs alone in the images."""
+GPUs? A thin wrapper around ``wheelmill.images.doctor``, which also runs alone in the images."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import sys
 
 from rich.console import Console
 
-from wheelmill import doctor
 from wheelmill.cli.common import Commands
 from wheelmill.errors import DoctorError, UsageError
+from wheelmill.images import doctor
 from wheelmill.settings import Settings
 
 

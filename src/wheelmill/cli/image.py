@@ -15,8 +15,9 @@ from rich.table import Table
 
 from wheelmill.cli.common import Commands, load_inputs
 from wheelmill.config import format_size
-from wheelmill.containers import images
-from wheelmill.containers.editions import (
+from wheelmill.errors import ConfigError, ImageError, UsageError
+from wheelmill.files import write_atomic
+from wheelmill.images.editions import (
     BuiltImage,
     CellOutput,
     Edition,
@@ -30,17 +31,16 @@ from wheelmill.containers.editions import (
     remove,
     too_new,
 )
-from wheelmill.containers.engine import Engine, detect
-from wheelmill.containers.pins import load_pins
-from wheelmill.containers.smoke import Smoke
-from wheelmill.errors import ConfigError, ImageError, UsageError
-from wheelmill.files import write_atomic
+from wheelmill.images.smoke import Smoke
+from wheelmill.index.release import ReleasedImage, record_images
 from wheelmill.index.serve import make_server
 from wheelmill.index.store import Channel
-from wheelmill.process import StepLog, capture
-from wheelmill.release import ReleasedImage, record_images
+from wheelmill.inputs.versions import Track
+from wheelmill.machine import builder_images as images
+from wheelmill.machine.engine import Engine, detect
+from wheelmill.machine.pins import load_pins
+from wheelmill.machine.process import StepLog, capture
 from wheelmill.settings import Settings
-from wheelmill.versions import Track
 
 
 def register(commands: Commands) -> None:

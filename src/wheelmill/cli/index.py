@@ -18,9 +18,9 @@ from wheelmill.index.remote import Remote, upload
 from wheelmill.index.serve import IDLE_TIMEOUT, PER_CLIENT, make_server
 from wheelmill.index.store import Channel, channel_dirs, channel_names, publish, repair, set_yanked, usage
 from wheelmill.index.verify import leftovers, verify
-from wheelmill.process import HostRunner, StepLog
+from wheelmill.inputs.versions import Track
+from wheelmill.machine.process import HostRunner, StepLog
 from wheelmill.settings import Settings
-from wheelmill.versions import Track
 
 
 def register(commands: Commands) -> None:

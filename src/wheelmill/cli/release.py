@@ -21,12 +21,13 @@ from rich.table import Table
 
 from wheelmill.cli.common import Commands, add_cell_options, build_cells, mirror_cells, positive, prepare
 from wheelmill.errors import UsageError
+from wheelmill.index.release import collect_built, promote, prune, publish_release
 from wheelmill.index.store import Published
-from wheelmill.matrix import github_matrix
-from wheelmill.release import collect_built, promote, prune, publish_release
+from wheelmill.inputs.matrix import github_matrix
+from wheelmill.inputs.versions import Action, Release, Track, VersionRule, for_nightly, for_tag
+from wheelmill.machine.git import read_state
+from wheelmill.planning.spec import CellPlan, RecipeSpec
 from wheelmill.settings import Settings
-from wheelmill.spec import CellPlan, RecipeSpec
-from wheelmill.versions import Action, Release, Track, VersionRule, for_nightly, for_tag, read_state
 
 
 def register(commands: Commands) -> None:

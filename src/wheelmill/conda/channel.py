@@ -17,7 +17,7 @@ from pathlib import Path
 from wheelmill.errors import IndexConflict, IndexWriteError, UsageError
 from wheelmill.files import Linked, file_lock, write_all
 from wheelmill.index.store import CONDA_DIR
-from wheelmill.net import sha256_of
+from wheelmill.machine.net import sha256_of
 
 SUBDIRS = ("linux-64", "noarch")  # a channel indexes noarch even where it has none: solvers read both
 

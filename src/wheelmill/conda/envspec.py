@@ -25,8 +25,8 @@ from pathlib import Path
 
 from wheelmill.config import load_toml
 from wheelmill.errors import ConfigError
-from wheelmill.locks import recorded_digest
-from wheelmill.variants import Cell
+from wheelmill.inputs.variants import Cell
+from wheelmill.planning.locks import recorded_digest
 
 SPEC_FILE = "conda/envs.toml"
 _LINE = re.compile(r"^(linux-64|noarch)/(\S+)-([^-\s]+)-([^-\s]+)\.conda sha256:([0-9a-f]{64})$")

@@ -19,8 +19,8 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from wheelmill.errors import InvalidWheel
-from wheelmill.variants import Family, Variant
-from wheelmill.wheelfile import WheelInfo, read_wheel
+from wheelmill.inputs.variants import Family, Variant
+from wheelmill.wheel.wheelfile import WheelInfo, read_wheel
 
 # Solvers prefer the higher build number among equal versions: a GPU build wins wherever
 # its ``__cuda`` requirement is met, the CPU build everywhere else (conda-forge's way).

@@ -20,13 +20,13 @@ from pathlib import Path
 
 from packaging.tags import Tag
 
-from wheelmill.checks.elf import is_elf, read_dynamic
 from wheelmill.conda.channel import CondaChannel, Outcome
 from wheelmill.conda.package import CondaTarget, conda_meta, package_wheel
 from wheelmill.errors import EnvError
-from wheelmill.process import capture
-from wheelmill.tools import patchelf_bin
-from wheelmill.wheelfile import WheelInfo, read_wheel
+from wheelmill.machine.process import capture
+from wheelmill.machine.tools import patchelf_bin
+from wheelmill.wheel.elf import is_elf, read_dynamic
+from wheelmill.wheel.wheelfile import WheelInfo, read_wheel
 
 # What an interpreter package leaves out: the test suite, bytecode, what pip put into its
 # site-packages, the static libpython (extensions link none), man pages, and from bin/ all

@@ -9,7 +9,7 @@ private key of the JSON (``_mirrored-from``, PEP 691 reserves leading underscore
 such) and a ``data-mirrored-from`` attribute of its link. A wheel wheelmill built shows the
 GPU archs it carries (its ``gpu-archs.json``: ``cuda 8.0;9.0+PTX``, ``rocm gfx90a``, ``cpu``)
 the same way: ``_gpu-archs`` in the JSON, ``data-gpu-archs`` on the link; and the build keys
-it was built for (``wheelmill.buildkey``: a hash of every input of its build, so a build
+it was built for (``wheelmill.planning.buildkey``: a hash of every input of its build, so a build
 whose key is listed here need not run), ``_build-keys`` in the JSON, ``data-build-keys`` on
 the link. A page written before there was such a key reads back without it. File URLs are relative and
 percent-encoded, so ``+`` in a local version label reaches the file on servers that read ``+`` as a space (S3).

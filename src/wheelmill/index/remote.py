@@ -20,12 +20,12 @@ from enum import StrEnum
 from pathlib import Path
 
 from wheelmill.errors import CommandFailed, IndexConflict, PublishError
-from wheelmill.net import is_transient, project_files, sha256_of, split_credentials, upload_refusal
-from wheelmill.process import Runner, StepLog, base_environment
+from wheelmill.machine.net import is_transient, project_files, sha256_of, split_credentials, upload_refusal
+from wheelmill.machine.process import Runner, StepLog, base_environment
+from wheelmill.machine.tools import uv_bin
 from wheelmill.retry import RetryPolicy, TransientError, with_retries
 from wheelmill.settings import Settings
-from wheelmill.tools import uv_bin
-from wheelmill.wheelfile import read_wheel
+from wheelmill.wheel.wheelfile import read_wheel
 
 _STATUS = re.compile(r"status code (\d{3})")
 CREDENTIALS_FIX = "set WHEELMILL_PUBLISH_USERNAME and WHEELMILL_PUBLISH_PASSWORD to an account that may upload there"

@@ -13,8 +13,8 @@ place, files before the pages that list them, under an exclusive lock per channe
 reader, a concurrent publisher or a publisher killed at any instant finds a valid index
 (at worst an unlisted file, which the next publish of it lists). A publish touches its own
 project's pages, and the project list only when the project is new. A built wheel's listing
-carries the GPU archs its ``gpu-archs.json`` records (``wheelmill.archs.ArchRecord``), and
-the build keys it was built for (``wheelmill.buildkey``): the same bytes published again for
+carries the GPU archs its ``gpu-archs.json`` records (``wheelmill.inputs.archs.ArchRecord``), and
+the build keys it was built for (``wheelmill.planning.buildkey``): the same bytes published again for
 another key add the key to the listing, and the file stays as it is.
 """
 
@@ -34,15 +34,15 @@ from typing import TypeVar
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from wheelmill.archs import ARCH_RECORD, ArchRecord
 from wheelmill.errors import IndexConflict, IndexStoreError, IndexWriteError, InvalidWheel
 from wheelmill.files import Content, Linked, file_lock, write_all, write_atomic
 from wheelmill.index import pages
 from wheelmill.index.blobs import Blobs, Usage, stored
 from wheelmill.index.pages import FileEntry, Project
-from wheelmill.net import sha256_of
-from wheelmill.versions import Track
-from wheelmill.wheelfile import WheelInfo, read_wheel
+from wheelmill.inputs.archs import ARCH_RECORD, ArchRecord
+from wheelmill.inputs.versions import Track
+from wheelmill.machine.net import sha256_of
+from wheelmill.wheel.wheelfile import WheelInfo, read_wheel
 
 # A variant's channel (cu118), or one in a track other than the release track (test/cu118,
 # nightly/cu118); the track names, the release records' and the conda channels' directories

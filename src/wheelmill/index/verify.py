@@ -15,7 +15,7 @@ from wheelmill.errors import IndexStoreError
 from wheelmill.files import target_of
 from wheelmill.index import pages
 from wheelmill.index.store import Channel
-from wheelmill.net import sha256_of
+from wheelmill.machine.net import sha256_of
 
 
 def verify(channel: Channel, *, hashes: bool = True) -> list[str]:

@@ -1,0 +1,134 @@
+"""What a step gets, in three parts that change at different rates:
+
+- ``RunContext``: fixed for the cell's run: its plan, the settings, where its files go.
+- ``Where``: where commands run now: this machine, or the cell's container once the
+  ``prepare-container`` step made it. Replaced as one value, never patched.
+- ``Done``: what earlier steps made (``wheelmill.build.report``), read by type.
+
+A step returns an ``Outcome``: its check verdicts and the values it made, which the
+pipeline records for later steps and the report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, TypeVar
+
+from wheelmill.build.report import Done
+from wheelmill.checks import CheckResult
+from wheelmill.machine.engine import Engine
+from wheelmill.machine.envs import EnvBackend
+from wheelmill.machine.process import Runner, StepLog
+from wheelmill.planning.spec import CellPlan
+from wheelmill.settings import Settings
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layout:
+    """Where one cell's files live: everything under ``<output>/<cell>/``."""
+
+    output: Path
+    cell: str
+
+    @property
+    def root(self) -> Path:
+        return self.output / self.cell
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def envs(self) -> Path:
+        return self.root / "envs"
+
+    @property
+    def src(self) -> Path:
+        return self.root / "src"
+
+    @property
+    def build(self) -> Path:
+        return self.root / "build"
+
+    @property
+    def dist(self) -> Path:
+        """The deliverables: repaired wheels that passed every check."""
+        return self.root / "dist"
+
+    @property
+    def rejected(self) -> Path:
+        """Wheels that failed a check, kept for inspection."""
+        return self.root / "rejected"
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report.json"
+
+    @property
+    def requirements(self) -> Path:
+        return self.root / "build-env.in"
+
+    @property
+    def lock(self) -> Path:
+        return self.root / "build-env.lock"
+
+    @property
+    def cache(self) -> Path:
+        """Shared by every cell: verified downloads, keyed by sha256."""
+        return self.output / ".cache"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunContext:
+    """Fixed for one cell's run."""
+
+    plan: CellPlan
+    settings: Settings
+    layout: Layout
+    engine: Engine | None  # the engine the command line found; None: this machine
+    on_line: Callable[[str], None]  # progress: a line of a running command's output
+    # How many builds the run's cell before this one, still running beside it, has ended
+    # (always 0 where none does): what they compiled is in the cache from then on.
+    builds_before: Callable[[], int] = lambda: 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Where:
+    """Where the cell's commands run, and the env backend that works there; ``netless``:
+    the same place without network, for the steps that need none (None where the
+    platform cannot take it away)."""
+
+    runner: Runner
+    backend: EnvBackend
+    netless: Where | None = None
+
+    def for_network(self, network: bool) -> Where:
+        return self.netless if not network and self.netless is not None else self
+
+
+class Hold(Protocol):
+    """Hands a context manager to the pipeline: entered now, exited when the cell ends."""
+
+    def __call__(self, manager: AbstractContextManager[T], /) -> T: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepContext:
+    run: RunContext
+    where: Where
+    done: Done
+    log: StepLog
+    hold: Hold
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """What a step returns: every verdict it reached, and the values it made."""
+
+    checks: Sequence[CheckResult] = ()
+    made: tuple[object, ...] = ()

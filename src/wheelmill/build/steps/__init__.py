@@ -1,0 +1,102 @@
+"""The steps of a build, in one registry: for each kind, how it runs, how it describes
+itself in the plan, its scope (once for the cell, or once for each recipe), whether it
+retries, and what a failed command in it means. The registry's order is the plan's order:
+a run of cell steps happens once, a run of recipe steps for every recipe in turn.
+
+Adding a step is one entry here and its functions; the plan lays it out and the pipeline
+runs it without knowing its kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from wheelmill.build.context import Outcome, StepContext
+from wheelmill.build.steps import build, cache, cell, channel, container, fetch, install, keys, mirror, publish, verify
+from wheelmill.errors import BuildError, CheckError, EnvError, FetchError, IndexStoreError, InstallTestError, PrecheckError, RepairError, WheelmillError
+from wheelmill.planning.spec import CellPlan, RecipeSpec, StepKind
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellStep:
+    """A step that runs once for the cell."""
+
+    kind: StepKind
+    run: Callable[[StepContext], Outcome]
+    describe: Callable[[CellPlan], str]
+    error: type[WheelmillError]  # what a failed command in it means
+    retries: bool = False  # network-bound: transient failures are tried again
+    network: bool = True  # False: its commands run where no network is (a build must not download)
+    container: bool = False  # only where the cell has a container
+    publishing: bool = False  # only when the wheels are published
+    mirroring: bool = False  # only when the closure is mirrored too (not with --no-mirror)
+    for_builds: bool = False  # serves the recipes' builds only: not run where every recipe is published
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecipeStep:
+    """A step that runs once for each recipe of the cell."""
+
+    kind: StepKind
+    run: Callable[[StepContext, RecipeSpec], Outcome]
+    describe: Callable[[CellPlan, RecipeSpec], str]
+    error: type[WheelmillError]
+    retries: bool = False
+    network: bool = True
+    publishing: bool = False
+    # Runs on a thread beside the steps after it, which wait for it only where they need
+    # its outcome: the cell's steps and its recipe's later ones (the pipeline's waits_for).
+    beside: bool = False
+
+
+StepDefinition = CellStep | RecipeStep
+
+REGISTRY: tuple[StepDefinition, ...] = (
+    # What needs no container is checked first (fail early: before minutes of image
+    # building); in a container the toolchain is checked once commands run there.
+    CellStep(kind=StepKind.PRE_CHECKS, run=cell.pre_checks, describe=cell.describe_pre_checks, error=PrecheckError),
+    # Nothing is built again that the channel has from the same inputs: decided before the
+    # image, the container and the env, which only a build needs (seconds to minutes).
+    CellStep(kind=StepKind.BUILD_KEYS, run=keys.build_keys_step, describe=keys.describe, error=IndexStoreError, publishing=True),
+    CellStep(kind=StepKind.PREPARE_IMAGE, run=container.prepare_image, describe=container.describe_image, error=PrecheckError, container=True, for_builds=True),
+    CellStep(
+        kind=StepKind.PREPARE_CONTAINER,
+        run=container.prepare_container,
+        describe=container.describe_container,
+        error=PrecheckError,
+        container=True,
+        for_builds=True,
+    ),
+    CellStep(
+        kind=StepKind.TOOLCHAIN_CHECKS, run=cell.toolchain_checks, describe=cell.describe_toolchain_checks, error=PrecheckError, container=True, for_builds=True
+    ),
+    CellStep(kind=StepKind.PREPARE_ENV, run=cell.prepare_env, describe=cell.describe_prepare_env, error=EnvError, retries=True, for_builds=True),
+    CellStep(kind=StepKind.ENV_CHECKS, run=cell.env_checks, describe=cell.describe_env_checks, error=PrecheckError, for_builds=True),
+    # Where the network is: a remote cache needs it, and the builds reach the server over
+    # a Unix socket from where there is none.
+    CellStep(kind=StepKind.COMPILER_CACHE, run=cache.compiler_cache, describe=cache.describe, error=PrecheckError, for_builds=True),
+    RecipeStep(kind=StepKind.FETCH, run=fetch.fetch, describe=fetch.describe, error=FetchError, retries=True),
+    # From the build to the repaired wheel nothing needs the network: what a build could
+    # download instead of compiling would not be what we built.
+    RecipeStep(kind=StepKind.BUILD, run=build.build, describe=build.describe_build, error=BuildError, network=False),
+    RecipeStep(kind=StepKind.STAMP, run=build.stamp, describe=build.describe_stamp, error=BuildError, network=False),
+    RecipeStep(kind=StepKind.POST_BUILD_CHECKS, run=verify.post_build_checks, describe=verify.describe_post_build, error=CheckError, network=False),
+    RecipeStep(kind=StepKind.REPAIR, run=verify.repair, describe=verify.describe_repair, error=RepairError, network=False),
+    RecipeStep(kind=StepKind.POST_REPAIR_CHECKS, run=verify.post_repair_checks, describe=verify.describe_post_repair, error=CheckError, network=False),
+    # Seconds of importing torch, mostly one core's: beside the next recipe's build, which
+    # takes the repaired wheel of a recipe it needs (a failed test stops it before delivery).
+    RecipeStep(kind=StepKind.INSTALL_TEST, run=install.install_test, describe=install.describe, error=InstallTestError, beside=True),
+    RecipeStep(kind=StepKind.PUBLISH, run=publish.publish_step, describe=publish.describe, error=IndexStoreError, publishing=True),
+    # The channel then installs on its own: torch and every dependency beside the wheels.
+    # Where every recipe is published already, the run that published them did these.
+    CellStep(
+        kind=StepKind.CLOSURE, run=mirror.resolve_closure, describe=mirror.describe_closure, error=FetchError, publishing=True, mirroring=True, for_builds=True
+    ),
+    CellStep(
+        kind=StepKind.MIRROR, run=mirror.mirror_closure, describe=mirror.describe_mirror, error=FetchError, publishing=True, mirroring=True, for_builds=True
+    ),
+    CellStep(kind=StepKind.CHANNEL_CHECKS, run=channel.channel_checks, describe=channel.describe, error=IndexStoreError, publishing=True, for_builds=True),
+)
+
+BY_KIND: Mapping[StepKind, StepDefinition] = {d.kind: d for d in REGISTRY}

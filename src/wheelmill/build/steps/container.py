@@ -1,0 +1,98 @@
+"""Level 1: the builder image (made or reused) and the cell's long-lived container.
+
+``prepare-container`` hands the container to the pipeline, which removes it when the cell
+ends, whatever way it ends, and makes it where every later command runs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import urllib.parse
+from pathlib import Path
+
+from wheelmill.build.context import Outcome, StepContext, Where
+from wheelmill.checks import CheckResult
+from wheelmill.machine import envs
+from wheelmill.machine.builder_images import Ready, debian_mirror, ensure_image
+from wheelmill.machine.container import Container
+from wheelmill.machine.engine import Engine, Mount
+from wheelmill.machine.package_sources import machine_sources
+from wheelmill.machine.tools import uv_bin
+from wheelmill.planning.spec import CellPlan
+
+# Where a build sees its cell's root, in every cell: the name compiled into its output.
+STABLE_ROOT = Path("/wheelmill")
+
+
+def _engine(ctx: StepContext) -> Engine:
+    assert ctx.run.engine is not None, "the plan has container steps only where the command line found an engine"
+    return ctx.run.engine
+
+
+def prepare_image(ctx: StepContext) -> Outcome:
+    image = ctx.run.plan.image
+    assert image is not None, "the plan has this step only with an image"
+    started = time.monotonic()
+    mirror = debian_mirror(ctx.run.settings.debian_mirror)
+    ready = ensure_image(_engine(ctx), image, mirror=mirror, work=ctx.run.layout.cache / "bootstrap", log=ctx.log, on_line=ctx.run.on_line)
+    seconds = time.monotonic() - started
+    what = "built" if ready.built else "reused"
+    base = " (base bootstrapped)" if ready.bootstrapped else ""
+    ctx.log.note(f"image step: {what} {ready.tag} in {seconds:.1f}s")
+    return Outcome(checks=[CheckResult.passed("image", f"{what} {ready.tag} ({ready.image_id[:19]}) in {seconds:.1f}s{base}")], made=(ready,))
+
+
+def prepare_container(ctx: StepContext) -> Outcome:
+    """Two containers of the cell from one image with the same mounts: one with the host's
+    network for the steps that download, one with none for the steps that must not."""
+    layout, ready, backend, cell = ctx.run.layout, ctx.done.get(Ready), ctx.run.settings.env_backend, ctx.run.plan.cell.id
+    stable = Mount(source=layout.root, target=STABLE_ROOT, readonly=False)
+    online, netless = (
+        ctx.hold(
+            Container(_engine(ctx), cell=cell, image=ready.tag, mounts=mounts(ctx), same_path=[layout.output], stable=stable, log=ctx.log, network=network)
+        )
+        for network in (True, False)
+    )
+    channels = ctx.where.backend.channels  # the conda backend's, as on this machine
+    offline = Where(runner=netless, backend=envs.backend(backend, netless, cache_dir=layout.cache / "uv", offline=True, channels=channels))
+    where = Where(runner=online, backend=envs.backend(backend, online, cache_dir=layout.cache / "uv", channels=channels), netless=offline)
+    removed = f"; removed {len(online.stale)} left behind" if online.stale else ""
+    return Outcome(checks=[CheckResult.passed("container", f"{online.name} from {ready.tag}, and {netless.name} with no network{removed}")], made=(where,))
+
+
+def mounts(ctx: StepContext) -> list[Mount]:
+    """The output (read-write), and read-only what commands inside need from here: the uv
+    binary, local package sources and the trust store (a proxy's CA travels with it)."""
+    output = ctx.run.layout.output
+    found = [Mount(source=output, target=output, readonly=False)]
+    uv = Path(uv_bin())
+    found.append(Mount(source=uv.resolve(), target=uv))
+    found += [Mount(source=path, target=path) for path in local_sources(ctx)]
+    for key in ("SSL_CERT_DIR", "SSL_CERT_FILE"):
+        value = os.environ.get(key)
+        if value and Path(value).exists() and not any(Path(value).is_relative_to(m.target) for m in found[1:]):
+            found.append(Mount(source=Path(value), target=Path(value)))
+    return found
+
+
+def local_sources(ctx: StepContext) -> list[Path]:
+    """Package sources that are directories of this machine (file:// indexes, find-links)."""
+    sources = machine_sources(ctx.run.settings)
+    locations = [sources.index_url or "", *sources.extra_index_urls, *sources.find_links, ctx.run.plan.torch_index or ""]
+    paths = []
+    for location in locations:
+        path = Path(urllib.parse.urlparse(location).path) if location.startswith("file://") else Path(location) if location.startswith("/") else None
+        if path is not None and path.exists():
+            # A file:// simple index links its files beside it (../../files/...): take the tree.
+            paths.append(path.parent if path.name == "simple" else path)
+    return list(dict.fromkeys(paths))
+
+
+def describe_image(plan: CellPlan) -> str:
+    assert plan.image is not None
+    return f"{plan.engine}: builder image from {plan.image.describe()}; tagged by a hash of both, reused while it exists"
+
+
+def describe_container(plan: CellPlan) -> str:
+    return f"{plan.engine}: one container for the cell, the output mounted, package sources read-only; removed at the end"

@@ -1,0 +1,124 @@
+"""The build-keys step: each recipe's build key (``wheelmill.planning.buildkey``), looked up in the
+cell's channel. A recipe whose key is listed there was built from these very inputs and
+published: its steps do not run, and its wheel is the channel's file, which is what the
+recipes that depend on it install and pin (linked into ``dist/`` too, where a built wheel
+is delivered and where the report's readers look). Where every recipe is published, the steps
+that only serve builds (the container, the env and their checks, the closure and the
+channel checks) do not run either. ``--rebuild`` builds everything all the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import Requirement
+
+from wheelmill.build.context import Outcome, StepContext
+from wheelmill.build.report import WheelRecord
+from wheelmill.build.steps.cell import Toolchain
+from wheelmill.build.steps.install import deliver
+from wheelmill.checks import CheckResult
+from wheelmill.index.pages import FileEntry
+from wheelmill.index.store import Channel, Published, built_by_key
+from wheelmill.index.store import Outcome as PublishOutcome
+from wheelmill.machine.toolchain import Found, find_compiler
+from wheelmill.planning.buildkey import BuildKey, build_keys, host_identity, image_identity
+from wheelmill.planning.spec import CellPlan
+from wheelmill.wheel.wheelfile import read_wheel
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublishedBuild:
+    """A recipe's wheel, published for its build key: the recipe is not built again."""
+
+    recipe: str
+    key: str
+    channel: str
+    project: str
+    entry: FileEntry
+    path: Path  # the channel's file, linked into dist/
+    torch: str | None  # the torch it pins, for the report's facts where no env says it
+
+    def describe(self) -> str:
+        return f"published: {self.entry.filename} (build key {self.key[:12]}...)"
+
+    def made(self) -> tuple[object, ...]:
+        """What the recipe's steps would have made: its wheel (the channel's file, with the
+        listed size and sha256) and its publication."""
+        wheel = WheelRecord(name=self.entry.filename, size=self.entry.size, sha256=self.entry.sha256, path=str(self.path))
+        return wheel, Published(channel=self.channel, project=self.project, filename=self.entry.filename, outcome=PublishOutcome.UNCHANGED)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildKeys:
+    channel: str
+    keys: Mapping[str, BuildKey]  # every recipe's, by name
+    published: Mapping[str, PublishedBuild]  # the recipes not built again
+
+    @property
+    def nothing_to_build(self) -> bool:
+        return set(self.published) == set(self.keys)
+
+    def facts(self) -> Mapping[str, Any]:
+        """The keys; and the torch the published wheels pin, which the env checks say
+        instead where a build runs (later facts win)."""
+        pinned = next((p.torch for p in self.published.values() if p.torch), None)
+        return {"build_keys": {name: key.digest for name, key in self.keys.items()}, **({"torch": {"version": pinned}} if pinned else {})}
+
+
+def build_keys_step(ctx: StepContext) -> Outcome:
+    plan = ctx.run.plan
+    keys = build_keys(plan, builder(ctx))
+    for key in keys.values():
+        ctx.log.note(f"{key.recipe}: build key {key.digest} of {key.inputs}")
+    channel = Channel(ctx.run.settings.index, plan.channel)
+    listed = {} if plan.rebuilds_all else built_by_key(channel)
+    published = {
+        name: _published(ctx, channel, key, *hit) for name, key in keys.items() if name not in plan.rebuild and (hit := listed.get(key.digest)) is not None
+    }
+    checks = [_verdict(key, published.get(name), rebuild=name in plan.rebuild) for name, key in keys.items()]
+    return Outcome(checks=checks, made=(BuildKeys(channel=channel.name, keys=keys, published=published),))
+
+
+def _published(ctx: StepContext, channel: Channel, key: BuildKey, project: str, entry: FileEntry) -> PublishedBuild:
+    wheel = channel.files / entry.filename
+    pins = [str(r.specifier).removeprefix("==") for r in map(Requirement, read_wheel(wheel).requires_dist) if r.name == "torch"]
+    path = deliver(ctx.run.layout.dist, wheel, link=True)
+    return PublishedBuild(recipe=key.recipe, key=key.digest, channel=channel.name, project=project, entry=entry, path=path, torch=pins[0] if pins else None)
+
+
+def _verdict(key: BuildKey, published: PublishedBuild | None, *, rebuild: bool) -> CheckResult:
+    if published is not None:
+        return CheckResult.passed(key.recipe, published.describe())
+    why = "--rebuild" if rebuild else "not published"
+    return CheckResult.passed(key.recipe, f"to build ({why}): build key {key.short}...")
+
+
+def builder(ctx: StepContext) -> dict[str, Any]:
+    """What builds the wheels: the cell's builder image, by its definition; else this
+    machine's toolchain (the pre-checks found its Python and toolkit; the compiler is asked)."""
+    plan = ctx.run.plan
+    if plan.image is not None:
+        return {"image": image_identity(plan.image)}
+    toolchain = ctx.done.find(Toolchain)
+    compiler = find_compiler(ctx.where.runner)
+    toolkit = toolchain.toolkit if toolchain else None
+    return {
+        "host": host_identity(
+            compiler=(str(compiler.path), compiler.version) if isinstance(compiler, Found) else None,
+            python=(str(toolchain.python), plan.cell.python) if toolchain else None,
+            toolkit=(str(toolkit.root), toolkit.version) if toolkit else None,
+        )
+    }
+
+
+def describe(plan: CellPlan) -> str:
+    inputs = "each recipe's build key (source, recipe, lock, builder, variant, wheelmill, dependencies)"
+    if plan.rebuilds_all:
+        return f"{inputs}; --rebuild: built even where channel {plan.channel} lists it"
+    if plan.rebuild:
+        return f"{inputs}; --rebuild {', '.join(sorted(plan.rebuild))}: built even where channel {plan.channel} lists it, the rest looked up there"
+    return f"{inputs}, looked up in channel {plan.channel}: a recipe listed there is not built again"

@@ -1,0 +1,70 @@
+"""The closure and mirror steps: after the cell's wheels are published, resolve the
+runtime closure they need (``wheelmill.index.closure``) and mirror it into the cell's channel, so
+the channel installs on its own. ``--no-mirror`` leaves both out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from wheelmill.build.context import Outcome, StepContext
+from wheelmill.build.report import WheelRecord
+from wheelmill.build.steps.cell import BuildEnv, Sources
+from wheelmill.checks import CheckResult
+from wheelmill.index.closure import LOCK_NAME, Closure, ClosureInputs, mirror, resolve
+from wheelmill.index.store import Channel, Published
+from wheelmill.index.store import Outcome as PublishOutcome
+from wheelmill.machine import envs
+from wheelmill.machine.process import HostRunner
+from wheelmill.planning.spec import CellPlan
+
+
+def closure_inputs(ctx: StepContext) -> ClosureInputs:
+    plan = ctx.run.plan
+    published = [Path(ctx.done.get(WheelRecord, r.name).path) for r in plan.recipes if ctx.done.find(Published, r.name)]
+    return ClosureInputs(
+        cell=plan.cell.id,
+        channel=Channel(ctx.run.settings.index, plan.channel),
+        python=plan.cell.python,
+        glibc=plan.cell.variant.glibc,
+        torch=ctx.done.get(BuildEnv).pins["torch"],
+        wheels=tuple(published),
+        sources=ctx.done.get(Sources).packages,
+        toolkit=plan.cell.variant.toolkit_wheels,
+    )
+
+
+def resolve_closure(ctx: StepContext) -> Outcome:
+    inputs = closure_inputs(ctx)
+    if not inputs.wheels:
+        return Outcome(checks=[CheckResult.skipped("closure", "this run published nothing")])
+    # Resolved on this machine, whatever ran the build: the channel and its files are here.
+    backend = envs.backend(ctx.run.settings.env_backend, HostRunner())
+    layout = ctx.run.layout
+    found = resolve(inputs, backend=backend, log=ctx.log, work=layout.build / "closure", lock=layout.root / LOCK_NAME)
+    return Outcome(checks=[CheckResult.passed("closure", found.describe())], made=(found,))
+
+
+def mirror_closure(ctx: StepContext) -> Outcome:
+    closure = ctx.done.find(Closure)
+    if closure is None:
+        return Outcome(checks=[CheckResult.skipped("mirror", "no closure: this run published nothing")])
+    channel = Channel(ctx.run.settings.index, ctx.run.plan.channel)
+    done = mirror(closure, channel, sources=ctx.done.get(Sources).packages, policy=ctx.run.settings.retry, log=ctx.log, on_line=ctx.run.on_line)
+    kept = [p.filename for p in done.published if p.outcome is PublishOutcome.BUILT_HERE]
+    checks = [CheckResult.passed("mirror", done.describe())]
+    checks += [CheckResult.passed("built-beats-mirrored", f"not mirrored, built in {channel.name}: {', '.join(kept)}")] if kept else []
+    return Outcome(checks=checks, made=(done,))
+
+
+def describe_closure(plan: CellPlan) -> str:
+    return (
+        f"resolve the runtime closure of the published wheels (torch as built against, every dependency, wheels only, with sha256) "
+        f"for Python {plan.cell.python}; lock <cell>/{LOCK_NAME}"
+    )
+
+
+def describe_mirror(plan: CellPlan) -> str:
+    return (
+        f"download the closure (retried, sha256 as locked) into the store and publish it into channel {plan.channel} as mirrored; "
+        "built projects are never mirrored"
+    )

@@ -1,0 +1,52 @@
+"""The publish step: a wheel that passed everything goes into the variant's channel of the
+local index (``<output>/index`` unless WHEELMILL_INDEX_ROOT says otherwise), listed with
+its build key, so the same inputs are not built again; and, as a conda package, into the
+variant's conda channel beside it (``<index>/conda/<channel>``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from wheelmill.build.context import Outcome, StepContext
+from wheelmill.build.report import WheelRecord
+from wheelmill.build.steps.keys import BuildKeys
+from wheelmill.checks import CheckResult
+from wheelmill.conda.channel import conda_channel_root
+from wheelmill.errors import CommandFailed, IndexConflict
+from wheelmill.index.store import Channel, publish
+from wheelmill.machine.process import HostRunner, base_environment, wheelmill_command
+from wheelmill.planning.spec import CellPlan, RecipeSpec
+
+
+def publish_step(ctx: StepContext, spec: RecipeSpec) -> Outcome:
+    channel = Channel(ctx.run.settings.index, ctx.run.plan.channel)
+    key = ctx.done.get(BuildKeys).keys[spec.name].digest
+    wheel = Path(ctx.done.get(WheelRecord, spec.name).path)
+    done = publish(channel, wheel, build_key=key)
+    ctx.log.note(f"{done.outcome}: {channel.path}/files/{done.filename}")
+    replaced = f"; built beats mirrored: replaced {', '.join(done.replaced)}" if done.replaced else ""
+    detail = f"{done.outcome} in channel {channel.name}: {done.filename}, build key {key[:12]}...{replaced}"
+    conda = conda_package(ctx, channel.path / "files" / done.filename)
+    return Outcome(checks=[CheckResult.passed("index", detail), CheckResult.passed("conda", conda)], made=(done,))
+
+
+def conda_package(ctx: StepContext, wheel: Path) -> str:
+    """The published wheel as a conda package, made by ``wheelmill conda package`` in a
+    process of its own: py-rattler's threads may outlive a call, and the build's process
+    must not carry them. Immutable like the wheel: the same wheel again is a no-op."""
+    settings, plan = ctx.run.settings, ctx.run.plan
+    root = conda_channel_root(settings.index, plan.channel)
+    argv = wheelmill_command("conda", "package", "--cell", plan.cell.id, wheel, recipes=settings.recipes)
+    try:
+        result = HostRunner().run([*argv, "--channel", str(root)], env=base_environment([]), log=ctx.log, keep_output=True)
+    except CommandFailed as failed:
+        if failed.returncode != IndexConflict.exit_code:
+            raise
+        what, fix = failed.child_error()
+        raise IndexConflict(what, fix=fix or "raise the recipe's version") from None
+    return f"{result.output.strip().splitlines()[-1]} in {root}"
+
+
+def describe(plan: CellPlan, _spec: RecipeSpec) -> str:
+    immutable = "immutable: the same bytes again are a no-op"
+    return f"add to channel {plan.channel} of the local index with its build key ({immutable}), and as a conda package to its conda channel"

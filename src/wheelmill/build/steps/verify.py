@@ -1,0 +1,167 @@
+"""Post-build checks, repair, and post-repair checks: the wheel is inspected as built (its
+symbols, device code and metadata), repaired by auditwheel with torch and the GPU runtime
+excluded, and inspected again as shipped (platform tag, bundled libraries, size, and the
+GPU arch record the stamp step wrote, which repair must keep)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+from wheelmill.build.context import Outcome, StepContext
+from wheelmill.build.steps.build import Repaired, Stamped, arch_record, expected_pins
+from wheelmill.build.steps.cell import BuildEnv, CheckedEnv, Toolchain
+from wheelmill.checks import CheckResult, require
+from wheelmill.checks.contents import judge_arch_record, judge_bundled, judge_label, judge_pins, judge_size
+from wheelmill.checks.device import find_cuobjdump, judge_cuda, judge_rocm, scan_cuda, scan_rocm
+from wheelmill.checks.platform import judge_baseline, judge_platform
+from wheelmill.checks.symbols import interpreter_libraries, judge_required, judge_undefined, unresolved_symbols
+from wheelmill.config import format_size
+from wheelmill.errors import CheckError, CommandFailed, PrecheckError, RepairError
+from wheelmill.inputs.archs import CudaArchs, RocmArchs
+from wheelmill.inputs.variants import Family
+from wheelmill.machine.builder_images import BaseKind
+from wheelmill.machine.probes import TorchInfo
+from wheelmill.machine.process import Runner, base_environment
+from wheelmill.machine.toolchain import Toolkit
+from wheelmill.planning.spec import CellPlan, RecipeSpec
+from wheelmill.wheel.elf import ElfSummary, LibraryFinder, system_lib_dirs
+from wheelmill.wheel.wheelfile import inspect_wheel, read_wheel
+
+
+def post_build_checks(ctx: StepContext, spec: RecipeSpec) -> Outcome:
+    checked, runner = ctx.done.get(CheckedEnv), ctx.where.runner
+    wheel = ctx.done.get(Stamped, spec.name).wheel
+    info = read_wheel(wheel)
+    python = ctx.done.get(Toolchain).python
+    pins = expected_pins(ctx.done, spec, checked.torch.dist_version)
+
+    def judge(root: Path, elves: list[ElfSummary]) -> list[CheckResult]:
+        where = runner.host_path
+        system = [where(d) for d in system_lib_dirs(runner.capture(["ldconfig", "-p"]).stdout)]
+        finder = LibraryFinder(_search_dirs(runner, checked.torch, checked.toolkit, elves), system, translate=where)
+        report = unresolved_symbols(elves, root=root, finder=finder, interpreter=interpreter_libraries(where(python), finder))
+        results = [judge_undefined(report), judge_required(elves, spec.symbols), _device(runner, checked.toolkit, spec, root, elves)]
+        return [*results, judge_pins(info, pins), judge_label(info, spec.version.label)]
+
+    return Outcome(checks=_verdict(ctx, spec, wheel, inspect_wheel(wheel, judge)))
+
+
+def _search_dirs(runner: Runner, torch: TorchInfo, toolkit: Toolkit | None, elves: Sequence[ElfSummary]) -> list[Path]:
+    """Where the loader will find libraries at run time: beside the wheel's own files, in
+    torch, in the nvidia-* wheels, and (for a toolkit-only runtime) in the toolkit."""
+    dirs = list(dict.fromkeys(e.path.parent for e in elves))
+    dirs.append(torch.lib_dir)
+    dirs += sorted(torch.site_packages.glob("nvidia/*/lib")) + sorted(torch.site_packages.glob("nvidia/*/lib64"))
+    if toolkit:
+        dirs += [runner.host_path(toolkit.root / "lib64"), runner.host_path(toolkit.root / "lib")]
+    return dirs
+
+
+def _device(runner: Runner, toolkit: Toolkit | None, spec: RecipeSpec, root: Path, elves: list[ElfSummary]) -> CheckResult:
+    required = bool(spec.device_code)
+    match spec.family:
+        case Family.CPU:
+            return CheckResult.skipped("device-code", "CPU cell")
+        case Family.CUDA:
+            cuobjdump = find_cuobjdump(runner.host_path(toolkit.bin_dir) if toolkit else None)
+            if cuobjdump is None:
+                raise PrecheckError(
+                    "cuobjdump not found in the toolkit, the nvidia-cuda-cuobjdump wheel or PATH",
+                    fix="pip install nvidia-cuda-cuobjdump (wheelmill's setup does)",
+                )
+            return judge_cuda(scan_cuda(elves, root, cuobjdump), CudaArchs.parse(spec.arch_list or ""), required=required)
+        case Family.ROCM:
+            return judge_rocm(scan_rocm(elves, root), RocmArchs.parse(spec.arch_list or ""), required=required)
+
+
+def _verdict(ctx: StepContext, spec: RecipeSpec, wheel: Path, results: list[CheckResult]) -> Sequence[CheckResult]:
+    """Every verdict logged; a failure keeps the wheel in rejected/ and fails the step."""
+    layout = ctx.run.layout
+
+    def reject(what: str, fix: str) -> CheckError:
+        layout.rejected.mkdir(parents=True, exist_ok=True)
+        kept = layout.rejected / wheel.name
+        shutil.copyfile(wheel, kept)
+        return CheckError(f"{spec.name}: {what} (wheel kept in {kept})", fix=fix)
+
+    return require(results, ctx.log, failure=reject)
+
+
+def repair(ctx: StepContext, spec: RecipeSpec) -> Outcome:
+    env, torch = ctx.done.get(BuildEnv).env, ctx.done.get(CheckedEnv).torch
+    wheel = ctx.done.get(Stamped, spec.name).wheel
+    out = ctx.run.layout.build / spec.name / "repaired"
+    if out.exists():
+        shutil.rmtree(out)
+    argv = [str(env.python), "-m", "auditwheel", "repair", "-w", str(out)]
+    argv += [arg for pattern in spec.repair_excludes for arg in ("--exclude", pattern)]
+    # auditwheel finds what it may graft on the loader path; torch's own libraries are
+    # found there too but excluded, so they are never copied in.
+    environment = base_environment([env.bin_dir], {"LD_LIBRARY_PATH": str(torch.lib_dir)})
+    try:
+        ctx.where.runner.run([*argv, str(wheel)], env=environment, log=ctx.log, on_line=ctx.run.on_line)
+    except CommandFailed as failed:
+        raise RepairError(f"{spec.name}: auditwheel repair failed: {failed.last_line()}", fix=f"read {failed.log}") from None
+    wheels = sorted(out.glob("*.whl"))
+    if len(wheels) != 1:
+        raise RepairError(f"{spec.name}: auditwheel wrote {len(wheels)} wheels", fix=f"read {ctx.log.path}")
+    tags = ", ".join(sorted(read_wheel(wheels[0]).platforms))
+    check = CheckResult.passed("auditwheel", f"{wheels[0].name}: {tags}, {len(spec.repair_excludes)} libraries excluded")
+    return Outcome(checks=[check], made=(Repaired(wheel=wheels[0]),))
+
+
+def _stand_in(plan: CellPlan) -> str | None:
+    """What the cell is built on instead of the variant's own base, if anything."""
+    image = plan.image
+    if image is None:
+        return "this machine's glibc, not in a container"
+    if image.base.kind is BaseKind.BOOTSTRAP:
+        return f"the bootstrapped Debian {image.base.suite} base, not the manylinux one"
+    return None
+
+
+def post_repair_checks(ctx: StepContext, spec: RecipeSpec) -> Outcome:
+    wheel = ctx.done.get(Repaired, spec.name).wheel
+    info = read_wheel(wheel)
+    fallback = _stand_in(ctx.run.plan)
+
+    def judge(_root: Path, elves: list[ElfSummary]) -> list[CheckResult]:
+        return [
+            judge_platform(elves, info.platforms),
+            judge_baseline(info.platforms, spec.glibc, fallback=fallback),
+            judge_bundled(elves, spec.forbidden),
+            judge_size(wheel.stat().st_size, spec.max_wheel_size),
+            judge_arch_record(info, arch_record(spec, elves)),  # as shipped: repair must have kept it
+        ]
+
+    return Outcome(checks=_verdict(ctx, spec, wheel, inspect_wheel(wheel, judge)))
+
+
+def describe_post_build(_plan: CellPlan, spec: RecipeSpec) -> str:
+    parts = ["undefined symbols resolve"]
+    presence = "required" if spec.device_code else "if any"
+    match spec.family:
+        case Family.CUDA:
+            parts.append(f"SASS/PTX == {spec.arch_list} ({presence})")
+        case Family.ROCM:
+            parts.append(f"code objects == {spec.arch_list} ({presence})")
+        case Family.CPU:
+            pass
+    if spec.symbols:
+        parts.append(f"exports {', '.join(spec.symbols)}")
+    if spec.torch_pin:
+        parts.append("Requires-Dist torch pinned exactly")
+    if spec.version.label:
+        parts.append(f"version label +{spec.version.label}")
+    return "; ".join(parts)
+
+
+def describe_repair(_plan: CellPlan, spec: RecipeSpec) -> str:
+    return f"auditwheel repair, {len(spec.repair_excludes)} torch/runtime libraries excluded"
+
+
+def describe_post_repair(_plan: CellPlan, spec: RecipeSpec) -> str:
+    bundled = f"nothing bundled from: {', '.join(spec.forbid)} or the excludes"
+    return f"manylinux tag vs GLIBC/GLIBCXX; baseline {spec.glibc}; {bundled}; size <= {format_size(spec.max_wheel_size)}; gpu-archs.json as stamped"

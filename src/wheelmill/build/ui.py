@@ -1,0 +1,271 @@
+"""What a person sees: live progress while steps run, and a summary at the end.
+
+On a terminal a spinner shows the running step, its elapsed time and the last line of its
+output; elsewhere (CI) each step prints a start and an end line and long steps print a
+heartbeat. Full output is always in the step's log file, never lost to the screen.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.status import Status as Spinner
+from rich.table import Table
+
+from wheelmill.build.report import CellReport, Status, StepRecord
+from wheelmill.checks import Verdict
+from wheelmill.config import format_size
+from wheelmill.machine.process import TRACEBACK_MARK
+from wheelmill.planning.spec import Step
+
+HEARTBEAT = 60.0
+_MARK = {
+    Status.OK: "[green]ok[/]",
+    Status.FAILED: "[red]FAILED[/]",
+    Status.SKIPPED: "[dim]skipped[/]",
+    Status.INTERRUPTED: "[yellow]interrupted[/]",
+    Status.PUBLISHED: "[cyan]published[/]",
+}
+_NOT_STARTED = "[dim]not started[/]"  # a cell after one that Ctrl-C stopped, or that could not start
+_VERDICT = {Verdict.PASS: "[green]pass[/]", Verdict.FAIL: "[red]FAIL[/]", Verdict.WARN: "[yellow]warn[/]", Verdict.SKIP: "[dim]skip[/]"}
+
+
+def make_console(stream: object = None) -> Console:
+    """Progress and summaries go to stdout; stderr carries nothing but the error line."""
+    file = stream or sys.stdout
+    interactive = hasattr(file, "isatty") and file.isatty()
+    return Console(file=file, width=None if interactive else 200, highlight=False, soft_wrap=False)  # type: ignore[arg-type]
+
+
+class Held:
+    """A stream that keeps what a cell writes while the run's cell before it ends on a thread
+    (its last steps' lines and its summary come first), then writes it, and writes through."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream, self._holding, self._lock = stream, True, threading.Lock()
+        self._kept: list[str] = []
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            if self._holding:
+                self._kept.append(text)
+            else:
+                self._stream.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        with self._lock:
+            if not self._holding:
+                self._stream.flush()
+
+    def release(self) -> None:
+        with self._lock:
+            self._holding = False
+            self._stream.write("".join(self._kept))
+            self._kept.clear()
+            self._stream.flush()
+
+    def isatty(self) -> bool:  # a spinner once it writes through, not into what it keeps
+        return not self._holding and self._stream.isatty()
+
+
+def held_console(console: Console) -> tuple[Console, Held]:
+    """A console for the run's next cell, as wide as ``console``, whose output is held until
+    ``release``."""
+    held = Held(console.file)
+    return Console(file=held, width=console.width, highlight=False, soft_wrap=False), held  # type: ignore[arg-type]
+
+
+class UI:
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or make_console()
+        self._spinner: Spinner | None = None
+        self._step: Step | None = None
+        self._label = ""
+        self._started = 0.0
+        self._last_line = ""
+        self._last_draw = 0.0
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+        self._published: set[str | None] = set()  # recipes (None: the cell) said published
+
+    @property
+    def live(self) -> bool:
+        """A spinner a step, not a line: on a terminal, but in CI."""
+        return self.console.is_terminal and not os.environ.get("CI")
+
+    def cell_started(self, cell: str, detail: str) -> None:
+        self.console.print(f"[bold]wheelmill[/] build [bold]{cell}[/]: {escape(detail)}")
+
+    def step_started(self, step: Step, index: int, total: int) -> None:
+        self._step, self._started, self._last_line = step, time.monotonic(), ""
+        self._label = step_label(step, index, total)
+        if self.live:
+            self._spinner = self.console.status(escape(self._label))
+            self._spinner.start()
+        else:
+            self.console.print(f"> {escape(self._label)}: {escape(step.detail)}")
+            self._stop.clear()
+            self._beat = threading.Thread(target=self._heartbeat, daemon=True)
+            self._beat.start()
+
+    def line(self, text: str) -> None:
+        self._last_line = text.strip()
+        now = time.monotonic()
+        if self._spinner and now - self._last_draw > 0.1:
+            self._last_draw = now
+            elapsed = _clock(now - self._started)
+            self._spinner.update(f"{escape(self._label)} {elapsed}  [dim]{escape(self._last_line[:120])}[/]")
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(HEARTBEAT):
+            elapsed = _clock(time.monotonic() - self._started)
+            self.console.print(f"  ... {escape(self._label)} running {elapsed}: {escape(self._last_line[:120])}")
+
+    def retrying(self, attempt: int, error: Exception, pause: float) -> None:
+        self.console.print(f"  [yellow]attempt {attempt} failed[/]: {escape(str(error))}; retrying in {pause:.1f}s")
+
+    def step_beside(self, step: Step, index: int, total: int) -> None:
+        """A step started on a thread beside the next ones: said now, its verdict (``verdict``) when it ends."""
+        self.console.print(f"> {escape(step_label(step, index, total))}: {escape(step.detail)} [dim](beside the next steps)[/]")
+
+    def waiting(self, step: Step, what: str) -> None:
+        """A step that waits for something before it starts (the run's cell before this one)."""
+        self.console.print(f"[dim]{escape(step.id)} waits for {escape(what)}[/]")
+
+    def step_finished(self, record: StepRecord) -> None:
+        if self._spinner:
+            self._spinner.stop()
+            self._spinner = None
+        self._stop.set()
+        self.verdict(record, self._label)
+
+    def verdict(self, record: StepRecord, label: str) -> None:
+        tries = f", {record.attempts} attempts" if record.attempts > 1 else ""
+        self.console.print(f"{_MARK[record.status]} {escape(label)} {record.seconds:.1f}s{tries}")
+        if record.error:
+            self.console.print(f"  [red]{escape(record.error)}[/]")
+        if record.status is Status.FAILED and record.log:
+            self._tail(Path(record.log))
+
+    def _tail(self, log: Path, lines: int = 25) -> None:
+        try:
+            text = log.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return
+        output = [line for line in text if not line.startswith(("# env ", TRACEBACK_MARK))][-lines:]
+        if os.environ.get("GITHUB_ACTIONS"):
+            print(f"::group::last lines of {log}", file=self.console.file, flush=True)
+        self.console.print(f"  [dim]last lines of {escape(str(log))}:[/]")
+        for line in output:
+            self.console.print(f"  [dim]| {escape(line)}[/]")
+        if os.environ.get("GITHUB_ACTIONS"):
+            print("::endgroup::", file=self.console.file, flush=True)
+
+    def skipped(self, step: Step, reason: str, *, published: bool = False) -> None:
+        if not published:
+            self.console.print(f"[dim]skipped {escape(step.id)}: {escape(reason)}[/]")
+        elif step.recipe not in self._published:  # once for its steps, not once a step
+            self._published.add(step.recipe)
+            self.console.print(f"{_MARK[Status.PUBLISHED]} {escape(step.recipe or '(cell)')}: {escape(reason)}")
+
+    def summary(self, report: CellReport) -> None:
+        self.console.print(self._steps_table(report))
+        if report.wheels:
+            self.console.print(self._wheels_table(report))
+        published = report.recipes_with(Status.PUBLISHED)
+        if published:
+            names = ", ".join(published)
+            again = "--rebuild builds them again, --rebuild RECIPE one of them"
+            self.console.print(f"not built again, published in channel {report.plan.channel} for their build keys: {names} ({again})")
+        caches = report.compiler_cache
+        if caches:
+            self.console.print(_cache_table(caches))
+        for record, check in ((r, c) for r in report.steps for c in r.checks if c.verdict is Verdict.WARN):
+            fix = f"; fix: {check.fix}" if check.fix else ""
+            self.console.print(f"[yellow]warn[/] {escape(record.step.id)}: {escape(check.name)}: {escape(check.detail + fix)}")
+        status = _MARK[report.status]
+        self.console.print(f"{report.plan.cell.id}: {status} in {_clock(report.seconds)}; report {escape(str(report.path))}")
+
+    def run_summary(self, reports: Sequence[CellReport], seconds: float, *, not_started: Sequence[str] = ()) -> None:
+        """After a run of several cells: a row a cell (each one's own summary is above), those
+        an interruption kept from starting included, and a line that counts them."""
+        table = Table(title="cells", title_justify="left")
+        for column in ("cell", "status", "time", "built", "published", "compiler cache", "failed step"):
+            table.add_column(column, overflow="fold")
+        for report in reports:
+            table.add_row(*_cell_row(report))
+        for cell in not_started:
+            table.add_row(cell, _NOT_STARTED, *("-" for _ in range(5)))
+        self.console.print(table)
+        counts = Counter(report.status for report in reports)
+        said = [f"{counts[status]} {mark}" for status, mark in _MARK.items() if counts[status]]
+        said += [f"{len(not_started)} {_NOT_STARTED}"] if not_started else []
+        self.console.print(f"{len(reports) + len(not_started)} cells in {_clock(seconds)}: {', '.join(said)}")
+
+    def _steps_table(self, report: CellReport) -> Table:
+        table = Table(title=f"{report.plan.cell.id} ({report.plan.engine})", title_justify="left")
+        for column in ("recipe", "step", "status", "time", "tries", "checks"):
+            table.add_column(column, overflow="fold")
+        for record in report.steps:
+            checks = ", ".join(f"{c.name} {_VERDICT[c.verdict]}" for c in record.checks)
+            table.add_row(
+                record.step.recipe or "(cell)",
+                str(record.step.kind),
+                _MARK[record.status],
+                f"{record.seconds:.1f}s",
+                str(record.attempts),
+                checks or escape(record.error or ""),
+            )
+        return table
+
+    def _wheels_table(self, report: CellReport) -> Table:
+        table = Table(title="wheels", title_justify="left")
+        for column in ("recipe", "wheel", "size", "sha256"):
+            table.add_column(column, overflow="fold")
+        for recipe, wheel in report.wheels.items():
+            table.add_row(recipe, wheel.name, format_size(wheel.size), wheel.sha256)
+        return table
+
+
+def _cell_row(report: CellReport) -> tuple[str, ...]:
+    stats = report.compiler_cache.values()
+    cache = f"{sum(s['hits'] for s in stats)} hits, {sum(s['misses'] for s in stats)} misses" if stats else "-"
+    failed = report.failed
+    return (
+        report.plan.cell.id,
+        _MARK[report.status],
+        _clock(report.seconds),
+        f"{len(report.recipes_with(Status.OK))} of {len(report.plan.recipes)}",
+        ", ".join(report.recipes_with(Status.PUBLISHED)) or "-",
+        cache,
+        escape(failed.step.id) if failed else "-",
+    )
+
+
+def _cache_table(caches: Mapping[str, Mapping[str, Any]]) -> Table:
+    """Each build's compiler cache hits and misses (the build's counters, zeroed before it)."""
+    table = Table(title="compiler cache", title_justify="left")
+    for column in ("recipe", "hits", "misses", "cache"):
+        table.add_column(column, overflow="fold")
+    for recipe, stats in caches.items():
+        table.add_row(recipe, str(stats["hits"]), str(stats["misses"]), escape(str(stats.get("location", ""))))
+    return table
+
+
+def step_label(step: Step, index: int, total: int) -> str:
+    return f"[{index}/{total}] {step.id}"
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"

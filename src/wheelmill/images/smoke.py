@@ -1,0 +1,206 @@
+"""Smoke tests of an image, in tiers, each a container of the image that is removed after:
+
+a. imports: torch (its label the variant's) and every extension, ``pip check`` clean, gloo
+   available, the constraint holding (``pip install torch==<other>`` refused), and
+   ``wheelmill-doctor`` running on the image's Python (no GPU here: it lists, never fails);
+b. ``torchrun --standalone --nnodes=1 --nproc-per-node=2``: an all-reduce over gloo;
+c. PyTorchJob as Kubeflow's training operator starts it: two containers on one engine
+   network, a master and a worker, each given the operator's variables (once the v1
+   set, MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK and PET_NNODES/PET_NPROC_PER_NODE/
+   PET_NODE_RANK; once Trainer v2's PET_* with PET_MASTER_ADDR/PET_MASTER_PORT), each
+   running a bare ``torchrun smoke.py``.
+
+A devel image also compiles a tiny extension inside itself and imports it; a runtime
+image must hold no compiler. Every tier runs with no network but what it needs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from packaging.version import Version
+
+from wheelmill.errors import ImageError
+from wheelmill.machine.engine import Engine, Mount, left_behind
+from wheelmill.machine.process import StepLog, base_environment
+
+SMOKE = Path("/opt/wheelmill-smoke")
+TIMEOUT = 600.0
+ALLREDUCE = """import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+value = torch.tensor([float(rank + 1)])
+dist.all_reduce(value)
+expected = world * (world + 1) / 2
+assert value.item() == expected, (value.item(), expected)
+print(f"all-reduce over gloo: rank {rank} of {world}: sum {value.item():g} (expected {expected:g})", flush=True)
+dist.destroy_process_group()
+"""
+IMPORTS = """import importlib, json, sys, torch, torch.distributed as dist
+wanted, modules = sys.argv[1], sys.argv[2:]
+assert torch.__version__ == wanted, (torch.__version__, wanted)
+assert dist.is_gloo_available(), "gloo"
+for name in modules:
+    importlib.import_module(name)
+print(f"imports: torch {torch.__version__}, gloo available, {' '.join(modules) or 'no extensions'}", flush=True)
+"""
+EXTENSION = {
+    "setup.py": """from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CppExtension
+setup(name="wm-tiny-ext", version="0.1", ext_modules=[CppExtension("wm_tiny_ext", ["tiny.cpp"])], cmdclass={"build_ext": BuildExtension})
+""",
+    "tiny.cpp": """#include <torch/extension.h>
+torch::Tensor twice(torch::Tensor x) { return x * 2; }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("twice", &twice); }
+""",
+}
+NO_COMPILER = "for c in cc gcc g++ c++ clang; do if command -v $c; then exit 1; fi; done; echo 'no compiler: cc, gcc, g++, c++, clang absent'"
+
+
+class Smoke:
+    """The tiers, run against one image with one engine; every line they print is kept."""
+
+    def __init__(self, engine: Engine, image: str, *, log: StepLog, on_line: Callable[[str], None]) -> None:
+        self.engine, self.image, self.log, self.on_line = engine, image, log, on_line
+        self.said: list[str] = []
+
+    def _run(self, what: str, argv: Sequence[str], *, env: Mapping[str, str] | None = None, mounts: Sequence[Mount] = (), expect_failure: bool = False) -> str:
+        """Run ``argv`` in a container of the image with the smoke files mounted; its output."""
+        with tempfile.TemporaryDirectory(prefix="wheelmill-smoke-") as tmp:
+            files = Path(tmp)
+            _write_files(files)
+            command = self.engine.run(image=self.image, argv=argv, env_keys=sorted(env or {}), mounts=[Mount(source=files, target=SMOKE), *mounts])
+            done = subprocess.run(command, env={**base_environment([]), **(env or {})}, capture_output=True, text=True, timeout=TIMEOUT, check=False)
+        output = done.stdout + done.stderr
+        self.log.note(f"{what}: exit {done.returncode}\n{output}")
+        if (done.returncode == 0) == expect_failure:
+            tail = [line for line in output.splitlines() if line.strip()][-1:] or ["no output"]
+            raise ImageError(f"{self.image}: smoke {what} failed: {tail[0][:200]}", fix=f"read {self.log.path}")
+        return output
+
+    def say(self, line: str) -> None:
+        self.said.append(line)
+        self.on_line(line)
+
+    def imports(self, torch: str, modules: Sequence[str]) -> None:
+        out = self._run("a/imports", ["python", str(SMOKE / "imports.py"), torch, *modules])
+        self.say(_line(out, "imports:"))
+        self._run("a/pip-check", ["pip", "check"])
+        self.say("pip check: no broken requirements")
+        other = _other_version(torch)
+        refused = self._run("a/constraint", ["pip", "install", f"torch=={other}"], expect_failure=True)
+        if "(constraint) torch==" not in refused:
+            raise ImageError(f"{self.image}: pip install torch=={other} failed, but not because of the constraint", fix=f"read {self.log.path}")
+        self.say(f"constraint: pip install torch=={other} refused by /etc/pip/constraint.txt (torch=={torch})")
+        self.say("wheelmill-doctor: " + _line(self._run("a/doctor", ["wheelmill-doctor"]), "summary:"))
+
+    def standalone(self) -> None:
+        argv = ["torchrun", "--standalone", "--nnodes=1", "--nproc-per-node=2", str(SMOKE / "allreduce.py")]
+        out = self._run("b/torchrun-standalone", argv)
+        for line in _reduced(out, ranks=2, what=f"{self.image}: smoke b/torchrun-standalone", log=self.log):
+            self.say(f"torchrun --standalone, 2 processes: {line}")
+
+    def pytorchjob(self, *, trainer_v2: bool) -> None:
+        """A master and a worker container on one engine network, started as the training
+        operator starts them, each running a bare ``torchrun smoke.py``."""
+        network = f"wheelmill-smoke-{os.getpid()}"
+        subnet, master_ip, worker_ip = "10.254.77.0/24", "10.254.77.2", "10.254.77.3"
+        what = "c/pytorchjob-" + ("trainer-v2" if trainer_v2 else "v1")
+        # The subnet is fixed: a killed run's network holds it until it is removed.
+        mine = [
+            n for n in subprocess.run(self.engine.networks(), capture_output=True, text=True, check=False).stdout.split() if n.startswith("wheelmill-smoke-")
+        ]
+        for stale in [*left_behind(mine), network]:
+            subprocess.run(self.engine.network_remove(stale), capture_output=True, check=False)
+        created = subprocess.run(self.engine.network_create(network, subnet), capture_output=True, text=True, check=False)
+        if created.returncode != 0:
+            raise ImageError(f"smoke {what}: cannot create the engine network {network}: {created.stderr.strip()[-200:]}", fix="check the engine's networking")
+        try:
+            with tempfile.TemporaryDirectory(prefix="wheelmill-smoke-") as tmp:
+                _write_files(Path(tmp))
+                mount = Mount(source=Path(tmp), target=SMOKE)
+                procs = [self._node(rank, network, ip, master_ip, mount, trainer_v2=trainer_v2) for rank, ip in ((0, master_ip), (1, worker_ip))]
+                outputs = [_wait(proc) for proc in procs]
+        finally:
+            subprocess.run(self.engine.network_remove(network), capture_output=True, check=False)
+        for rank, (code, out) in enumerate(outputs):
+            self.log.note(f"{what} rank {rank}: exit {code}\n{out}")
+            if code != 0:
+                tail = [line for line in out.splitlines() if line.strip()][-1:] or ["no output"]
+                raise ImageError(
+                    f"{self.image}: smoke {what} failed on the {'master' if rank == 0 else 'worker'}: {tail[0][:200]}", fix=f"read {self.log.path}"
+                )
+            (line,) = _reduced(out, ranks=1, what=f"{self.image}: smoke {what}", log=self.log)
+            self.say(f"PyTorchJob ({'Trainer v2 PET_*' if trainer_v2 else 'v1 MASTER_*/PET_*'}), {'master' if rank == 0 else 'worker'}: {line}")
+
+    def _node(self, rank: int, network: str, ip: str, master: str, mount: Mount, *, trainer_v2: bool) -> subprocess.Popen[str]:
+        env = {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": str(rank)}
+        if trainer_v2:
+            env |= {"PET_MASTER_ADDR": master, "PET_MASTER_PORT": "23456"}
+        else:
+            env |= {"MASTER_ADDR": master, "MASTER_PORT": "23456", "WORLD_SIZE": "2", "RANK": str(rank)}
+        argv = self.engine.run(image=self.image, argv=["torchrun", str(SMOKE / "allreduce.py")], network=network, ip=ip, env_keys=sorted(env), mounts=[mount])
+        return subprocess.Popen(argv, env={**base_environment([]), **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def compiles(self) -> None:
+        """The devel image builds an extension against its own torch, offline, and runs it."""
+        check = "import torch, wm_tiny_ext; print('extension built in the image: twice([1, 2]) =', wm_tiny_ext.twice(torch.tensor([1, 2])).tolist())"
+        script = f'cp -r {SMOKE}/ext /tmp/ext && pip install --quiet --no-build-isolation --no-deps /tmp/ext && cd / && python -c "{check}"'
+        out = self._run("devel/compile", ["sh", "-c", script])
+        self.say(_line(out, "extension built"))
+
+    def no_compiler(self) -> None:
+        out = self._run("runtime/no-compiler", ["sh", "-c", NO_COMPILER])
+        self.say(_line(out, "no compiler"))
+
+
+def _write_files(directory: Path) -> None:
+    (directory / "allreduce.py").write_text(ALLREDUCE, encoding="utf-8")
+    (directory / "imports.py").write_text(IMPORTS, encoding="utf-8")
+    (directory / "ext").mkdir()
+    for name, text in EXTENSION.items():
+        (directory / "ext" / name).write_text(text, encoding="utf-8")
+    for path in directory.rglob("*"):  # readable by whatever user the image runs as
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    directory.chmod(0o755)
+
+
+def _wait(proc: subprocess.Popen[str]) -> tuple[int, str]:
+    try:
+        out, _ = proc.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        return -9, out + "\n(timed out)"
+    return proc.returncode, out
+
+
+_REDUCED = re.compile(r"all-reduce over gloo: rank (\d+) of (\d+): sum (\S+) \(expected (\S+)\)")
+
+
+def _reduced(output: str, *, ranks: int, what: str, log: StepLog) -> list[str]:
+    """Each rank's all-reduce report, found wherever it is in the output (processes that
+    print at once may share a line); every one must be there, with the expected sum."""
+    found = {int(m.group(1)): m for m in _REDUCED.finditer(output)}
+    if len(found) != ranks or any(m.group(3) != m.group(4) for m in found.values()):
+        raise ImageError(f"{what}: expected {ranks} all-reduce report(s) with the right sum, got {len(found)}", fix=f"read {log.path}")
+    return [f"all-reduce over gloo: rank {m.group(1)} of {m.group(2)}: sum {m.group(3)} (expected {m.group(4)})" for _, m in sorted(found.items())]
+
+
+def _line(output: str, start: str) -> str:
+    return next((line.strip() for line in output.splitlines() if line.strip().startswith(start)), output.strip().splitlines()[-1] if output.strip() else "")
+
+
+def _other_version(torch: str) -> str:
+    """A torch version that is not the image's.
+
+    >>> _other_version("2.13.0+cpu")
+    '2.12.0'
+    """
+    release = Version(torch).release
+    return f"{release[0]}.{max(release[1] - 1, 0)}.0"

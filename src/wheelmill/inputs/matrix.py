@@ -1,0 +1,264 @@
+"""The matrix: variants, Pythons and the supported cells, loaded from ``recipes/matrix.toml``.
+
+A cell id has a grammar, ``<variant>-py<major><minor>`` (``cuda118-py311``); overrides,
+selections, logs and output paths all use it. A variant's ``slim`` archs each derive a slim
+variant, ``<variant>-<arch>`` (``cuda130-sm90``), placed right after its parent, whose cells
+(``cuda130-sm90-py311``) are cells like any other.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from wheelmill.config import load_toml, parse_size, validate
+from wheelmill.errors import ConfigError, SelectionError, did_you_mean
+from wheelmill.inputs.archs import CudaArchs, RocmArchs, arch_tag
+from wheelmill.inputs.manylinux import policies
+from wheelmill.inputs.variants import Cell, Family, Variant
+
+SCHEMA = "matrix.schema.json"
+_CELL_ID = re.compile(r"^(?P<variant>[a-z0-9]+(?:-[a-z0-9]+)?)-py(?P<major>3)(?P<minor>[0-9]{1,2})$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Matrix:
+    path: Path
+    pythons: tuple[str, ...]
+    variants: Mapping[str, Variant]
+    torch_index: str
+    build_requires: tuple[str, ...]
+    test_requires: tuple[str, ...]
+    repair_exclude: Mapping[str, tuple[str, ...]]
+    forbid: tuple[str, ...]
+    max_wheel_size: int
+    min_free_disk: Mapping[str, int]
+    memory_per_job: Mapping[str, int]
+    canary: tuple[str, ...] = ()
+
+    @property
+    def cells(self) -> tuple[Cell, ...]:
+        return tuple(Cell(variant=v, python=p) for v in self.variants.values() for p in v.pythons)
+
+    def excludes_for(self, variant: Variant) -> tuple[str, ...]:
+        return self.repair_exclude.get("all", ()) + self.repair_exclude.get(variant.family.value, ())
+
+    def cell(self, cell_id: str) -> Cell:
+        """The cell with this id, or a ``SelectionError`` that lists what is valid."""
+        match = _CELL_ID.match(cell_id)
+        if not match:
+            known = [c.id for c in self.cells]
+            raise SelectionError(
+                f"'{cell_id}' is not a cell id{did_you_mean(cell_id, known)}",
+                fix="write <variant>-py<XY>, e.g. cuda118-py311, or cuda130-sm90-py311 for a slim variant (`wheelmill matrix` lists them)",
+            )
+        variant = self.variant(match.group("variant"))
+        python = f"{match.group('major')}.{match.group('minor')}"
+        if python not in self.pythons:
+            raise SelectionError(
+                f"unknown Python {python} in cell '{cell_id}'",
+                fix=f"use one of: {', '.join(self.pythons)}",
+            )
+        if python not in variant.pythons:
+            raise SelectionError(
+                f"variant {variant.name} does not support Python {python} (cell '{cell_id}')",
+                fix=f"use one of its Pythons: {', '.join(variant.pythons)}, or add it in {self.path}",
+            )
+        return Cell(variant=variant, python=python)
+
+    def variant(self, name: str) -> Variant:
+        try:
+            return self.variants[name]
+        except KeyError:
+            raise self._unknown_variant(name) from None
+
+    def _unknown_variant(self, name: str) -> SelectionError:
+        parent, _, tag = name.partition("-")
+        if tag and parent in self.variants and self.variants[parent].family is not Family.CPU:
+            slims = [v.name for v in self.variants.values() if v.slim_of == parent]
+            others = f"use one of its slim variants ({', '.join(slims)}), or " if slims else ""
+            return SelectionError(
+                f"variant {parent} has no slim variant '{name}'{did_you_mean(name, slims)}",
+                fix=f"{others}add the arch to variants.{parent}.slim in {self.path}, or build {parent} (its whole arch list)",
+            )
+        return SelectionError(f"unknown variant '{name}'{did_you_mean(name, self.variants)}", fix=f"use one of: {', '.join(self.variants)}")
+
+    def select(self, patterns: Iterable[str]) -> tuple[Cell, ...]:
+        """Cells whose id matches any glob; a pattern that matches nothing is an error."""
+        chosen: dict[str, Cell] = {}
+        for pattern in patterns:
+            hits = [c for c in self.cells if fnmatch.fnmatchcase(c.id, pattern)]
+            if not hits:
+                if not any(ch in pattern for ch in "*?["):
+                    self.cell(pattern)  # raises the precise error for a plain id
+                raise SelectionError(f"no cell matches '{pattern}'", fix="`wheelmill matrix` lists the cells")
+            chosen.update((c.id, c) for c in hits)
+        return tuple(chosen.values())
+
+
+def github_matrix(cells: Iterable[Cell]) -> dict[str, list[dict[str, str]]]:
+    """GitHub Actions' ``{"include": [...]}``: one entry per cell; a slim cell's says whose."""
+    return {"include": [_entry(c) for c in cells]}
+
+
+def _entry(cell: Cell) -> dict[str, str]:
+    v = cell.variant
+    entry = {"cell": cell.id, "variant": v.name, "python": cell.python, "family": v.family.value, "label": v.label, "channel": v.channel}
+    return {**entry, "slim-of": v.slim_of} if v.slim_of else entry
+
+
+MATRIX_COLUMNS = ("variant", "slim of", "toolkit", "torch", "arch list", "channel", "glibc")
+
+
+def matrix_row(v: Variant, pythons: Sequence[str], *, code: Callable[[str], str] = str) -> list[str]:
+    """A variant as a row under ``MATRIX_COLUMNS``, then one column per Python; ``code``
+    marks up the arch list (Markdown's backticks)."""
+    head = [v.name, v.slim_of or "-", v.toolkit or "-", f"{v.torch}+{v.label}", code(v.arch_list) if v.arch_list else "-", v.channel, v.glibc]
+    return head + ["yes" if p in v.pythons else "-" for p in pythons]
+
+
+def matrix_markdown(matrix: Matrix) -> str:
+    """The variants and their Pythons as a Markdown table (the README's copy)."""
+    head = [*MATRIX_COLUMNS, *matrix.pythons]
+    rows = [matrix_row(v, matrix.pythons, code=lambda text: f"`{text}`") for v in matrix.variants.values()]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def load_matrix(path: Path) -> Matrix:
+    data = load_toml(path)
+    validate(data, schema_path=path.parent / "schema" / SCHEMA, file=path)
+    pythons = tuple(data["pythons"])
+    variants: dict[str, Variant] = {}
+    for name, raw in data["variants"].items():
+        variant = _variant(name, raw, file=path, pythons=pythons)
+        variants |= {v.name: v for v in (variant, *slim_variants(variant))}
+    checks = data["checks"]
+    return Matrix(
+        path=path,
+        pythons=pythons,
+        variants=variants,
+        torch_index=data["torch"]["index"],
+        build_requires=tuple(data["build-env"]["requires"]),
+        test_requires=tuple(data["test-env"]["requires"]),
+        repair_exclude={k: tuple(v) for k, v in data["repair"]["exclude"].items()},
+        forbid=tuple(data["repair"].get("forbid", ())),
+        max_wheel_size=parse_size(checks.get("max-wheel-size", "300MiB")),
+        min_free_disk={k: parse_size(v) for k, v in checks.get("min-free-disk", {}).items()},
+        memory_per_job={k: parse_size(v) for k, v in checks.get("memory-per-job", {}).items()},
+        canary=_canary(data.get("ci", {}).get("canary", ()), variants, file=path),
+    )
+
+
+def _canary(ids: Sequence[str], variants: Mapping[str, Variant], *, file: Path) -> tuple[str, ...]:
+    known = [Cell(variant=v, python=p).id for v in variants.values() for p in v.pythons]
+    for cell_id in ids:
+        if cell_id not in known:
+            raise ConfigError(f"{file}: ci.canary: '{cell_id}' is not a supported cell", fix=f"use cell ids of this matrix{did_you_mean(cell_id, known)}")
+    return tuple(ids)
+
+
+def _variant(name: str, raw: Mapping[str, Any], *, file: Path, pythons: tuple[str, ...]) -> Variant:
+    variant = Variant(
+        name=name,
+        family=Family(raw["family"]),
+        label=raw["label"],
+        torch=raw["torch"],
+        torch_on_pypi=raw.get("torch-on-pypi", False),
+        torch_index=raw.get("torch-index"),
+        glibc=raw["glibc"],
+        pythons=tuple(raw["pythons"]),
+        toolkit=raw.get("toolkit"),
+        cudnn=raw.get("cudnn"),
+        nccl=raw.get("nccl"),
+        arch_list=raw.get("arch-list"),
+        toolkit_wheels=tuple(raw.get("toolkit-wheels", ())),
+        slim=tuple(raw.get("slim", ())),
+    )
+    _check_variant(variant, file=file, pythons=pythons)
+    return variant
+
+
+def slim_variants(parent: Variant) -> tuple[Variant, ...]:
+    """A variant of its own for each slim arch: the parent with that one arch, published
+    apart (its name, channel and wheel label carry the arch); the rest is the parent's."""
+    tags = {arch: arch_tag(arch) for arch in parent.slim}
+    return tuple(replace(parent, name=f"{parent.name}-{tag}", arch_list=arch, slim=(), slim_of=parent.name, slim_tag=tag) for arch, tag in tags.items())
+
+
+def _check_variant(v: Variant, *, file: Path, pythons: tuple[str, ...]) -> None:
+    where = f"{file}: variants.{v.name}"
+    for python in v.pythons:
+        if python not in pythons:
+            raise ConfigError(f"{where}.pythons: {python} is not in the top-level pythons", fix=f"add it there or use one of: {', '.join(pythons)}")
+    if not v.name.startswith(v.family.value):
+        raise ConfigError(f"{where}.family: '{v.family}' does not match the variant name", fix=f"name {v.family} variants {v.family}...")
+    known = policies("x86_64")
+    if v.glibc not in known:
+        raise ConfigError(
+            f"{where}.glibc: '{v.glibc}' is no manylinux policy (auditwheel knows {min(known, key=_glibc)} to {max(known, key=_glibc)})",
+            fix="give the oldest glibc the variant's wheels must run on, as a PEP 600 tag prefix, e.g. manylinux_2_28",
+        )
+    if v.family is Family.CPU:
+        if v.toolkit or v.arch_list:
+            raise ConfigError(f"{where}: a cpu variant has no toolkit or arch-list", fix="remove toolkit and arch-list")
+        if v.slim:
+            raise ConfigError(f"{where}.slim: a cpu variant has no GPU arch to build alone", fix="remove slim (slim variants are for cuda and rocm variants)")
+        if v.label != "cpu":
+            raise ConfigError(f"{where}.label: a cpu variant's label is 'cpu'", fix='set label = "cpu"')
+        return
+    if not v.toolkit or not v.arch_list:
+        raise ConfigError(f"{where}: a {v.family} variant needs toolkit and arch-list", fix="add both (see the other variants)")
+    _check_accelerator(v, where=where)
+
+
+def _check_accelerator(v: Variant, *, where: str) -> None:
+    assert v.toolkit is not None
+    assert v.arch_list is not None
+    major, minor = v.toolkit.split(".")[:2]
+    expected_label = f"cu{major}{minor}" if v.family is Family.CUDA else f"rocm{major}.{minor}"
+    expected_name = f"cuda{major}{minor}" if v.family is Family.CUDA else f"rocm{major}{minor}"
+    if v.label != expected_label:
+        raise ConfigError(f"{where}.label: '{v.label}' does not match toolkit {v.toolkit}", fix=f'set label = "{expected_label}"')
+    if v.name != expected_name:
+        raise ConfigError(f"{where}.toolkit: {v.toolkit} does not match the variant name", fix=f"name it {expected_name} or fix the toolkit version")
+    try:
+        CudaArchs.parse(v.arch_list) if v.family is Family.CUDA else RocmArchs.parse(v.arch_list)
+    except ValueError as exc:
+        raise ConfigError(f"{where}.arch-list: {exc}", fix="list archs separated by ';'") from None
+    _check_slim(v, where=f"{where}.slim")
+    for wheel in v.toolkit_wheels:
+        _, _, version = wheel.partition("==")
+        if version.split(".")[:2] != [major, minor]:
+            raise ConfigError(
+                f"{where}.toolkit-wheels: '{wheel}' is not of toolkit {major}.{minor}", fix=f"pin the {major}.{minor} release of each toolkit wheel (==X.Y.Z)"
+            )
+
+
+def _check_slim(v: Variant, *, where: str) -> None:
+    """Each slim arch is one arch of the variant's own list (of its family), listed once: a
+    slim variant narrows its parent, it never adds an arch nobody tested the list with."""
+    assert v.arch_list is not None
+    rocm = v.family is Family.ROCM
+    kind, text = ("ROCm", RocmArchs.parse(v.arch_list).text) if rocm else ("CUDA", CudaArchs.parse(v.arch_list).text)
+    listed = [item.removesuffix("+PTX") for item in text.split(";")]
+    for index, arch in enumerate(v.slim):
+        if arch.startswith("gfx") is not rocm:
+            raise ConfigError(
+                f"{where}: '{arch}' is no {kind} arch, and {v.name} builds for {kind}", fix=f'list archs of its arch-list, e.g. slim = ["{listed[-1]}"]'
+            )
+        if arch in v.slim[:index]:
+            raise ConfigError(f"{where}: {arch} listed more than once", fix="list each arch once")
+        if arch not in listed:
+            raise ConfigError(
+                f"{where}: {arch} is not in its arch-list ({v.arch_list}){did_you_mean(arch, listed)}",
+                fix=f"slim one of: {', '.join(listed)} (or add {arch} to variants.{v.name}.arch-list first)",
+            )
+
+
+def _glibc(policy: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in policy.split("_")[1:])

@@ -1,0 +1,108 @@
+"""The words of the matrix as values: a variant (one accelerator toolchain and everything it
+pins), its family, and a cell (variant, python), whose id has a grammar:
+``<variant>-py<major><minor>`` (``cuda118-py311``). Overrides, selections, logs and output
+paths all use it. Loading them from ``recipes/matrix.toml`` is ``wheelmill.inputs.matrix``'s job.
+
+A slim variant (``cuda130-sm90``) is its parent built for one arch of the parent's list and
+published apart: its own channel (``cu130-sm90``) and wheel label (``+cu130.sm90``), so
+choosing it is explicit and its wheels never collide with the parent's full-arch ones;
+everything else, torch and its label included, is the parent's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Family(StrEnum):
+    CPU = "cpu"
+    CUDA = "cuda"
+    ROCM = "rocm"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Variant:
+    """One accelerator toolchain and everything pinned by it."""
+
+    name: str
+    family: Family
+    label: str
+    torch: str
+    torch_on_pypi: bool
+    torch_index: str | None
+    glibc: str
+    pythons: tuple[str, ...]
+    toolkit: str | None = None
+    cudnn: str | None = None
+    nccl: str | None = None
+    arch_list: str | None = None
+    toolkit_wheels: tuple[str, ...] = ()
+    slim: tuple[str, ...] = ()  # the archs of its slim variants, as declared
+    slim_of: str | None = None  # a slim variant: its parent's name
+    slim_tag: str | None = None  # a slim variant: its one arch, short (sm90, gfx942)
+
+    @property
+    def base_name(self) -> str:
+        """The variant whose recipes, overrides and build env this one shares: its parent
+        for a slim variant, else itself."""
+        return self.slim_of or self.name
+
+    @property
+    def toolkit_short(self) -> str | None:
+        """``11.8`` for toolkit ``11.8.0``: what nvcc/hipcc must report."""
+        return ".".join(self.toolkit.split(".")[:2]) if self.toolkit else None
+
+    @property
+    def channel(self) -> str:
+        """The index channel of this variant: its local label (``cu118``, ``cpu``), and a
+        slim variant's arch after it (``cu130-sm90``)."""
+        return f"{self.label}-{self.slim_tag}" if self.slim_tag else self.label
+
+    @property
+    def wheel_label(self) -> str:
+        """The local version label its wheels carry: the variant's (``cu130``), and a slim
+        variant's arch as one more PEP 440 local segment (``cu130.sm90``), so a slim wheel's
+        file name never equals the full-arch one's. torch keeps ``label``: it is the same."""
+        return f"{self.label}.{self.slim_tag}" if self.slim_tag else self.label
+
+    @property
+    def torch_requirement(self) -> str:
+        """The exact torch this variant builds against.
+
+        With ``torch-on-pypi`` the unlabeled release counts too (PEP 440: ``==2.14.1``
+        matches any local label), and the env check then insists on the right CUDA.
+        """
+        return f"torch=={self.torch}" if self.torch_on_pypi else f"torch=={self.torch}+{self.label}"
+
+    def describe(self) -> str:
+        slim = f" (slim of {self.slim_of}: channel {self.channel})" if self.slim_of else ""
+        match self.family:
+            case Family.CPU:
+                return f"CPU, torch {self.torch}+{self.label}, {self.glibc}"
+            case Family.CUDA:
+                return f"CUDA {self.toolkit}, torch {self.torch}+{self.label}, archs {self.arch_list}{slim}, {self.glibc}"
+            case Family.ROCM:
+                return f"ROCm {self.toolkit}, torch {self.torch}+{self.label}, archs {self.arch_list}{slim}, {self.glibc}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cell:
+    """(variant, python): the unit of a nox session and of a CI job."""
+
+    variant: Variant
+    python: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.variant.name}-py{self.python.replace('.', '')}"
+
+    @property
+    def base_id(self) -> str:
+        """The id recipe globs and the build-env lock go by: a slim cell takes its parent
+        cell's recipes, overrides and lock (``cuda130-sm90-py311`` -> ``cuda130-py311``)."""
+        return f"{self.variant.base_name}-py{self.python.replace('.', '')}"
+
+    @property
+    def python_tag(self) -> str:
+        return f"cp{self.python.replace('.', '')}"

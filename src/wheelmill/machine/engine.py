@@ -1,0 +1,197 @@
+"""Container engines: docker and podman, first-class both, and the commands wheelmill
+issues to them. Every argv is built by a pure method here (unit-tested for both engines);
+running them is the runner's job.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from wheelmill.errors import PrecheckError, UsageError
+from wheelmill.machine.process import Captured, capture
+from wheelmill.settings import ENGINE_CHOICES
+
+
+class EngineName(StrEnum):
+    DOCKER = "docker"
+    PODMAN = "podman"
+
+
+LABEL = "wheelmill.cell"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mount:
+    source: Path
+    target: Path
+    readonly: bool = True
+
+    def volume(self) -> str:
+        return f"{self.source}:{self.target}:{'ro' if self.readonly else 'rw'}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Engine:
+    name: EngineName
+    binary: str
+
+    def run_detached(self, *, container: str, image: str, mounts: Sequence[Mount], cell: str, network: bool = True, cpu_shares: int | None = None) -> list[str]:
+        """A long-lived container of the cell; commands are exec'd into it, each with its own
+        explicit environment. With ``network``, the host's (package downloads of the level-2
+        env); without, none at all (builds). ``cpu_shares``: its weight against the other
+        containers when the cores are busy (the engines' default is 1024)."""
+        argv = [self.binary, "run", "--detach", "--name", container, "--label", f"{LABEL}={cell}", "--network", "host" if network else "none"]
+        argv += ["--cpu-shares", str(cpu_shares)] if cpu_shares is not None else []
+        for mount in mounts:
+            argv += ["--volume", mount.volume()]
+        return [*argv, "--entrypoint", "sleep", image, "infinity"]
+
+    def exec(self, *, container: str, argv: Sequence[str], env_keys: Sequence[str], workdir: Path | None) -> list[str]:
+        """``--env KEY`` without a value takes it from exec's own environment, so values
+        (tokens too) never appear on a command line."""
+        out = [self.binary, "exec"]
+        if workdir is not None:
+            out += ["--workdir", str(workdir)]
+        for key in env_keys:
+            out += ["--env", key]
+        return [*out, container, *argv]
+
+    def remove(self, container: str) -> list[str]:
+        # podman waits 10 s for a stop by default; the container only runs `sleep`.
+        extra = ["--time", "0"] if self.name is EngineName.PODMAN else []
+        return [self.binary, "rm", "--force", *extra, container]
+
+    def build(self, *, tag: str, containerfile: Path, context: Path, build_args: Mapping[str, str], labels: Mapping[str, str] | None = None) -> list[str]:
+        argv = [self.binary, "build", "--tag", tag, "--file", str(containerfile), "--network", "host"]
+        for key in sorted(build_args):
+            argv += ["--build-arg", f"{key}={build_args[key]}"]
+        for key in sorted(labels or {}):
+            argv += ["--label", f"{key}={(labels or {})[key]}"]
+        return [*argv, str(context)]
+
+    def run(
+        self,
+        *,
+        image: str,
+        argv: Sequence[str],
+        network: str = "none",
+        env_keys: Sequence[str] = (),
+        mounts: Sequence[Mount] = (),
+        name: str | None = None,
+        ip: str | None = None,
+    ) -> list[str]:
+        """A one-off container that runs ``argv`` and is removed; ``network``: none, host,
+        or an engine network (with a fixed ``ip`` on it)."""
+        out = [self.binary, "run", "--rm", "--network", network, *(["--name", name] if name else []), *(["--ip", ip] if ip else [])]
+        for key in env_keys:
+            out += ["--env", key]
+        for mount in mounts:
+            out += ["--volume", mount.volume()]
+        return [*out, image, *argv]
+
+    def network_create(self, name: str, subnet: str) -> list[str]:
+        return [self.binary, "network", "create", "--subnet", subnet, name]
+
+    def networks(self) -> list[str]:
+        return [self.binary, "network", "ls", "--format", "{{.Name}}"]
+
+    def network_remove(self, name: str) -> list[str]:
+        return [self.binary, "network", "rm", "--force", name] if self.name is EngineName.PODMAN else [self.binary, "network", "rm", name]
+
+    def remove_image(self, tag: str) -> list[str]:
+        return [self.binary, "rmi", "--force", tag]
+
+    def image_size(self, tag: str) -> list[str]:
+        return [self.binary, "image", "inspect", "--format", "{{.Size}}", tag]
+
+    def tag(self, source: str, target: str) -> list[str]:
+        return [self.binary, "tag", source, target]
+
+    def push(self, reference: str, *, digest_file: Path, insecure: bool) -> list[str]:
+        """Push ``reference``; podman writes the pushed digest to ``digest_file`` (docker's is
+        read back with ``repo_digests``)."""
+        if self.name is EngineName.PODMAN:
+            return [self.binary, "push", *(["--tls-verify=false"] if insecure else []), "--digestfile", str(digest_file), reference]
+        return [self.binary, "push", reference]
+
+    def repo_digests(self, reference: str) -> list[str]:
+        return [self.binary, "image", "inspect", "--format", "{{range .RepoDigests}}{{println .}}{{end}}", reference]
+
+    def image_id(self, tag: str) -> list[str]:
+        return [self.binary, "image", "inspect", "--format", "{{.Id}}", tag]
+
+    def import_rootfs(self, *, tarball: Path, tag: str) -> list[str]:
+        return [self.binary, "import", str(tarball), tag]
+
+    def pid(self, container: str) -> list[str]:
+        return [self.binary, "inspect", "--format", "{{.State.Pid}}", container]
+
+    def containers(self, cell: str | None = None) -> list[str]:
+        selector = f"label={LABEL}={cell}" if cell else f"label={LABEL}"
+        return [self.binary, "ps", "--all", "--filter", selector, "--format", "{{.Names}}"]
+
+
+def left_behind(names: Sequence[str]) -> list[str]:
+    """Of wheelmill's containers and networks (``wheelmill-<cell>-<pid>[-netless]``,
+    ``wheelmill-smoke-<pid>``), those whose wheelmill process is gone: a killed run's. A live
+    run's, another output root building the same cell, is not touched.
+
+    >>> left_behind([f"wheelmill-cpu-py311-{os.getpid()}", f"wheelmill-smoke-{os.getpid()}-netless", "wheelmill-cpu-py311-999999999", "other"])
+    ['wheelmill-cpu-py311-999999999', 'other']
+    """
+    return [name for name in names if not _alive(_owner(name))]
+
+
+def _owner(name: str) -> int | None:
+    parts = name.removesuffix("-netless").rsplit("-", 1)
+    return int(parts[1]) if len(parts) == 2 and parts[1].isdigit() else None
+
+
+def _alive(pid: int | None) -> bool:
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return pid < 2**22  # another user's process (or no pid at all)
+    return True
+
+
+Which = Callable[[str], str | None]
+Probe = Callable[[Sequence[str | Path]], Captured]
+
+
+def detect(choice: str, *, which: Which = shutil.which, probe: Probe | None = lambda argv: capture(argv, timeout=30)) -> Engine | None:
+    """The engine to use: ``auto`` takes podman, then docker, whichever answers; ``none``
+    is the host. A named engine that does not answer is an error that says why. With no
+    ``probe`` (a plan, which runs nothing) no engine is asked: ``auto`` takes the first
+    installed, and a named one is taken as named."""
+    if choice == "none":
+        return None
+    if choice not in ENGINE_CHOICES:
+        raise UsageError(f"--engine {choice}: not an engine", fix=f"use one of: {', '.join(ENGINE_CHOICES)}")
+    names = [EngineName.PODMAN, EngineName.DOCKER] if choice == "auto" else [EngineName(choice)]
+    reasons = []
+    for name in names:
+        binary = which(name.value)
+        if probe is None:  # nothing is asked: the first installed, or the one named
+            if binary or choice != "auto":
+                return Engine(name=name, binary=binary or name.value)
+            continue
+        if binary is None:
+            reasons.append(f"{name}: not installed")
+            continue
+        answer = probe([binary, "info", "--format", "{{.Host.OS}}" if name is EngineName.PODMAN else "{{.OSType}}"])
+        if answer.returncode == 0:
+            return Engine(name=name, binary=binary)
+        reasons.append(f"{name}: installed, but no engine answers ({(answer.stderr.strip().splitlines() or ['?'])[-1][:120]})")
+    if choice == "auto":
+        return None
+    raise PrecheckError(f"engine {choice}: {'; '.join(reasons)}", fix="start the engine (or run scripts/setup --system for podman), or use --engine none")

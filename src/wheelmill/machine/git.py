@@ -1,0 +1,32 @@
+"""The repository's git state, read from git itself: what release versions are decided from
+(``wheelmill.inputs.versions``, which is pure)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+from wheelmill.errors import ReleaseError
+from wheelmill.inputs.versions import GitState
+from wheelmill.machine.process import capture
+
+
+def read_state(repo: Path) -> GitState:
+    """HEAD, its commit date, cleanliness and the tags merged into HEAD, from git itself."""
+
+    def git(*args: str) -> str:
+        done = capture(["git", "-C", str(repo), *args])
+        if done.returncode != 0:
+            why = done.stderr.strip() or f"exit {done.returncode}"
+            raise ReleaseError(f"git {' '.join(args)} in {repo}: {why}", fix="run from a git clone of the repository")
+        return done.stdout
+
+    commit = git("rev-parse", "HEAD").strip()
+    committed = datetime.fromtimestamp(int(git("log", "-1", "--format=%ct", "HEAD").strip()), tz=UTC).date()
+    # Untracked files count: a build of a path recipe would pick them up.
+    dirty = bool(git("status", "--porcelain", "--untracked-files=normal").strip())
+    tags = {}
+    for line in git("for-each-ref", "--merged", "HEAD", "--format=%(refname:short) %(objectname) %(*objectname)", "refs/tags").splitlines():
+        name, obj, *peeled = line.split()
+        tags[name] = peeled[0] if peeled else obj  # an annotated tag points at its commit through the tag object
+    return GitState(commit=commit, committed=committed, dirty=dirty, tags=tags)

@@ -1,0 +1,296 @@
+"""Wheels as values: read the name, tags, core metadata and GPU arch record, unpack the
+binaries, and rewrite the metadata (version label, exact pins, added .dist-info files) with
+a fresh RECORD.
+
+Names and versions go through ``packaging``; nothing PEP-defined is parsed by regex.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import tempfile
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from email.message import Message
+from email.parser import HeaderParser
+from functools import cached_property
+from pathlib import Path
+from typing import TypeVar
+
+from elftools.common.exceptions import ELFError
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.tags import Tag
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from wheelmill.errors import CheckError, InvalidWheel
+from wheelmill.files import atomic_path
+from wheelmill.inputs.archs import ARCH_RECORD
+from wheelmill.wheel.elf import ElfSummary, is_elf, summarize
+
+# Core metadata is a few kilobytes; a wheel whose METADATA would unpack to more than this
+# is refused before it is read (a small zip can expand to gigabytes).
+MAX_METADATA = 16 * 2**20
+MAX_ARCH_RECORD = 64 * 2**10  # gpu-archs.json is one short line
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, kw_only=True)
+class WheelInfo:
+    """A wheel's name, version and tags (from its file name) and its core metadata."""
+
+    path: Path
+    name: str  # canonical
+    version: Version
+    tags: frozenset[Tag]
+    dist_info: str
+    metadata: bytes  # METADATA as stored: what a PEP 658 sidecar serves
+    files: tuple[str, ...]
+    arch_record: bytes | None = None  # .dist-info/gpu-archs.json as stored (wheelmill.inputs.archs.ArchRecord), if any
+
+    @cached_property
+    def headers(self) -> Message:
+        return HeaderParser().parsestr(self.metadata_text)
+
+    @property
+    def metadata_text(self) -> str:
+        return self.metadata.decode("utf-8")
+
+    @property
+    def metadata_name(self) -> str:
+        return str(self.headers.get("Name", ""))
+
+    @property
+    def metadata_version(self) -> str:
+        return str(self.headers.get("Version", ""))
+
+    @property
+    def requires_python(self) -> str | None:
+        value = self.headers.get("Requires-Python")
+        return str(value) if value is not None else None
+
+    @property
+    def requires_dist(self) -> tuple[str, ...]:
+        return tuple(str(v) for v in self.headers.get_all("Requires-Dist") or ())
+
+    def requirements(self) -> list[Requirement]:
+        out = []
+        for text in self.requires_dist:
+            try:
+                out.append(Requirement(text))
+            except InvalidRequirement:
+                continue
+        return out
+
+    @property
+    def platforms(self) -> frozenset[str]:
+        return frozenset(t.platform for t in self.tags)
+
+
+def read_wheel(path: Path) -> WheelInfo:
+    """The one reader of wheels: every way a file can fail to be a wheel is ``InvalidWheel``."""
+    try:
+        name, version, _build, tags = parse_wheel_filename(path.name)
+    except InvalidWheelFilename as exc:
+        raise InvalidWheel(f"{path}: not a wheel file name ({exc})", fix="give a .whl file named <name>-<version>-<tags>.whl") from None
+    try:
+        with zipfile.ZipFile(path) as zf:
+            files = tuple(zf.namelist())
+            dist_info = _dist_info_dir(files, path)
+            metadata = _read_bounded(zf, f"{dist_info}/METADATA", path, MAX_METADATA)
+            record_name = f"{dist_info}/{ARCH_RECORD}"
+            arch_record = _read_bounded(zf, record_name, path, MAX_ARCH_RECORD) if record_name in files else None
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        raise InvalidWheel(f"{path}: unreadable wheel ({exc})", fix="rebuild it; a wheel is a zip file") from None
+    info = WheelInfo(
+        path=path,
+        name=canonicalize_name(name),
+        version=version,
+        tags=frozenset(tags),
+        dist_info=dist_info,
+        metadata=metadata,
+        files=files,
+        arch_record=arch_record,
+    )
+    _check_metadata(info)
+    return info
+
+
+def _dist_info_dir(files: tuple[str, ...], path: Path) -> str:
+    dirs = {f.split("/", 1)[0] for f in files if f.split("/", 1)[0].endswith(".dist-info") and f.count("/") == 1 and f.endswith("/METADATA")}
+    if len(dirs) != 1:
+        raise InvalidWheel(
+            f"{path}: expected one .dist-info directory with METADATA, found {sorted(dirs) or 'none'}", fix="rebuild it with a standard build backend"
+        )
+    return dirs.pop()
+
+
+def _read_bounded(zf: zipfile.ZipFile, member: str, path: Path, limit: int) -> bytes:
+    info = zf.getinfo(member)
+    if info.file_size > limit:
+        raise InvalidWheel(f"{path}: {member} unpacks to {info.file_size} bytes", fix="metadata is kilobytes; rebuild the wheel")
+    with zf.open(info) as member_file:
+        data = member_file.read(limit + 1)  # the declared size can lie
+    if len(data) > limit:
+        raise InvalidWheel(f"{path}: {member} unpacks to more than {limit} bytes", fix="metadata is kilobytes; rebuild the wheel")
+    return data
+
+
+def _check_metadata(info: WheelInfo) -> None:
+    try:
+        info.metadata_text  # noqa: B018 - decoding is the check
+    except UnicodeDecodeError:
+        raise InvalidWheel(f"{info.path}: {info.dist_info}/METADATA is not UTF-8", fix="rebuild it; core metadata is UTF-8 (PEP 566)") from None
+    if not info.metadata_name:
+        raise InvalidWheel(f"{info.path}: {info.dist_info}/METADATA has no Name", fix="rebuild it with a standard build backend")
+    try:
+        Version(info.metadata_version)
+    except InvalidVersion:
+        raise InvalidWheel(
+            f"{info.path}: METADATA Version {info.metadata_version[:40]!r} is not a version (PEP 440)", fix="fix the version and rebuild it"
+        ) from None
+
+
+def extract_binaries(wheel: Path, dest: Path) -> list[Path]:
+    """Unpack every ELF file of the wheel under ``dest``; return their paths."""
+    out = []
+    with zipfile.ZipFile(wheel) as zf:
+        for info in zf.infolist():
+            if info.is_dir():
+                continue
+            with zf.open(info) as src:
+                head = src.read(4)
+            if head != b"\x7fELF":
+                continue
+            target = dest / info.filename
+            if not target.resolve().is_relative_to(dest.resolve()):
+                raise InvalidWheel(f"{wheel.name}: unsafe path {info.filename!r}", fix="do not use this wheel: a member would land outside its tree")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(info) as src, target.open("wb") as dst:
+                while chunk := src.read(1 << 20):
+                    dst.write(chunk)
+            out.append(target)
+    return [p for p in out if is_elf(p)]
+
+
+def inspect_wheel(wheel: Path, judge: Callable[[Path, list[ElfSummary]], T]) -> T:
+    """Unpack the wheel's ELF files into a temporary directory and judge them there."""
+    with tempfile.TemporaryDirectory(prefix="wheelmill-inspect-") as tmp:
+        root = Path(tmp)
+        return judge(root, [_summary(wheel, root, path) for path in extract_binaries(wheel, root)])
+
+
+def _summary(wheel: Path, root: Path, path: Path) -> ElfSummary:
+    try:
+        return summarize(path)
+    except ELFError as exc:
+        raise CheckError(f"{wheel.name}: {path.relative_to(root)} starts like an ELF file but cannot be read as one ({exc})", fix="rebuild the wheel") from None
+
+
+def record_hash(data: bytes) -> str:
+    """Bytes' hash as a RECORD writes it: ``sha256=`` and the digest in urlsafe base64, unpadded."""
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"sha256={digest}"
+
+
+def rewrite_metadata(
+    wheel: Path,
+    dest_dir: Path,
+    *,
+    version: str | None,
+    pins: Mapping[str, str],
+    add: Sequence[str] = (),
+    dist_files: Mapping[str, bytes] | None = None,
+) -> Path:
+    """A copy of ``wheel`` in ``dest_dir`` with a new version, exact pins, added requirements.
+
+    ``pins`` maps a project name to the exact version every unconditional requirement on
+    it must have (``torch`` -> ``2.14.1``); one is added where the wheel had none. ``add``
+    requirements are appended unless already declared. ``dist_files`` (a name in the
+    .dist-info directory -> its bytes) are written there, replacing any of that name. The
+    .dist-info directory and the file name follow the version, and RECORD is recomputed.
+    """
+    info = read_wheel(wheel)
+    new_version = version or str(info.version)
+    name_part = wheel.name.split("-", 1)[0]
+    new_dist_info = f"{name_part}-{new_version}.dist-info"
+    tag_part = wheel.name[len(name_part) + 1 + len(_filename_version(wheel.name)) + 1 :]
+    target = dest_dir / f"{name_part}-{new_version}-{tag_part}"
+    metadata = _rewrite_headers(info.metadata_text, version=new_version, pins=pins, add=add)
+    _rewrite_zip(wheel, target, old_dist=info.dist_info, new_dist=new_dist_info, metadata=metadata, dist_files=dist_files or {})
+    return target
+
+
+def _filename_version(filename: str) -> str:
+    return filename.split("-")[1]
+
+
+def _rewrite_headers(text: str, *, version: str, pins: Mapping[str, str], add: Sequence[str] = ()) -> str:
+    head, sep, body = text.partition("\n\n")
+    lines = head.rstrip("\n").split("\n")  # headers only: a METADATA without a body ends in one newline
+    out: list[str] = []
+    pinned: set[str] = set()
+    for line in lines:
+        key, colon, value = line.partition(":")
+        if colon and key == "Version":
+            out.append(f"Version: {version}")
+            continue
+        if colon and key == "Requires-Dist":
+            replaced = _pin_requirement(value.strip(), pins)
+            if replaced is not None:
+                name, text_line = replaced
+                if name in pinned:
+                    continue
+                pinned.add(name)
+                out.append(f"Requires-Dist: {text_line}")
+                continue
+        out.append(line)
+    for name, exact in pins.items():
+        if canonicalize_name(name) not in pinned:
+            out.append(f"Requires-Dist: {name}=={exact}")
+    declared = {line.partition(":")[2].strip() for line in out if line.startswith("Requires-Dist:")}
+    out += [f"Requires-Dist: {req}" for req in add if req not in declared]
+    return "\n".join(out) + (sep + body if sep else "\n")
+
+
+def _pin_requirement(text: str, pins: Mapping[str, str]) -> tuple[str, str] | None:
+    try:
+        req = Requirement(text)
+    except InvalidRequirement:
+        return None
+    canonical = {canonicalize_name(k): v for k, v in pins.items()}
+    name = canonicalize_name(req.name)
+    if name not in canonical or req.marker is not None:
+        return None
+    extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+    return name, f"{req.name}{extras}=={canonical[name]}"
+
+
+def _rewrite_zip(source: Path, target: Path, *, old_dist: str, new_dist: str, metadata: str, dist_files: Mapping[str, bytes]) -> None:
+    records: list[str] = []
+    replaced = {f"{old_dist}/RECORD", *(f"{old_dist}/{name}" for name in dist_files)}
+    with atomic_path(target) as tmp, zipfile.ZipFile(source) as zin, zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zout:
+        for item in zin.infolist():
+            if item.filename in replaced:
+                continue
+            data = metadata.encode() if item.filename == f"{old_dist}/METADATA" else zin.read(item)
+            name = new_dist + item.filename[len(old_dist) :] if item.filename.startswith(old_dist + "/") else item.filename
+            zout.writestr(_copy_info(item, name), data)
+            records.append(f"{name},{record_hash(data)},{len(data)}")
+        # Added files get RECORD's fixed timestamp and mode: the same input gives the same bytes.
+        for name, data in sorted(dist_files.items()):
+            member = f"{new_dist}/{name}"
+            zout.writestr(_copy_info(zipfile.ZipInfo(member), member), data)
+            records.append(f"{member},{record_hash(data)},{len(data)}")
+        record_name = f"{new_dist}/RECORD"
+        records.append(f"{record_name},,")
+        zout.writestr(_copy_info(zipfile.ZipInfo(record_name), record_name), "\n".join(records) + "\n")
+
+
+def _copy_info(item: zipfile.ZipInfo, name: str) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name, date_time=item.date_time)
+    info.external_attr = item.external_attr or (0o644 << 16)
+    info.compress_type = zipfile.ZIP_DEFLATED
+    return info
