@@ -19,7 +19,6 @@ import pytest
 from tests.integration.test_index import Served, isolated_env, pip, uv, venv
 from tests.interrupt import interrupt_mid_compile
 from wheelmill.checks.torchenv import judge_torch
-from wheelmill.index.closure import LOCK_NAME
 from wheelmill.index.closure import read as read_closure
 from wheelmill.index.pages import Project
 from wheelmill.index.store import Channel
@@ -28,6 +27,7 @@ from wheelmill.inputs.matrix import load_matrix
 from wheelmill.machine.envs import Env
 from wheelmill.machine.package_sources import machine_sources
 from wheelmill.machine.probes import read_torch
+from wheelmill.output.layout import CLOSURE_LOCK_NAME
 from wheelmill.settings import Settings
 from wheelmill.wheel.wheelfile import read_wheel
 
@@ -103,7 +103,7 @@ def test_cpu_cell_builds_end_to_end(tmp_path: Path) -> None:
     assert "cpu-py311: ok" in result.stdout
     assert "wheels" in result.stdout and "sha256" in result.stdout  # the summary tables
     assert [line for line in result.stderr.splitlines() if not line.startswith("nox > ")] == [], "stderr is for the error line only"
-    closure = read_closure(tmp_path / "cpu-py311" / LOCK_NAME)
+    closure = read_closure(tmp_path / "cpu-py311" / CLOSURE_LOCK_NAME)
     assert closure.built == {"example-cpp-ops", "torchsort"}
     assert {"torch", "filelock", "sympy"} <= {w.project for w in closure.to_mirror}
     channel = Channel(tmp_path / "index", "cpu")

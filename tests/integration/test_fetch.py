@@ -22,16 +22,18 @@ from pathlib import Path
 
 import pytest
 
-from wheelmill.build.context import Layout, RunContext
+from wheelmill.build.context import RunContext
 from wheelmill.build.pipeline import host, run_step
 from wheelmill.build.plan import StepKind, plan_cell
-from wheelmill.build.report import CellReport, Status, StepRecord
+from wheelmill.build.report import CellReport, StepRecord
 from wheelmill.build.steps.cell import Sources
 from wheelmill.build.ui import UI, make_console
 from wheelmill.errors import FetchError, IntegrityError
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.inputs.recipes import load_recipes
 from wheelmill.machine.package_sources import machine_sources
+from wheelmill.output.layout import CellLayout
+from wheelmill.output.report import Status
 from wheelmill.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -144,7 +146,7 @@ def fetch_once(tmp_path: Path, source: str, *, attempts: int = 4, env: dict[str,
     matrix = load_matrix(recipes / "matrix.toml")
     settings = Settings.from_environ({"WHEELMILL_RETRIES": str(attempts), "WHEELMILL_RETRY_DELAY": "0.01", **(env or {})})
     cell_plan = plan_cell(matrix, load_recipes(recipes), matrix.cell("cpu-py311"), ["flaky-pkg"], settings)
-    layout = Layout(output=tmp_path / "wheels", cell="cpu-py311")
+    layout = CellLayout(output=tmp_path / "wheels", cell="cpu-py311")
     run = RunContext(plan=cell_plan, settings=settings, layout=layout, engine=None, on_line=lambda line: None)
     report = CellReport(plan=cell_plan, path=layout.report)
     # What the pre-checks would have found: the package sources.

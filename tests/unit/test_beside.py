@@ -20,12 +20,12 @@ import pytest
 from tests.conftest import CliResult, CliRunner
 from tests.sandbox import OTHER_PYTHON, PYTHON, Sandbox
 from wheelmill.build.context import Outcome, StepContext
-from wheelmill.build.report import WheelRecord
 from wheelmill.build.steps import BY_KIND
 from wheelmill.build.steps.build import Repaired, wheel_of
 from wheelmill.build.ui import UI
 from wheelmill.errors import BuildError, ConfigError, InstallTestError, Interrupted
 from wheelmill.machine.process import base_environment
+from wheelmill.output.report import WheelRecord
 from wheelmill.planning.spec import RecipeSpec, Step, StepKind
 
 KINDS = (StepKind.FETCH, StepKind.BUILD, StepKind.STAMP, StepKind.POST_BUILD_CHECKS, StepKind.REPAIR, StepKind.POST_REPAIR_CHECKS, StepKind.INSTALL_TEST)

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests.wheels import make_wheel
-from wheelmill.build.context import Layout, RunContext, StepContext
+from wheelmill.build.context import RunContext, StepContext
 from wheelmill.build.pipeline import blocked, host
 from wheelmill.build.plan import REBUILD_ALL, Options, plan_cell
-from wheelmill.build.report import CellReport, Done, Status, StepRecord, WheelRecord
+from wheelmill.build.report import CellReport, Done, StepRecord
 from wheelmill.build.steps.keys import BuildKeys, PublishedBuild, build_keys_step
 from wheelmill.errors import FetchError, SelectionError
 from wheelmill.index.store import Channel, built_by_key, publish, set_yanked
@@ -22,6 +22,8 @@ from wheelmill.index.verify import verify
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.inputs.recipes import GitSource, SdistSource, load_recipes
 from wheelmill.machine.process import StepLog
+from wheelmill.output.layout import CellLayout
+from wheelmill.output.report import Status, WheelRecord
 from wheelmill.planning import buildkey
 from wheelmill.planning.buildkey import build_keys, plain, tree_hash
 from wheelmill.planning.spec import CellPlan, Step, StepKind
@@ -261,7 +263,7 @@ def test_no_publish_plans_no_build_keys(project: Path) -> None:
 
 def _run_keys_step(plan: CellPlan, tmp_path: Path) -> BuildKeys:
     settings = Settings(output=tmp_path / "wheels")
-    run = RunContext(plan=plan, settings=settings, layout=Layout(output=settings.output, cell=plan.cell.id), engine=None, on_line=lambda _line: None)
+    run = RunContext(plan=plan, settings=settings, layout=CellLayout(output=settings.output, cell=plan.cell.id), engine=None, on_line=lambda _line: None)
     with StepLog(tmp_path / "build-keys.log") as log:
         ctx = StepContext(run=run, where=host(settings), done=Done([]), log=log, hold=lambda manager: manager.__enter__())
         (made,) = build_keys_step(ctx).made

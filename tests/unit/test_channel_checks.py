@@ -9,16 +9,18 @@ from pathlib import Path
 import pytest
 
 from tests.wheels import make_wheel
-from wheelmill.build.context import Layout, RunContext, StepContext
+from wheelmill.build.context import RunContext, StepContext
 from wheelmill.build.pipeline import host
 from wheelmill.build.plan import plan_cell
-from wheelmill.build.report import CellReport, Status, StepRecord, WheelRecord
+from wheelmill.build.report import CellReport, StepRecord
 from wheelmill.build.steps.channel import channel_checks
 from wheelmill.errors import IndexStoreError
 from wheelmill.index.store import Channel, publish
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.inputs.recipes import load_recipes
 from wheelmill.machine.process import StepLog
+from wheelmill.output.layout import CellLayout
+from wheelmill.output.report import Status, WheelRecord
 from wheelmill.planning.spec import Step, StepKind
 from wheelmill.settings import Settings
 
@@ -41,7 +43,7 @@ def checks_after_publishing(tmp_path: Path, damage: str | None = None) -> list[s
     report = CellReport(plan=plan, path=tmp_path / "report.json")
     for kind, made in ((StepKind.INSTALL_TEST, WheelRecord.of(tested)), (StepKind.PUBLISH, done)):
         report.steps.append(StepRecord(step=Step(kind=kind, recipe="example-cpp-ops", detail=""), status=Status.OK, made=(made,)))
-    run = RunContext(plan=plan, settings=settings, layout=Layout(output=settings.output, cell="cpu-py311"), engine=None, on_line=lambda _line: None)
+    run = RunContext(plan=plan, settings=settings, layout=CellLayout(output=settings.output, cell="cpu-py311"), engine=None, on_line=lambda _line: None)
     with StepLog(tmp_path / "channel-checks.log") as log:
         ctx = StepContext(run=run, where=host(settings), done=report.done, log=log, hold=lambda manager: manager.__enter__())
         try:

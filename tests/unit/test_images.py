@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CliRunner
+from tests.reports import write_report
 from tests.sandbox import Sandbox
 from tests.wheels import make_wheel
 from wheelmill.errors import ConfigError, PrecheckError, ReleaseError
@@ -31,6 +32,7 @@ from wheelmill.index.store import Channel, publish
 from wheelmill.inputs.matrix import Matrix, load_matrix
 from wheelmill.inputs.versions import Track, VersionRule
 from wheelmill.machine.engine import Engine, EngineName
+from wheelmill.output.layout import CellLayout
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -147,7 +149,7 @@ def test_what_the_channel_lacks_is_listed(matrix: Matrix, tmp_path: Path) -> Non
 def test_a_cell_never_built_is_a_one_line_error(matrix: Matrix, tmp_path: Path) -> None:
     (cell,) = matrix.select(["cpu-py311"])
     with pytest.raises(PrecheckError, match=r"cpu-py311: never built here .*") as raised:
-        read_cell_output(tmp_path / "cpu-py311" / "report.json", cell)
+        read_cell_output(CellLayout(output=tmp_path, cell="cpu-py311"), cell)
     assert raised.value.fix == "build it first: wheelmill build --cell cpu-py311"
 
 
@@ -178,13 +180,7 @@ def test_bad_input_to_image_build_is_one_line(cli: CliRunner, tmp_path: Path, ar
 def test_a_channel_missing_a_package_is_exit_20_before_anything_is_built(cli: CliRunner, tmp_path: Path) -> None:
     sandbox = Sandbox(tmp_path / "repo")
     wheel = make_wheel(sandbox.output / sandbox.cell("cpu") / "dist", "app", "1.0+cpu", tag="py3-none-any")
-    report = {
-        "status": "ok",
-        "channel": "cpu",
-        "facts": {"torch": {"version": "2.13.0+cpu"}},
-        "recipes": [{"name": "app", "wheel": {"name": wheel.name, "sha256": "c" * 64}}],
-    }
-    (sandbox.output / sandbox.cell("cpu") / "report.json").write_text(json.dumps(report))
+    write_report(sandbox.output, sandbox.cell("cpu"), wheels=[("app", wheel, "c" * 64)], torch="2.13.0+cpu")
     publish(Channel(sandbox.output / "index", "cpu"), wheel)
     result = cli("--recipes", str(ROOT / "recipes"), "--output", str(sandbox.output), "image", "build", "--cell", "cpu-py311", "--edition", "runtime")
     assert result.code == 20, result.err
@@ -196,13 +192,7 @@ def test_a_tag_that_would_exceed_128_characters_is_exit_3_before_anything_runs(c
     output_dir = tmp_path / "out"
     wheel = make_wheel(output_dir / "cpu-py311" / "dist", "app", "1.0+cpu", tag="py3-none-any")
     torch = "2.13.0.dev" + "2" * 100 + "+cpu"  # a nightly's version, say
-    report = {
-        "status": "ok",
-        "channel": "cpu",
-        "facts": {"torch": {"version": torch}},
-        "recipes": [{"name": "app", "wheel": {"name": wheel.name, "sha256": "c" * 64}}],
-    }
-    (output_dir / "cpu-py311" / "report.json").write_text(json.dumps(report))
+    write_report(output_dir, "cpu-py311", wheels=[("app", wheel, "c" * 64)], torch=torch)
     result = cli("--recipes", str(ROOT / "recipes"), "--output", str(output_dir), "image", "build", "--cell", "cpu-py311", "--edition", "runtime")
     assert result.code == 3, result.err
     (line,) = result.err.splitlines()

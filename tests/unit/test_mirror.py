@@ -20,11 +20,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CliRunner
+from tests.reports import write_report as report_of
 from tests.sandbox import PYTHON, Sandbox
 from tests.wheels import make_wheel
 from wheelmill.errors import EnvError
 from wheelmill.index.blobs import Blobs
-from wheelmill.index.closure import LOCK_NAME, Closure, ClosureInputs, Mirrored, mirror, read, resolve
+from wheelmill.index.closure import Closure, ClosureInputs, Mirrored, mirror, read, resolve
 from wheelmill.index.release import promote_mirrored
 from wheelmill.index.store import Channel, Outcome, publish, usage
 from wheelmill.index.verify import verify
@@ -33,6 +34,7 @@ from wheelmill.machine.net import sha256_of
 from wheelmill.machine.package_sources import PackageSources
 from wheelmill.machine.process import HostRunner, StepLog
 from wheelmill.machine.tools import uv_bin
+from wheelmill.output.layout import CLOSURE_LOCK_NAME, CellLayout
 from wheelmill.retry import RetryPolicy
 
 FAST = RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.01)
@@ -83,7 +85,11 @@ def inputs(sandbox: Sandbox, channel: Channel, wheel: Path, sources: str) -> Clo
 def resolved(sandbox: Sandbox, channel: Channel, wheel: Path, sources: str, tmp_path: Path) -> Closure:
     with StepLog(tmp_path / "closure.log") as log:
         return resolve(
-            inputs(sandbox, channel, wheel, sources), backend=envs.backend("uv", HostRunner()), log=log, work=tmp_path / "work", lock=tmp_path / LOCK_NAME
+            inputs(sandbox, channel, wheel, sources),
+            backend=envs.backend("uv", HostRunner()),
+            log=log,
+            work=tmp_path / "work",
+            lock=tmp_path / CLOSURE_LOCK_NAME,
         )
 
 
@@ -108,8 +114,8 @@ def test_the_closure_locks_torch_and_every_dependency_as_hashed_wheels(sandbox: 
     assert torch.version == "2.13.0+cpu"
     for wheel in closure.to_mirror:
         assert wheel.sha256 == sha256_of(upstream.file(wheel.filename))
-    assert read(tmp_path / LOCK_NAME) == closure  # the lock on disk says what was resolved
-    assert (tmp_path / LOCK_NAME).read_text().startswith(f"# wheelmill runtime closure of {sandbox.cell('cpu')}: app==1.0+cpu, torch==2.13.0+cpu")
+    assert read(tmp_path / CLOSURE_LOCK_NAME) == closure  # the lock on disk says what was resolved
+    assert (tmp_path / CLOSURE_LOCK_NAME).read_text().startswith(f"# wheelmill runtime closure of {sandbox.cell('cpu')}: app==1.0+cpu, torch==2.13.0+cpu")
 
 
 def test_a_dependency_with_no_wheel_anywhere_is_a_one_line_env_error(sandbox: Sandbox, upstream: Upstream, tmp_path: Path) -> None:
@@ -120,7 +126,7 @@ def test_a_dependency_with_no_wheel_anywhere_is_a_one_line_env_error(sandbox: Sa
 
 
 def test_a_lock_with_a_package_that_has_no_wheel_is_refused(tmp_path: Path) -> None:
-    lock = tmp_path / LOCK_NAME
+    lock = tmp_path / CLOSURE_LOCK_NAME
     lock.write_text('lock-version = "1.0"\n[[packages]]\nname = "thing"\nversion = "1.0"\nsdist = { url = "https://x/thing-1.0.tar.gz" }\n')
     with pytest.raises(EnvError, match=r"thing has no wheel in the lock \(an sdist is never mirrored\)"):
         read(lock)
@@ -174,20 +180,11 @@ def test_index_list_shows_built_and_mirrored_and_the_bytes_stored(cli: CliRunner
 
 def write_report(sandbox: Sandbox, app: Path, sources: str) -> None:
     """What a build of the cell that published ``app`` leaves for `wheelmill mirror`."""
-    report = sandbox.output / sandbox.cell("cpu") / "report.json"
-    (report.parent / "dist").mkdir(parents=True, exist_ok=True)
-    shutil.copy(app, report.parent / "dist" / app.name)  # a report's wheels lie beside it
-    report.write_text(
-        json.dumps(
-            {
-                "cell": sandbox.cell("cpu"),
-                "channel": "cpu",
-                "python": PYTHON,
-                "facts": {"torch": {"version": "2.13.0+cpu"}, "package_source_args": ["--index-url", sources]},
-                "recipes": [{"name": "app", "status": "ok", "wheel": {"name": app.name, "path": str(app), "sha256": sha256_of(app)}}],
-            }
-        )
-    )
+    dist = CellLayout(output=sandbox.output, cell=sandbox.cell("cpu")).dist
+    dist.mkdir(parents=True, exist_ok=True)
+    shutil.copy(app, dist / app.name)  # a report's wheels lie beside it
+    facts = {"package_source_args": ["--index-url", sources]}
+    report_of(sandbox.output, sandbox.cell("cpu"), wheels=[("app", app, sha256_of(app))], torch="2.13.0+cpu", python=PYTHON, facts=facts)
 
 
 def refused_mirror(
@@ -264,7 +261,7 @@ def test_an_upstream_that_drops_every_download_is_exit_6_after_the_retries(
     before = tree(channel.path)
     line = refused_mirror(cli, monkeypatch, sandbox, retries=2, code=6, channel=channel, before=before)
     assert line.startswith("wheelmill: error: mirror: http://127.0.0.1:") and ".whl is unreachable after 2 attempts" in line, line
-    assert (sandbox.output / sandbox.cell("cpu") / LOCK_NAME).is_file()  # the lock was written before the downloads
+    assert (sandbox.output / sandbox.cell("cpu") / CLOSURE_LOCK_NAME).is_file()  # the lock was written before the downloads
 
 
 def test_built_beats_mirrored_both_ways(sandbox: Sandbox, upstream: Upstream, tmp_path: Path) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol, TypeVar
 
 from wheelmill.build.report import Done
@@ -22,65 +21,11 @@ from wheelmill.checks import CheckResult
 from wheelmill.machine.engine import Engine
 from wheelmill.machine.envs import EnvBackend
 from wheelmill.machine.process import Runner, StepLog
+from wheelmill.output.layout import CellLayout
 from wheelmill.planning.spec import CellPlan
 from wheelmill.settings import Settings
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Layout:
-    """Where one cell's files live: everything under ``<output>/<cell>/``."""
-
-    output: Path
-    cell: str
-
-    @property
-    def root(self) -> Path:
-        return self.output / self.cell
-
-    @property
-    def logs(self) -> Path:
-        return self.root / "logs"
-
-    @property
-    def envs(self) -> Path:
-        return self.root / "envs"
-
-    @property
-    def src(self) -> Path:
-        return self.root / "src"
-
-    @property
-    def build(self) -> Path:
-        return self.root / "build"
-
-    @property
-    def dist(self) -> Path:
-        """The deliverables: repaired wheels that passed every check."""
-        return self.root / "dist"
-
-    @property
-    def rejected(self) -> Path:
-        """Wheels that failed a check, kept for inspection."""
-        return self.root / "rejected"
-
-    @property
-    def report(self) -> Path:
-        return self.root / "report.json"
-
-    @property
-    def requirements(self) -> Path:
-        return self.root / "build-env.in"
-
-    @property
-    def lock(self) -> Path:
-        return self.root / "build-env.lock"
-
-    @property
-    def cache(self) -> Path:
-        """Shared by every cell: verified downloads, keyed by sha256."""
-        return self.output / ".cache"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,7 +34,7 @@ class RunContext:
 
     plan: CellPlan
     settings: Settings
-    layout: Layout
+    layout: CellLayout
     engine: Engine | None  # the engine the command line found; None: this machine
     on_line: Callable[[str], None]  # progress: a line of a running command's output
     # How many builds the run's cell before this one, still running beside it, has ended

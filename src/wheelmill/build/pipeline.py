@@ -31,8 +31,8 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, NoReturn, TypeVar
 
-from wheelmill.build.context import Hold, Layout, Outcome, RunContext, StepContext, Where
-from wheelmill.build.report import CellReport, Status, StepRecord
+from wheelmill.build.context import Hold, Outcome, RunContext, StepContext, Where
+from wheelmill.build.report import CellReport, StepRecord
 from wheelmill.build.steps import BY_KIND, CellStep, RecipeStep, StepDefinition
 from wheelmill.build.steps.keys import BuildKeys
 from wheelmill.build.ui import UI, step_label
@@ -42,6 +42,8 @@ from wheelmill.files import file_lock
 from wheelmill.machine import envs
 from wheelmill.machine.engine import Engine
 from wheelmill.machine.process import HostRunner, StepLog, netless_prefix, stop_running, yielding
+from wheelmill.output.layout import CellLayout
+from wheelmill.output.report import Status
 from wheelmill.planning.spec import CellPlan, Step, StepKind
 from wheelmill.retry import RetryPolicy, TransientError, with_retries
 from wheelmill.settings import Settings
@@ -135,7 +137,7 @@ def _execute(
     ending: ThreadPoolExecutor | None,
     after: Builds | None,
 ) -> CellReport | Ending:
-    layout = Layout(output=settings.output.resolve(), cell=plan.cell.id)
+    layout = CellLayout(output=settings.output.resolve(), cell=plan.cell.id)
     stopping = stopping or threading.Event()
     builds = Builds(plan)
 
@@ -499,7 +501,7 @@ def _fail(record: StepRecord, error: WheelmillError) -> None:
     record.status, record.error, record.exit_code = Status.FAILED, error.one_line(), error.exit_code
 
 
-def _clear_logs(layout: Layout) -> None:
+def _clear_logs(layout: CellLayout) -> None:
     if layout.logs.is_dir():
         for old in layout.logs.glob("*.log"):
             old.unlink()

@@ -2,7 +2,7 @@
 the value it made), written to ``<cell>/report.json`` atomically after every step, so a
 crash or Ctrl-C still leaves a valid report of what happened up to then.
 
-The report reads what it says from those records: the wheels are the install tests'
+``wheelmill.output.report`` reads it back. The report reads what it says from those records: the wheels are the install tests'
 values, the facts (the Python, the toolkit, the torch, the image) what the values that
 carry facts say of themselves.
 """
@@ -14,27 +14,15 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from wheelmill.checks import CheckResult
 from wheelmill.files import write_atomic
-from wheelmill.machine.net import sha256_of
+from wheelmill.output.report import BuiltCell, RecipeRecord, ReleaseRecord, Status, WheelRecord
 from wheelmill.planning.spec import CellPlan, Step
 
-REPORT_VERSION = 1
 T = TypeVar("T")
-
-
-class Status(StrEnum):
-    OK = "ok"
-    FAILED = "failed"
-    SKIPPED = "skipped"
-    INTERRUPTED = "interrupted"
-    # Not run, and no need: the channel has the recipe's wheel for its build key (or, for a
-    # cell step that only serves builds, every recipe's). Its record holds the wheel.
-    PUBLISHED = "published"
 
 
 @runtime_checkable
@@ -68,20 +56,6 @@ class StepRecord:
             "exit_code": self.exit_code,
             "checks": [c.as_dict() for c in self.checks],
         }
-
-
-@dataclass(frozen=True, kw_only=True)
-class WheelRecord:
-    """A wheel that passed everything and was delivered to ``dist/``."""
-
-    name: str
-    size: int
-    sha256: str
-    path: str
-
-    @classmethod
-    def of(cls, path: Path) -> WheelRecord:
-        return cls(name=path.name, size=path.stat().st_size, sha256=sha256_of(path), path=str(path))
 
 
 class Done:
@@ -168,45 +142,31 @@ class CellReport:
         """The plan's recipes that ended with ``status``, in build order."""
         return [r.name for r in self.plan.recipes if self.recipe_status(r.name) is status]
 
-    def as_dict(self) -> dict[str, Any]:
-        cell = self.plan.cell
-        wheels = self.wheels
-        return {
-            "report_version": REPORT_VERSION,
-            "cell": cell.id,
-            "variant": cell.variant.name,
-            "python": cell.python,
-            "engine": self.plan.engine,
-            "channel": self.plan.channel,
-            "release": _release(self.plan),
-            "status": self.status.value,
-            "exit_code": self.exit_code,
-            "started": _iso(self.started),
-            "finished": _iso(self.finished) if self.finished else None,
-            "seconds": round(self.seconds, 2),
-            "facts": self.facts,
-            "recipes": [
-                {
-                    "name": r.name,
-                    "status": self.recipe_status(r.name).value,
-                    "version_rule": r.version.rule.value,
-                    "wheel": vars(wheels[r.name]) if r.name in wheels else None,
-                }
-                for r in self.plan.recipes
-            ],
-            "steps": [s.as_dict() for s in self.steps],
-        }
+    def as_built(self) -> BuiltCell:
+        """What report.json says, as its readers get it back."""
+        cell, wheels = self.plan.cell, self.wheels
+        return BuiltCell(
+            cell=cell.id,
+            variant=cell.variant.name,
+            python=cell.python,
+            engine=self.plan.engine,
+            channel=self.plan.channel,
+            release=None if self.plan.release is None else ReleaseRecord.of(self.plan.release),
+            status=self.status,
+            exit_code=self.exit_code,
+            started=_iso(self.started),
+            finished=_iso(self.finished) if self.finished else None,
+            seconds=round(self.seconds, 2),
+            facts=self.facts,
+            recipes=tuple(
+                RecipeRecord(name=r.name, status=self.recipe_status(r.name), version_rule=r.version.rule, wheel=wheels.get(r.name)) for r in self.plan.recipes
+            ),
+            steps=tuple(s.as_dict() for s in self.steps),
+        )
 
     def write(self) -> None:
         """Write report.json atomically: a reader never sees half a report."""
-        write_atomic(self.path, (json.dumps(self.as_dict(), indent=2) + "\n").encode())
-
-
-def _release(cell_plan: CellPlan) -> dict[str, Any] | None:
-    release = cell_plan.release
-    if release is None:
-        return None
-    return {"version": release.version, "track": release.track.value, "tag": release.tag, "commit": release.commit}
+        write_atomic(self.path, (json.dumps(self.as_built().as_dict(), indent=2) + "\n").encode())
 
 
 def _iso(timestamp: float) -> str:

@@ -21,10 +21,11 @@ from rich.markup import escape
 from rich.status import Status as Spinner
 from rich.table import Table
 
-from wheelmill.build.report import CellReport, Status, StepRecord
+from wheelmill.build.report import CellReport, StepRecord
 from wheelmill.checks import Verdict
 from wheelmill.config import format_size
 from wheelmill.machine.process import TRACEBACK_MARK
+from wheelmill.output.report import Status
 from wheelmill.planning.spec import Step
 
 HEARTBEAT = 60.0

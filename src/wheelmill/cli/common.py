@@ -28,6 +28,7 @@ from wheelmill.machine import envs
 from wheelmill.machine.engine import Engine, detect
 from wheelmill.machine.pins import load_pins
 from wheelmill.machine.process import HostRunner, StepLog
+from wheelmill.output.layout import CellLayout
 from wheelmill.planning.spec import CellPlan
 from wheelmill.settings import ENGINE_CHOICES, Settings
 
@@ -193,15 +194,15 @@ def mirror_cells(cells: Sequence[str], settings: Settings, console: Console) -> 
     """Resolve and mirror the runtime closure of each cell these ids or globs select, from
     its report under the output root (a cell built earlier, with --no-mirror, or for a
     release), then say what the index stores."""
-    from wheelmill.index.closure import LOCK_NAME, inputs_of_report, mirror, resolve  # noqa: PLC0415 - loads only to mirror
+    from wheelmill.index.closure import inputs_of_report, mirror, resolve  # noqa: PLC0415 - loads only to mirror
 
     matrix, _recipes = load_inputs(settings)
     backend = envs.backend(settings.env_backend, HostRunner())
     for cell in matrix.select(list(cells)):
-        report = settings.output.resolve() / cell.id / "report.json"
-        inputs = inputs_of_report(report, index=settings.index, glibc=cell.variant.glibc, toolkit=cell.variant.toolkit_wheels)
-        with StepLog(report.parent / "logs" / "mirror.log") as log:
-            found = resolve(inputs, backend=backend, log=log, work=report.parent / "build" / "closure", lock=report.parent / LOCK_NAME)
+        layout = CellLayout(output=settings.output.resolve(), cell=cell.id)
+        inputs = inputs_of_report(layout, index=settings.index, glibc=cell.variant.glibc, toolkit=cell.variant.toolkit_wheels)
+        with StepLog(layout.logs / "mirror.log") as log:
+            found = resolve(inputs, backend=backend, log=log, work=layout.build / "closure", lock=layout.closure_lock)
             console.print(f"{cell.id}: closure: {found.describe()}", highlight=False)
             done = mirror(
                 found, inputs.channel, sources=inputs.sources, policy=settings.retry, log=log, on_line=lambda line: console.print(line, highlight=False)

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from rich.console import Console
 
-from wheelmill.build.context import Layout
 from wheelmill.cli.common import Commands, load_inputs, prepare
 from wheelmill.conda import envspec
 from wheelmill.conda.channel import CondaChannel, conda_channel_root, configured_channels, local_channels
@@ -32,6 +31,7 @@ from wheelmill.machine.net import download
 from wheelmill.machine.package_sources import machine_sources
 from wheelmill.machine.process import HostRunner, StepLog, base_environment
 from wheelmill.machine.toolchain import NotFound, find_python
+from wheelmill.output.layout import CellLayout
 from wheelmill.planning.locks import target
 from wheelmill.settings import Settings
 
@@ -143,7 +143,7 @@ def _image_python(args: argparse.Namespace, settings: Settings, work: Path, cons
     if cell_plan.image is None or prepared.engine is None:
         return None
     engine, version = prepared.engine, cell_plan.cell.python
-    cache = Layout(output=settings.output.resolve(), cell=cell_plan.cell.id).cache
+    cache = CellLayout(output=settings.output.resolve(), cell=cell_plan.cell.id).cache
     with StepLog(cache / f"conda-seed-{cell_plan.cell.id}.log") as log:
         console.print(f"  the builder image of {cell_plan.cell.id} ({log.path} logs it)", highlight=False)
         mirror = debian_mirror(settings.debian_mirror)

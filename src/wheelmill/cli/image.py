@@ -40,6 +40,8 @@ from wheelmill.machine import builder_images as images
 from wheelmill.machine.engine import Engine, detect
 from wheelmill.machine.pins import load_pins
 from wheelmill.machine.process import StepLog, capture
+from wheelmill.output.layout import CellLayout
+from wheelmill.output.report import ReportError, load_report
 from wheelmill.settings import Settings
 
 
@@ -64,10 +66,10 @@ def cmd_image_build(args: argparse.Namespace, settings: Settings, console: Conso
     if len(cells) != 1:
         raise UsageError(f"image build: --cell {args.cell} names {len(cells)} cells", fix="name one cell")
     cell = cells[0]
-    cell_dir = settings.output.resolve() / cell.id
-    released = _released(args, cell_dir / "report.json")
+    layout = CellLayout(output=settings.output.resolve(), cell=cell.id)
+    released = _released(args, layout)
     released_output = read_release_output(settings.index, Track(args.track), args.release, cell) if args.release else None
-    output = released_output or read_cell_output(cell_dir / "report.json", cell)
+    output = released_output or read_cell_output(layout, cell)
     commit = _commit(settings.root)
     edition = Edition(args.edition)
     containers = settings.root / "containers"
@@ -101,8 +103,8 @@ def cmd_image_build(args: argparse.Namespace, settings: Settings, console: Conso
     engine = detect(args.engine or (settings.engine if settings.engine != "none" else "auto"))
     if engine is None:
         raise UsageError("image build: no container engine answers", fix="run scripts/setup --system (podman), or start docker")
-    with StepLog(cell_dir / "logs" / f"image-{edition.value}{'-extras' if args.extras else ''}.log") as log:
-        access_log = args.access_log or cell_dir / "logs" / "image-index-access.log"
+    with StepLog(layout.logs / f"image-{edition.value}{'-extras' if args.extras else ''}.log") as log:
+        access_log = args.access_log or layout.logs / "image-index-access.log"
         built = _build(engine, output=output, builder=builder, planned=planned, settings=settings, log=log, console=console, access_log=access_log)
         try:
             built = [_smoked(engine, image, output=output, channel=channel, log=log, console=console) for image in built]
@@ -111,7 +113,7 @@ def cmd_image_build(args: argparse.Namespace, settings: Settings, console: Conso
         except BaseException:
             remove(engine, [b.spec.reference for b in built])
             raise
-    _record(cell_dir / "images.json", built)
+    _record(layout.images, built)
     if released is not None and args.push:
         path = record_images(settings.index, *released, [ReleasedImage(cell=cell.id, kind=b.spec.kind, reference=str(b.pushed)) for b in built])
         console.print(f"recorded in {path}", highlight=False)
@@ -119,15 +121,15 @@ def cmd_image_build(args: argparse.Namespace, settings: Settings, console: Conso
     return 0
 
 
-def _released(args: argparse.Namespace, report: Path) -> tuple[Track, str] | None:
+def _released(args: argparse.Namespace, layout: CellLayout) -> tuple[Track, str] | None:
     """The release the images belong to: --release, or the one the cell was built for."""
     if args.release:
         return Track(args.track), args.release
     try:
-        release = json.loads(report.read_text(encoding="utf-8")).get("release")
-    except (OSError, ValueError):
+        release = load_report(layout.report).release
+    except (OSError, ReportError):
         return None
-    return (Track(release["track"]), release["version"]) if isinstance(release, dict) else None
+    return None if release is None else (release.track, release.version)
 
 
 def _commit(root: Path) -> str:

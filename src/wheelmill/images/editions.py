@@ -30,7 +30,7 @@ from packaging.version import Version
 
 from wheelmill.errors import CommandFailed, ConfigError, ImageError, PrecheckError, ReleaseError
 from wheelmill.images import doctor
-from wheelmill.index.closure import LOCK_NAME, read
+from wheelmill.index.closure import read
 from wheelmill.index.release import load_manifest, manifest_path
 from wheelmill.index.store import Channel
 from wheelmill.inputs.manylinux import oldest_glibc
@@ -39,6 +39,8 @@ from wheelmill.inputs.versions import Track
 from wheelmill.machine.builder_images import image_id
 from wheelmill.machine.engine import Engine
 from wheelmill.machine.process import HostRunner, StepLog, base_environment, capture
+from wheelmill.output.layout import CellLayout
+from wheelmill.output.report import ReportError, Status, load_report
 from wheelmill.wheel.wheelfile import read_wheel
 
 REPOSITORY = "localhost/wheelmill"
@@ -79,26 +81,28 @@ class CellOutput:
     closure: Path | None  # its runtime closure's lock, where it was mirrored
 
 
-def read_cell_output(report: Path, cell: Cell) -> CellOutput:
+def read_cell_output(layout: CellLayout, cell: Cell) -> CellOutput:
     """The cell's output from its report; a cell never built (or not built whole) here is
     one error that says how to build it."""
     fix = f"build it first: wheelmill build --cell {cell.id}"
     try:
-        data = json.loads(report.read_text(encoding="utf-8"))
-        status, channel, torch = data["status"], data["channel"], data["facts"]["torch"]["version"]
-        wheels = [r["wheel"] for r in data["recipes"] if r["wheel"]]
+        built = load_report(layout.report)
     except FileNotFoundError:
-        raise PrecheckError(f"{cell.id}: never built here (no {report})", fix=fix) from None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise PrecheckError(f"{report}: not a report of a built cell ({type(exc).__name__}: {exc})", fix=fix) from None
-    if status != "ok" or not wheels:
-        raise PrecheckError(f"{cell.id}: its last build did not deliver every wheel (status {status})", fix=fix)
+        raise PrecheckError(f"{cell.id}: never built here (no {layout.report})", fix=fix) from None
+    except (OSError, ReportError) as exc:
+        raise PrecheckError(f"{layout.report}: not a report of a built cell ({exc})", fix=fix) from None
+    if built.status is not Status.OK or not built.wheels:
+        raise PrecheckError(f"{cell.id}: its last build did not deliver every wheel (status {built.status})", fix=fix)
+    try:
+        torch = built.torch
+    except (KeyError, TypeError) as exc:
+        raise PrecheckError(f"{layout.report}: not a report of a built cell (no torch: {exc})", fix=fix) from None
     delivered = []
-    for wheel in wheels:
-        project, version, *_ = parse_wheel_filename(wheel["name"])
-        delivered.append(Delivered(project=str(project), version=str(version), filename=wheel["name"], sha256=wheel["sha256"]))
-    lock = report.parent / LOCK_NAME
-    return CellOutput(cell=cell, channel=channel, torch=torch, wheels=tuple(delivered), closure=lock if lock.is_file() else None)
+    for wheel in built.wheels:
+        project, version, *_ = parse_wheel_filename(wheel.name)
+        delivered.append(Delivered(project=str(project), version=str(version), filename=wheel.name, sha256=wheel.sha256))
+    lock = layout.closure_lock
+    return CellOutput(cell=cell, channel=built.channel, torch=torch, wheels=tuple(delivered), closure=lock if lock.is_file() else None)
 
 
 def read_release_output(root: Path, track: Track, version: str, cell: Cell) -> CellOutput:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime
 import html
-import json
 import os
 import re
 import shutil
@@ -45,9 +44,10 @@ from wheelmill.machine.envs import EnvBackend, Target
 from wheelmill.machine.net import download, is_transient, sha256_of, split_credentials
 from wheelmill.machine.package_sources import PackageSources
 from wheelmill.machine.process import StepLog
+from wheelmill.output.layout import CellLayout
+from wheelmill.output.report import ReportError, found_beside, load_report
 from wheelmill.retry import RetryPolicy, TransientError, with_retries
 
-LOCK_NAME = "pylock.closure.toml"
 _BUILT_LINE = "# built here, not mirrored: "
 
 
@@ -118,28 +118,31 @@ class Mirrored:
         return f"{', '.join(parts) or 'nothing to mirror'} in channel {self.channel}; downloaded {format_size(self.fetched_bytes)}"
 
 
-def inputs_of_report(report: Path, *, index: Path, glibc: str, toolkit: tuple[str, ...] = ()) -> ClosureInputs:
+def inputs_of_report(layout: CellLayout, *, index: Path, glibc: str, toolkit: tuple[str, ...] = ()) -> ClosureInputs:
     """The closure inputs of a cell built earlier, from its report: the wheels it delivered
-    (found beside the report, still the bytes it tested: reports travel between machines),
-    the torch it built against, the sources it used."""
+    (found beside the report, still the bytes it tested), the torch it built against, the
+    sources it used."""
+    report = layout.report
     try:
-        data = json.loads(report.read_text(encoding="utf-8"))
-        wheels = [r["wheel"] for r in data["recipes"] if r["status"] in ("ok", "published") and r["wheel"]]
-        torch, args = data["facts"]["torch"]["version"], data["facts"]["package_source_args"]
+        built = load_report(report)
+        torch, args = built.torch, built.package_source_args
     except FileNotFoundError:
         raise PrecheckError(f"{report}: no report: the cell was not built here", fix="build it first: wheelmill build --cell <cell>") from None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise PrecheckError(f"{report}: not a report of a built cell ({type(exc).__name__}: {exc})", fix="build the cell again") from None
+    except (OSError, ReportError, KeyError, TypeError) as exc:
+        raise PrecheckError(f"{report}: not a report of a built cell ({exc})", fix="build the cell again") from None
+    wheels = [r.wheel for r in built.recipes if r.delivered and r.wheel is not None]
     if not wheels:
         raise PrecheckError(f"{report}: the cell delivered no wheel", fix="build it: wheelmill build --cell <cell>")
-    paths = [report.parent / "dist" / w["name"] for w in wheels]
-    for path, wheel in zip(paths, wheels, strict=True):
-        if not path.is_file() or sha256_of(path) != wheel["sha256"]:
-            raise PrecheckError(f"{report}: {path} is gone or not the wheel the report describes", fix="build the cell again")
+    paths = []
+    for wheel in wheels:
+        path = found_beside(layout, wheel)
+        if path is None:
+            raise PrecheckError(f"{report}: {layout.dist / wheel.name} is gone or not the wheel the report describes", fix="build the cell again")
+        paths.append(path)
     return ClosureInputs(
-        cell=data["cell"],
-        channel=Channel(index, data["channel"]),
-        python=data["python"],
+        cell=built.cell,
+        channel=Channel(index, built.channel),
+        python=built.python,
         glibc=glibc,
         torch=torch,
         wheels=tuple(paths),

@@ -32,6 +32,8 @@ from wheelmill.files import file_lock, write_atomic
 from wheelmill.index.store import RECORDS_DIR, Channel, Published, publish, remove_files
 from wheelmill.inputs.versions import Release, Track, VersionRule
 from wheelmill.machine.net import sha256_of
+from wheelmill.output.layout import CellLayout, built_cells
+from wheelmill.output.report import BuiltCell, RecipeRecord, ReportError, Status, found_beside, load_report
 from wheelmill.wheel.wheelfile import read_wheel, rewrite_metadata
 
 MANIFEST_SCHEMA = 1
@@ -167,33 +169,34 @@ def collect_built(output: Path, release: Release) -> list[BuiltWheel]:
     ``<cell>/dist/``): every such cell must have passed, and nothing built for another
     release may be mixed in."""
     wheels: list[BuiltWheel] = []
-    for report_path in sorted(output.glob("*/report.json")):
-        report = json.loads(report_path.read_text(encoding="utf-8"))
-        built_for = report.get("release")
+    for layout in built_cells(output):
+        try:
+            built = load_report(layout.report)
+        except (OSError, ReportError) as exc:
+            raise ReleaseError(f"{layout.report}: not a report of a built cell ({exc})", fix=f"remove {layout.root} or build it again") from None
+        built_for = built.release
         if built_for is None:
             continue  # a plain build; not part of any release
-        wanted = {"version": release.version, "track": release.track.value, "commit": release.commit}
-        if {k: built_for.get(k) for k in wanted} != wanted:
+        if (built_for.version, built_for.track, built_for.commit) != (release.version, release.track, release.commit):
             raise ReleaseError(
-                f"{report_path.parent}: built for {built_for.get('version')} ({str(built_for.get('commit'))[:12]}),"
-                f" not {release.version} ({release.commit[:12]})",
-                fix=f"remove {report_path.parent} or rebuild it for this release",
+                f"{layout.root}: built for {built_for.version} ({built_for.commit[:12]}), not {release.version} ({release.commit[:12]})",
+                fix=f"remove {layout.root} or rebuild it for this release",
             )
-        if report["status"] != "ok":
-            raise ReleaseError(f"{report_path.parent}: the cell's build {report['status']}; a release publishes complete cells only", fix="fix and rebuild it")
-        wheels += [_built_wheel(report_path.parent, report, r) for r in report["recipes"] if r["wheel"]]
+        if built.status is not Status.OK:
+            raise ReleaseError(f"{layout.root}: the cell's build {built.status}; a release publishes complete cells only", fix="fix and rebuild it")
+        wheels += [_built_wheel(layout, built, recipe) for recipe in built.recipes if recipe.wheel is not None]
     if not wheels:
         raise ReleaseError(f"{output}: no wheels built for {release.version}", fix="build the cells first: wheelmill release ... --cell CELL --no-publish")
     return wheels
 
 
-def _built_wheel(directory: Path, report: dict[str, Any], recipe: dict[str, Any]) -> BuiltWheel:
-    # Reports travel between machines (CI artifacts): the wheel is found beside its report.
-    path = directory / "dist" / recipe["wheel"]["name"]
-    if not path.is_file() or sha256_of(path) != recipe["wheel"]["sha256"]:
-        raise IntegrityError(f"{path}: missing, or not the wheel its report.json describes (sha256)", fix="rebuild the cell; never edit dist/ by hand")
-    rule = VersionRule(recipe.get("version_rule", VersionRule.SOURCE.value))
-    return BuiltWheel(cell=report["cell"], channel=report["channel"], recipe=recipe["name"], rule=rule, path=path, sha256=recipe["wheel"]["sha256"])
+def _built_wheel(layout: CellLayout, built: BuiltCell, recipe: RecipeRecord) -> BuiltWheel:
+    assert recipe.wheel is not None
+    path = found_beside(layout, recipe.wheel)
+    if path is None:
+        missing = layout.dist / recipe.wheel.name
+        raise IntegrityError(f"{missing}: missing, or not the wheel its report.json describes (sha256)", fix="rebuild the cell; never edit dist/ by hand")
+    return BuiltWheel(cell=built.cell, channel=built.channel, recipe=recipe.name, rule=recipe.version_rule, path=path, sha256=recipe.wheel.sha256)
 
 
 def publish_release(root: Path, release: Release, wheels: Sequence[BuiltWheel], *, on_file: Callable[[Published], None]) -> Path:

@@ -23,7 +23,7 @@ from packaging.version import Version
 
 from wheelmill.build.compiler_cache import CacheStats, CompilerCache, cache_check, read_stats, zero_stats
 from wheelmill.build.context import Outcome, StepContext
-from wheelmill.build.report import Done, WheelRecord
+from wheelmill.build.report import Done
 from wheelmill.build.steps.cell import BuildEnv, CheckedEnv, Sources
 from wheelmill.build.steps.fetch import Fetched
 from wheelmill.checks import CheckResult
@@ -36,6 +36,7 @@ from wheelmill.inputs.variants import Family
 from wheelmill.machine.envs import Env, venv_home
 from wheelmill.machine.process import base_environment
 from wheelmill.machine.toolchain import Toolkit
+from wheelmill.output.report import WheelRecord
 from wheelmill.planning.spec import CellPlan, RecipeSpec
 from wheelmill.wheel.elf import ElfSummary
 from wheelmill.wheel.wheelfile import inspect_wheel, read_wheel, rewrite_metadata

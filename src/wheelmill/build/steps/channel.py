@@ -7,13 +7,13 @@ sha256 it was locked with."""
 from __future__ import annotations
 
 from wheelmill.build.context import Outcome, StepContext
-from wheelmill.build.report import WheelRecord
 from wheelmill.checks import CheckResult, require
 from wheelmill.errors import IndexStoreError
 from wheelmill.index.closure import Closure
 from wheelmill.index.store import Channel, Published
 from wheelmill.index.verify import verify
 from wheelmill.machine.net import sha256_of
+from wheelmill.output.report import WheelRecord
 from wheelmill.planning.spec import CellPlan
 
 

@@ -16,7 +16,6 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from wheelmill.build.context import Outcome, StepContext
-from wheelmill.build.report import WheelRecord
 from wheelmill.build.steps.build import Repaired, fill
 from wheelmill.build.steps.cell import BuildEnv, Sources, Toolchain, keep_bytecode, lend_bytecode
 from wheelmill.build.steps.fetch import Fetched
@@ -26,6 +25,7 @@ from wheelmill.files import Linked, write_all
 from wheelmill.machine.envs import Env, constraints_from_lock
 from wheelmill.machine.probes import IMPORTS, MARK, joined, parse
 from wheelmill.machine.process import StepLog, base_environment
+from wheelmill.output.report import WheelRecord
 from wheelmill.planning.spec import CellPlan, RecipeSpec
 from wheelmill.wheel.wheelfile import read_wheel
 

@@ -17,7 +17,6 @@ from typing import Any
 from packaging.requirements import Requirement
 
 from wheelmill.build.context import Outcome, StepContext
-from wheelmill.build.report import WheelRecord
 from wheelmill.build.steps.cell import Toolchain
 from wheelmill.build.steps.install import deliver
 from wheelmill.checks import CheckResult
@@ -25,6 +24,7 @@ from wheelmill.index.pages import FileEntry
 from wheelmill.index.store import Channel, Published, built_by_key
 from wheelmill.index.store import Outcome as PublishOutcome
 from wheelmill.machine.toolchain import Found, find_compiler
+from wheelmill.output.report import WheelRecord
 from wheelmill.planning.buildkey import BuildKey, build_keys, host_identity, image_identity
 from wheelmill.planning.spec import CellPlan
 from wheelmill.wheel.wheelfile import read_wheel

@@ -7,14 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from wheelmill.build.context import Outcome, StepContext
-from wheelmill.build.report import WheelRecord
 from wheelmill.build.steps.cell import BuildEnv, Sources
 from wheelmill.checks import CheckResult
-from wheelmill.index.closure import LOCK_NAME, Closure, ClosureInputs, mirror, resolve
+from wheelmill.index.closure import Closure, ClosureInputs, mirror, resolve
 from wheelmill.index.store import Channel, Published
 from wheelmill.index.store import Outcome as PublishOutcome
 from wheelmill.machine import envs
 from wheelmill.machine.process import HostRunner
+from wheelmill.output.layout import CLOSURE_LOCK_NAME
+from wheelmill.output.report import WheelRecord
 from wheelmill.planning.spec import CellPlan
 
 
@@ -40,7 +41,7 @@ def resolve_closure(ctx: StepContext) -> Outcome:
     # Resolved on this machine, whatever ran the build: the channel and its files are here.
     backend = envs.backend(ctx.run.settings.env_backend, HostRunner())
     layout = ctx.run.layout
-    found = resolve(inputs, backend=backend, log=ctx.log, work=layout.build / "closure", lock=layout.root / LOCK_NAME)
+    found = resolve(inputs, backend=backend, log=ctx.log, work=layout.build / "closure", lock=layout.closure_lock)
     return Outcome(checks=[CheckResult.passed("closure", found.describe())], made=(found,))
 
 
@@ -59,7 +60,7 @@ def mirror_closure(ctx: StepContext) -> Outcome:
 def describe_closure(plan: CellPlan) -> str:
     return (
         f"resolve the runtime closure of the published wheels (torch as built against, every dependency, wheels only, with sha256) "
-        f"for Python {plan.cell.python}; lock <cell>/{LOCK_NAME}"
+        f"for Python {plan.cell.python}; lock <cell>/{CLOSURE_LOCK_NAME}"
     )
 
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from wheelmill.build.context import Outcome, StepContext
-from wheelmill.build.report import WheelRecord
 from wheelmill.build.steps.keys import BuildKeys
 from wheelmill.checks import CheckResult
 from wheelmill.conda.channel import conda_channel_root
 from wheelmill.errors import CommandFailed, IndexConflict
 from wheelmill.index.store import Channel, publish
 from wheelmill.machine.process import HostRunner, base_environment, wheelmill_command
+from wheelmill.output.report import WheelRecord
 from wheelmill.planning.spec import CellPlan, RecipeSpec
 
 
