@@ -25,8 +25,8 @@ import pytest
 from wheelmill.build.context import RunContext
 from wheelmill.build.pipeline import host, run_step
 from wheelmill.build.plan import StepKind, plan_cell
+from wheelmill.build.products import Sources
 from wheelmill.build.report import CellReport, StepRecord
-from wheelmill.build.steps.cell import Sources
 from wheelmill.build.ui import UI, make_console
 from wheelmill.errors import FetchError, IntegrityError
 from wheelmill.inputs.matrix import load_matrix

@@ -14,8 +14,9 @@ from tests.wheels import make_wheel
 from wheelmill.build.context import RunContext, StepContext
 from wheelmill.build.pipeline import blocked, host
 from wheelmill.build.plan import REBUILD_ALL, Options, plan_cell
+from wheelmill.build.products import BuildKeys, PublishedBuild
 from wheelmill.build.report import CellReport, Done, StepRecord
-from wheelmill.build.steps.keys import BuildKeys, PublishedBuild, build_keys_step
+from wheelmill.build.steps.keys import build_keys_step
 from wheelmill.errors import FetchError, SelectionError
 from wheelmill.index.store import Channel, built_by_key, publish, set_yanked
 from wheelmill.index.verify import verify

@@ -32,9 +32,9 @@ from functools import partial
 from typing import Any, NoReturn, TypeVar
 
 from wheelmill.build.context import Hold, Outcome, RunContext, StepContext, Where
+from wheelmill.build.products import BuildKeys
 from wheelmill.build.report import CellReport, StepRecord
 from wheelmill.build.steps import BY_KIND, CellStep, RecipeStep, StepDefinition
-from wheelmill.build.steps.keys import BuildKeys
 from wheelmill.build.ui import UI, step_label
 from wheelmill.conda.channel import configured_channels
 from wheelmill.errors import BusyError, CommandFailed, InternalError, Interrupted, UsageError, WheelmillError
@@ -448,7 +448,8 @@ def run_step(
     def attempt(number: int) -> Outcome:
         record.attempts = number
         log.note(f"{step.id} attempt {number}: {step.detail}")
-        ctx = StepContext(run=run, where=where.for_network(definition.network), done=report.done, log=log, hold=hold)
+        done = report.done.only((*definition.needs, *definition.reads), step=str(definition.kind))
+        ctx = StepContext(run=run, where=where.for_network(definition.network), done=done, log=log, hold=hold)
         return _start(definition, ctx, step)
 
     try:
@@ -472,9 +473,14 @@ def run_step(
 
 def _start(definition: StepDefinition, ctx: StepContext, step: Step) -> Outcome:
     if isinstance(definition, CellStep):
-        return definition.run(ctx)
-    assert step.recipe is not None, "the plan gives every recipe step its recipe"
-    return definition.run(ctx, ctx.run.plan.recipe(step.recipe))
+        outcome = definition.run(ctx)
+    else:
+        assert step.recipe is not None, "the plan gives every recipe step its recipe"
+        outcome = definition.run(ctx, ctx.run.plan.recipe(step.recipe))
+    undeclared = sorted({type(value).__name__ for value in outcome.made if not isinstance(value, definition.makes)})
+    if undeclared:
+        raise LookupError(f"{definition.kind} made {', '.join(undeclared)}, which its registry entry does not declare")
+    return outcome
 
 
 def failure(definition: StepDefinition, step: Step, exc: Exception, attempts: int, log: StepLog) -> WheelmillError:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
@@ -59,25 +59,34 @@ class StepRecord:
 
 
 class Done:
-    """What earlier steps of the cell made, by type: a read-only view of the records."""
+    """What earlier steps of the cell made, by type: a read-only view of the records. A
+    step's view holds only the products its registry entry declares (``only``)."""
 
-    def __init__(self, records: Sequence[StepRecord]) -> None:
+    def __init__(self, records: Sequence[StepRecord], *, declared: frozenset[type] | None = None, step: str = "") -> None:
         self._records = records
+        self._declared = declared
+        self._step = step
+
+    def only(self, declared: Iterable[type], *, step: str) -> Done:
+        """The view of a step that declares ``declared``: any other lookup is a bug."""
+        return Done(self._records, declared=frozenset(declared), step=step)
 
     def get(self, kind: type[T], recipe: str | None = None) -> T:
         """The latest ``kind`` made by a cell step (``recipe`` None) or by ``recipe``'s steps."""
+        found = self.find(kind, recipe)
+        if found is None:
+            # The plan orders steps so that this cannot happen; if it does, it is a bug.
+            raise LookupError(f"no earlier step{f' of {recipe}' if recipe else ''} made a {kind.__name__}")
+        return found
+
+    def find(self, kind: type[T], recipe: str | None = None) -> T | None:
+        if self._declared is not None and kind not in self._declared:
+            raise LookupError(f"{self._step} looks up a {kind.__name__}, which its registry entry does not declare")
         for record in reversed(self._records):
             for value in reversed(record.made) if record.step.recipe == recipe else ():
                 if isinstance(value, kind):
                     return value
-        # The plan orders steps so that this cannot happen; if it does, it is a bug.
-        raise LookupError(f"no earlier step{f' of {recipe}' if recipe else ''} made a {kind.__name__}")
-
-    def find(self, kind: type[T], recipe: str | None = None) -> T | None:
-        try:
-            return self.get(kind, recipe)
-        except LookupError:
-            return None
+        return None
 
 
 @dataclass(kw_only=True)

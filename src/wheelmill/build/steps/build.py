@@ -14,18 +14,16 @@ import os
 import re
 import shutil
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from wheelmill.build.compiler_cache import CacheStats, CompilerCache, cache_check, read_stats, zero_stats
+from wheelmill.build.compiler_cache import CompilerCache, cache_check, read_stats, zero_stats
 from wheelmill.build.context import Outcome, StepContext
+from wheelmill.build.products import BuildEnv, Built, CheckedEnv, Fetched, Repaired, Sources, Stamped
 from wheelmill.build.report import Done
-from wheelmill.build.steps.cell import BuildEnv, CheckedEnv, Sources
-from wheelmill.build.steps.fetch import Fetched
 from wheelmill.checks import CheckResult
 from wheelmill.checks.device import carries_device_code
 from wheelmill.config import format_size
@@ -40,32 +38,6 @@ from wheelmill.output.report import WheelRecord
 from wheelmill.planning.spec import CellPlan, RecipeSpec
 from wheelmill.wheel.elf import ElfSummary
 from wheelmill.wheel.wheelfile import inspect_wheel, read_wheel, rewrite_metadata
-
-
-@dataclass(frozen=True, kw_only=True)
-class Built:
-    wheel: Path
-    recipe: str
-    max_jobs: int
-    nvcc_threads: int | None = None  # the --threads wheelmill gave nvcc; None: none (no nvcc, or the recipe's own)
-    cache: CacheStats | None = None  # what the compiler cache did for this build; None: not used
-
-    def facts(self) -> Mapping[str, Any]:
-        return {
-            "max_jobs": {self.recipe: self.max_jobs},
-            "nvcc_threads": {self.recipe: self.nvcc_threads},
-            "compiler_cache": {self.recipe: self.cache.as_dict() if self.cache else None},
-        }
-
-
-@dataclass(frozen=True, kw_only=True)
-class Stamped:
-    wheel: Path
-
-
-@dataclass(frozen=True, kw_only=True)
-class Repaired:
-    wheel: Path
 
 
 def wheel_of(done: Done, recipe: str) -> Path:

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import shutil
 import sys
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from wheelmill.build.bytecode import BytecodeStore
 from wheelmill.build.context import Outcome, StepContext, Where
 from wheelmill.build.headers import pin_header_times
+from wheelmill.build.products import BuildEnv, CheckedEnv, CondaLock, Sources, Toolchain
 from wheelmill.checks import CheckResult, require
 from wheelmill.checks.torchenv import judge_torch
 from wheelmill.conda import envspec
@@ -24,72 +24,12 @@ from wheelmill.inputs.variants import Cell, Family
 from wheelmill.machine.envs import Env, link_site, pinned_versions, set_venv_home, site_packages, venv_home
 from wheelmill.machine.net import is_transient, sha256_of
 from wheelmill.machine.package_sources import PackageSources, machine_sources
-from wheelmill.machine.probes import TorchInfo, read_torch
+from wheelmill.machine.probes import read_torch
 from wheelmill.machine.process import HostRunner, Runner, View, base_environment, make_view, wheelmill_command
 from wheelmill.machine.toolchain import Found, NotFound, Toolkit, find_compiler, find_env_toolkit, find_python, find_toolkit
 from wheelmill.planning.locks import locate_torch, mismatch, path_of, requirements_text
 from wheelmill.planning.spec import CellPlan
 from wheelmill.retry import TransientError
-
-
-@dataclass(frozen=True, kw_only=True)
-class Toolchain:
-    """What builds the cell where its commands run: its Python, and the installed toolkit
-    (None for a CPU cell, or where the locked env brings pip's toolkit)."""
-
-    python: Path
-    toolkit: Toolkit | None
-
-    def facts(self) -> Mapping[str, Any]:
-        return {"python": str(self.python), **(_toolkit_facts(self.toolkit) if self.toolkit else {})}
-
-
-@dataclass(frozen=True, kw_only=True)
-class Sources:
-    """Where the cell's packages come from (the variant's torch among them), and its lock."""
-
-    packages: PackageSources
-    lock_origin: str
-
-    def facts(self) -> Mapping[str, Any]:
-        return {"lock_origin": self.lock_origin, "package_sources": self.packages.describe(), "package_source_args": self.packages.uv_args()}
-
-
-@dataclass(frozen=True, kw_only=True)
-class BuildEnv:
-    env: Env
-    lock: Path
-    lock_sha256: str
-    pins: Mapping[str, str]
-
-    def facts(self) -> Mapping[str, Any]:
-        return {"lock_sha256": self.lock_sha256}
-
-
-@dataclass(frozen=True, kw_only=True)
-class CheckedEnv:
-    """The build env's torch, proven the variant's, and the toolkit builds use."""
-
-    torch: TorchInfo
-    toolkit: Toolkit | None
-
-    def facts(self) -> Mapping[str, Any]:
-        return {**self.torch.facts(), **(_toolkit_facts(self.toolkit) if self.toolkit else {})}
-
-
-@dataclass(frozen=True, kw_only=True)
-class CondaLock:
-    """The conda lock the build env is made from (the conda backend's): a copy under the cell."""
-
-    path: Path
-    origin: str
-
-    def facts(self) -> Mapping[str, Any]:
-        return {"conda_lock": str(self.path), "conda_lock_origin": self.origin}
-
-
-def _toolkit_facts(toolkit: Toolkit) -> Mapping[str, Any]:
-    return {"toolkit": {"root": str(toolkit.root), "version": toolkit.version}}
 
 
 def _failure(cell: Cell, step: str) -> Callable[[str, str], WheelmillError]:

@@ -11,7 +11,6 @@ import shutil
 import tarfile
 import urllib.parse
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
@@ -19,7 +18,7 @@ from packaging.version import Version
 
 from wheelmill.build.context import Outcome, StepContext
 from wheelmill.build.headers import pin_header_times
-from wheelmill.build.steps.cell import Sources
+from wheelmill.build.products import Fetched, Sources
 from wheelmill.checks import CheckResult
 from wheelmill.config import format_size
 from wheelmill.errors import CommandFailed, FetchError, IntegrityError
@@ -32,13 +31,6 @@ from wheelmill.retry import TransientError
 
 # Never copied from a local source tree: build outputs and VCS/tool state.
 _IGNORE = shutil.ignore_patterns(*NOT_SOURCE)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Fetched:
-    """The recipe's source tree, verified, where the build runs it."""
-
-    root: Path
 
 
 def fetch(ctx: StepContext, spec: RecipeSpec) -> Outcome:

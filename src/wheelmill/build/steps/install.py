@@ -16,9 +16,9 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from wheelmill.build.context import Outcome, StepContext
-from wheelmill.build.steps.build import Repaired, fill
-from wheelmill.build.steps.cell import BuildEnv, Sources, Toolchain, keep_bytecode, lend_bytecode
-from wheelmill.build.steps.fetch import Fetched
+from wheelmill.build.products import BuildEnv, Fetched, Repaired, Sources, Toolchain
+from wheelmill.build.steps.build import fill
+from wheelmill.build.steps.cell import keep_bytecode, lend_bytecode
 from wheelmill.checks import CheckResult, Verdict
 from wheelmill.errors import CommandFailed, InstallTestError
 from wheelmill.files import Linked, write_all

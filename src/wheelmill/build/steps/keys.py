@@ -9,64 +9,20 @@ channel checks) do not run either. ``--rebuild`` builds everything all the same.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from packaging.requirements import Requirement
 
 from wheelmill.build.context import Outcome, StepContext
-from wheelmill.build.steps.cell import Toolchain
+from wheelmill.build.products import BuildKeys, PublishedBuild, Toolchain
 from wheelmill.build.steps.install import deliver
 from wheelmill.checks import CheckResult
 from wheelmill.index.pages import FileEntry
-from wheelmill.index.store import Channel, Published, built_by_key
-from wheelmill.index.store import Outcome as PublishOutcome
+from wheelmill.index.store import Channel, built_by_key
 from wheelmill.machine.toolchain import Found, find_compiler
-from wheelmill.output.report import WheelRecord
 from wheelmill.planning.buildkey import BuildKey, build_keys, host_identity, image_identity
 from wheelmill.planning.spec import CellPlan
 from wheelmill.wheel.wheelfile import read_wheel
-
-
-@dataclass(frozen=True, kw_only=True)
-class PublishedBuild:
-    """A recipe's wheel, published for its build key: the recipe is not built again."""
-
-    recipe: str
-    key: str
-    channel: str
-    project: str
-    entry: FileEntry
-    path: Path  # the channel's file, linked into dist/
-    torch: str | None  # the torch it pins, for the report's facts where no env says it
-
-    def describe(self) -> str:
-        return f"published: {self.entry.filename} (build key {self.key[:12]}...)"
-
-    def made(self) -> tuple[object, ...]:
-        """What the recipe's steps would have made: its wheel (the channel's file, with the
-        listed size and sha256) and its publication."""
-        wheel = WheelRecord(name=self.entry.filename, size=self.entry.size, sha256=self.entry.sha256, path=str(self.path))
-        return wheel, Published(channel=self.channel, project=self.project, filename=self.entry.filename, outcome=PublishOutcome.UNCHANGED)
-
-
-@dataclass(frozen=True, kw_only=True)
-class BuildKeys:
-    channel: str
-    keys: Mapping[str, BuildKey]  # every recipe's, by name
-    published: Mapping[str, PublishedBuild]  # the recipes not built again
-
-    @property
-    def nothing_to_build(self) -> bool:
-        return set(self.published) == set(self.keys)
-
-    def facts(self) -> Mapping[str, Any]:
-        """The keys; and the torch the published wheels pin, which the env checks say
-        instead where a build runs (later facts win)."""
-        pinned = next((p.torch for p in self.published.values() if p.torch), None)
-        return {"build_keys": {name: key.digest for name, key in self.keys.items()}, **({"torch": {"version": pinned}} if pinned else {})}
 
 
 def build_keys_step(ctx: StepContext) -> Outcome:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from wheelmill.build.context import Outcome, StepContext
-from wheelmill.build.steps.cell import BuildEnv, Sources
+from wheelmill.build.products import BuildEnv, Sources
 from wheelmill.checks import CheckResult
 from wheelmill.index.closure import Closure, ClosureInputs, mirror, resolve
 from wheelmill.index.store import Channel, Published

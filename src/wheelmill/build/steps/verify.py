@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from wheelmill.build.context import Outcome, StepContext
-from wheelmill.build.steps.build import Repaired, Stamped, arch_record, expected_pins
-from wheelmill.build.steps.cell import BuildEnv, CheckedEnv, Toolchain
+from wheelmill.build.products import BuildEnv, CheckedEnv, Repaired, Stamped, Toolchain
+from wheelmill.build.steps.build import arch_record, expected_pins
 from wheelmill.checks import CheckResult, require
 from wheelmill.checks.contents import judge_arch_record, judge_bundled, judge_label, judge_pins, judge_size
 from wheelmill.checks.device import find_cuobjdump, judge_cuda, judge_rocm, scan_cuda, scan_rocm

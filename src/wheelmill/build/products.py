@@ -1,0 +1,205 @@
+"""What the steps of a build make, by type, in one place: a step returns these in its
+Outcome, and a later step looks them up on the cell's board (``Done``) by type. Each entry
+of the registry (``wheelmill.build.steps``) declares which of them it makes and which it
+needs; a unit test checks that every need is made by an entry before it.
+
+The types a lower layer defines and a step makes as they are: ``Ready`` (a builder image),
+``Where`` (where commands run), ``CompilerCache``, ``Closure``, ``Mirrored``, ``WheelRecord``
+(a delivered wheel) and ``Published``; ``PRODUCTS`` lists them all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from wheelmill.build.compiler_cache import CacheStats, CompilerCache
+from wheelmill.build.context import Where
+from wheelmill.index.closure import Closure, Mirrored
+from wheelmill.index.pages import FileEntry
+from wheelmill.index.store import Outcome as PublishOutcome
+from wheelmill.index.store import Published
+from wheelmill.machine.builder_images import Ready
+from wheelmill.machine.envs import Env
+from wheelmill.machine.package_sources import PackageSources
+from wheelmill.machine.probes import TorchInfo
+from wheelmill.machine.toolchain import Toolkit
+from wheelmill.output.report import WheelRecord
+from wheelmill.planning.buildkey import BuildKey
+
+
+@dataclass(frozen=True, kw_only=True)
+class Toolchain:
+    """What builds the cell where its commands run: its Python, and the installed toolkit
+    (None for a CPU cell, or where the locked env brings pip's toolkit)."""
+
+    python: Path
+    toolkit: Toolkit | None
+
+    def facts(self) -> Mapping[str, Any]:
+        return {"python": str(self.python), **(_toolkit_facts(self.toolkit) if self.toolkit else {})}
+
+
+def _toolkit_facts(toolkit: Toolkit) -> Mapping[str, Any]:
+    return {"toolkit": {"root": str(toolkit.root), "version": toolkit.version}}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sources:
+    """Where the cell's packages come from (the variant's torch among them), and its lock."""
+
+    packages: PackageSources
+    lock_origin: str
+
+    def facts(self) -> Mapping[str, Any]:
+        return {"lock_origin": self.lock_origin, "package_sources": self.packages.describe(), "package_source_args": self.packages.uv_args()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildEnv:
+    env: Env
+    lock: Path
+    lock_sha256: str
+    pins: Mapping[str, str]
+
+    def facts(self) -> Mapping[str, Any]:
+        return {"lock_sha256": self.lock_sha256}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckedEnv:
+    """The build env's torch, proven the variant's, and the toolkit builds use."""
+
+    torch: TorchInfo
+    toolkit: Toolkit | None
+
+    def facts(self) -> Mapping[str, Any]:
+        return {**self.torch.facts(), **(_toolkit_facts(self.toolkit) if self.toolkit else {})}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CondaLock:
+    """The conda lock the build env is made from (the conda backend's): a copy under the cell."""
+
+    path: Path
+    origin: str
+
+    def facts(self) -> Mapping[str, Any]:
+        return {"conda_lock": str(self.path), "conda_lock_origin": self.origin}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fetched:
+    """The recipe's source tree, verified, where the build runs it."""
+
+    root: Path
+
+
+@dataclass(frozen=True, kw_only=True)
+class Built:
+    wheel: Path
+    recipe: str
+    max_jobs: int
+    nvcc_threads: int | None = None  # the --threads wheelmill gave nvcc; None: none (no nvcc, or the recipe's own)
+    cache: CacheStats | None = None  # what the compiler cache did for this build; None: not used
+
+    def facts(self) -> Mapping[str, Any]:
+        return {
+            "max_jobs": {self.recipe: self.max_jobs},
+            "nvcc_threads": {self.recipe: self.nvcc_threads},
+            "compiler_cache": {self.recipe: self.cache.as_dict() if self.cache else None},
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stamped:
+    wheel: Path
+
+
+@dataclass(frozen=True, kw_only=True)
+class Repaired:
+    wheel: Path
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublishedBuild:
+    """A recipe's wheel, published for its build key: the recipe is not built again."""
+
+    recipe: str
+    key: str
+    channel: str
+    project: str
+    entry: FileEntry
+    path: Path  # the channel's file, linked into dist/
+    torch: str | None  # the torch it pins, for the report's facts where no env says it
+
+    def describe(self) -> str:
+        return f"published: {self.entry.filename} (build key {self.key[:12]}...)"
+
+    def made(self) -> tuple[object, ...]:
+        """What the recipe's steps would have made: its wheel (the channel's file, with the
+        listed size and sha256) and its publication."""
+        wheel = WheelRecord(name=self.entry.filename, size=self.entry.size, sha256=self.entry.sha256, path=str(self.path))
+        return wheel, Published(channel=self.channel, project=self.project, filename=self.entry.filename, outcome=PublishOutcome.UNCHANGED)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildKeys:
+    channel: str
+    keys: Mapping[str, BuildKey]  # every recipe's, by name
+    published: Mapping[str, PublishedBuild]  # the recipes not built again
+
+    @property
+    def nothing_to_build(self) -> bool:
+        return set(self.published) == set(self.keys)
+
+    def facts(self) -> Mapping[str, Any]:
+        """The keys; and the torch the published wheels pin, which the env checks say
+        instead where a build runs (later facts win)."""
+        pinned = next((p.torch for p in self.published.values() if p.torch), None)
+        return {"build_keys": {name: key.digest for name, key in self.keys.items()}, **({"torch": {"version": pinned}} if pinned else {})}
+
+
+PRODUCTS: tuple[type, ...] = (
+    Sources,
+    Toolchain,
+    Where,
+    CondaLock,
+    BuildKeys,
+    Ready,
+    BuildEnv,
+    CheckedEnv,
+    CompilerCache,
+    Fetched,
+    Built,
+    Stamped,
+    Repaired,
+    WheelRecord,
+    Published,
+    Closure,
+    Mirrored,
+)
+
+__all__ = [
+    "PRODUCTS",
+    "BuildEnv",
+    "BuildKeys",
+    "Built",
+    "CheckedEnv",
+    "Closure",
+    "CompilerCache",
+    "CondaLock",
+    "Fetched",
+    "Mirrored",
+    "Published",
+    "PublishedBuild",
+    "Ready",
+    "Repaired",
+    "Sources",
+    "Stamped",
+    "Toolchain",
+    "WheelRecord",
+    "Where",
+]
