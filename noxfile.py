@@ -8,6 +8,7 @@ Run them from the environment scripts/setup makes: ``.venv/bin/nox -l``.
 from __future__ import annotations
 
 import sys
+import tempfile
 from pathlib import Path
 
 import nox
@@ -61,13 +62,19 @@ def tests(session: nox.Session) -> None:
 @nox.session(python=False)
 def lint(session: nox.Session) -> None:
     """ruff (lint and format check), mypy --strict, hadolint on every container definition,
-    actionlint on every workflow, validation of every recipe, and a check of every committed
-    lock against its inputs."""
+    actionlint on every workflow, the docs site built with mkdocs --strict (a broken link,
+    anchor or nav entry fails; the site goes to a temporary directory), validation of every
+    recipe, and a check of every committed lock against its inputs."""
     session.run(sys.executable, "-m", "ruff", "check", ".")
     session.run(sys.executable, "-m", "ruff", "format", "--check", ".")
     session.run(sys.executable, "-m", "mypy")
     session.run(str(Path(sys.executable).parent / "hadolint"), *map(str, sorted(ROOT.glob("containers/*/Containerfile"))))
     # -shellcheck= and -pyflakes= empty: the same verdict whether or not those happen to be installed.
     session.run(str(Path(sys.executable).parent / "actionlint"), "-shellcheck=", "-pyflakes=", *map(str, sorted(ROOT.glob(".github/workflows/*.yml"))))
+    with tempfile.TemporaryDirectory(prefix="wheelmill-site-") as site:
+        mkdocs = str(Path(sys.executable).parent / "mkdocs")
+        build = ["build", "--strict", "--quiet", "--config-file", str(ROOT / "mkdocs.yml"), "--site-dir", site]
+        # NO_MKDOCS_2_WARNING: Material's banner about its own end of life, on every build otherwise.
+        session.run(mkdocs, *build, env={"NO_MKDOCS_2_WARNING": "1"})
     _wheelmill(session, "validate")
     _wheelmill(session, "lock", "--check", "--cell", "*")

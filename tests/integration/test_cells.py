@@ -132,7 +132,7 @@ def test_cpu_cell_builds_end_to_end(tmp_path: Path) -> None:
 
 
 def _conda_env_runs_the_cell(output: Path) -> None:
-    """The README's conda commands: the channel's wheels and this machine's CPython as a
+    """The conda commands of docs/conda.md: the channel's wheels and this machine's CPython as a
     conda channel, an env made from it alone, and the extensions run in it."""
     published = sorted(p.name for p in (output / "index" / "conda" / "cpu").glob("*/*.conda"))
     assert published == ["example-cpp-ops-0.1.0-cpu_py311_0.conda", "torchsort-0.1.10-cpu_py311_0.conda"], "the publish step made them"

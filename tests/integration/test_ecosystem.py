@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 def test_deepspeed_and_xformers_build_in_the_cpu_cell(tmp_path: Path) -> None:
     result = nox("build-cpu-py311", tmp_path, "--recipe", "deepspeed", "--recipe", "xformers", "--no-mirror")
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
-    print(result.stdout)  # the summary tables, with times: what the README quotes
+    print(result.stdout)  # the summary tables, with times: what docs/benchmarks.md quotes
     data = assert_cell_built(tmp_path, "cpu-py311", {"deepspeed", "xformers"}, "cpu", "2.13.0+cpu")
     checks = {(step["recipe"], c["name"]): c for step in data["steps"] for c in step["checks"]}
     assert checks[("deepspeed", "smoke")]["verdict"] == "pass" and "cpu_adam step" in checks[("deepspeed", "smoke")]["detail"]

@@ -99,8 +99,8 @@ def test_a_slim_cell_resolves_recipes_as_its_parent(recipes, matrix) -> None:  #
     assert resolve(recipes["torchsort"], slim) == resolve(recipes["torchsort"], parent), "overrides by the parent's id (the arch rule is the spec's)"
 
 
-def test_readme_matrix_table_is_in_sync(matrix) -> None:  # type: ignore[no-untyped-def]
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("<!-- matrix:start")
-    block = readme[readme.index("\n", start) + 1 : readme.index("<!-- matrix:end -->")]
+def test_docs_matrix_table_is_in_sync(matrix) -> None:  # type: ignore[no-untyped-def]
+    page = (ROOT / "docs" / "matrix.md").read_text()
+    start = page.index("<!-- matrix:start")
+    block = page[page.index("\n", start) + 1 : page.index("<!-- matrix:end -->")]
     assert block.strip() == matrix_markdown(matrix), "regenerate with `wheelmill matrix --markdown`"

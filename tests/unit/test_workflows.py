@@ -291,7 +291,7 @@ def test_cells_come_from_the_plan_and_run_in_parallel(name: str) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_build_job_keeps_its_compiler_cache_in_the_actions_cache(name: str) -> None:
-    """sccache's GHA backend (README, "Compiler cache"): enabled for the job, and the cache
+    """sccache's GHA backend (docs/design/compiler-cache.md): enabled for the job, and the cache
     service's variables, which only JavaScript actions see, exported before the build."""
     building = {key: job for key, job in jobs(load(name)).items() if any(re.search(r"wheelmill\s+(build|release)\b.*--cell", line) for line in run_lines(job))}
     assert building, f"{name}: a job that builds cells"

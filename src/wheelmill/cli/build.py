@@ -23,7 +23,7 @@ def register(commands: Commands) -> None:
     matrix = commands.add_parser("matrix", help="print the supported cells")
     form = matrix.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true", help='GitHub Actions matrix: {"include": [...]}')
-    form.add_argument("--markdown", action="store_true", help="the table as Markdown (the README's copy)")
+    form.add_argument("--markdown", action="store_true", help="the table as Markdown (the copy in docs/matrix.md)")
     matrix.add_argument(
         "--changed-files", type=Path, metavar="FILE", help="with --json: only the cells these changed paths (one a line, from the repo root) affect"
     )

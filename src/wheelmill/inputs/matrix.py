@@ -122,7 +122,7 @@ def matrix_row(v: Variant, pythons: Sequence[str], *, code: Callable[[str], str]
 
 
 def matrix_markdown(matrix: Matrix) -> str:
-    """The variants and their Pythons as a Markdown table (the README's copy)."""
+    """The variants and their Pythons as a Markdown table (the copy in docs/matrix.md)."""
     head = [*MATRIX_COLUMNS, *matrix.pythons]
     rows = [matrix_row(v, matrix.pythons, code=lambda text: f"`{text}`") for v in matrix.variants.values()]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

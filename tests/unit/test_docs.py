@@ -1,7 +1,8 @@
-"""What the README says of the code, kept true: its module map names every module of the
-package and nothing else, its exit-code table is the error family's, its section on
-slim channels names what the matrix and the noxfile make, and its ``wheelmill doctor``
-example is what doctor prints."""
+"""What the docs say of the code, kept true: the module map names every module of the
+package and nothing else, the exit-code table is the error family's, the section on
+slim channels names what the matrix and the noxfile make, and the ``wheelmill doctor``
+example is what doctor prints. The README stays short, and every page of docs/ is in
+mkdocs.yml's nav."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import nox
 import pytest
+import yaml
 
 from tests.conftest import CliRunner
 from tests.wheels import install
@@ -26,15 +28,18 @@ from wheelmill.planning.buildkey import build_keys
 from wheelmill.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-README = (ROOT / "README.md").read_text()
+DOCS = ROOT / "docs"
 
 
-def section(start: str, end: str) -> str:
-    return README[README.index(start) : README.index(end)]
+def section(page: str, start: str, end: str | None = None) -> str:
+    """The text of docs/``page`` from ``start`` up to ``end`` (the page's end without one)."""
+    text = (DOCS / page).read_text()
+    return text[text.index(start) : text.index(end) if end is not None else len(text)]
 
 
 def test_the_module_map_matches_the_tree() -> None:
-    mapped = re.findall(r"^\| `([^`]+\.py)` \| \S.* \|$", section("<!-- modules:start", "<!-- modules:end"), flags=re.MULTILINE)
+    table = section("reference/modules.md", "<!-- modules:start", "<!-- modules:end")
+    mapped = re.findall(r"^\| `([^`]+\.py)` \| \S.* \|$", table, flags=re.MULTILINE)
     package = ROOT / "src" / "wheelmill"
     tree = sorted(str(p.relative_to(package)) for p in package.rglob("*.py"))
     assert sorted(mapped) == tree
@@ -42,7 +47,7 @@ def test_the_module_map_matches_the_tree() -> None:
 
 
 def test_the_exit_code_table_is_the_error_family() -> None:
-    table = section("## Exit codes", "## Development")
+    table = section("reference/exit-codes.md", "# Exit codes")
     documented = {int(code) for code in re.findall(r"^\| (\d+) \|", table, flags=re.MULTILINE)}
     family = {
         cls.exit_code for cls in vars(errors).values() if isinstance(cls, type) and issubclass(cls, errors.WheelmillError) and cls is not errors.WheelmillError
@@ -51,7 +56,7 @@ def test_the_exit_code_table_is_the_error_family() -> None:
 
 
 def test_the_slim_section_names_what_the_matrix_makes() -> None:
-    text = section("### Slim channels", "## The index")
+    text = section("matrix.md", "## Slim channels")
     matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
     slim, parent = matrix.variants["cuda130-sm90"], matrix.variants["cuda130"]
     assert f'slim = ["{slim.arch_list}"]' in text and f'arch-list = "{parent.arch_list}"' in text
@@ -69,7 +74,7 @@ def test_the_slim_section_names_what_the_matrix_makes() -> None:
 
 
 def test_the_slim_sections_commands_do_what_it_says(capsys: pytest.CaptureFixture[str]) -> None:
-    text = section("### Slim channels", "## The index")
+    text = section("matrix.md", "## Slim channels")
     recipes = str(ROOT / "recipes")
     assert main(["--recipes", recipes, "index", "config", "--channel", "cu130-sm90", "--url", "https://wheels.internal"]) == 0
     (url,) = re.findall(r"--index-url (\S+/simple/)", text)
@@ -88,7 +93,7 @@ def test_the_noxfile_makes_a_session_for_every_cell_slim_ones_included() -> None
     sessions = set(nox.registry.get())
     cells = load_matrix(ROOT / "recipes" / "matrix.toml").cells
     assert {f"build-{c.id}" for c in cells} <= sessions
-    named = re.findall(r"nox -s (build-\S+)", section("### Slim channels", "## The index"))
+    named = re.findall(r"nox -s (build-\S+)", section("matrix.md", "## Slim channels"))
     assert named == ["build-cuda130-sm90-py311"] and set(named) <= sessions
 
 
@@ -97,7 +102,7 @@ def test_the_recipe_table_says_what_the_recipes_do() -> None:
     and the variants whose cells it applies to are what the row says."""
     recipes = load_recipes(ROOT / "recipes")
     matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
-    table = section("## The recipes teams build", "Git sources name their upstream")
+    table = section("recipes.md", "## The recipes teams build", "Git sources name their upstream")
     rows = re.findall(r"^\| ([a-z-]+) \| ([^|]+) \| ([^|]+) \| ", table, flags=re.MULTILINE)
     named = {name for name, _, _ in rows if name != "recipe"}
     assert named == {name for name, recipe in recipes.items() if recipe.opt_in}
@@ -113,7 +118,7 @@ def test_the_recipe_table_says_what_the_recipes_do() -> None:
 
 
 def test_the_doctor_example_is_what_doctor_prints(cli: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The cu130 channel's wheels, installed: what the README shows, run."""
+    """The cu130 channel's wheels, installed: what the docs show, run."""
     monkeypatch.delenv("WHEELMILL_GPU_CAPABILITY", raising=False)
     site = tmp_path / "site"
     cell = "cuda130-py311"
@@ -122,7 +127,8 @@ def test_the_doctor_example_is_what_doctor_prints(cli: CliRunner, tmp_path: Path
     install(site, "torchsort", "0.1.10+cu130", gpu_archs=ArchRecord(family=Family.CUDA, arch_list="8.0;9.0", cell=cell).to_bytes())
     install(site, "torch", "2.14.1+cu130")
     install(site, "filelock", "3.20.0")
-    (command, *shown) = section("<!-- doctor:start", "<!-- doctor:end").split("```")[1].strip().splitlines()
+    example = section("design/gpu-archs.md", "<!-- doctor:start", "<!-- doctor:end")
+    (command, *shown) = example.split("```")[1].strip().splitlines()
     assert command == "$ wheelmill doctor --capability 12.0"
     result = cli("doctor", "--path", str(site), "--capability", "12.0")
     assert result.code == 21
@@ -130,7 +136,7 @@ def test_the_doctor_example_is_what_doctor_prints(cli: CliRunner, tmp_path: Path
 
 
 def test_the_build_key_section_names_every_part_of_the_key_and_the_steps_it_spares(cli: CliRunner) -> None:
-    text = section("### Nothing built twice", "## Compiler cache")
+    text = section("design/reproducibility.md", "## Nothing built twice")
     parts = re.findall(r"^\| `([a-z]+)` \| \S.* \|$", text, flags=re.MULTILINE)
     matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
     plan = plan_cell(matrix, load_recipes(ROOT / "recipes"), matrix.cell("cpu-py311"), [], Settings())
@@ -151,8 +157,36 @@ def test_the_build_key_section_names_every_part_of_the_key_and_the_steps_it_spar
     assert unknown.code == 4 and "not a recipe of this build" in unknown.err and "exit 4" in text
 
 
-def test_every_setting_wheelmill_reads_is_in_the_readme() -> None:
+def test_every_setting_wheelmill_reads_is_in_the_settings_page() -> None:
     read = set(re.findall(r'"(WHEELMILL_[A-Z_]+)"', (ROOT / "src" / "wheelmill" / "settings.py").read_text()))
     assert "WHEELMILL_CONDA_CHANNELS" in read
-    missing = sorted(name for name in read if name not in (ROOT / "README.md").read_text())
-    assert not missing, f"README.md does not say what these do: {missing}"
+    missing = sorted(name for name in read if name not in (DOCS / "reference" / "settings.md").read_text())
+    assert not missing, f"docs/reference/settings.md does not say what these do: {missing}"
+
+
+def test_the_readme_is_short_and_keeps_its_two_commands() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150, "the README stays short: reference and notes go to docs/"
+    assert "scripts/setup && .venv/bin/nox -s build-cpu-py311" in readme
+    assert "scripts/setup --system && .venv/bin/nox -s lint tests" in readme
+
+
+def _nav_pages(entry: object) -> list[str]:
+    """Every page a nav entry names: a path, a {title: path}, or a {title: [entries]}."""
+    if isinstance(entry, str):
+        return [entry]
+    if isinstance(entry, list):
+        return [page for item in entry for page in _nav_pages(item)]
+    assert isinstance(entry, dict), entry
+    return [page for value in entry.values() for page in _nav_pages(value)]
+
+
+def test_every_docs_page_is_in_the_nav_and_every_nav_entry_exists() -> None:
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    assert config["docs_dir"] == "docs"
+    nav = _nav_pages(config["nav"])
+    assert len(nav) == len(set(nav)), "each page once"
+    pages = {str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md")}
+    assert sorted(set(nav) - pages) == [], "nav entries without a page"
+    assert sorted(pages - set(nav)) == [], "pages missing from the nav"
+    assert "design/layers.md" in nav
