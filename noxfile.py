@@ -68,9 +68,16 @@ def lint(session: nox.Session) -> None:
     session.run(sys.executable, "-m", "ruff", "check", ".")
     session.run(sys.executable, "-m", "ruff", "format", "--check", ".")
     session.run(sys.executable, "-m", "mypy")
-    session.run(str(Path(sys.executable).parent / "hadolint"), *map(str, sorted(ROOT.glob("containers/*/Containerfile"))))
+    session.run(
+        str(Path(sys.executable).parent / "hadolint"), *map(str, sorted(ROOT.glob("containers/*/Containerfile")))
+    )
     # -shellcheck= and -pyflakes= empty: the same verdict whether or not those happen to be installed.
-    session.run(str(Path(sys.executable).parent / "actionlint"), "-shellcheck=", "-pyflakes=", *map(str, sorted(ROOT.glob(".github/workflows/*.yml"))))
+    session.run(
+        str(Path(sys.executable).parent / "actionlint"),
+        "-shellcheck=",
+        "-pyflakes=",
+        *map(str, sorted(ROOT.glob(".github/workflows/*.yml"))),
+    )
     with tempfile.TemporaryDirectory(prefix="wheelmill-site-") as site:
         mkdocs = str(Path(sys.executable).parent / "mkdocs")
         build = ["build", "--strict", "--quiet", "--config-file", str(ROOT / "mkdocs.yml"), "--site-dir", site]

@@ -45,7 +45,10 @@ class Case:
     needs: tuple[str, ...] = ()  # published first
 
 
-CASES = {"cuda": Case("cuda130-py311", "example-cuda-ops", TARGET, needs=("example-cpp-ops",)), "torchsort": Case("cpu-py311", "torchsort")}
+CASES = {
+    "cuda": Case("cuda130-py311", "example-cuda-ops", TARGET, needs=("example-cpp-ops",)),
+    "torchsort": Case("cpu-py311", "torchsort"),
+}
 
 
 @dataclass(frozen=True)
@@ -60,12 +63,25 @@ def publish_needs(case: Case, output: Path, log: Path) -> None:
     """The case's dependencies, built and published (untimed), then the compiler cache emptied."""
     if case.needs:
         recipes = [arg for name in case.needs for arg in ("--recipe", name)]
-        runs.wheelmill(["build", "--engine", "none", "--cell", case.cell, *recipes, "--no-mirror"], output=output, log=log)
+        runs.wheelmill(
+            ["build", "--engine", "none", "--cell", case.cell, *recipes, "--no-mirror"], output=output, log=log
+        )
         runs.empty_compiler_cache(output)
 
 
 def run(case: Case, output: Path, log: Path) -> Run:
-    argv = ["build", "--engine", "none", "--cell", case.cell, "--recipe", case.recipe, "--rebuild", case.recipe, "--no-mirror"]
+    argv = [
+        "build",
+        "--engine",
+        "none",
+        "--cell",
+        case.cell,
+        "--recipe",
+        case.recipe,
+        "--rebuild",
+        case.recipe,
+        "--no-mirror",
+    ]
     total = runs.wheelmill(argv, output=output, log=log, env={"WHEELMILL_COMPILER_CACHE": "on"})
     report: dict[str, Any] = json.loads((output / case.cell / "report.json").read_text())
     built = {s["recipe"]: s["seconds"] for s in report["steps"] if s["step"] == "build" and s["status"] == "ok"}
@@ -80,11 +96,19 @@ def compare(name: str, case: Case, root: Path) -> None:
     publish_needs(case, output, log)
     cold = run(case, output, log)
     warm = run(case, output, log)
-    print(f"{name}: {case.recipe} in {case.cell}" + (f", {', '.join(case.needs)} published first (untimed)" if case.needs else ""))
+    print(
+        f"{name}: {case.recipe} in {case.cell}"
+        + (f", {', '.join(case.needs)} published first (untimed)" if case.needs else "")
+    )
     for label, result in (("cold (empty cache)", cold), ("warm (same cache)", warm)):
-        print(f"  {label:<19} build step {result.build:7.1f} s  ({result.hits} hits, {result.misses} misses); whole command {result.total:6.1f} s")
+        print(
+            f"  {label:<19} build step {result.build:7.1f} s  ({result.hits} hits, {result.misses} misses); whole command {result.total:6.1f} s"
+        )
     target = f" (target >= {case.target:.0f}x)" if case.target else ""
-    print(f"  ratio cold/warm: build step {cold.build / warm.build:.1f}x{target}; whole command {cold.total / warm.total:.2f}x", flush=True)
+    print(
+        f"  ratio cold/warm: build step {cold.build / warm.build:.1f}x{target}; whole command {cold.total / warm.total:.2f}x",
+        flush=True,
+    )
 
 
 def main() -> int:

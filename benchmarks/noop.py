@@ -28,7 +28,9 @@ TARGET = 3.0
 
 
 def timed_build(cell: str, recipe: str, output: Path, log: Path) -> float:
-    return runs.wheelmill(["build", "--engine", "none", "--cell", cell, *(["--recipe", recipe] if recipe else [])], output=output, log=log)
+    return runs.wheelmill(
+        ["build", "--engine", "none", "--cell", cell, *(["--recipe", recipe] if recipe else [])], output=output, log=log
+    )
 
 
 def compiled(report: dict[str, Any]) -> list[str]:
@@ -50,7 +52,9 @@ def main() -> int:
     statuses = ", ".join(f"{r['name']} {r['status']}" for r in report["recipes"])
     print(f"cell {args.cell}, recipes {', '.join(r['name'] for r in report['recipes'])}")
     print(f"first run (built {', '.join(built) or 'nothing'}): {first:.1f} s")
-    print(f"re-run (compiled: {', '.join(compiled(report)) or 'nothing'}; {statuses}): {again:.2f} s (target <= {TARGET:.0f} s)")
+    print(
+        f"re-run (compiled: {', '.join(compiled(report)) or 'nothing'}; {statuses}): {again:.2f} s (target <= {TARGET:.0f} s)"
+    )
     print(f"ratio re-run / first run: {again / first:.3f}")
     return 0
 

@@ -52,8 +52,12 @@ TARGET = 1.15
 PUBLISHING = frozenset({"publish", "closure", "mirror", "channel-checks"})  # the steps after a tested wheel
 
 
-def run_wheelmill(cell: str, output: Path, log: Path, *, recipe: str = RECIPES[-1], extra: tuple[str, ...] = ()) -> float:
-    return runs.wheelmill(["build", "--engine", "none", "--cell", cell, "--recipe", recipe, *extra], output=output, log=log)
+def run_wheelmill(
+    cell: str, output: Path, log: Path, *, recipe: str = RECIPES[-1], extra: tuple[str, ...] = ()
+) -> float:
+    return runs.wheelmill(
+        ["build", "--engine", "none", "--cell", cell, "--recipe", recipe, *extra], output=output, log=log
+    )
 
 
 def publishing_seconds(output: Path, cell: str) -> float:
@@ -93,7 +97,19 @@ def run_baseline(cell_id: str, output: Path, work: Path, log: Path) -> float:
     uv_env = base_environment([], {"UV_PYTHON_DOWNLOADS": "never"})
     elapsed = runs.timed([uv_bin(), "venv", "--quiet", "--python", str(python), str(env_dir)], env=uv_env, log=log)
     elapsed += runs.timed(
-        [uv_bin(), "pip", "sync", "--quiet", "--python", str(env_dir / "bin" / "python"), "--require-hashes", *sources, str(lock)], env=uv_env, log=log
+        [
+            uv_bin(),
+            "pip",
+            "sync",
+            "--quiet",
+            "--python",
+            str(env_dir / "bin" / "python"),
+            "--require-hashes",
+            *sources,
+            str(lock),
+        ],
+        env=uv_env,
+        log=log,
     )
     excludes = [arg for pattern in matrix.excludes_for(cell.variant) for arg in ("--exclude", pattern)]
     memory, per_job, cores = available_memory(), matrix.memory_per_job["cuda"], os.cpu_count() or 1
@@ -117,31 +133,61 @@ def run_baseline(cell_id: str, output: Path, work: Path, log: Path) -> float:
         dist, repaired = work / "dist" / name, work / "repaired" / name
         python_env = str(env_dir / "bin" / "python")
         elapsed += runs.timed(
-            [python_env, "-m", "build", "--wheel", "--no-isolation", "--skip-dependency-check", "--outdir", str(dist), str(source)],
+            [
+                python_env,
+                "-m",
+                "build",
+                "--wheel",
+                "--no-isolation",
+                "--skip-dependency-check",
+                "--outdir",
+                str(dist),
+                str(source),
+            ],
             env=build_env,
             cwd=source,
             log=log,
         )
         wheel = next(dist.glob("*.whl"))
-        elapsed += runs.timed([python_env, "-m", "auditwheel", "repair", "-w", str(repaired), *excludes, str(wheel)], env=build_env, log=log)
+        elapsed += runs.timed(
+            [python_env, "-m", "auditwheel", "repair", "-w", str(repaired), *excludes, str(wheel)],
+            env=build_env,
+            log=log,
+        )
         if name != RECIPES[-1]:
             repaired_wheel = next(repaired.glob("*.whl"))
-            elapsed += runs.timed([uv_bin(), "pip", "install", "--quiet", "--no-deps", "--python", python_env, str(repaired_wheel)], env=uv_env, log=log)
+            elapsed += runs.timed(
+                [uv_bin(), "pip", "install", "--quiet", "--no-deps", "--python", python_env, str(repaired_wheel)],
+                env=uv_env,
+                log=log,
+            )
     return elapsed
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cell", default="cuda130-py311")
-    parser.add_argument("--rounds", type=int, default=3, help="alternate wheelmill and baseline this many times; the median of the ratios is the figure")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="alternate wheelmill and baseline this many times; the median of the ratios is the figure",
+    )
     parser.add_argument("--no-warm-up", dest="warm_up", action="store_false", help="start with the caches as they are")
-    parser.add_argument("--fresh-output", action="store_true", help="a new output root each round: wheelmill's bytecode store starts empty")
+    parser.add_argument(
+        "--fresh-output",
+        action="store_true",
+        help="a new output root each round: wheelmill's bytecode store starts empty",
+    )
     args = parser.parse_args()
     rounds: list[tuple[float, float, float]] = []  # wheelmill, of which publishing, baseline
     with runs.workspace("wheelmill-bench-") as root:
         log = root / "bench.log"
         if args.warm_up:
-            print(f"warm-up (untimed): {RECIPES[0]} built once, {warm_up(args.cell, root / 'warm-up', log):.1f} s", flush=True)
+            print(
+                f"warm-up (untimed): {RECIPES[0]} built once, {warm_up(args.cell, root / 'warm-up', log):.1f} s",
+                flush=True,
+            )
         for index in range(args.rounds):
             output, work = root / (f"wheels-{index}" if args.fresh_output else "warm-up"), root / f"baseline-{index}"
             next_round(output)
@@ -153,16 +199,27 @@ def main() -> int:
             publishing = publishing_seconds(output, args.cell)
             rounds.append((ours, publishing, theirs))
             sides = f"wheelmill {ours:.1f} s ({ours_cpu:.0f} s cpu; publishing {publishing:.1f} s), baseline {theirs:.1f} s ({theirs_cpu:.0f} s cpu)"
-            print(f"round {index + 1}: {sides}, ratio {(ours - publishing) / theirs:.3f}, with publishing {ours / theirs:.3f}", flush=True)
+            print(
+                f"round {index + 1}: {sides}, ratio {(ours - publishing) / theirs:.3f}, with publishing {ours / theirs:.3f}",
+                flush=True,
+            )
     ours, theirs = median_high([r[0] - r[1] for r in rounds]), median_high([r[2] for r in rounds])
-    where = "a new output root each round" if args.fresh_output else "the warm-up's output root, its compiler cache emptied each round"
+    where = (
+        "a new output root each round"
+        if args.fresh_output
+        else "the warm-up's output root, its compiler cache emptied each round"
+    )
     print(f"cell {args.cell}, recipes {', '.join(RECIPES)}; wheelmill in {where}")
-    print(f"wheelmill (pre-checks, env, build, checks, repair, install tests): {ours:.1f} s; publishing after it {median_high([r[1] for r in rounds]):.1f} s")
+    print(
+        f"wheelmill (pre-checks, env, build, checks, repair, install tests): {ours:.1f} s; publishing after it {median_high([r[1] for r in rounds]):.1f} s"
+    )
     print(f"baseline  (venv from the same lock, build, auditwheel repair):  {theirs:.1f} s")
     # Each round's two runs are minutes apart, the rounds further: the paired ratios' median
     # is the figure, the medians' ratio a check on it.
     paired, whole = median_high([(r[0] - r[1]) / r[2] for r in rounds]), median_high([r[0] / r[2] for r in rounds])
-    print(f"ratio of the medians {ours / theirs:.3f}; median of the rounds' ratios {paired:.3f} (target <= {TARGET}); with publishing {whole:.3f}")
+    print(
+        f"ratio of the medians {ours / theirs:.3f}; median of the rounds' ratios {paired:.3f} (target <= {TARGET}); with publishing {whole:.3f}"
+    )
     return 0
 
 

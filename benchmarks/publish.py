@@ -32,7 +32,12 @@ def fill(channel: Channel, work: Path, projects: int, files: int) -> float:
     started = time.monotonic()
     for p in range(projects):
         for f in range(files):
-            publish(channel, make_wheel(work / "fill", f"bench-project-{p:04d}", f"1.{f}", tag="py3-none-any", files={"m.py": b"x = 1\n"}))
+            publish(
+                channel,
+                make_wheel(
+                    work / "fill", f"bench-project-{p:04d}", f"1.{f}", tag="py3-none-any", files={"m.py": b"x = 1\n"}
+                ),
+            )
             (work / "fill").joinpath(f"bench_project_{p:04d}-1.{f}-py3-none-any.whl").unlink()
         if p % 100 == 99:
             print(f"  filled {(p + 1) * files} files", flush=True)
@@ -50,7 +55,12 @@ def measure(channel: Channel, work: Path, rounds: int, projects: int) -> tuple[l
         api.append(time.monotonic() - started)
         wheel = make_wheel(work / "cli", target, f"3.{r}", tag="py3-none-any")
         started = time.monotonic()
-        subprocess.run([sys.executable, "-m", "wheelmill", "publish", "--channel", channel.name, str(wheel)], env=env, check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "wheelmill", "publish", "--channel", channel.name, str(wheel)],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
         cli.append(time.monotonic() - started)
     return api, cli
 

@@ -51,7 +51,11 @@ def warm_up(cells: list[str], output: Path, log: Path) -> float:
 
 def timed_build(cells: list[str], recipe: str, output: Path, log: Path) -> float:
     # WHEELMILL_ENGINE etc. as set
-    return runs.wheelmill(["build", "--no-publish", "--recipe", recipe, *(arg for cell in cells for arg in ("--cell", cell))], output=output, log=log)
+    return runs.wheelmill(
+        ["build", "--no-publish", "--recipe", recipe, *(arg for cell in cells for arg in ("--cell", cell))],
+        output=output,
+        log=log,
+    )
 
 
 def cold_build(cells: list[str], recipe: str, output: Path, log: Path) -> tuple[float, dict[str, dict[str, Any]]]:
@@ -106,10 +110,15 @@ def one_round(cells: list[str], recipe: str, output: Path, log: Path) -> Round:
 
 
 def print_round(number: int, cells: list[str], done: Round) -> None:
-    print(f"round {number}: {cells[0]} alone {done.alone:.1f} s ({described(done.first)}); all in one run {done.together:.1f} s")
+    print(
+        f"round {number}: {cells[0]} alone {done.alone:.1f} s ({described(done.first)}); all in one run {done.together:.1f} s"
+    )
     for cell, report in zip(cells, done.reports.values(), strict=True):
         print(f"  {cell} in the run: {described(report)}")
-    print(f"  the first cell in the run took {done.slowed():.2f} of its time alone; each extra Python cost {done.difference():.2f} of the first", flush=True)
+    print(
+        f"  the first cell in the run took {done.slowed():.2f} of its time alone; each extra Python cost {done.difference():.2f} of the first",
+        flush=True,
+    )
 
 
 def described(report: dict[str, Any]) -> str:
@@ -122,12 +131,16 @@ def main() -> int:
     parser.add_argument("--variant", default="cuda130")
     parser.add_argument("--recipe", default="example-cuda-ops")
     parser.add_argument("--pythons", default="3.11,3.12", help="comma-separated; the first is built alone too")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of the two runs; the median of the rounds' figures is the result")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="rounds of the two runs; the median of the rounds' figures is the result"
+    )
     parser.add_argument("--no-warm-up", dest="warm_up", action="store_false", help="start with the caches as they are")
     args = parser.parse_args()
     pythons = list(dict.fromkeys(python.strip() for python in args.pythons.split(",") if python.strip()))
     if len(pythons) < 2:
-        parser.error(f"--pythons {args.pythons}: name at least two different Pythons (an extra Python is what this measures), e.g. 3.11,3.13")
+        parser.error(
+            f"--pythons {args.pythons}: name at least two different Pythons (an extra Python is what this measures), e.g. 3.11,3.13"
+        )
     if args.rounds < 1:
         parser.error(f"--rounds {args.rounds}: give 1 or more")
     cells = [f"{args.variant}-py{python.replace('.', '')}" for python in pythons]
@@ -135,7 +148,10 @@ def main() -> int:
     with runs.workspace("wheelmill-bench-") as tmp:
         output, log = tmp / "wheels", tmp / "bench.log"
         if args.warm_up:
-            print(f"warm-up (untimed): example-cpp-ops built once in {', '.join(cells)}, {warm_up(cells, output, log):.1f} s", flush=True)
+            print(
+                f"warm-up (untimed): example-cpp-ops built once in {', '.join(cells)}, {warm_up(cells, output, log):.1f} s",
+                flush=True,
+            )
         rounds = []
         for number in range(1, args.rounds + 1):
             rounds.append(one_round(cells, args.recipe, output, log))
@@ -150,16 +166,22 @@ def main() -> int:
     difference = median_high([done.difference() for done in rounds])
     first = median_high([float(done.first["seconds"]) for done in rounds])
     median = f"the median of {len(rounds)} rounds"
-    print(f"each extra Python costs {difference:.2f} of the first by the runs' difference, {median} (target <= {TARGET:.2f})")
+    print(
+        f"each extra Python costs {difference:.2f} of the first by the runs' difference, {median} (target <= {TARGET:.2f})"
+    )
     # What no compiler cache takes away: the same cells again, alone, every compile a hit.
     floor = fmean([float(report["seconds"]) for report in rebuilt]) / first
-    print(f"each extra Python's cell alone, every compile from the cache ({cache_counts(rebuilt[0])}): {floor:.2f} of the first")
+    print(
+        f"each extra Python's cell alone, every compile from the cache ({cache_counts(rebuilt[0])}): {floor:.2f} of the first"
+    )
     # Its processes' CPU time over the cores: alone, no order of its steps takes less; beside
     # the first cell, it runs on what the first leaves idle (one core of two while nvcc
     # compiles a file's host code, say), so the run of both takes less than the sum.
     cores = runs.cores()
     least = work / cores
-    print(f"  its processes used {work:.1f} s of CPU; on {cores} cores that work alone takes at least {least:.1f} s, {least / first:.2f} of the first")
+    print(
+        f"  its processes used {work:.1f} s of CPU; on {cores} cores that work alone takes at least {least:.1f} s, {least / first:.2f} of the first"
+    )
     return 0
 
 

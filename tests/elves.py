@@ -27,7 +27,9 @@ def make_elf(path: Path, sections: Mapping[str, bytes]) -> Path:
     headers = b"\0" * 64  # SHN_UNDEF
     for index, name in enumerate(names):
         kind = _STRTAB if index == 0 else _PROGBITS
-        headers += struct.pack("<IIQQQQIIQQ", offsets[name], kind, 0, 0, placed[index], len(contents[index]), 0, 0, 1, 0)
+        headers += struct.pack(
+            "<IIQQQQIIQQ", offsets[name], kind, 0, 0, placed[index], len(contents[index]), 0, 0, 1, 0
+        )
     ident = b"\x7fELF" + bytes([2, 1, 1, 0]) + b"\0" * 8
     header = ident + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, shoff, 0, 64, 56, 0, 64, len(names) + 1, 1)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,9 @@ def _interruptible() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def interrupt_mid_compile(command: Sequence[str], *, cwd: Path, env: Mapping[str, str], build_log: Path, wait: float, stop_within: float) -> tuple[int, str]:
+def interrupt_mid_compile(
+    command: Sequence[str], *, cwd: Path, env: Mapping[str, str], build_log: Path, wait: float, stop_within: float
+) -> tuple[int, str]:
     """SIGINT to ``command`` once ``build_log`` shows ``c++`` (waiting at most ``wait`` s);
     its exit status and stderr, which must come within ``stop_within`` s. The log's name may
     be a pattern (``*-example-cpp-ops-build.log``: steps are numbered by their position)."""

@@ -22,7 +22,9 @@ def loopback_registry(directory: Path) -> Iterator[str]:
         pytest.skip("docker-registry is not installed (scripts/setup --system installs it)")
     address = f"127.0.0.1:{free_port()}"
     config = directory / "registry.yml"
-    config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {directory / 'store'}\nhttp:\n  addr: {address}\n")
+    config.write_text(
+        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {directory / 'store'}\nhttp:\n  addr: {address}\n"
+    )
     server = subprocess.Popen([binary, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         yield address

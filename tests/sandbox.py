@@ -37,7 +37,11 @@ PY = PYTHON.replace(".", "")
 # A second CPython, for a variant's second cell: pyenv has it on the machines the tests run on.
 OTHER_PYTHON = "3.13" if PYTHON != "3.13" else "3.12"
 ROOT = Path(__file__).resolve().parent.parent
-TORCH = {"cpu": ("2.13.0", "cpu", None, None), "cuda130": ("2.14.1", "cu130", "13.0", None), "rocm62": ("2.5.1", "rocm6.2", None, "6.2.41134-stand-in")}
+TORCH = {
+    "cpu": ("2.13.0", "cpu", None, None),
+    "cuda130": ("2.14.1", "cu130", "13.0", None),
+    "rocm62": ("2.5.1", "rocm6.2", None, "6.2.41134-stand-in"),
+}
 
 MATRIX = f"""schema = 1
 pythons = ["{PYTHON}"]
@@ -108,7 +112,9 @@ def script(path: Path, text: str) -> Path:
 
 
 class Sandbox:
-    def __init__(self, root: Path, *, version_py: Mapping[str, str] | None = None, pythons: Sequence[str] = (PYTHON,)) -> None:
+    def __init__(
+        self, root: Path, *, version_py: Mapping[str, str] | None = None, pythons: Sequence[str] = (PYTHON,)
+    ) -> None:
         self.root = root
         self.recipes = root / "recipes"
         self.output = root / "wheels"
@@ -127,7 +133,12 @@ class Sandbox:
         for variant, (version, label, cuda, hip) in TORCH.items():
             text = version_py.get(variant, f"__version__ = '{version}+{label}'\ncuda = {cuda!r}\nhip = {hip!r}\n")
             files = {"torch/__init__.py": b"", "torch/version.py": text.encode()}
-            publish(channel, make_wheel(self.root / "stand-in-wheels", "torch", f"{version}+{label}", files=files, tag="py3-none-any"))
+            publish(
+                channel,
+                make_wheel(
+                    self.root / "stand-in-wheels", "torch", f"{version}+{label}", files=files, tag="py3-none-any"
+                ),
+            )
         return channel.simple.as_uri() + "/"
 
     def recipe(self, name: str, payload: Mapping[str, bytes], *, wheel: str, cells: str = "*") -> None:
@@ -165,7 +176,9 @@ class Sandbox:
 
     def logs(self, variant: str, python: str = PYTHON) -> dict[str, str]:
         """Each step log of the cell, by file name."""
-        return {p.name: p.read_text() for p in sorted((self.output / self.cell(variant, python) / "logs").glob("*.log"))}
+        return {
+            p.name: p.read_text() for p in sorted((self.output / self.cell(variant, python) / "logs").glob("*.log"))
+        }
 
 
 TAG = f"cp{PY}-cp{PY}-linux_x86_64"
@@ -179,7 +192,9 @@ def dist_info(name: str, version: str, *, metadata_version: str | None = None) -
     }
 
 
-def build(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, variant: str, *, engine: str = "none") -> CliResult:
+def build(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, variant: str, *, engine: str = "none"
+) -> CliResult:
     for key, value in sandbox.environ().items():
         monkeypatch.setenv(key, value)
     return cli("--recipes", str(sandbox.recipes), "build", "--cell", sandbox.cell(variant), "--engine", engine)

@@ -42,9 +42,13 @@ def make_wheel(
     return path
 
 
-def install(site: Path, name: str, version: str, *, requires: Sequence[str] = (), gpu_archs: bytes | None = None) -> None:
+def install(
+    site: Path, name: str, version: str, *, requires: Sequence[str] = (), gpu_archs: bytes | None = None
+) -> None:
     """A wheel of ``name`` installed into ``site`` the way pip does it: its files unpacked."""
-    wheel = make_wheel(site.parent / "wheels", name, version, requires=requires, gpu_archs=gpu_archs, tag="py3-none-any")
+    wheel = make_wheel(
+        site.parent / "wheels", name, version, requires=requires, gpu_archs=gpu_archs, tag="py3-none-any"
+    )
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(site)
 

@@ -12,7 +12,9 @@ setup(
     version="0.1.0",
     description="example_ops: CPU kernels registered with torch.ops (a wheelmill example)",
     packages=["example_cpp_ops"],
-    ext_modules=[CppExtension("example_cpp_ops._C", ["csrc/ops.cpp", "csrc/module.cpp"], extra_compile_args={"cxx": ["-O3"]})],
+    ext_modules=[
+        CppExtension("example_cpp_ops._C", ["csrc/ops.cpp", "csrc/module.cpp"], extra_compile_args={"cxx": ["-O3"]})
+    ],
     install_requires=[f"torch=={TORCH}"],
     python_requires=">=3.9",
     cmdclass={"build_ext": BuildExtension},

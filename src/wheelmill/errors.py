@@ -144,7 +144,10 @@ class CommandFailed(WheelmillError):
         self.log = log
         self.tail = tuple(tail)
         program = Path(self.argv[0]).name if self.argv else "command"
-        super().__init__(f"{program} exited with {returncode}: {self.last_line()}", fix=f"read {log}" if log else "run it by hand to see why")
+        super().__init__(
+            f"{program} exited with {returncode}: {self.last_line()}",
+            fix=f"read {log}" if log else "run it by hand to see why",
+        )
 
     def last_line(self) -> str:
         lines = [line for line in self.tail if line.strip()]

@@ -81,9 +81,13 @@ class Settings:
             publish_password=env.get("WHEELMILL_PUBLISH_PASSWORD") or None,
         )
 
-    def layered(self, *, output: Path | None = None, recipes: Path | None = None, engine: str | None = None) -> Settings:
+    def layered(
+        self, *, output: Path | None = None, recipes: Path | None = None, engine: str | None = None
+    ) -> Settings:
         """These settings with what a command line gave (None: it gave nothing)."""
-        return replace(self, output=output or self.output, recipes=recipes or self.recipes, engine=engine or self.engine)
+        return replace(
+            self, output=output or self.output, recipes=recipes or self.recipes, engine=engine or self.engine
+        )
 
     @property
     def index(self) -> Path:
@@ -103,7 +107,10 @@ class Settings:
 def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
     value = env.get(name, choices[0])
     if value not in choices:
-        raise ConfigError(f"environment: {name}={value!r} is not one of {', '.join(choices)}", fix=f"set {name} to one of them or unset it")
+        raise ConfigError(
+            f"environment: {name}={value!r} is not one of {', '.join(choices)}",
+            fix=f"set {name} to one of them or unset it",
+        )
     return value
 
 
@@ -119,7 +126,8 @@ def _prefix_pairs(env: Mapping[str, str], name: str) -> tuple[tuple[str, str], .
         upstream, sep, mirror = word.partition("=")
         if not sep or not upstream or not mirror:
             raise ConfigError(
-                f"environment: {name}: {word!r} is not UPSTREAM=MIRROR", fix=f"write {name}='https://github.com/=file:///srv/git/' (space-separated pairs)"
+                f"environment: {name}: {word!r} is not UPSTREAM=MIRROR",
+                fix=f"write {name}='https://github.com/=file:///srv/git/' (space-separated pairs)",
             )
         pairs.append((upstream, mirror))
     return tuple(pairs)
@@ -132,7 +140,9 @@ def _number(env: Mapping[str, str], name: str, default: N, kind: type[N]) -> N:
     try:
         value = kind(raw)
     except ValueError:
-        raise ConfigError(f"environment: {name}={raw!r} is not a number", fix=f"set {name} to a number or unset it") from None
+        raise ConfigError(
+            f"environment: {name}={raw!r} is not a number", fix=f"set {name} to a number or unset it"
+        ) from None
     if value < (1 if kind is int else 0):
         raise ConfigError(f"environment: {name}={raw!r} is out of range", fix=f"set {name} to a positive number")
     return value

@@ -82,7 +82,9 @@ def files(channel: Channel) -> dict[str, int]:
     return {p.name: p.stat().st_mtime_ns for p in channel.files.iterdir()}
 
 
-def test_a_published_build_is_not_built_again_and_a_changed_source_rebuilds_its_dependents(project: Path, tmp_path: Path) -> None:
+def test_a_published_build_is_not_built_again_and_a_changed_source_rebuilds_its_dependents(
+    project: Path, tmp_path: Path
+) -> None:
     output = tmp_path / "wheels"
     channel = Channel(output / "index", "cpu")
     first, _ = build(project, output)
@@ -97,7 +99,10 @@ def test_a_published_build_is_not_built_again_and_a_changed_source_rebuilds_its_
     # Nothing changed: nothing built, nothing published; each recipe's wheel is the channel's.
     again, out = build(project, output)
     assert again["status"] == "ok" and again["facts"]["build_keys"] == keys
-    assert {r["name"]: r["status"] for r in again["recipes"]} == {"example-cpp-ops": "published", "example-dependent": "published"}
+    assert {r["name"]: r["status"] for r in again["recipes"]} == {
+        "example-cpp-ops": "published",
+        "example-dependent": "published",
+    }
     assert {s["step"] for s in again["steps"] if s["status"] == "ok"} == {"pre-checks", "build-keys"}
     assert all(Path(r["wheel"]["path"]).parent == output / CELL / "dist" for r in again["recipes"])
     assert again["facts"]["torch"]["version"] == first["facts"]["torch"]["version"]
@@ -121,7 +126,10 @@ def test_a_published_build_is_not_built_again_and_a_changed_source_rebuilds_its_
     fourth, _ = build(project, output)
     assert statuses(fourth, "build") == {"example-cpp-ops": "ok", "example-dependent": "ok"}
     new_keys = fourth["facts"]["build_keys"]
-    assert new_keys["example-cpp-ops"] != keys["example-cpp-ops"] and new_keys["example-dependent"] != third["facts"]["build_keys"]["example-dependent"]
+    assert (
+        new_keys["example-cpp-ops"] != keys["example-cpp-ops"]
+        and new_keys["example-dependent"] != third["facts"]["build_keys"]["example-dependent"]
+    )
     listed = built_by_key(channel)
     assert listed[new_keys["example-cpp-ops"]][1] == listed[keys["example-cpp-ops"]][1], "one wheel, two keys"
     assert verify(channel) == []

@@ -51,7 +51,9 @@ def all_checks(data: dict[str, Any]) -> list[dict[str, Any]]:
     return [check for step in data["steps"] for check in step["checks"]]
 
 
-def assert_cell_built(output: Path, cell: str, recipes: set[str], label: str, torch: str, *, channel_name: str | None = None) -> dict[str, Any]:
+def assert_cell_built(
+    output: Path, cell: str, recipes: set[str], label: str, torch: str, *, channel_name: str | None = None
+) -> dict[str, Any]:
     data = report(output, cell)
     assert data["status"] == "ok", json.dumps(data["steps"], indent=1)
     assert {r["name"] for r in data["recipes"]} == recipes
@@ -62,7 +64,11 @@ def assert_cell_built(output: Path, cell: str, recipes: set[str], label: str, to
     assert {c["name"] for c in checks if c["verdict"] == "warn"} <= {"glibc-baseline"}
     channel = Channel(output / "index", channel_name or label)
     assert verify(channel) == []
-    published = {f.filename for name in channel.project_names() for f in (channel.project(name) or Project(name=name, files=())).files}
+    published = {
+        f.filename
+        for name in channel.project_names()
+        for f in (channel.project(name) or Project(name=name, files=())).files
+    }
     for recipe in data["recipes"]:
         wheel = Path(recipe["wheel"]["path"])
         assert wheel.name in published, "the publish step put it in the local index"
@@ -77,7 +83,14 @@ def assert_cell_built(output: Path, cell: str, recipes: set[str], label: str, to
 
 def test_nox_lists_a_session_per_cell() -> None:
     result = subprocess.run([sys.executable, "-m", "nox", "-l"], cwd=ROOT, capture_output=True, text=True, check=True)
-    for session in ("build-cuda118-py311", "build-cuda130-py311", "build-cpu-py311", "build-rocm62-py311", "tests", "lint"):
+    for session in (
+        "build-cuda118-py311",
+        "build-cuda130-py311",
+        "build-cpu-py311",
+        "build-rocm62-py311",
+        "tests",
+        "lint",
+    ):
         assert f" {session} -> " in result.stdout or f" {session}\n" in result.stdout
     cells = load_matrix(ROOT / "recipes" / "matrix.toml").cells
     listed = [line for line in result.stdout.splitlines() if line[:2] in ("* ", "- ") and line[2:].startswith("build-")]
@@ -102,7 +115,9 @@ def test_cpu_cell_builds_end_to_end(tmp_path: Path) -> None:
     data = assert_cell_built(tmp_path, "cpu-py311", {"example-cpp-ops", "torchsort"}, "cpu", "2.13.0+cpu")
     assert "cpu-py311: ok" in result.stdout
     assert "wheels" in result.stdout and "sha256" in result.stdout  # the summary tables
-    assert [line for line in result.stderr.splitlines() if not line.startswith("nox > ")] == [], "stderr is for the error line only"
+    assert [line for line in result.stderr.splitlines() if not line.startswith("nox > ")] == [], (
+        "stderr is for the error line only"
+    )
     closure = read_closure(tmp_path / "cpu-py311" / CLOSURE_LOCK_NAME)
     assert closure.built == {"example-cpp-ops", "torchsort"}
     assert {"torch", "filelock", "sympy"} <= {w.project for w in closure.to_mirror}
@@ -118,9 +133,21 @@ def test_cpu_cell_builds_end_to_end(tmp_path: Path) -> None:
             if installer == "pip":
                 done = pip(python, "install", "--index-url", index, "example-cpp-ops", "torchsort")
             else:
-                done = uv("pip", "install", "--no-config", "--python", str(python), "--index-url", index, "example-cpp-ops", "torchsort")
+                done = uv(
+                    "pip",
+                    "install",
+                    "--no-config",
+                    "--python",
+                    str(python),
+                    "--index-url",
+                    index,
+                    "example-cpp-ops",
+                    "torchsort",
+                )
             assert done.returncode == 0, done.stdout + done.stderr
-            smoke = subprocess.run([str(python), "-c", SMOKE], capture_output=True, text=True, check=False, env=isolated_env())
+            smoke = subprocess.run(
+                [str(python), "-c", SMOKE], capture_output=True, text=True, check=False, env=isolated_env()
+            )
             assert smoke.returncode == 0 and "smoke ok" in smoke.stdout, smoke.stderr[-2000:]
         requests = served.requests()
     finally:
@@ -135,16 +162,35 @@ def _conda_env_runs_the_cell(output: Path) -> None:
     """The conda commands of docs/conda.md: the channel's wheels and this machine's CPython as a
     conda channel, an env made from it alone, and the extensions run in it."""
     published = sorted(p.name for p in (output / "index" / "conda" / "cpu").glob("*/*.conda"))
-    assert published == ["example-cpp-ops-0.1.0-cpu_py311_0.conda", "torchsort-0.1.10-cpu_py311_0.conda"], "the publish step made them"
+    assert published == ["example-cpp-ops-0.1.0-cpu_py311_0.conda", "torchsort-0.1.10-cpu_py311_0.conda"], (
+        "the publish step made them"
+    )
     env = {**os.environ, "WHEELMILL_OUTPUT": str(output)}
     outputs = []
-    for args in (["seed", "--cell", "cpu-py311"], ["create", str(output / "conda-env"), "example-cpp-ops", "torchsort"]):
-        done = subprocess.run([sys.executable, "-m", "wheelmill", "conda", *args], cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=900)
+    for args in (
+        ["seed", "--cell", "cpu-py311"],
+        ["create", str(output / "conda-env"), "example-cpp-ops", "torchsort"],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "wheelmill", "conda", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=900,
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         outputs.append(done.stdout)
     assert " packages added, 2 already there," in outputs[0], outputs[0]
     assert "example-cpp-ops 0.1.0 cpu_py311_0" in outputs[1] and "torch 2.13.0 cpu_py311_0" in outputs[1]
-    smoke = subprocess.run([str(output / "conda-env" / "bin" / "python"), "-c", SMOKE], capture_output=True, text=True, check=False, env=isolated_env())
+    smoke = subprocess.run(
+        [str(output / "conda-env" / "bin" / "python"), "-c", SMOKE],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=isolated_env(),
+    )
     assert smoke.returncode == 0 and "smoke ok" in smoke.stdout, smoke.stderr[-2000:]
 
 
@@ -154,7 +200,9 @@ def test_cuda130_cell_builds_end_to_end(tmp_path: Path) -> None:
         pytest.skip("no CUDA 13.0 toolkit")
     result = nox("build-cuda130-py311", tmp_path)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
-    data = assert_cell_built(tmp_path, "cuda130-py311", {"example-cpp-ops", "example-cuda-ops", "torchsort"}, "cu130", "2.14.1")
+    data = assert_cell_built(
+        tmp_path, "cuda130-py311", {"example-cpp-ops", "example-cuda-ops", "torchsort"}, "cu130", "2.14.1"
+    )
     device = {step["recipe"]: c for step in data["steps"] for c in step["checks"] if c["name"] == "device-code"}
     assert device["example-cuda-ops"]["verdict"] == "pass"
     assert device["torchsort"]["verdict"] == "pass"
@@ -196,9 +244,27 @@ def test_cuda118_stops_in_pre_checks_within_seconds(tmp_path: Path) -> None:
 def test_a_cpu_torch_offered_to_a_cuda_cell_is_refused(tmp_path: Path, recipes_copy: Path) -> None:
     """A variant whose torch pin resolves to a CPU build here stops before installing it."""
     matrix = recipes_copy / "matrix.toml"
-    matrix.write_text(matrix.read_text().replace('label = "cu130"\ntorch = "2.14.1"', 'label = "cu130"\ntorch = "2.13.0"'))
-    env = {**os.environ, "WHEELMILL_OUTPUT": str(tmp_path / "out"), "WHEELMILL_TORCH_INDEX": "", "WHEELMILL_ENGINE": "none"}
-    command = [sys.executable, "-m", "wheelmill", "--recipes", str(recipes_copy), "build", "--cell", "cuda130-py311", "--recipe", "example-cpp-ops"]
+    matrix.write_text(
+        matrix.read_text().replace('label = "cu130"\ntorch = "2.14.1"', 'label = "cu130"\ntorch = "2.13.0"')
+    )
+    env = {
+        **os.environ,
+        "WHEELMILL_OUTPUT": str(tmp_path / "out"),
+        "WHEELMILL_TORCH_INDEX": "",
+        "WHEELMILL_ENGINE": "none",
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "wheelmill",
+        "--recipes",
+        str(recipes_copy),
+        "build",
+        "--cell",
+        "cuda130-py311",
+        "--recipe",
+        "example-cpp-ops",
+    ]
     result = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=300)
     assert result.returncode == 5, (result.stdout + result.stderr)[-3000:]
     assert "offer torch 2.13.0+cpu, not 2.13.0+cu130" in result.stderr
@@ -211,9 +277,16 @@ def test_env_check_catches_a_cpu_torch_installed_in_a_cuda_cell(tmp_path: Path) 
     env = Env(root=tmp_path / "env")
     subprocess.run([uv, "venv", "--quiet", "--python", sys.executable, str(env.root)], check=True)
     sources = machine_sources(Settings.from_environ({})).uv_args()
-    subprocess.run([uv, "pip", "install", "--quiet", "--python", str(env.python), *sources, "torch==2.13.0+cpu"], check=True)
+    subprocess.run(
+        [uv, "pip", "install", "--quiet", "--python", str(env.python), *sources, "torch==2.13.0+cpu"], check=True
+    )
     info = read_torch(env.root)
-    imported = subprocess.run([str(env.python), "-c", "import torch; print(torch.__version__, torch.version.cuda)"], capture_output=True, text=True, check=True)
+    imported = subprocess.run(
+        [str(env.python), "-c", "import torch; print(torch.__version__, torch.version.cuda)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert imported.stdout.split() == [info.version, str(info.cuda)], "the files say what the import says"
     variant = load_matrix(ROOT / "recipes" / "matrix.toml").variants["cuda130"]
     verdicts = {r.name: r for r in judge_torch(info, variant)}
@@ -234,6 +307,8 @@ def test_ctrl_c_during_a_build_stops_everything_and_keeps_a_report(tmp_path: Pat
     statuses = {f"{s['recipe']}/{s['step']}": s["status"] for s in data["steps"]}
     assert statuses["example-cpp-ops/build"] == "interrupted"
     assert statuses["example-cpp-ops/install-test"] == "skipped"
-    leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True, check=False).stdout.split()
+    leftovers = subprocess.run(
+        ["pgrep", "-f", str(tmp_path)], capture_output=True, text=True, check=False
+    ).stdout.split()
     assert not leftovers, f"processes left running: {leftovers}"
     assert not list(tmp_path.glob("cpu-py311/dist/*.whl")), "nothing half-built is delivered"

@@ -46,7 +46,11 @@ def symbol_verdict(wheel: Path) -> CheckResult:
 
 
 def test_unresolved_symbol_is_caught(tmp_path: Path) -> None:
-    broken = compile_c(tmp_path, "broken", "extern int wm_missing_kernel(int);\nint entry(int x) { return wm_missing_kernel(x) + 1; }\n")
+    broken = compile_c(
+        tmp_path,
+        "broken",
+        "extern int wm_missing_kernel(int);\nint entry(int x) { return wm_missing_kernel(x) + 1; }\n",
+    )
     wheel = make_wheel(tmp_path, "broken", "1.0", files={"broken/_C.so": broken})
     result = symbol_verdict(wheel)
     assert result.verdict is Verdict.FAIL
@@ -67,7 +71,9 @@ def test_symbols_from_libm_libc_and_python_resolve(tmp_path: Path) -> None:
 def test_bundled_libcuda_is_caught(tmp_path: Path) -> None:
     matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
     forbidden = [*matrix.forbid, *matrix.excludes_for(matrix.variants["cuda130"])]
-    fake_driver = compile_c(tmp_path, "driver", "int cuInit(unsigned flags) { return 0; }\n", "-Wl,-soname,libcuda.so.1")
+    fake_driver = compile_c(
+        tmp_path, "driver", "int cuInit(unsigned flags) { return 0; }\n", "-Wl,-soname,libcuda.so.1"
+    )
     helper = compile_c(tmp_path, "helper", "int helper(void) { return 0; }\n", "-Wl,-soname,libhelper.so.1")
     bad = make_wheel(tmp_path, "bad", "1.0", files={"bad.libs/libcuda-0a1b2c3d.so.1": fake_driver, "bad/_C.so": helper})
     good = make_wheel(tmp_path, "good", "1.0", files={"good.libs/libhelper-0a1b2c3d.so.1": helper})
@@ -93,7 +99,9 @@ def compile_cu(tmp_path: Path, toolkit: Toolkit, name: str, *gencodes: str) -> b
     src.write_text(KERNEL)
     out = tmp_path / f"{name}.so"
     flags = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in gencodes]
-    subprocess.run([str(toolkit.compiler), "-shared", "-Xcompiler", "-fPIC", *flags, "-o", str(out), str(src)], check=True)
+    subprocess.run(
+        [str(toolkit.compiler), "-shared", "-Xcompiler", "-fPIC", *flags, "-o", str(out), str(src)], check=True
+    )
     return out.read_bytes()
 
 
@@ -105,8 +113,12 @@ def test_arch_mismatch_is_caught(tmp_path: Path) -> None:
     requested = CudaArchs.parse("8.0;9.0")
     only_80 = make_wheel(tmp_path, "only80", "1.0", files={"only80/_k.so": compile_cu(tmp_path, toolkit, "k80", "80")})
     both = make_wheel(tmp_path, "both", "1.0", files={"both/_k.so": compile_cu(tmp_path, toolkit, "kboth", "80", "90")})
-    (mismatch,) = inspect_wheel(only_80, lambda root, elves: [judge_cuda(scan_cuda(elves, root, cuobjdump), requested, required=True)])
-    (match,) = inspect_wheel(both, lambda root, elves: [judge_cuda(scan_cuda(elves, root, cuobjdump), requested, required=True)])
+    (mismatch,) = inspect_wheel(
+        only_80, lambda root, elves: [judge_cuda(scan_cuda(elves, root, cuobjdump), requested, required=True)]
+    )
+    (match,) = inspect_wheel(
+        both, lambda root, elves: [judge_cuda(scan_cuda(elves, root, cuobjdump), requested, required=True)]
+    )
     assert mismatch.verdict is Verdict.FAIL
     assert "lacks SASS for sm_90" in mismatch.detail
     assert match.verdict is Verdict.PASS, match.detail

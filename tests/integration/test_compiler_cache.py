@@ -24,10 +24,24 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 CELL, RECIPE = "cpu-py311", "example-cpp-ops"
 
 
-def build(output: Path, *, engine: str = "none", cell: str = CELL, recipe: str = RECIPE, **extra: str) -> dict[str, Any]:
+def build(
+    output: Path, *, engine: str = "none", cell: str = CELL, recipe: str = RECIPE, **extra: str
+) -> dict[str, Any]:
     """One recipe of a cell, not published (nothing would skip a rebuild); its report."""
     env = {**os.environ, "WHEELMILL_OUTPUT": str(output), **extra}
-    command = [sys.executable, "-m", "wheelmill", "build", "--cell", cell, "--recipe", recipe, "--engine", engine, "--no-publish"]
+    command = [
+        sys.executable,
+        "-m",
+        "wheelmill",
+        "build",
+        "--cell",
+        cell,
+        "--recipe",
+        recipe,
+        "--engine",
+        engine,
+        "--no-publish",
+    ]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600, check=False)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr
     report: dict[str, Any] = json.loads((output / cell / "report.json").read_text())
@@ -36,7 +50,12 @@ def build(output: Path, *, engine: str = "none", cell: str = CELL, recipe: str =
 
 
 def cache_checks(report: dict[str, Any]) -> list[tuple[str, str, str]]:
-    return [(step["step"], check["verdict"], check["detail"]) for step in report["steps"] for check in step["checks"] if check["name"] == "compiler-cache"]
+    return [
+        (step["step"], check["verdict"], check["detail"])
+        for step in report["steps"]
+        for check in step["checks"]
+        if check["name"] == "compiler-cache"
+    ]
 
 
 def assert_second_build_hits(output: Path, engine: str) -> None:
@@ -83,7 +102,14 @@ def test_a_server_finds_what_another_cells_server_cached_once_it_is_restarted(tm
         cache = CompilerCache(binary=binary, socket=server.socket)
         assert zero_stats(cache, HostRunner()) is None
         env = base_environment([], {"SCCACHE_SERVER_UDS": str(server.socket)})
-        done = subprocess.run([str(binary), "gcc", "-c", f"{name}.c", "-o", f"{name}.o"], cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            [str(binary), "gcc", "-c", f"{name}.c", "-o", f"{name}.o"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert done.returncode == 0, done.stderr
         stats = read_stats(cache, HostRunner())
         assert stats is not None
@@ -91,7 +117,9 @@ def test_a_server_finds_what_another_cells_server_cached_once_it_is_restarted(tm
 
     def started(name: str) -> Server:
         env = server_environment({}, cache_dir=tmp_path / "cache", socket_path=tmp_path / f"{name}.sock")
-        return servers.enter_context(Server(HostRunner(), binary=binary, env=env, log=log, output=tmp_path / f"{name}.log"))
+        return servers.enter_context(
+            Server(HostRunner(), binary=binary, env=env, log=log, output=tmp_path / f"{name}.log")
+        )
 
     with StepLog(tmp_path / "log") as log, ExitStack() as servers:
         first, second = started("first"), started("second")

@@ -22,7 +22,9 @@ pytestmark = pytest.mark.integration
 LINUX = "cp311-cp311-manylinux_2_28_x86_64"
 
 
-def wheelmill(*args: str | Path, output: Path, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def wheelmill(
+    *args: str | Path, output: Path, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
     environ = {**os.environ, "WHEELMILL_OUTPUT": str(output), **(env or {})}
     environ.pop("WHEELMILL_CONDA_CHANNELS", None)
     command = [sys.executable, "-m", "wheelmill", *map(str, args)]
@@ -31,8 +33,22 @@ def wheelmill(*args: str | Path, output: Path, env: dict[str, str] | None = None
 
 def _variant_wheels(where: Path, label: str, torch: str) -> Path:
     """A variant's torch and an extension pinned to it: small, but real wheels."""
-    make_wheel(where, "torch", f"{torch}+{label}", tag=LINUX, requires=["filelock"], files={"torch/__init__.py": f"__version__ = '{torch}+{label}'\n".encode()})
-    make_wheel(where, "ops", f"0.1.0+{label}", tag=LINUX, requires=[f"torch=={torch}+{label}"], files={"ops/__init__.py": f"LABEL = '{label}'\n".encode()})
+    make_wheel(
+        where,
+        "torch",
+        f"{torch}+{label}",
+        tag=LINUX,
+        requires=["filelock"],
+        files={"torch/__init__.py": f"__version__ = '{torch}+{label}'\n".encode()},
+    )
+    make_wheel(
+        where,
+        "ops",
+        f"0.1.0+{label}",
+        tag=LINUX,
+        requires=[f"torch=={torch}+{label}"],
+        files={"ops/__init__.py": f"LABEL = '{label}'\n".encode()},
+    )
     make_wheel(where, "filelock", "3.16.1", tag="py3-none-any", files={"filelock/__init__.py": b""})
     make_wheel(where, "other", "1.0", tag="cp312-cp312-manylinux_2_28_x86_64")  # another Python's: left out
     return where
@@ -42,7 +58,10 @@ def _variant_wheels(where: Path, label: str, torch: str) -> Path:
 def channels(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("conda")
     cpu, cuda = root / "conda" / "cpu", root / "conda" / "cu130"
-    made = (("cpu-py311", cpu, _variant_wheels(root / "w-cpu", "cpu", "2.13.0")), ("cuda130-py311", cuda, _variant_wheels(root / "w-cu130", "cu130", "2.14.1")))
+    made = (
+        ("cpu-py311", cpu, _variant_wheels(root / "w-cpu", "cpu", "2.13.0")),
+        ("cuda130-py311", cuda, _variant_wheels(root / "w-cu130", "cu130", "2.14.1")),
+    )
     for cell, channel, wheels in made:
         done = wheelmill("conda", "seed", "--cell", cell, "--wheels", wheels, "--channel", channel, output=root)
         assert done.returncode == 0, done.stdout + done.stderr
@@ -64,7 +83,9 @@ def test_a_solve_picks_the_cuda_build_only_where_a_cuda_driver_is(channels: tupl
     assert "python 3.11." in without and "python_abi 3.11 0_cp311" in without and "filelock 3.16.1 py_0" in without
     with_gpu = _solve(channels, "--cuda", "13.0")
     assert "ops 0.1.0 cuda130_py311_100" in with_gpu and "torch 2.14.1 cuda130_py311_100" in with_gpu
-    assert "ops 0.1.0 cpu_py311_0" in _solve(channels, "--cuda", "12.8"), "a driver older than the build's CUDA gets the CPU build"
+    assert "ops 0.1.0 cpu_py311_0" in _solve(channels, "--cuda", "12.8"), (
+        "a driver older than the build's CUDA gets the CPU build"
+    )
 
 
 def test_an_env_made_from_the_channel_runs_its_python_and_packages(channels: tuple[Path, Path], tmp_path: Path) -> None:
@@ -73,36 +94,69 @@ def test_an_env_made_from_the_channel_runs_its_python_and_packages(channels: tup
     done = wheelmill("conda", "create", prefix, "ops", "--channel", cpu, output=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     imports = "import sys, sysconfig, pydoc, sqlite3, ssl, ops, torch, filelock"  # the stdlib's modules that need its .so files too
-    script = f"{imports}; print(json.dumps([sys.prefix, sysconfig.get_paths()['include'], ops.LABEL, torch.__version__]))"
-    ran = subprocess.run([prefix / "bin" / "python", "-c", f"import json; {script}"], capture_output=True, text=True, check=False, env={"PATH": "/bin"})
+    script = (
+        f"{imports}; print(json.dumps([sys.prefix, sysconfig.get_paths()['include'], ops.LABEL, torch.__version__]))"
+    )
+    ran = subprocess.run(
+        [prefix / "bin" / "python", "-c", f"import json; {script}"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": "/bin"},
+    )
     assert ran.returncode == 0, ran.stderr
-    assert json.loads(ran.stdout) == [str(prefix), str(prefix / "include" / "python3.11"), "cpu", "2.13.0+cpu"], "the interpreter's prefix is the env's"
+    assert json.loads(ran.stdout) == [str(prefix), str(prefix / "include" / "python3.11"), "cpu", "2.13.0+cpu"], (
+        "the interpreter's prefix is the env's"
+    )
     strays = sorted(p.name for p in (prefix / "bin").iterdir() if not p.name.startswith("python"))
     assert strays == [], "bin/ holds the interpreter, not the scripts pip put beside the one it was made from"
 
 
-def test_seeding_again_adds_nothing_and_other_bytes_under_a_published_name_are_refused(channels: tuple[Path, Path], tmp_path: Path) -> None:
+def test_seeding_again_adds_nothing_and_other_bytes_under_a_published_name_are_refused(
+    channels: tuple[Path, Path], tmp_path: Path
+) -> None:
     cpu, _cuda = channels
     before = {p.name: p.stat().st_mtime_ns for p in cpu.glob("*/*.conda")}
-    again = wheelmill("conda", "seed", "--cell", "cpu-py311", "--wheels", cpu.parent.parent / "w-cpu", "--channel", cpu, output=tmp_path)
+    again = wheelmill(
+        "conda",
+        "seed",
+        "--cell",
+        "cpu-py311",
+        "--wheels",
+        cpu.parent.parent / "w-cpu",
+        "--channel",
+        cpu,
+        output=tmp_path,
+    )
     assert again.returncode == 0 and "0 packages added, 5 already there" in again.stdout, again.stdout + again.stderr
     assert {p.name: p.stat().st_mtime_ns for p in cpu.glob("*/*.conda")} == before
     other_bytes = {"ops/__init__.py": b"LABEL = 'other bytes'\n"}
-    changed = make_wheel(tmp_path / "changed", "ops", "0.1.0+cpu", tag=LINUX, requires=["torch==2.13.0+cpu"], files=other_bytes)
+    changed = make_wheel(
+        tmp_path / "changed", "ops", "0.1.0+cpu", tag=LINUX, requires=["torch==2.13.0+cpu"], files=other_bytes
+    )
     refused = wheelmill("conda", "package", "--cell", "cpu-py311", changed, "--channel", cpu, output=tmp_path)
     assert refused.returncode == 14, refused.stdout + refused.stderr
-    assert refused.stderr.count("\n") == 1 and "ops-0.1.0-cpu_py311_0.conda: already published with other bytes" in refused.stderr
+    assert (
+        refused.stderr.count("\n") == 1
+        and "ops-0.1.0-cpu_py311_0.conda: already published with other bytes" in refused.stderr
+    )
     assert {p.name: p.stat().st_mtime_ns for p in cpu.glob("*/*.conda")} == before
 
 
-def test_an_unreachable_channel_or_an_unmet_spec_is_one_line_naming_it(channels: tuple[Path, Path], tmp_path: Path) -> None:
+def test_an_unreachable_channel_or_an_unmet_spec_is_one_line_naming_it(
+    channels: tuple[Path, Path], tmp_path: Path
+) -> None:
     done = wheelmill("conda", "solve", "ops", "--channel", "http://127.0.0.1:9/nowhere", output=tmp_path)
     assert done.returncode == 6, done.stdout + done.stderr
     assert done.stderr.count("\n") == 1 and "http://127.0.0.1:9/nowhere" in done.stderr and "fix:" in done.stderr
     missing = wheelmill("conda", "solve", "ops", "--channel", tmp_path / "none", output=tmp_path)
-    assert missing.returncode == 6 and missing.stderr.count("\n") == 1 and str(tmp_path / "none") in missing.stderr, missing.stderr
+    assert missing.returncode == 6 and missing.stderr.count("\n") == 1 and str(tmp_path / "none") in missing.stderr, (
+        missing.stderr
+    )
     unmet = wheelmill("conda", "solve", "ops >=2", "--channel", channels[0], output=tmp_path)
-    assert unmet.returncode == 8 and unmet.stderr.count("\n") == 1 and "ops >=2 cannot be solved" in unmet.stderr, unmet.stderr
+    assert unmet.returncode == 8 and unmet.stderr.count("\n") == 1 and "ops >=2 cannot be solved" in unmet.stderr, (
+        unmet.stderr
+    )
 
 
 def test_the_same_wheel_gives_the_same_package_bytes_anywhere(channels: tuple[Path, Path], tmp_path: Path) -> None:
@@ -110,7 +164,9 @@ def test_the_same_wheel_gives_the_same_package_bytes_anywhere(channels: tuple[Pa
     (wheel,) = (cpu.parent.parent / "w-cpu").glob("ops-*.whl")
     elsewhere = tmp_path / "deeper" / "channel"
     done = wheelmill("conda", "package", "--cell", "cpu-py311", wheel, "--channel", elsewhere, output=tmp_path)
-    assert done.returncode == 0 and "added: linux-64/ops-0.1.0-cpu_py311_0.conda" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0 and "added: linux-64/ops-0.1.0-cpu_py311_0.conda" in done.stdout, (
+        done.stdout + done.stderr
+    )
     name = "linux-64/ops-0.1.0-cpu_py311_0.conda"
     assert (elsewhere / name).read_bytes() == (cpu / name).read_bytes()
 
@@ -123,74 +179,136 @@ def test_conda_index_rewrites_what_a_killed_writer_left_unlisted(channels: tuple
     conda = output / "index" / "conda"
     for channel in ("cpu", "test/cpu"):  # a channel of the release track, and one of the test track
         shutil.copytree(cpu, conda / channel)
-        (conda / channel / "linux-64" / "repodata.json").write_text(json.dumps({"info": {"subdir": "linux-64"}, "packages": {}, "packages.conda": {}}))
+        (conda / channel / "linux-64" / "repodata.json").write_text(
+            json.dumps({"info": {"subdir": "linux-64"}, "packages": {}, "packages.conda": {}})
+        )
     done = wheelmill("conda", "index", output=output)
     assert done.returncode == 0 and done.stdout.count("5 packages indexed") == 2, done.stdout + done.stderr
     for channel in ("cpu", "test/cpu"):
         listed = json.loads((conda / channel / "linux-64" / "repodata.json").read_text())["packages.conda"]
-        assert {"ops-0.1.0-cpu_py311_0.conda", "torch-2.13.0-cpu_py311_0.conda", "python_abi-3.11-0_cp311.conda"} <= set(listed)
+        assert {
+            "ops-0.1.0-cpu_py311_0.conda",
+            "torch-2.13.0-cpu_py311_0.conda",
+            "python_abi-3.11-0_cp311.conda",
+        } <= set(listed)
     assert not (conda / "test" / "linux-64").exists(), "a track's directory is no channel"
 
 
 def _build(recipes: Path, output: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    environ = {**os.environ, "WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": "none", "WHEELMILL_ENV_BACKEND": "conda", **env}
-    command = [sys.executable, "-m", "wheelmill", "--recipes", str(recipes), "build", "--cell", "cpu-py311", "--recipe", "example-cpp-ops"]
+    environ = {
+        **os.environ,
+        "WHEELMILL_OUTPUT": str(output),
+        "WHEELMILL_ENGINE": "none",
+        "WHEELMILL_ENV_BACKEND": "conda",
+        **env,
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "wheelmill",
+        "--recipes",
+        str(recipes),
+        "build",
+        "--cell",
+        "cpu-py311",
+        "--recipe",
+        "example-cpp-ops",
+    ]
     return subprocess.run(command, cwd=ROOT, env=environ, capture_output=True, text=True, timeout=900, check=False)
 
 
-def test_the_cpu_example_builds_in_a_conda_env_made_from_a_locked_local_channel(recipes_copy: Path, tmp_path: Path) -> None:
+def test_the_cpu_example_builds_in_a_conda_env_made_from_a_locked_local_channel(
+    recipes_copy: Path, tmp_path: Path
+) -> None:
     """The conda backend end to end on this machine: a channel seeded with the cell's CPython
     and the build tools of recipes/conda/envs.toml, a lock of it, the build in the env made
     from the lock; then a changed spec and an unreachable channel, each stopped in the first
     step before anything builds, with one line naming the lock or the channel."""
     shutil.copytree(ROOT / "locks", tmp_path / "locks", ignore=shutil.ignore_patterns("conda"))
     out = tmp_path / "out"
-    seeded = wheelmill("--recipes", recipes_copy, "conda", "seed", "--cell", "cpu-py311", "--build-env", output=out, env={"WHEELMILL_ENGINE": "none"})
+    seeded = wheelmill(
+        "--recipes",
+        recipes_copy,
+        "conda",
+        "seed",
+        "--cell",
+        "cpu-py311",
+        "--build-env",
+        output=out,
+        env={"WHEELMILL_ENGINE": "none"},
+    )
     assert seeded.returncode == 0, seeded.stdout + seeded.stderr
     assert "4 packages added" in seeded.stdout and "builder image" not in seeded.stdout, seeded.stdout
     locked = wheelmill("--recipes", recipes_copy, "conda", "lock", "--cell", "cpu-py311", output=out)
     assert locked.returncode == 0, locked.stdout + locked.stderr
     lock = tmp_path / "locks" / "conda" / "cpu-py311.txt"
-    assert {line.split("/")[1].split("-")[0] for line in lock.read_text().splitlines()[2:]} == {"cmake", "ninja", "python", "python_abi"}
+    assert {line.split("/")[1].split("-")[0] for line in lock.read_text().splitlines()[2:]} == {
+        "cmake",
+        "ninja",
+        "python",
+        "python_abi",
+    }
     built = _build(recipes_copy, out)
     assert built.returncode == 0, (built.stdout + built.stderr)[-4000:]
     cell = out / "cpu-py311"
-    assert {p.name.rsplit("-", 2)[0] for p in (cell / "envs" / "build" / "conda-meta").glob("*.json")} == {"cmake", "ninja", "python", "python_abi"}
+    assert {p.name.rsplit("-", 2)[0] for p in (cell / "envs" / "build" / "conda-meta").glob("*.json")} == {
+        "cmake",
+        "ninja",
+        "python",
+        "python_abi",
+    }
     report = json.loads((cell / "report.json").read_text())
     pre = next(s for s in report["steps"] if s["step"] == "pre-checks")
-    assert any(c["name"] == "conda-lock" and c["verdict"] == "pass" and "fits its specs" in c["detail"] for c in pre["checks"]), pre
+    assert any(
+        c["name"] == "conda-lock" and c["verdict"] == "pass" and "fits its specs" in c["detail"] for c in pre["checks"]
+    ), pre
     env = next(s for s in report["steps"] if s["step"] == "prepare-env")
     assert any(c["name"] == "conda-env" and "4 conda packages (cmake 4." in c["detail"] for c in env["checks"]), env
     (build_log,) = (cell / "logs").glob("*-example-cpp-ops-build.log")
     text = build_log.read_text()
     viewed = any(c["name"] == "stable-paths" and c["verdict"] == "pass" for c in pre["checks"])
     seen = VIEW_ROOT if viewed else cell  # the build sees the cell where pre-checks say
-    assert f"# env CONDA_PREFIX={seen / 'envs' / 'build'}" in text and f"{seen / 'envs' / 'build' / 'bin' / 'python'} -m build --wheel" in text
+    assert (
+        f"# env CONDA_PREFIX={seen / 'envs' / 'build'}" in text
+        and f"{seen / 'envs' / 'build' / 'bin' / 'python'} -m build --wheel" in text
+    )
     assert list((cell / "dist").glob("example_cpp_ops-0.1.0+cpu-*.whl"))
     path = f"{cell / 'envs' / 'build' / 'bin'}:/usr/bin:/bin"
     tools = subprocess.run(["cmake", "--version"], env={"PATH": path}, capture_output=True, text=True, check=False)
-    assert tools.returncode == 0 and "cmake version 4." in tools.stdout, "the conda package's console script runs, with the env's python"
+    assert tools.returncode == 0 and "cmake version 4." in tools.stdout, (
+        "the conda package's console script runs, with the env's python"
+    )
 
     _the_package_installs_into_a_fresh_env(recipes_copy, out, tmp_path / "fresh")
     other = tmp_path / "other-bytes.txt"
     other.write_text(lock.read_text().replace(lock.read_text().splitlines()[2].split("sha256:")[1], "0" * 64))
     refused = wheelmill("--recipes", recipes_copy, "conda", "create", tmp_path / "refused", "--lock", other, output=out)
-    assert refused.returncode == 7 and refused.stderr.count("\n") == 1 and f"{other} locks {'0' * 64}" in refused.stderr, refused.stderr
+    assert (
+        refused.returncode == 7 and refused.stderr.count("\n") == 1 and f"{other} locks {'0' * 64}" in refused.stderr
+    ), refused.stderr
 
     envs_toml = recipes_copy / "conda" / "envs.toml"
     envs_toml.write_text(envs_toml.read_text().replace(', "cmake"]', "]"))
     stale = _build(recipes_copy, tmp_path / "stale", WHEELMILL_CONDA_CHANNELS=str(out / "index" / "conda" / "cpu"))
     assert stale.returncode == 5, stale.stdout + stale.stderr
-    assert stale.stderr.count("\n") == 1 and f"conda-lock: {lock} was made for other specs" in stale.stderr, stale.stderr
+    assert stale.stderr.count("\n") == 1 and f"conda-lock: {lock} was made for other specs" in stale.stderr, (
+        stale.stderr
+    )
     assert "wheelmill conda lock --cell cpu-py311" in stale.stderr
     assert not (tmp_path / "stale" / "cpu-py311" / "envs").exists(), "nothing was made"
 
     none = _build(recipes_copy, tmp_path / "none")
-    assert none.returncode == 5 and none.stderr.count("\n") == 1 and "conda-lock: conda: no conda channel under" in none.stderr, none.stderr
+    assert (
+        none.returncode == 5
+        and none.stderr.count("\n") == 1
+        and "conda-lock: conda: no conda channel under" in none.stderr
+    ), none.stderr
     shutil.copyfile(ROOT / "recipes" / "conda" / "envs.toml", envs_toml)
     gone = _build(recipes_copy, tmp_path / "gone", WHEELMILL_CONDA_CHANNELS="http://127.0.0.1:9/conda/cpu")
     assert gone.returncode == 5, gone.stdout + gone.stderr
-    assert gone.stderr.count("\n") == 1 and "cannot read a channel of http://127.0.0.1:9/conda/cpu" in gone.stderr, gone.stderr
+    assert gone.stderr.count("\n") == 1 and "cannot read a channel of http://127.0.0.1:9/conda/cpu" in gone.stderr, (
+        gone.stderr
+    )
     first = json.loads((tmp_path / "gone" / "cpu-py311" / "report.json").read_text())["steps"][0]
     assert first["step"] == "pre-checks" and first["status"] == "failed"
 
@@ -198,12 +316,20 @@ def test_the_cpu_example_builds_in_a_conda_env_made_from_a_locked_local_channel(
 def _the_package_installs_into_a_fresh_env(recipes: Path, out: Path, fresh: Path) -> None:
     """What the conda env built, as a conda package, into a fresh env with the channel's
     torch (seeded from the cell's wheel channel), its operator run."""
-    closure = wheelmill("--recipes", recipes, "conda", "seed", "--cell", "cpu-py311", output=out, env={"WHEELMILL_ENGINE": "none"})
+    closure = wheelmill(
+        "--recipes", recipes, "conda", "seed", "--cell", "cpu-py311", output=out, env={"WHEELMILL_ENGINE": "none"}
+    )
     assert closure.returncode == 0, closure.stdout + closure.stderr
     made = wheelmill("--recipes", recipes, "conda", "create", fresh, "example-cpp-ops", output=out)
-    assert made.returncode == 0 and "example-cpp-ops 0.1.0 cpu_py311_0" in made.stdout and "torch 2.13.0 cpu_py311_0" in made.stdout, made.stdout + made.stderr
+    assert (
+        made.returncode == 0
+        and "example-cpp-ops 0.1.0 cpu_py311_0" in made.stdout
+        and "torch 2.13.0 cpu_py311_0" in made.stdout
+    ), made.stdout + made.stderr
     op = "import torch, example_cpp_ops; print(torch.ops.example_ops.rms_norm(torch.ones(2, 3), torch.ones(3), 1e-6).round(decimals=3).tolist())"
-    ran = subprocess.run([fresh / "bin" / "python", "-c", op], capture_output=True, text=True, check=False, env={"PATH": "/usr/bin:/bin"})
+    ran = subprocess.run(
+        [fresh / "bin" / "python", "-c", op], capture_output=True, text=True, check=False, env={"PATH": "/usr/bin:/bin"}
+    )
     assert ran.returncode == 0 and ran.stdout.strip() == "[[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]", ran.stdout + ran.stderr
 
 
@@ -215,7 +341,18 @@ def test_the_cpu_example_builds_in_a_conda_env_inside_its_container(recipes_copy
     shutil.copytree(ROOT / "locks", tmp_path / "locks", ignore=shutil.ignore_patterns("conda"))
     shutil.copytree(ROOT / "containers", tmp_path / "containers")
     out, engine = tmp_path / "out", {"WHEELMILL_ENGINE": "podman"}
-    seeded = wheelmill("--recipes", recipes_copy, "conda", "seed", "--cell", "cpu-py311", "--build-env", output=out, env=engine, timeout=3600)
+    seeded = wheelmill(
+        "--recipes",
+        recipes_copy,
+        "conda",
+        "seed",
+        "--cell",
+        "cpu-py311",
+        "--build-env",
+        output=out,
+        env=engine,
+        timeout=3600,
+    )
     assert seeded.returncode == 0, seeded.stdout + seeded.stderr
     assert "the builder image of cpu-py311" in seeded.stdout and "image-python" in seeded.stdout, seeded.stdout
     locked = wheelmill("--recipes", recipes_copy, "conda", "lock", "--cell", "cpu-py311", output=out)
@@ -224,7 +361,17 @@ def test_the_cpu_example_builds_in_a_conda_env_inside_its_container(recipes_copy
     assert built.returncode == 0, (built.stdout + built.stderr)[-4000:]
     (build_log,) = (out / "cpu-py311" / "logs").glob("*-example-cpp-ops-build.log")
     text = build_log.read_text()
-    assert "# in container wheelmill-cpu-py311-" in text and " /wheelmill/envs/build/bin/python -m build --wheel " in text
+    assert (
+        "# in container wheelmill-cpu-py311-" in text and " /wheelmill/envs/build/bin/python -m build --wheel " in text
+    )
     assert "# env CONDA_PREFIX=/wheelmill/envs/build" in text
     assert list((out / "cpu-py311" / "dist").glob("example_cpp_ops-0.1.0+cpu-*.whl"))
-    assert subprocess.run([podman, "ps", "-aq", "--filter", "label=wheelmill.cell=cpu-py311"], capture_output=True, text=True, check=True).stdout.strip() == ""
+    assert (
+        subprocess.run(
+            [podman, "ps", "-aq", "--filter", "label=wheelmill.cell=cpu-py311"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        == ""
+    )

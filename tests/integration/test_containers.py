@@ -53,7 +53,9 @@ def engine(request: pytest.FixtureRequest) -> tuple[str, str]:
     return request.param, answering(request.param)
 
 
-def build(output: Path, *args: str, engine: str = "podman", recipes: Path | None = None, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
+def build(
+    output: Path, *args: str, engine: str = "podman", recipes: Path | None = None, timeout: float = 3600
+) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "WHEELMILL_OUTPUT": str(output)}
     prefix = ["--recipes", str(recipes)] if recipes else []
     command = [sys.executable, "-m", "wheelmill", *prefix, "build", "--engine", engine, *args]
@@ -71,7 +73,10 @@ def step(data: dict[str, Any], name: str, recipe: str | None = None) -> dict[str
 
 def containers_of(podman: str, cell: str) -> list[str]:
     listed = subprocess.run(
-        [podman, "ps", "--all", "--filter", f"label=wheelmill.cell={cell}", "--format", "{{.Names}}"], capture_output=True, text=True, check=True
+        [podman, "ps", "--all", "--filter", f"label=wheelmill.cell={cell}", "--format", "{{.Names}}"],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return listed.stdout.split()
 
@@ -81,11 +86,19 @@ def test_nox_builds_the_cpu_cell_in_a_container(podman: str, tmp_path: Path) -> 
     env = {**os.environ, "WHEELMILL_OUTPUT": str(tmp_path)}
     env.pop("WHEELMILL_ENGINE", None)
     result = subprocess.run(
-        [sys.executable, "-m", "nox", "--no-color", "-s", "build-cpu-py311"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600, check=False
+        [sys.executable, "-m", "nox", "--no-color", "-s", "build-cpu-py311"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=False,
     )
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     data = report(tmp_path, "cpu-py311")
-    assert data["engine"] == "podman" and data["facts"]["image"]["tag"].startswith("localhost/wheelmill-builder:builder-py311-")
+    assert data["engine"] == "podman" and data["facts"]["image"]["tag"].startswith(
+        "localhost/wheelmill-builder:builder-py311-"
+    )
     assert data["facts"]["python"] == "/opt/python/3.11/bin/python3.11"
     assert all(s["status"] == "ok" for s in data["steps"])
     assert not [c for s in data["steps"] for c in s["checks"] if c["verdict"] == "fail"]
@@ -100,7 +113,9 @@ def test_the_container_glibc_sets_the_platform_tag(podman: str, tmp_path: Path) 
     """The same recipe built here and in the container: two tags, the container's older."""
     tags = {}
     for engine in ("none", "podman"):
-        result = build(tmp_path / engine, "--cell", "cpu-py311", "--recipe", "example-cpp-ops", "--no-publish", engine=engine)
+        result = build(
+            tmp_path / engine, "--cell", "cpu-py311", "--recipe", "example-cpp-ops", "--no-publish", engine=engine
+        )
         assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
         (wheel,) = (tmp_path / engine / "cpu-py311" / "dist").glob("*.whl")
         (tags[engine],) = read_wheel(wheel).platforms
@@ -140,7 +155,9 @@ def test_two_cells_in_one_run_each_end_in_their_container_while_the_next_starts(
     """A CPU and a CUDA cell, two images: the first cell's last steps (its install test,
     then its container's removal) run beside the second cell's start, and the terminal still
     reads in order, each cell's lines and summary before the next cell's."""
-    result = build(tmp_path, "--cell", "cpu-py311", "--cell", "cuda130-py311", "--recipe", "example-cpp-ops", "--no-publish")
+    result = build(
+        tmp_path, "--cell", "cpu-py311", "--cell", "cuda130-py311", "--recipe", "example-cpp-ops", "--no-publish"
+    )
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     first, second = report(tmp_path, "cpu-py311"), report(tmp_path, "cuda130-py311")
     assert (first["status"], second["status"]) == ("ok", "ok")
@@ -148,7 +165,9 @@ def test_two_cells_in_one_run_each_end_in_their_container_while_the_next_starts(
     assert step(first, "install-test", "example-cpp-ops")["status"] == "ok"
     assert second["started"] < first["finished"], "the next cell starts while the one before it ends"
     out = result.stdout
-    assert out.index("cpu-py311: ok in") < out.index("wheelmill build cuda130-py311") < out.index("cuda130-py311: ok in")
+    assert (
+        out.index("cpu-py311: ok in") < out.index("wheelmill build cuda130-py311") < out.index("cuda130-py311: ok in")
+    )
     assert "2 cells in" in out and "2 ok" in out
     for cell in ("cpu-py311", "cuda130-py311"):
         assert containers_of(podman, cell) == []
@@ -158,7 +177,18 @@ def test_two_cells_in_one_run_each_end_in_their_container_while_the_next_starts(
 def test_ctrl_c_in_a_container_build_leaves_nothing(engine: tuple[str, str], tmp_path: Path) -> None:
     name, binary = engine
     env = {**os.environ, "WHEELMILL_OUTPUT": str(tmp_path)}
-    command = [sys.executable, "-m", "wheelmill", "build", "--engine", name, "--cell", "cpu-py311", "--recipe", "example-cpp-ops"]
+    command = [
+        sys.executable,
+        "-m",
+        "wheelmill",
+        "build",
+        "--engine",
+        name,
+        "--cell",
+        "cpu-py311",
+        "--recipe",
+        "example-cpp-ops",
+    ]
     build_log = tmp_path / "cpu-py311" / "logs" / "*-example-cpp-ops-build.log"
     before = temporary_directories()
     returncode, err = interrupt_mid_compile(command, cwd=ROOT, env=env, build_log=build_log, wait=900, stop_within=120)
@@ -176,10 +206,14 @@ def temporary_directories() -> set[Path]:
     return {p for p in Path(tempfile.gettempdir()).glob("wheelmill-*") if p.is_dir()}
 
 
-def test_a_lock_made_for_other_inputs_stops_the_cell_before_anything_builds(podman: str, recipes_copy: Path, tmp_path: Path) -> None:
+def test_a_lock_made_for_other_inputs_stops_the_cell_before_anything_builds(
+    podman: str, recipes_copy: Path, tmp_path: Path
+) -> None:
     locks = recipes_copy.parent / "locks"
     locks.mkdir()
-    (locks / "cpu-py311.txt").write_text("# wheelmill lock of cpu-py311; inputs sha256:" + "0" * 64 + "\ntorch==2.13.0+cpu\n")
+    (locks / "cpu-py311.txt").write_text(
+        "# wheelmill lock of cpu-py311; inputs sha256:" + "0" * 64 + "\ntorch==2.13.0+cpu\n"
+    )
     (recipes_copy.parent / "containers").symlink_to(ROOT / "containers")
     started = time.monotonic()
     result = build(tmp_path / "out", "--cell", "cpu-py311", recipes=recipes_copy)
@@ -208,11 +242,15 @@ def test_a_cpython_source_out_of_reach_is_named_with_its_fix(podman: str, recipe
     assert "fix: mirror it and set its url in containers/pins.toml" in line
     data = report(tmp_path / "out", "cpu-py311")
     assert step(data, "prepare-image")["status"] == "failed"
-    assert {s["status"] for s in data["steps"] if s["step"] not in {"pre-checks", "build-keys", "prepare-image"}} == {"skipped"}
+    assert {s["status"] for s in data["steps"] if s["step"] not in {"pre-checks", "build-keys", "prepare-image"}} == {
+        "skipped"
+    }
     assert containers_of(podman, "cpu-py311") == []
     tag = re.search(r"building (localhost/wheelmill-builder:builder-py311-\w+) failed", line)
     assert tag, line
-    images = subprocess.run([podman, "images", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True, check=True).stdout.split()
+    images = subprocess.run(
+        [podman, "images", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert tag.group(1) not in images
 
 
@@ -222,7 +260,9 @@ def test_pins_refresh_against_a_real_registry(podman: str, tmp_path: Path) -> No
         try:
             _pin_refresh(podman, f"{address}/wheelmill-test/tiny", tmp_path)
         finally:
-            subprocess.run([podman, "rmi", "--force", f"{address}/wheelmill-test/tiny:1.0"], capture_output=True, check=False)
+            subprocess.run(
+                [podman, "rmi", "--force", f"{address}/wheelmill-test/tiny:1.0"], capture_output=True, check=False
+            )
 
 
 def _pin_refresh(podman: str, image: str, tmp_path: Path) -> None:
@@ -237,7 +277,10 @@ def _pin_refresh(podman: str, image: str, tmp_path: Path) -> None:
     deadline = time.monotonic() + 20
     while True:
         pushed = subprocess.run(
-            [podman, "push", "--tls-verify=false", "--digestfile", str(tmp_path / "digest"), f"{image}:1.0"], capture_output=True, text=True, check=False
+            [podman, "push", "--tls-verify=false", "--digestfile", str(tmp_path / "digest"), f"{image}:1.0"],
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if pushed.returncode == 0 or time.monotonic() > deadline:
             break
@@ -255,6 +298,9 @@ def _pin_refresh(podman: str, image: str, tmp_path: Path) -> None:
     text = pins.read_text()
     assert f'digest = "{expected}"' in text and 'tag = "1.0"' in text and "# the base" in text
     script = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "update_pins.py"), "--pins", str(pins), "--dry-run"], capture_output=True, text=True, check=False
+        [sys.executable, str(ROOT / "scripts" / "update_pins.py"), "--pins", str(pins), "--dry-run"],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert f"tiny: {image}:1.0 -> {expected}" in script.stdout, script.stderr

@@ -25,8 +25,14 @@ def test_deepspeed_and_xformers_build_in_the_cpu_cell(tmp_path: Path) -> None:
     print(result.stdout)  # the summary tables, with times: what docs/benchmarks.md quotes
     data = assert_cell_built(tmp_path, "cpu-py311", {"deepspeed", "xformers"}, "cpu", "2.13.0+cpu")
     checks = {(step["recipe"], c["name"]): c for step in data["steps"] for c in step["checks"]}
-    assert checks[("deepspeed", "smoke")]["verdict"] == "pass" and "cpu_adam step" in checks[("deepspeed", "smoke")]["detail"]
-    assert checks[("xformers", "smoke")]["verdict"] == "pass" and "with its C++ library" in checks[("xformers", "smoke")]["detail"]
+    assert (
+        checks[("deepspeed", "smoke")]["verdict"] == "pass"
+        and "cpu_adam step" in checks[("deepspeed", "smoke")]["detail"]
+    )
+    assert (
+        checks[("xformers", "smoke")]["verdict"] == "pass"
+        and "with its C++ library" in checks[("xformers", "smoke")]["detail"]
+    )
     assert "patched with deepspeed-cpu-target.patch" in checks[("deepspeed", "source")]["detail"]
     wheels = {r["name"]: Path(r["wheel"]["path"]) for r in data["recipes"]}
     with zipfile.ZipFile(wheels["deepspeed"]) as zf:
@@ -37,13 +43,23 @@ def test_deepspeed_and_xformers_build_in_the_cpu_cell(tmp_path: Path) -> None:
         library.write_bytes(zf.read(op))
     # Built for the named CPU target, not the build machine's: no AVX-512 register in it.
     if shutil.which("objdump"):
-        listing = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(library)], capture_output=True, text=True, check=True).stdout
+        listing = subprocess.run(
+            ["objdump", "-d", "--no-show-raw-insn", str(library)], capture_output=True, text=True, check=True
+        ).stdout
         assert "%zmm" not in listing and "ymm" in listing
 
 
 def _git(*args: str, cwd: Path) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
-    done = subprocess.run(["git", "-c", "protocol.file.allow=always", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True)
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.invalid",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.invalid",
+    }
+    done = subprocess.run(
+        ["git", "-c", "protocol.file.allow=always", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True
+    )
     return done.stdout.strip()
 
 
@@ -71,7 +87,14 @@ def test_git_source_is_fetched_from_its_mirror(tmp_path: Path) -> None:
     work = _bare_mirror(mirror, "cpp-ops", ROOT / "extensions" / "cpp-ops")
     # Added from the mirror, then declared with its upstream URL, as a real .gitmodules says.
     _git("submodule", "add", "-q", f"file://{mirror / 'vendor.git'}", "third_party/vendor", cwd=work)
-    _git("config", "-f", ".gitmodules", "submodule.third_party/vendor.url", "https://git.example.invalid/example/vendor.git", cwd=work)
+    _git(
+        "config",
+        "-f",
+        ".gitmodules",
+        "submodule.third_party/vendor.url",
+        "https://git.example.invalid/example/vendor.git",
+        cwd=work,
+    )
     _git("commit", "-q", "-am", "vendor submodule", cwd=work)
     _git("push", "-q", str(mirror / "cpp-ops.git"), "main", cwd=work)
     rev = _git("rev-parse", "HEAD", cwd=work)
@@ -79,7 +102,10 @@ def test_git_source_is_fetched_from_its_mirror(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "recipes", recipes, ignore=shutil.ignore_patterns("*.toml"))
     shutil.copy(ROOT / "recipes" / "matrix.toml", recipes)
     recipe = (ROOT / "recipes" / "example-cpp-ops.toml").read_text()
-    recipe = recipe.replace('path = "../extensions/cpp-ops"', f'git = "https://git.example.invalid/example/cpp-ops.git"\nrev = "{rev}"\nsubmodules = true')
+    recipe = recipe.replace(
+        'path = "../extensions/cpp-ops"',
+        f'git = "https://git.example.invalid/example/cpp-ops.git"\nrev = "{rev}"\nsubmodules = true',
+    )
     # The smoke tests came with the source tree; the source is now the checkout.
     (recipes / "example-cpp-ops.toml").write_text(recipe)
     output = tmp_path / "out"
@@ -90,7 +116,17 @@ def test_git_source_is_fetched_from_its_mirror(tmp_path: Path) -> None:
         "WHEELMILL_ENGINE": "none",
         "WHEELMILL_GIT_MIRRORS": f"https://git.example.invalid/=file://{tmp_path / 'mirror'}/",
     }
-    command = [sys.executable, "-m", "wheelmill", "build", "--cell", "cpu-py311", "--recipe", "example-cpp-ops", "--no-publish"]
+    command = [
+        sys.executable,
+        "-m",
+        "wheelmill",
+        "build",
+        "--cell",
+        "cpu-py311",
+        "--recipe",
+        "example-cpp-ops",
+        "--no-publish",
+    ]
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800, check=False)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     data = report(output, "cpu-py311")
@@ -117,7 +153,9 @@ def test_deepspeed_builds_for_one_arch_into_its_slim_channel(tmp_path: Path) -> 
     result = nox("build-cuda130-sm90-py311", tmp_path, "--recipe", "deepspeed")
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     print(result.stdout)
-    data = assert_cell_built(tmp_path, "cuda130-sm90-py311", {"deepspeed"}, "cu130.sm90", "2.14.1", channel_name="cu130-sm90")
+    data = assert_cell_built(
+        tmp_path, "cuda130-sm90-py311", {"deepspeed"}, "cu130.sm90", "2.14.1", channel_name="cu130-sm90"
+    )
     checks = {(step["recipe"], c["name"]): c for step in data["steps"] for c in step["checks"]}
     assert checks[("deepspeed", "device-code")]["detail"] == "2 libraries carry exactly 9.0"
     assert "'fused_adam', 'fused_lamb'" in checks[("deepspeed", "smoke")]["detail"]

@@ -43,7 +43,10 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 def sdist_bytes(name: str = "flaky_pkg", version: str = "1.0") -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tf:
-        for path, text in {"setup.py": "from setuptools import setup\nsetup()\n", "PKG-INFO": f"Name: {name}\nVersion: {version}\n"}.items():
+        for path, text in {
+            "setup.py": "from setuptools import setup\nsetup()\n",
+            "PKG-INFO": f"Name: {name}\nVersion: {version}\n",
+        }.items():
             data = text.encode()
             info = tarfile.TarInfo(f"{name}-{version}/{path}")
             info.size = len(data)
@@ -88,7 +91,11 @@ class FlakyServer:
                 elif file_requests <= behaviour.failures:
                     self._fail()
                 else:
-                    self._send(200, behaviour.payload[::-1] if behaviour.corrupt else behaviour.payload, "application/octet-stream")
+                    self._send(
+                        200,
+                        behaviour.payload[::-1] if behaviour.corrupt else behaviour.payload,
+                        "application/octet-stream",
+                    )
 
             def _index(self) -> None:
                 if self.path.rstrip("/") != "/simple/flaky-pkg":
@@ -98,7 +105,13 @@ class FlakyServer:
                 page = {
                     "meta": {"api-version": "1.1"},
                     "name": "flaky-pkg",
-                    "files": [{"filename": "flaky_pkg-1.0.tar.gz", "url": "/files/flaky_pkg-1.0.tar.gz", "hashes": {"sha256": digest}}],
+                    "files": [
+                        {
+                            "filename": "flaky_pkg-1.0.tar.gz",
+                            "url": "/files/flaky_pkg-1.0.tar.gz",
+                            "hashes": {"sha256": digest},
+                        }
+                    ],
                 }
                 self._send(200, json.dumps(page).encode(), "application/vnd.pypi.simple.v1+json")
 
@@ -136,7 +149,9 @@ class FlakyServer:
         self.httpd.server_close()
 
 
-def fetch_once(tmp_path: Path, source: str, *, attempts: int = 4, env: dict[str, str] | None = None) -> tuple[StepRecord, Path]:
+def fetch_once(
+    tmp_path: Path, source: str, *, attempts: int = 4, env: dict[str, str] | None = None
+) -> tuple[StepRecord, Path]:
     """Run the fetch step of a recipe with ``source`` (TOML lines) in a fresh cell layout."""
     recipes = tmp_path / "recipes"
     if not recipes.exists():
@@ -144,7 +159,9 @@ def fetch_once(tmp_path: Path, source: str, *, attempts: int = 4, env: dict[str,
         shutil.copy(ROOT / "recipes" / "matrix.toml", recipes)
     (recipes / "flaky-pkg.toml").write_text(f'name = "flaky-pkg"\n[source]\n{source}\n')
     matrix = load_matrix(recipes / "matrix.toml")
-    settings = Settings.from_environ({"WHEELMILL_RETRIES": str(attempts), "WHEELMILL_RETRY_DELAY": "0.01", **(env or {})})
+    settings = Settings.from_environ(
+        {"WHEELMILL_RETRIES": str(attempts), "WHEELMILL_RETRY_DELAY": "0.01", **(env or {})}
+    )
     cell_plan = plan_cell(matrix, load_recipes(recipes), matrix.cell("cpu-py311"), ["flaky-pkg"], settings)
     layout = CellLayout(output=tmp_path / "wheels", cell="cpu-py311")
     run = RunContext(plan=cell_plan, settings=settings, layout=layout, engine=None, on_line=lambda line: None)
@@ -154,7 +171,15 @@ def fetch_once(tmp_path: Path, source: str, *, attempts: int = 4, env: dict[str,
     report.steps.append(StepRecord(step=cell_plan.steps[0], status=Status.OK, made=(sources,)))
     step = next(s for s in cell_plan.steps if s.kind is StepKind.FETCH)
     with ExitStack() as held:
-        record = run_step(run, step, where=host(settings), report=report, position=(1, 1), ui=UI(make_console(io.StringIO())), hold=held.enter_context)
+        record = run_step(
+            run,
+            step,
+            where=host(settings),
+            report=report,
+            position=(1, 1),
+            ui=UI(make_console(io.StringIO())),
+            hold=held.enter_context,
+        )
     return record, layout.cache
 
 
@@ -174,7 +199,9 @@ def url_source(server: FlakyServer, payload: bytes) -> str:
 
 
 @pytest.mark.parametrize("failure", ["503", "drop", "short"])
-def test_transient_failures_within_the_budget_succeed(tmp_path: Path, serve: FlakyServer, payload: bytes, failure: str) -> None:
+def test_transient_failures_within_the_budget_succeed(
+    tmp_path: Path, serve: FlakyServer, payload: bytes, failure: str
+) -> None:
     serve.behaviour.failures, serve.behaviour.failure = 2, failure
     record, cache = fetch_once(tmp_path, url_source(serve, payload), attempts=4)
     assert record.status is Status.OK, record.error
@@ -252,11 +279,19 @@ def test_a_cached_download_is_verified_and_reused(tmp_path: Path, serve: FlakySe
 def git_repo(tmp_path: Path) -> tuple[Path, str]:
     repo = tmp_path / "upstream"
     repo.mkdir()
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"}
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+        "PATH": "/usr/bin:/bin",
+    }
     (repo / "setup.py").write_text("from setuptools import setup\nsetup(name='from-git')\n")
     for argv in (["git", "init", "-q"], ["git", "add", "."], ["git", "commit", "-q", "-m", "first"]):
         subprocess.run(argv, cwd=repo, env=env, check=True)
-    rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+    rev = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True
+    ).stdout.strip()
     return repo, rev
 
 
@@ -266,7 +301,9 @@ def test_git_source_checks_out_the_pinned_commit(tmp_path: Path) -> None:
     assert record.status is Status.OK, record.error
     checkout = tmp_path / "wheels" / "cpu-py311" / "src" / "flaky-pkg"
     assert (checkout / "setup.py").is_file()
-    head = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert head == rev
 
 

@@ -18,7 +18,9 @@ EMPTY_NATIVE = "#pragma once\nnamespace at { namespace native { } }\n"
 
 
 def preprocessed(root: Path) -> str:
-    done = subprocess.run(["g++", "-E", "-I", str(root / "include"), str(root / "main.cpp")], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        ["g++", "-E", "-I", str(root / "include"), str(root / "main.cpp")], capture_output=True, text=True, check=True
+    )
     return "\n".join(line.replace(str(root), "ROOT") for line in done.stdout.splitlines())
 
 

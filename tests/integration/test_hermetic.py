@@ -38,7 +38,11 @@ setup(name="downloader", version="1.0", py_modules=["downloader"])
 
 
 def sdist(url: str) -> bytes:
-    files = {"setup.py": SETUP.format(url=url), "downloader.py": "X = 1\n", "PKG-INFO": "Metadata-Version: 2.1\nName: downloader\nVersion: 1.0\n"}
+    files = {
+        "setup.py": SETUP.format(url=url),
+        "downloader.py": "X = 1\n",
+        "PKG-INFO": "Metadata-Version: 2.1\nName: downloader\nVersion: 1.0\n",
+    }
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tf:
         for name, text in files.items():
@@ -103,7 +107,9 @@ def repo(tmp_path: Path, server: Loopback) -> Path:
 
 
 @pytest.mark.parametrize("engine", ["none", "podman", "docker"])
-def test_a_build_that_reaches_for_the_network_gets_none_and_says_so(tmp_path: Path, loopback: Loopback, engine: str) -> None:
+def test_a_build_that_reaches_for_the_network_gets_none_and_says_so(
+    tmp_path: Path, loopback: Loopback, engine: str
+) -> None:
     if engine != "none":
         try:
             detect(engine)
@@ -111,10 +117,24 @@ def test_a_build_that_reaches_for_the_network_gets_none_and_says_so(tmp_path: Pa
             pytest.skip(exc.one_line())
     root = repo(tmp_path, loopback)
     env = {**os.environ, "WHEELMILL_OUTPUT": str(tmp_path / "out")}
-    command = [sys.executable, "-m", "wheelmill", "build", "--cell", "cpu-py311", "--recipe", "downloader", "--engine", engine, "--no-publish"]
+    command = [
+        sys.executable,
+        "-m",
+        "wheelmill",
+        "build",
+        "--cell",
+        "cpu-py311",
+        "--recipe",
+        "downloader",
+        "--engine",
+        engine,
+        "--no-publish",
+    ]
     result = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, check=False, timeout=1800)
     assert result.returncode == BuildError.exit_code, (result.stdout + result.stderr)[-3000:]
     (line,) = result.stderr.strip().splitlines()
-    assert "downloader/build: downloader: the build tried to reach the network, which a build step does not have" in line, line
+    assert (
+        "downloader/build: downloader: the build tried to reach the network, which a build step does not have" in line
+    ), line
     assert "could not download the prebuilt binary" in line and "fix: " in line
     assert loopback.requests == ["/files/downloader-1.0.tar.gz"], "the fetch reached the server, the build did not"

@@ -73,11 +73,15 @@ def remove(*references: str) -> None:
 
 
 def tagged() -> set[str]:
-    listed = subprocess.run([podman(), "images", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True, check=True).stdout
+    listed = subprocess.run(
+        [podman(), "images", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True, check=True
+    ).stdout
     return {line for line in listed.splitlines() if "<none>" not in line}
 
 
-def test_runtime_and_extras_images_install_from_the_channel_alone_and_pass_every_tier(built: Path, registry: str) -> None:
+def test_runtime_and_extras_images_install_from_the_channel_alone_and_pass_every_tier(
+    built: Path, registry: str
+) -> None:
     done = nox("image-cpu-py311-runtime", built, "--push", registry)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     out = done.stdout
@@ -88,7 +92,11 @@ def test_runtime_and_extras_images_install_from_the_channel_alone_and_pass_every
             tag = str(image["reference"]).rsplit(":", 1)[1]
             assert len(tag) <= 128 and tag.endswith("-cpu-torch2.13.0-py3.11"), tag
             labels = image["labels"]
-            assert isinstance(labels, dict) and labels["io.wheelmill.channel"] == "cpu" and labels["io.wheelmill.torch"] == "2.13.0+cpu"
+            assert (
+                isinstance(labels, dict)
+                and labels["io.wheelmill.channel"] == "cpu"
+                and labels["io.wheelmill.torch"] == "2.13.0+cpu"
+            )
         assert "-runtime-extras-" in str(made["runtime-extras"]["reference"])
         extras = made["runtime-extras"]["labels"]
         assert isinstance(extras, dict)
@@ -114,7 +122,9 @@ def test_runtime_and_extras_images_install_from_the_channel_alone_and_pass_every
             pushed = str(image["pushed"])
             assert pushed.startswith(f"{registry}/wheelmill@sha256:"), pushed
             remove(f"{registry}/wheelmill:{str(image['reference']).rsplit(':', 1)[1]}")
-            pulled = subprocess.run([podman(), "pull", "--tls-verify=false", pushed], capture_output=True, text=True, check=False)
+            pulled = subprocess.run(
+                [podman(), "pull", "--tls-verify=false", pushed], capture_output=True, text=True, check=False
+            )
             assert pulled.returncode == 0, pulled.stderr
             remove(pushed)
     finally:

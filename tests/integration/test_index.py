@@ -74,9 +74,18 @@ def served(index_root: Path, tmp_path: Path) -> Iterator[Served]:
     server.close()
 
 
-def wheelmill(index_root: Path, *args: str, check: bool = True, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def wheelmill(
+    index_root: Path, *args: str, check: bool = True, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     environment = {**os.environ, "WHEELMILL_INDEX_ROOT": str(index_root), **(env or {})}
-    result = subprocess.run([sys.executable, "-m", "wheelmill", *args], env=environment, capture_output=True, text=True, check=False, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "wheelmill", *args],
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
     if check and result.returncode != 0:
         raise AssertionError(f"wheelmill {' '.join(args)} exited {result.returncode}: {result.stderr[-2000:]}")
     return result
@@ -86,7 +95,14 @@ def isolated_env(**extra: str) -> dict[str, str]:
     """No pip or uv configuration of this machine: only what a test passes (the run's uv
     cache stays, see conftest)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_")) or k == "UV_CACHE_DIR"}
-    return {**env, "PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never", **extra}
+    return {
+        **env,
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "UV_NO_CONFIG": "1",
+        "UV_PYTHON_DOWNLOADS": "never",
+        **extra,
+    }
 
 
 def venv(path: Path) -> Path:
@@ -100,14 +116,31 @@ def pip(python: Path, *args: str, env: dict[str, str] | None = None) -> subproce
     return subprocess.run(argv, env=env or isolated_env(), capture_output=True, text=True, check=False, timeout=600)
 
 
-def uv(*args: str, env: dict[str, str] | None = None, input_text: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([uv_bin(), *args], env=env or isolated_env(), input=input_text, capture_output=True, text=True, check=False, timeout=600)
+def uv(
+    *args: str, env: dict[str, str] | None = None, input_text: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [uv_bin(), *args],
+        env=env or isolated_env(),
+        input=input_text,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
 
 
 def small_wheels(directory: Path) -> tuple[Path, Path]:
-    lib = make_wheel(directory, "wm-lib", "1.0", tag=ANY, requires_python=">=3.9", files={"wm_lib/__init__.py": b"VALUE = 41\n"})
+    lib = make_wheel(
+        directory, "wm-lib", "1.0", tag=ANY, requires_python=">=3.9", files={"wm_lib/__init__.py": b"VALUE = 41\n"}
+    )
     app = make_wheel(
-        directory, "wm-app", "1.0+cu118", tag=ANY, requires=["wm-lib==1.0"], files={"wm_app/__init__.py": b"from wm_lib import VALUE\nANSWER = VALUE + 1\n"}
+        directory,
+        "wm-app",
+        "1.0+cu118",
+        tag=ANY,
+        requires=["wm-lib==1.0"],
+        files={"wm_app/__init__.py": b"from wm_lib import VALUE\nANSWER = VALUE + 1\n"},
     )
     return lib, app
 
@@ -118,25 +151,54 @@ def test_pip_and_uv_install_from_the_served_index(served: Served, index_root: Pa
     python = venv(tmp_path / "pip-env")
     result = pip(python, "install", "--index-url", served.simple("cu118"), "wm-app==1.0+cu118")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert subprocess.run([str(python), "-c", "import wm_app; print(wm_app.ANSWER)"], capture_output=True, text=True, check=True).stdout == "42\n"
+    assert (
+        subprocess.run(
+            [str(python), "-c", "import wm_app; print(wm_app.ANSWER)"], capture_output=True, text=True, check=True
+        ).stdout
+        == "42\n"
+    )
     uv_python = venv(tmp_path / "uv-env")
-    result = uv("pip", "install", "--python", str(uv_python), "--index-url", served.simple("cu118"), "wm-app==1.0+cu118")
+    result = uv(
+        "pip", "install", "--python", str(uv_python), "--index-url", served.simple("cu118"), "wm-app==1.0+cu118"
+    )
     assert result.returncode == 0, result.stderr
-    assert subprocess.run([str(uv_python), "-c", "import wm_app; print(wm_app.ANSWER)"], capture_output=True, text=True, check=True).stdout == "42\n"
+    assert (
+        subprocess.run(
+            [str(uv_python), "-c", "import wm_app; print(wm_app.ANSWER)"], capture_output=True, text=True, check=True
+        ).stdout
+        == "42\n"
+    )
     paths = {path for path, status, _bytes in served.requests() if status == 200}
     assert "/cu118/simple/wm-app/" in paths and "/cu118/simple/wm-lib/" in paths
 
 
-def test_resolvers_read_the_metadata_sidecar_not_a_200mb_wheel(served: Served, index_root: Path, tmp_path: Path) -> None:
+def test_resolvers_read_the_metadata_sidecar_not_a_200mb_wheel(
+    served: Served, index_root: Path, tmp_path: Path
+) -> None:
     payload = os.urandom(200 * 1024 * 1024)
-    big = make_wheel(tmp_path / "dist", "wm-big", "1.0", tag=ANY, files={"wm_big/__init__.py": b"", "wm_big/blob.bin": payload}, stored=True)
+    big = make_wheel(
+        tmp_path / "dist",
+        "wm-big",
+        "1.0",
+        tag=ANY,
+        files={"wm_big/__init__.py": b"", "wm_big/blob.bin": payload},
+        stored=True,
+    )
     del payload
     size = big.stat().st_size
     assert size >= 200 * 1024 * 1024
     wheelmill(index_root, "publish", "--channel", "cpu", str(big))
     python = venv(tmp_path / "env")
     result = pip(
-        python, "install", "--dry-run", "--ignore-installed", "--report", str(tmp_path / "report.json"), "--index-url", served.simple("cpu"), "wm-big==1.0"
+        python,
+        "install",
+        "--dry-run",
+        "--ignore-installed",
+        "--report",
+        str(tmp_path / "report.json"),
+        "--index-url",
+        served.simple("cpu"),
+        "wm-big==1.0",
     )
     assert result.returncode == 0, result.stderr
     assert json.loads((tmp_path / "report.json").read_text())["install"][0]["metadata"]["name"] == "wm-big"
@@ -186,14 +248,21 @@ ROOT_SCHEMA = {
     "required": ["meta", "projects"],
     "properties": {
         "meta": {"type": "object", "required": ["api-version"], "properties": {"api-version": {"const": "1.1"}}},
-        "projects": {"type": "array", "items": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}},
+        "projects": {
+            "type": "array",
+            "items": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}},
+        },
     },
 }
 PROJECT_SCHEMA = {
     "type": "object",
     "required": ["meta", "name", "files", "versions"],
     "properties": {
-        "meta": {"type": "object", "required": ["api-version"], "properties": {"api-version": {"type": "string", "pattern": r"^1\.[1-9]"}}},
+        "meta": {
+            "type": "object",
+            "required": ["api-version"],
+            "properties": {"api-version": {"type": "string", "pattern": r"^1\.[1-9]"}},
+        },
         "name": {"type": "string", "pattern": "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"},
         "versions": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
         "files": {
@@ -204,10 +273,18 @@ PROJECT_SCHEMA = {
                 "properties": {
                     "filename": {"type": "string"},
                     "url": {"type": "string"},
-                    "hashes": {"type": "object", "additionalProperties": {"type": "string", "pattern": "^[0-9a-f]+$"}, "required": ["sha256"]},
+                    "hashes": {
+                        "type": "object",
+                        "additionalProperties": {"type": "string", "pattern": "^[0-9a-f]+$"},
+                        "required": ["sha256"],
+                    },
                     "requires-python": {"type": ["string", "null"]},
-                    "core-metadata": {"oneOf": [{"type": "boolean"}, {"type": "object", "additionalProperties": {"type": "string"}}]},
-                    "dist-info-metadata": {"oneOf": [{"type": "boolean"}, {"type": "object", "additionalProperties": {"type": "string"}}]},
+                    "core-metadata": {
+                        "oneOf": [{"type": "boolean"}, {"type": "object", "additionalProperties": {"type": "string"}}]
+                    },
+                    "dist-info-metadata": {
+                        "oneOf": [{"type": "boolean"}, {"type": "object", "additionalProperties": {"type": "string"}}]
+                    },
                     "yanked": {"type": ["boolean", "string"]},
                     "size": {"type": "integer", "minimum": 0},
                     "upload-time": {"type": "string", "pattern": RFC3339},
@@ -225,16 +302,42 @@ def test_uv_exclude_newer_honours_upload_time(served: Served, index_root: Path, 
     time.sleep(1.5)
     wheelmill(index_root, "publish", "--channel", "cpu", str(make_wheel(tmp_path / "b", "wm-lib", "2.0", tag=ANY)))
     env = {**isolated_env(), "UV_CACHE_DIR": str(tmp_path / "uv-cache")}
-    newest = uv("pip", "compile", "-", "--index-url", served.simple("cpu"), "--python-version", "3.11", env=env, input_text="wm-lib\n")
+    newest = uv(
+        "pip",
+        "compile",
+        "-",
+        "--index-url",
+        served.simple("cpu"),
+        "--python-version",
+        "3.11",
+        env=env,
+        input_text="wm-lib\n",
+    )
     older = uv(
-        "pip", "compile", "-", "--index-url", served.simple("cpu"), "--python-version", "3.11", "--exclude-newer", between, env=env, input_text="wm-lib\n"
+        "pip",
+        "compile",
+        "-",
+        "--index-url",
+        served.simple("cpu"),
+        "--python-version",
+        "3.11",
+        "--exclude-newer",
+        between,
+        env=env,
+        input_text="wm-lib\n",
     )
     assert "wm-lib==2.0" in newest.stdout, newest.stderr
     assert "wm-lib==1.0" in older.stdout, older.stderr
 
 
 def test_eight_concurrent_publishers(index_root: Path, tmp_path: Path) -> None:
-    batches = [[make_wheel(tmp_path / f"p{p}", f"wm-p{p}-w{w}" if w % 2 else f"wm-shared-{w}", f"{p}.0", tag=ANY) for w in range(10)] for p in range(8)]
+    batches = [
+        [
+            make_wheel(tmp_path / f"p{p}", f"wm-p{p}-w{w}" if w % 2 else f"wm-shared-{w}", f"{p}.0", tag=ANY)
+            for w in range(10)
+        ]
+        for p in range(8)
+    ]
     env = {**os.environ, "WHEELMILL_INDEX_ROOT": str(index_root)}
     procs = [
         subprocess.Popen(
@@ -262,14 +365,24 @@ def _missing() -> NoReturn:
 
 
 def test_a_publisher_killed_at_any_point_leaves_a_valid_index(index_root: Path, tmp_path: Path) -> None:
-    big = make_wheel(tmp_path / "dist", "wm-big", "1.0", tag=ANY, files={"wm_big/blob.bin": os.urandom(64 * 1024 * 1024)}, stored=True)
+    big = make_wheel(
+        tmp_path / "dist",
+        "wm-big",
+        "1.0",
+        tag=ANY,
+        files={"wm_big/blob.bin": os.urandom(64 * 1024 * 1024)},
+        stored=True,
+    )
     small = make_wheel(tmp_path / "dist", "wm-small", "1.0", tag=ANY)
     channel = Channel(index_root, "cpu")
     wheelmill(index_root, "publish", "--channel", "cpu", str(small))
     env = {**os.environ, "WHEELMILL_INDEX_ROOT": str(index_root)}
     for delay in (0.05, 0.3, 0.6, 0.9, 1.2):
         proc = subprocess.Popen(
-            [sys.executable, "-m", "wheelmill", "publish", "--channel", "cpu", str(big)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            [sys.executable, "-m", "wheelmill", "publish", "--channel", "cpu", str(big)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)
@@ -294,23 +407,51 @@ def test_same_name_other_bytes_is_refused_and_the_same_bytes_are_a_no_op(index_r
     assert (index_root / "cpu" / "files" / first.name).read_bytes() == first.read_bytes()
 
 
-def test_a_yanked_version_is_skipped_by_ranges_and_installed_when_pinned(served: Served, index_root: Path, tmp_path: Path) -> None:
+def test_a_yanked_version_is_skipped_by_ranges_and_installed_when_pinned(
+    served: Served, index_root: Path, tmp_path: Path
+) -> None:
     for version in ("1.0", "1.1"):
-        wheelmill(index_root, "publish", "--channel", "cpu", str(make_wheel(tmp_path / version, "wm-lib", version, tag=ANY)))
+        wheelmill(
+            index_root, "publish", "--channel", "cpu", str(make_wheel(tmp_path / version, "wm-lib", version, tag=ANY))
+        )
     wheelmill(index_root, "yank", "--channel", "cpu", "wm-lib", "1.1", "--reason", "wrong kernels")
     python = venv(tmp_path / "env")
-    ranged = pip(python, "install", "--dry-run", "--ignore-installed", "--report", "-", "--quiet", "--index-url", served.simple("cpu"), "wm-lib>=1.0")
+    ranged = pip(
+        python,
+        "install",
+        "--dry-run",
+        "--ignore-installed",
+        "--report",
+        "-",
+        "--quiet",
+        "--index-url",
+        served.simple("cpu"),
+        "wm-lib>=1.0",
+    )
     assert ranged.returncode == 0, ranged.stderr
     assert json.loads(ranged.stdout)["install"][0]["metadata"]["version"] == "1.0"
     pinned = pip(python, "install", "--index-url", served.simple("cpu"), "wm-lib==1.1")
     assert pinned.returncode == 0, pinned.stderr
     assert "wrong kernels" in pinned.stderr  # pip warns with the reason
     wheelmill(index_root, "unyank", "--channel", "cpu", "wm-lib", "1.1")
-    again = pip(python, "install", "--dry-run", "--ignore-installed", "--report", "-", "--quiet", "--index-url", served.simple("cpu"), "wm-lib>=1.0")
+    again = pip(
+        python,
+        "install",
+        "--dry-run",
+        "--ignore-installed",
+        "--report",
+        "-",
+        "--quiet",
+        "--index-url",
+        served.simple("cpu"),
+        "wm-lib>=1.0",
+    )
     assert json.loads(again.stdout)["install"][0]["metadata"]["version"] == "1.1"
 
 
-def test_consumer_settings_never_take_a_higher_version_from_a_second_index(served: Served, index_root: Path, tmp_path: Path) -> None:
+def test_consumer_settings_never_take_a_higher_version_from_a_second_index(
+    served: Served, index_root: Path, tmp_path: Path
+) -> None:
     wheelmill(index_root, "publish", "--channel", "cu118", str(make_wheel(tmp_path / "ours", "wm-lib", "1.0", tag=ANY)))
     # A second index (no variant's channel, so through the store itself) with a higher version.
     publish(Channel(index_root, "public"), make_wheel(tmp_path / "theirs", "wm-lib", "9.0", tag=ANY))
@@ -318,11 +459,23 @@ def test_consumer_settings_never_take_a_higher_version_from_a_second_index(serve
     # A machine-wide pip configuration that merges a second index (the venv's site config).
     (tmp_path / "env" / "pip.conf").write_text(f"[global]\nextra-index-url = {served.simple('public')}\n")
     pip_conf = tmp_path / "consumer-pip.conf"
-    pip_conf.write_text(wheelmill(index_root, "index", "config", "--channel", "cu118", "--url", served.url, "--form", "pip").stdout)
+    pip_conf.write_text(
+        wheelmill(index_root, "index", "config", "--channel", "cu118", "--url", served.url, "--form", "pip").stdout
+    )
     env = {k: v for k, v in isolated_env().items() if k != "PIP_CONFIG_FILE"}
 
     def resolved(config: Path) -> str:
-        result = pip(python, "install", "--dry-run", "--ignore-installed", "--report", "-", "--quiet", "wm-lib", env={**env, "PIP_CONFIG_FILE": str(config)})
+        result = pip(
+            python,
+            "install",
+            "--dry-run",
+            "--ignore-installed",
+            "--report",
+            "-",
+            "--quiet",
+            "wm-lib",
+            env={**env, "PIP_CONFIG_FILE": str(config)},
+        )
         assert result.returncode == 0, result.stderr
         return str(json.loads(result.stdout)["install"][0]["metadata"]["version"])
 
@@ -332,14 +485,18 @@ def test_consumer_settings_never_take_a_higher_version_from_a_second_index(serve
     naive.write_text(f"[global]\nindex-url = {served.simple('cu118')}\n")
     assert resolved(naive) == "9.0"
     uv_toml = tmp_path / "uv.toml"
-    uv_toml.write_text(wheelmill(index_root, "index", "config", "--channel", "cu118", "--url", served.url, "--form", "uv").stdout)
+    uv_toml.write_text(
+        wheelmill(index_root, "index", "config", "--channel", "cu118", "--url", served.url, "--form", "uv").stdout
+    )
     uv_env = {**isolated_env(), "UV_CACHE_DIR": str(tmp_path / "uv-cache"), "UV_CONFIG_FILE": str(uv_toml)}
     del uv_env["UV_NO_CONFIG"]
     compiled = uv("pip", "compile", "-", "--python-version", "3.11", env=uv_env, input_text="wm-lib\n")
     assert "wm-lib==1.0" in compiled.stdout, compiled.stderr
 
 
-def test_the_server_stays_inside_its_root_and_speaks_http_properly(served: Served, index_root: Path, tmp_path: Path) -> None:
+def test_the_server_stays_inside_its_root_and_speaks_http_properly(
+    served: Served, index_root: Path, tmp_path: Path
+) -> None:
     lib, _app = small_wheels(tmp_path / "dist")
     wheelmill(index_root, "publish", "--channel", "cu118", str(lib))
     (index_root.parent / "secret.txt").write_text("no")
@@ -376,7 +533,11 @@ def test_the_server_stays_inside_its_root_and_speaks_http_properly(served: Serve
     status, headers, body = request("GET", "/cu118/simple/wm-lib/?format=application/vnd.pypi.simple.v1+json")
     assert status == 200 and headers["Content-Type"] == JSON and json.loads(body)["name"] == "wm-lib"
     status, headers, _ = request("GET", "/cu118/simple/wm-lib/", {"Accept": "application/vnd.pypi.simple.v1+html"})
-    assert status == 200 and headers["Content-Type"] == "application/vnd.pypi.simple.v1+html" and headers["Vary"] == "Accept"
+    assert (
+        status == 200
+        and headers["Content-Type"] == "application/vnd.pypi.simple.v1+html"
+        and headers["Vary"] == "Accept"
+    )
     assert request("GET", "/cu118/simple/wm-lib/", {"Accept": "image/png"})[0] == 406
     url = "/cu118/files/" + lib.name
     size = lib.stat().st_size
@@ -420,30 +581,65 @@ def test_nginx_serves_the_same_tree(index_root: Path, tmp_path: Path) -> None:
     port = free_port()
     config = nginx_config(ROOT / "deploy" / "nginx-index.conf", index_root, port, tmp_path / "nginx")
     (tmp_path / "nginx" / "tmp").mkdir()
-    assert subprocess.run([nginx, "-t", "-c", str(config), "-p", str(tmp_path / "nginx")], capture_output=True, text=True, check=False).returncode == 0
+    assert (
+        subprocess.run(
+            [nginx, "-t", "-c", str(config), "-p", str(tmp_path / "nginx")], capture_output=True, text=True, check=False
+        ).returncode
+        == 0
+    )
     errors = (tmp_path / "nginx" / "error.log").open("w")
-    proc = subprocess.Popen([nginx, "-c", str(config), "-p", str(tmp_path / "nginx"), "-g", "daemon off;"], stdout=subprocess.DEVNULL, stderr=errors)
+    proc = subprocess.Popen(
+        [nginx, "-c", str(config), "-p", str(tmp_path / "nginx"), "-g", "daemon off;"],
+        stdout=subprocess.DEVNULL,
+        stderr=errors,
+    )
     try:
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and subprocess.run(["curl", "-sf", "-o", "/dev/null", f"{base}/cu118/simple/"], check=False).returncode != 0:
+        while (
+            time.monotonic() < deadline
+            and subprocess.run(["curl", "-sf", "-o", "/dev/null", f"{base}/cu118/simple/"], check=False).returncode != 0
+        ):
             time.sleep(0.2)
         python = venv(tmp_path / "env")
         result = pip(python, "install", "--index-url", f"{base}/cu118/simple/", "wm-app==1.0+cu118")
         assert result.returncode == 0, result.stderr
         uv_python = venv(tmp_path / "uv-env")
-        assert uv("pip", "install", "--python", str(uv_python), "--index-url", f"{base}/cu118/simple/", "wm-app==1.0+cu118").returncode == 0
+        assert (
+            uv(
+                "pip",
+                "install",
+                "--python",
+                str(uv_python),
+                "--index-url",
+                f"{base}/cu118/simple/",
+                "wm-app==1.0+cu118",
+            ).returncode
+            == 0
+        )
         headers = subprocess.run(
-            ["curl", "-s", "-D", "-", "-o", "/dev/null", "-H", f"Accept: {JSON}", f"{base}/cu118/simple/wm-lib/"], capture_output=True, text=True, check=True
+            ["curl", "-s", "-D", "-", "-o", "/dev/null", "-H", f"Accept: {JSON}", f"{base}/cu118/simple/wm-lib/"],
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout
         assert re.search(rf"Content-Type: {re.escape(JSON)}", headers), headers
         assert "Vary: Accept" in headers
-        page = subprocess.run(["curl", "-s", f"{base}/cu118/simple/wm-lib/?format={JSON}"], capture_output=True, text=True, check=True).stdout
+        page = subprocess.run(
+            ["curl", "-s", f"{base}/cu118/simple/wm-lib/?format={JSON}"], capture_output=True, text=True, check=True
+        ).stdout
         assert json.loads(page)["name"] == "wm-lib"
         for path in ("/cu118/simple/unknown/", "/cu118/.lock", "/cu118/files/nothing.whl", "/elsewhere"):
-            code = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", base + path], capture_output=True, text=True, check=True).stdout
+            code = subprocess.run(
+                ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", base + path],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
             assert code == "404", (path, code)
-        ranged = subprocess.run(["curl", "-s", "-r", "0-9", "-o", "-", f"{base}/cu118/files/{lib.name}"], capture_output=True, check=True).stdout
+        ranged = subprocess.run(
+            ["curl", "-s", "-r", "0-9", "-o", "-", f"{base}/cu118/files/{lib.name}"], capture_output=True, check=True
+        ).stdout
         assert ranged == lib.read_bytes()[:10]
     finally:
         proc.terminate()

@@ -39,7 +39,18 @@ def wheelmill(index_root: Path, *args: str, inject: tuple[str, int] | None = Non
     argv = [sys.executable, "-m", "wheelmill", "--recipes", str(ROOT / "recipes"), *args]
     if inject is not None:
         syscall, n = inject
-        argv = ["strace", "-f", "-qq", "-o", os.devnull, "-e", f"trace={syscall}", "-e", f"inject={syscall}:signal=KILL:when={n}", *argv]
+        argv = [
+            "strace",
+            "-f",
+            "-qq",
+            "-o",
+            os.devnull,
+            "-e",
+            f"trace={syscall}",
+            "-e",
+            f"inject={syscall}:signal=KILL:when={n}",
+            *argv,
+        ]
     return subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=120)
 
 
@@ -48,7 +59,12 @@ def calls(index_root: Path, *args: str) -> Counter[str]:
     trace = index_root.parent / "trace.txt"
     env = {**os.environ, "WHEELMILL_INDEX_ROOT": str(index_root), "PYTHONDONTWRITEBYTECODE": "1"}
     argv = [sys.executable, "-m", "wheelmill", "--recipes", str(ROOT / "recipes"), *args]
-    subprocess.run(["strace", "-f", "-qq", "-o", str(trace), "-e", f"trace={','.join(WATCHED)}", *argv], env=env, check=True, capture_output=True)
+    subprocess.run(
+        ["strace", "-f", "-qq", "-o", str(trace), "-e", f"trace={','.join(WATCHED)}", *argv],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     names = [line.split(None, 1)[1].split("(", 1)[0] for line in trace.read_text().splitlines() if "(" in line]
     return Counter(name for name in names if name in WATCHED)
 
@@ -83,8 +99,12 @@ def baseline(tmp_path: Path) -> Path:
     return index
 
 
-def test_a_publisher_killed_at_every_write_leaves_nothing_half_written_and_the_next_writer_mends(baseline: Path, tmp_path: Path) -> None:
-    wheel = make_wheel(tmp_path / "wheels", "wm-second", "1.0", tag=ANY, files={"wm_second/__init__.py": b"B = 2\n" * 500})
+def test_a_publisher_killed_at_every_write_leaves_nothing_half_written_and_the_next_writer_mends(
+    baseline: Path, tmp_path: Path
+) -> None:
+    wheel = make_wheel(
+        tmp_path / "wheels", "wm-second", "1.0", tag=ANY, files={"wm_second/__init__.py": b"B = 2\n" * 500}
+    )
     counted = calls(_copy(baseline, tmp_path / "counting"), "publish", "--channel", "cpu", str(wheel))
     assert counted["rename"] >= 6 and counted["write"] >= 6, counted  # sidecar, wheel, pending, 4 pages
     runs = 0
@@ -108,7 +128,11 @@ def test_a_publisher_killed_at_every_write_leaves_nothing_half_written_and_the_n
             assert verify(Channel(mended, "cpu")) == [], (syscall, n)
             project = Channel(mended, "cpu").project("wm-second")
             listed = project is not None and any(f.filename == wheel.name for f in project.files)
-            assert listed or f"{wheel.name} is not listed" in repaired.stdout or not (mended / "cpu" / "files" / wheel.name).exists()
+            assert (
+                listed
+                or f"{wheel.name} is not listed" in repaired.stdout
+                or not (mended / "cpu" / "files" / wheel.name).exists()
+            )
             runs += 1
     print(f"\n{runs} kills: {dict(counted)}")
 
@@ -123,7 +147,9 @@ def tmpfs(tmp_path: Path) -> Iterator[Path]:
     """A 512 KiB file system of its own (mount needs root, as CI and scripts/setup have)."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mount)], capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mount)], capture_output=True, text=True, check=False
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     try:
@@ -132,13 +158,17 @@ def tmpfs(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-def test_a_full_disk_at_every_point_of_a_publish_is_one_line_and_leaves_the_index_as_it_was(tmpfs: Path, tmp_path: Path) -> None:
+def test_a_full_disk_at_every_point_of_a_publish_is_one_line_and_leaves_the_index_as_it_was(
+    tmpfs: Path, tmp_path: Path
+) -> None:
     index = tmpfs / "index"
     first = make_wheel(tmp_path / "wheels", "wm-first", "1.0", tag=ANY)
     assert wheelmill(index, "publish", "--channel", "cpu", str(first)).returncode == 0
     before = {p: p.read_bytes() for p in index.rglob("*") if p.is_file() and ".lock" not in p.name}
     # An incompressible payload of 64 KiB, published while the free space shrinks by a page.
-    wheel = make_wheel(tmp_path / "wheels", "wm-big", "1.0", tag=ANY, files={"wm_big/blob.bin": os.urandom(64 * 1024)}, stored=True)
+    wheel = make_wheel(
+        tmp_path / "wheels", "wm-big", "1.0", tag=ANY, files={"wm_big/blob.bin": os.urandom(64 * 1024)}, stored=True
+    )
     outcomes: Counter[str] = Counter()
     filler = tmpfs / "filler"
     free = shutil.disk_usage(tmpfs).free
@@ -157,7 +187,9 @@ def test_a_full_disk_at_every_point_of_a_publish_is_one_line_and_leaves_the_inde
         assert {p: p.read_bytes() for p in index.rglob("*") if p.is_file() and ".lock" not in p.name} == before
         outcomes["refused"] += 1
     assert outcomes["refused"] >= 10 and outcomes["published"] == 1, outcomes
-    print(f"\n{outcomes['refused']} publishes refused for lack of space, each leaving the index as it was; then published")
+    print(
+        f"\n{outcomes['refused']} publishes refused for lack of space, each leaving the index as it was; then published"
+    )
 
 
 def test_a_read_only_index_is_one_line(tmpfs: Path, tmp_path: Path) -> None:
@@ -166,7 +198,10 @@ def test_a_read_only_index_is_one_line(tmpfs: Path, tmp_path: Path) -> None:
     assert wheelmill(index, "publish", "--channel", "cpu", str(first)).returncode == 0
     subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)], check=True)
     second = make_wheel(tmp_path / "wheels", "wm-second", "1.0", tag=ANY)
-    for args in (["publish", "--channel", "cpu", str(second)], ["yank", "--channel", "cpu", "wm-first", "1.0", "--reason", "x"]):
+    for args in (
+        ["publish", "--channel", "cpu", str(second)],
+        ["yank", "--channel", "cpu", "wm-first", "1.0", "--reason", "x"],
+    ):
         result = wheelmill(index, *args)
         assert result.returncode == IndexWriteError.exit_code, result.stderr
         (line,) = result.stderr.strip().splitlines()

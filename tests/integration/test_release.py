@@ -24,7 +24,12 @@ from wheelmill.machine.net import sha256_of
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parent.parent.parent
-GIT_ENV = {"GIT_AUTHOR_NAME": "wm", "GIT_AUTHOR_EMAIL": "wm@example.invalid", "GIT_COMMITTER_NAME": "wm", "GIT_COMMITTER_EMAIL": "wm@example.invalid"}
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "wm",
+    "GIT_AUTHOR_EMAIL": "wm@example.invalid",
+    "GIT_COMMITTER_NAME": "wm",
+    "GIT_COMMITTER_EMAIL": "wm@example.invalid",
+}
 
 
 def git(repo: Path, *args: str) -> None:
@@ -65,7 +70,20 @@ def served(tmp_path: Path) -> Iterator[tuple[Path, str]]:
 
 def pip_download(index_url: str, dest: Path, requirement: str) -> subprocess.CompletedProcess[str]:
     """Real pip against one index only (``--isolated``: no machine configuration)."""
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--isolated", "--pre", "--index-url", index_url, "-d", str(dest), requirement]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--isolated",
+        "--pre",
+        "--index-url",
+        index_url,
+        "-d",
+        str(dest),
+        requirement,
+    ]
     return subprocess.run(command, capture_output=True, text=True, check=False)
 
 
@@ -74,7 +92,9 @@ def payload(wheel: Path) -> dict[str, bytes]:
         return {n: zf.read(n) for n in zf.namelist() if not n.split("/", 1)[0].endswith(".dist-info")}
 
 
-def test_an_rc_is_built_to_the_test_track_and_its_final_tag_promoted_without_a_build(repo: Path, tmp_path: Path, served: tuple[Path, str]) -> None:
+def test_an_rc_is_built_to_the_test_track_and_its_final_tag_promoted_without_a_build(
+    repo: Path, tmp_path: Path, served: tuple[Path, str]
+) -> None:
     index, url = served
     output = tmp_path / "out"
     git(repo, "tag", "v0.1.0-rc1")
@@ -97,7 +117,11 @@ def test_an_rc_is_built_to_the_test_track_and_its_final_tag_promoted_without_a_b
     before = {p: p.stat().st_mtime_ns for p in (output / "cpu-py311").rglob("*")}
     plan = wheelmill(repo, output, "--tag", "v0.1.0", "--json")
     assert plan.returncode == 0, plan.stderr
-    assert {k: json.loads(plan.stdout)[k] for k in ("action", "promote-from", "track")} == {"action": "promote", "promote-from": "0.1.0rc1", "track": "release"}
+    assert {k: json.loads(plan.stdout)[k] for k in ("action", "promote-from", "track")} == {
+        "action": "promote",
+        "promote-from": "0.1.0rc1",
+        "track": "release",
+    }
     promoted = wheelmill(repo, output, "--tag", "v0.1.0")
     assert promoted.returncode == 0, (promoted.stdout + promoted.stderr)[-3000:]
     print("\n" + promoted.stderr.strip())
@@ -105,7 +129,9 @@ def test_an_rc_is_built_to_the_test_track_and_its_final_tag_promoted_without_a_b
     release_channel = Channel(index, "cpu")
     (final,) = release_channel.files.glob("example_cpp_ops-*.whl")
     torch = release_channel.project("torch")
-    assert torch is not None and not torch.files[0].built, "the closure was promoted with the wheels: the channel installs on its own"
+    assert torch is not None and not torch.files[0].built, (
+        "the closure was promoted with the wheels: the channel installs on its own"
+    )
     assert final.name == rc_wheel.name.replace("0.1.0rc1+cpu", "0.1.0+cpu")
     assert verify(release_channel) == [] and (release_channel.files / f"{final.name}.metadata").is_file()
     assert payload(final) == payload(rc_wheel), "the compiled files are the tested ones"
@@ -114,7 +140,10 @@ def test_an_rc_is_built_to_the_test_track_and_its_final_tag_promoted_without_a_b
 
     # pip, from the served channels, gets exactly those files: the release's and the rc's.
     fetched = tmp_path / "fetched"
-    for channel, requirement, wheel in (("cpu", "example-cpp-ops==0.1.0+cpu", final), ("test/cpu", "example-cpp-ops", rc_wheel)):
+    for channel, requirement, wheel in (
+        ("cpu", "example-cpp-ops==0.1.0+cpu", final),
+        ("test/cpu", "example-cpp-ops", rc_wheel),
+    ):
         pip = pip_download(f"{url}/{channel}/simple", fetched, requirement)
         assert pip.returncode == 0, pip.stderr
         assert sha256_of(fetched / wheel.name) == sha256_of(wheel)

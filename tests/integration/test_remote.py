@@ -66,15 +66,35 @@ def pypiserver(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     log.close()
 
 
-def publish(url: str, *wheels: Path, password: str = PASSWORD, extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "WHEELMILL_PUBLISH_USERNAME": USER, "WHEELMILL_PUBLISH_PASSWORD": password, "WHEELMILL_RETRY_DELAY": "0.05", **(extra or {})}
-    argv = [sys.executable, "-m", "wheelmill", "--output", str(wheels[0].parent / "out"), "publish", "--to", url, *map(str, wheels)]
+def publish(
+    url: str, *wheels: Path, password: str = PASSWORD, extra: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "WHEELMILL_PUBLISH_USERNAME": USER,
+        "WHEELMILL_PUBLISH_PASSWORD": password,
+        "WHEELMILL_RETRY_DELAY": "0.05",
+        **(extra or {}),
+    }
+    argv = [
+        sys.executable,
+        "-m",
+        "wheelmill",
+        "--output",
+        str(wheels[0].parent / "out"),
+        "publish",
+        "--to",
+        url,
+        *map(str, wheels),
+    ]
     return subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=300)
 
 
 def test_upload_is_idempotent(pypiserver: tuple[str, Path], tmp_path: Path) -> None:
     url, packages = pypiserver
-    wheel = make_wheel(tmp_path / "dist", "wm-remote", "1.0+cu118", tag=ANY, files={"wm_remote/__init__.py": b"X = 1\n"})
+    wheel = make_wheel(
+        tmp_path / "dist", "wm-remote", "1.0+cu118", tag=ANY, files={"wm_remote/__init__.py": b"X = 1\n"}
+    )
     first = publish(url, wheel)
     assert first.returncode == 0, first.stderr
     assert "uploaded: " + wheel.name in first.stdout
@@ -205,7 +225,9 @@ def test_credentials_in_the_url_are_taken_out_and_used(pypiserver: tuple[str, Pa
     url, packages = pypiserver
     wheel = make_wheel(tmp_path / "dist", "wm-remote", "5.0", tag=ANY)
     with_credentials = url.replace("http://", f"http://{USER}:{PASSWORD}@")
-    result = publish(with_credentials, wheel, extra={"WHEELMILL_PUBLISH_USERNAME": "", "WHEELMILL_PUBLISH_PASSWORD": ""})
+    result = publish(
+        with_credentials, wheel, extra={"WHEELMILL_PUBLISH_USERNAME": "", "WHEELMILL_PUBLISH_PASSWORD": ""}
+    )
     assert result.returncode == 0, result.stderr
     assert f"uploaded: {wheel.name} -> {url}" in result.stdout
     assert (packages / wheel.name).read_bytes() == wheel.read_bytes()
@@ -213,7 +235,9 @@ def test_credentials_in_the_url_are_taken_out_and_used(pypiserver: tuple[str, Pa
 
 
 @pytest.mark.parametrize(("status", "failures", "code"), [(503, 2, 0), (403, 100, 16)])
-def test_a_server_that_echoes_the_credentials_shows_them_to_no_one(pypiserver: tuple[str, Path], tmp_path: Path, status: int, failures: int, code: int) -> None:
+def test_a_server_that_echoes_the_credentials_shows_them_to_no_one(
+    pypiserver: tuple[str, Path], tmp_path: Path, status: int, failures: int, code: int
+) -> None:
     url, _packages = pypiserver
     proxy = FlakyProxy(url, failures=failures, status=status, echo=True)
     try:

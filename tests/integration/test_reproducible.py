@@ -35,7 +35,12 @@ def _copy_of_the_project(where: Path) -> Path:
 
 
 def _build(project: Path, output: Path, cell: str, recipe: str, engine: str, *, cache: Path | None = None) -> Path:
-    env = {**os.environ, "WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": engine, **({"SCCACHE_DIR": str(cache)} if cache else {})}
+    env = {
+        **os.environ,
+        "WHEELMILL_OUTPUT": str(output),
+        "WHEELMILL_ENGINE": engine,
+        **({"SCCACHE_DIR": str(cache)} if cache else {}),
+    }
     command = [sys.executable, "-m", "wheelmill", "build", "--cell", cell, "--recipe", recipe, "--no-publish"]
     done = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=1800, check=False)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
@@ -72,7 +77,9 @@ def _assert_same_bytes_from_two_places(
     # before the second build checks its free disk.
     _keep_only(tmp_path / "out-a", first)
     # deep: an output root whose cell directory is too long for a socket path (107 bytes).
-    other = tmp_path / "elsewhere" / ("an-output-root-deeper-than-a-unix-socket-path-may-be" if deep else "") / "other-root"
+    other = (
+        tmp_path / "elsewhere" / ("an-output-root-deeper-than-a-unix-socket-path-may-be" if deep else "") / "other-root"
+    )
     second = _build(_copy_of_the_project(tmp_path / "elsewhere" / "deeper" / "b"), other, cell, recipe, engine)
     if deep:
         assert len(str(other / cell / "sccache.sock")) > SOCKET_PATH_MAX
@@ -81,7 +88,14 @@ def _assert_same_bytes_from_two_places(
     assert first.name == second.name
     assert first.read_bytes() == second.read_bytes(), f"{first} and {second} differ"
     if shared:  # the second root's compiler cache, from a third: every compile a hit, the same bytes
-        third = _build(_copy_of_the_project(tmp_path / "c"), tmp_path / "out-c", cell, recipe, engine, cache=other / ".cache" / "sccache")
+        third = _build(
+            _copy_of_the_project(tmp_path / "c"),
+            tmp_path / "out-c",
+            cell,
+            recipe,
+            engine,
+            cache=other / ".cache" / "sccache",
+        )
         stats = report(tmp_path / "out-c", cell)["facts"]["compiler_cache"][recipe]
         assert stats["misses"] == 0 and stats["hits"] > 0, stats
         assert third.read_bytes() == second.read_bytes()
@@ -126,8 +140,16 @@ def test_example_cuda_ops_is_byte_identical_from_two_clones_and_output_roots(tmp
         data = report(output, cell)
         toolkit = next(c for s in data["steps"] for c in s["checks"] if c["name"] == "env-toolkit")
         assert toolkit["verdict"] == "pass" and "site-packages/nvidia/cu13" in toolkit["detail"], toolkit
-        device = next(c for s in data["steps"] if s["recipe"] == "example-cuda-ops" for c in s["checks"] if c["name"] == "device-code")
+        device = next(
+            c
+            for s in data["steps"]
+            if s["recipe"] == "example-cuda-ops"
+            for c in s["checks"]
+            if c["name"] == "device-code"
+        )
         assert device["verdict"] == "pass", device
         assert containers_of(engine.binary, cell) == []
 
-    _assert_same_bytes_from_two_places(tmp_path, cell, "example-cuda-ops", engine="auto", then=built_with_pips_nvcc_and_left_no_container, deep=True)
+    _assert_same_bytes_from_two_places(
+        tmp_path, cell, "example-cuda-ops", engine="auto", then=built_with_pips_nvcc_and_left_no_container, deep=True
+    )

@@ -72,7 +72,10 @@ def server(index: Path) -> Iterator[Server]:
     assert "Traceback" not in served.stop()
 
 
-@pytest.mark.parametrize("path", ["/cpu/simple/no-such/", "/cpu/simple/No_Such/", "/cpu/simple/no_such", "/nochannel/simple", "/cpu/simple/no-such"])
+@pytest.mark.parametrize(
+    "path",
+    ["/cpu/simple/no-such/", "/cpu/simple/No_Such/", "/cpu/simple/no_such", "/nochannel/simple", "/cpu/simple/no-such"],
+)
 def test_an_unknown_project_or_channel_is_404_without_a_redirect(server: Server, path: str) -> None:
     response = server.get(path)
     assert response.status == 404 and response.getheader("Location") is None
@@ -87,7 +90,11 @@ def test_a_project_that_exists_is_redirected_to_its_normalized_page(server: Serv
 
 @pytest.mark.parametrize(
     ("request_line", "status"),
-    [(b"GET * HTTP/1.1", b"400"), (b"GET /cpu/simple/" + b"a" * 300 + b"/ HTTP/1.1", b"404"), (b"GET /cpu/files/" + b"b" * 5000 + b" HTTP/1.1", b"404")],
+    [
+        (b"GET * HTTP/1.1", b"400"),
+        (b"GET /cpu/simple/" + b"a" * 300 + b"/ HTTP/1.1", b"404"),
+        (b"GET /cpu/files/" + b"b" * 5000 + b" HTTP/1.1", b"404"),
+    ],
 )
 def test_odd_request_targets_get_a_status(server: Server, request_line: bytes, status: bytes) -> None:
     answer = server.raw(request_line + b"\r\nHost: x\r\nConnection: close\r\n\r\n")

@@ -20,35 +20,91 @@ path = "../extensions/cpp-ops"
 # (case id, recipe text for recipes/broken.toml, substrings the one line must contain)
 RECIPE_CASES = [
     ("toml-syntax", 'name = "broken"\n[source\npath = "x"\n', ["broken.toml", "invalid TOML", "line 2"]),
-    ("unknown-key-typo", GOOD_RECIPE + '[build]\ncomand = ["make"]\n', ["build", "unknown key 'comand'", "perhaps you meant 'command'"]),
+    (
+        "unknown-key-typo",
+        GOOD_RECIPE + '[build]\ncomand = ["make"]\n',
+        ["build", "unknown key 'comand'", "perhaps you meant 'command'"],
+    ),
     ("missing-source", 'name = "broken"\n', ["missing required key 'source'"]),
-    ("two-source-kinds", GOOD_RECIPE + 'sdist = "x==1"\nsha256 = "' + "a" * 64 + '"\n', ["exactly one of path, sdist, url, git", "found: path, sdist"]),
-    ("sdist-without-sha256", 'name = "broken"\n[source]\nsdist = "torchsort==0.1.10"\n', ["source.sha256", "needs its sha256"]),
-    ("sha256-not-hex", 'name = "broken"\n[source]\nsdist = "torchsort==0.1.10"\nsha256 = "abc"\n', ["source.sha256", "64 lower-case hex"]),
-    ("sdist-not-pinned", 'name = "broken"\n[source]\nsdist = "torchsort>=0.1"\nsha256 = "' + "a" * 64 + '"\n', ["source.sdist", "project==version"]),
-    ("git-branch-not-commit", 'name = "broken"\n[source]\ngit = "https://example.invalid/x.git"\nrev = "main"\n', ["source.rev", "40-hex commit"]),
-    ("git-without-rev", 'name = "broken"\n[source]\ngit = "https://example.invalid/x.git"\n', ["source.rev", "pinned commit"]),
-    ("name-differs-from-file", GOOD_RECIPE.replace('"broken"', '"other"'), ["name: 'other' differs from the file name", "rename the file"]),
+    (
+        "two-source-kinds",
+        GOOD_RECIPE + 'sdist = "x==1"\nsha256 = "' + "a" * 64 + '"\n',
+        ["exactly one of path, sdist, url, git", "found: path, sdist"],
+    ),
+    (
+        "sdist-without-sha256",
+        'name = "broken"\n[source]\nsdist = "torchsort==0.1.10"\n',
+        ["source.sha256", "needs its sha256"],
+    ),
+    (
+        "sha256-not-hex",
+        'name = "broken"\n[source]\nsdist = "torchsort==0.1.10"\nsha256 = "abc"\n',
+        ["source.sha256", "64 lower-case hex"],
+    ),
+    (
+        "sdist-not-pinned",
+        'name = "broken"\n[source]\nsdist = "torchsort>=0.1"\nsha256 = "' + "a" * 64 + '"\n',
+        ["source.sdist", "project==version"],
+    ),
+    (
+        "git-branch-not-commit",
+        'name = "broken"\n[source]\ngit = "https://example.invalid/x.git"\nrev = "main"\n',
+        ["source.rev", "40-hex commit"],
+    ),
+    (
+        "git-without-rev",
+        'name = "broken"\n[source]\ngit = "https://example.invalid/x.git"\n',
+        ["source.rev", "pinned commit"],
+    ),
+    (
+        "name-differs-from-file",
+        GOOD_RECIPE.replace('"broken"', '"other"'),
+        ["name: 'other' differs from the file name", "rename the file"],
+    ),
     (
         "unknown-dependency",
         GOOD_RECIPE.replace('name = "broken"', 'name = "broken"\ndepends-on = ["example-cpp-op"]'),
         ["depends-on", "unknown recipe 'example-cpp-op'", "perhaps you meant 'example-cpp-ops'"],
     ),
-    ("self-dependency", GOOD_RECIPE.replace('name = "broken"', 'name = "broken"\ndepends-on = ["broken"]'), ["cannot depend on itself"]),
-    ("bad-arch-list", GOOD_RECIPE + '[build]\narch-list = "8.0;ampere"\n', ["build.arch-list", "'ampere' is not a CUDA arch"]),
+    (
+        "self-dependency",
+        GOOD_RECIPE.replace('name = "broken"', 'name = "broken"\ndepends-on = ["broken"]'),
+        ["cannot depend on itself"],
+    ),
+    (
+        "bad-arch-list",
+        GOOD_RECIPE + '[build]\narch-list = "8.0;ampere"\n',
+        ["build.arch-list", "'ampere' is not a CUDA arch"],
+    ),
     ("bad-torch-op", GOOD_RECIPE + '[checks]\ntorch-ops = ["rms_norm"]\n', ["checks.torch-ops[0]", "namespace::op"]),
     ("bad-size", GOOD_RECIPE + '[checks]\nmax-wheel-size = "big"\n', ["checks.max-wheel-size", "64MiB"]),
     ("path-missing", 'name = "broken"\n[source]\npath = "../nowhere"\n', ["source.path", "is not a directory"]),
     ("env-not-string", GOOD_RECIPE + "[build]\nenv = { MAX_JOBS = 4 }\n", ["build.env.MAX_JOBS", "as strings"]),
-    ("override-without-cells", GOOD_RECIPE + '[[override]]\n[override.build]\narch-list = "8.0"\n', ["override[0]", "missing required key 'cells'"]),
-    ("override-unknown-table", GOOD_RECIPE + '[[override]]\ncells = ["cuda*"]\n[override.sources]\npath = "."\n', ["override[0]", "unknown key 'sources'"]),
+    (
+        "override-without-cells",
+        GOOD_RECIPE + '[[override]]\n[override.build]\narch-list = "8.0"\n',
+        ["override[0]", "missing required key 'cells'"],
+    ),
+    (
+        "override-unknown-table",
+        GOOD_RECIPE + '[[override]]\ncells = ["cuda*"]\n[override.sources]\npath = "."\n',
+        ["override[0]", "unknown key 'sources'"],
+    ),
     (
         "override-source-two-kinds",
         GOOD_RECIPE + '[[override]]\ncells = ["cuda*"]\n[override.source]\npath = "."\nsdist = "x==1"\n',
         ["override[0].source", "exactly one of"],
     ),
-    ("patch-missing", 'name = "broken"\n[source]\npath = "."\npatches = ["fix.patch"]\n', ["source.patches", "fix.patch", "is not a file"]),
-    ("submodules-not-git", 'name = "broken"\n[source]\npath = "."\nsubmodules = true\n', ["source.submodules", "only a git source"]),
+    (
+        "patch-missing",
+        'name = "broken"\n[source]\npath = "."\npatches = ["fix.patch"]\n',
+        ["source.patches", "fix.patch", "is not a file"],
+    ),
+    (
+        "submodules-not-git",
+        'name = "broken"\n[source]\npath = "."\nsubmodules = true\n',
+        ["source.submodules", "only a git source"],
+    ),
     (
         "after-unknown",
         GOOD_RECIPE.replace('name = "broken"', 'name = "broken"\nafter = ["torhc"]'),
@@ -71,9 +127,21 @@ RECIPE_CASES = [
         GOOD_RECIPE + '[build]\nenv = { OUT = "{unknown}/x" }\n',
         ["build.env.OUT", "unknown placeholder {unknown}", "{cell}, {dist}"],
     ),
-    ("dist-placeholder-in-smoke", GOOD_RECIPE + '[checks]\nsmoke = ["ls", "{dist}"]\n', ["checks.smoke", "unknown placeholder {dist}"]),
-    ("unbalanced-brace", GOOD_RECIPE + '[build]\ncommand = ["{python", "-c", "pass"]\n', ["build.command", "is not a template", "{{"]),
-    ("cells-match-no-cell", GOOD_RECIPE.replace('name = "broken"', 'name = "broken"\ncells = ["cuda999*"]'), ["cells: cuda999* match no cell"]),
+    (
+        "dist-placeholder-in-smoke",
+        GOOD_RECIPE + '[checks]\nsmoke = ["ls", "{dist}"]\n',
+        ["checks.smoke", "unknown placeholder {dist}"],
+    ),
+    (
+        "unbalanced-brace",
+        GOOD_RECIPE + '[build]\ncommand = ["{python", "-c", "pass"]\n',
+        ["build.command", "is not a template", "{{"],
+    ),
+    (
+        "cells-match-no-cell",
+        GOOD_RECIPE.replace('name = "broken"', 'name = "broken"\ncells = ["cuda999*"]'),
+        ["cells: cuda999* match no cell"],
+    ),
     (
         "override-matches-no-cell",
         GOOD_RECIPE + '[[override]]\ncells = ["cuda13-*"]\n[override.build]\narch-list = "8.0"\n',
@@ -93,17 +161,27 @@ RECIPE_CASES = [
 
 
 @pytest.mark.parametrize(("case", "text", "expected"), RECIPE_CASES, ids=[c[0] for c in RECIPE_CASES])
-def test_malformed_recipe_is_one_line_with_a_fix(cli: CliRunner, recipes_copy: Path, case: str, text: str, expected: list[str]) -> None:
+def test_malformed_recipe_is_one_line_with_a_fix(
+    cli: CliRunner, recipes_copy: Path, case: str, text: str, expected: list[str]
+) -> None:
     (recipes_copy / "broken.toml").write_text(text)
     result = cli("--recipes", str(recipes_copy), "validate")
-    assert_one_line_error(result.err, code=result.code, expected_code=ConfigError.exit_code, expected=["broken.toml", *expected])
+    assert_one_line_error(
+        result.err, code=result.code, expected_code=ConfigError.exit_code, expected=["broken.toml", *expected]
+    )
 
 
 def test_dependency_cycle_names_the_cycle(cli: CliRunner, recipes_copy: Path) -> None:
-    (recipes_copy / "a.toml").write_text(GOOD_RECIPE.replace('"broken"', '"a"').replace('name = "a"', 'name = "a"\ndepends-on = ["b"]'))
-    (recipes_copy / "b.toml").write_text(GOOD_RECIPE.replace('"broken"', '"b"').replace('name = "b"', 'name = "b"\ndepends-on = ["a"]'))
+    (recipes_copy / "a.toml").write_text(
+        GOOD_RECIPE.replace('"broken"', '"a"').replace('name = "a"', 'name = "a"\ndepends-on = ["b"]')
+    )
+    (recipes_copy / "b.toml").write_text(
+        GOOD_RECIPE.replace('"broken"', '"b"').replace('name = "b"', 'name = "b"\ndepends-on = ["a"]')
+    )
     result = cli("--recipes", str(recipes_copy), "validate")
-    assert_one_line_error(result.err, code=result.code, expected_code=ConfigError.exit_code, expected=["depends-on: cycle", "DAG"])
+    assert_one_line_error(
+        result.err, code=result.code, expected_code=ConfigError.exit_code, expected=["depends-on: cycle", "DAG"]
+    )
 
 
 MATRIX_CASES = [
@@ -112,18 +190,34 @@ MATRIX_CASES = [
         ('pythons = ["3.9", "3.10", "3.11", "3.12", "3.13"]', 'pythons = ["3.10", "3.11", "3.12", "3.13"]'),
         ["variants.cuda118.pythons", "3.9 is not in the top-level pythons"],
     ),
-    ("label-mismatch", ('label = "cu118"', 'label = "cu117"'), ["variants.cuda118.label", "does not match toolkit 11.8.0", 'set label = "cu118"']),
+    (
+        "label-mismatch",
+        ('label = "cu118"', 'label = "cu117"'),
+        ["variants.cuda118.label", "does not match toolkit 11.8.0", 'set label = "cu118"'],
+    ),
     ("toolkit-mismatch", ('toolkit = "11.8.0"', 'toolkit = "12.1.0"'), ["variants.cuda118"]),
-    ("bad-family", ('family = "rocm"\ntoolkit = "6.2.4"', 'family = "metal"\ntoolkit = "6.2.4"'), ["variants.rocm62.family", "cpu, cuda or rocm"]),
+    (
+        "bad-family",
+        ('family = "rocm"\ntoolkit = "6.2.4"', 'family = "metal"\ntoolkit = "6.2.4"'),
+        ["variants.rocm62.family", "cpu, cuda or rocm"],
+    ),
     ("bad-variant-name", ("[variants.cuda118]", "[variants.cuda-11.8]"), ["variants", "cudaXYZ"]),
     (
         "bad-matrix-arch",
         ('arch-list = "3.7;5.0;6.0;7.0;7.5;8.0;8.6;9.0"', 'arch-list = "3.7;sm_50"'),
         ["variants.cuda118.arch-list", "'sm_50' is not a CUDA arch"],
     ),
-    ("missing-torch-pin", ('label = "cu118"\ntorch = "2.7.1"', 'label = "cu118"'), ["variants.cuda118", "missing required key 'torch'"]),
+    (
+        "missing-torch-pin",
+        ('label = "cu118"\ntorch = "2.7.1"', 'label = "cu118"'),
+        ["variants.cuda118", "missing required key 'torch'"],
+    ),
     ("bad-glibc", ('glibc = "manylinux_2_17"', 'glibc = "centos7"'), ["variants.cuda121.glibc", "manylinux_2_28"]),
-    ("absurd-glibc", ('glibc = "manylinux_2_17"', 'glibc = "manylinux_2_99"'), ["variants.cuda121.glibc", "'manylinux_2_99' is no manylinux policy"]),
+    (
+        "absurd-glibc",
+        ('glibc = "manylinux_2_17"', 'glibc = "manylinux_2_99"'),
+        ["variants.cuda121.glibc", "'manylinux_2_99' is no manylinux policy"],
+    ),
     (
         "duplicated-arch",
         ('arch-list = "3.7;5.0;6.0;7.0;7.5;8.0;8.6;9.0"', 'arch-list = "3.7;5.0;5.0"'),
@@ -132,17 +226,38 @@ MATRIX_CASES = [
     (
         "slim-arch-not-in-the-list",
         ('slim = ["9.0"]', 'slim = ["9.0a"]'),
-        ["variants.cuda130.slim", "9.0a is not in its arch-list", "perhaps you meant '9.0'", "slim one of: 7.5, 8.0, 8.6, 9.0, 10.0, 12.0"],
+        [
+            "variants.cuda130.slim",
+            "9.0a is not in its arch-list",
+            "perhaps you meant '9.0'",
+            "slim one of: 7.5, 8.0, 8.6, 9.0, 10.0, 12.0",
+        ],
     ),
-    ("slim-cuda-arch-in-rocm", ('slim = ["gfx942"]', 'slim = ["9.0"]'), ["variants.rocm64.slim", "'9.0' is no ROCm arch", 'e.g. slim = ["gfx1201"]']),
-    ("slim-rocm-target-in-cuda", ('slim = ["9.0"]', 'slim = ["gfx942"]'), ["variants.cuda130.slim", "'gfx942' is no CUDA arch"]),
-    ("slim-duplicated", ('slim = ["9.0"]', 'slim = ["9.0", "10.0", "9.0"]'), ["variants.cuda130.slim", "9.0 listed more than once", "each arch once"]),
+    (
+        "slim-cuda-arch-in-rocm",
+        ('slim = ["gfx942"]', 'slim = ["9.0"]'),
+        ["variants.rocm64.slim", "'9.0' is no ROCm arch", 'e.g. slim = ["gfx1201"]'],
+    ),
+    (
+        "slim-rocm-target-in-cuda",
+        ('slim = ["9.0"]', 'slim = ["gfx942"]'),
+        ["variants.cuda130.slim", "'gfx942' is no CUDA arch"],
+    ),
+    (
+        "slim-duplicated",
+        ('slim = ["9.0"]', 'slim = ["9.0", "10.0", "9.0"]'),
+        ["variants.cuda130.slim", "9.0 listed more than once", "each arch once"],
+    ),
     (
         "slim-on-cpu",
         ('[variants.cpu]\nfamily = "cpu"', '[variants.cpu]\nslim = ["9.0"]\nfamily = "cpu"'),
         ["variants.cpu.slim", "a cpu variant", "remove slim"],
     ),
-    ("slim-with-ptx", ('slim = ["9.0"]', 'slim = ["12.0+PTX"]'), ["variants.cuda130.slim[0]", "'12.0+PTX' does not have the expected form", "without +PTX"]),
+    (
+        "slim-with-ptx",
+        ('slim = ["9.0"]', 'slim = ["12.0+PTX"]'),
+        ["variants.cuda130.slim[0]", "'12.0+PTX' does not have the expected form", "without +PTX"],
+    ),
     (
         "toolkit-wheels-of-another-toolkit",
         ('"nvidia-cuda-nvcc==13.0.88"', '"nvidia-cuda-nvcc==12.8.93"'),
@@ -152,18 +267,32 @@ MATRIX_CASES = [
 
 
 @pytest.mark.parametrize(("case", "edit", "expected"), MATRIX_CASES, ids=[c[0] for c in MATRIX_CASES])
-def test_malformed_matrix_is_one_line_with_a_fix(cli: CliRunner, recipes_copy: Path, case: str, edit: tuple[str, str], expected: list[str]) -> None:
+def test_malformed_matrix_is_one_line_with_a_fix(
+    cli: CliRunner, recipes_copy: Path, case: str, edit: tuple[str, str], expected: list[str]
+) -> None:
     matrix = recipes_copy / "matrix.toml"
     text = matrix.read_text()
     assert edit[0] in text, "the fixture edit must apply"
     matrix.write_text(text.replace(edit[0], edit[1], 1))
     result = cli("--recipes", str(recipes_copy), "validate")
-    assert_one_line_error(result.err, code=result.code, expected_code=ConfigError.exit_code, expected=["matrix.toml", *expected])
+    assert_one_line_error(
+        result.err, code=result.code, expected_code=ConfigError.exit_code, expected=["matrix.toml", *expected]
+    )
 
 
 CLI_CASES = [
-    ("unknown-variant", ["plan", "--cell", "cuda999-py311"], SelectionError.exit_code, ["unknown variant 'cuda999'", "cuda118", "cuda130"]),
-    ("typo-variant", ["plan", "--cell", "cuda13-py311"], SelectionError.exit_code, ["unknown variant 'cuda13'", "perhaps you meant 'cuda130'"]),
+    (
+        "unknown-variant",
+        ["plan", "--cell", "cuda999-py311"],
+        SelectionError.exit_code,
+        ["unknown variant 'cuda999'", "cuda118", "cuda130"],
+    ),
+    (
+        "typo-variant",
+        ["plan", "--cell", "cuda13-py311"],
+        SelectionError.exit_code,
+        ["unknown variant 'cuda13'", "perhaps you meant 'cuda130'"],
+    ),
     ("unknown-python", ["plan", "--cell", "cpu-py38"], SelectionError.exit_code, ["unknown Python 3.8", "3.9, 3.10"]),
     (
         "typo-slim-variant",
@@ -175,7 +304,11 @@ CLI_CASES = [
         "undeclared-slim-variant",
         ["plan", "--cell", "cuda130-sm80-py311"],
         SelectionError.exit_code,
-        ["no slim variant 'cuda130-sm80'", "use one of its slim variants (cuda130-sm90)", "add the arch to variants.cuda130.slim"],
+        [
+            "no slim variant 'cuda130-sm80'",
+            "use one of its slim variants (cuda130-sm90)",
+            "add the arch to variants.cuda130.slim",
+        ],
     ),
     (
         "slim-of-a-typo",
@@ -183,8 +316,18 @@ CLI_CASES = [
         SelectionError.exit_code,
         ["unknown variant 'cuda13-sm90'", "perhaps you meant 'cuda130-sm90'"],
     ),
-    ("unsupported-combination", ["plan", "--cell", "cuda130-py39"], SelectionError.exit_code, ["cuda130 does not support Python 3.9", "3.10, 3.11"]),
-    ("not-a-cell-id", ["plan", "--cell", "py311-cuda118"], SelectionError.exit_code, ["not a cell id", "<variant>-py<XY>"]),
+    (
+        "unsupported-combination",
+        ["plan", "--cell", "cuda130-py39"],
+        SelectionError.exit_code,
+        ["cuda130 does not support Python 3.9", "3.10, 3.11"],
+    ),
+    (
+        "not-a-cell-id",
+        ["plan", "--cell", "py311-cuda118"],
+        SelectionError.exit_code,
+        ["not a cell id", "<variant>-py<XY>"],
+    ),
     ("glob-matches-nothing", ["plan", "--cell", "cuda1*-py39?"], SelectionError.exit_code, ["no cell matches"]),
     (
         "unknown-recipe",
@@ -204,20 +347,29 @@ CLI_CASES = [
 
 
 @pytest.mark.parametrize(("case", "args", "code", "expected"), CLI_CASES, ids=[c[0] for c in CLI_CASES])
-def test_bad_command_line_is_one_line_with_a_fix(cli: CliRunner, repo_root: Path, case: str, args: list[str], code: int, expected: list[str]) -> None:
+def test_bad_command_line_is_one_line_with_a_fix(
+    cli: CliRunner, repo_root: Path, case: str, args: list[str], code: int, expected: list[str]
+) -> None:
     result = cli("--recipes", str(repo_root / "recipes"), *args)
     assert_one_line_error(result.err, code=result.code, expected_code=code, expected=expected)
 
 
 def test_missing_recipes_directory(cli: CliRunner, tmp_path: Path) -> None:
     result = cli("--recipes", str(tmp_path / "nothing"), "matrix")
-    assert_one_line_error(result.err, code=result.code, expected_code=UsageError.exit_code, expected=["no matrix.toml", "--recipes"])
+    assert_one_line_error(
+        result.err, code=result.code, expected_code=UsageError.exit_code, expected=["no matrix.toml", "--recipes"]
+    )
 
 
 def test_bad_setting_is_one_line(cli: CliRunner, repo_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WHEELMILL_RETRIES", "many")
     result = cli("--recipes", str(repo_root / "recipes"), "plan", "--cell", "cpu-py311")
-    assert_one_line_error(result.err, code=result.code, expected_code=ConfigError.exit_code, expected=["WHEELMILL_RETRIES", "not a number"])
+    assert_one_line_error(
+        result.err,
+        code=result.code,
+        expected_code=ConfigError.exit_code,
+        expected=["WHEELMILL_RETRIES", "not a number"],
+    )
 
 
 def test_bad_input_writes_nothing(cli: CliRunner, repo_root: Path, tmp_path: Path) -> None:
@@ -240,18 +392,35 @@ def assert_one_line_error(err: str, *, code: int, expected_code: int, expected: 
 @pytest.mark.parametrize(
     ("cell", "text", "expected"),
     [
-        ("rocm62-py311", GOOD_RECIPE + '[build]\narch-list = "8.0;9.0"\n', ["'8.0;9.0' is no ROCm arch list", "rocm62-py311"]),
-        ("cpu-py311", GOOD_RECIPE + '[build]\nenv = { OUT = "{unknown}/x" }\n', ["build.env.OUT", "unknown placeholder {unknown}"]),
+        (
+            "rocm62-py311",
+            GOOD_RECIPE + '[build]\narch-list = "8.0;9.0"\n',
+            ["'8.0;9.0' is no ROCm arch list", "rocm62-py311"],
+        ),
+        (
+            "cpu-py311",
+            GOOD_RECIPE + '[build]\nenv = { OUT = "{unknown}/x" }\n',
+            ["build.env.OUT", "unknown placeholder {unknown}"],
+        ),
     ],
 )
-def test_plan_stops_on_what_only_a_cell_can_tell(cli: CliRunner, recipes_copy: Path, cell: str, text: str, expected: list[str]) -> None:
+def test_plan_stops_on_what_only_a_cell_can_tell(
+    cli: CliRunner, recipes_copy: Path, cell: str, text: str, expected: list[str]
+) -> None:
     (recipes_copy / "broken.toml").write_text(text)
     result = cli("--recipes", str(recipes_copy), "plan", "--cell", cell, "--recipe", "broken", "--engine", "none")
-    assert_one_line_error(result.err, code=result.code, expected_code=ConfigError.exit_code, expected=["broken.toml", *expected])
+    assert_one_line_error(
+        result.err, code=result.code, expected_code=ConfigError.exit_code, expected=["broken.toml", *expected]
+    )
 
 
 def test_publish_never_makes_up_a_channel(cli: CliRunner, repo_root: Path, tmp_path: Path) -> None:
     wheel = make_wheel(tmp_path, "lib", "1.0", tag="py3-none-any")
     result = cli("--recipes", str(repo_root / "recipes"), "publish", "--channel", "cu1300", str(wheel))
-    assert_one_line_error(result.err, code=result.code, expected_code=SelectionError.exit_code, expected=["channel 'cu1300'", "perhaps you meant 'cu130'"])
+    assert_one_line_error(
+        result.err,
+        code=result.code,
+        expected_code=SelectionError.exit_code,
+        expected=["channel 'cu1300'", "perhaps you meant 'cu130'"],
+    )
     assert not (tmp_path / "wheels").exists(), "nothing written"

@@ -43,7 +43,9 @@ def test_a_failed_command_stops_the_benchmark_with_its_log_and_keeps_the_directo
     assert stopped.value.code == 1
     (root,) = tmp_path.iterdir()
     err = capsys.readouterr().err
-    assert "exited 3" in err and "line 39" in err and "# exit status 3" in err and "line 24" not in err  # the last lines only
+    assert (
+        "exited 3" in err and "line 39" in err and "# exit status 3" in err and "line 24" not in err
+    )  # the last lines only
     assert f"kept for a look: {root}" in err
     assert (root / "bench.log").is_file()
 
@@ -61,7 +63,10 @@ def test_cpu_seconds_count_a_finished_child_and_its_own_children(tmp_path: Path)
 
 def test_a_round_of_pythons_costs_each_extra_python_its_share_of_the_runs_difference() -> None:
     def report(seconds: float, build: float) -> dict[str, object]:
-        return {"seconds": seconds, "steps": [{"step": "build", "seconds": build}, {"step": "install-test", "seconds": seconds - build}]}
+        return {
+            "seconds": seconds,
+            "steps": [{"step": "build", "seconds": build}, {"step": "install-test", "seconds": seconds - build}],
+        }
 
     cells = {"v-py311": report(51.0, 41.0), "v-py312": report(60.0, 8.0), "v-py313": report(65.0, 10.0)}
     done = pythons.Round(alone=50.0, together=70.0, first=report(49.0, 40.0), reports=cells)

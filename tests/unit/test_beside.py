@@ -29,7 +29,15 @@ from wheelmill.machine.process import base_environment
 from wheelmill.output.report import WheelRecord
 from wheelmill.planning.spec import RecipeSpec, Step, StepKind
 
-KINDS = (StepKind.FETCH, StepKind.BUILD, StepKind.STAMP, StepKind.POST_BUILD_CHECKS, StepKind.REPAIR, StepKind.POST_REPAIR_CHECKS, StepKind.INSTALL_TEST)
+KINDS = (
+    StepKind.FETCH,
+    StepKind.BUILD,
+    StepKind.STAMP,
+    StepKind.POST_BUILD_CHECKS,
+    StepKind.REPAIR,
+    StepKind.POST_REPAIR_CHECKS,
+    StepKind.INSTALL_TEST,
+)
 WAIT = 30.0  # seconds a stand-in waits for the other thread before it says it never came
 
 
@@ -93,7 +101,18 @@ def two_recipes(tmp_path: Path, *, pythons: tuple[str, ...] = (PYTHON,)) -> Sand
 def build(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox) -> tuple[CliResult, list[dict[str, Any]]]:
     for key, value in sandbox.environ().items():
         monkeypatch.setenv(key, value)
-    result = cli("--recipes", str(sandbox.recipes), "build", "--cell", sandbox.cell("cpu"), "--recipe", "b", "--no-publish", "--engine", "none")
+    result = cli(
+        "--recipes",
+        str(sandbox.recipes),
+        "build",
+        "--cell",
+        sandbox.cell("cpu"),
+        "--recipe",
+        "b",
+        "--no-publish",
+        "--engine",
+        "none",
+    )
     report = json.loads((sandbox.output / sandbox.cell("cpu") / "report.json").read_text())
     return result, [step for step in report["steps"] if step["recipe"]]
 
@@ -129,10 +148,14 @@ def test_a_failed_install_test_stops_what_depends_on_it_before_its_test(
     assert status["b", "build"][0] == "ok"  # built beside it; nothing of b is tested or delivered
     assert status["b", "install-test"] == ("skipped", "a/install-test did not succeed")
     assert len(re.findall(r"FAILED \[\d+/\d+\] a/install-test", result.out)) == 1, result.out  # its verdict, said once
-    assert not (sandbox.output / sandbox.cell("cpu") / "dist").exists() or not list((sandbox.output / sandbox.cell("cpu") / "dist").glob("b-*"))
+    assert not (sandbox.output / sandbox.cell("cpu") / "dist").exists() or not list(
+        (sandbox.output / sandbox.cell("cpu") / "dist").glob("b-*")
+    )
 
 
-def test_ctrl_c_stops_the_install_test_beside_the_interrupted_step(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, recipes: Recipes) -> None:
+def test_ctrl_c_stops_the_install_test_beside_the_interrupted_step(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, recipes: Recipes
+) -> None:
     def test_a(ctx: StepContext) -> None:  # a real command, which Ctrl-C must stop
         ctx.where.runner.run(["sleep", str(int(WAIT * 2))], env=base_environment([]), log=ctx.log)
 
@@ -169,17 +192,32 @@ def test_with_install_tests_after_each_step_waits_for_the_one_before(
     assert [(s["recipe"], s["step"]) for s in steps] == [(name, kind.value) for name in ("a", "b") for kind in KINDS]
 
 
-def test_an_unknown_install_tests_mode_is_one_line_naming_the_variable(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox) -> None:
+def test_an_unknown_install_tests_mode_is_one_line_naming_the_variable(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox
+) -> None:
     monkeypatch.setenv("WHEELMILL_INSTALL_TESTS", "sometimes")
     for key, value in sandbox.environ().items():
         monkeypatch.setenv(key, value)
-    result = cli("--recipes", str(sandbox.recipes), "build", "--cell", sandbox.cell("cpu"), "--recipe", "b", "--no-publish", "--engine", "none")
+    result = cli(
+        "--recipes",
+        str(sandbox.recipes),
+        "build",
+        "--cell",
+        sandbox.cell("cpu"),
+        "--recipe",
+        "b",
+        "--no-publish",
+        "--engine",
+        "none",
+    )
     assert result.code == ConfigError.exit_code
     expected = "environment: WHEELMILL_INSTALL_TESTS='sometimes' is not one of beside, after; fix: set WHEELMILL_INSTALL_TESTS to one of them or unset it"
     assert result.err.strip().splitlines() == [f"wheelmill: error: {expected}"]
 
 
-def test_a_run_of_several_cells_ends_with_a_row_a_cell_and_a_count(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, recipes: Recipes) -> None:
+def test_a_run_of_several_cells_ends_with_a_row_a_cell_and_a_count(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, recipes: Recipes
+) -> None:
     cells = [sandbox.cell("cpu"), sandbox.cell("cuda130")]
 
     def build_b(ctx: StepContext) -> None:
@@ -189,13 +227,32 @@ def test_a_run_of_several_cells_ends_with_a_row_a_cell_and_a_count(cli: CliRunne
     recipes.build_b = build_b
     for key, value in sandbox.environ().items():
         monkeypatch.setenv(key, value)
-    result = cli("--recipes", str(sandbox.recipes), "build", "--cell", cells[0], "--cell", cells[1], "--recipe", "b", "--no-publish", "--engine", "none")
+    result = cli(
+        "--recipes",
+        str(sandbox.recipes),
+        "build",
+        "--cell",
+        cells[0],
+        "--cell",
+        cells[1],
+        "--recipe",
+        "b",
+        "--no-publish",
+        "--engine",
+        "none",
+    )
     assert result.code == BuildError.exit_code, result.out + result.err
     # The first cell's failure does not stop the next; the run's table comes after both.
     *_, title, _top, head, _rule, failed, ok, _bottom, counted = result.out.splitlines()
     columns = ["cell", "status", "time", "built", "published", "compiler cache", "failed step"]
     assert title.strip() == "cells" and [c.strip() for c in head.split("┃")[1:-1]] == columns, head
-    assert [c.strip() for c in ok.split("│")[1:3]] == [cells[1], "ok"] and [c.strip() for c in ok.split("│")[4:]] == ["2 of 2", "-", "-", "-", ""], ok
+    assert [c.strip() for c in ok.split("│")[1:3]] == [cells[1], "ok"] and [c.strip() for c in ok.split("│")[4:]] == [
+        "2 of 2",
+        "-",
+        "-",
+        "-",
+        "",
+    ], ok
     assert [c.strip() for c in failed.split("│")[1:3]] == [cells[0], "FAILED"], failed
     assert [c.strip() for c in failed.split("│")[4:]] == ["1 of 2", "-", "-", "b/build", ""], failed
     assert re.fullmatch(r"2 cells in \d+\.\ds: 1 ok, 1 FAILED", counted), counted
@@ -227,13 +284,17 @@ def test_ctrl_c_in_a_run_of_several_cells_ends_with_the_runs_rows_and_the_cells_
         monkeypatch.setenv(key, value)
     started = time.monotonic()
     selected = [arg for cell in cells for arg in ("--cell", cell)]
-    result = cli("--recipes", str(sandbox.recipes), "build", *selected, "--recipe", "b", "--no-publish", "--engine", "none")
+    result = cli(
+        "--recipes", str(sandbox.recipes), "build", *selected, "--recipe", "b", "--no-publish", "--engine", "none"
+    )
     assert time.monotonic() - started < WAIT, "Ctrl-C stopped the command it ran"
     assert result.code == Interrupted.exit_code, result.out + result.err
     *_, first, second, not_started, _bottom, counted = result.out.splitlines()
     assert [c.strip() for c in first.split("│")[1:3]] == [cells[0], "interrupted"], first
     assert [c.strip() for c in second.split("│")[1:3]] == [cells[1], "interrupted"], second
-    assert [c.strip() for c in not_started.split("│")[1:-1]] == [cells[2], "not started", "-", "-", "-", "-", "-"], not_started
+    assert [c.strip() for c in not_started.split("│")[1:-1]] == [cells[2], "not started", "-", "-", "-", "-", "-"], (
+        not_started
+    )
     assert re.fullmatch(r"3 cells in \d+\.\ds: 2 interrupted, 1 not started", counted), counted
     (error,) = result.err.splitlines()  # the step Ctrl-C stopped, once
     assert error.startswith(f"wheelmill: error: {cells[0]}: interrupted during b/build; fix: ")
@@ -245,7 +306,20 @@ def two_cells(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox)
     cells = [sandbox.cell("cpu"), sandbox.cell("cuda130")]
     for key, value in sandbox.environ().items():
         monkeypatch.setenv(key, value)
-    result = cli("--recipes", str(sandbox.recipes), "build", "--cell", cells[0], "--cell", cells[1], "--recipe", "b", "--no-publish", "--engine", "none")
+    result = cli(
+        "--recipes",
+        str(sandbox.recipes),
+        "build",
+        "--cell",
+        cells[0],
+        "--cell",
+        cells[1],
+        "--recipe",
+        "b",
+        "--no-publish",
+        "--engine",
+        "none",
+    )
     return result, cells
 
 
@@ -290,11 +364,19 @@ def test_a_cells_steps_from_its_first_build_on_run_beside_the_next_cell(
     # What the next cell said meanwhile comes after the first one's lines and summary.
     out = result.out
     last = len(KINDS) * 2 + 4  # the cell's four steps, then the recipes' (none after them, unpublished)
-    assert out.index(f"ok [{last}/{last}] b/install-test") < out.index(f"{cells[0]}: ok in ") < out.index(f"wheelmill build {cells[1]}")
-    assert out.index(f"{cells[1]} starts beside {cells[0]}; its lines follow that cell's summary") < out.index(f"{cells[0]}: ok in ")
+    assert (
+        out.index(f"ok [{last}/{last}] b/install-test")
+        < out.index(f"{cells[0]}: ok in ")
+        < out.index(f"wheelmill build {cells[1]}")
+    )
+    assert out.index(f"{cells[1]} starts beside {cells[0]}; its lines follow that cell's summary") < out.index(
+        f"{cells[0]}: ok in "
+    )
     for name in cells:
         report = json.loads((sandbox.output / name / "report.json").read_text())
-        assert [(s["recipe"], s["step"], s["status"]) for s in report["steps"] if s["recipe"]] == [(r, k.value, "ok") for r in ("a", "b") for k in KINDS]
+        assert [(s["recipe"], s["step"], s["status"]) for s in report["steps"] if s["recipe"]] == [
+            (r, k.value, "ok") for r in ("a", "b") for k in KINDS
+        ]
     assert re.fullmatch(r"2 cells in \d+\.\ds: 2 ok", out.splitlines()[-1])
     # The next cell's env was made while the first cell built: at a lower priority.
     (made,) = [text for name, text in sandbox.logs("cuda130").items() if name.endswith("-prepare-env.log")]
@@ -341,11 +423,28 @@ def test_the_next_cell_of_a_variant_builds_a_recipe_once_the_cell_before_it_has(
     builds = Around(monkeypatch, on_start=lambda cell: cell == cells[0] and waiting.wait(WAIT))
     for key, value in box.environ().items():
         monkeypatch.setenv(key, value)
-    result = cli("--recipes", str(box.recipes), "build", "--cell", cells[0], "--cell", cells[1], "--recipe", "b", "--no-publish", "--engine", "none")
+    result = cli(
+        "--recipes",
+        str(box.recipes),
+        "build",
+        "--cell",
+        cells[0],
+        "--cell",
+        cells[1],
+        "--recipe",
+        "b",
+        "--no-publish",
+        "--engine",
+        "none",
+    )
     assert result.code == 0, result.out + result.err
-    assert f"a/build waits for {cells[0]}'s build of a, whose compiles it takes from the cache" in result.out, result.out
+    assert f"a/build waits for {cells[0]}'s build of a, whose compiles it takes from the cache" in result.out, (
+        result.out
+    )
     for recipe in ("a", "b"):
-        assert builds.events.index(("end", cells[0], recipe)) < builds.events.index(("start", cells[1], recipe)), builds.events
+        assert builds.events.index(("end", cells[0], recipe)) < builds.events.index(("start", cells[1], recipe)), (
+            builds.events
+        )
     assert builds.before == {cells[0]: [0, 0], cells[1]: [1, 2]}, "the second cell's builds see the first's ended"
 
 
@@ -379,7 +478,9 @@ def test_ctrl_c_in_the_next_cell_stops_the_steps_of_the_cell_still_ending(
     assert "FAILED" not in result.out
 
 
-def test_a_run_of_one_cell_ends_with_its_own_summary(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, recipes: Recipes) -> None:
+def test_a_run_of_one_cell_ends_with_its_own_summary(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, recipes: Recipes
+) -> None:
     result, _steps = build(cli, monkeypatch, sandbox)
     assert result.code == 0, result.out + result.err
     assert result.out.splitlines()[-1].startswith(f"{sandbox.cell('cpu')}: ok in ") and " cells in " not in result.out

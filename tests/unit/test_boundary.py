@@ -29,7 +29,11 @@ def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Sandbox:
     [
         ("not-a-zip", {"GARBAGE": b"these bytes are no zip file"}, "unreadable wheel"),
         ("no-dist-info", {"thing/__init__.py": b""}, "expected one .dist-info directory"),
-        ("version-not-a-version", {"thing/__init__.py": b"", **dist_info("thing", "1.0", metadata_version="one point oh")}, "is not a version"),
+        (
+            "version-not-a-version",
+            {"thing/__init__.py": b"", **dist_info("thing", "1.0", metadata_version="one point oh")},
+            "is not a version",
+        ),
     ],
 )
 def test_the_wheel_reader_fed_a_broken_wheel(
@@ -47,7 +51,9 @@ def test_the_wheel_reader_fed_a_broken_wheel(
         ("__version__ = 'banana'\ncuda = None\n", "not a version"),
     ],
 )
-def test_the_torch_probe_fed_a_damaged_torch(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, version_py: str, says: str) -> None:
+def test_the_torch_probe_fed_a_damaged_torch(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, version_py: str, says: str
+) -> None:
     sandbox = Sandbox(tmp_path / "repo", version_py={"cpu": version_py})
     sandbox.recipe("thing", {"thing/__init__.py": b"", **dist_info("thing", "1.0")}, wheel=f"thing-1.0-{TAG}.whl")
     result = build(cli, monkeypatch, sandbox, "cpu")
@@ -58,13 +64,23 @@ def test_the_torch_probe_fed_a_damaged_torch(cli: CliRunner, monkeypatch: pytest
     ("variant", "section", "says"),
     [
         # The real cuobjdump (pip's, a wheelmill dependency) refuses the fatbinary.
-        ("cuda130", {".nv_fatbin": b"\x50\xed\x55\xba" + b"not a fatbinary" * 4}, "cuobjdump --list-elf cannot read it"),
+        (
+            "cuda130",
+            {".nv_fatbin": b"\x50\xed\x55\xba" + b"not a fatbinary" * 4},
+            "cuobjdump --list-elf cannot read it",
+        ),
         # A clang offload bundle cut short after its magic.
         ("rocm62", {".hip_fatbin": b"__CLANG_OFFLOAD_BUNDLE__\x05"}, "is not a readable offload bundle"),
     ],
 )
 def test_the_device_code_scanner_fed_damaged_device_code(
-    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, tmp_path: Path, variant: str, section: dict[str, bytes], says: str
+    cli: CliRunner,
+    monkeypatch: pytest.MonkeyPatch,
+    sandbox: Sandbox,
+    tmp_path: Path,
+    variant: str,
+    section: dict[str, bytes],
+    says: str,
 ) -> None:
     library = make_elf(tmp_path / "_C.so", section).read_bytes()
     sandbox.recipe("thing", {"thing/_C.so": library, **dist_info("thing", "1.0")}, wheel=f"thing-1.0-{TAG}.whl")
@@ -73,7 +89,9 @@ def test_the_device_code_scanner_fed_damaged_device_code(
     assert list((sandbox.output / sandbox.cell(variant) / "rejected").glob("thing-*.whl")), "the failed wheel is kept"
 
 
-def test_the_container_runner_fed_a_container_that_is_not_running(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox) -> None:
+def test_the_container_runner_fed_a_container_that_is_not_running(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox
+) -> None:
     # An engine that answers every question, but whose container has no process: the
     # stand-in reports a pid above any pid_max.
     calls = sandbox.root / "podman.calls"
@@ -84,13 +102,26 @@ def test_the_container_runner_fed_a_container_that_is_not_running(cli: CliRunner
     )
     sandbox.recipe("thing", {"thing/__init__.py": b"", **dist_info("thing", "1.0")}, wheel=f"thing-1.0-{TAG}.whl")
     result = build(cli, monkeypatch, sandbox, "cpu", engine="podman")
-    assert_recorded(result, sandbox, "cpu", step="prepare-container", code=PrecheckError.exit_code, says="started but is not running")
+    assert_recorded(
+        result,
+        sandbox,
+        "cpu",
+        step="prepare-container",
+        code=PrecheckError.exit_code,
+        says="started but is not running",
+    )
     started = [line for line in calls.read_text().splitlines() if line.startswith("run ")]
     removed = [line for line in calls.read_text().splitlines() if line.startswith("rm ")]
-    assert len(started) == 1 and removed and removed[-1].split()[-1] == started[0].split()[started[0].split().index("--name") + 1]
+    assert (
+        len(started) == 1
+        and removed
+        and removed[-1].split()[-1] == started[0].split()[started[0].split().index("--name") + 1]
+    )
 
 
-def test_an_unexpected_exception_in_a_step_is_an_internal_error(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox) -> None:
+def test_an_unexpected_exception_in_a_step_is_an_internal_error(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox
+) -> None:
     def broken(*_args: object) -> None:
         raise ZeroDivisionError("nobody expects this")
 
@@ -98,12 +129,19 @@ def test_an_unexpected_exception_in_a_step_is_an_internal_error(cli: CliRunner, 
     sandbox.recipe("thing", {"thing/__init__.py": b"", **dist_info("thing", "1.0")}, wheel=f"thing-1.0-{TAG}.whl")
     result = build(cli, monkeypatch, sandbox, "cpu")
     log = assert_recorded(
-        result, sandbox, "cpu", step="thing/fetch", code=InternalError.exit_code, says="internal error: ZeroDivisionError: nobody expects this"
+        result,
+        sandbox,
+        "cpu",
+        step="thing/fetch",
+        code=InternalError.exit_code,
+        says="internal error: ZeroDivisionError: nobody expects this",
     )
     assert "in broken" in log
 
 
-def test_an_unexpected_exception_outside_a_step_is_an_internal_error(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, repo_root: Path) -> None:
+def test_an_unexpected_exception_outside_a_step_is_an_internal_error(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, repo_root: Path
+) -> None:
     def broken(*_args: object) -> int:
         raise KeyError("no such thing")
 
@@ -111,7 +149,9 @@ def test_an_unexpected_exception_outside_a_step_is_an_internal_error(cli: CliRun
     result = cli("--recipes", str(repo_root / "recipes"), "validate")
     (line,) = result.err.strip().splitlines()
     assert result.code == InternalError.exit_code
-    assert line.startswith("wheelmill: error: internal error: KeyError: 'no such thing'; fix: this is a bug in wheelmill; its traceback is in ")
+    assert line.startswith(
+        "wheelmill: error: internal error: KeyError: 'no such thing'; fix: this is a bug in wheelmill; its traceback is in "
+    )
     crash = Path(line.rsplit(" ", 1)[-1])
     assert "in broken" in crash.read_text()
     crash.unlink()

@@ -37,7 +37,8 @@ HOST = {"host": {"compiler": ["/usr/bin/c++", "12.2.0"]}}
 def cell_plan(repo: Path, cell: str = "cpu-py311", names: tuple[str, ...] = (), **options: object) -> CellPlan:
     matrix = load_matrix(repo / "recipes" / "matrix.toml")
     recipes = load_recipes(repo / "recipes")
-    return plan_cell(matrix, recipes, matrix.cell(cell), list(names), Settings(), Options(locks_dir=repo / "locks", **options))  # type: ignore[arg-type]
+    chosen = Options(locks_dir=repo / "locks", **options)  # type: ignore[arg-type]
+    return plan_cell(matrix, recipes, matrix.cell(cell), list(names), Settings(), chosen)
 
 
 def digests(plan: CellPlan, builder: dict[str, object] | None = None) -> dict[str, str]:
@@ -48,7 +49,11 @@ def digests(plan: CellPlan, builder: dict[str, object] | None = None) -> dict[st
 def project(tmp_path: Path) -> Path:
     """A copy of the repository's data and example extensions, to change."""
     for part in ("recipes", "extensions", "locks"):
-        shutil.copytree(ROOT / part, tmp_path / "project" / part, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+        shutil.copytree(
+            ROOT / part,
+            tmp_path / "project" / part,
+            ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"),
+        )
     return tmp_path / "project"
 
 
@@ -104,7 +109,9 @@ def test_every_input_changes_the_key(project: Path, monkeypatch: pytest.MonkeyPa
         m.setattr(buildkey, "__version__", "99.0")
         buildkey.wheelmill_identity.cache_clear()
         changed["wheelmill version"] = digests(plan)
-    code = shutil.copytree(Path(buildkey.__file__).parents[1], project / "wheelmill-changed", ignore=shutil.ignore_patterns("__pycache__"))
+    code = shutil.copytree(
+        Path(buildkey.__file__).parents[1], project / "wheelmill-changed", ignore=shutil.ignore_patterns("__pycache__")
+    )
     step = code / "build" / "steps" / "build.py"
     step.write_text(step.read_text() + "# a changed flag\n")
     with monkeypatch.context() as m:
@@ -121,12 +128,16 @@ def test_every_input_changes_the_key(project: Path, monkeypatch: pytest.MonkeyPa
 def test_a_dependency_key_change_changes_its_dependents_and_nothing_else(project: Path) -> None:
     before = digests(cell_plan(project, "cuda130-py311"))
     assert set(before) == {"example-cpp-ops", "example-cuda-ops", "torchsort"}
-    (project / "extensions" / "cpp-ops" / "setup.py").write_text((project / "extensions" / "cpp-ops" / "setup.py").read_text() + "\n")
+    (project / "extensions" / "cpp-ops" / "setup.py").write_text(
+        (project / "extensions" / "cpp-ops" / "setup.py").read_text() + "\n"
+    )
     after = digests(cell_plan(project, "cuda130-py311"))
     assert after["example-cpp-ops"] != before["example-cpp-ops"]
     assert after["example-cuda-ops"] != before["example-cuda-ops"], "it depends on example-cpp-ops"
     assert after["torchsort"] == before["torchsort"]
-    (project / "extensions" / "cuda-ops" / "setup.py").write_text((project / "extensions" / "cuda-ops" / "setup.py").read_text() + "\n")
+    (project / "extensions" / "cuda-ops" / "setup.py").write_text(
+        (project / "extensions" / "cuda-ops" / "setup.py").read_text() + "\n"
+    )
     last = digests(cell_plan(project, "cuda130-py311"))
     assert last["example-cuda-ops"] != after["example-cuda-ops"] and last["example-cpp-ops"] == after["example-cpp-ops"]
 
@@ -142,7 +153,9 @@ def test_an_unreadable_source_file_is_a_fetch_error_naming_it(tmp_path: Path, mo
     with pytest.raises(FetchError) as caught:
         tree_hash(tmp_path)
     assert caught.value.exit_code == 6
-    assert caught.value.one_line().startswith(f"{tmp_path / 'csrc' / 'ops.cpp'}: cannot be read to key the source (Permission denied)")
+    assert caught.value.one_line().startswith(
+        f"{tmp_path / 'csrc' / 'ops.cpp'}: cannot be read to key the source (Permission denied)"
+    )
     assert "fix: make the source tree readable" in caught.value.one_line()
 
 
@@ -185,7 +198,9 @@ def test_the_channel_lists_a_built_wheel_by_its_keys(tmp_path: Path) -> None:
 def test_a_mirrored_file_and_an_empty_channel_have_no_keys(tmp_path: Path) -> None:
     channel = Channel(tmp_path / "index", "cpu")
     assert built_by_key(channel) == {}
-    publish(channel, make_wheel(tmp_path / "dist", "filelock", "3.0"), mirrored_from="https://example.org/filelock-3.0.whl")
+    publish(
+        channel, make_wheel(tmp_path / "dist", "filelock", "3.0"), mirrored_from="https://example.org/filelock-3.0.whl"
+    )
     assert built_by_key(channel) == {}
 
 
@@ -201,10 +216,21 @@ def _report(plan: CellPlan, tmp_path: Path, published: tuple[str, ...]) -> CellR
         done = publish(channel, wheel, build_key=keys[name].digest)
         _project, entry = built_by_key(channel)[keys[name].digest]
         path = channel.files / wheel.name
-        hits[name] = PublishedBuild(recipe=name, key=keys[name].digest, channel=channel.name, project=done.project, entry=entry, path=path, torch=None)
+        hits[name] = PublishedBuild(
+            recipe=name,
+            key=keys[name].digest,
+            channel=channel.name,
+            project=done.project,
+            entry=entry,
+            path=path,
+            torch=None,
+        )
     made = BuildKeys(channel=channel.name, keys=keys, published=hits)
     report = CellReport(plan=plan, path=tmp_path / "report.json")
-    report.steps += [StepRecord(step=plan.steps[0], status=Status.OK), StepRecord(step=plan.steps[1], status=Status.OK, made=(made,))]
+    report.steps += [
+        StepRecord(step=plan.steps[0], status=Status.OK),
+        StepRecord(step=plan.steps[1], status=Status.OK, made=(made,)),
+    ]
     return report
 
 
@@ -217,9 +243,14 @@ def test_a_published_recipe_does_not_run_and_stands_for_its_wheel(project: Path,
     assert [s.kind for s in plan.steps[:2]] == [StepKind.PRE_CHECKS, StepKind.BUILD_KEYS]
     report = _report(plan, tmp_path, ("example-cpp-ops",))
     stop = blocked(_step(plan, StepKind.FETCH, "example-cpp-ops"), plan, report)
-    assert stop is not None and stop.status is Status.PUBLISHED and "published: example_cpp_ops-0.1.0+cpu" in stop.reason
+    assert (
+        stop is not None and stop.status is Status.PUBLISHED and "published: example_cpp_ops-0.1.0+cpu" in stop.reason
+    )
     (wheel,) = [m for m in stop.made if isinstance(m, WheelRecord)]
-    assert Path(wheel.path) == tmp_path / "index" / "cpu" / "files" / "example_cpp_ops-0.1.0+cpu-cp311-cp311-linux_x86_64.whl"
+    assert (
+        Path(wheel.path)
+        == tmp_path / "index" / "cpu" / "files" / "example_cpp_ops-0.1.0+cpu-cp311-cp311-linux_x86_64.whl"
+    )
     assert blocked(_step(plan, StepKind.FETCH, "torchsort"), plan, report) is None
     assert blocked(_step(plan, StepKind.PREPARE_ENV), plan, report) is None, "torchsort is to be built"
     assert blocked(_step(plan, StepKind.CLOSURE), plan, report) is None
@@ -233,7 +264,9 @@ def test_when_every_recipe_is_published_the_build_steps_of_the_cell_do_not_run(p
         assert stop is not None and stop.status is Status.PUBLISHED and "nothing to build" in stop.reason, kind
 
 
-def test_a_published_dependency_is_no_failure_and_gives_its_wheel_to_what_depends_on_it(project: Path, tmp_path: Path) -> None:
+def test_a_published_dependency_is_no_failure_and_gives_its_wheel_to_what_depends_on_it(
+    project: Path, tmp_path: Path
+) -> None:
     plan = cell_plan(project, "cuda130-py311", names=("example-cuda-ops",))
     report = _report(plan, tmp_path, ("example-cpp-ops",))
     for step in (s for s in plan.steps if s.recipe == "example-cpp-ops"):
@@ -264,9 +297,17 @@ def test_no_publish_plans_no_build_keys(project: Path) -> None:
 
 def _run_keys_step(plan: CellPlan, tmp_path: Path) -> BuildKeys:
     settings = Settings(output=tmp_path / "wheels")
-    run = RunContext(plan=plan, settings=settings, layout=CellLayout(output=settings.output, cell=plan.cell.id), engine=None, on_line=lambda _line: None)
+    run = RunContext(
+        plan=plan,
+        settings=settings,
+        layout=CellLayout(output=settings.output, cell=plan.cell.id),
+        engine=None,
+        on_line=lambda _line: None,
+    )
     with StepLog(tmp_path / "build-keys.log") as log:
-        ctx = StepContext(run=run, where=host(settings), done=Done([]), log=log, hold=lambda manager: manager.__enter__())
+        ctx = StepContext(
+            run=run, where=host(settings), done=Done([]), log=log, hold=lambda manager: manager.__enter__()
+        )
         (made,) = build_keys_step(ctx).made
     assert isinstance(made, BuildKeys)
     return made
@@ -280,13 +321,19 @@ def test_the_step_finds_what_the_channel_lists_for_the_key_unless_rebuild(projec
     publish(Channel(tmp_path / "wheels" / "index", "cpu"), wheel, build_key=first.keys["example-cpp-ops"].digest)
     again = _run_keys_step(plan, tmp_path)
     assert again.keys == first.keys, "the host's toolchain is asked the same"
-    assert set(again.published) == {"example-cpp-ops"} and again.published["example-cpp-ops"].entry.filename == wheel.name
+    assert (
+        set(again.published) == {"example-cpp-ops"} and again.published["example-cpp-ops"].entry.filename == wheel.name
+    )
     delivered = again.published["example-cpp-ops"].path
-    assert delivered == tmp_path / "wheels" / "cpu-py311" / "dist" / wheel.name, "linked into dist/, where reports are read with their wheels"
+    assert delivered == tmp_path / "wheels" / "cpu-py311" / "dist" / wheel.name, (
+        "linked into dist/, where reports are read with their wheels"
+    )
     assert delivered.stat().st_ino == (tmp_path / "wheels" / "index" / "cpu" / "files" / wheel.name).stat().st_ino
     assert again.facts()["torch"] == {"version": "2.13.0+cpu"}, "the torch it pins, where no env checks run"
     assert _run_keys_step(replace(plan, rebuild=frozenset({"example-cpp-ops", "torchsort"})), tmp_path).published == {}
-    assert set(_run_keys_step(replace(plan, rebuild=frozenset({"torchsort"})), tmp_path).published) == {"example-cpp-ops"}, "only what it names"
+    assert set(_run_keys_step(replace(plan, rebuild=frozenset({"torchsort"})), tmp_path).published) == {
+        "example-cpp-ops"
+    }, "only what it names"
     assert _run_keys_step(replace(plan, rebuild=frozenset({"example-cpp-ops"})), tmp_path).published == {}
 
 
@@ -296,10 +343,15 @@ def test_rebuild_names_recipes_of_the_build_and_nothing_else(project: Path) -> N
     plan = cell_plan(project, names=("example-cpp-ops", "torchsort"), rebuild=("torchsort",))
     assert plan.rebuild == {"torchsort"} and not plan.rebuilds_all
     assert cell_plan(project, names=("example-cpp-ops",), rebuild=(REBUILD_ALL,)).rebuilds_all
-    assert not replace(plan, recipes=(), rebuild=frozenset()).rebuilds_all, "a plan without recipes and --rebuild asks its channel"
+    assert not replace(plan, recipes=(), rebuild=frozenset()).rebuilds_all, (
+        "a plan without recipes and --rebuild asks its channel"
+    )
     detail = _step(plan, StepKind.BUILD_KEYS).detail
     assert "--rebuild torchsort: built even where channel cpu lists it, the rest looked up there" in detail
     with pytest.raises(SelectionError) as raised:
         cell_plan(project, names=("example-cpp-ops",), rebuild=("torchsort",))
-    assert "--rebuild torchsort: not a recipe of this build of cpu-py311 (it builds example-cpp-ops)" in raised.value.one_line()
+    assert (
+        "--rebuild torchsort: not a recipe of this build of cpu-py311 (it builds example-cpp-ops)"
+        in raised.value.one_line()
+    )
     assert "add --recipe torchsort" in raised.value.one_line()

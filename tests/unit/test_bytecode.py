@@ -35,7 +35,11 @@ def compiled(site: Path, name: str) -> Path:
 def compile_all(site: Path, *names: str) -> None:
     """As an import leaves them: timestamp files, current for their sources."""
     for name in names:
-        py_compile.compile(str(site / name), cfile=str(compiled(site, name)), invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
+        py_compile.compile(
+            str(site / name),
+            cfile=str(compiled(site, name)),
+            invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP,
+        )
 
 
 def site(root: Path) -> Path:
@@ -72,7 +76,12 @@ def test_bytecode_kept_from_one_env_is_lent_to_another_with_the_same_sources_and
 
 
 def test_a_source_changed_since_its_install_is_neither_kept_nor_lent(tmp_path: Path) -> None:
-    store, edited, clean, target = BytecodeStore(tmp_path / "store"), site(tmp_path / "a"), site(tmp_path / "b"), site(tmp_path / "c")
+    store, edited, clean, target = (
+        BytecodeStore(tmp_path / "store"),
+        site(tmp_path / "a"),
+        site(tmp_path / "b"),
+        site(tmp_path / "c"),
+    )
     for root in (edited, clean, target):
         install(root, "pkg", {"pkg/__init__.py": "X = 1\n"})
     (edited / "pkg/__init__.py").write_text("X = 9\n")  # its RECORD still says X = 1

@@ -33,7 +33,9 @@ def checks_after_publishing(tmp_path: Path, damage: str | None = None) -> list[s
     settings = Settings.from_environ({"WHEELMILL_OUTPUT": str(tmp_path / "wheels")})
     matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
     plan = plan_cell(matrix, load_recipes(ROOT / "recipes"), matrix.cell("cpu-py311"), ["example-cpp-ops"], settings)
-    tested = make_wheel(tmp_path / "dist", "example-cpp-ops", "0.1.0+cpu", files={"example_cpp_ops/__init__.py": b"x = 1\n"})
+    tested = make_wheel(
+        tmp_path / "dist", "example-cpp-ops", "0.1.0+cpu", files={"example_cpp_ops/__init__.py": b"x = 1\n"}
+    )
     channel = Channel(settings.index, "cpu")
     done = publish(channel, tested)
     if damage == "other bytes":
@@ -42,10 +44,20 @@ def checks_after_publishing(tmp_path: Path, damage: str | None = None) -> list[s
         (channel.simple / "example-cpp-ops" / "index.html").write_text("<html>")
     report = CellReport(plan=plan, path=tmp_path / "report.json")
     for kind, made in ((StepKind.INSTALL_TEST, WheelRecord.of(tested)), (StepKind.PUBLISH, done)):
-        report.steps.append(StepRecord(step=Step(kind=kind, recipe="example-cpp-ops", detail=""), status=Status.OK, made=(made,)))
-    run = RunContext(plan=plan, settings=settings, layout=CellLayout(output=settings.output, cell="cpu-py311"), engine=None, on_line=lambda _line: None)
+        report.steps.append(
+            StepRecord(step=Step(kind=kind, recipe="example-cpp-ops", detail=""), status=Status.OK, made=(made,))
+        )
+    run = RunContext(
+        plan=plan,
+        settings=settings,
+        layout=CellLayout(output=settings.output, cell="cpu-py311"),
+        engine=None,
+        on_line=lambda _line: None,
+    )
     with StepLog(tmp_path / "channel-checks.log") as log:
-        ctx = StepContext(run=run, where=host(settings), done=report.done, log=log, hold=lambda manager: manager.__enter__())
+        ctx = StepContext(
+            run=run, where=host(settings), done=report.done, log=log, hold=lambda manager: manager.__enter__()
+        )
         try:
             return [f"{c.name} {c.verdict}" for c in channel_checks(ctx).checks]
         except IndexStoreError as error:

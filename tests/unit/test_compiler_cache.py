@@ -62,20 +62,39 @@ STATS = {
 
 def spec(cell: str, recipe: str) -> RecipeSpec:
     matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
-    (cell_plan,) = plan(matrix, load_recipes(ROOT / "recipes"), matrix.select([cell]), [recipe], Settings.from_environ({}))
+    (cell_plan,) = plan(
+        matrix, load_recipes(ROOT / "recipes"), matrix.select([cell]), [recipe], Settings.from_environ({})
+    )
     return cell_plan.recipe(recipe)
 
 
 def cache_at(root: Path) -> CompilerCache:
-    return CompilerCache(binary=root / ".cache" / "bin" / "sccache", socket=root / "cuda130-py311" / "sccache.sock", location="Local disk")
+    return CompilerCache(
+        binary=root / ".cache" / "bin" / "sccache",
+        socket=root / "cuda130-py311" / "sccache.sock",
+        location="Local disk",
+    )
 
 
 def environment(tmp_path: Path, cache: CompilerCache | None) -> dict[str, str]:
-    toolkit = Toolkit(family=Family.CUDA, root=Path("/usr/local/cuda-13.0"), version="13.0", compiler=Path("/usr/local/cuda-13.0/bin/nvcc"))
+    toolkit = Toolkit(
+        family=Family.CUDA,
+        root=Path("/usr/local/cuda-13.0"),
+        version="13.0",
+        compiler=Path("/usr/local/cuda-13.0/bin/nvcc"),
+    )
     values = {"python": "python", "source": "src", "dist": "dist"}
     cell_root = tmp_path / "cuda130-py311"
     env = Env(root=cell_root / "envs" / "build")
-    return build_environment(spec("cuda130-py311", "example-cuda-ops"), values, env=env, cell_root=cell_root, toolkit=toolkit, jobs=2, cache=cache)
+    return build_environment(
+        spec("cuda130-py311", "example-cuda-ops"),
+        values,
+        env=env,
+        cell_root=cell_root,
+        toolkit=toolkit,
+        jobs=2,
+        cache=cache,
+    )
 
 
 def test_a_build_compiles_through_the_cache_torch_and_cmake_alike(tmp_path: Path) -> None:
@@ -99,11 +118,19 @@ def test_a_build_compiles_through_the_cache_torch_and_cmake_alike(tmp_path: Path
     assert "-Xcompiler=-ffile-prefix-map=" in env["NVCC_APPEND_FLAGS"]
 
 
-def test_without_the_cache_a_build_environment_names_none_of_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_the_cache_a_build_environment_names_none_of_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("TMPDIR", raising=False)  # a caller's own passes through; the cache sets none
-    for cache in (None, CompilerCache.off("WHEELMILL_COMPILER_CACHE=off"), CompilerCache(binary=Path("/o/bin/sccache"), socket=None)):
+    for cache in (
+        None,
+        CompilerCache.off("WHEELMILL_COMPILER_CACHE=off"),
+        CompilerCache(binary=Path("/o/bin/sccache"), socket=None),
+    ):
         env = environment(tmp_path, cache)
-        assert not [key for key in env if key.startswith(("SCCACHE_", "CMAKE_", "TORCH_EXTENSION_")) or key == "TMPDIR"], cache
+        assert not [
+            key for key in env if key.startswith(("SCCACHE_", "CMAKE_", "TORCH_EXTENSION_")) or key == "TMPDIR"
+        ], cache
         assert "/o/bin" not in env["PATH"] and str(tmp_path / ".cache" / "bin") not in env["PATH"]
         assert {"--objdir-as-tempdir", "--frandom-seed=example-cuda-ops"} <= set(env["NVCC_APPEND_FLAGS"].split())
 
@@ -122,7 +149,14 @@ def test_the_server_gets_the_callers_cache_configuration_and_wheelmill_decides_t
         "SECRET_THING": "x",
     }
     env = server_environment(caller, cache_dir=Path("/o/.cache/sccache"), socket_path=Path("/o/c/sccache.sock"))
-    for key in ("SCCACHE_BUCKET", "SCCACHE_REGION", "AWS_ACCESS_KEY_ID", "ACTIONS_CACHE_URL", "SCCACHE_GHA_ENABLED", "GITHUB_SERVER_URL"):
+    for key in (
+        "SCCACHE_BUCKET",
+        "SCCACHE_REGION",
+        "AWS_ACCESS_KEY_ID",
+        "ACTIONS_CACHE_URL",
+        "SCCACHE_GHA_ENABLED",
+        "GITHUB_SERVER_URL",
+    ):
         assert env[key] == caller[key]
     assert "CC" not in env and "SECRET_THING" not in env and "SCCACHE_SERVER_PORT" not in env
     assert env["SCCACHE_DIR"] == "/o/.cache/sccache"  # local disk under the output root by default
@@ -136,7 +170,9 @@ def test_the_server_strips_the_cell_root_after_the_callers_basedirs() -> None:
     cell, other = Path("/o/cuda130-py313"), Path("/elsewhere")
     env = server_environment({}, cache_dir=Path("/c"), socket_path=Path("/s"), basedirs=[cell, other])
     assert env["SCCACHE_BASEDIRS"] == f"{cell}:{other}"
-    theirs = server_environment({"SCCACHE_BASEDIRS": "/home/ci"}, cache_dir=Path("/c"), socket_path=Path("/s"), basedirs=[cell])
+    theirs = server_environment(
+        {"SCCACHE_BASEDIRS": "/home/ci"}, cache_dir=Path("/c"), socket_path=Path("/s"), basedirs=[cell]
+    )
     assert theirs["SCCACHE_BASEDIRS"] == f"/home/ci:{cell}"
     assert "SCCACHE_BASEDIRS" not in server_environment({}, cache_dir=Path("/c"), socket_path=Path("/s"))
 
@@ -186,7 +222,9 @@ def test_settings_turn_the_cache_off_and_refuse_a_typo() -> None:
 
 def test_sccache_is_pinned_with_hashes_and_found_in_wheelmills_env() -> None:
     lock = (ROOT / "requirements" / "dev.txt").read_text()
-    pinned = re.search(r"^sccache==0\.16\.0 \\\n((?:    --hash=sha256:[0-9a-f]{64}(?: \\)?\n)+)", lock, flags=re.MULTILINE)
+    pinned = re.search(
+        r"^sccache==0\.16\.0 \\\n((?:    --hash=sha256:[0-9a-f]{64}(?: \\)?\n)+)", lock, flags=re.MULTILINE
+    )
     assert pinned is not None and pinned.group(1).count("--hash") >= 1
     binary = sccache_bin()
     assert binary is not None and binary.is_file() and binary.name == "sccache"
@@ -208,7 +246,10 @@ def test_the_server_answers_on_its_socket_and_is_gone_after_the_cell(tmp_path: P
     assert binary is not None
     socket = tmp_path / "sccache.sock"
     env = server_environment({}, cache_dir=tmp_path / "cache", socket_path=socket)
-    with StepLog(tmp_path / "step.log") as log, Server(HostRunner(), binary=binary, env=env, log=log, output=tmp_path / "server.log") as server:
+    with (
+        StepLog(tmp_path / "step.log") as log,
+        Server(HostRunner(), binary=binary, env=env, log=log, output=tmp_path / "server.log") as server,
+    ):
         assert server.failure is None
         assert answers(socket)
         process = server._process  # the process it must stop
@@ -258,18 +299,27 @@ def test_nvcc_compiles_a_files_archs_at_once_unless_the_recipe_chooses_its_own_t
     """``--threads`` goes first (NVCC_PREPEND_FLAGS), so a build's own flag still wins; a
     recipe that sets NVCC_THREADS (flash-attn) or the flag itself (apex) gets none of ours,
     and a CPU cell none at all."""
-    toolkit = Toolkit(family=Family.CUDA, root=Path("/usr/local/cuda-13.0"), version="13.0", compiler=Path("/usr/local/cuda-13.0/bin/nvcc"))
+    toolkit = Toolkit(
+        family=Family.CUDA,
+        root=Path("/usr/local/cuda-13.0"),
+        version="13.0",
+        compiler=Path("/usr/local/cuda-13.0/bin/nvcc"),
+    )
     env = Env(root=tmp_path / "cuda130-py311" / "envs" / "build")
 
     def made(cell: str, recipe: str, threads: int, **variables: str) -> dict[str, str]:
         chosen = replace(spec(cell, recipe), env={**spec(cell, recipe).env, **variables})
         kit = toolkit if chosen.family is Family.CUDA else None
-        return build_environment(chosen, {}, env=env, cell_root=tmp_path / cell, toolkit=kit, jobs=2, nvcc_threads=threads)
+        return build_environment(
+            chosen, {}, env=env, cell_root=tmp_path / cell, toolkit=kit, jobs=2, nvcc_threads=threads
+        )
 
     assert made("cuda130-py311", "example-cuda-ops", 2)["NVCC_PREPEND_FLAGS"] == "--threads 2"
     assert "NVCC_PREPEND_FLAGS" not in made("cuda130-py311", "example-cuda-ops", 1)
     assert "NVCC_PREPEND_FLAGS" not in made("cuda130-py311", "example-cuda-ops", 2, NVCC_THREADS="4")
-    assert "--threads" not in made("cuda130-py311", "example-cuda-ops", 2, NVCC_APPEND_FLAGS="--threads 3").get("NVCC_PREPEND_FLAGS", "")
+    assert "--threads" not in made("cuda130-py311", "example-cuda-ops", 2, NVCC_APPEND_FLAGS="--threads 3").get(
+        "NVCC_PREPEND_FLAGS", ""
+    )
     assert "NVCC_PREPEND_FLAGS" not in made("cpu-py311", "example-cpp-ops", 2)
 
 
@@ -280,7 +330,10 @@ def test_the_server_restarts_once_the_cell_before_it_has_built_since_it_started(
     binary = sccache_bin()
     assert binary is not None
     env = server_environment({}, cache_dir=tmp_path / "cache", socket_path=tmp_path / "sccache.sock")
-    with StepLog(tmp_path / "build.log") as log, Server(HostRunner(), binary=binary, env=env, log=log, output=tmp_path / "server.log", seen=1) as server:
+    with (
+        StepLog(tmp_path / "build.log") as log,
+        Server(HostRunner(), binary=binary, env=env, log=log, output=tmp_path / "server.log", seen=1) as server,
+    ):
         first = server._process
         assert server.refresh(log, seen=1) is None and server._process is first, "nothing built since: the same server"
         assert server.refresh(log, seen=2) is None and server._process is not first and server.seen == 2

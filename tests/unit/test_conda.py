@@ -34,8 +34,19 @@ def _ops(tmp_path: Path, label: str, torch: str) -> Path:
 
 def test_a_cpu_build_names_its_variant_pins_torch_and_its_python_abi(tmp_path: Path) -> None:
     meta = conda_meta(read_wheel(_ops(tmp_path, "cpu", "2.13.0+cpu")), CPU)
-    assert (meta.name, meta.version, meta.build, meta.build_number, meta.subdir) == ("example-cpp-ops", "0.1.0", "cpu_py311_0", 0, "linux-64")
-    assert meta.depends == ("python >=3.11,<3.12.0a0", "python_abi 3.11.* *_cp311", "torch ==2.13.0 cpu_py311_*", "numpy <3,>=1.21")
+    assert (meta.name, meta.version, meta.build, meta.build_number, meta.subdir) == (
+        "example-cpp-ops",
+        "0.1.0",
+        "cpu_py311_0",
+        0,
+        "linux-64",
+    )
+    assert meta.depends == (
+        "python >=3.11,<3.12.0a0",
+        "python_abi 3.11.* *_cp311",
+        "torch ==2.13.0 cpu_py311_*",
+        "numpy <3,>=1.21",
+    )
     assert meta.constrains == ()
     assert meta.filename == "example-cpp-ops-0.1.0-cpu_py311_0.conda"
 
@@ -49,7 +60,14 @@ def test_a_cuda_build_needs_a_cuda_driver_and_ranks_above_the_cpu_build(tmp_path
 
 
 def test_a_pure_wheel_is_one_noarch_package_for_every_python(tmp_path: Path) -> None:
-    pure = make_wheel(tmp_path, "filelock", "3.16.1", tag="py3-none-any", requires_python=">=3.9", requires=["typing-extensions>=4; python_version < '3.11'"])
+    pure = make_wheel(
+        tmp_path,
+        "filelock",
+        "3.16.1",
+        tag="py3-none-any",
+        requires_python=">=3.9",
+        requires=["typing-extensions>=4; python_version < '3.11'"],
+    )
     meta = conda_meta(read_wheel(pure), CUDA)
     assert (meta.subdir, meta.build, meta.depends) == ("noarch", "py_0", ("python >=3.9",))
     assert "__cuda >=13.0" not in meta.depends
@@ -101,7 +119,11 @@ def test_which_wheels_a_python_takes(tmp_path: Path) -> None:
         return fits(read_wheel(make_wheel(tmp_path / tag, "x", "1", tag=tag)), "3.11")
 
     assert info("cp311-cp311-manylinux_2_28_x86_64") and info("py3-none-any") and info("cp39-abi3-manylinux2014_x86_64")
-    assert not info("cp312-cp312-manylinux_2_28_x86_64") and not info("cp311-cp311-manylinux_2_28_aarch64") and not info("cp312-abi3-manylinux2014_x86_64")
+    assert (
+        not info("cp312-cp312-manylinux_2_28_x86_64")
+        and not info("cp311-cp311-manylinux_2_28_aarch64")
+        and not info("cp312-abi3-manylinux2014_x86_64")
+    )
 
 
 def test_bad_input_to_the_conda_commands_is_one_line_and_writes_nothing(cli: CliRunner, tmp_path: Path) -> None:
@@ -130,7 +152,10 @@ def test_a_cells_conda_env_specs_are_every_cells_then_its_variants_with_its_pyth
     )
     cpu, cuda = envspec.inputs(recipes_copy, _cell("cpu")), envspec.inputs(recipes_copy, _cell("cuda130", "3.12"))
     assert cpu.specs == ("python 3.11.*", "python_abi 3.11.* *_cp311", "ninja")
-    assert cuda.specs == ("python 3.12.*", "python_abi 3.12.* *_cp312", "ninja", "cuda-nvcc 13.0.*") and cuda.cell == "cuda130-py312"
+    assert (
+        cuda.specs == ("python 3.12.*", "python_abi 3.12.* *_cp312", "ninja", "cuda-nvcc 13.0.*")
+        and cuda.cell == "cuda130-py312"
+    )
     assert cpu.digest != envspec.inputs(recipes_copy, _cell("cpu", "3.12")).digest, "the Python is an input"
 
 
@@ -139,7 +164,9 @@ def test_a_cells_conda_env_specs_are_every_cells_then_its_variants_with_its_pyth
     [("specs = 'python'\n", "specs: not a list of match specs"), ('specs = ["python"]\nvariants = 3\n', "variants: not a table"),
      ('specs = ["python"]\n[variants]\ncpu = [""]\n', "variants.cpu: not a list of match specs"), ("specs = [\n", "invalid TOML")],
 )  # fmt: skip
-def test_a_malformed_conda_env_spec_file_is_one_error_naming_the_file_and_key(recipes_copy: Path, text: str, says: str) -> None:
+def test_a_malformed_conda_env_spec_file_is_one_error_naming_the_file_and_key(
+    recipes_copy: Path, text: str, says: str
+) -> None:
     (recipes_copy / "conda" / "envs.toml").write_text(text)
     with pytest.raises(ConfigError) as caught:
         envspec.inputs(recipes_copy, _cell())
@@ -150,12 +177,16 @@ def test_a_conda_lock_reads_back_and_knows_when_its_specs_changed(tmp_path: Path
     made = envspec.CondaEnvInputs(cell="cpu-py311", specs=("python 3.11.*", "ninja"))
     packages = [
         envspec.LockedPackage(subdir="linux-64", name="python", version="3.11.7", build="0_cpython", sha256="a" * 64),
-        envspec.LockedPackage(subdir="linux-64", name="example-cpp-ops", version="0.1.0", build="cpu_py311_0", sha256="b" * 64),
+        envspec.LockedPackage(
+            subdir="linux-64", name="example-cpp-ops", version="0.1.0", build="cpu_py311_0", sha256="b" * 64
+        ),
     ]
     lock = tmp_path / "cpu-py311.txt"
     lock.write_text(envspec.lock_text(made, packages))
     read = envspec.read_lock(lock)
-    assert recorded_digest(lock) == made.digest and sorted(read, key=lambda p: p.name) == sorted(packages, key=lambda p: p.name)
+    assert recorded_digest(lock) == made.digest and sorted(read, key=lambda p: p.name) == sorted(
+        packages, key=lambda p: p.name
+    )
     assert [p.spec for p in read] == ["example-cpp-ops ==0.1.0 cpu_py311_0", "python ==3.11.7 0_cpython"]
     assert envspec.mismatch(made, lock) is None
     changed = envspec.CondaEnvInputs(cell="cpu-py311", specs=("python 3.11.*", "ninja", "cmake"))
@@ -168,7 +199,11 @@ def test_a_conda_lock_reads_back_and_knows_when_its_specs_changed(tmp_path: Path
 def test_the_conda_backends_uv_install_leaves_out_what_the_conda_env_holds(tmp_path: Path) -> None:
     prefix = tmp_path / "env"
     (prefix / "conda-meta").mkdir(parents=True)
-    for record in ("ninja-1.13.2-py311_0.json", "python-3.11.7-0_cpython.json", "example-cpp-ops-0.1.0-cpu_py311_0.json"):
+    for record in (
+        "ninja-1.13.2-py311_0.json",
+        "python-3.11.7-0_cpython.json",
+        "example-cpp-ops-0.1.0-cpu_py311_0.json",
+    ):
         (prefix / "conda-meta" / record).write_text("{}")
     assert conda_names(prefix) == {"ninja", "python", "example-cpp-ops"}
     lock = "ninja==1.13.0 \\\n    --hash=sha256:aa\nsetuptools==80.0 \\\n    --hash=sha256:bb\n    # via -r build.in\nExample_Cpp_Ops==0.1.0\n"

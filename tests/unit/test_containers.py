@@ -34,17 +34,42 @@ PODMAN = Engine(name=EngineName.PODMAN, binary="/usr/bin/podman")
 
 @pytest.mark.parametrize("engine", [DOCKER, PODMAN], ids=["docker", "podman"])
 def test_run_exec_and_remove_commands(engine: Engine) -> None:
-    mounts = [Mount(source=Path("/srv/wheels"), target=Path("/srv/wheels"), readonly=False), Mount(source=Path("/opt/idx"), target=Path("/opt/idx"))]
-    run = engine.run_detached(container="wheelmill-cpu-py311-7", image="localhost/wheelmill-builder:builder-py311-abc", mounts=mounts, cell="cpu-py311")
+    mounts = [
+        Mount(source=Path("/srv/wheels"), target=Path("/srv/wheels"), readonly=False),
+        Mount(source=Path("/opt/idx"), target=Path("/opt/idx")),
+    ]
+    run = engine.run_detached(
+        container="wheelmill-cpu-py311-7",
+        image="localhost/wheelmill-builder:builder-py311-abc",
+        mounts=mounts,
+        cell="cpu-py311",
+    )
     assert run == [
         engine.binary, "run", "--detach", "--name", "wheelmill-cpu-py311-7", "--label", "wheelmill.cell=cpu-py311", "--network", "host",
         "--volume", "/srv/wheels:/srv/wheels:rw", "--volume", "/opt/idx:/opt/idx:ro",
         "--entrypoint", "sleep", "localhost/wheelmill-builder:builder-py311-abc", "infinity",
     ]  # fmt: skip
     weighed = engine.run_detached(container="c", image="i", mounts=[], cell="cpu-py311", network=False, cpu_shares=128)
-    assert weighed[weighed.index("--network") : weighed.index("--entrypoint")] == ["--network", "none", "--cpu-shares", "128"]
+    assert weighed[weighed.index("--network") : weighed.index("--entrypoint")] == [
+        "--network",
+        "none",
+        "--cpu-shares",
+        "128",
+    ]
     exec_argv = engine.exec(container="c", argv=["python", "-V"], env_keys=["PATH", "TOKEN"], workdir=Path("/src"))
-    assert exec_argv == [engine.binary, "exec", "--workdir", "/src", "--env", "PATH", "--env", "TOKEN", "c", "python", "-V"]
+    assert exec_argv == [
+        engine.binary,
+        "exec",
+        "--workdir",
+        "/src",
+        "--env",
+        "PATH",
+        "--env",
+        "TOKEN",
+        "c",
+        "python",
+        "-V",
+    ]
     assert "secret" not in " ".join(exec_argv)  # values travel in the environment only
 
 
@@ -54,19 +79,34 @@ def test_remove_and_image_commands_differ_where_the_engines_do() -> None:
     assert PODMAN.image_id("t") == ["/usr/bin/podman", "image", "inspect", "--format", "{{.Id}}", "t"]
     assert DOCKER.image_id("t") == ["/usr/bin/docker", "image", "inspect", "--format", "{{.Id}}", "t"]
     build = DOCKER.build(
-        tag="t", containerfile=Path("/r/containers/builder/Containerfile"), context=Path("/r/containers/builder"), build_args={"B": "2", "A": "1"}
+        tag="t",
+        containerfile=Path("/r/containers/builder/Containerfile"),
+        context=Path("/r/containers/builder"),
+        build_args={"B": "2", "A": "1"},
     )
     assert build == ["/usr/bin/docker", "build", "--tag", "t", "--file", "/r/containers/builder/Containerfile", "--network", "host",
                      "--build-arg", "A=1", "--build-arg", "B=2", "/r/containers/builder"]  # fmt: skip
     assert DOCKER.import_rootfs(tarball=Path("/tmp/r.tar"), tag="b") == ["/usr/bin/docker", "import", "/tmp/r.tar", "b"]
-    assert DOCKER.containers("cpu-py311") == ["/usr/bin/docker", "ps", "--all", "--filter", "label=wheelmill.cell=cpu-py311", "--format", "{{.Names}}"]
+    assert DOCKER.containers("cpu-py311") == [
+        "/usr/bin/docker",
+        "ps",
+        "--all",
+        "--filter",
+        "label=wheelmill.cell=cpu-py311",
+        "--format",
+        "{{.Names}}",
+    ]
 
 
 def answering(*names: str) -> Probe:
     def probe(argv: Sequence[str | Path]) -> Captured:
         binary = str(argv[0])
         ok = any(binary.endswith(n) for n in names)
-        return Captured(returncode=0 if ok else 1, stdout="linux\n" if ok else "", stderr="" if ok else "Cannot connect to the Docker daemon")
+        return Captured(
+            returncode=0 if ok else 1,
+            stdout="linux\n" if ok else "",
+            stderr="" if ok else "Cannot connect to the Docker daemon",
+        )
 
     return probe
 
@@ -128,10 +168,17 @@ def test_every_python_of_the_matrix_has_a_cpython_source(pins: Pins, matrix: Mat
 
 def test_a_manylinux_base_needs_no_cpython_pin(pins: Pins, matrix: Matrix) -> None:
     digest = "sha256:" + "a" * 64
-    pinned = replace(pins, bases={**pins.bases, "manylinux_2_28": replace(pins.bases["manylinux_2_28"], digest=digest)}, pythons={})
+    pinned = replace(
+        pins, bases={**pins.bases, "manylinux_2_28": replace(pins.bases["manylinux_2_28"], digest=digest)}, pythons={}
+    )
     image = choose(pinned, matrix.variants["cuda130"], "3.12", containers=ROOT / "containers", policy="auto")
     assert image.containerfile.parent.name == "manylinux" and image.base.reference.endswith("@" + digest)
-    assert image.build_args("http://mirror.example/debian") == {"BASE": image.base.reference, "PYTHON_VERSION": "3.12", "PYTHON_URL": "", "PYTHON_SHA256": ""}
+    assert image.build_args("http://mirror.example/debian") == {
+        "BASE": image.base.reference,
+        "PYTHON_VERSION": "3.12",
+        "PYTHON_URL": "",
+        "PYTHON_SHA256": "",
+    }
 
 
 def test_image_tag_follows_definition_pins_and_base(pins: Pins, matrix: Matrix, tmp_path: Path) -> None:
@@ -148,7 +195,12 @@ def test_image_tag_follows_definition_pins_and_base(pins: Pins, matrix: Matrix, 
 
 
 def test_debian_mirror_comes_from_settings_or_apt(tmp_path: Path) -> None:
-    assert debian_mirror(Settings.from_environ({"WHEELMILL_DEBIAN_MIRROR": "http://m.example/debian/"}).debian_mirror, tmp_path) == "http://m.example/debian"
+    assert (
+        debian_mirror(
+            Settings.from_environ({"WHEELMILL_DEBIAN_MIRROR": "http://m.example/debian/"}).debian_mirror, tmp_path
+        )
+        == "http://m.example/debian"
+    )
     (tmp_path / "sources.list.d").mkdir()
     (tmp_path / "sources.list.d" / "debian.sources").write_text(
         "Types: deb\nURIs: http://deb.example/debian-security\n\nTypes: deb\nURIs: http://deb.example/debian\nSuites: bookworm\n"
@@ -162,9 +214,21 @@ def test_debian_mirror_comes_from_settings_or_apt(tmp_path: Path) -> None:
     ("old", "new", "says"),
     [
         ('digest = ""', 'digest = "sha256:xyz"', r"bases\.manylinux_2_28\.digest: 'sha256:xyz' is not sha256:<64 hex>"),
-        ('path = "pool/main/p/python3.9/', 'url = "https://m.example/x"\npath = "pool/main/p/python3.9/', r'pythons\."3\.9": give exactly one of path'),
-        ('url = "https://www.python.org/ftp/python/3.10.19/Python-3.10.19.tar.xz"', "", r'pythons\."3\.10": give exactly one of path'),
-        ('url = "https://www.python.org/ftp/', 'url = "ftp://www.python.org/ftp/', r'pythons\."3\.10"\.url: .* is not an http\(s\) URL'),
+        (
+            'path = "pool/main/p/python3.9/',
+            'url = "https://m.example/x"\npath = "pool/main/p/python3.9/',
+            r'pythons\."3\.9": give exactly one of path',
+        ),
+        (
+            'url = "https://www.python.org/ftp/python/3.10.19/Python-3.10.19.tar.xz"',
+            "",
+            r'pythons\."3\.10": give exactly one of path',
+        ),
+        (
+            'url = "https://www.python.org/ftp/',
+            'url = "ftp://www.python.org/ftp/',
+            r'pythons\."3\.10"\.url: .* is not an http\(s\) URL',
+        ),
         ('sha256 = "3c2034c5', 'sha256 = "3c2034c', r'pythons\."3\.9"\.sha256: not 64 hex digits'),
     ],
 )
@@ -185,11 +249,19 @@ def test_an_image_build_failure_says_what_the_containerfile_said() -> None:
         "wheelmill: cannot download CPython 3.12 from http://127.0.0.1:9/P.tar.xz; fix: mirror it and set its url in containers/pins.toml",
         'Error: building at STEP "RUN apt-get update": exit status 1',
     ]
-    error = image_build_failure("localhost/wheelmill-builder:builder-py312-abc", CommandFailed(["podman", "build"], 1, Path("image.log"), tail))
-    assert str(error) == "building localhost/wheelmill-builder:builder-py312-abc failed: cannot download CPython 3.12 from http://127.0.0.1:9/P.tar.xz"
+    error = image_build_failure(
+        "localhost/wheelmill-builder:builder-py312-abc", CommandFailed(["podman", "build"], 1, Path("image.log"), tail)
+    )
+    assert (
+        str(error)
+        == "building localhost/wheelmill-builder:builder-py312-abc failed: cannot download CPython 3.12 from http://127.0.0.1:9/P.tar.xz"
+    )
     assert error.fix == "mirror it and set its url in containers/pins.toml"
     other = image_build_failure("t", CommandFailed(["podman", "build"], 1, Path("image.log"), tail[:2]))
-    assert str(other) == "building t failed: curl: (7) Failed to connect to 127.0.0.1 port 9: Connection refused" and other.fix == "read image.log"
+    assert (
+        str(other) == "building t failed: curl: (7) Failed to connect to 127.0.0.1 port 9: Connection refused"
+        and other.fix == "read image.log"
+    )
 
 
 def test_lock_inputs_cover_every_recipe_of_the_cell(matrix: Matrix) -> None:
@@ -207,7 +279,10 @@ def test_a_slim_cell_shares_its_parents_lock_and_image(matrix: Matrix, capsys: p
     which `wheelmill lock --check` checks once; and on the same builder image."""
     recipes = load_recipes(ROOT / "recipes")
     slim, parent = matrix.cell("cuda130-sm90-py311"), matrix.cell("cuda130-py311")
-    assert inputs(matrix, recipes, slim) == inputs(matrix, recipes, parent) and inputs(matrix, recipes, slim).cell == "cuda130-py311"
+    assert (
+        inputs(matrix, recipes, slim) == inputs(matrix, recipes, parent)
+        and inputs(matrix, recipes, slim).cell == "cuda130-py311"
+    )
     pins = load_pins(ROOT / "containers" / "pins.toml")
     for policy in ("bootstrap", "auto"):
         assert choose(pins, slim.variant, "3.11", containers=ROOT / "containers", policy=policy) == choose(
@@ -225,11 +300,17 @@ def test_a_build_sees_its_cell_at_a_fixed_path_and_the_host_finds_it_back(tmp_pa
     cell_root = tmp_path / "out" / "cuda130-py311"
     stable = Mount(source=cell_root, target=Path("/wheelmill"), readonly=False)
     log = StepLog(tmp_path / "log")
-    container = Container(PODMAN, cell="cuda130-py311", image="i", mounts=[], log=log, same_path=[tmp_path / "out"], stable=stable)
+    container = Container(
+        PODMAN, cell="cuda130-py311", image="i", mounts=[], log=log, same_path=[tmp_path / "out"], stable=stable
+    )
     log.close()
     assert container.stable_path(cell_root / "src" / "x" / "a.cu") == Path("/wheelmill/src/x/a.cu")
-    assert container.stable_path(tmp_path / "out" / ".cache") == tmp_path / "out" / ".cache"  # shared by cells: as it is
-    assert container.host_path(Path("/wheelmill/envs/build/bin/python")) == cell_root / "envs" / "build" / "bin" / "python"
+    assert (
+        container.stable_path(tmp_path / "out" / ".cache") == tmp_path / "out" / ".cache"
+    )  # shared by cells: as it is
+    assert (
+        container.host_path(Path("/wheelmill/envs/build/bin/python")) == cell_root / "envs" / "build" / "bin" / "python"
+    )
     assert container.host_path(cell_root / "dist") == cell_root / "dist"
 
 
@@ -238,7 +319,9 @@ def test_the_build_environment_names_the_cells_paths_as_the_build_sees_them(tmp_
     path: nothing of the output root reaches a compiler's command line."""
     matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
     cell = matrix.cell("cuda130-py311")
-    spec = plan_cell(matrix, load_recipes(ROOT / "recipes"), cell, ["example-cuda-ops"], Settings()).recipe("example-cuda-ops")
+    spec = plan_cell(matrix, load_recipes(ROOT / "recipes"), cell, ["example-cuda-ops"], Settings()).recipe(
+        "example-cuda-ops"
+    )
     root = tmp_path / "out" / cell.id
     env = Env(root=root / "envs" / "build")
     (env.root / "lib" / "python3.11" / "site-packages" / "nvidia" / "cu13" / "include").mkdir(parents=True)
@@ -297,7 +380,9 @@ def test_a_cell_that_yields_the_cores_gets_containers_of_a_lower_cpu_weight(tmp_
     otherwise the engine's default. The engine here is a script that records its argv."""
     calls = tmp_path / "calls"
     engine = tmp_path / "engine"
-    engine.write_text(f'#!/bin/sh\necho "$*" >> {calls}\nif [ "$1" = inspect ]; then echo {os.getpid()}; fi\n')  # a root it can see
+    engine.write_text(
+        f'#!/bin/sh\necho "$*" >> {calls}\nif [ "$1" = inspect ]; then echo {os.getpid()}; fi\n'
+    )  # a root it can see
     engine.chmod(0o755)
     podman = Engine(name=EngineName.PODMAN, binary=str(engine))
     with StepLog(tmp_path / "log") as log:

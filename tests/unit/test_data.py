@@ -66,7 +66,10 @@ def test_recipes_load_and_form_a_dag(recipes, matrix) -> None:  # type: ignore[n
     assert set(recipes) == {"example-cpp-ops", "example-cuda-ops", "torchsort", *ecosystem}
     assert {name for name, recipe in recipes.items() if recipe.opt_in} == ecosystem
     assert isinstance(recipes["torchsort"].source, SdistSource)
-    assert select(recipes, matrix.cell("cuda130-py311"), ["example-cuda-ops"]) == ("example-cpp-ops", "example-cuda-ops")
+    assert select(recipes, matrix.cell("cuda130-py311"), ["example-cuda-ops"]) == (
+        "example-cpp-ops",
+        "example-cuda-ops",
+    )
     assert select(recipes, matrix.cell("cpu-py311"), []) == ("example-cpp-ops", "torchsort")
 
 
@@ -83,20 +86,46 @@ def test_overrides_resolve_per_cell(recipes, matrix) -> None:  # type: ignore[no
 def test_a_slim_variant_is_its_parent_with_one_arch(matrix) -> None:  # type: ignore[no-untyped-def]
     slim, parent = matrix.variants["cuda130-sm90"], matrix.variants["cuda130"]
     names = list(matrix.variants)
-    assert names.index("cuda130-sm90") == names.index("cuda130") + 1 and names.index("rocm64-gfx942") == names.index("rocm64") + 1
-    assert (slim.arch_list, slim.channel, slim.wheel_label, slim.slim_of, slim.slim) == ("9.0", "cu130-sm90", "cu130.sm90", "cuda130", ())
-    assert replace(slim, name="cuda130", arch_list=parent.arch_list, slim=("9.0",), slim_of=None, slim_tag=None) == parent, "the rest is the parent's"
+    assert (
+        names.index("cuda130-sm90") == names.index("cuda130") + 1
+        and names.index("rocm64-gfx942") == names.index("rocm64") + 1
+    )
+    assert (slim.arch_list, slim.channel, slim.wheel_label, slim.slim_of, slim.slim) == (
+        "9.0",
+        "cu130-sm90",
+        "cu130.sm90",
+        "cuda130",
+        (),
+    )
+    assert (
+        replace(slim, name="cuda130", arch_list=parent.arch_list, slim=("9.0",), slim_of=None, slim_tag=None) == parent
+    ), "the rest is the parent's"
     assert slim.torch_requirement == "torch==2.14.1" and slim.label == "cu130"
     rocm = matrix.variants["rocm64-gfx942"]
-    assert (rocm.arch_list, rocm.channel, rocm.wheel_label, rocm.label) == ("gfx942", "rocm6.4-gfx942", "rocm6.4.gfx942", "rocm6.4")
-    assert [c.id for c in matrix.cells if c.variant == slim] == ["cuda130-sm90-py310", "cuda130-sm90-py311", "cuda130-sm90-py312", "cuda130-sm90-py313"]
-    assert matrix.cell("cuda130-sm90-py311").base_id == "cuda130-py311" and matrix.cell("cuda130-py311").base_id == "cuda130-py311"
+    assert (rocm.arch_list, rocm.channel, rocm.wheel_label, rocm.label) == (
+        "gfx942",
+        "rocm6.4-gfx942",
+        "rocm6.4.gfx942",
+        "rocm6.4",
+    )
+    assert [c.id for c in matrix.cells if c.variant == slim] == [
+        "cuda130-sm90-py310",
+        "cuda130-sm90-py311",
+        "cuda130-sm90-py312",
+        "cuda130-sm90-py313",
+    ]
+    assert (
+        matrix.cell("cuda130-sm90-py311").base_id == "cuda130-py311"
+        and matrix.cell("cuda130-py311").base_id == "cuda130-py311"
+    )
 
 
 def test_a_slim_cell_resolves_recipes_as_its_parent(recipes, matrix) -> None:  # type: ignore[no-untyped-def]
     slim, parent = matrix.cell("cuda130-sm90-py311"), matrix.cell("cuda130-py311")
     assert select(recipes, slim, []) == select(recipes, parent, [])
-    assert resolve(recipes["torchsort"], slim) == resolve(recipes["torchsort"], parent), "overrides by the parent's id (the arch rule is the spec's)"
+    assert resolve(recipes["torchsort"], slim) == resolve(recipes["torchsort"], parent), (
+        "overrides by the parent's id (the arch rule is the spec's)"
+    )
 
 
 def test_docs_matrix_table_is_in_sync(matrix) -> None:  # type: ignore[no-untyped-def]

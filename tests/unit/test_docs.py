@@ -50,7 +50,9 @@ def test_the_exit_code_table_is_the_error_family() -> None:
     table = section("reference/exit-codes.md", "# Exit codes")
     documented = {int(code) for code in re.findall(r"^\| (\d+) \|", table, flags=re.MULTILINE)}
     family = {
-        cls.exit_code for cls in vars(errors).values() if isinstance(cls, type) and issubclass(cls, errors.WheelmillError) and cls is not errors.WheelmillError
+        cls.exit_code
+        for cls in vars(errors).values()
+        if isinstance(cls, type) and issubclass(cls, errors.WheelmillError) and cls is not errors.WheelmillError
     }
     assert documented == family
 
@@ -76,7 +78,10 @@ def test_the_slim_section_names_what_the_matrix_makes() -> None:
 def test_the_slim_sections_commands_do_what_it_says(capsys: pytest.CaptureFixture[str]) -> None:
     text = section("matrix.md", "## Slim channels")
     recipes = str(ROOT / "recipes")
-    assert main(["--recipes", recipes, "index", "config", "--channel", "cu130-sm90", "--url", "https://wheels.internal"]) == 0
+    assert (
+        main(["--recipes", recipes, "index", "config", "--channel", "cu130-sm90", "--url", "https://wheels.internal"])
+        == 0
+    )
     (url,) = re.findall(r"--index-url (\S+/simple/)", text)
     assert f"index-url = {url}\n" in capsys.readouterr().out
     assert main(["--recipes", recipes, "matrix"]) == 0
@@ -112,19 +117,38 @@ def test_the_recipe_table_says_what_the_recipes_do() -> None:
         recipe = recipes[name]
         kind = {GitSource: "git", SdistSource: "sdist"}[type(recipe.source)]
         assert source.startswith(kind), (name, source)
-        variants = {cell.variant.name for cell in matrix.cells if recipe.applies_to(cell) and cell.variant.slim_of is None}
+        variants = {
+            cell.variant.name for cell in matrix.cells if recipe.applies_to(cell) and cell.variant.slim_of is None
+        }
         assert variants == {v.strip() for v in cells.split(",")}, name
     assert "`USE_SYSTEM_UCC=1` does nothing without `USE_UCC=1`" in table
 
 
-def test_the_doctor_example_is_what_doctor_prints(cli: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_doctor_example_is_what_doctor_prints(
+    cli: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The cu130 channel's wheels, installed: what the docs show, run."""
     monkeypatch.delenv("WHEELMILL_GPU_CAPABILITY", raising=False)
     site = tmp_path / "site"
     cell = "cuda130-py311"
-    install(site, "example-cuda-ops", "0.1.0+cu130", gpu_archs=ArchRecord(family=Family.CUDA, arch_list="7.5;8.0;8.6;9.0;10.0;12.0+PTX", cell=cell).to_bytes())
-    install(site, "example-cpp-ops", "0.1.0+cu130", gpu_archs=ArchRecord(family=Family.CPU, arch_list=None, cell=cell).to_bytes())
-    install(site, "torchsort", "0.1.10+cu130", gpu_archs=ArchRecord(family=Family.CUDA, arch_list="8.0;9.0", cell=cell).to_bytes())
+    install(
+        site,
+        "example-cuda-ops",
+        "0.1.0+cu130",
+        gpu_archs=ArchRecord(family=Family.CUDA, arch_list="7.5;8.0;8.6;9.0;10.0;12.0+PTX", cell=cell).to_bytes(),
+    )
+    install(
+        site,
+        "example-cpp-ops",
+        "0.1.0+cu130",
+        gpu_archs=ArchRecord(family=Family.CPU, arch_list=None, cell=cell).to_bytes(),
+    )
+    install(
+        site,
+        "torchsort",
+        "0.1.10+cu130",
+        gpu_archs=ArchRecord(family=Family.CUDA, arch_list="8.0;9.0", cell=cell).to_bytes(),
+    )
     install(site, "torch", "2.14.1+cu130")
     install(site, "filelock", "3.20.0")
     example = section("design/gpu-archs.md", "<!-- doctor:start", "<!-- doctor:end")
@@ -144,16 +168,31 @@ def test_the_build_key_section_names_every_part_of_the_key_and_the_steps_it_spar
     # The steps it names, in its words: the image, the container, the toolchain and env checks,
     # the env, the compiler cache, the closure, mirror and channel checks.
     spared = {str(d.kind) for d in REGISTRY if isinstance(d, CellStep) and d.for_builds}
-    kinds = ("prepare-image", "prepare-container", "toolchain-checks", "env-checks", "prepare-env", "compiler-cache", "closure", "mirror", "channel-checks")
+    kinds = (
+        "prepare-image",
+        "prepare-container",
+        "toolchain-checks",
+        "env-checks",
+        "prepare-env",
+        "compiler-cache",
+        "closure",
+        "mirror",
+        "channel-checks",
+    )
     assert spared == set(kinds)
     words = "the image, the container, the toolchain and env checks, the env, the compiler cache, and the closure, mirror and channel checks"
     assert words in " ".join(text.split())
     assert "nox -s build-cpu-py311 -- --rebuild" in text
-    assert "--rebuild: built even where channel cpu lists it" in cli("plan", "--cell", "cpu-py311", "--engine", "none", "--rebuild").out
+    assert (
+        "--rebuild: built even where channel cpu lists it"
+        in cli("plan", "--cell", "cpu-py311", "--engine", "none", "--rebuild").out
+    )
     assert "nox -s build-cpu-py311 -- --rebuild torchsort" in text
     one = cli("plan", "--cell", "cpu-py311", "--engine", "none", "--rebuild", "torchsort")
     assert "--rebuild torchsort: built even where channel cpu lists it, the rest looked up there" in one.out
-    unknown = cli("plan", "--cell", "cpu-py311", "--engine", "none", "--recipe", "example-cpp-ops", "--rebuild", "torchsort")
+    unknown = cli(
+        "plan", "--cell", "cpu-py311", "--engine", "none", "--recipe", "example-cpp-ops", "--rebuild", "torchsort"
+    )
     assert unknown.code == 4 and "not a recipe of this build" in unknown.err and "exit 4" in text
 
 

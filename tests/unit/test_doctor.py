@@ -24,8 +24,16 @@ DOCTOR = Path(doctor.__file__)
 FIX = "install it from the slim channel for this arch or a build whose arch list includes"
 
 
-def install(site: Path, name: str, version: str, record: ArchRecord | bytes | None = None, *, requires: tuple[str, ...] = ()) -> None:
-    wheels.install(site, name, version, requires=requires, gpu_archs=record.to_bytes() if isinstance(record, ArchRecord) else record)
+def install(
+    site: Path, name: str, version: str, record: ArchRecord | bytes | None = None, *, requires: tuple[str, ...] = ()
+) -> None:
+    wheels.install(
+        site,
+        name,
+        version,
+        requires=requires,
+        gpu_archs=record.to_bytes() if isinstance(record, ArchRecord) else record,
+    )
 
 
 def cuda(arch_list: str) -> ArchRecord:
@@ -63,7 +71,10 @@ def test_a_gpu_the_wheel_lacks_names_the_wheel_the_gpu_the_list_and_the_fix(cli:
     )
     assert result.out.splitlines()[-1] == "summary: 1 would fail, 2 would run, 0 unknown"
     (error,) = result.err.splitlines()
-    assert error == f"wheelmill: error: doctor: 1 installed wheel(s) would not run on this machine's GPU: torchsort 0.1.10+cu130; fix: {FIX} 7.5"
+    assert (
+        error
+        == f"wheelmill: error: doctor: 1 installed wheel(s) would not run on this machine's GPU: torchsort 0.1.10+cu130; fix: {FIX} 7.5"
+    )
 
 
 def test_ptx_is_jit_compiled_on_a_newer_gpu_never_an_older_one(cli: CliRunner, site: Path) -> None:
@@ -121,7 +132,10 @@ def test_rocm_needs_its_exact_gfx_target(cli: CliRunner, site: Path) -> None:
     assert other.code == 21
     assert "which lacks gfx908 (a ROCm code object runs only on its exact gfx target); fix:" in other.out
     nvidia = cli("doctor", "--path", str(site), "--capability", "9.0")
-    assert nvidia.code == 21 and "declared 9.0 (--capability) is a CUDA GPU; the wheel carries rocm gfx90a;gfx942" in nvidia.out
+    assert (
+        nvidia.code == 21
+        and "declared 9.0 (--capability) is a CUDA GPU; the wheel carries rocm gfx90a;gfx942" in nvidia.out
+    )
 
 
 def test_no_gpu_visible_is_said_plainly_and_the_wheels_with_gpu_code_are_listed(cli: CliRunner, site: Path) -> None:
@@ -169,12 +183,17 @@ def test_a_declared_capability_wins_over_the_visible_gpu_and_the_option_over_the
     script(tmp_path / "bin" / "nvidia-smi", 'echo "0, NVIDIA H100, 9.0"\n')
     install(site, "ext", "1.0+cu130", cuda("9.0"))
     monkeypatch.setenv(doctor.CAPABILITY_VARIABLE, "8.6")
-    assert cli("doctor", "--path", str(site)).out.startswith(f"checking against declared 8.6 ({doctor.CAPABILITY_VARIABLE})\next 1.0+cu130: FAILS")
+    assert cli("doctor", "--path", str(site)).out.startswith(
+        f"checking against declared 8.6 ({doctor.CAPABILITY_VARIABLE})\next 1.0+cu130: FAILS"
+    )
     assert cli("doctor", "--path", str(site), "--capability", "9.0").code == 0
 
 
 def test_a_failing_nvidia_smi_and_a_rocminfo_agent_list(cli: CliRunner, site: Path, tmp_path: Path) -> None:
-    script(tmp_path / "bin" / "nvidia-smi", 'echo "NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver." >&2\nexit 9\n')
+    script(
+        tmp_path / "bin" / "nvidia-smi",
+        'echo "NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver." >&2\nexit 9\n',
+    )
     agents = (
         "*******",
         "Agent 1",
@@ -208,7 +227,9 @@ def test_an_unreadable_record_is_unknown_and_json_is_for_machines(cli: CliRunner
     result = cli("doctor", "--path", str(site), "--capability", "8.6", "--json")
     assert result.code == 0, result.err
     data = json.loads(result.out)
-    assert data["gpus"] == [{"family": "cuda", "arch": "8.6", "name": "", "index": "", "label": "declared 8.6 (--capability)"}]
+    assert data["gpus"] == [
+        {"family": "cuda", "arch": "8.6", "name": "", "index": "", "label": "declared 8.6 (--capability)"}
+    ]
     broken, ext = data["wheels"]
     assert broken["status"] == "unknown" and broken["detail"].startswith("unknown (its gpu-archs.json is unreadable: ")
     assert ext == {
@@ -227,13 +248,17 @@ def test_a_capability_that_is_none_is_a_usage_error(cli: CliRunner, site: Path, 
     result = cli("doctor", "--path", str(site), "--capability", capability)
     assert result.code == UsageError.exit_code
     (line,) = result.err.splitlines()
-    assert line.startswith(f"wheelmill: error: doctor: --capability: '{capability}' is no GPU capability; fix: give a CUDA compute capability")
+    assert line.startswith(
+        f"wheelmill: error: doctor: --capability: '{capability}' is no GPU capability; fix: give a CUDA compute capability"
+    )
 
 
 def test_a_path_that_is_no_directory_is_a_usage_error(cli: CliRunner, site: Path) -> None:
     result = cli("doctor", "--path", str(site / "nowhere"), "--capability", "8.6")
     assert result.code == UsageError.exit_code
-    assert result.err.startswith(f"wheelmill: error: doctor: --path {site / 'nowhere'}: no such directory; fix: give a site-packages directory")
+    assert result.err.startswith(
+        f"wheelmill: error: doctor: --path {site / 'nowhere'}: no such directory; fix: give a site-packages directory"
+    )
 
 
 def test_doctor_reads_what_the_stamp_writes() -> None:
@@ -248,14 +273,25 @@ def test_doctor_reads_what_the_stamp_writes() -> None:
 def test_doctor_is_standard_library_only_runs_on_python_3_9_and_runs_alone(site: Path) -> None:
     source = DOCTOR.read_text()
     tree = ast.parse(source, feature_version=(3, 9))  # the oldest Python of a cell
-    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    imported = {
+        alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+    }
+    imported |= {
+        node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
+    }
     assert imported <= sys.stdlib_module_names | {"__future__"}, imported - sys.stdlib_module_names
     assert "kw_only" not in source and "match " not in source.replace("re.match", "")
     install(site, "ext", "1.0+cu130", cuda("9.0"))
     # -I: no PYTHONPATH, no user site, not even the script's directory: wheelmill is not importable.
-    alone = subprocess.run([sys.executable, "-I", str(DOCTOR), "--path", str(site), "--capability", "8.6"], capture_output=True, text=True, check=False)
+    alone = subprocess.run(
+        [sys.executable, "-I", str(DOCTOR), "--path", str(site), "--capability", "8.6"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert alone.returncode == doctor.EXIT_WOULD_FAIL, alone.stderr
     assert "ext 1.0+cu130: FAILS: declared 8.6 (--capability): the wheel carries cuda 9.0" in alone.stdout
-    assert alone.stderr.startswith("wheelmill-doctor: error: 1 installed wheel(s) would not run on this machine's GPU: ext 1.0+cu130; fix: ")
+    assert alone.stderr.startswith(
+        "wheelmill-doctor: error: 1 installed wheel(s) would not run on this machine's GPU: ext 1.0+cu130; fix: "
+    )
     assert doctor.main(["--path", str(site), "--capability", "bogus"]) == doctor.EXIT_USAGE == UsageError.exit_code

@@ -38,7 +38,9 @@ def _plan(repo_root: Path, cell: str, names: list[str]) -> CellPlan:
 
 
 @pytest.mark.parametrize("cell", sorted(CELLS))
-def test_ecosystem_plan_matches_golden(cli: CliRunner, repo_root: Path, monkeypatch: pytest.MonkeyPatch, cell: str) -> None:
+def test_ecosystem_plan_matches_golden(
+    cli: CliRunner, repo_root: Path, monkeypatch: pytest.MonkeyPatch, cell: str
+) -> None:
     monkeypatch.delenv("WHEELMILL_TORCH_INDEX", raising=False)
     args = [arg for name in sorted(CELLS[cell]) for arg in ("--recipe", name)]
     result = cli("--recipes", str(repo_root / "recipes"), "plan", "--cell", cell, "--engine", "none", *args)
@@ -46,7 +48,9 @@ def test_ecosystem_plan_matches_golden(cli: CliRunner, repo_root: Path, monkeypa
     golden = GOLDEN / f"plan-{cell}-ecosystem.txt"
     if os.environ.get("WHEELMILL_UPDATE_GOLDEN"):
         golden.write_text(result.out)
-    assert result.out == golden.read_text(), f"plan changed; if intended, rerun with WHEELMILL_UPDATE_GOLDEN=1 and review {golden}"
+    assert result.out == golden.read_text(), (
+        f"plan changed; if intended, rerun with WHEELMILL_UPDATE_GOLDEN=1 and review {golden}"
+    )
 
 
 def test_validate_plans_every_recipe_in_every_cell(cli: CliRunner, repo_root: Path) -> None:
@@ -66,7 +70,9 @@ def test_ecosystem_recipes_are_built_only_when_named(repo_root: Path) -> None:
 def test_flash_attn_is_refused_in_the_cpu_cell(repo_root: Path) -> None:
     matrix = load_matrix(repo_root / "recipes" / "matrix.toml")
     recipes = load_recipes(repo_root / "recipes")
-    with pytest.raises(SelectionError, match=r"recipe 'flash-attn' is not built for cell cpu-py311 \(its cells: cuda126-\*"):
+    with pytest.raises(
+        SelectionError, match=r"recipe 'flash-attn' is not built for cell cpu-py311 \(its cells: cuda126-\*"
+    ):
         select(recipes, matrix.cell("cpu-py311"), ["flash-attn"])
 
 
@@ -118,7 +124,11 @@ def test_flash_attn_reads_its_own_arch_variable(repo_root: Path) -> None:
 
 def test_deepspeed_names_its_accelerator_and_cpu_target(repo_root: Path) -> None:
     cpu = _plan(repo_root, "cpu-py311", ["deepspeed"]).recipe("deepspeed")
-    assert (cpu.env["DS_ACCELERATOR"], cpu.env["DS_BUILD_CPU_ADAM"], cpu.env["DS_CPU_ARCH"]) == ("cpu", "1", "-march=x86-64-v3")
+    assert (cpu.env["DS_ACCELERATOR"], cpu.env["DS_BUILD_CPU_ADAM"], cpu.env["DS_CPU_ARCH"]) == (
+        "cpu",
+        "1",
+        "-march=x86-64-v3",
+    )
     assert [p.name for p in cpu.patches] == ["deepspeed-cpu-target.patch"]
     cuda = _plan(repo_root, "cuda130-py311", ["deepspeed"]).recipe("deepspeed")
     assert (cuda.env["DS_ACCELERATOR"], cuda.env["DS_BUILD_FUSED_ADAM"]) == ("cuda", "1")
@@ -126,22 +136,38 @@ def test_deepspeed_names_its_accelerator_and_cpu_target(repo_root: Path) -> None
 
 def test_git_mirrors_are_gits_own_insteadof() -> None:
     mirrors = (("https://github.com/", "file:///srv/git/"), ("https://github.com/pytorch/", "https://git.internal/pt/"))
-    assert mirrored_url("https://github.com/pytorch/vision", mirrors) == "https://git.internal/pt/vision", "the longest prefix wins, as in git"
+    assert mirrored_url("https://github.com/pytorch/vision", mirrors) == "https://git.internal/pt/vision", (
+        "the longest prefix wins, as in git"
+    )
     assert mirrored_url("https://github.com/NVIDIA/apex", mirrors) == "file:///srv/git/NVIDIA/apex"
     assert mirrored_url("https://gitlab.com/x/y", mirrors) == "https://gitlab.com/x/y"
     assert git_config(mirrors[1:]) == ["-c", "url.https://git.internal/pt/.insteadOf=https://github.com/pytorch/"]
 
 
 def test_git_mirror_setting_is_checked() -> None:
-    assert Settings.from_environ({"WHEELMILL_GIT_MIRRORS": "https://github.com/=file:///m/"}).git_mirrors == (("https://github.com/", "file:///m/"),)
-    with pytest.raises(ConfigError, match=re.escape("WHEELMILL_GIT_MIRRORS: 'https://github.com/' is not UPSTREAM=MIRROR")):
+    assert Settings.from_environ({"WHEELMILL_GIT_MIRRORS": "https://github.com/=file:///m/"}).git_mirrors == (
+        ("https://github.com/", "file:///m/"),
+    )
+    with pytest.raises(
+        ConfigError, match=re.escape("WHEELMILL_GIT_MIRRORS: 'https://github.com/' is not UPSTREAM=MIRROR")
+    ):
         Settings.from_environ({"WHEELMILL_GIT_MIRRORS": "https://github.com/"})
 
 
 def test_what_comes_after_torch_pins_the_torch_the_cell_built(repo_root: Path, tmp_path: Path) -> None:
     cell_plan = _plan(repo_root, "cpu-py311", ["torch", "torchvision"])
     built = make_wheel(tmp_path, "torch", "2.13.0+cpu.team1")
-    done = Done([StepRecord(step=Step(kind=StepKind.INSTALL_TEST, recipe="torch", detail=""), status=Status.OK, made=(WheelRecord.of(built),))])
+    done = Done(
+        [
+            StepRecord(
+                step=Step(kind=StepKind.INSTALL_TEST, recipe="torch", detail=""),
+                status=Status.OK,
+                made=(WheelRecord.of(built),),
+            )
+        ]
+    )
     assert expected_pins(done, cell_plan.recipe("torchvision"), "2.13.0+cpu") == {"torch": "2.13.0+cpu.team1"}
     alone = _plan(repo_root, "cpu-py311", ["torchvision"]).recipe("torchvision")
-    assert expected_pins(Done([]), alone, "2.13.0+cpu") == {"torch": "2.13.0+cpu"}, "without torch in the cell: the env's"
+    assert expected_pins(Done([]), alone, "2.13.0+cpu") == {"torch": "2.13.0+cpu"}, (
+        "without torch in the cell: the env's"
+    )

@@ -48,7 +48,9 @@ MANYLINUX = f"cp{PY}-cp{PY}-manylinux_2_28_x86_64"
 
 def spec(cell: str, recipe: str) -> RecipeSpec:
     matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
-    (cell_plan,) = plan(matrix, load_recipes(ROOT / "recipes"), matrix.select([cell]), [recipe], Settings.from_environ({}))
+    (cell_plan,) = plan(
+        matrix, load_recipes(ROOT / "recipes"), matrix.select([cell]), [recipe], Settings.from_environ({})
+    )
     return cell_plan.recipe(recipe)
 
 
@@ -57,16 +59,25 @@ def members(wheel: Path) -> dict[str, bytes]:
         return {name: zf.read(name) for name in zf.namelist()}
 
 
-def test_the_record_is_written_into_the_dist_info_with_its_record_entry_and_the_same_bytes_every_time(tmp_path: Path) -> None:
+def test_the_record_is_written_into_the_dist_info_with_its_record_entry_and_the_same_bytes_every_time(
+    tmp_path: Path,
+) -> None:
     built = make_wheel(tmp_path, "example-cuda-ops", "0.1.0", files={"example_cuda_ops/_C.so": b"\x7fELF not really"})
     record = CUDA.to_bytes()
     assert record == b'{"arch_list": "7.5;8.0;8.6;9.0;10.0;12.0+PTX", "cell": "cuda130-py311", "family": "cuda"}\n'
-    first = rewrite_metadata(built, tmp_path / "one", version="0.1.0+cu130", pins={"torch": "2.14.1"}, dist_files={"gpu-archs.json": record})
-    second = rewrite_metadata(built, tmp_path / "two", version="0.1.0+cu130", pins={"torch": "2.14.1"}, dist_files={"gpu-archs.json": record})
+    first = rewrite_metadata(
+        built, tmp_path / "one", version="0.1.0+cu130", pins={"torch": "2.14.1"}, dist_files={"gpu-archs.json": record}
+    )
+    second = rewrite_metadata(
+        built, tmp_path / "two", version="0.1.0+cu130", pins={"torch": "2.14.1"}, dist_files={"gpu-archs.json": record}
+    )
     assert first.read_bytes() == second.read_bytes(), "the same input gives the same bytes"
     files = members(first)
     assert files["example_cuda_ops-0.1.0+cu130.dist-info/gpu-archs.json"] == record
-    rows = {row[0]: row[1:] for row in csv.reader(io.StringIO(files["example_cuda_ops-0.1.0+cu130.dist-info/RECORD"].decode()))}
+    rows = {
+        row[0]: row[1:]
+        for row in csv.reader(io.StringIO(files["example_cuda_ops-0.1.0+cu130.dist-info/RECORD"].decode()))
+    }
     digest = base64.urlsafe_b64encode(hashlib.sha256(record).digest()).rstrip(b"=").decode()
     assert rows["example_cuda_ops-0.1.0+cu130.dist-info/gpu-archs.json"] == [f"sha256={digest}", str(len(record))]
     assert set(rows) == set(files)
@@ -75,13 +86,17 @@ def test_the_record_is_written_into_the_dist_info_with_its_record_entry_and_the_
 
 def test_a_record_already_in_the_wheel_is_replaced_not_doubled(tmp_path: Path) -> None:
     built = make_wheel(tmp_path, "pkg", "1.0", gpu_archs=b"stale")
-    out = rewrite_metadata(built, tmp_path / "out", version=None, pins={}, dist_files={"gpu-archs.json": CUDA.to_bytes()})
+    out = rewrite_metadata(
+        built, tmp_path / "out", version=None, pins={}, dist_files={"gpu-archs.json": CUDA.to_bytes()}
+    )
     with zipfile.ZipFile(out) as zf:
         assert zf.namelist().count("pkg-1.0.dist-info/gpu-archs.json") == 1
     assert read_wheel(out).arch_record == CUDA.to_bytes()
 
 
-def test_the_record_is_the_specs_arch_list_where_the_wheel_carries_device_code_and_cpu_where_not(tmp_path: Path) -> None:
+def test_the_record_is_the_specs_arch_list_where_the_wheel_carries_device_code_and_cpu_where_not(
+    tmp_path: Path,
+) -> None:
     cuda = spec("cuda130-py311", "example-cuda-ops")
     fat = summarize(make_elf(tmp_path / "fat.so", {".nv_fatbin": b"\x50\xed\x55\xba"}))
     plain = summarize(make_elf(tmp_path / "plain.so", {".text": b"\xc3"}))
@@ -91,7 +106,10 @@ def test_the_record_is_the_specs_arch_list_where_the_wheel_carries_device_code_a
     rocm = spec("rocm62-py311", "example-cpp-ops")
     hip = summarize(make_elf(tmp_path / "hip.so", {".hip_fatbin": b"__CLANG_OFFLOAD_BUNDLE__"}))
     assert arch_record(rocm, [hip]).describe() == "rocm gfx900;gfx906;gfx908;gfx90a;gfx942;gfx1030;gfx1100;gfx1101"
-    assert arch_record(spec("cpu-py311", "example-cpp-ops"), [fat]).to_bytes() == b'{"arch_list": null, "cell": "cpu-py311", "family": "cpu"}\n'
+    assert (
+        arch_record(spec("cpu-py311", "example-cpp-ops"), [fat]).to_bytes()
+        == b'{"arch_list": null, "cell": "cpu-py311", "family": "cpu"}\n'
+    )
 
 
 @pytest.mark.parametrize(
@@ -99,18 +117,31 @@ def test_the_record_is_the_specs_arch_list_where_the_wheel_carries_device_code_a
     [
         (None, "gpu-archs.json is missing"),
         (b"{not json", "is not an arch record: not JSON"),
-        (b'{"arch_list": "8.0", "cell": "cuda130-py311", "family": "rocm"}', "is not an arch record: '8.0' is not a ROCm target"),
-        (b'{"arch_list": "8.0;9.0", "cell": "cuda130-py311", "family": "cuda"}', "says cuda 8.0;9.0 (cell cuda130-py311), the build is cuda 7.5;"),
+        (
+            b'{"arch_list": "8.0", "cell": "cuda130-py311", "family": "rocm"}',
+            "is not an arch record: '8.0' is not a ROCm target",
+        ),
+        (
+            b'{"arch_list": "8.0;9.0", "cell": "cuda130-py311", "family": "cuda"}',
+            "says cuda 8.0;9.0 (cell cuda130-py311), the build is cuda 7.5;",
+        ),
     ],
 )
-def test_a_missing_malformed_or_disagreeing_record_fails_the_check(tmp_path: Path, data: bytes | None, says: str) -> None:
+def test_a_missing_malformed_or_disagreeing_record_fails_the_check(
+    tmp_path: Path, data: bytes | None, says: str
+) -> None:
     info = read_wheel(make_wheel(tmp_path, "example-cuda-ops", "0.1.0+cu130", gpu_archs=data))
     result = judge_arch_record(info, CUDA)
     assert result.verdict is Verdict.FAIL
-    assert result.detail.startswith("example_cuda_ops-0.1.0+cu130-cp311-cp311-linux_x86_64.whl: example_cuda_ops-0.1.0+cu130.dist-info/gpu-archs.json")
+    assert result.detail.startswith(
+        "example_cuda_ops-0.1.0+cu130-cp311-cp311-linux_x86_64.whl: example_cuda_ops-0.1.0+cu130.dist-info/gpu-archs.json"
+    )
     assert says in result.detail and result.fix and "rebuild it" in result.fix
     assert (
-        judge_arch_record(read_wheel(make_wheel(tmp_path / "ok", "example-cuda-ops", "0.1.0+cu130", gpu_archs=CUDA.to_bytes())), CUDA).verdict is Verdict.PASS
+        judge_arch_record(
+            read_wheel(make_wheel(tmp_path / "ok", "example-cuda-ops", "0.1.0+cu130", gpu_archs=CUDA.to_bytes())), CUDA
+        ).verdict
+        is Verdict.PASS
     )
 
 
@@ -119,12 +150,19 @@ def sandbox(tmp_path: Path) -> Sandbox:
     return Sandbox(tmp_path / "repo")
 
 
-def test_the_stamp_step_writes_the_record_of_what_the_wheel_carries(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, tmp_path: Path) -> None:
+def test_the_stamp_step_writes_the_record_of_what_the_wheel_carries(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, tmp_path: Path
+) -> None:
     library = make_elf(tmp_path / "_C.so", {".nv_fatbin": b"\x50\xed\x55\xba" + b"not a fatbinary" * 4}).read_bytes()
     sandbox.recipe("thing", {"thing/_C.so": library, **dist_info("thing", "1.0")}, wheel=f"thing-1.0-{MANYLINUX}.whl")
-    build(cli, monkeypatch, sandbox, "cuda130")  # its post-build checks refuse the stand-in fatbinary; the stamp came first
+    build(
+        cli, monkeypatch, sandbox, "cuda130"
+    )  # its post-build checks refuse the stand-in fatbinary; the stamp came first
     (stamped,) = (sandbox.output / sandbox.cell("cuda130") / "build" / "thing" / "stamped").glob("*.whl")
-    assert members(stamped)["thing-1.0+cu130.dist-info/gpu-archs.json"] == f'{{"arch_list": "8.0", "cell": "cuda130-py{PY}", "family": "cuda"}}\n'.encode()
+    assert (
+        members(stamped)["thing-1.0+cu130.dist-info/gpu-archs.json"]
+        == f'{{"arch_list": "8.0", "cell": "cuda130-py{PY}", "family": "cuda"}}\n'.encode()
+    )
     report = json.loads((sandbox.output / sandbox.cell("cuda130") / "report.json").read_text())
     (stamp,) = [s for s in report["steps"] if s["step"] == "stamp"]
     assert "gpu-archs.json cuda 8.0" in stamp["checks"][0]["detail"]
@@ -134,7 +172,10 @@ def test_the_stamp_step_writes_the_record_of_what_the_wheel_carries(cli: CliRunn
     ("shipped", "says"),
     [
         (None, f"thing-1.0+cpu-{MANYLINUX}.whl: thing-1.0+cpu.dist-info/gpu-archs.json is missing"),
-        (CUDA.to_bytes(), f"gpu-archs.json says cuda 7.5;8.0;8.6;9.0;10.0;12.0+PTX (cell cuda130-py311), the build is cpu (cell cpu-py{PY})"),
+        (
+            CUDA.to_bytes(),
+            f"gpu-archs.json says cuda 7.5;8.0;8.6;9.0;10.0;12.0+PTX (cell cuda130-py311), the build is cpu (cell cpu-py{PY})",
+        ),
     ],
 )
 def test_a_repair_that_loses_or_changes_the_record_fails_the_post_repair_checks(
@@ -144,8 +185,15 @@ def test_a_repair_that_loses_or_changes_the_record_fails_the_post_repair_checks(
         """auditwheel as it must not be: the .dist-info rewritten without (or with another) record."""
         stamped = ctx.done.get(Stamped, spec.name).wheel
         record = f"{read_wheel(stamped).dist_info}/gpu-archs.json"
-        files = {k: v for k, v in members(stamped).items() if k != record} | ({record: shipped} if shipped is not None else {})
-        out = ctx.run.layout.build / spec.name / "repaired" / stamped.name.replace("linux_x86_64", "manylinux_2_28_x86_64")
+        files = {k: v for k, v in members(stamped).items() if k != record} | (
+            {record: shipped} if shipped is not None else {}
+        )
+        out = (
+            ctx.run.layout.build
+            / spec.name
+            / "repaired"
+            / stamped.name.replace("linux_x86_64", "manylinux_2_28_x86_64")
+        )
         out.parent.mkdir(parents=True, exist_ok=True)
         with zipfile.ZipFile(out, "w") as zf:
             for name, data in files.items():
@@ -153,20 +201,30 @@ def test_a_repair_that_loses_or_changes_the_record_fails_the_post_repair_checks(
         return Outcome(made=(Repaired(wheel=out),))
 
     monkeypatch.setitem(BY_KIND, StepKind.REPAIR, dataclasses.replace(BY_KIND[StepKind.REPAIR], run=lossy_repair))  # type: ignore[arg-type]
-    sandbox.recipe("thing", {"thing/__init__.py": b"", **dist_info("thing", "1.0")}, wheel=f"thing-1.0-cp{PY}-cp{PY}-linux_x86_64.whl")
+    sandbox.recipe(
+        "thing",
+        {"thing/__init__.py": b"", **dist_info("thing", "1.0")},
+        wheel=f"thing-1.0-cp{PY}-cp{PY}-linux_x86_64.whl",
+    )
     result = build(cli, monkeypatch, sandbox, "cpu")
     assert_recorded(result, sandbox, "cpu", step="thing/post-repair-checks", code=CheckError.exit_code, says=says)
     assert "fix: gpu-archs: rebuild it with this wheelmill" in result.err
 
 
-def test_publish_shows_the_archs_in_json_html_and_the_listing_and_reads_its_pages_back(cli: CliRunner, tmp_path: Path) -> None:
+def test_publish_shows_the_archs_in_json_html_and_the_listing_and_reads_its_pages_back(
+    cli: CliRunner, tmp_path: Path
+) -> None:
     root = tmp_path / "wheels" / "index"
     channel = Channel(root, "cu130")
     publish(channel, make_wheel(tmp_path, "example-cuda-ops", "0.1.0+cu130", gpu_archs=CUDA.to_bytes()))
     cpu = ArchRecord(family=Family.CPU, arch_list=None, cell="cuda130-py311").to_bytes()
     publish(channel, make_wheel(tmp_path, "example-cpp-ops", "0.1.0+cu130", gpu_archs=cpu))
     publish(channel, make_wheel(tmp_path, "older-ext", "0.1.0+cu130"))  # built before arch recording
-    publish(channel, make_wheel(tmp_path, "filelock", "3.0", tag="py3-none-any"), mirrored_from="https://pypi.example/filelock-3.0-py3-none-any.whl")
+    publish(
+        channel,
+        make_wheel(tmp_path, "filelock", "3.0", tag="py3-none-any"),
+        mirrored_from="https://pypi.example/filelock-3.0-py3-none-any.whl",
+    )
     page = channel.simple / "example-cuda-ops"
     (file,) = json.loads((page / "index.json").read_text())["files"]
     assert file["_gpu-archs"] == "cuda 7.5;8.0;8.6;9.0;10.0;12.0+PTX"
@@ -210,10 +268,19 @@ def test_an_html_attribute_is_escaped_and_a_page_without_the_key_still_loads() -
 def test_a_malformed_record_makes_a_built_wheel_invalid_and_a_mirrored_ones_is_not_read(tmp_path: Path) -> None:
     channel = Channel(tmp_path / "index", "cu130")
     bad = make_wheel(tmp_path, "example-cuda-ops", "0.1.0+cu130", gpu_archs=b'{"family": "cuda"}')
-    with pytest.raises(InvalidWheel, match=r"gpu-archs.json is not a GPU arch record \(not an object with exactly the keys") as raised:
+    with pytest.raises(
+        InvalidWheel, match=r"gpu-archs.json is not a GPU arch record \(not an object with exactly the keys"
+    ) as raised:
         publish(channel, bad)
     assert raised.value.exit_code == 15 and "\n" not in raised.value.one_line()
-    assert publish(channel, make_wheel(tmp_path / "up", "other", "1.0", gpu_archs=b"junk"), mirrored_from="https://up.example/o.whl").outcome.value == "added"
+    assert (
+        publish(
+            channel,
+            make_wheel(tmp_path / "up", "other", "1.0", gpu_archs=b"junk"),
+            mirrored_from="https://up.example/o.whl",
+        ).outcome.value
+        == "added"
+    )
 
 
 def test_repair_keeps_the_archs_of_a_project_rebuilt_from_its_html_or_its_files(tmp_path: Path) -> None:

@@ -28,7 +28,11 @@ def tree(root: Path, when: int) -> Path:
 
 
 def times(root: Path) -> dict[str, int]:
-    return {str(p.relative_to(root)): int(p.lstat().st_mtime) for p in sorted(root.rglob("*")) if p.is_file() or p.is_symlink()}
+    return {
+        str(p.relative_to(root)): int(p.lstat().st_mtime)
+        for p in sorted(root.rglob("*"))
+        if p.is_file() or p.is_symlink()
+    }
 
 
 def test_every_header_gets_a_time_of_its_own_and_nothing_else_is_touched(tmp_path: Path) -> None:
@@ -36,7 +40,14 @@ def test_every_header_gets_a_time_of_its_own_and_nothing_else_is_touched(tmp_pat
     link_time = times(root)["torch/include/ATen/ops/link.h"]
     assert pin_header_times(root) == 3
     pinned = times(root)
-    headers = [pinned[name] for name in ("nvidia/cu13/include/cccl/cuda/std/atomic", "torch/include/ATen/ops/a_native.h", "torch/include/ATen/ops/b_native.h")]
+    headers = [
+        pinned[name]
+        for name in (
+            "nvidia/cu13/include/cccl/cuda/std/atomic",
+            "torch/include/ATen/ops/a_native.h",
+            "torch/include/ATen/ops/b_native.h",
+        )
+    ]
     assert headers == [EPOCH, EPOCH + 1, EPOCH + 2]  # identical bytes, never the same time: GCC keeps them apart
     assert pinned["torch/lib/libc10.so"] == 1_700_000_000
     assert pinned["torch/include/ATen/ops/link.h"] == link_time  # a link is left alone, its target is pinned

@@ -46,13 +46,25 @@ def matrix() -> Matrix:
 def output(matrix: Matrix, cell: str = "cpu-py311", torch: str = "2.13.0+cpu") -> CellOutput:
     (found,) = matrix.select([cell])
     wheels = (
-        Delivered(project="example-cpp-ops", version="0.1.0+cpu", filename="example_cpp_ops-0.1.0+cpu-cp311-cp311-manylinux_2_24_x86_64.whl", sha256="a" * 64),
-        Delivered(project="torchsort", version="0.1.10+cpu", filename="torchsort-0.1.10+cpu-cp311-cp311-manylinux_2_31_x86_64.whl", sha256="b" * 64),
+        Delivered(
+            project="example-cpp-ops",
+            version="0.1.0+cpu",
+            filename="example_cpp_ops-0.1.0+cpu-cp311-cp311-manylinux_2_24_x86_64.whl",
+            sha256="a" * 64,
+        ),
+        Delivered(
+            project="torchsort",
+            version="0.1.10+cpu",
+            filename="torchsort-0.1.10+cpu-cp311-cp311-manylinux_2_31_x86_64.whl",
+            sha256="b" * 64,
+        ),
     )
     return CellOutput(cell=found, channel="cpu", torch=torch, wheels=wheels, closure=None)
 
 
-def plan(matrix: Matrix, edition: Edition, *, extras: bool, cell: str = "cpu-py311", torch: str = "2.13.0+cpu") -> list[dict[str, object]]:
+def plan(
+    matrix: Matrix, edition: Edition, *, extras: bool, cell: str = "cpu-py311", torch: str = "2.13.0+cpu"
+) -> list[dict[str, object]]:
     specs = plan_images(
         output(matrix, cell, torch),
         edition=edition,
@@ -64,7 +76,16 @@ def plan(matrix: Matrix, edition: Edition, *, extras: bool, cell: str = "cpu-py3
         index_url="http://127.0.0.1:8080/cpu/simple/",
         containers=ROOT / "containers",
     )
-    return [{"kind": s.kind, "tag": s.tag, "file": s.containerfile.parent.name, "args": dict(s.build_args), "labels": dict(s.labels)} for s in specs]
+    return [
+        {
+            "kind": s.kind,
+            "tag": s.tag,
+            "file": s.containerfile.parent.name,
+            "args": dict(s.build_args),
+            "labels": dict(s.labels),
+        }
+        for s in specs
+    ]
 
 
 def test_tags_say_what_is_inside(matrix: Matrix) -> None:
@@ -73,7 +94,10 @@ def test_tags_say_what_is_inside(matrix: Matrix) -> None:
     (cpu,) = matrix.select(["cpu-py311"])
     assert image_tag(COMMIT, "runtime-extras", cpu, "2.13.0+cpu") == "0123456-runtime-extras-cpu-torch2.13.0-py3.11"
     slim = matrix.cell("cuda130-sm90-py311")
-    assert image_tag(COMMIT, "runtime-extras", slim, "2.14.1") == "0123456-runtime-extras-cuda13.0.2-sm90-torch2.14.1-py3.11", "never the parent's tag"
+    assert (
+        image_tag(COMMIT, "runtime-extras", slim, "2.14.1")
+        == "0123456-runtime-extras-cuda13.0.2-sm90-torch2.14.1-py3.11"
+    ), "never the parent's tag"
 
 
 def test_a_tag_over_128_characters_is_refused(matrix: Matrix) -> None:
@@ -95,10 +119,13 @@ def test_each_image_is_from_the_one_before_and_installs_from_the_channel_alone(m
     assert extras["args"]["WHEELS"] == "example-cpp-ops==0.1.0+cpu torchsort==0.1.10+cpu"  # type: ignore[index]
     labels = extras["labels"]
     assert labels["io.wheelmill.channel"] == "cpu" and labels["org.opencontainers.image.revision"] == COMMIT  # type: ignore[index]
-    assert json.loads(labels["io.wheelmill.wheels"])["torchsort-0.1.10+cpu-cp311-cp311-manylinux_2_31_x86_64.whl"] == "b" * 64  # type: ignore[index]
+    wheels = json.loads(labels["io.wheelmill.wheels"])  # type: ignore[index]
+    assert wheels["torchsort-0.1.10+cpu-cp311-cp311-manylinux_2_31_x86_64.whl"] == "b" * 64
 
 
-def test_the_runtime_image_carries_the_doctor_from_the_package_and_the_editions_on_it_inherit_it(matrix: Matrix) -> None:
+def test_the_runtime_image_carries_the_doctor_from_the_package_and_the_editions_on_it_inherit_it(
+    matrix: Matrix,
+) -> None:
     specs = plan_images(
         output(matrix),
         edition=Edition.DEVEL,
@@ -111,7 +138,11 @@ def test_the_runtime_image_carries_the_doctor_from_the_package_and_the_editions_
         containers=ROOT / "containers",
     )
     runtime, devel, extras = specs
-    assert dict(runtime.context_files) == {"wheelmill-doctor": ROOT / "src" / "wheelmill" / "images" / "doctor.py"} == {"wheelmill-doctor": DOCTOR}
+    assert (
+        dict(runtime.context_files)
+        == {"wheelmill-doctor": ROOT / "src" / "wheelmill" / "images" / "doctor.py"}
+        == {"wheelmill-doctor": DOCTOR}
+    )
     assert not devel.context_files and not extras.context_files  # FROM the runtime image: they have it
     assert "COPY wheelmill-doctor /usr/local/bin/wheelmill-doctor\n" in runtime.containerfile.read_text()
     with build_context(runtime) as context:
@@ -155,11 +186,47 @@ def test_a_cell_never_built_is_a_one_line_error(matrix: Matrix, tmp_path: Path) 
 
 def test_engine_commands_for_images() -> None:
     podman, docker = Engine(name=EngineName.PODMAN, binary="podman"), Engine(name=EngineName.DOCKER, binary="docker")
-    built = podman.build(tag="t", containerfile=Path("c/Containerfile"), context=Path("c"), build_args={"A": "1"}, labels={"x.y": "z"})
-    assert built == ["podman", "build", "--tag", "t", "--file", "c/Containerfile", "--network", "host", "--build-arg", "A=1", "--label", "x.y=z", "c"]
+    built = podman.build(
+        tag="t", containerfile=Path("c/Containerfile"), context=Path("c"), build_args={"A": "1"}, labels={"x.y": "z"}
+    )
+    assert built == [
+        "podman",
+        "build",
+        "--tag",
+        "t",
+        "--file",
+        "c/Containerfile",
+        "--network",
+        "host",
+        "--build-arg",
+        "A=1",
+        "--label",
+        "x.y=z",
+        "c",
+    ]
     run = docker.run(image="i", argv=["torchrun", "s.py"], network="net", ip="10.0.0.2", env_keys=["RANK"])
-    assert run == ["docker", "run", "--rm", "--network", "net", "--ip", "10.0.0.2", "--env", "RANK", "i", "torchrun", "s.py"]
-    assert podman.push("r/w:t", digest_file=Path("d"), insecure=True) == ["podman", "push", "--tls-verify=false", "--digestfile", "d", "r/w:t"]
+    assert run == [
+        "docker",
+        "run",
+        "--rm",
+        "--network",
+        "net",
+        "--ip",
+        "10.0.0.2",
+        "--env",
+        "RANK",
+        "i",
+        "torchrun",
+        "s.py",
+    ]
+    assert podman.push("r/w:t", digest_file=Path("d"), insecure=True) == [
+        "podman",
+        "push",
+        "--tls-verify=false",
+        "--digestfile",
+        "d",
+        "r/w:t",
+    ]
     assert docker.push("r/w:t", digest_file=Path("d"), insecure=True) == ["docker", "push", "r/w:t"]
 
 
@@ -170,8 +237,20 @@ def test_engine_commands_for_images() -> None:
         (["--edition", "runtime"], 5, "never built here"),
     ],
 )
-def test_bad_input_to_image_build_is_one_line(cli: CliRunner, tmp_path: Path, args: list[str], code: int, says: str) -> None:
-    result = cli("--recipes", str(ROOT / "recipes"), "--output", str(tmp_path / "out"), "image", "build", "--cell", "cpu-py311", *args)
+def test_bad_input_to_image_build_is_one_line(
+    cli: CliRunner, tmp_path: Path, args: list[str], code: int, says: str
+) -> None:
+    result = cli(
+        "--recipes",
+        str(ROOT / "recipes"),
+        "--output",
+        str(tmp_path / "out"),
+        "image",
+        "build",
+        "--cell",
+        "cpu-py311",
+        *args,
+    )
     assert result.code == code
     (line,) = result.err.splitlines()
     assert says in line and "; fix: " in line, line
@@ -182,10 +261,24 @@ def test_a_channel_missing_a_package_is_exit_20_before_anything_is_built(cli: Cl
     wheel = make_wheel(sandbox.output / sandbox.cell("cpu") / "dist", "app", "1.0+cpu", tag="py3-none-any")
     write_report(sandbox.output, sandbox.cell("cpu"), wheels=[("app", wheel, "c" * 64)], torch="2.13.0+cpu")
     publish(Channel(sandbox.output / "index", "cpu"), wheel)
-    result = cli("--recipes", str(ROOT / "recipes"), "--output", str(sandbox.output), "image", "build", "--cell", "cpu-py311", "--edition", "runtime")
+    result = cli(
+        "--recipes",
+        str(ROOT / "recipes"),
+        "--output",
+        str(sandbox.output),
+        "image",
+        "build",
+        "--cell",
+        "cpu-py311",
+        "--edition",
+        "runtime",
+    )
     assert result.code == 20, result.err
     (line,) = result.err.splitlines()
-    assert "channel cpu lacks torch==2.13.0+cpu" in line and "fix: mirror the cell's closure: wheelmill mirror --cell cpu-py311" in line
+    assert (
+        "channel cpu lacks torch==2.13.0+cpu" in line
+        and "fix: mirror the cell's closure: wheelmill mirror --cell cpu-py311" in line
+    )
 
 
 def test_a_tag_that_would_exceed_128_characters_is_exit_3_before_anything_runs(cli: CliRunner, tmp_path: Path) -> None:
@@ -193,7 +286,18 @@ def test_a_tag_that_would_exceed_128_characters_is_exit_3_before_anything_runs(c
     wheel = make_wheel(output_dir / "cpu-py311" / "dist", "app", "1.0+cpu", tag="py3-none-any")
     torch = "2.13.0.dev" + "2" * 100 + "+cpu"  # a nightly's version, say
     write_report(output_dir, "cpu-py311", wheels=[("app", wheel, "c" * 64)], torch=torch)
-    result = cli("--recipes", str(ROOT / "recipes"), "--output", str(output_dir), "image", "build", "--cell", "cpu-py311", "--edition", "runtime")
+    result = cli(
+        "--recipes",
+        str(ROOT / "recipes"),
+        "--output",
+        str(output_dir),
+        "image",
+        "build",
+        "--cell",
+        "cpu-py311",
+        "--edition",
+        "runtime",
+    )
     assert result.code == 3, result.err
     (line,) = result.err.splitlines()
     assert "over the 128 a registry accepts" in line and "; fix: " in line
@@ -202,18 +306,39 @@ def test_a_tag_that_would_exceed_128_characters_is_exit_3_before_anything_runs(c
 def test_a_released_cell_is_read_from_its_record_and_images_are_recorded_in_it(matrix: Matrix, tmp_path: Path) -> None:
     """A promoted final has no build of its own: its images come from the release channel."""
     root = tmp_path / "index"
-    wheel = make_wheel(tmp_path / "w", "example-cpp-ops", "0.1.0+cpu", requires=["torch==2.13.0+cpu"], tag="cp311-cp311-manylinux_2_24_x86_64")
+    wheel = make_wheel(
+        tmp_path / "w",
+        "example-cpp-ops",
+        "0.1.0+cpu",
+        requires=["torch==2.13.0+cpu"],
+        tag="cp311-cp311-manylinux_2_24_x86_64",
+    )
     publish(Channel(root, "cpu"), wheel)
-    files = (ReleasedFile(channel="cpu", cell="cpu-py311", recipe="example-cpp-ops", filename=wheel.name, sha256="d" * 64, rule=VersionRule.REPO),)
+    files = (
+        ReleasedFile(
+            channel="cpu",
+            cell="cpu-py311",
+            recipe="example-cpp-ops",
+            filename=wheel.name,
+            sha256="d" * 64,
+            rule=VersionRule.REPO,
+        ),
+    )
     record(root, Manifest(version="0.1.0", track=Track.RELEASE, commit=COMMIT, tag="v0.1.0", files=files))
     (cell,) = matrix.select(["cpu-py311"])
     released = read_release_output(root, Track.RELEASE, "0.1.0", cell)
-    assert (released.channel, released.torch, [w.requirement for w in released.wheels]) == ("cpu", "2.13.0+cpu", ["example-cpp-ops==0.1.0+cpu"])
+    assert (released.channel, released.torch, [w.requirement for w in released.wheels]) == (
+        "cpu",
+        "2.13.0+cpu",
+        ["example-cpp-ops==0.1.0+cpu"],
+    )
     image = ReleasedImage(cell="cpu-py311", kind="runtime", reference="registry.example/wheelmill@sha256:" + "e" * 64)
     path = record_images(root, Track.RELEASE, "0.1.0", [image])
     assert load_manifest(path).images == (image,)
     again = ReleasedImage(cell="cpu-py311", kind="runtime", reference="registry.example/wheelmill@sha256:" + "f" * 64)
-    assert load_manifest(record_images(root, Track.RELEASE, "0.1.0", [again])).images == (again,)  # a newer push replaces it
+    assert load_manifest(record_images(root, Track.RELEASE, "0.1.0", [again])).images == (
+        again,
+    )  # a newer push replaces it
     (other,) = matrix.select(["cpu-py312"])
     with pytest.raises(ReleaseError, match=r"release 0\.1\.0: no files of cpu-py312"):
         read_release_output(root, Track.RELEASE, "0.1.0", other)

@@ -34,7 +34,9 @@ def entry(**changes: object) -> FileEntry:
 
 def test_html_page_carries_every_pep_attribute() -> None:
     page = project_html(Project(name="torch-ext", files=(entry(yanked="broken kernel"),)))
-    assert 'href="../../files/torch_ext-1.0%2Bcu118-cp311-cp311-manylinux_2_28_x86_64.whl#sha256=' + "a" * 64 + '"' in page
+    assert (
+        'href="../../files/torch_ext-1.0%2Bcu118-cp311-cp311-manylinux_2_28_x86_64.whl#sha256=' + "a" * 64 + '"' in page
+    )
     assert 'data-requires-python="&gt;=3.9"' in page
     assert f'data-core-metadata="sha256={"b" * 64}"' in page
     assert "dist-info-metadata" not in page  # PEP 714: the old name crashes pip 22.3 to 23.0
@@ -43,7 +45,14 @@ def test_html_page_carries_every_pep_attribute() -> None:
 
 
 def test_json_page_has_pep700_fields() -> None:
-    data = json.loads(project_json(Project(name="torch-ext", files=(entry(), entry(filename="torch_ext-0.9-py3-none-any.whl", version="0.9", yanked="")))))
+    data = json.loads(
+        project_json(
+            Project(
+                name="torch-ext",
+                files=(entry(), entry(filename="torch_ext-0.9-py3-none-any.whl", version="0.9", yanked="")),
+            )
+        )
+    )
     assert data["meta"] == {"api-version": "1.1"}
     assert data["versions"] == ["0.9", "1.0+cu118"]
     first, second = data["files"]

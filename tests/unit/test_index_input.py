@@ -36,7 +36,9 @@ def channel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Channel:
 def one_line(result: CliResult, code: int, *says: str) -> str:
     assert result.code == code, result.err
     (line,) = result.err.strip().splitlines()
-    assert line.startswith("wheelmill: error: ") and "; fix: " in line and "Traceback" not in result.out + result.err, line
+    assert line.startswith("wheelmill: error: ") and "; fix: " in line and "Traceback" not in result.out + result.err, (
+        line
+    )
     assert all(s in line for s in says), line
     return line
 
@@ -46,18 +48,24 @@ def snapshot(channel: Channel) -> dict[Path, bytes]:
 
 
 @pytest.mark.parametrize("page", ["simple/index.json", "simple/lib/index.json"])
-def test_a_damaged_page_stops_a_publish_and_repair_mends_it(cli: CliRunner, repo_root: Path, channel: Channel, tmp_path: Path, page: str) -> None:
+def test_a_damaged_page_stops_a_publish_and_repair_mends_it(
+    cli: CliRunner, repo_root: Path, channel: Channel, tmp_path: Path, page: str
+) -> None:
     (channel.path / page).write_text('{"meta": {"api-version": "1.1"}, "proj')
     before = snapshot(channel)
     wheel = make_wheel(tmp_path / "w", "lib", "3.0", tag=ANY)
     result = cli("--recipes", str(repo_root / "recipes"), "publish", "--channel", "cpu", str(wheel))
-    one_line(result, IndexStoreError.exit_code, f"{page}: not a valid index page", "wheelmill index repair --channel cpu")
+    one_line(
+        result, IndexStoreError.exit_code, f"{page}: not a valid index page", "wheelmill index repair --channel cpu"
+    )
     assert snapshot(channel) == before, "nothing written"
     repaired = cli("--recipes", str(repo_root / "recipes"), "index", "repair")
     assert repaired.code == 0, repaired.err
     assert verify(channel) == []
     project = channel.project("lib")
-    assert project is not None and [f.yanked for f in project.files] == ["broken", None], "the yank survives a damaged JSON page"
+    assert project is not None and [f.yanked for f in project.files] == ["broken", None], (
+        "the yank survives a damaged JSON page"
+    )
     assert cli("--recipes", str(repo_root / "recipes"), "publish", "--channel", "cpu", str(wheel)).code == 0
 
 
@@ -67,54 +75,89 @@ def test_a_project_with_no_readable_page_is_rebuilt_from_its_files(cli: CliRunne
     (channel.files / "lib-2.0-py3-none-any.whl.metadata").unlink()
     result = cli("index", "repair", "--channel", "cpu")
     assert result.code == 0, result.err
-    assert "lib: rebuilt from its files" in result.out and "made the .metadata of lib-2.0-py3-none-any.whl again" in result.out
+    assert (
+        "lib: rebuilt from its files" in result.out
+        and "made the .metadata of lib-2.0-py3-none-any.whl again" in result.out
+    )
     assert verify(channel) == []
     project = channel.project("lib")
-    assert project is not None and sorted(f.filename for f in project.files) == ["lib-1.0-py3-none-any.whl", "lib-2.0-py3-none-any.whl"]
+    assert project is not None and sorted(f.filename for f in project.files) == [
+        "lib-1.0-py3-none-any.whl",
+        "lib-2.0-py3-none-any.whl",
+    ]
     assert {f.requires_python for f in project.files} == {">=3.9"}
 
 
 def test_a_missing_html_page_is_a_problem_verify_names_and_repair_mends(cli: CliRunner, channel: Channel) -> None:
     (channel.simple / "lib" / "index.html").unlink()
-    one_line(cli("index", "verify"), IndexStoreError.exit_code, "cpu/lib: index.html is missing", "wheelmill index repair")
+    one_line(
+        cli("index", "verify"), IndexStoreError.exit_code, "cpu/lib: index.html is missing", "wheelmill index repair"
+    )
     assert cli("index", "repair").code == 0
     assert cli("index", "verify").code == 0
 
 
-def test_a_wheel_whose_metadata_version_is_no_version(cli: CliRunner, repo_root: Path, channel: Channel, tmp_path: Path) -> None:
+def test_a_wheel_whose_metadata_version_is_no_version(
+    cli: CliRunner, repo_root: Path, channel: Channel, tmp_path: Path
+) -> None:
     wheel = make_wheel(tmp_path / "bad", "lib", "3.0", tag=ANY)
     with zipfile.ZipFile(wheel) as zf:
         members = {n: zf.read(n) for n in zf.namelist()}
-    members["lib-3.0.dist-info/METADATA"] = members["lib-3.0.dist-info/METADATA"].replace(b"Version: 3.0", b"Version: three")
+    members["lib-3.0.dist-info/METADATA"] = members["lib-3.0.dist-info/METADATA"].replace(
+        b"Version: 3.0", b"Version: three"
+    )
     with zipfile.ZipFile(wheel, "w") as zf:
         for name, data in members.items():
             zf.writestr(name, data)
     before = snapshot(channel)
-    one_line(cli("--recipes", str(repo_root / "recipes"), "publish", "--channel", "cpu", str(wheel)), InvalidWheel.exit_code, "'three' is not a version")
+    one_line(
+        cli("--recipes", str(repo_root / "recipes"), "publish", "--channel", "cpu", str(wheel)),
+        InvalidWheel.exit_code,
+        "'three' is not a version",
+    )
     assert snapshot(channel) == before
 
 
-def test_a_metadata_bomb_is_refused_before_it_is_read(cli: CliRunner, repo_root: Path, channel: Channel, tmp_path: Path) -> None:
+def test_a_metadata_bomb_is_refused_before_it_is_read(
+    cli: CliRunner, repo_root: Path, channel: Channel, tmp_path: Path
+) -> None:
     wheel = tmp_path / "bomb" / "lib-4.0-py3-none-any.whl"
     wheel.parent.mkdir()
     with zipfile.ZipFile(wheel, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        zf.writestr("lib-4.0.dist-info/METADATA", b"Metadata-Version: 2.1\nName: lib\nVersion: 4.0\n\n" + b"\0" * (256 * 2**20))
+        zf.writestr(
+            "lib-4.0.dist-info/METADATA", b"Metadata-Version: 2.1\nName: lib\nVersion: 4.0\n\n" + b"\0" * (256 * 2**20)
+        )
         zf.writestr("lib-4.0.dist-info/WHEEL", b"Wheel-Version: 1.0\nTag: py3-none-any\n")
     assert wheel.stat().st_size < 2**20, "small on disk, 256 MiB unpacked"
     before = snapshot(channel)
-    one_line(cli("--recipes", str(repo_root / "recipes"), "publish", "--channel", "cpu", str(wheel)), InvalidWheel.exit_code, "METADATA unpacks to")
+    one_line(
+        cli("--recipes", str(repo_root / "recipes"), "publish", "--channel", "cpu", str(wheel)),
+        InvalidWheel.exit_code,
+        "METADATA unpacks to",
+    )
     assert snapshot(channel) == before
 
 
 def test_a_url_with_a_line_break_never_reaches_a_settings_file(cli: CliRunner) -> None:
-    result = cli("index", "config", "--channel", "cpu", "--url", "http://wheels.internal\n[global]\nextra-index-url = http://evil/simple")
+    result = cli(
+        "index",
+        "config",
+        "--channel",
+        "cpu",
+        "--url",
+        "http://wheels.internal\n[global]\nextra-index-url = http://evil/simple",
+    )
     one_line(result, UsageError.exit_code, "not an http(s) URL of one line")
     assert result.out == ""
 
 
 @pytest.mark.parametrize("keep", ["-3", "0", "many"])
 def test_a_count_that_is_no_count_is_a_usage_error(cli: CliRunner, repo_root: Path, keep: str) -> None:
-    one_line(cli("--recipes", str(repo_root / "recipes"), "release", "prune", "--track", "nightly", "--keep", keep), UsageError.exit_code, "--keep")
+    one_line(
+        cli("--recipes", str(repo_root / "recipes"), "release", "prune", "--track", "nightly", "--keep", keep),
+        UsageError.exit_code,
+        "--keep",
+    )
 
 
 def test_a_leftover_is_a_note_that_names_what_was_being_written(cli: CliRunner, channel: Channel) -> None:

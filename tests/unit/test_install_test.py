@@ -47,13 +47,17 @@ def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Sandbox:
 
 
 def thing(sandbox: Sandbox, *, imports: list[str], smoke: list[str]) -> None:
-    sandbox.recipe("thing", {"thing/__init__.py": b"", "thing/smoke.py": SMOKE, "thing_smoke.py": SMOKE, **DIST_INFO}, wheel=WHEEL)
+    sandbox.recipe(
+        "thing", {"thing/__init__.py": b"", "thing/smoke.py": SMOKE, "thing_smoke.py": SMOKE, **DIST_INFO}, wheel=WHEEL
+    )
     toml = sandbox.recipes / "thing.toml"
     toml.write_text(toml.read_text() + f"\n[checks]\nimports = {json.dumps(imports)}\nsmoke = {json.dumps(smoke)}\n")
 
 
 def install_step(sandbox: Sandbox) -> dict[str, Any]:
-    report: dict[str, list[dict[str, Any]]] = json.loads((sandbox.output / sandbox.cell("cpu") / "report.json").read_text())
+    report: dict[str, list[dict[str, Any]]] = json.loads(
+        (sandbox.output / sandbox.cell("cpu") / "report.json").read_text()
+    )
     (step,) = [s for s in report["steps"] if s["step"] == "install-test"]
     return step
 
@@ -63,7 +67,10 @@ def install_step(sandbox: Sandbox) -> dict[str, Any]:
     [
         (["{python}", "-m", "thing.smoke", "a", "b"], "joined=True argv=['a', 'b'] main=__main__ path0=cwd"),
         (["{python}", "-c", "import thing.smoke", "a"], "joined=True argv=['a'] main=thing.smoke path0=cwd"),
-        (["{python}", "{source}/payload/thing_smoke.py.payload", "a"], "joined=True argv=['a'] main=__main__ path0=payload"),
+        (
+            ["{python}", "{source}/payload/thing_smoke.py.payload", "a"],
+            "joined=True argv=['a'] main=__main__ path0=payload",
+        ),
     ],
     ids=["module", "code", "script"],
 )
@@ -81,25 +88,42 @@ def test_a_smoke_command_of_the_envs_python_runs_in_the_probes_interpreter(
     assert "stdout before the last line" in log.read_text() and not log.with_suffix(".imports.log").exists()
 
 
-def test_a_smoke_command_with_interpreter_options_runs_beside_the_probe(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox) -> None:
+def test_a_smoke_command_with_interpreter_options_runs_beside_the_probe(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox
+) -> None:
     thing(sandbox, imports=["thing"], smoke=["{python}", "-I", "-m", "thing_smoke", "a"])
     result = build(cli, monkeypatch, sandbox, "cpu")
     assert result.code == 0, (result.out + result.err)[-3000:]
     step = install_step(sandbox)
-    assert {c["name"]: c["detail"] for c in step["checks"]}["smoke"].startswith("joined=False argv=['a'] main=__main__ ")
+    assert {c["name"]: c["detail"] for c in step["checks"]}["smoke"].startswith(
+        "joined=False argv=['a'] main=__main__ "
+    )
     assert "import thing" in Path(step["log"]).with_suffix(".imports.log").read_text()
 
 
-def test_a_failed_smoke_in_the_probes_interpreter_is_its_exit_status_and_last_line(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox) -> None:
+def test_a_failed_smoke_in_the_probes_interpreter_is_its_exit_status_and_last_line(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox
+) -> None:
     thing(sandbox, imports=["thing"], smoke=["{python}", "-m", "thing.smoke", "fail"])
     result = build(cli, monkeypatch, sandbox, "cpu")
     says = "smoke command failed (exit 3): the smoke says why"
     assert_recorded(result, sandbox, "cpu", step="thing/install-test", code=InstallTestError.exit_code, says=says)
-    assert not (sandbox.output / sandbox.cell("cpu") / "dist").exists() or not list((sandbox.output / sandbox.cell("cpu") / "dist").glob("*.whl"))
+    assert not (sandbox.output / sandbox.cell("cpu") / "dist").exists() or not list(
+        (sandbox.output / sandbox.cell("cpu") / "dist").glob("*.whl")
+    )
 
 
-def test_a_failed_import_is_the_error_and_the_smoke_does_not_run(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox) -> None:
+def test_a_failed_import_is_the_error_and_the_smoke_does_not_run(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox
+) -> None:
     thing(sandbox, imports=["thing", "thing.missing"], smoke=["{python}", "-m", "thing.smoke"])
     result = build(cli, monkeypatch, sandbox, "cpu")
-    log = assert_recorded(result, sandbox, "cpu", step="thing/install-test", code=InstallTestError.exit_code, says="import thing.missing: ModuleNotFoundError")
+    log = assert_recorded(
+        result,
+        sandbox,
+        "cpu",
+        step="thing/install-test",
+        code=InstallTestError.exit_code,
+        says="import thing.missing: ModuleNotFoundError",
+    )
     assert "stdout before the last line" not in log

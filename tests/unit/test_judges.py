@@ -21,7 +21,13 @@ from wheelmill.machine.probes import TorchInfo
 from wheelmill.wheel.elf import DynamicInfo, ElfSummary
 
 
-def elf(name: str, *, soname: str | None = None, needs: tuple[tuple[str, str], ...] = (), defined: frozenset[str] = frozenset()) -> ElfSummary:
+def elf(
+    name: str,
+    *,
+    soname: str | None = None,
+    needs: tuple[tuple[str, str], ...] = (),
+    defined: frozenset[str] = frozenset(),
+) -> ElfSummary:
     return ElfSummary(
         dynamic=DynamicInfo(path=Path("/w") / name, soname=soname, needed=(), rpaths=()),
         undefined=frozenset(),
@@ -42,7 +48,15 @@ def repo_root_module() -> Path:
 
 
 def torch_info(version: str, cuda: str | None = None, hip: str | None = None) -> TorchInfo:
-    return TorchInfo(version=version, dist_version=version, cuda=cuda, hip=hip, cxx11_abi=True, lib_dir=Path("/t/lib"), site_packages=Path("/t"))
+    return TorchInfo(
+        version=version,
+        dist_version=version,
+        cuda=cuda,
+        hip=hip,
+        cxx11_abi=True,
+        lib_dir=Path("/t/lib"),
+        site_packages=Path("/t"),
+    )
 
 
 class TestDeviceCode:
@@ -71,7 +85,11 @@ class TestDeviceCode:
         assert parse_listing(listing) == ({"sm_80", "sm_90a"}, {"sm_120"})
 
     def test_rocm_offload_bundle_targets(self) -> None:
-        ids = [b"host-x86_64-unknown-linux-gnu-", b"hipv4-amdgcn-amd-amdhsa--gfx90a", b"hipv4-amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-"]
+        ids = [
+            b"host-x86_64-unknown-linux-gnu-",
+            b"hipv4-amdgcn-amd-amdhsa--gfx90a",
+            b"hipv4-amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-",
+        ]
         data = b"\0" * 16 + b"__CLANG_OFFLOAD_BUNDLE__" + struct.pack("<Q", len(ids))
         for entry in ids:
             data += struct.pack("<QQQ", 0, 0, len(entry)) + entry
@@ -144,7 +162,10 @@ class TestPlatform:
         warned = judge_baseline(tags, "manylinux_2_28", fallback="this machine's glibc")
         assert warned.verdict is Verdict.WARN and "this machine's glibc" in warned.detail
         assert judge_baseline(tags, "manylinux_2_28", fallback=None).verdict is Verdict.FAIL
-        assert judge_baseline(frozenset({"manylinux_2_28_x86_64"}), "manylinux_2_28", fallback=None).verdict is Verdict.PASS
+        assert (
+            judge_baseline(frozenset({"manylinux_2_28_x86_64"}), "manylinux_2_28", fallback=None).verdict
+            is Verdict.PASS
+        )
 
 
 class TestTorchEnv:

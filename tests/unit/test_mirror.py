@@ -67,7 +67,11 @@ def upstream(sandbox: Sandbox) -> Upstream:
 def built_app(sandbox: Sandbox, *, requires: tuple[str, ...] = ("dep", "torch")) -> Path:
     """The cell's built wheel: made once (a zip records the time: made again, other bytes)."""
     path = sandbox.root / "dist" / "app-1.0+cpu-py3-none-any.whl"
-    return path if path.is_file() else make_wheel(sandbox.root / "dist", "app", "1.0+cpu", requires=requires, tag="py3-none-any")
+    return (
+        path
+        if path.is_file()
+        else make_wheel(sandbox.root / "dist", "app", "1.0+cpu", requires=requires, tag="py3-none-any")
+    )
 
 
 def inputs(sandbox: Sandbox, channel: Channel, wheel: Path, sources: str) -> ClosureInputs:
@@ -95,15 +99,21 @@ def resolved(sandbox: Sandbox, channel: Channel, wheel: Path, sources: str, tmp_
 
 def mirrored(closure: Closure, channel: Channel, tmp_path: Path) -> Mirrored:
     with StepLog(tmp_path / "mirror.log") as log:
-        return mirror(closure, channel, sources=PackageSources(index_url=None), policy=FAST, log=log, on_line=lambda _line: None)
+        return mirror(
+            closure, channel, sources=PackageSources(index_url=None), policy=FAST, log=log, on_line=lambda _line: None
+        )
 
 
 def tree(root: Path) -> dict[str, bytes]:
     """Every file of a channel and its bytes (its lock file names the last writer's pid)."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".lock"}
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".lock"
+    }
 
 
-def test_the_closure_locks_torch_and_every_dependency_as_hashed_wheels(sandbox: Sandbox, upstream: Upstream, tmp_path: Path) -> None:
+def test_the_closure_locks_torch_and_every_dependency_as_hashed_wheels(
+    sandbox: Sandbox, upstream: Upstream, tmp_path: Path
+) -> None:
     channel = Channel(sandbox.output / "index", "cpu")
     publish(channel, built_app(sandbox))
     closure = resolved(sandbox, channel, built_app(sandbox), upstream.url, tmp_path)
@@ -115,10 +125,16 @@ def test_the_closure_locks_torch_and_every_dependency_as_hashed_wheels(sandbox: 
     for wheel in closure.to_mirror:
         assert wheel.sha256 == sha256_of(upstream.file(wheel.filename))
     assert read(tmp_path / CLOSURE_LOCK_NAME) == closure  # the lock on disk says what was resolved
-    assert (tmp_path / CLOSURE_LOCK_NAME).read_text().startswith(f"# wheelmill runtime closure of {sandbox.cell('cpu')}: app==1.0+cpu, torch==2.13.0+cpu")
+    assert (
+        (tmp_path / CLOSURE_LOCK_NAME)
+        .read_text()
+        .startswith(f"# wheelmill runtime closure of {sandbox.cell('cpu')}: app==1.0+cpu, torch==2.13.0+cpu")
+    )
 
 
-def test_a_dependency_with_no_wheel_anywhere_is_a_one_line_env_error(sandbox: Sandbox, upstream: Upstream, tmp_path: Path) -> None:
+def test_a_dependency_with_no_wheel_anywhere_is_a_one_line_env_error(
+    sandbox: Sandbox, upstream: Upstream, tmp_path: Path
+) -> None:
     channel = Channel(sandbox.output / "index", "cpu")
     with pytest.raises(EnvError, match="cannot resolve the runtime closure from wheels") as raised:
         resolved(sandbox, channel, built_app(sandbox, requires=("no-such-dependency",)), upstream.url, tmp_path)
@@ -127,16 +143,24 @@ def test_a_dependency_with_no_wheel_anywhere_is_a_one_line_env_error(sandbox: Sa
 
 def test_a_lock_with_a_package_that_has_no_wheel_is_refused(tmp_path: Path) -> None:
     lock = tmp_path / CLOSURE_LOCK_NAME
-    lock.write_text('lock-version = "1.0"\n[[packages]]\nname = "thing"\nversion = "1.0"\nsdist = { url = "https://x/thing-1.0.tar.gz" }\n')
+    lock.write_text(
+        'lock-version = "1.0"\n[[packages]]\nname = "thing"\nversion = "1.0"\nsdist = { url = "https://x/thing-1.0.tar.gz" }\n'
+    )
     with pytest.raises(EnvError, match=r"thing has no wheel in the lock \(an sdist is never mirrored\)"):
         read(lock)
 
 
-def test_mirroring_publishes_the_closure_as_mirrored_and_the_channel_installs_on_its_own(sandbox: Sandbox, upstream: Upstream, tmp_path: Path) -> None:
+def test_mirroring_publishes_the_closure_as_mirrored_and_the_channel_installs_on_its_own(
+    sandbox: Sandbox, upstream: Upstream, tmp_path: Path
+) -> None:
     channel = Channel(sandbox.output / "index", "cpu")
     publish(channel, built_app(sandbox))
     done = mirrored(resolved(sandbox, channel, built_app(sandbox), upstream.url, tmp_path), channel, tmp_path)
-    assert sorted((p.project, p.outcome) for p in done.published) == [("dep", Outcome.ADDED), ("leaf", Outcome.ADDED), ("torch", Outcome.ADDED)]
+    assert sorted((p.project, p.outcome) for p in done.published) == [
+        ("dep", Outcome.ADDED),
+        ("leaf", Outcome.ADDED),
+        ("torch", Outcome.ADDED),
+    ]
     assert verify(channel) == []
     page = json.loads((channel.simple / "dep" / "index.json").read_text())
     assert page["files"][0]["_mirrored-from"] == upstream.channel.files.joinpath("dep-1.0-py3-none-any.whl").as_uri()
@@ -158,7 +182,9 @@ def test_mirroring_publishes_the_closure_as_mirrored_and_the_channel_installs_on
         "app",
     ]
     subprocess.run(install, check=True)
-    listed = subprocess.run([uv_bin(), "pip", "list", "--python", str(venv / "bin" / "python")], check=True, capture_output=True, text=True).stdout
+    listed = subprocess.run(
+        [uv_bin(), "pip", "list", "--python", str(venv / "bin" / "python")], check=True, capture_output=True, text=True
+    ).stdout
     assert all(name in listed for name in ("app", "dep", "leaf", "torch"))
     # Mirroring again changes nothing.
     again = mirrored(resolved(sandbox, channel, built_app(sandbox), upstream.url, tmp_path), channel, tmp_path)
@@ -166,7 +192,9 @@ def test_mirroring_publishes_the_closure_as_mirrored_and_the_channel_installs_on
     assert again.fetched_bytes == 0
 
 
-def test_index_list_shows_built_and_mirrored_and_the_bytes_stored(cli: CliRunner, sandbox: Sandbox, upstream: Upstream, tmp_path: Path) -> None:
+def test_index_list_shows_built_and_mirrored_and_the_bytes_stored(
+    cli: CliRunner, sandbox: Sandbox, upstream: Upstream, tmp_path: Path
+) -> None:
     channel = Channel(sandbox.output / "index", "cpu")
     publish(channel, built_app(sandbox))
     mirrored(resolved(sandbox, channel, built_app(sandbox), upstream.url, tmp_path), channel, tmp_path)
@@ -184,11 +212,25 @@ def write_report(sandbox: Sandbox, app: Path, sources: str) -> None:
     dist.mkdir(parents=True, exist_ok=True)
     shutil.copy(app, dist / app.name)  # a report's wheels lie beside it
     facts = {"package_source_args": ["--index-url", sources]}
-    report_of(sandbox.output, sandbox.cell("cpu"), wheels=[("app", app, sha256_of(app))], torch="2.13.0+cpu", python=PYTHON, facts=facts)
+    report_of(
+        sandbox.output,
+        sandbox.cell("cpu"),
+        wheels=[("app", app, sha256_of(app))],
+        torch="2.13.0+cpu",
+        python=PYTHON,
+        facts=facts,
+    )
 
 
 def refused_mirror(
-    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, *, retries: int, code: int, channel: Channel, before: dict[str, bytes]
+    cli: CliRunner,
+    monkeypatch: pytest.MonkeyPatch,
+    sandbox: Sandbox,
+    *,
+    retries: int,
+    code: int,
+    channel: Channel,
+    before: dict[str, bytes],
 ) -> str:
     """`wheelmill mirror` from the command line, refused: the exit code, one line that says
     the channel is unchanged, and the channel byte for byte as it was; that line."""
@@ -215,7 +257,9 @@ def test_a_file_whose_bytes_differ_from_the_lock_is_exit_7_and_the_channel_is_un
     before = tree(channel.path)
     leaf = upstream.file("leaf-2.0-py3-none-any.whl")
     leaf.unlink()  # its name now holds other bytes (it was a link into upstream's store)
-    make_wheel(sandbox.root / "tampered", "leaf", "2.0", tag="py3-none-any", files={"leaf/evil.py": b"import os\n"}).rename(leaf)
+    make_wheel(
+        sandbox.root / "tampered", "leaf", "2.0", tag="py3-none-any", files={"leaf/evil.py": b"import os\n"}
+    ).rename(leaf)
     line = refused_mirror(cli, monkeypatch, sandbox, retries=3, code=7, channel=channel, before=before)
     assert line.startswith("wheelmill: error: mirror: leaf-2.0-py3-none-any.whl: ") and "sha256 mismatch" in line, line
     log = (sandbox.output / sandbox.cell("cpu") / "logs" / "mirror.log").read_text()
@@ -260,8 +304,13 @@ def test_an_upstream_that_drops_every_download_is_exit_6_after_the_retries(
     write_report(sandbox, app, dropping)
     before = tree(channel.path)
     line = refused_mirror(cli, monkeypatch, sandbox, retries=2, code=6, channel=channel, before=before)
-    assert line.startswith("wheelmill: error: mirror: http://127.0.0.1:") and ".whl is unreachable after 2 attempts" in line, line
-    assert (sandbox.output / sandbox.cell("cpu") / CLOSURE_LOCK_NAME).is_file()  # the lock was written before the downloads
+    assert (
+        line.startswith("wheelmill: error: mirror: http://127.0.0.1:")
+        and ".whl is unreachable after 2 attempts" in line
+    ), line
+    assert (
+        sandbox.output / sandbox.cell("cpu") / CLOSURE_LOCK_NAME
+    ).is_file()  # the lock was written before the downloads
 
 
 def test_built_beats_mirrored_both_ways(sandbox: Sandbox, upstream: Upstream, tmp_path: Path) -> None:
@@ -275,17 +324,23 @@ def test_built_beats_mirrored_both_ways(sandbox: Sandbox, upstream: Upstream, tm
     assert [f.filename for f in channel.project("leaf").files] == ["leaf-2.0+cpu-py3-none-any.whl"]  # type: ignore[union-attr]
     # A project mirrored first, then built: the built wheel replaces the mirrored files.
     assert not channel.project("dep").files[0].built  # type: ignore[union-attr]
-    done = publish(channel, make_wheel(sandbox.root / "dist", "dep", "1.0+cpu", requires=["leaf>=2"], tag="py3-none-any"))
+    done = publish(
+        channel, make_wheel(sandbox.root / "dist", "dep", "1.0+cpu", requires=["leaf>=2"], tag="py3-none-any")
+    )
     assert done.replaced == ("dep-1.0-py3-none-any.whl",)
     assert [(f.filename, f.built) for f in channel.project("dep").files] == [("dep-1.0+cpu-py3-none-any.whl", True)]  # type: ignore[union-attr]
     assert not (channel.files / "dep-1.0-py3-none-any.whl").exists()
     assert verify(channel) == []
     # And a mirrored file offered for a built project is not added.
-    again = publish(channel, upstream.file("dep-1.0-py3-none-any.whl"), mirrored_from="file:///upstream/dep-1.0-py3-none-any.whl")
+    again = publish(
+        channel, upstream.file("dep-1.0-py3-none-any.whl"), mirrored_from="file:///upstream/dep-1.0-py3-none-any.whl"
+    )
     assert again.outcome is Outcome.BUILT_HERE
 
 
-def test_a_wheel_on_local_disk_is_stored_as_another_name_of_its_file(sandbox: Sandbox, upstream: Upstream, tmp_path: Path) -> None:
+def test_a_wheel_on_local_disk_is_stored_as_another_name_of_its_file(
+    sandbox: Sandbox, upstream: Upstream, tmp_path: Path
+) -> None:
     """A file:// source (a mirror on this machine's disk): its bytes checked, then linked
     into the store, not copied a second time; its mode left as it was."""
     channel = Channel(sandbox.output / "index", "cpu")
@@ -299,7 +354,9 @@ def test_a_wheel_on_local_disk_is_stored_as_another_name_of_its_file(sandbox: Sa
     assert "stored from" in (tmp_path / "mirror.log").read_text()
 
 
-def test_two_channels_holding_the_same_dependency_store_it_once(sandbox: Sandbox, upstream: Upstream, tmp_path: Path) -> None:
+def test_two_channels_holding_the_same_dependency_store_it_once(
+    sandbox: Sandbox, upstream: Upstream, tmp_path: Path
+) -> None:
     root = sandbox.output / "index"
     first, second = Channel(root, "cpu"), Channel(root, "test/cpu")
     for channel in (first, second):
@@ -325,7 +382,9 @@ def test_verify_checks_mirrored_files_like_built_ones(sandbox: Sandbox, upstream
     assert verify(channel) == [f"{channel.name}/leaf-2.0-py3-none-any.whl: sha256 differs from the page"]
 
 
-def test_a_killed_mirrors_download_is_noted_by_verify_and_removed_by_repair(cli: CliRunner, sandbox: Sandbox, tmp_path: Path) -> None:
+def test_a_killed_mirrors_download_is_noted_by_verify_and_removed_by_repair(
+    cli: CliRunner, sandbox: Sandbox, tmp_path: Path
+) -> None:
     root = sandbox.output / "index"
     publish(Channel(root, "cpu"), built_app(sandbox))
     blobs = Blobs(root)
@@ -352,14 +411,18 @@ def test_a_killed_mirrors_download_is_noted_by_verify_and_removed_by_repair(cli:
     assert len(list(blobs.all())) == 1  # the app's, linked from the channel
 
 
-def test_promotion_takes_the_mirrored_closure_along_as_links(sandbox: Sandbox, upstream: Upstream, tmp_path: Path) -> None:
+def test_promotion_takes_the_mirrored_closure_along_as_links(
+    sandbox: Sandbox, upstream: Upstream, tmp_path: Path
+) -> None:
     root = sandbox.output / "index"
     tested, released = Channel(root, "test/cpu"), Channel(root, "cpu")
     publish(tested, built_app(sandbox))
     mirrored(resolved(sandbox, tested, built_app(sandbox), upstream.url, tmp_path), tested, tmp_path)
     publish(released, make_wheel(sandbox.root / "built", "leaf", "2.0+cpu", tag="py3-none-any"))  # built in the target
     done: list[str] = []
-    promote_mirrored(tested, released, on_file=lambda published: done.append(f"{published.project} {published.outcome}"))
+    promote_mirrored(
+        tested, released, on_file=lambda published: done.append(f"{published.project} {published.outcome}")
+    )
     assert sorted(done) == ["dep added", "leaf built here", "torch added"]
     torch = "torch-2.13.0+cpu-py3-none-any.whl"
     assert (released.files / torch).stat().st_ino == (tested.files / torch).stat().st_ino

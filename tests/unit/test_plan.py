@@ -17,8 +17,12 @@ from wheelmill.settings import Settings
 GOLDEN = Path(__file__).parent.parent / "golden"
 
 
-@pytest.mark.parametrize(("cell", "engine"), [("cuda118-py311", "none"), ("cpu-py311", "none"), ("cuda130-py311", "podman")])
-def test_printed_plan_matches_golden(cli: CliRunner, repo_root: Path, monkeypatch: pytest.MonkeyPatch, cell: str, engine: str) -> None:
+@pytest.mark.parametrize(
+    ("cell", "engine"), [("cuda118-py311", "none"), ("cpu-py311", "none"), ("cuda130-py311", "podman")]
+)
+def test_printed_plan_matches_golden(
+    cli: CliRunner, repo_root: Path, monkeypatch: pytest.MonkeyPatch, cell: str, engine: str
+) -> None:
     for name in ("WHEELMILL_TORCH_INDEX", "WHEELMILL_BASE"):
         monkeypatch.delenv(name, raising=False)
     result = cli("--recipes", str(repo_root / "recipes"), "plan", "--cell", cell, "--engine", engine)
@@ -26,13 +30,17 @@ def test_printed_plan_matches_golden(cli: CliRunner, repo_root: Path, monkeypatc
     golden = GOLDEN / (f"plan-{cell}.txt" if engine == "none" else f"plan-{cell}-{engine}.txt")
     if os.environ.get("WHEELMILL_UPDATE_GOLDEN"):
         golden.write_text(result.out)
-    assert result.out == golden.read_text(), f"plan changed; if intended, rerun with WHEELMILL_UPDATE_GOLDEN=1 and review {golden}"
+    assert result.out == golden.read_text(), (
+        f"plan changed; if intended, rerun with WHEELMILL_UPDATE_GOLDEN=1 and review {golden}"
+    )
 
 
 def test_plan_runs_nothing_and_writes_nothing(cli: CliRunner, repo_root: Path, tmp_path: Path) -> None:
     result = cli("--recipes", str(repo_root / "recipes"), "plan", "--cell", "cuda*-py311")
     assert result.code == 0
-    assert result.out.count("plan for ") == 7  # six CUDA variants, and cuda130's slim cuda130-sm90: a glob matches slim cells too
+    assert (
+        result.out.count("plan for ") == 7
+    )  # six CUDA variants, and cuda130's slim cuda130-sm90: a glob matches slim cells too
     assert not (tmp_path / "wheels").exists()
 
 
@@ -47,7 +55,9 @@ def test_plan_is_a_pure_function(repo_root: Path) -> None:
 def test_steps_come_in_design_order_and_dependencies_first(repo_root: Path) -> None:
     matrix = load_matrix(repo_root / "recipes" / "matrix.toml")
     recipes = load_recipes(repo_root / "recipes")
-    (cell_plan,) = plan(matrix, recipes, matrix.select(["cuda130-py311"]), ["example-cuda-ops"], Settings.from_environ({}))
+    (cell_plan,) = plan(
+        matrix, recipes, matrix.select(["cuda130-py311"]), ["example-cuda-ops"], Settings.from_environ({})
+    )
     assert [r.name for r in cell_plan.recipes] == ["example-cpp-ops", "example-cuda-ops"]
     kinds = [s.kind for s in cell_plan.steps]
     tail = [StepKind.CLOSURE, StepKind.MIRROR, StepKind.CHANNEL_CHECKS]
@@ -66,7 +76,11 @@ def test_a_slim_cell_plans_its_one_arch_into_its_own_channel(cli: CliRunner, rep
     (fat,) = plan(matrix, recipes, matrix.select(["cuda130-py311"]), [], settings)
     assert slim.channel == "cu130-sm90" and fat.channel == "cu130"
     assert [r.name for r in slim.recipes] == [r.name for r in fat.recipes]
-    assert {r.name: r.arch_list for r in slim.recipes} == {"example-cpp-ops": "9.0", "torchsort": "9.0", "example-cuda-ops": "9.0"}
+    assert {r.name: r.arch_list for r in slim.recipes} == {
+        "example-cpp-ops": "9.0",
+        "torchsort": "9.0",
+        "example-cuda-ops": "9.0",
+    }
     torchsort = slim.recipe("torchsort")
     assert fat.recipe("torchsort").arch_list == "8.0;9.0", "the recipe's own list, which does not widen a slim cell's"
     assert torchsort.build_variables()["TORCH_CUDA_ARCH_LIST"] == "9.0"
@@ -94,7 +108,13 @@ def test_torch_index_setting_replaces_the_template(repo_root: Path) -> None:
     matrix = load_matrix(repo_root / "recipes" / "matrix.toml")
     recipes = load_recipes(repo_root / "recipes")
     cells = matrix.select(["cuda118-py311"])
-    mirrored = plan(matrix, recipes, cells, [], Settings.from_environ({"WHEELMILL_TORCH_INDEX": "https://mirror.example/whl/{label}"}))
+    mirrored = plan(
+        matrix,
+        recipes,
+        cells,
+        [],
+        Settings.from_environ({"WHEELMILL_TORCH_INDEX": "https://mirror.example/whl/{label}"}),
+    )
     assert mirrored[0].torch_index == "https://mirror.example/whl/cu118"
     assert plan(matrix, recipes, cells, [], Settings.from_environ({"WHEELMILL_TORCH_INDEX": ""}))[0].torch_index is None
 
@@ -102,14 +122,18 @@ def test_torch_index_setting_replaces_the_template(repo_root: Path) -> None:
 def test_no_publish_leaves_the_publish_steps_out(repo_root: Path) -> None:
     matrix = load_matrix(repo_root / "recipes" / "matrix.toml")
     recipes = load_recipes(repo_root / "recipes")
-    (cell_plan,) = plan(matrix, recipes, matrix.select(["cpu-py311"]), [], Settings.from_environ({}), Options(publish=False))
+    (cell_plan,) = plan(
+        matrix, recipes, matrix.select(["cpu-py311"]), [], Settings.from_environ({}), Options(publish=False)
+    )
     assert not {StepKind.PUBLISH, StepKind.CLOSURE, StepKind.MIRROR} & {s.kind for s in cell_plan.steps}
 
 
 def test_no_mirror_publishes_the_built_wheels_only(repo_root: Path) -> None:
     matrix = load_matrix(repo_root / "recipes" / "matrix.toml")
     recipes = load_recipes(repo_root / "recipes")
-    (cell_plan,) = plan(matrix, recipes, matrix.select(["cpu-py311"]), [], Settings.from_environ({}), Options(mirror=False))
+    (cell_plan,) = plan(
+        matrix, recipes, matrix.select(["cpu-py311"]), [], Settings.from_environ({}), Options(mirror=False)
+    )
     kinds = {s.kind for s in cell_plan.steps}
     assert StepKind.PUBLISH in kinds
     assert StepKind.CHANNEL_CHECKS in kinds

@@ -49,10 +49,19 @@ def test_no_pip_configuration_means_installer_defaults() -> None:
 
 
 def test_settings_replace_pip_configuration() -> None:
-    settings = Settings.from_environ({"WHEELMILL_INDEX_URL": "https://i.example/simple", "WHEELMILL_FIND_LINKS": "/w1 /w2"})
+    settings = Settings.from_environ(
+        {"WHEELMILL_INDEX_URL": "https://i.example/simple", "WHEELMILL_FIND_LINKS": "/w1 /w2"}
+    )
     sources = machine_sources(settings)
     assert sources.origin == "WHEELMILL_* settings"
-    assert sources.uv_args() == ["--index-url", "https://i.example/simple", "--find-links", "/w1", "--find-links", "/w2"]
+    assert sources.uv_args() == [
+        "--index-url",
+        "https://i.example/simple",
+        "--find-links",
+        "/w1",
+        "--find-links",
+        "/w2",
+    ]
 
 
 def test_torch_index_goes_after_the_machine_sources() -> None:
@@ -94,15 +103,30 @@ _UV_BROKEN_PIPE = [
     "  cause: error sending request for url (http://idx/)",
     "  cause: Broken pipe (os error 32)",
 ]
-_UV_BAD_REQUEST = ["error: Failed to publish `w.whl`", "  cause: Server returned status code 400 Bad Request. Server says: bad metadata"]
+_UV_BAD_REQUEST = [
+    "error: Failed to publish `w.whl`",
+    "  cause: Server returned status code 400 Bad Request. Server says: bad metadata",
+]
 
 
 @pytest.mark.parametrize(
     ("tail", "kind", "says"),
     [
-        (_UV_REFUSED, PublishError, "upload of w-1.0-py3-none-any.whl: Server returned status code 403 Forbidden.; fix: set WHEELMILL_PUBLISH_USERNAME"),
-        (_UV_BROKEN_PIPE, TransientError, "uv publish: error sending request for url (http://idx/): Broken pipe (os error 32)"),
-        (_UV_BAD_REQUEST, PublishError, "w-1.0-py3-none-any.whl failed: Server returned status code 400 Bad Request. Server says: bad metadata; fix: read"),
+        (
+            _UV_REFUSED,
+            PublishError,
+            "upload of w-1.0-py3-none-any.whl: Server returned status code 403 Forbidden.; fix: set WHEELMILL_PUBLISH_USERNAME",
+        ),
+        (
+            _UV_BROKEN_PIPE,
+            TransientError,
+            "uv publish: error sending request for url (http://idx/): Broken pipe (os error 32)",
+        ),
+        (
+            _UV_BAD_REQUEST,
+            PublishError,
+            "w-1.0-py3-none-any.whl failed: Server returned status code 400 Bad Request. Server says: bad metadata; fix: read",
+        ),
     ],
 )
 def test_upload_failures_are_told_apart(tail: list[str], kind: type[Exception], says: str) -> None:
@@ -141,7 +165,9 @@ def test_an_upload_refusal_is_told_by_asking_without_the_file(upload_endpoint: s
     assert upload_refusal(upload_endpoint, ("user", "wrong")) == "status code 403 Forbidden"
     assert upload_refusal(upload_endpoint, None) == "status code 403 Forbidden"
     assert upload_refusal(upload_endpoint, ("user", "secret")) is None
-    assert upload_refusal("http://127.0.0.1:9/", ("user", "secret"), timeout=2) is None  # nothing listens: not a refusal
+    assert (
+        upload_refusal("http://127.0.0.1:9/", ("user", "secret"), timeout=2) is None
+    )  # nothing listens: not a refusal
 
 
 def test_retries_back_off_and_stop_at_the_budget() -> None:
@@ -190,7 +216,11 @@ def test_runner_logs_command_env_and_output(tmp_path: Path) -> None:
     lines: list[str] = []
     with StepLog(tmp_path / "step.log") as log:
         result = HostRunner().run(
-            ["sh", "-c", "echo hello; echo $WM_X"], env=base_environment([], {"WM_X": "explicit"}), log=log, on_line=lines.append, keep_output=True
+            ["sh", "-c", "echo hello; echo $WM_X"],
+            env=base_environment([], {"WM_X": "explicit"}),
+            log=log,
+            on_line=lines.append,
+            keep_output=True,
         )
     text = (tmp_path / "step.log").read_text()
     assert result.output == "hello\nexplicit\n"
@@ -206,19 +236,25 @@ def test_runner_environment_is_explicit(tmp_path: Path, monkeypatch: pytest.Monk
     assert "/usr/local/bin" not in env["PATH"].split(":")
 
 
-def test_uv_keeps_the_callers_cache_location_and_no_other_uv_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_uv_keeps_the_callers_cache_location_and_no_other_uv_setting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("UV_CACHE_DIR", "/elsewhere/uv")
     monkeypatch.setenv("UV_INDEX_URL", "http://example.invalid/simple")
     env = UvBackend(HostRunner())._env()
     assert env["UV_CACHE_DIR"] == "/elsewhere/uv" and "UV_INDEX_URL" not in env
-    assert UvBackend(HostRunner(), cache_dir=tmp_path / "uv")._env()["UV_CACHE_DIR"] == str(tmp_path / "uv"), "the cell's own cache wins"
+    assert UvBackend(HostRunner(), cache_dir=tmp_path / "uv")._env()["UV_CACHE_DIR"] == str(tmp_path / "uv"), (
+        "the cell's own cache wins"
+    )
     monkeypatch.delenv("UV_CACHE_DIR")
     assert "UV_CACHE_DIR" not in UvBackend(HostRunner())._env()
 
 
 def test_runner_failure_carries_the_tail(tmp_path: Path) -> None:
     with StepLog(tmp_path / "step.log") as log, pytest.raises(CommandFailed) as failed:
-        HostRunner().run(["sh", "-c", "echo first; echo 'fatal: broken' >&2; exit 3"], env=base_environment([]), log=log)
+        HostRunner().run(
+            ["sh", "-c", "echo first; echo 'fatal: broken' >&2; exit 3"], env=base_environment([]), log=log
+        )
     assert failed.value.returncode == 3
     assert failed.value.last_line() == "fatal: broken"
     with StepLog(tmp_path / "step.log") as log, pytest.raises(CommandFailed) as missing:
@@ -258,6 +294,9 @@ def test_build_error_is_the_first_compiler_error(tmp_path: Path) -> None:
         "  RuntimeError: Error compiling objects for extension\n"
         "  error: subprocess-exited-with-error\n"
     )
-    assert first_error(log, ()) == "/env/torch/include/ATen/cuda/CUDAContextLight.h:10:10: fatal error: cusparse.h: No such file or directory"
+    assert (
+        first_error(log, ())
+        == "/env/torch/include/ATen/cuda/CUDAContextLight.h:10:10: fatal error: cusparse.h: No such file or directory"
+    )
     log.write_text("nothing useful\n")
     assert first_error(log, ("last words",)) == "last words"

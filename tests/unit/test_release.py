@@ -43,7 +43,16 @@ def state(tags: dict[str, str] | None = None, *, dirty: bool = False) -> GitStat
 VERSION_CASES = [
     ("final tag", {"v2.4.0": HEAD}, False, "v2.4.0", "2.4.0", Track.RELEASE, Action.BUILD, None),
     ("rc tag", {"v2.4.0-rc1": HEAD}, False, "v2.4.0-rc1", "2.4.0rc1", Track.TEST, Action.BUILD, None),
-    ("second rc", {"v2.4.0-rc1": OTHER, "v2.4.0-rc2": HEAD}, False, "v2.4.0-rc2", "2.4.0rc2", Track.TEST, Action.BUILD, None),
+    (
+        "second rc",
+        {"v2.4.0-rc1": OTHER, "v2.4.0-rc2": HEAD},
+        False,
+        "v2.4.0-rc2",
+        "2.4.0rc2",
+        Track.TEST,
+        Action.BUILD,
+        None,
+    ),
     (
         "final on its rc's commit: promote the newest rc",
         {"v2.4.0-rc1": OTHER, "v2.4.0-rc2": HEAD, "v2.4.0": HEAD},
@@ -54,15 +63,78 @@ VERSION_CASES = [
         Action.PROMOTE,
         "2.4.0rc2",
     ),
-    ("final, its rc on another commit: build", {"v2.4.0-rc1": OTHER, "v2.4.0": HEAD}, False, "v2.4.0", "2.4.0", Track.RELEASE, Action.BUILD, None),
-    ("final, another version's rc at HEAD", {"v2.3.0-rc1": HEAD, "v2.4.0": HEAD}, False, "v2.4.0", "2.4.0", Track.RELEASE, Action.BUILD, None),
+    (
+        "final, its rc on another commit: build",
+        {"v2.4.0-rc1": OTHER, "v2.4.0": HEAD},
+        False,
+        "v2.4.0",
+        "2.4.0",
+        Track.RELEASE,
+        Action.BUILD,
+        None,
+    ),
+    (
+        "final, another version's rc at HEAD",
+        {"v2.3.0-rc1": HEAD, "v2.4.0": HEAD},
+        False,
+        "v2.4.0",
+        "2.4.0",
+        Track.RELEASE,
+        Action.BUILD,
+        None,
+    ),
     ("two-digit parts", {"v10.12.3-rc11": HEAD}, False, "v10.12.3-rc11", "10.12.3rc11", Track.TEST, Action.BUILD, None),
-    ("nightly after a release", {"v2.4.0": OTHER}, False, "nightly", "2.4.1.dev20261122", Track.NIGHTLY, Action.BUILD, None),
-    ("nightly during an rc", {"v2.4.0": OTHER, "v2.5.0-rc1": OTHER}, False, "nightly", "2.5.0.dev20261122", Track.NIGHTLY, Action.BUILD, None),
+    (
+        "nightly after a release",
+        {"v2.4.0": OTHER},
+        False,
+        "nightly",
+        "2.4.1.dev20261122",
+        Track.NIGHTLY,
+        Action.BUILD,
+        None,
+    ),
+    (
+        "nightly during an rc",
+        {"v2.4.0": OTHER, "v2.5.0-rc1": OTHER},
+        False,
+        "nightly",
+        "2.5.0.dev20261122",
+        Track.NIGHTLY,
+        Action.BUILD,
+        None,
+    ),
     ("nightly, no tag yet", {}, False, "nightly", "0.1.0.dev20261122", Track.NIGHTLY, Action.BUILD, None),
-    ("nightly ignores other tags", {"deploy-2026": OTHER, "v1": OTHER}, False, "nightly", "0.1.0.dev20261122", Track.NIGHTLY, Action.BUILD, None),
-    ("nightly orders versions, not names", {"v9.9.9": OTHER, "v10.0.0": OTHER}, False, "nightly", "10.0.1.dev20261122", Track.NIGHTLY, Action.BUILD, None),
-    ("nightly on a tagged commit", {"v2.4.0": HEAD}, False, "nightly", "2.4.1.dev20261122", Track.NIGHTLY, Action.BUILD, None),
+    (
+        "nightly ignores other tags",
+        {"deploy-2026": OTHER, "v1": OTHER},
+        False,
+        "nightly",
+        "0.1.0.dev20261122",
+        Track.NIGHTLY,
+        Action.BUILD,
+        None,
+    ),
+    (
+        "nightly orders versions, not names",
+        {"v9.9.9": OTHER, "v10.0.0": OTHER},
+        False,
+        "nightly",
+        "10.0.1.dev20261122",
+        Track.NIGHTLY,
+        Action.BUILD,
+        None,
+    ),
+    (
+        "nightly on a tagged commit",
+        {"v2.4.0": HEAD},
+        False,
+        "nightly",
+        "2.4.1.dev20261122",
+        Track.NIGHTLY,
+        Action.BUILD,
+        None,
+    ),
     ("not on the tag", {"v2.4.0": OTHER}, False, "v2.4.0", "is not on tag v2.4.0", None, None, None),
     ("no such tag", {}, False, "v2.4.0", "not in this repository", None, None, None),
     ("two-part tag", {"v2.4": HEAD}, False, "v2.4", "not a release tag", None, None, None),
@@ -74,9 +146,20 @@ VERSION_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("case", "tags", "dirty", "what", "expected", "track", "action", "promote_from"), VERSION_CASES, ids=[c[0] for c in VERSION_CASES])
+@pytest.mark.parametrize(
+    ("case", "tags", "dirty", "what", "expected", "track", "action", "promote_from"),
+    VERSION_CASES,
+    ids=[c[0] for c in VERSION_CASES],
+)
 def test_versions_from_git(
-    case: str, tags: dict[str, str], dirty: bool, what: str, expected: str, track: Track | None, action: Action | None, promote_from: str | None
+    case: str,
+    tags: dict[str, str],
+    dirty: bool,
+    what: str,
+    expected: str,
+    track: Track | None,
+    action: Action | None,
+    promote_from: str | None,
 ) -> None:
     git = state(tags, dirty=dirty)
     if track is None:
@@ -85,13 +168,20 @@ def test_versions_from_git(
         assert expected in failed.value.one_line() and "fix:" in failed.value.one_line()
         return
     release = for_nightly(git) if what == "nightly" else for_tag(git, what)
-    assert (release.version, release.track, release.action, release.promote_from) == (expected, track, action, promote_from)
+    assert (release.version, release.track, release.action, release.promote_from) == (
+        expected,
+        track,
+        action,
+        promote_from,
+    )
 
 
 def test_a_preview_takes_a_missing_tag_as_made_on_head_and_says_so() -> None:
     release = for_tag(state({}, dirty=True), "v0.1.0-rc1", preview=True)
     assert release.version == "0.1.0rc1" and release.track is Track.TEST
-    assert len(release.notes) == 2 and "not in this repository" in release.notes[0] and "uncommitted" in release.notes[1]
+    assert (
+        len(release.notes) == 2 and "not in this repository" in release.notes[0] and "uncommitted" in release.notes[1]
+    )
 
 
 RC = Release(version="2.4.0rc1", track=Track.TEST, action=Action.BUILD, commit=HEAD, tag="v2.4.0-rc1")
@@ -116,13 +206,23 @@ STAMP_CASES = [
 
 
 @pytest.mark.parametrize(("rule", "built", "release", "label", "expected"), STAMP_CASES)
-def test_stamped_versions(rule: VersionRule, built: str, release: Release | None, label: str | None, expected: str | None) -> None:
+def test_stamped_versions(
+    rule: VersionRule, built: str, release: Release | None, label: str | None, expected: str | None
+) -> None:
     assert stamp_version(rule, built, release=release, label=label) == expected
 
 
 def git(repo: Path, *args: str) -> str:
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"}
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout.strip()
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+        "PATH": "/usr/bin:/bin",
+    }
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env
+    ).stdout.strip()
 
 
 def test_read_state_sees_lightweight_and_annotated_tags_and_a_dirty_tree(tmp_path: Path) -> None:
@@ -177,7 +277,14 @@ def test_matrix_json_is_golden(capsys: pytest.CaptureFixture[str]) -> None:
     produced = json.loads(capsys.readouterr().out)
     golden = json.loads((ROOT / "tests" / "golden" / "matrix.json").read_text())
     assert produced == golden
-    assert len(produced["include"]) == 51 and set(produced["include"][0]) == {"cell", "variant", "python", "family", "label", "channel"}
+    assert len(produced["include"]) == 51 and set(produced["include"][0]) == {
+        "cell",
+        "variant",
+        "python",
+        "family",
+        "label",
+        "channel",
+    }
     slim = next(entry for entry in produced["include"] if entry["cell"] == "cuda130-sm90-py311")
     assert slim == {
         "cell": "cuda130-sm90-py311",
@@ -195,7 +302,9 @@ def test_a_change_picks_slim_cells_only_where_named(tmp_path: Path) -> None:
     covers every arch the slim one has. A release builds them all (its default glob, '*')."""
     matrix, recipes = load_matrix(ROOT / "recipes" / "matrix.toml"), load_recipes(ROOT / "recipes")
     slim = {c.id for c in matrix.cells if c.variant.slim_of}
-    assert slim and not slim & {c.id for c in affected_cells(matrix, recipes, ["recipes/matrix.toml", "recipes/torchsort.toml"], root=ROOT)}
+    assert slim and not slim & {
+        c.id for c in affected_cells(matrix, recipes, ["recipes/matrix.toml", "recipes/torchsort.toml"], root=ROOT)
+    }
     named = replace(matrix, canary=("cuda130-sm90-py311",))
     assert [c.id for c in affected_cells(named, recipes, ["README.md"], root=ROOT)] == ["cuda130-sm90-py311"]
     assert slim <= {c.id for c in matrix.select(["*"])}
@@ -203,9 +312,14 @@ def test_a_change_picks_slim_cells_only_where_named(tmp_path: Path) -> None:
 
 def test_a_release_builds_slim_cells_into_their_channels_in_its_track() -> None:
     matrix, recipes = load_matrix(ROOT / "recipes" / "matrix.toml"), load_recipes(ROOT / "recipes")
-    plans = plan(matrix, recipes, matrix.select(["*"]), [], Settings.from_environ({}), Options(publish=False, release=RC))
+    plans = plan(
+        matrix, recipes, matrix.select(["*"]), [], Settings.from_environ({}), Options(publish=False, release=RC)
+    )
     by_cell = {p.cell.id: p for p in plans}
-    assert by_cell["cuda130-sm90-py311"].channel == "test/cu130-sm90" and by_cell["rocm64-gfx942-py311"].channel == "test/rocm6.4-gfx942"
+    assert (
+        by_cell["cuda130-sm90-py311"].channel == "test/cu130-sm90"
+        and by_cell["rocm64-gfx942-py311"].channel == "test/rocm6.4-gfx942"
+    )
     ops = by_cell["cuda130-sm90-py311"].recipe("example-cpp-ops")
     assert ops.version.expected(ops.source) == "2.4.0rc1+cu130.sm90"
     assert "cuda130-sm90-py311" in {e["cell"] for e in release_json(RC, plans)["matrix"]["include"]}
@@ -236,14 +350,23 @@ def _release_rc(root: Path, tmp_path: Path) -> Manifest:
     built = tmp_path / "built"
     so = b"\x7fELF" + bytes(range(256)) * 64
     ops = make_wheel(built, "wm-ops", "2.4.0rc1+cu118", files={"wm_ops/_C.so": so}, requires=["torch==2.7.1+cu118"])
-    kernels = make_wheel(built, "wm-kernels", "2.4.0rc1+cu118", files={"wm_kernels/_C.so": so[::-1]}, requires=["wm-ops==2.4.0rc1+cu118"])
+    kernels = make_wheel(
+        built, "wm-kernels", "2.4.0rc1+cu118", files={"wm_kernels/_C.so": so[::-1]}, requires=["wm-ops==2.4.0rc1+cu118"]
+    )
     third = make_wheel(built, "thirdparty", "0.1.10+cu118", files={"thirdparty/_C.so": so[:100]})
     channel = Channel(root, "test/cu118")
     files = []
     for wheel, rule in ((ops, VersionRule.REPO), (kernels, VersionRule.REPO), (third, VersionRule.SOURCE)):
         publish(channel, wheel)
         files.append(
-            ReleasedFile(channel="test/cu118", cell="cuda118-py311", recipe=wheel.name.split("-")[0], filename=wheel.name, sha256=sha256_of(wheel), rule=rule)
+            ReleasedFile(
+                channel="test/cu118",
+                cell="cuda118-py311",
+                recipe=wheel.name.split("-")[0],
+                filename=wheel.name,
+                sha256=sha256_of(wheel),
+                rule=rule,
+            )
         )
     manifest = Manifest(version="2.4.0rc1", track=Track.TEST, commit=HEAD, tag="v2.4.0-rc1", files=tuple(files))
     record(root, manifest)
@@ -266,8 +389,13 @@ def test_promotion_copies_the_tested_files_with_the_final_version(tmp_path: Path
     assert "wm-ops==2.4.0+cu118" in kernels.requires_dist, "the pin on the re-versioned sibling follows it"
     ops = read_wheel(release.files / names[2])
     assert "torch==2.7.1+cu118" in ops.requires_dist
-    assert same_payload(Channel(root, "test/cu118").files / "wm_ops-2.4.0rc1+cu118-cp311-cp311-linux_x86_64.whl", release.files / names[2])
-    assert (release.files / names[0]).read_bytes() == (Channel(root, "test/cu118").files / names[0]).read_bytes(), "third-party: byte for byte"
+    assert same_payload(
+        Channel(root, "test/cu118").files / "wm_ops-2.4.0rc1+cu118-cp311-cp311-linux_x86_64.whl",
+        release.files / names[2],
+    )
+    assert (release.files / names[0]).read_bytes() == (Channel(root, "test/cu118").files / names[0]).read_bytes(), (
+        "third-party: byte for byte"
+    )
     for name in names:
         assert (release.files / f"{name}.metadata").is_file()
     again = promote(root, Track.TEST, Track.RELEASE, "2.4.0", on_file=lambda _p: None)
@@ -300,7 +428,14 @@ def test_prune_keeps_the_newest_nightlies_and_what_they_share(tmp_path: Path) ->
         wheel = make_wheel(tmp_path / "w", "wm-ops", f"2.4.1.dev{day}+cpu")
         publish(channel, wheel)
         files = tuple(
-            ReleasedFile(channel="nightly/cpu", cell="cpu-py311", recipe=w.name, filename=w.name, sha256=sha256_of(w), rule=VersionRule.REPO)
+            ReleasedFile(
+                channel="nightly/cpu",
+                cell="cpu-py311",
+                recipe=w.name,
+                filename=w.name,
+                sha256=sha256_of(w),
+                rule=VersionRule.REPO,
+            )
             for w in (wheel, shared)
         )
         record(root, Manifest(version=f"2.4.1.dev{day}", track=Track.NIGHTLY, commit=HEAD, tag=None, files=files))

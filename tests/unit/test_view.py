@@ -32,7 +32,10 @@ def test_paths_of_the_cell_and_the_python_are_named_in_the_view_and_back() -> No
 
 
 def test_no_view_over_a_cell_or_python_that_overlaps_its_fixed_path(tmp_path: Path) -> None:
-    assert make_view(VIEW_ROOT / "out" / "cpu-py311", None, netless=False) == f"{VIEW_ROOT / 'out' / 'cpu-py311'} overlaps {VIEW_ROOT}"
+    assert (
+        make_view(VIEW_ROOT / "out" / "cpu-py311", None, netless=False)
+        == f"{VIEW_ROOT / 'out' / 'cpu-py311'} overlaps {VIEW_ROOT}"
+    )
     assert make_view(tmp_path / "cpu-py311", Path("/tmp"), netless=False) == f"/tmp overlaps {VIEW_ROOT}"
 
 
@@ -47,8 +50,12 @@ def test_a_command_in_the_view_sees_the_cell_and_python_at_the_fixed_path_and_no
         pytest.skip(f"no view here: {view}")
     script = f"pwd; cat a.cu {VIEW_ROOT}/python/bin/marker; tail -n +3 /proc/self/net/dev | wc -l"
     with StepLog(tmp_path / "step.log") as log:
-        done = HostRunner(view=view, network=False).run(["sh", "-c", script], env=base_environment([]), log=log, cwd=VIEW_ROOT / "src" / "x", keep_output=True)
-    assert done.output.splitlines() == [f"{VIEW_ROOT}/src/x", "device code", "the python", "1"], "in the view, in its directory, loopback only"
+        done = HostRunner(view=view, network=False).run(
+            ["sh", "-c", script], env=base_environment([]), log=log, cwd=VIEW_ROOT / "src" / "x", keep_output=True
+        )
+    assert done.output.splitlines() == [f"{VIEW_ROOT}/src/x", "device code", "the python", "1"], (
+        "in the view, in its directory, loopback only"
+    )
     assert (cell / "python").is_dir() and not any((cell / "python").iterdir()), "the mount point stays empty here"
     assert not any(VIEW_ROOT.iterdir()), "the binding is seen in the command's namespace only"
     assert f"# cwd {VIEW_ROOT}/src/x" in (tmp_path / "step.log").read_text()
@@ -75,7 +82,10 @@ def test_in_the_view_every_python_of_a_variant_gets_the_same_compiler_flags(tmp_
     for key in ("CFLAGS", "CXXFLAGS", "NVCC_APPEND_FLAGS", "CUDA_HOME", "CPATH", "PATH", "PYTHONPATH"):
         assert made[0][key] == made[1][key], key
     flags = made[0]["CFLAGS"].split()
-    assert f"-ffile-prefix-map={VIEW_ROOT}/python=/python" in flags and flags[-1] == f"-ffile-prefix-map={VIEW_ROOT}=/wheelmill", flags
+    assert (
+        f"-ffile-prefix-map={VIEW_ROOT}/python=/python" in flags
+        and flags[-1] == f"-ffile-prefix-map={VIEW_ROOT}=/wheelmill"
+    ), flags
     assert str(tmp_path) not in " ".join(made[0].values())
 
 

@@ -17,7 +17,11 @@ from wheelmill.wheel.wheelfile import read_wheel, rewrite_metadata
 
 def test_stamp_adds_label_and_exact_pins(tmp_path: Path) -> None:
     built = make_wheel(
-        tmp_path, "torchsort", "0.1.10", requires=["torch", "numpy>=1.20", "pytest; extra == 'testing'"], files={"torchsort/__init__.py": b"x = 1\n"}
+        tmp_path,
+        "torchsort",
+        "0.1.10",
+        requires=["torch", "numpy>=1.20", "pytest; extra == 'testing'"],
+        files={"torchsort/__init__.py": b"x = 1\n"},
     )
     out = rewrite_metadata(built, tmp_path / "out", version="0.1.10+cu130", pins={"torch": "2.14.1"})
     assert out.name == "torchsort-0.1.10+cu130-cp311-cp311-linux_x86_64.whl"
@@ -31,7 +35,13 @@ def test_stamp_adds_label_and_exact_pins(tmp_path: Path) -> None:
 
 def test_stamp_adds_a_missing_pin_and_keeps_the_body(tmp_path: Path) -> None:
     built = make_wheel(tmp_path, "example-cuda-ops", "0.1.0")
-    out = rewrite_metadata(built, tmp_path / "out", version=None, pins={"torch": "2.13.0+cpu", "example-cpp-ops": "0.1.0+cpu"}, add=["numpy"])
+    out = rewrite_metadata(
+        built,
+        tmp_path / "out",
+        version=None,
+        pins={"torch": "2.13.0+cpu", "example-cpp-ops": "0.1.0+cpu"},
+        add=["numpy"],
+    )
     info = read_wheel(out)
     assert info.requires_dist == ("torch==2.13.0+cpu", "example-cpp-ops==0.1.0+cpu", "numpy")
     assert info.metadata_text.endswith("\n\nA test package.\n")
@@ -46,7 +56,9 @@ def test_record_matches_every_file(tmp_path: Path) -> None:
         for path, digest, size in rows:
             if digest:
                 data = zf.read(path)
-                assert digest == "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+                assert (
+                    digest == "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+                )
                 assert int(size) == len(data)
 
 

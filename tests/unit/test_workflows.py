@@ -29,7 +29,9 @@ PR_EVENTS = frozenset({"pull_request", "pull_request_target"})
 SHA_PINNED = re.compile(r"[^@\s]+@[0-9a-f]{40}")
 USES_LINE = re.compile(r"^\s*(?:-\s+)?uses:\s*(?P<ref>\S+)(?P<rest>.*)$", re.MULTILINE)
 # What writes an index or uploads anywhere: never reachable from a pull request.
-PUBLISHES = re.compile(r"wheelmill\s+(?:publish|yank|unyank|release\s+(?:publish|promote|prune))\b|\baws\s+s3\b|\btwine\b|\buv\s+publish\b")
+PUBLISHES = re.compile(
+    r"wheelmill\s+(?:publish|yank|unyank|release\s+(?:publish|promote|prune))\b|\baws\s+s3\b|\btwine\b|\buv\s+publish\b"
+)
 PUBLISHING_ACTION = re.compile(r"pypi-publish|upload-release|release-action|s3-sync", re.IGNORECASE)
 LOCAL_BUILD = re.compile(r"wheelmill\s+build\b")  # publishes to the runner's local index unless --no-publish
 INDEX_GROUP = "index-publish"
@@ -92,7 +94,11 @@ def label(step: dict[str, Any]) -> str:
 
 
 def publishing_jobs(workflow: Workflow) -> dict[str, Job]:
-    return {name: job for name, job in jobs(workflow).items() if "environment" in job or any(PUBLISHES.search(line) for line in run_lines(job))}
+    return {
+        name: job
+        for name, job in jobs(workflow).items()
+        if "environment" in job or any(PUBLISHES.search(line) for line in run_lines(job))
+    }
 
 
 # --- the rules --------------------------------------------------------------------------
@@ -123,7 +129,11 @@ def permission_problems(workflow: Workflow) -> list[str]:
 def pull_request_problems(workflow: Workflow) -> list[str]:
     """Nothing a pull request (a fork's included) runs publishes, deploys or reads a secret."""
     on = triggers(workflow)
-    problems = ["pull_request_target: runs a fork's change with this repository's secrets"] if "pull_request_target" in on else []
+    problems = (
+        ["pull_request_target: runs a fork's change with this repository's secrets"]
+        if "pull_request_target" in on
+        else []
+    )
     if not PR_EVENTS & on.keys():
         return problems
     if reads_secret({key: value for key, value in workflow.items() if key != "jobs"}):
@@ -137,23 +147,35 @@ def pull_request_problems(workflow: Workflow) -> list[str]:
             problems.append(f"{name}: deploys to environment {job['environment']!r}")
         problems += [f"{name}: publishes: {line.strip()}" for line in run_lines(job) if PUBLISHES.search(line)]
         problems += [
-            f"{name}: builds without --no-publish: {line.strip()}" for line in run_lines(job) if LOCAL_BUILD.search(line) and "--no-publish" not in line
+            f"{name}: builds without --no-publish: {line.strip()}"
+            for line in run_lines(job)
+            if LOCAL_BUILD.search(line) and "--no-publish" not in line
         ]
-        problems += [f"{name}: uses a publishing action: {step['uses']}" for step in steps(job) if PUBLISHING_ACTION.search(str(step.get("uses", "")))]
+        problems += [
+            f"{name}: uses a publishing action: {step['uses']}"
+            for step in steps(job)
+            if PUBLISHING_ACTION.search(str(step.get("uses", "")))
+        ]
     return problems
 
 
 def secret_scope_problems(workflow: Workflow) -> list[str]:
     """A secret reaches only the steps that talk to the index storage or log in to the image
     registry, through their env."""
-    problems = ["workflow: a secret at workflow level reaches every job"] if reads_secret({k: v for k, v in workflow.items() if k != "jobs"}) else []
+    problems = (
+        ["workflow: a secret at workflow level reaches every job"]
+        if reads_secret({k: v for k, v in workflow.items() if k != "jobs"})
+        else []
+    )
     for name, job in jobs(workflow).items():
         if reads_secret({key: value for key, value in job.items() if key != "steps"}):
             problems.append(f"{name}: a secret at job level reaches every step")
         for step in steps(job):
             if reads_secret({key: value for key, value in step.items() if key != "env"}):
                 problems.append(f"{name}: {label(step)}: a secret outside the step's env")
-            if reads_secret(step.get("env")) and not re.search(r"aws s3 |docker login |podman login ", str(step.get("run", ""))):
+            if reads_secret(step.get("env")) and not re.search(
+                r"aws s3 |docker login |podman login ", str(step.get("run", ""))
+            ):
                 problems.append(f"{name}: {label(step)}: gets a secret but does not sync the index")
     return problems
 
@@ -168,7 +190,9 @@ def pr_cancel_problems(workflow: Workflow) -> list[str]:
     if "github.event.pull_request.number" not in group and "github.ref" not in group:
         problems.append(f"concurrency group is not keyed on the pull request or ref: {group!r}")
     cancel = concurrency.get("cancel-in-progress")
-    if cancel is not True and not (isinstance(cancel, str) and re.search(r"github\.event_name\s*==\s*'pull_request'", cancel)):
+    if cancel is not True and not (
+        isinstance(cancel, str) and re.search(r"github\.event_name\s*==\s*'pull_request'", cancel)
+    ):
         problems.append(f"cancel-in-progress does not cancel superseded pull request runs: {cancel!r}")
     return problems
 
@@ -177,7 +201,11 @@ def publish_cancel_problems(workflow: Workflow) -> list[str]:
     """Publishing jobs run one at a time per index and are never cancelled halfway."""
     problems = []
     concurrency = workflow.get("concurrency")
-    if publishing_jobs(workflow) and isinstance(concurrency, dict) and concurrency.get("cancel-in-progress") is not False:
+    if (
+        publishing_jobs(workflow)
+        and isinstance(concurrency, dict)
+        and concurrency.get("cancel-in-progress") is not False
+    ):
         problems.append(f"workflow-level concurrency may cancel a publishing run: {concurrency!r}")
     for name, job in publishing_jobs(workflow).items():
         concurrency = job.get("concurrency")
@@ -192,7 +220,11 @@ def pinning_problems(workflow: Workflow) -> list[str]:
     """Every action and reusable workflow from elsewhere is pinned by a full commit SHA."""
     refs = [str(job["uses"]) for job in jobs(workflow).values() if "uses" in job]
     refs += [str(step["uses"]) for job in jobs(workflow).values() for step in steps(job) if "uses" in step]
-    return [f"not pinned by a commit SHA: {ref}" for ref in refs if not ref.startswith("./") and not SHA_PINNED.fullmatch(ref)]
+    return [
+        f"not pinned by a commit SHA: {ref}"
+        for ref in refs
+        if not ref.startswith("./") and not SHA_PINNED.fullmatch(ref)
+    ]
 
 
 def version_comment_problems(text: str) -> list[str]:
@@ -228,7 +260,11 @@ def matrix_problems(workflow: Workflow, plan_command: str) -> list[str]:
 
 
 def timeout_problems(workflow: Workflow) -> list[str]:
-    return [f"{name}: no timeout-minutes" for name, job in jobs(workflow).items() if "uses" not in job and "timeout-minutes" not in job]
+    return [
+        f"{name}: no timeout-minutes"
+        for name, job in jobs(workflow).items()
+        if "uses" not in job and "timeout-minutes" not in job
+    ]
 
 
 def checkout_problems(workflow: Workflow) -> list[str]:
@@ -237,13 +273,19 @@ def checkout_problems(workflow: Workflow) -> list[str]:
         f"{name}: checkout keeps the token in .git/config"
         for name, job in jobs(workflow).items()
         for step in steps(job)
-        if str(step.get("uses", "")).startswith("actions/checkout@") and (step.get("with") or {}).get("persist-credentials") is not False
+        if str(step.get("uses", "")).startswith("actions/checkout@")
+        and (step.get("with") or {}).get("persist-credentials") is not False
     ]
 
 
 def injection_problems(workflow: Workflow) -> list[str]:
     """Values reach shell scripts through env, never as ${{ }} pasted into the script."""
-    return [f"{name}: expression in a run script: {line.strip()}" for name, job in jobs(workflow).items() for line in run_lines(job) if "${{" in line]
+    return [
+        f"{name}: expression in a run script: {line.strip()}"
+        for name, job in jobs(workflow).items()
+        for line in run_lines(job)
+        if "${{" in line
+    ]
 
 
 EVERY_WORKFLOW_CHECK: list[Check] = [
@@ -293,15 +335,25 @@ def test_cells_come_from_the_plan_and_run_in_parallel(name: str) -> None:
 def test_every_build_job_keeps_its_compiler_cache_in_the_actions_cache(name: str) -> None:
     """sccache's GHA backend (docs/design/compiler-cache.md): enabled for the job, and the cache
     service's variables, which only JavaScript actions see, exported before the build."""
-    building = {key: job for key, job in jobs(load(name)).items() if any(re.search(r"wheelmill\s+(build|release)\b.*--cell", line) for line in run_lines(job))}
+    building = {
+        key: job
+        for key, job in jobs(load(name)).items()
+        if any(re.search(r"wheelmill\s+(build|release)\b.*--cell", line) for line in run_lines(job))
+    }
     assert building, f"{name}: a job that builds cells"
     for key, job in building.items():
         assert str((job.get("env") or {}).get("SCCACHE_GHA_ENABLED")) == "true", f"{name}/{key}"
         names = [str(step.get("uses", "")).split("@")[0] or str(step.get("run", "")) for step in steps(job)]
         exporting = names.index("actions/github-script")
         script = str(steps(job)[exporting]["with"]["script"])
-        assert all(variable in script for variable in ("ACTIONS_RESULTS_URL", "ACTIONS_RUNTIME_TOKEN", "core.exportVariable")), f"{name}/{key}"
-        built = next(i for i, step in enumerate(steps(job)) if re.search(r"wheelmill\s+(build|release)\b", str(step.get("run", ""))))
+        assert all(
+            variable in script for variable in ("ACTIONS_RESULTS_URL", "ACTIONS_RUNTIME_TOKEN", "core.exportVariable")
+        ), f"{name}/{key}"
+        built = next(
+            i
+            for i, step in enumerate(steps(job))
+            if re.search(r"wheelmill\s+(build|release)\b", str(step.get("run", "")))
+        )
         assert exporting < built, f"{name}/{key}: the variables are exported before the build"
 
 
@@ -329,7 +381,9 @@ def test_release_runs_on_version_tags_and_builds_or_promotes() -> None:
     assert {job["environment"] for job in publishing_jobs(workflow).values()} == {"release"}
     assert "environment" not in every["build"]
     assert any('wheelmill release publish --tag "$TAG"' in line for line in run_lines(every["publish"]))
-    assert any('wheelmill release promote --from test --to release "$VERSION"' in line for line in run_lines(every["promote"]))
+    assert any(
+        'wheelmill release promote --from test --to release "$VERSION"' in line for line in run_lines(every["promote"])
+    )
 
 
 def test_nightly_runs_daily_publishes_and_prunes() -> None:
@@ -362,7 +416,9 @@ def test_actionlint_finds_nothing() -> None:
 def test_actionlint_flags_a_broken_workflow(tmp_path: Path) -> None:
     broken = tmp_path / ".github" / "workflows" / "build.yml"
     broken.parent.mkdir(parents=True)
-    broken.write_text((WORKFLOWS / "build.yml").read_text(encoding="utf-8").replace("needs: plan", "needs: planner"), encoding="utf-8")
+    broken.write_text(
+        (WORKFLOWS / "build.yml").read_text(encoding="utf-8").replace("needs: plan", "needs: planner"), encoding="utf-8"
+    )
     code, output = actionlint(broken)
     assert code == 1
     assert "planner" in output
@@ -373,7 +429,9 @@ def actionlint(*files: Path) -> tuple[int, str]:
     if not binary.exists():
         pytest.skip("actionlint is not installed next to this Python (scripts/setup installs it)")
     # -shellcheck= and -pyflakes= empty: the same verdict whether or not those are installed.
-    result = subprocess.run([str(binary), "-shellcheck=", "-pyflakes=", *map(str, files)], capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [str(binary), "-shellcheck=", "-pyflakes=", *map(str, files)], capture_output=True, text=True, check=False
+    )
     return result.returncode, result.stdout + result.stderr
 
 
@@ -387,7 +445,11 @@ def job_in(workflow: Workflow, name: str) -> Job:
 
 
 def step_in(workflow: Workflow, job_name: str, step_name: str) -> dict[str, Any]:
-    found = next(s for s in steps(job_in(workflow, job_name)) if s.get("name") == step_name or str(s.get("uses", "")).startswith(step_name))
+    found = next(
+        s
+        for s in steps(job_in(workflow, job_name))
+        if s.get("name") == step_name or str(s.get("uses", "")).startswith(step_name)
+    )
     assert isinstance(found, dict)
     return found
 
@@ -396,9 +458,27 @@ BUILD_STEP = "Build, check and install-test"
 READS_X = "${{ secrets.X }}"
 BROKEN: list[Any] = [
     # permissions
-    pytest.param("build", lambda w: w.pop("permissions"), permission_problems, "no top-level permissions", id="no-top-level-permissions"),
-    pytest.param("build", lambda w: w.update(permissions="write-all"), permission_problems, "top-level permissions", id="top-level-write-all"),
-    pytest.param("nightly", lambda w: job_in(w, "plan").pop("permissions"), permission_problems, "plan: no permissions", id="job-without-permissions"),
+    pytest.param(
+        "build",
+        lambda w: w.pop("permissions"),
+        permission_problems,
+        "no top-level permissions",
+        id="no-top-level-permissions",
+    ),
+    pytest.param(
+        "build",
+        lambda w: w.update(permissions="write-all"),
+        permission_problems,
+        "top-level permissions",
+        id="top-level-write-all",
+    ),
+    pytest.param(
+        "nightly",
+        lambda w: job_in(w, "plan").pop("permissions"),
+        permission_problems,
+        "plan: no permissions",
+        id="job-without-permissions",
+    ),
     pytest.param(
         "release",
         lambda w: job_in(w, "publish")["permissions"].update(contents="write"),
@@ -407,9 +487,27 @@ BROKEN: list[Any] = [
         id="job-write",
     ),
     # pull requests
-    pytest.param("build", lambda w: job_in(w, "build")["env"].update({"X": READS_X}), pull_request_problems, "build: reads a secret", id="pr-secret"),
-    pytest.param("build", lambda w: w.update(env={"X": READS_X}), pull_request_problems, "workflow: reads a secret", id="pr-workflow-secret"),
-    pytest.param("build", lambda w: job_in(w, "build").update(environment="release"), pull_request_problems, "build: deploys", id="pr-environment"),
+    pytest.param(
+        "build",
+        lambda w: job_in(w, "build")["env"].update({"X": READS_X}),
+        pull_request_problems,
+        "build: reads a secret",
+        id="pr-secret",
+    ),
+    pytest.param(
+        "build",
+        lambda w: w.update(env={"X": READS_X}),
+        pull_request_problems,
+        "workflow: reads a secret",
+        id="pr-workflow-secret",
+    ),
+    pytest.param(
+        "build",
+        lambda w: job_in(w, "build").update(environment="release"),
+        pull_request_problems,
+        "build: deploys",
+        id="pr-environment",
+    ),
     pytest.param(
         "build",
         lambda w: step_in(w, "build", BUILD_STEP).update(run='wheelmill build --cell "$CELL"'),
@@ -424,12 +522,26 @@ BROKEN: list[Any] = [
         "publishing action",
         id="pr-publish-action",
     ),
-    pytest.param("build", lambda w: w["on"].update(pull_request_target=None), pull_request_problems, "pull_request_target", id="pull-request-target"),
     pytest.param(
-        "nightly", lambda w: w["on"].update(pull_request_target=None), pull_request_problems, "pull_request_target", id="pull-request-target-elsewhere"
+        "build",
+        lambda w: w["on"].update(pull_request_target=None),
+        pull_request_problems,
+        "pull_request_target",
+        id="pull-request-target",
     ),
     pytest.param(
-        "release", lambda w: w["on"].update(pull_request=None), pull_request_problems, "publish: deploys to environment 'release'", id="pr-reaches-release"
+        "nightly",
+        lambda w: w["on"].update(pull_request_target=None),
+        pull_request_problems,
+        "pull_request_target",
+        id="pull-request-target-elsewhere",
+    ),
+    pytest.param(
+        "release",
+        lambda w: w["on"].update(pull_request=None),
+        pull_request_problems,
+        "publish: deploys to environment 'release'",
+        id="pr-reaches-release",
     ),
     # secrets
     pytest.param(
@@ -461,34 +573,88 @@ BROKEN: list[Any] = [
         "promote: a publishing run may",
         id="publish-cancels",
     ),
-    pytest.param("nightly", lambda w: job_in(w, "publish").pop("concurrency"), publish_cancel_problems, "outside the index-publish", id="publish-unserialized"),
     pytest.param(
-        "nightly", lambda w: w["concurrency"].update({"cancel-in-progress": True}), publish_cancel_problems, "workflow-level", id="workflow-cancels-publish"
+        "nightly",
+        lambda w: job_in(w, "publish").pop("concurrency"),
+        publish_cancel_problems,
+        "outside the index-publish",
+        id="publish-unserialized",
     ),
-    pytest.param("build", lambda w: w["concurrency"].update({"cancel-in-progress": False}), pr_cancel_problems, "cancel-in-progress", id="pr-not-cancelled"),
-    pytest.param("build", lambda w: w["concurrency"].update(group="build"), pr_cancel_problems, "not keyed", id="pr-group-unkeyed"),
-    pytest.param("build", lambda w: w.pop("concurrency"), pr_cancel_problems, "no workflow-level", id="pr-no-concurrency"),
+    pytest.param(
+        "nightly",
+        lambda w: w["concurrency"].update({"cancel-in-progress": True}),
+        publish_cancel_problems,
+        "workflow-level",
+        id="workflow-cancels-publish",
+    ),
+    pytest.param(
+        "build",
+        lambda w: w["concurrency"].update({"cancel-in-progress": False}),
+        pr_cancel_problems,
+        "cancel-in-progress",
+        id="pr-not-cancelled",
+    ),
+    pytest.param(
+        "build",
+        lambda w: w["concurrency"].update(group="build"),
+        pr_cancel_problems,
+        "not keyed",
+        id="pr-group-unkeyed",
+    ),
+    pytest.param(
+        "build", lambda w: w.pop("concurrency"), pr_cancel_problems, "no workflow-level", id="pr-no-concurrency"
+    ),
     # pins
     pytest.param(
-        "build", lambda w: step_in(w, "build", "actions/checkout@").update(uses="actions/checkout@v4"), pinning_problems, "actions/checkout@v4", id="tag"
+        "build",
+        lambda w: step_in(w, "build", "actions/checkout@").update(uses="actions/checkout@v4"),
+        pinning_problems,
+        "actions/checkout@v4",
+        id="tag",
     ),
     pytest.param(
-        "build", lambda w: step_in(w, "build", "actions/checkout@").update(uses="actions/checkout@11bd719"), pinning_problems, "@11bd719", id="short-sha"
+        "build",
+        lambda w: step_in(w, "build", "actions/checkout@").update(uses="actions/checkout@11bd719"),
+        pinning_problems,
+        "@11bd719",
+        id="short-sha",
     ),
-    pytest.param("build", lambda w: w["jobs"].update(more={"uses": "org/repo/.github/workflows/x.yml@main"}), pinning_problems, "x.yml@main", id="reusable"),
+    pytest.param(
+        "build",
+        lambda w: w["jobs"].update(more={"uses": "org/repo/.github/workflows/x.yml@main"}),
+        pinning_problems,
+        "x.yml@main",
+        id="reusable",
+    ),
     # hygiene
-    pytest.param("release", lambda w: job_in(w, "build").pop("timeout-minutes"), timeout_problems, "build: no timeout", id="no-timeout"),
     pytest.param(
-        "nightly", lambda w: step_in(w, "plan", "actions/checkout@")["with"].pop("persist-credentials"), checkout_problems, "plan: checkout", id="token-kept"
+        "release",
+        lambda w: job_in(w, "build").pop("timeout-minutes"),
+        timeout_problems,
+        "build: no timeout",
+        id="no-timeout",
     ),
     pytest.param(
-        "build", lambda w: step_in(w, "build", BUILD_STEP).update(run="wheelmill build --cell ${{ matrix.cell }}"), injection_problems, "${{", id="injection"
+        "nightly",
+        lambda w: step_in(w, "plan", "actions/checkout@")["with"].pop("persist-credentials"),
+        checkout_problems,
+        "plan: checkout",
+        id="token-kept",
+    ),
+    pytest.param(
+        "build",
+        lambda w: step_in(w, "build", BUILD_STEP).update(run="wheelmill build --cell ${{ matrix.cell }}"),
+        injection_problems,
+        "${{",
+        id="injection",
     ),
 ]
 
 
 @pytest.mark.parametrize(("name", "mutate", "check", "expected"), BROKEN)
-def test_a_broken_workflow_is_flagged(name: str, mutate: Callable[[Workflow], object], check: Check, expected: str) -> None:
+def test_a_broken_workflow_is_flagged(
+    name: str, mutate: Callable[[Workflow], object], check: Check, expected: str
+) -> None:
     workflow = load(name)
     mutate(workflow)
     problems = check(workflow)
@@ -499,11 +665,21 @@ def test_a_broken_workflow_is_flagged(name: str, mutate: Callable[[Workflow], ob
     ("mutate", "expected"),
     [
         pytest.param(lambda w: job_in(w, "build")["strategy"].update({"fail-fast": True}), "fail-fast", id="fail-fast"),
-        pytest.param(lambda w: job_in(w, "build")["strategy"].update({"max-parallel": 4}), "max-parallel", id="max-parallel"),
-        pytest.param(lambda w: job_in(w, "build")["strategy"].update(matrix={"cell": ["cpu-py311"]}), "fromJSON", id="literal-matrix"),
+        pytest.param(
+            lambda w: job_in(w, "build")["strategy"].update({"max-parallel": 4}), "max-parallel", id="max-parallel"
+        ),
+        pytest.param(
+            lambda w: job_in(w, "build")["strategy"].update(matrix={"cell": ["cpu-py311"]}),
+            "fromJSON",
+            id="literal-matrix",
+        ),
         pytest.param(lambda w: job_in(w, "build").update(needs="other"), "does not need plan", id="needs"),
         pytest.param(lambda w: job_in(w, "plan").pop("outputs"), "no matrix output", id="no-output"),
-        pytest.param(lambda w: step_in(w, "plan", "Choose the cells").update(run="wheelmill matrix --markdown"), "does not run", id="plan-command"),
+        pytest.param(
+            lambda w: step_in(w, "plan", "Choose the cells").update(run="wheelmill matrix --markdown"),
+            "does not run",
+            id="plan-command",
+        ),
         pytest.param(lambda w: w["jobs"].pop("plan"), "no plan and build", id="no-plan"),
     ],
 )
@@ -516,7 +692,9 @@ def test_a_broken_matrix_is_flagged(mutate: Callable[[Workflow], object], expect
 
 def test_a_pin_without_its_version_is_flagged() -> None:
     text = (WORKFLOWS / "build.yml").read_text(encoding="utf-8")
-    assert version_comment_problems(text.replace(" # v4.2.2", "", 1)) == ["no version comment: actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683"]
+    assert version_comment_problems(text.replace(" # v4.2.2", "", 1)) == [
+        "no version comment: actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683"
+    ]
     assert version_comment_problems("    - uses: ./.github/actions/local\n") == []
 
 

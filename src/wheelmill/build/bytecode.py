@@ -49,7 +49,12 @@ def recorded_sources(site: Path) -> dict[str, str]:
         for row in rows:
             path, digest = (row[0], row[1]) if len(row) >= 2 else ("", "")
             value = digest.removeprefix("sha256=")
-            if path.endswith(".py") and DIGEST.fullmatch(value) and not path.startswith("/") and ".." not in path.split("/"):
+            if (
+                path.endswith(".py")
+                and DIGEST.fullmatch(value)
+                and not path.startswith("/")
+                and ".." not in path.split("/")
+            ):
                 found[path] = value  # the store's file name: nothing else gets through
     return found
 
@@ -113,7 +118,9 @@ def _sha256(path: str) -> str | None:
 
 def _stamp(source: os.stat_result) -> bytes:
     """A timestamp header's last 8 bytes for a source, as the interpreter writes them."""
-    return (int(source.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little") + (source.st_size & 0xFFFFFFFF).to_bytes(4, "little")
+    return (int(source.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little") + (source.st_size & 0xFFFFFFFF).to_bytes(
+        4, "little"
+    )
 
 
 def _current(compiled: str, source: str, digest: str) -> bool:

@@ -37,7 +37,9 @@ CHECK = "compiler-cache"  # the name of its verdicts
 # included).
 REMOTE_PREFIXES = ("SCCACHE_", "AWS_", "ACTIONS_", "GITHUB_SERVER_URL")
 # What wheelmill decides itself, whatever the caller's environment says.
-OWN = frozenset({"SCCACHE_SERVER_UDS", "SCCACHE_SERVER_PORT", "SCCACHE_START_SERVER", "SCCACHE_NO_DAEMON", "SCCACHE_IDLE_TIMEOUT"})
+OWN = frozenset(
+    {"SCCACHE_SERVER_UDS", "SCCACHE_SERVER_PORT", "SCCACHE_START_SERVER", "SCCACHE_NO_DAEMON", "SCCACHE_IDLE_TIMEOUT"}
+)
 # A Unix socket's path is at most 107 bytes (sun_path is 108 with its NUL).
 SOCKET_PATH_MAX = 107
 STARTUP_SECONDS = 15.0  # sccache's own client waits 10 s for a server
@@ -116,9 +118,14 @@ class CacheStats:
         data = json.loads(text)
         stats: Mapping[str, Any] = data.get("stats") or {}
         errors = sum(int(stats.get(key) or 0) for key in ("cache_read_errors", "cache_write_errors", "cache_timeouts"))
-        not_cached = sum(int(stats.get(key) or 0) for key in ("requests_not_cacheable", "requests_unsupported_compiler", "non_cacheable_compilations"))
+        not_cached = sum(
+            int(stats.get(key) or 0)
+            for key in ("requests_not_cacheable", "requests_unsupported_compiler", "non_cacheable_compilations")
+        )
         hits, misses = _counts(stats, "cache_hits"), _counts(stats, "cache_misses")
-        return cls(hits=hits, misses=misses, errors=errors, not_cached=not_cached, location=str(data.get("cache_location", "")))
+        return cls(
+            hits=hits, misses=misses, errors=errors, not_cached=not_cached, location=str(data.get("cache_location", ""))
+        )
 
     @property
     def total_hits(self) -> int:
@@ -129,7 +136,9 @@ class CacheStats:
         return sum(self.misses.values())
 
     def describe(self) -> str:
-        extra = "".join(f", {n} {what}" for n, what in ((self.errors, "cache errors"), (self.not_cached, "not cacheable")) if n)
+        extra = "".join(
+            f", {n} {what}" for n, what in ((self.errors, "cache errors"), (self.not_cached, "not cacheable")) if n
+        )
         return f"{self.total_hits} hits, {self.total_misses} misses{extra}"
 
     def as_dict(self) -> dict[str, Any]:
@@ -149,7 +158,9 @@ def _counts(stats: Mapping[str, Any], key: str) -> dict[str, int]:
     return {str(language): int(n) for language, n in sorted(counts.items())}
 
 
-def server_environment(environ: Mapping[str, str], *, cache_dir: Path, socket_path: Path, basedirs: Sequence[Path] = ()) -> dict[str, str]:
+def server_environment(
+    environ: Mapping[str, str], *, cache_dir: Path, socket_path: Path, basedirs: Sequence[Path] = ()
+) -> dict[str, str]:
     """The server's explicit environment: the caller's remote-cache variables, local disk
     under the output root unless they name another ``SCCACHE_DIR``, the socket, and the
     base directories stripped from paths before hashing (after the caller's own).
@@ -165,7 +176,12 @@ def server_environment(environ: Mapping[str, str], *, cache_dir: Path, socket_pa
     if basedirs:
         extra["SCCACHE_BASEDIRS"] = ":".join([*filter(None, [extra.get("SCCACHE_BASEDIRS")]), *map(str, basedirs)])
     # In the foreground (no daemon): the cell owns the process and stops it.
-    extra.update(SCCACHE_SERVER_UDS=str(socket_path), SCCACHE_START_SERVER="1", SCCACHE_NO_DAEMON="1", SCCACHE_IDLE_TIMEOUT=IDLE_TIMEOUT)
+    extra.update(
+        SCCACHE_SERVER_UDS=str(socket_path),
+        SCCACHE_START_SERVER="1",
+        SCCACHE_NO_DAEMON="1",
+        SCCACHE_IDLE_TIMEOUT=IDLE_TIMEOUT,
+    )
     return base_environment([], extra)
 
 
@@ -200,7 +216,9 @@ class Server:
     for (``failure`` says why it did not answer: then it is stopped already); exited, it is
     stopped, whatever way the cell ends."""
 
-    def __init__(self, runner: Runner, *, binary: Path, env: Mapping[str, str], log: StepLog, output: Path, seen: int = 0) -> None:
+    def __init__(
+        self, runner: Runner, *, binary: Path, env: Mapping[str, str], log: StepLog, output: Path, seen: int = 0
+    ) -> None:
         self.runner = runner
         self.binary = binary
         self.env = dict(env)
@@ -233,7 +251,9 @@ class Server:
         files another server adds later. Why it does not answer then, or None."""
         if seen <= self.seen:
             return None
-        log.note("restarting the compiler cache's server: the cell before this one has built since it started, and it reads the cache's index once")
+        log.note(
+            "restarting the compiler cache's server: the cell before this one has built since it started, and it reads the cache's index once"
+        )
         self.stop()
         self.log, self.seen = log, seen
         self._start()
@@ -255,7 +275,11 @@ class Server:
     def stop(self) -> None:
         if self._process is None:
             return
-        self.runner.capture([self.binary, "--stop-server"], env=base_environment([], {"SCCACHE_SERVER_UDS": str(self.socket)}), timeout=30)
+        self.runner.capture(
+            [self.binary, "--stop-server"],
+            env=base_environment([], {"SCCACHE_SERVER_UDS": str(self.socket)}),
+            timeout=30,
+        )
         terminate(self._process)
         self._process = None
         self.runner.host_path(self.socket).unlink(missing_ok=True)
@@ -284,7 +308,9 @@ def answers(path: Path) -> bool:
 
 def _last_line(output: Path) -> str:
     try:
-        lines = [line.strip() for line in output.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+        lines = [
+            line.strip() for line in output.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()
+        ]
     except OSError:
         return "no output"
     return lines[-1][:200] if lines else "no output"
@@ -299,7 +325,11 @@ def zero_stats(cache: CompilerCache, runner: Runner) -> str | None:
     if not answers(runner.host_path(cache.socket)):
         return f"the cell's sccache server stopped answering on {cache.socket}"
     done = runner.capture([cache.binary, "--zero-stats"], env=_client(cache), timeout=60)
-    return None if done.returncode == 0 else f"sccache --zero-stats exited with {done.returncode}: {done.stderr.strip()[:200]}"
+    return (
+        None
+        if done.returncode == 0
+        else f"sccache --zero-stats exited with {done.returncode}: {done.stderr.strip()[:200]}"
+    )
 
 
 def read_stats(cache: CompilerCache, runner: Runner) -> CacheStats | None:
@@ -323,9 +353,17 @@ def cache_check(cache: CompilerCache, *, stopped: bool, stats: CacheStats | None
     compiler-cache step's when the cell started, this build's where the server stopped
     answering since; a build never fails for it."""
     if stopped:
-        return CheckResult.warned(CHECK, f"compiled without it: {cache.without}", "nothing to do for this build; the next run of the cell starts a new server")
+        return CheckResult.warned(
+            CHECK,
+            f"compiled without it: {cache.without}",
+            "nothing to do for this build; the next run of the cell starts a new server",
+        )
     if not cache.active:
         return CheckResult.skipped(CHECK, f"compiled without it: {cache.without}")
     if stats is None:
-        return CheckResult.warned(CHECK, "sccache did not say what it did (--show-stats failed)", f"read the server's log next to {cache.socket}")
+        return CheckResult.warned(
+            CHECK,
+            "sccache did not say what it did (--show-stats failed)",
+            f"read the server's log next to {cache.socket}",
+        )
     return CheckResult.passed(CHECK, f"{stats.describe()} ({stats.location or cache.location})")

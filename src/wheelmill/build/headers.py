@@ -37,7 +37,10 @@ def pin_header_times(root: Path) -> int:
     """Give each header under ``root`` (links not followed) the time ``EPOCH + n``, ``n`` its
     place in the sorted list of their paths; how many there were."""
     # Sorted by their parts, as pathlib compares paths ("a/b" before "a-c/d").
-    headers = sorted((relative for relative in _files(str(root), "") if is_header(relative)), key=lambda relative: relative.split("/"))
+    headers = sorted(
+        (relative for relative in _files(str(root), "") if is_header(relative)),
+        key=lambda relative: relative.split("/"),
+    )
     for n, relative in enumerate(headers):
         os.utime(root / relative, (EPOCH + n, EPOCH + n), follow_symlinks=False)
     return len(headers)

@@ -61,7 +61,9 @@ class Builds:
 
     def __init__(self, plan: CellPlan) -> None:
         self.cell = plan.cell
-        self._ended = {step.recipe: threading.Event() for step in plan.steps if step.kind is StepKind.BUILD and step.recipe}
+        self._ended = {
+            step.recipe: threading.Event() for step in plan.steps if step.kind is StepKind.BUILD and step.recipe
+        }
         self.count = 0  # the builds ended: a compiler cache server started before the last one does not see it
 
     def ended(self, step: Step) -> None:
@@ -123,7 +125,16 @@ def execute(
     run's cell before this one, still running: this one's commands yield the cores to it
     while it runs, and its builds wait for that cell's of the same recipe."""
     with yielding(lambda: not after.future.done()) if after else nullcontext():
-        return _execute(plan, settings=settings, ui=ui, engine=engine, started=started, stopping=stopping, ending=ending, after=after.builds if after else None)
+        return _execute(
+            plan,
+            settings=settings,
+            ui=ui,
+            engine=engine,
+            started=started,
+            stopping=stopping,
+            ending=ending,
+            after=after.builds if after else None,
+        )
 
 
 def _execute(
@@ -142,7 +153,10 @@ def _execute(
     builds = Builds(plan)
 
     def busy(holder: str) -> BusyError:
-        return BusyError(f"{plan.cell.id}: another build of this cell is running ({holder})", fix="wait for it, or use another WHEELMILL_OUTPUT")
+        return BusyError(
+            f"{plan.cell.id}: another build of this cell is running ({holder})",
+            fix="wait for it, or use another WHEELMILL_OUTPUT",
+        )
 
     locked, held = ExitStack(), ExitStack()  # the cell's lock; what steps hand over (the container)
     locked.enter_context(file_lock(layout.root / ".lock", busy=busy))
@@ -150,18 +164,24 @@ def _execute(
     report = CellReport(plan=plan, path=layout.report)
     order = Order(builds=builds, after=after)
     try:
-        run = RunContext(plan=plan, settings=settings, layout=layout, engine=engine, on_line=ui.line, builds_before=_counted(after))
+        run = RunContext(
+            plan=plan, settings=settings, layout=layout, engine=engine, on_line=ui.line, builds_before=_counted(after)
+        )
         started(report)
         _clear_logs(layout)
         ui.cell_started(plan.cell.id, plan.cell.variant.describe())
-        rest = _run_steps(run, report, ui, held.enter_context, order=order, stopping=stopping, hand_over=ending is not None)
+        rest = _run_steps(
+            run, report, ui, held.enter_context, order=order, stopping=stopping, hand_over=ending is not None
+        )
     except BaseException:
         _end(report, ui, held, locked)
         raise
     if rest is None or ending is None:
         _end(report, ui, held, locked)
         return report
-    future = ending.submit(_here(partial(_run_rest, run, report, ui, held, locked, rest=rest, order=order, stopping=stopping)))
+    future = ending.submit(
+        _here(partial(_run_rest, run, report, ui, held, locked, rest=rest, order=order, stopping=stopping))
+    )
     return Ending(stopping=stopping, future=future, builds=builds)
 
 
@@ -170,7 +190,15 @@ def _counted(builds: Builds | None) -> Callable[[], int]:
 
 
 def _run_rest(
-    run: RunContext, report: CellReport, ui: UI, held: ExitStack, locked: ExitStack, *, rest: Rest, order: Order, stopping: threading.Event
+    run: RunContext,
+    report: CellReport,
+    ui: UI,
+    held: ExitStack,
+    locked: ExitStack,
+    *,
+    rest: Rest,
+    order: Order,
+    stopping: threading.Event,
 ) -> CellReport:
     """On the ending thread: the cell's steps from ``rest`` on, then its end."""
     try:
@@ -201,7 +229,11 @@ def host(settings: Settings) -> Where:
     runner, prefix = HostRunner(), netless_prefix()
     netless = HostRunner(netless=prefix) if prefix else None
     channels = conda_channels(settings) if settings.env_backend == "conda" else ()
-    offline = Where(runner=netless, backend=envs.backend(settings.env_backend, netless, offline=True, channels=channels)) if netless else None
+    offline = (
+        Where(runner=netless, backend=envs.backend(settings.env_backend, netless, offline=True, channels=channels))
+        if netless
+        else None
+    )
     return Where(runner=runner, backend=envs.backend(settings.env_backend, runner, channels=channels), netless=offline)
 
 
@@ -254,7 +286,9 @@ def _run_steps(
             for index, step in enumerate(steps[start:], start=start + 1):
                 if stopping.is_set():  # Ctrl-C in the run's next cell, while this one ends on a thread
                     _interrupted(run.plan, step, steps[index - 1 :], report)
-                if beside and (waits_for(step, beside.step) or _goes_beside(step, run.settings) or index - 1 == handing):
+                if beside and (
+                    waits_for(step, beside.step) or _goes_beside(step, run.settings) or index - 1 == handing
+                ):
                     _await(beside, report, ui)
                     beside = None
                 if index - 1 == handing:
@@ -266,12 +300,33 @@ def _run_steps(
                     ui.skipped(step, stop.reason, published=stop.status is Status.PUBLISHED)
                     continue
                 if order.after is not None:
-                    _wait_for(order.after, step, plan=run.plan, ui=ui, rest=steps[index - 1 :], report=report, stopping=stopping)
+                    _wait_for(
+                        order.after,
+                        step,
+                        plan=run.plan,
+                        ui=ui,
+                        rest=steps[index - 1 :],
+                        report=report,
+                        stopping=stopping,
+                    )
                 position = (index, len(steps))
                 if _goes_beside(step, run.settings) and index < len(steps) and not waits_for(steps[index], step):
-                    beside = _start_beside(pool, run, step, steps[index], stopping=stopping, where=where, report=report, position=position, ui=ui, hold=hold)
+                    beside = _start_beside(
+                        pool,
+                        run,
+                        step,
+                        steps[index],
+                        stopping=stopping,
+                        where=where,
+                        report=report,
+                        position=position,
+                        ui=ui,
+                        hold=hold,
+                    )
                     continue
-                record = run_step(run, step, where=where, report=report, position=position, ui=ui, hold=hold, stopping=stopping)
+                record = run_step(
+                    run, step, where=where, report=report, position=position, ui=ui, hold=hold, stopping=stopping
+                )
                 report.steps.append(record)
                 order.builds.ended(step)
                 where = next((made for made in record.made if isinstance(made, Where)), where)
@@ -298,7 +353,16 @@ def first_build(steps: Sequence[Step]) -> int:
     return next((i for i, step in enumerate(steps) if step.kind is StepKind.BUILD), -1)
 
 
-def _wait_for(after: Builds, step: Step, *, plan: CellPlan, ui: UI, rest: Sequence[Step], report: CellReport, stopping: threading.Event) -> None:
+def _wait_for(
+    after: Builds,
+    step: Step,
+    *,
+    plan: CellPlan,
+    ui: UI,
+    rest: Sequence[Step],
+    report: CellReport,
+    stopping: threading.Event,
+) -> None:
     """Before ``step``: the cell before this one's build of its recipe, to its end; then
     ``rest`` (this step on) is recorded interrupted where Ctrl-C ended that cell."""
     built = after.awaited(step, plan)
@@ -315,7 +379,9 @@ def _wait_for(after: Builds, step: Step, *, plan: CellPlan, ui: UI, rest: Sequen
 
 def _interrupted(plan: CellPlan, step: Step, rest: Sequence[Step], report: CellReport) -> NoReturn:
     report.steps += [StepRecord(step=later, status=Status.SKIPPED, error="interrupted") for later in rest]
-    raise Interrupted(f"{plan.cell.id}: interrupted during {step.id}", fix="run the session again; finished wheels are kept in dist/")
+    raise Interrupted(
+        f"{plan.cell.id}: interrupted during {step.id}", fix="run the session again; finished wheels are kept in dist/"
+    )
 
 
 def _goes_beside(step: Step, settings: Settings) -> bool:
@@ -343,16 +409,28 @@ def waits_for(step: Step, pending: Step) -> bool:
 
 
 def _start_beside(
-    pool: ThreadPoolExecutor, run: RunContext, step: Step, after: Step, *, stopping: threading.Event, position: tuple[int, int], ui: UI, **context: Any
+    pool: ThreadPoolExecutor,
+    run: RunContext,
+    step: Step,
+    after: Step,
+    *,
+    stopping: threading.Event,
+    position: tuple[int, int],
+    ui: UI,
+    **context: Any,
 ) -> Beside:
     ui.step_beside(step, *position)
     quiet = replace(run, on_line=lambda _line: None)  # the terminal's progress line is the main step's
     label = step_label(step, *position)
-    future = pool.submit(_here(partial(_run_beside, quiet, step, label=label, stopping=stopping, position=position, ui=ui, **context)))
+    future = pool.submit(
+        _here(partial(_run_beside, quiet, step, label=label, stopping=stopping, position=position, ui=ui, **context))
+    )
     return Beside(step=step, after=after, label=label, stopping=stopping, future=future)
 
 
-def _run_beside(run: RunContext, step: Step, *, label: str, stopping: threading.Event, ui: UI, **context: Any) -> tuple[StepRecord, bool]:
+def _run_beside(
+    run: RunContext, step: Step, *, label: str, stopping: threading.Event, ui: UI, **context: Any
+) -> tuple[StepRecord, bool]:
     """``step``'s record, and whether its verdict was said: as soon as it ends (a failed
     test is seen while the next build runs), unless it failed because Ctrl-C stopped it."""
     record = run_step(run, step, ui=ui, beside=True, **context)
@@ -415,7 +493,10 @@ def _published(step: Step, keys: BuildKeys | None) -> Blocked | None:
         return Blocked(status=Status.PUBLISHED, reason=found.describe(), made=found.made()) if found else None
     definition = BY_KIND[step.kind]
     if isinstance(definition, CellStep) and definition.for_builds and keys.nothing_to_build:
-        return Blocked(status=Status.PUBLISHED, reason=f"nothing to build: every recipe is published in channel {keys.channel} for its build key")
+        return Blocked(
+            status=Status.PUBLISHED,
+            reason=f"nothing to build: every recipe is published in channel {keys.channel} for its build key",
+        )
     return None
 
 
@@ -453,7 +534,9 @@ def run_step(
         return _start(definition, ctx, step)
 
     try:
-        outcome, record.attempts = with_retries(attempt, policy=run.settings.retry if definition.retries else NO_RETRY, on_retry=on_retry)
+        outcome, record.attempts = with_retries(
+            attempt, policy=run.settings.retry if definition.retries else NO_RETRY, on_retry=on_retry
+        )
         record.checks, record.made = outcome.checks, outcome.made
     except KeyboardInterrupt:
         _interrupt(record)
@@ -496,7 +579,10 @@ def failure(definition: StepDefinition, step: Step, exc: Exception, attempts: in
     log.traceback(exc)
     if isinstance(exc, WheelmillError):
         return exc
-    return InternalError(f"{step.id}: internal error: {type(exc).__name__}: {exc}", fix=f"this is a bug in wheelmill; its traceback is in {log.path}")
+    return InternalError(
+        f"{step.id}: internal error: {type(exc).__name__}: {exc}",
+        fix=f"this is a bug in wheelmill; its traceback is in {log.path}",
+    )
 
 
 def _interrupt(record: StepRecord) -> None:

@@ -28,7 +28,11 @@ from wheelmill.settings import Settings
 
 # The cell's own steps before any recipe's (on this machine: without the container's), and
 # each recipe's (without publishing), in the registry's order: for readers and tests.
-CELL_STEPS = tuple(d.kind for d in takewhile(lambda d: isinstance(d, CellStep), REGISTRY) if isinstance(d, CellStep) and not d.container)
+CELL_STEPS = tuple(
+    d.kind
+    for d in takewhile(lambda d: isinstance(d, CellStep), REGISTRY)
+    if isinstance(d, CellStep) and not d.container
+)
 RECIPE_STEPS = tuple(d.kind for d in REGISTRY if isinstance(d, RecipeStep) and not d.publishing)
 
 
@@ -58,13 +62,23 @@ class Options:
 
 
 def plan(  # noqa: PLR0917 - the inputs of the pure function, in their order
-    matrix: Matrix, recipes: Mapping[str, Recipe], cells: Sequence[Cell], names: Sequence[str], settings: Settings, options: Options | None = None
+    matrix: Matrix,
+    recipes: Mapping[str, Recipe],
+    cells: Sequence[Cell],
+    names: Sequence[str],
+    settings: Settings,
+    options: Options | None = None,
 ) -> tuple[CellPlan, ...]:
     return tuple(plan_cell(matrix, recipes, cell, names, settings, options or Options()) for cell in cells)
 
 
 def plan_cell(  # noqa: PLR0917 - the inputs of the pure function, in their order
-    matrix: Matrix, recipes: Mapping[str, Recipe], cell: Cell, names: Sequence[str], settings: Settings, options: Options | None = None
+    matrix: Matrix,
+    recipes: Mapping[str, Recipe],
+    cell: Cell,
+    names: Sequence[str],
+    settings: Settings,
+    options: Options | None = None,
 ) -> CellPlan:
     """The ordered steps of one cell: its own, then each recipe's, dependencies first.
     With ``options.publish``, each wheel that passes everything goes into the local index."""
@@ -140,10 +154,22 @@ def _steps(spec: CellPlan, *, publish: bool, mirror: bool) -> list[Step]:
         if isinstance(group[0], RecipeStep):
             for publishing in (False, True):
                 kinds = [d for d in group if isinstance(d, RecipeStep) and d.publishing is publishing]
-                steps += [Step(kind=d.kind, recipe=r.name, detail=d.describe(spec, r)) for r in spec.recipes for d in kinds]
+                steps += [
+                    Step(kind=d.kind, recipe=r.name, detail=d.describe(spec, r)) for r in spec.recipes for d in kinds
+                ]
         else:
             steps += [Step(kind=d.kind, recipe=None, detail=d.describe(spec)) for d in group if isinstance(d, CellStep)]
     return steps
 
 
-__all__ = ["CELL_STEPS", "REBUILD_ALL", "RECIPE_STEPS", "CellPlan", "ContainerSetup", "Options", "StepKind", "plan", "plan_cell"]
+__all__ = [
+    "CELL_STEPS",
+    "REBUILD_ALL",
+    "RECIPE_STEPS",
+    "CellPlan",
+    "ContainerSetup",
+    "Options",
+    "StepKind",
+    "plan",
+    "plan_cell",
+]

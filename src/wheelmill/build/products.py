@@ -54,7 +54,11 @@ class Sources:
     lock_origin: str
 
     def facts(self) -> Mapping[str, Any]:
-        return {"lock_origin": self.lock_origin, "package_sources": self.packages.describe(), "package_source_args": self.packages.uv_args()}
+        return {
+            "lock_origin": self.lock_origin,
+            "package_sources": self.packages.describe(),
+            "package_source_args": self.packages.uv_args(),
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,8 +145,12 @@ class PublishedBuild:
     def made(self) -> tuple[object, ...]:
         """What the recipe's steps would have made: its wheel (the channel's file, with the
         listed size and sha256) and its publication."""
-        wheel = WheelRecord(name=self.entry.filename, size=self.entry.size, sha256=self.entry.sha256, path=str(self.path))
-        return wheel, Published(channel=self.channel, project=self.project, filename=self.entry.filename, outcome=PublishOutcome.UNCHANGED)
+        wheel = WheelRecord(
+            name=self.entry.filename, size=self.entry.size, sha256=self.entry.sha256, path=str(self.path)
+        )
+        return wheel, Published(
+            channel=self.channel, project=self.project, filename=self.entry.filename, outcome=PublishOutcome.UNCHANGED
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,7 +167,10 @@ class BuildKeys:
         """The keys; and the torch the published wheels pin, which the env checks say
         instead where a build runs (later facts win)."""
         pinned = next((p.torch for p in self.published.values() if p.torch), None)
-        return {"build_keys": {name: key.digest for name, key in self.keys.items()}, **({"torch": {"version": pinned}} if pinned else {})}
+        return {
+            "build_keys": {name: key.digest for name, key in self.keys.items()},
+            **({"torch": {"version": pinned}} if pinned else {}),
+        }
 
 
 PRODUCTS: tuple[type, ...] = (

@@ -62,7 +62,9 @@ class Done:
     """What earlier steps of the cell made, by type: a read-only view of the records. A
     step's view holds only the products its registry entry declares (``only``)."""
 
-    def __init__(self, records: Sequence[StepRecord], *, declared: frozenset[type] | None = None, step: str = "") -> None:
+    def __init__(
+        self, records: Sequence[StepRecord], *, declared: frozenset[type] | None = None, step: str = ""
+    ) -> None:
         self._records = records
         self._declared = declared
         self._step = step
@@ -103,7 +105,12 @@ class CellReport:
 
     @property
     def wheels(self) -> dict[str, WheelRecord]:
-        return {r.step.recipe: value for r in self.steps for value in r.made if r.step.recipe and isinstance(value, WheelRecord)}
+        return {
+            r.step.recipe: value
+            for r in self.steps
+            for value in r.made
+            if r.step.recipe and isinstance(value, WheelRecord)
+        }
 
     @property
     def facts(self) -> dict[str, Any]:
@@ -145,7 +152,9 @@ class CellReport:
         for status in (Status.INTERRUPTED, Status.FAILED, Status.SKIPPED, Status.PUBLISHED):
             if any(s.status is status for s in mine):
                 return status
-        return Status.OK if mine and len(mine) == sum(1 for s in self.plan.steps if s.recipe == recipe) else Status.SKIPPED
+        return (
+            Status.OK if mine and len(mine) == sum(1 for s in self.plan.steps if s.recipe == recipe) else Status.SKIPPED
+        )
 
     def recipes_with(self, status: Status) -> list[str]:
         """The plan's recipes that ended with ``status``, in build order."""
@@ -168,7 +177,13 @@ class CellReport:
             seconds=round(self.seconds, 2),
             facts=self.facts,
             recipes=tuple(
-                RecipeRecord(name=r.name, status=self.recipe_status(r.name), version_rule=r.version.rule, wheel=wheels.get(r.name)) for r in self.plan.recipes
+                RecipeRecord(
+                    name=r.name,
+                    status=self.recipe_status(r.name),
+                    version_rule=r.version.rule,
+                    wheel=wheels.get(r.name),
+                )
+                for r in self.plan.recipes
             ),
             steps=tuple(s.as_dict() for s in self.steps),
         )

@@ -37,7 +37,12 @@ _MARK = {
     Status.PUBLISHED: "[cyan]published[/]",
 }
 _NOT_STARTED = "[dim]not started[/]"  # a cell after one that Ctrl-C stopped, or that could not start
-_VERDICT = {Verdict.PASS: "[green]pass[/]", Verdict.FAIL: "[red]FAIL[/]", Verdict.WARN: "[yellow]warn[/]", Verdict.SKIP: "[dim]skip[/]"}
+_VERDICT = {
+    Verdict.PASS: "[green]pass[/]",
+    Verdict.FAIL: "[red]FAIL[/]",
+    Verdict.WARN: "[yellow]warn[/]",
+    Verdict.SKIP: "[dim]skip[/]",
+}
 
 
 def make_console(stream: object = None) -> Console:
@@ -137,7 +142,9 @@ class UI:
 
     def step_beside(self, step: Step, index: int, total: int) -> None:
         """A step started on a thread beside the next ones: said now, its verdict (``verdict``) when it ends."""
-        self.console.print(f"> {escape(step_label(step, index, total))}: {escape(step.detail)} [dim](beside the next steps)[/]")
+        self.console.print(
+            f"> {escape(step_label(step, index, total))}: {escape(step.detail)} [dim](beside the next steps)[/]"
+        )
 
     def waiting(self, step: Step, what: str) -> None:
         """A step that waits for something before it starts (the run's cell before this one)."""
@@ -187,15 +194,21 @@ class UI:
         if published:
             names = ", ".join(published)
             again = "--rebuild builds them again, --rebuild RECIPE one of them"
-            self.console.print(f"not built again, published in channel {report.plan.channel} for their build keys: {names} ({again})")
+            self.console.print(
+                f"not built again, published in channel {report.plan.channel} for their build keys: {names} ({again})"
+            )
         caches = report.compiler_cache
         if caches:
             self.console.print(_cache_table(caches))
         for record, check in ((r, c) for r in report.steps for c in r.checks if c.verdict is Verdict.WARN):
             fix = f"; fix: {check.fix}" if check.fix else ""
-            self.console.print(f"[yellow]warn[/] {escape(record.step.id)}: {escape(check.name)}: {escape(check.detail + fix)}")
+            self.console.print(
+                f"[yellow]warn[/] {escape(record.step.id)}: {escape(check.name)}: {escape(check.detail + fix)}"
+            )
         status = _MARK[report.status]
-        self.console.print(f"{report.plan.cell.id}: {status} in {_clock(report.seconds)}; report {escape(str(report.path))}")
+        self.console.print(
+            f"{report.plan.cell.id}: {status} in {_clock(report.seconds)}; report {escape(str(report.path))}"
+        )
 
     def run_summary(self, reports: Sequence[CellReport], seconds: float, *, not_started: Sequence[str] = ()) -> None:
         """After a run of several cells: a row a cell (each one's own summary is above), those

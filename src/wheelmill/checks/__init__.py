@@ -58,7 +58,9 @@ def summarize_failures(results: Iterable[CheckResult]) -> tuple[str, str]:
     return what, fix
 
 
-def require(results: Sequence[CheckResult], log: StepLog, *, failure: Callable[[str, str], WheelmillError]) -> Sequence[CheckResult]:
+def require(
+    results: Sequence[CheckResult], log: StepLog, *, failure: Callable[[str, str], WheelmillError]
+) -> Sequence[CheckResult]:
     """Log every verdict; when any failed, raise ``failure(what, fix)``: all checks ran
     first, so every failure is reported at once."""
     for result in results:

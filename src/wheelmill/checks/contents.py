@@ -61,7 +61,9 @@ def judge_pins(wheel: WheelInfo, pins: Mapping[str, str]) -> CheckResult:
         elif req.specifier != SpecifierSet(f"=={exact}"):
             problems.append(f"Requires-Dist: {req} is not {project}=={exact}")
     if problems:
-        return CheckResult.failed(name, "; ".join(problems), 'pin it exactly (the stamp step does this unless requirements.torch = "none")')
+        return CheckResult.failed(
+            name, "; ".join(problems), 'pin it exactly (the stamp step does this unless requirements.torch = "none")'
+        )
     return CheckResult.passed(name, ", ".join(f"{p}=={v}" for p, v in pins.items()))
 
 
@@ -72,7 +74,9 @@ def judge_label(wheel: WheelInfo, label: str | None) -> CheckResult:
     if wheel.version.local != label:
         have = wheel.version.local or "none"
         return CheckResult.failed(
-            name, f"version {wheel.version} carries label {have}, not {label}", "let the stamp step add it, or set the build's own version suffix to +" + label
+            name,
+            f"version {wheel.version} carries label {have}, not {label}",
+            "let the stamp step add it, or set the build's own version suffix to +" + label,
         )
     return CheckResult.passed(name, f"{wheel.version}")
 
@@ -81,7 +85,9 @@ def judge_size(size: int, limit: int) -> CheckResult:
     name = "wheel-size"
     if size > limit:
         return CheckResult.failed(
-            name, f"{format_size(size)} is over the {format_size(limit)} gate", "build fewer archs, strip debug info, or raise checks.max-wheel-size"
+            name,
+            f"{format_size(size)} is over the {format_size(limit)} gate",
+            "build fewer archs, strip debug info, or raise checks.max-wheel-size",
         )
     return CheckResult.passed(name, f"{format_size(size)} <= {format_size(limit)}")
 
@@ -99,5 +105,9 @@ def judge_arch_record(wheel: WheelInfo, expected: ArchRecord) -> CheckResult:
     except ValueError as exc:
         return CheckResult.failed(name, f"{where} is not an arch record: {exc}", fix)
     if found != expected:
-        return CheckResult.failed(name, f"{where} says {found.describe()} (cell {found.cell}), the build is {expected.describe()} (cell {expected.cell})", fix)
+        return CheckResult.failed(
+            name,
+            f"{where} says {found.describe()} (cell {found.cell}), the build is {expected.describe()} (cell {expected.cell})",
+            fix,
+        )
     return CheckResult.passed(name, f"{expected.describe()} (cell {expected.cell})")

@@ -85,7 +85,9 @@ def judge_cuda(found: Mapping[str, DeviceCode | Unreadable], requested: CudaArch
     if not found:
         if required:
             return CheckResult.failed(
-                name, "no library in the wheel carries CUDA device code", "check that the CUDA sources were compiled (FORCE_CUDA=1, nvcc on PATH)"
+                name,
+                "no library in the wheel carries CUDA device code",
+                "check that the CUDA sources were compiled (FORCE_CUDA=1, nvcc on PATH)",
             )
         return CheckResult.skipped(name, "no CUDA device code in the wheel")
     problems = _unreadable(found)
@@ -94,7 +96,13 @@ def judge_cuda(found: Mapping[str, DeviceCode | Unreadable], requested: CudaArch
             problems += _diff(lib, "SASS", code.sass, requested.sass)
             problems += _diff(lib, "PTX", code.ptx, requested.ptx)
     if problems:
-        return _failed(name, requested.text, problems, found, "build with TORCH_CUDA_ARCH_LIST set to the requested list and no extra -gencode flags")
+        return _failed(
+            name,
+            requested.text,
+            problems,
+            found,
+            "build with TORCH_CUDA_ARCH_LIST set to the requested list and no extra -gencode flags",
+        )
     return CheckResult.passed(name, f"{len(found)} libraries carry exactly {requested.text}")
 
 
@@ -150,11 +158,15 @@ def bundle_targets(data: bytes) -> set[str]:
     return targets
 
 
-def judge_rocm(found: Mapping[str, frozenset[str] | Unreadable], requested: RocmArchs, *, required: bool) -> CheckResult:
+def judge_rocm(
+    found: Mapping[str, frozenset[str] | Unreadable], requested: RocmArchs, *, required: bool
+) -> CheckResult:
     name = "device-code"
     if not found:
         if required:
-            return CheckResult.failed(name, "no library in the wheel carries ROCm code objects", "check that the HIP sources were compiled")
+            return CheckResult.failed(
+                name, "no library in the wheel carries ROCm code objects", "check that the HIP sources were compiled"
+            )
         return CheckResult.skipped(name, "no ROCm device code in the wheel")
     want = frozenset(t.split(":")[0] for t in requested.targets)
     problems = _unreadable(found)

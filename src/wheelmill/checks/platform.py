@@ -35,14 +35,21 @@ def judge_platform(elves: Sequence[ElfSummary], platforms: frozenset[str]) -> Ch
     name = "platform-tag"
     manylinux = sorted(normalize_platform(p) for p in platforms if normalize_platform(p).startswith("manylinux_"))
     if not manylinux:
-        return CheckResult.failed(name, f"platform {', '.join(sorted(platforms))} is not a manylinux tag", "repair the wheel with auditwheel")
+        return CheckResult.failed(
+            name, f"platform {', '.join(sorted(platforms))} is not a manylinux tag", "repair the wheel with auditwheel"
+        )
     needs = highest_needs(elves)
-    shown = ", ".join(f"{ns}_{v}" for ns, v in sorted(needs.items()) if ns in ("GLIBC", "GLIBCXX")) or "no versioned symbols"
+    shown = (
+        ", ".join(f"{ns}_{v}" for ns, v in sorted(needs.items()) if ns in ("GLIBC", "GLIBCXX"))
+        or "no versioned symbols"
+    )
     for platform in manylinux:
         problem = _violations(elves, platform)
         if problem:
             return CheckResult.failed(
-                name, f"{platform} but {problem}", "repair with auditwheel (it picks a tag the symbols allow), or build on an older glibc"
+                name,
+                f"{platform} but {problem}",
+                "repair with auditwheel (it picks a tag the symbols allow), or build on an older glibc",
             )
     return CheckResult.passed(name, f"{', '.join(manylinux)}; needs at most {shown}")
 
@@ -78,5 +85,9 @@ def judge_baseline(platforms: frozenset[str], baseline: str, *, fallback: str | 
     have = f"manylinux_{oldest[0]}_{oldest[1]}" if oldest else "no manylinux tag"
     detail = f"{have} is newer than the variant's {baseline}"
     if fallback is not None:
-        return CheckResult.warned(name, f"{detail} (built on {fallback})", "pin the manylinux base (scripts/update_pins.py) and build in its container")
+        return CheckResult.warned(
+            name,
+            f"{detail} (built on {fallback})",
+            "pin the manylinux base (scripts/update_pins.py) and build in its container",
+        )
     return CheckResult.failed(name, detail, "build on the variant's base image: its glibc is the baseline")

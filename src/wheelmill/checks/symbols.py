@@ -38,7 +38,9 @@ def unresolved_symbols(
     unresolved: dict[str, tuple[str, ...]] = {}
     try:
         for elf in elves:
-            missing = sorted(name for name in elf.undefined if name not in own and not any(p.defines(name) for p in providers))
+            missing = sorted(
+                name for name in elf.undefined if name not in own and not any(p.defines(name) for p in providers)
+            )
             if missing:
                 unresolved[str(elf.path.relative_to(root))] = tuple(missing)
     finally:
@@ -79,6 +81,8 @@ def judge_required(elves: Sequence[ElfSummary], required: Sequence[str]) -> Chec
     missing = [s for s in required if s not in exported]
     if missing:
         return CheckResult.failed(
-            name, f"not exported by any library in the wheel: {', '.join(missing)}", "make sure the code defining them is compiled and not hidden"
+            name,
+            f"not exported by any library in the wheel: {', '.join(missing)}",
+            "make sure the code defining them is compiled and not hidden",
         )
     return CheckResult.passed(name, f"all {len(required)} exported")

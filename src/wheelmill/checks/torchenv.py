@@ -44,7 +44,11 @@ def _version(info: TorchInfo, variant: Variant) -> CheckResult:
     name = "torch-version"
     public = Version(info.version).public
     if public != variant.torch:
-        return CheckResult.failed(name, f"torch {info.version} is installed, the variant pins {variant.torch}", "fix the lock or the variant's torch pin")
+        return CheckResult.failed(
+            name,
+            f"torch {info.version} is installed, the variant pins {variant.torch}",
+            "fix the lock or the variant's torch pin",
+        )
     return CheckResult.passed(name, f"torch {info.version} (distribution {info.dist_version})")
 
 
@@ -68,7 +72,11 @@ def _runtime(info: TorchInfo, variant: Variant) -> CheckResult:
     if problem is None and local not in (variant.label, None):
         problem = f"torch {info.version} carries label +{local}, not +{variant.label}"
     if problem:
-        return CheckResult.failed(name, problem, f"install torch {variant.torch}+{variant.label}: check the torch index and WHEELMILL_TORCH_INDEX")
+        return CheckResult.failed(
+            name,
+            problem,
+            f"install torch {variant.torch}+{variant.label}: check the torch index and WHEELMILL_TORCH_INDEX",
+        )
     return CheckResult.passed(name, f"{built_for} build, label +{local or variant.label}")
 
 

@@ -32,9 +32,13 @@ from wheelmill.settings import Settings
 
 
 def build_parser() -> Parser:
-    parser = Parser(prog="wheelmill", description="Build, check and repair PyTorch extension wheels for every cell of a matrix.")
+    parser = Parser(
+        prog="wheelmill", description="Build, check and repair PyTorch extension wheels for every cell of a matrix."
+    )
     parser.add_argument("--version", action="version", version=f"wheelmill {__version__}")
-    parser.add_argument("--recipes", type=Path, default=None, help="the recipes directory (default: $WHEELMILL_RECIPES or recipes)")
+    parser.add_argument(
+        "--recipes", type=Path, default=None, help="the recipes directory (default: $WHEELMILL_RECIPES or recipes)"
+    )
     parser.add_argument("--output", type=Path, default=None, help="output root (default: $WHEELMILL_OUTPUT or wheels)")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for group in (build, index, conda, image, release, doctor):
@@ -61,7 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with _sigterm_as_interrupt():
             args = build_parser().parse_args(argv)
-            settings = Settings.from_environ().layered(output=args.output, recipes=args.recipes, engine=getattr(args, "engine", None))
+            settings = Settings.from_environ().layered(
+                output=args.output, recipes=args.recipes, engine=getattr(args, "engine", None)
+            )
             code: int = args.func(args, settings, console)
             return code
     except WheelmillError as exc:
@@ -72,7 +78,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return Interrupted.exit_code
     except Exception as exc:  # noqa: BLE001 - the boundary: a bug gets one line and a log, not a traceback
         log = _crash_log(exc)
-        print_error(InternalError(f"internal error: {type(exc).__name__}: {exc}", fix=f"this is a bug in wheelmill; its traceback is in {log}").one_line())
+        print_error(
+            InternalError(
+                f"internal error: {type(exc).__name__}: {exc}",
+                fix=f"this is a bug in wheelmill; its traceback is in {log}",
+            ).one_line()
+        )
         return InternalError.exit_code
 
 

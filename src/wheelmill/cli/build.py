@@ -25,26 +25,40 @@ def register(commands: Commands) -> None:
     form.add_argument("--json", action="store_true", help='GitHub Actions matrix: {"include": [...]}')
     form.add_argument("--markdown", action="store_true", help="the table as Markdown (the copy in docs/matrix.md)")
     matrix.add_argument(
-        "--changed-files", type=Path, metavar="FILE", help="with --json: only the cells these changed paths (one a line, from the repo root) affect"
+        "--changed-files",
+        type=Path,
+        metavar="FILE",
+        help="with --json: only the cells these changed paths (one a line, from the repo root) affect",
     )
     matrix.add_argument(
-        "--no-slim", dest="slim", action="store_false", help="with --json: leave the slim cells out (their parent's cells build every arch they have)"
+        "--no-slim",
+        dest="slim",
+        action="store_false",
+        help="with --json: leave the slim cells out (their parent's cells build every arch they have)",
     )
     matrix.set_defaults(func=cmd_matrix)
 
     validate = commands.add_parser("validate", help="load and check the matrix and every recipe")
     validate.set_defaults(func=cmd_validate)
 
-    for name, func, text in (("plan", cmd_plan, "print the ordered steps; run nothing"), ("build", cmd_build, "build, check, repair and install-test")):
+    for name, func, text in (
+        ("plan", cmd_plan, "print the ordered steps; run nothing"),
+        ("build", cmd_build, "build, check, repair and install-test"),
+    ):
         sub = commands.add_parser(name, help=text)
         add_cell_options(sub)
         sub.set_defaults(func=func)
 
-    mirror = commands.add_parser("mirror", help="resolve a built cell's runtime closure (torch and every dependency) and mirror it into its channel")
+    mirror = commands.add_parser(
+        "mirror",
+        help="resolve a built cell's runtime closure (torch and every dependency) and mirror it into its channel",
+    )
     mirror.add_argument("--cell", action="append", required=True, help="cell id or glob (repeatable)")
     mirror.set_defaults(func=cmd_mirror)
 
-    lock = commands.add_parser("lock", help="resolve and write locks/<cell>.txt, the committed lock of a cell's build env")
+    lock = commands.add_parser(
+        "lock", help="resolve and write locks/<cell>.txt, the committed lock of a cell's build env"
+    )
     lock.add_argument("--cell", action="append", required=True, help="cell id or glob (repeatable)")
     lock.add_argument("--check", action="store_true", help="only check that each committed lock matches its inputs")
     lock.set_defaults(func=cmd_lock)
@@ -84,7 +98,10 @@ def _changed(path: Path) -> list[str]:
     try:
         return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     except OSError as exc:
-        raise UsageError(f"--changed-files {path}: {exc.strerror}", fix="give a file with one changed path a line (git diff --name-only)") from None
+        raise UsageError(
+            f"--changed-files {path}: {exc.strerror}",
+            fix="give a file with one changed path a line (git diff --name-only)",
+        ) from None
 
 
 def cmd_validate(_args: argparse.Namespace, settings: Settings, _console: Console) -> int:
@@ -92,9 +109,16 @@ def cmd_validate(_args: argparse.Namespace, settings: Settings, _console: Consol
     too: what only a cell can tell (a recipe's arch list for its toolkit, its templates, its
     switches) is checked for each one."""
     matrix, recipes = load_inputs(settings)
-    plans = [plan_cell(matrix, recipes, cell, [n for n, r in sorted(recipes.items()) if r.applies_to(cell)], settings, Options()) for cell in matrix.cells]
+    plans = [
+        plan_cell(
+            matrix, recipes, cell, [n for n, r in sorted(recipes.items()) if r.applies_to(cell)], settings, Options()
+        )
+        for cell in matrix.cells
+    ]
     steps = sum(len(p.steps) for p in plans)
-    print(f"ok: {len(matrix.variants)} variants, {_count(matrix)} ({steps} planned steps), {len(recipes)} recipes ({', '.join(sorted(recipes))})")
+    print(
+        f"ok: {len(matrix.variants)} variants, {_count(matrix)} ({steps} planned steps), {len(recipes)} recipes ({', '.join(sorted(recipes))})"
+    )
     return 0
 
 
@@ -139,5 +163,7 @@ def cmd_lock(args: argparse.Namespace, settings: Settings, console: Console) -> 
     for line in matched:
         console.print(line, highlight=False)
     late = sum(1 for c in cells if checked[c.base_id] is None)
-    console.print(f"{len(matched)} committed locks match their inputs; {late} cells resolve theirs at build time", highlight=False)
+    console.print(
+        f"{len(matched)} committed locks match their inputs; {late} cells resolve theirs at build time", highlight=False
+    )
     return 0

@@ -58,15 +58,23 @@ def positive(text: str) -> int:
 
 
 def add_cell_options(
-    parser: argparse.ArgumentParser, *, cell_required: bool = True, publish_help: str = "keep the wheels in dist/, out of the local index"
+    parser: argparse.ArgumentParser,
+    *,
+    cell_required: bool = True,
+    publish_help: str = "keep the wheels in dist/, out of the local index",
 ) -> None:
     """The options of every command that builds or plans cells."""
     cell_help = "cell id or glob, e.g. cuda118-py311 (repeatable)" + ("" if cell_required else "; default: every cell")
     parser.add_argument("--cell", action="append", required=cell_required, help=cell_help)
-    parser.add_argument("--recipe", action="append", default=[], help="only this recipe and what it depends on (repeatable)")
+    parser.add_argument(
+        "--recipe", action="append", default=[], help="only this recipe and what it depends on (repeatable)"
+    )
     parser.add_argument("--no-publish", dest="publish", action="store_false", help=publish_help)
     parser.add_argument(
-        "--no-mirror", dest="mirror", action="store_false", help="publish the built wheels only, not the runtime closure (torch and its dependencies)"
+        "--no-mirror",
+        dest="mirror",
+        action="store_false",
+        help="publish the built wheels only, not the runtime closure (torch and its dependencies)",
     )
     parser.add_argument(
         "--rebuild",
@@ -88,7 +96,9 @@ def add_cell_options(
 def load_inputs(settings: Settings) -> tuple[Matrix, dict[str, Recipe]]:
     directory = settings.recipes
     if not (directory / "matrix.toml").is_file():
-        raise UsageError(f"no matrix.toml in {directory.resolve()}", fix="run from the repository root or pass --recipes DIR")
+        raise UsageError(
+            f"no matrix.toml in {directory.resolve()}", fix="run from the repository root or pass --recipes DIR"
+        )
     matrix, recipes = load_matrix(directory / "matrix.toml"), load_recipes(directory)
     check_cells(recipes, matrix.cells)
     return matrix, recipes
@@ -110,7 +120,9 @@ def prepare(args: argparse.Namespace, settings: Settings, *, probe: bool, releas
     containers = None
     if engine is not None:
         containers = ContainerSetup(
-            pins=load_pins(settings.root / "containers" / "pins.toml"), directory=settings.root / "containers", base_policy=settings.base_policy
+            pins=load_pins(settings.root / "containers" / "pins.toml"),
+            directory=settings.root / "containers",
+            base_policy=settings.base_policy,
         )
     options = Options(
         publish=args.publish,
@@ -121,7 +133,9 @@ def prepare(args: argparse.Namespace, settings: Settings, *, probe: bool, releas
         release=release,
         rebuild=tuple(args.rebuild),
     )
-    return Prepared(plans=plan(matrix, recipes, cells, args.recipe, settings, options), settings=settings, engine=engine)
+    return Prepared(
+        plans=plan(matrix, recipes, cells, args.recipe, settings, options), settings=settings, engine=engine
+    )
 
 
 def build_cells(prepared: Prepared, console: Console) -> int:
@@ -138,7 +152,9 @@ def build_cells(prepared: Prepared, console: Console) -> int:
             for number, cell_plan in enumerate(plans, start=1):
                 before = running[-1] if running else None
                 if before is not None:  # said now: its own lines wait for that cell's summary
-                    console.print(f"[dim]{cell_plan.cell.id} starts beside {before.builds.cell.id}; its lines follow that cell's summary[/]")
+                    console.print(
+                        f"[dim]{cell_plan.cell.id} starts beside {before.builds.cell.id}; its lines follow that cell's summary[/]"
+                    )
                 outcome = execute(
                     cell_plan,
                     settings=prepared.settings,
@@ -150,17 +166,25 @@ def build_cells(prepared: Prepared, console: Console) -> int:
                     after=before,
                 )
                 running += [outcome] if isinstance(outcome, Ending) else []
-                while len(running) > 1 or (running and not isinstance(outcome, Ending)):  # the next cell starts beside one at most
+                while len(running) > 1 or (
+                    running and not isinstance(outcome, Ending)
+                ):  # the next cell starts beside one at most
                     _say_failed(running[0].future.result())
                     running.pop(0)  # only now: Ctrl-C while it ends stops it too
                 if isinstance(outcome, CellReport):
                     _say_failed(outcome)
         except (WheelmillError, KeyboardInterrupt) as exc:  # Ctrl-C, or a cell that could not start
-            stopped = [_stop(ending, interrupted=isinstance(exc, (Interrupted, KeyboardInterrupt))) for ending in running]
+            stopped = [
+                _stop(ending, interrupted=isinstance(exc, (Interrupted, KeyboardInterrupt))) for ending in running
+            ]
             if len(plans) > 1:
-                UI(console).run_summary(reports, time.monotonic() - started, not_started=[p.cell.id for p in plans[len(reports) :]])
+                UI(console).run_summary(
+                    reports, time.monotonic() - started, not_started=[p.cell.id for p in plans[len(reports) :]]
+                )
             said = next((error for error in stopped if isinstance(error, Interrupted)), None)
-            if isinstance(exc, KeyboardInterrupt) and said is not None:  # while it waited: the step it stopped says where
+            if (
+                isinstance(exc, KeyboardInterrupt) and said is not None
+            ):  # while it waited: the step it stopped says where
                 raise said from None
             raise
     if len(plans) > 1:  # one cell's own summary says it all
@@ -200,12 +224,19 @@ def mirror_cells(cells: Sequence[str], settings: Settings, console: Console) -> 
     backend = envs.backend(settings.env_backend, HostRunner())
     for cell in matrix.select(list(cells)):
         layout = CellLayout(output=settings.output.resolve(), cell=cell.id)
-        inputs = inputs_of_report(layout, index=settings.index, glibc=cell.variant.glibc, toolkit=cell.variant.toolkit_wheels)
+        inputs = inputs_of_report(
+            layout, index=settings.index, glibc=cell.variant.glibc, toolkit=cell.variant.toolkit_wheels
+        )
         with StepLog(layout.logs / "mirror.log") as log:
             found = resolve(inputs, backend=backend, log=log, work=layout.build / "closure", lock=layout.closure_lock)
             console.print(f"{cell.id}: closure: {found.describe()}", highlight=False)
             done = mirror(
-                found, inputs.channel, sources=inputs.sources, policy=settings.retry, log=log, on_line=lambda line: console.print(line, highlight=False)
+                found,
+                inputs.channel,
+                sources=inputs.sources,
+                policy=settings.retry,
+                log=log,
+                on_line=lambda line: console.print(line, highlight=False),
             )
         console.print(f"{cell.id}: mirror: {done.describe()}", highlight=False)
     console.print(usage(settings.index).describe(), highlight=False)

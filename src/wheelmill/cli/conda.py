@@ -39,12 +39,24 @@ from wheelmill.settings import Settings
 def register(commands: Commands) -> None:
     conda = commands.add_parser("conda", help="conda packages and channels beside the wheel index")
     actions = conda.add_subparsers(dest="action", required=True, parser_class=type(conda))
-    sow = actions.add_parser("seed", help="fill a cell's conda channel: its CPython and every wheel of its wheel channel, repackaged")
+    sow = actions.add_parser(
+        "seed", help="fill a cell's conda channel: its CPython and every wheel of its wheel channel, repackaged"
+    )
     _cell(sow)
-    sow.add_argument("--python", type=Path, help="the CPython to repackage (default: the cell's, found as builds find it)")
-    sow.add_argument("--wheels", type=Path, action="append", metavar="DIR", help="take wheels from here (default: the cell's wheel channel)")
     sow.add_argument(
-        "--build-env", action="store_true", help="what the cell's conda build env needs instead: its CPython and the tools of recipes/conda/envs.toml"
+        "--python", type=Path, help="the CPython to repackage (default: the cell's, found as builds find it)"
+    )
+    sow.add_argument(
+        "--wheels",
+        type=Path,
+        action="append",
+        metavar="DIR",
+        help="take wheels from here (default: the cell's wheel channel)",
+    )
+    sow.add_argument(
+        "--build-env",
+        action="store_true",
+        help="what the cell's conda build env needs instead: its CPython and the tools of recipes/conda/envs.toml",
     )
     sow.set_defaults(func=cmd_seed)
     pack = actions.add_parser("package", help="repackage wheels as conda packages into a cell's conda channel")
@@ -53,20 +65,35 @@ def register(commands: Commands) -> None:
     pack.set_defaults(func=cmd_package)
     ask = actions.add_parser("solve", help="what specs resolve to, with or without a CUDA driver (__cuda)")
     ask.add_argument("specs", nargs="+", metavar="SPEC")
-    ask.add_argument("--cuda", metavar="X.Y", help="solve as on a machine whose driver supports CUDA X.Y (default: no GPU)")
+    ask.add_argument(
+        "--cuda", metavar="X.Y", help="solve as on a machine whose driver supports CUDA X.Y (default: no GPU)"
+    )
     _channels(ask)
     ask.set_defaults(func=cmd_solve)
-    pin = actions.add_parser("lock", help="solve a cell's conda env (recipes/conda/envs.toml) into its committed lock, locks/conda/<cell>.txt")
+    pin = actions.add_parser(
+        "lock",
+        help="solve a cell's conda env (recipes/conda/envs.toml) into its committed lock, locks/conda/<cell>.txt",
+    )
     pin.add_argument("--cell", required=True, help="the cell (cpu-py311)")
     pin.add_argument("--out", type=Path, help="write the lock here instead")
-    pin.add_argument("--check", action="store_true", help="write nothing: check that the committed lock fits its specs and the channels hold its packages")
+    pin.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing: check that the committed lock fits its specs and the channels hold its packages",
+    )
     _channels(pin)
     pin.set_defaults(func=cmd_lock)
     make = actions.add_parser("create", help="make a conda env from the channels")
     make.add_argument("prefix", type=Path)
     make.add_argument("specs", nargs="*", metavar="SPEC")
-    make.add_argument("--pkgs-dir", type=Path, help="where packages are unpacked before they are linked (default: <output>/.cache/conda-pkgs)")
-    make.add_argument("--lock", type=Path, help="exactly the packages of this conda lock (wheelmill conda lock), their sha256 checked")
+    make.add_argument(
+        "--pkgs-dir",
+        type=Path,
+        help="where packages are unpacked before they are linked (default: <output>/.cache/conda-pkgs)",
+    )
+    make.add_argument(
+        "--lock", type=Path, help="exactly the packages of this conda lock (wheelmill conda lock), their sha256 checked"
+    )
     make.add_argument("--cuda", metavar="X.Y", help="as on a machine whose driver supports CUDA X.Y")
     _channels(make)
     make.set_defaults(func=cmd_create)
@@ -75,8 +102,12 @@ def register(commands: Commands) -> None:
 
 
 def _cell(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cell", required=True, help="the cell whose Python and variant the packages are for (cpu-py311)")
-    parser.add_argument("--channel", type=Path, help="the conda channel directory (default: <index>/conda/<variant channel>)")
+    parser.add_argument(
+        "--cell", required=True, help="the cell whose Python and variant the packages are for (cpu-py311)"
+    )
+    parser.add_argument(
+        "--channel", type=Path, help="the conda channel directory (default: <index>/conda/<variant channel>)"
+    )
 
 
 def _channels(parser: argparse.ArgumentParser) -> None:
@@ -99,9 +130,20 @@ def cmd_seed(args: argparse.Namespace, settings: Settings, console: Console) -> 
         fix = f"build and publish the cell first (wheelmill build --cell {cell.id}), give --wheels DIR, or seed --build-env"
         raise EnvError(f"conda seed: no wheels in {', '.join(map(str, dirs))}", fix=fix)
     with tempfile.TemporaryDirectory(prefix="wheelmill-conda-") as work:
-        python = args.python or (_image_python(args, settings, Path(work), console) if args.build_env else None) or _cell_python(cell)
+        python = (
+            args.python
+            or (_image_python(args, settings, Path(work), console) if args.build_env else None)
+            or _cell_python(cell)
+        )
         wheels += _tool_wheels(cell, channel, settings, Path(work)) if args.build_env else []
-        seeded = seed(channel, target, wheels, Path(work), interpreter=probe_interpreter(python), progress=lambda line: console.print(f"  packaging {line}"))
+        seeded = seed(
+            channel,
+            target,
+            wheels,
+            Path(work),
+            interpreter=probe_interpreter(python),
+            progress=lambda line: console.print(f"  packaging {line}"),
+        )
     console.print(
         f"{channel.root}: {len(seeded.added)} packages added, {seeded.present} already there, "
         f"{len(seeded.skipped)} wheels for other Pythons left out; channel {channel.url}"
@@ -122,7 +164,13 @@ def _tool_wheels(cell: Cell, channel: CondaChannel, settings: Settings, work: Pa
     requirements.write_text("\n".join(missing) + "\n", encoding="utf-8")
     with StepLog(work / "tools.log") as log:
         try:
-            UvBackend(HostRunner()).lock_wheels(requirements, work / "pylock.tools.toml", target=target(cell), sources=machine_sources(settings), log=log)
+            UvBackend(HostRunner()).lock_wheels(
+                requirements,
+                work / "pylock.tools.toml",
+                target=target(cell),
+                sources=machine_sources(settings),
+                log=log,
+            )
         except CommandFailed as failed:
             raise EnvError(
                 f"conda seed: no wheels of {', '.join(missing)} in the package sources: {failed.last_line()}",
@@ -147,24 +195,33 @@ def _image_python(args: argparse.Namespace, settings: Settings, work: Path, cons
     with StepLog(cache / f"conda-seed-{cell_plan.cell.id}.log") as log:
         console.print(f"  the builder image of {cell_plan.cell.id} ({log.path} logs it)", highlight=False)
         mirror = debian_mirror(settings.debian_mirror)
-        ready = ensure_image(engine, cell_plan.image, mirror=mirror, work=cache / "bootstrap", log=log, on_line=lambda _l: None)
+        ready = ensure_image(
+            engine, cell_plan.image, mirror=mirror, work=cache / "bootstrap", log=log, on_line=lambda _l: None
+        )
         out = work / "image-python"
         out.mkdir()
         copy = ["cp", "-a", f"/opt/python/{version}/.", "/out/"]
         HostRunner().run(
-            engine.run(image=ready.tag, argv=copy, mounts=[Mount(source=out, target=Path("/out"), readonly=False)]), env=base_environment([]), log=log
+            engine.run(image=ready.tag, argv=copy, mounts=[Mount(source=out, target=Path("/out"), readonly=False)]),
+            env=base_environment([]),
+            log=log,
         )
     executable = out / "bin" / f"python{version}"
     if executable.is_symlink() or not executable.is_file():
         what = f"conda seed: the CPython of {ready.tag} is its distribution's (/opt/python/{version} links to /usr)"
-        raise EnvError(what, fix="give --python a CPython that runs on the image's glibc, installed in a prefix of its own")
+        raise EnvError(
+            what, fix="give --python a CPython that runs on the image's glibc, installed in a prefix of its own"
+        )
     return executable
 
 
 def _cell_python(cell: Cell) -> Path:
     found = find_python(cell.python, HostRunner())
     if isinstance(found, NotFound):
-        raise EnvError(f"conda seed: no CPython {cell.python} on this machine ({'; '.join(found.looked)})", fix="install it (pyenv install) or give --python")
+        raise EnvError(
+            f"conda seed: no CPython {cell.python} on this machine ({'; '.join(found.looked)})",
+            fix="install it (pyenv install) or give --python",
+        )
     return found.path
 
 
@@ -184,7 +241,10 @@ def channel_urls(args: argparse.Namespace, settings: Settings) -> list[str]:
 
 def cmd_solve(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     records = solve(channel_urls(args, settings), args.specs, cuda=args.cuda)
-    console.print(f"as on a machine with {f'a CUDA {args.cuda} driver (__cuda)' if args.cuda else 'no GPU (no __cuda)'}:", highlight=False)
+    console.print(
+        f"as on a machine with {f'a CUDA {args.cuda} driver (__cuda)' if args.cuda else 'no GPU (no __cuda)'}:",
+        highlight=False,
+    )
     for pick in picked(records):
         console.print(f"  {pick}  ({pick.channel})", highlight=False)
     return 0
@@ -192,7 +252,10 @@ def cmd_solve(args: argparse.Namespace, settings: Settings, console: Console) ->
 
 def cmd_create(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     if args.prefix.exists() and any(args.prefix.iterdir()) and not (args.prefix / "conda-meta").is_dir():
-        raise UsageError(f"conda create: {args.prefix} is a directory with other files", fix="give a new or empty directory, or an env's prefix")
+        raise UsageError(
+            f"conda create: {args.prefix} is a directory with other files",
+            fix="give a new or empty directory, or an env's prefix",
+        )
     if bool(args.lock) == bool(args.specs):
         fix = "e.g. wheelmill conda create ENV torch, or --lock locks/conda/<cell>.txt"
         raise UsageError("conda create: give specs or --lock FILE, not both or neither", fix=fix)
@@ -218,7 +281,10 @@ def cmd_lock(args: argparse.Namespace, settings: Settings, console: Console) -> 
             raise ConfigError(problem, fix=f"run `wheelmill conda lock --cell {wanted.cell}` and commit {committed}")
         packages = read_lock(committed)
         find_locked(channels, packages, lock=committed)
-        console.print(f"{committed}: fits its specs; the channels hold its {len(packages)} packages, sha256 as locked", highlight=False)
+        console.print(
+            f"{committed}: fits its specs; the channels hold its {len(packages)} packages, sha256 as locked",
+            highlight=False,
+        )
         return 0
     packages = locked(solve(channels, wanted.specs))
     out = args.out or committed

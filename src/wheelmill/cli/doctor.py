@@ -16,7 +16,9 @@ from wheelmill.settings import Settings
 
 
 def register(commands: Commands) -> None:
-    sub = commands.add_parser("doctor", help="say whether the installed wheels' GPU code would run on this machine's GPUs (or a declared one)")
+    sub = commands.add_parser(
+        "doctor", help="say whether the installed wheels' GPU code would run on this machine's GPUs (or a declared one)"
+    )
     doctor.add_arguments(sub)
     sub.set_defaults(func=cmd_doctor)
 

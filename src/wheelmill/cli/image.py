@@ -48,15 +48,41 @@ from wheelmill.settings import Settings
 def register(commands: Commands) -> None:
     image = commands.add_parser("image", help="container images that install from a cell's channel alone")
     actions = image.add_subparsers(dest="action", required=True, parser_class=type(image))
-    build = actions.add_parser("build", help="build a cell's runtime or devel image (and its extras image), smoke-test it, push it")
+    build = actions.add_parser(
+        "build", help="build a cell's runtime or devel image (and its extras image), smoke-test it, push it"
+    )
     build.add_argument("--cell", required=True, help="a built cell, e.g. cpu-py311")
-    build.add_argument("--edition", required=True, choices=[e.value for e in Edition], help="runtime: no compiler; devel: a compiler, ninja and the toolkit")
-    build.add_argument("--extras", action="store_true", help="also the extras image: the edition with the cell's extension wheels")
-    build.add_argument("--push", metavar="REGISTRY", help="push every image built to this registry (host[:port][/path]) and record its digest")
-    build.add_argument("--engine", choices=("auto", "podman", "docker"), default=None, help="default $WHEELMILL_ENGINE or auto")
-    build.add_argument("--release", metavar="VERSION", help="the cell as released (its record and channel), e.g. a promoted final: no build of its own needed")
-    build.add_argument("--track", choices=[t.value for t in Track], default=Track.RELEASE.value, help="with --release: the release's track (default release)")
-    build.add_argument("--access-log", type=Path, help="the loopback index's access log (default <cell>/logs/image-index-access.log)")
+    build.add_argument(
+        "--edition",
+        required=True,
+        choices=[e.value for e in Edition],
+        help="runtime: no compiler; devel: a compiler, ninja and the toolkit",
+    )
+    build.add_argument(
+        "--extras", action="store_true", help="also the extras image: the edition with the cell's extension wheels"
+    )
+    build.add_argument(
+        "--push",
+        metavar="REGISTRY",
+        help="push every image built to this registry (host[:port][/path]) and record its digest",
+    )
+    build.add_argument(
+        "--engine", choices=("auto", "podman", "docker"), default=None, help="default $WHEELMILL_ENGINE or auto"
+    )
+    build.add_argument(
+        "--release",
+        metavar="VERSION",
+        help="the cell as released (its record and channel), e.g. a promoted final: no build of its own needed",
+    )
+    build.add_argument(
+        "--track",
+        choices=[t.value for t in Track],
+        default=Track.RELEASE.value,
+        help="with --release: the release's track (default release)",
+    )
+    build.add_argument(
+        "--access-log", type=Path, help="the loopback index's access log (default <cell>/logs/image-index-access.log)"
+    )
     build.set_defaults(func=cmd_image_build)
 
 
@@ -68,7 +94,9 @@ def cmd_image_build(args: argparse.Namespace, settings: Settings, console: Conso
     cell = cells[0]
     layout = CellLayout(output=settings.output.resolve(), cell=cell.id)
     released = _released(args, layout)
-    released_output = read_release_output(settings.index, Track(args.track), args.release, cell) if args.release else None
+    released_output = (
+        read_release_output(settings.index, Track(args.track), args.release, cell) if args.release else None
+    )
     output = released_output or read_cell_output(layout, cell)
     commit = _commit(settings.root)
     edition = Edition(args.edition)
@@ -78,7 +106,10 @@ def cmd_image_build(args: argparse.Namespace, settings: Settings, console: Conso
     suite = str(builder.base.suite)
     packages, glibc = pins.runtime_packages.get(suite), pins.runtime_glibc.get(suite)
     if packages is None or glibc is None:
-        raise ConfigError(f"{pins.file}: runtime: no packages or glibc for Debian {suite}", fix="add the suite to [runtime.packages] and [runtime.glibc]")
+        raise ConfigError(
+            f"{pins.file}: runtime: no packages or glibc for Debian {suite}",
+            fix="add the suite to [runtime.packages] and [runtime.glibc]",
+        )
     newer = too_new(output, glibc)
     if newer:
         raise ImageError(
@@ -98,16 +129,30 @@ def cmd_image_build(args: argparse.Namespace, settings: Settings, console: Conso
     if missing:
         more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
         raise ImageError(
-            f"{cell.id}: channel {channel.name} lacks {', '.join(missing[:5])}{more}", fix=f"mirror the cell's closure: wheelmill mirror --cell {cell.id}"
+            f"{cell.id}: channel {channel.name} lacks {', '.join(missing[:5])}{more}",
+            fix=f"mirror the cell's closure: wheelmill mirror --cell {cell.id}",
         )
     engine = detect(args.engine or (settings.engine if settings.engine != "none" else "auto"))
     if engine is None:
-        raise UsageError("image build: no container engine answers", fix="run scripts/setup --system (podman), or start docker")
+        raise UsageError(
+            "image build: no container engine answers", fix="run scripts/setup --system (podman), or start docker"
+        )
     with StepLog(layout.logs / f"image-{edition.value}{'-extras' if args.extras else ''}.log") as log:
         access_log = args.access_log or layout.logs / "image-index-access.log"
-        built = _build(engine, output=output, builder=builder, planned=planned, settings=settings, log=log, console=console, access_log=access_log)
+        built = _build(
+            engine,
+            output=output,
+            builder=builder,
+            planned=planned,
+            settings=settings,
+            log=log,
+            console=console,
+            access_log=access_log,
+        )
         try:
-            built = [_smoked(engine, image, output=output, channel=channel, log=log, console=console) for image in built]
+            built = [
+                _smoked(engine, image, output=output, channel=channel, log=log, console=console) for image in built
+            ]
             if args.push:
                 built = [push(engine, image, args.push, log=log) for image in built]
         except BaseException:
@@ -115,7 +160,11 @@ def cmd_image_build(args: argparse.Namespace, settings: Settings, console: Conso
             raise
     _record(layout.images, built)
     if released is not None and args.push:
-        path = record_images(settings.index, *released, [ReleasedImage(cell=cell.id, kind=b.spec.kind, reference=str(b.pushed)) for b in built])
+        path = record_images(
+            settings.index,
+            *released,
+            [ReleasedImage(cell=cell.id, kind=b.spec.kind, reference=str(b.pushed)) for b in built],
+        )
         console.print(f"recorded in {path}", highlight=False)
     _summary(console, built)
     return 0
@@ -136,7 +185,10 @@ def _commit(root: Path) -> str:
     done = capture(["git", "-C", str(root), "rev-parse", "HEAD"], timeout=30)
     commit = done.stdout.strip()
     if done.returncode != 0 or len(commit) != 40:
-        raise ConfigError(f"{root}: not a git checkout: an image is tagged with its commit", fix="build images from a clone of the repository")
+        raise ConfigError(
+            f"{root}: not a git checkout: an image is tagged with its commit",
+            fix="build images from a clone of the repository",
+        )
     return commit
 
 
@@ -158,7 +210,12 @@ def _build(
         console.print(f"  {line}", highlight=False, markup=False)
 
     ready = images.ensure_image(
-        engine, builder, mirror=images.debian_mirror(settings.debian_mirror), work=settings.output.resolve() / ".work", log=log, on_line=log.write
+        engine,
+        builder,
+        mirror=images.debian_mirror(settings.debian_mirror),
+        work=settings.output.resolve() / ".work",
+        log=log,
+        on_line=log.write,
     )
     access_log.parent.mkdir(parents=True, exist_ok=True)
     with access_log.open("a", encoding="utf-8") as handle:
@@ -169,16 +226,28 @@ def _build(
             url = f"http://127.0.0.1:{server.server_address[1]}/{output.channel}/simple/"
             say(f"serving {output.channel} at {url} for the images to install from (access log {access_log})")
             specs = planned(url, ready.tag)
-            return build_images(engine, specs, log=log, on_line=lambda line: log.write(line) if not line.startswith("building ") else say(line))
+            return build_images(
+                engine,
+                specs,
+                log=log,
+                on_line=lambda line: log.write(line) if not line.startswith("building ") else say(line),
+            )
         finally:
             server.shutdown()
             server.server_close()
 
 
-def _smoked(engine: Engine, image: BuiltImage, *, output: CellOutput, channel: Channel, log: StepLog, console: Console) -> BuiltImage:
+def _smoked(
+    engine: Engine, image: BuiltImage, *, output: CellOutput, channel: Channel, log: StepLog, console: Console
+) -> BuiltImage:
     """Every tier on the image; the lines they printed, kept with it."""
     console.print(f"smoke-testing {image.spec.reference}", highlight=False)
-    smoke = Smoke(engine, image.spec.reference, log=log, on_line=lambda line: console.print(f"  {line}", highlight=False, markup=False))
+    smoke = Smoke(
+        engine,
+        image.spec.reference,
+        log=log,
+        on_line=lambda line: console.print(f"  {line}", highlight=False, markup=False),
+    )
     extras = image.spec.kind.endswith("-extras")
     modules = sorted({m for w in output.wheels for m in top_level(channel.files / w.filename)}) if extras else []
     smoke.imports(output.torch, modules)
@@ -189,7 +258,9 @@ def _smoked(engine: Engine, image: BuiltImage, *, output: CellOutput, channel: C
     smoke.standalone()
     smoke.pytorchjob(trainer_v2=False)
     smoke.pytorchjob(trainer_v2=True)
-    return BuiltImage(spec=image.spec, image_id=image.image_id, size=image.size, smoke=tuple(smoke.said), pushed=image.pushed)
+    return BuiltImage(
+        spec=image.spec, image_id=image.image_id, size=image.size, smoke=tuple(smoke.said), pushed=image.pushed
+    )
 
 
 def top_level(wheel: Path) -> set[str]:

@@ -24,7 +24,9 @@ from wheelmill.settings import Settings
 
 
 def register(commands: Commands) -> None:
-    pub = commands.add_parser("publish", help="add wheels to a channel of the local index, or upload them to another index")
+    pub = commands.add_parser(
+        "publish", help="add wheels to a channel of the local index, or upload them to another index"
+    )
     pub.add_argument("wheels", nargs="+", type=Path, metavar="WHEEL")
     pub.add_argument("--channel", help="the local channel (cpu, cu118, rocm6.2, ...)")
     pub.add_argument("--to", metavar="URL", help="upload to this index's upload API instead")
@@ -46,8 +48,20 @@ def register(commands: Commands) -> None:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--access-log", type=Path, help="append an access log here (with bytes sent)")
-    serve.add_argument("--idle-timeout", type=float, default=IDLE_TIMEOUT, metavar="S", help=f"close a connection idle this long (default {IDLE_TIMEOUT:.0f})")
-    serve.add_argument("--per-client", type=positive, default=PER_CLIENT, metavar="N", help=f"connections one client may hold open (default {PER_CLIENT})")
+    serve.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=IDLE_TIMEOUT,
+        metavar="S",
+        help=f"close a connection idle this long (default {IDLE_TIMEOUT:.0f})",
+    )
+    serve.add_argument(
+        "--per-client",
+        type=positive,
+        default=PER_CLIENT,
+        metavar="N",
+        help=f"connections one client may hold open (default {PER_CLIENT})",
+    )
     serve.set_defaults(func=cmd_serve)
     config = actions.add_parser("config", help="pip and uv settings that use one channel, and only it")
     config.add_argument("--channel", required=True)
@@ -57,7 +71,9 @@ def register(commands: Commands) -> None:
     check = actions.add_parser("verify", help="check that channels are valid indexes")
     check.add_argument("--channel", action="append", help="default: every channel")
     check.set_defaults(func=cmd_verify)
-    mend = actions.add_parser("repair", help="make channels valid again after a kill, a full disk or damage, and say what was done")
+    mend = actions.add_parser(
+        "repair", help="make channels valid again after a kill, a full disk or damage, and say what was done"
+    )
     mend.add_argument("--channel", action="append", help="default: every channel")
     mend.set_defaults(func=cmd_repair)
     listing = actions.add_parser("list", help="projects and versions of a channel")
@@ -69,7 +85,10 @@ def _channel(args: argparse.Namespace, settings: Settings, *, existing: bool = T
     channel = Channel(settings.index, args.channel)
     if existing and not channel.exists():
         known = ", ".join(channel_names(settings.index)) or "none"
-        raise IndexStoreError(f"{channel.path}: no channel '{args.channel}' in the index", fix=f"publish to it first; channels here: {known}")
+        raise IndexStoreError(
+            f"{channel.path}: no channel '{args.channel}' in the index",
+            fix=f"publish to it first; channels here: {known}",
+        )
     return channel
 
 
@@ -89,7 +108,10 @@ def cmd_publish(args: argparse.Namespace, settings: Settings, console: Console) 
     if missing:
         raise UsageError(f"publish: no such file: {', '.join(missing)}", fix="give paths of .whl files")
     if bool(args.to) == bool(args.channel):
-        raise UsageError("publish: give either --channel (the local index) or --to URL (another index)", fix="see `wheelmill publish --help`")
+        raise UsageError(
+            "publish: give either --channel (the local index) or --to URL (another index)",
+            fix="see `wheelmill publish --help`",
+        )
     if args.to:
         return _publish_remote(args, settings, console)
     _defined(args.channel, settings)
@@ -107,10 +129,18 @@ def _publish_remote(args: argparse.Namespace, settings: Settings, console: Conso
         for wheel in args.wheels:
 
             def on_retry(attempt: int, error: Exception, pause: float, name: str = wheel.name) -> None:
-                console.print(log.redact(f"  attempt {attempt} for {name} failed: {error}; retrying in {pause:.1f}s"), highlight=False)
+                console.print(
+                    log.redact(f"  attempt {attempt} for {name} failed: {error}; retrying in {pause:.1f}s"),
+                    highlight=False,
+                )
 
-            outcome, attempts = upload(remote, wheel, runner=HostRunner(), log=log, policy=settings.retry, on_retry=on_retry)
-            console.print(f"{outcome}: {wheel.name} -> {remote.url} ({attempts} attempt{'s' if attempts > 1 else ''})", highlight=False)
+            outcome, attempts = upload(
+                remote, wheel, runner=HostRunner(), log=log, policy=settings.retry, on_retry=on_retry
+            )
+            console.print(
+                f"{outcome}: {wheel.name} -> {remote.url} ({attempts} attempt{'s' if attempts > 1 else ''})",
+                highlight=False,
+            )
     return 0
 
 
@@ -132,7 +162,10 @@ def cmd_serve(args: argparse.Namespace, settings: Settings, console: Console) ->
     server = make_server(root, args.host, args.port, log, idle_timeout=args.idle_timeout, per_client=args.per_client)
     host, port = str(server.server_address[0]), int(server.server_address[1])
     channels = sorted(p.parent.parent.name for p in root.glob("*/simple/index.json"))
-    console.print(f"serving {root} at http://{host}:{port}/ (channels: {', '.join(channels) or 'none yet'}); Ctrl-C stops", highlight=False)
+    console.print(
+        f"serving {root} at http://{host}:{port}/ (channels: {', '.join(channels) or 'none yet'}); Ctrl-C stops",
+        highlight=False,
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -167,10 +200,16 @@ def cmd_verify(args: argparse.Namespace, settings: Settings, console: Console) -
         for note in notes:
             console.print(f"  note: {note} (the next write, or `wheelmill index repair`, removes it)", highlight=False)
     for leftover in Blobs(settings.index).stale_downloads():
-        console.print(f"  note: store: {leftover.name}, left by an interrupted mirror (`wheelmill index repair` removes it)", highlight=False)
+        console.print(
+            f"  note: store: {leftover.name}, left by an interrupted mirror (`wheelmill index repair` removes it)",
+            highlight=False,
+        )
     if problems:
         more = f" and {len(problems) - 5} more" if len(problems) > 5 else ""
-        raise IndexStoreError("index verify: " + "; ".join(problems[:5]) + more, fix="run `wheelmill index repair`, then republish what it reports")
+        raise IndexStoreError(
+            "index verify: " + "; ".join(problems[:5]) + more,
+            fix="run `wheelmill index repair`, then republish what it reports",
+        )
     return 0
 
 
@@ -184,14 +223,19 @@ def cmd_repair(args: argparse.Namespace, settings: Settings, console: Console) -
     for orphan in orphans:
         orphan.unlink(missing_ok=True)
     if orphans:
-        console.print(f"store: removed {len(orphans)} stored files no channel holds ({format_size(freed)})", highlight=False)
+        console.print(
+            f"store: removed {len(orphans)} stored files no channel holds ({format_size(freed)})", highlight=False
+        )
     for channel in _channels(args, settings):
         for done in repair(channel):
             console.print(f"{channel.name}: {done}", highlight=False)
         problems = verify(channel)
         console.print(f"{channel.name}: {'ok' if not problems else '; '.join(problems)}", highlight=False)
         if problems:
-            raise IndexStoreError(f"index repair: {channel.name} is still not valid: {problems[0]}", fix="restore the files it names from the index's storage")
+            raise IndexStoreError(
+                f"index repair: {channel.name} is still not valid: {problems[0]}",
+                fix="restore the files it names from the index's storage",
+            )
     return 0
 
 

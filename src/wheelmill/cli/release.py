@@ -35,17 +35,29 @@ def register(commands: Commands) -> None:
     _which(release)
     form = release.add_mutually_exclusive_group()
     form.add_argument("--dry-run", action="store_true", help="print the cells, channels and versions; run nothing")
-    form.add_argument("--json", action="store_true", help="the same as JSON for CI: version, track, action and the cells' matrix")
+    form.add_argument(
+        "--json", action="store_true", help="the same as JSON for CI: version, track, action and the cells' matrix"
+    )
     add_cell_options(release, cell_required=False, publish_help="build only (CI publishes in a later job)")
     release.set_defaults(func=cmd_release)
     actions = release.add_subparsers(dest="action", parser_class=type(release))
 
-    pub = actions.add_parser("publish", help="publish the cells built for the release (under the output root) and record it")
+    pub = actions.add_parser(
+        "publish", help="publish the cells built for the release (under the output root) and record it"
+    )
     _which(pub)
-    pub.add_argument("--no-mirror", dest="mirror", action="store_false", default=argparse.SUPPRESS, help="the built wheels only, not the runtime closure")
+    pub.add_argument(
+        "--no-mirror",
+        dest="mirror",
+        action="store_false",
+        default=argparse.SUPPRESS,
+        help="the built wheels only, not the runtime closure",
+    )
     pub.set_defaults(func=cmd_publish)
 
-    promo = actions.add_parser("promote", help="copy a release's files to another track's channels, re-verified, without rebuilding")
+    promo = actions.add_parser(
+        "promote", help="copy a release's files to another track's channels, re-verified, without rebuilding"
+    )
     promo.add_argument("--from", dest="source", required=True, choices=[t.value for t in Track])
     promo.add_argument("--to", dest="target", required=True, choices=[t.value for t in Track])
     promo.add_argument("version", help="the version to promote (2.4.0 picks the newest 2.4.0 release candidate)")
@@ -53,14 +65,21 @@ def register(commands: Commands) -> None:
 
     retention = actions.add_parser("prune", help="keep a track's newest releases, remove older ones' files")
     retention.add_argument("--track", required=True, choices=[Track.NIGHTLY.value, Track.TEST.value])
-    retention.add_argument("--keep", type=positive, required=True, metavar="N", help="how many of the newest releases to keep (at least 1)")
+    retention.add_argument(
+        "--keep", type=positive, required=True, metavar="N", help="how many of the newest releases to keep (at least 1)"
+    )
     retention.set_defaults(func=cmd_prune)
 
 
 def _which(parser: argparse.ArgumentParser) -> None:
     # Defined on both `release` and `release publish`; SUPPRESS keeps one from erasing the other.
     parser.add_argument("--tag", default=argparse.SUPPRESS, help="a release tag at HEAD: vX.Y.Z or vX.Y.Z-rcN")
-    parser.add_argument("--nightly", action="store_true", default=argparse.SUPPRESS, help="the nightly of HEAD: the next version's .devYYYYMMDD")
+    parser.add_argument(
+        "--nightly",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="the nightly of HEAD: the next version's .devYYYYMMDD",
+    )
 
 
 def _release(args: argparse.Namespace, settings: Settings, *, preview: bool = False) -> Release:
@@ -83,7 +102,10 @@ def cmd_release(args: argparse.Namespace, settings: Settings, console: Console) 
             _print_plan(release, prepared.plans, console)
         return 0
     if release.action is Action.PROMOTE:
-        console.print(f"{release.tag}: promoting the tested {release.promote_from} to the release channels, no rebuild", highlight=False)
+        console.print(
+            f"{release.tag}: promoting the tested {release.promote_from} to the release channels, no rebuild",
+            highlight=False,
+        )
         promote(settings.index, Track.TEST, Track.RELEASE, release.version, tag=release.tag, on_file=_printer(console))
         return 0
     publish, args.publish = args.publish, False  # the release's own publish records it; the cells' step would not
@@ -110,7 +132,10 @@ def _publish(release: Release, settings: Settings, console: Console, *, mirror: 
 
 def cmd_promote(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     manifest = promote(settings.index, Track(args.source), Track(args.target), args.version, on_file=_printer(console))
-    console.print(f"{manifest.promoted_from} -> {manifest.track}/{manifest.version}: {len(manifest.files)} files, every sha256 re-verified", highlight=False)
+    console.print(
+        f"{manifest.promoted_from} -> {manifest.track}/{manifest.version}: {len(manifest.files)} files, every sha256 re-verified",
+        highlight=False,
+    )
     return 0
 
 
@@ -147,16 +172,29 @@ def _print_plan(release: Release, plans: tuple[CellPlan, ...], console: Console)
     for note in release.notes:
         out.print(f"note (a real run stops here): {note}")
     if release.action is Action.PROMOTE:
-        out.print(f"{what}: promote test/{release.promote_from} to the release channels as {release.version}; nothing is built")
+        out.print(
+            f"{what}: promote test/{release.promote_from} to the release channels as {release.version}; nothing is built"
+        )
     else:
-        out.print(f"{what}: build {len(plans)} cells at {release.commit[:12]}, publish {release.version} to the {release.track} track")
+        out.print(
+            f"{what}: build {len(plans)} cells at {release.commit[:12]}, publish {release.version} to the {release.track} track"
+        )
     table = Table(title=None)
     for column in ("cell", "channel", "recipe", "version"):
         table.add_column(column)
     for cell_plan in plans:
-        channel = Track.RELEASE.channel(cell_plan.cell.variant.channel) if release.action is Action.PROMOTE else cell_plan.channel
+        channel = (
+            Track.RELEASE.channel(cell_plan.cell.variant.channel)
+            if release.action is Action.PROMOTE
+            else cell_plan.channel
+        )
         for recipe in cell_plan.recipes:
-            table.add_row(cell_plan.cell.id, channel, recipe.name, _promoted(recipe.version.expected(recipe.source), release, recipe))
+            table.add_row(
+                cell_plan.cell.id,
+                channel,
+                recipe.name,
+                _promoted(recipe.version.expected(recipe.source), release, recipe),
+            )
     out.print(table)
 
 

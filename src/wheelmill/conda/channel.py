@@ -46,7 +46,10 @@ def configured_channels(given: Sequence[str], index_root: Path) -> list[str]:
         return [c if "://" in c else Path(c).resolve().as_uri() for c in given]
     local = [p for p in local_channels(index_root) if (p / "noarch" / "repodata.json").is_file()]
     if not local:
-        raise UsageError(f"conda: no conda channel under {index_root / CONDA_DIR}", fix="seed one (wheelmill conda seed --cell ...) or give --channel URL")
+        raise UsageError(
+            f"conda: no conda channel under {index_root / CONDA_DIR}",
+            fix="seed one (wheelmill conda seed --cell ...) or give --channel URL",
+        )
     return [p.resolve().as_uri() for p in local]
 
 
@@ -80,7 +83,10 @@ class CondaChannel:
     def _add_one(self, package: Path) -> Added:
         subdir = package.parent.name
         if subdir not in SUBDIRS:
-            raise IndexWriteError(f"{package}: not in a subdir of {', '.join(SUBDIRS)}", fix="write packages into <dir>/linux-64 or <dir>/noarch")
+            raise IndexWriteError(
+                f"{package}: not in a subdir of {', '.join(SUBDIRS)}",
+                fix="write packages into <dir>/linux-64 or <dir>/noarch",
+            )
         target = self.root / subdir / package.name
         if target.exists():
             if sha256_of(target) == sha256_of(package):

@@ -73,7 +73,9 @@ def inputs(recipes_dir: Path, cell: Cell) -> CondaEnvInputs:
     every = _strings(data.get("specs"), path, "specs")
     variants = data.get("variants", {})
     if not isinstance(variants, dict):
-        raise ConfigError(f"{path}: variants: not a table", fix="write [variants] with one list of specs per variant name")
+        raise ConfigError(
+            f"{path}: variants: not a table", fix="write [variants] with one list of specs per variant name"
+        )
     own = _strings(variants.get(cell.variant.name, []), path, f"variants.{cell.variant.name}")
     nodot = cell.python.replace(".", "")
     specs = [spec.replace("{python}", cell.python).replace("{nodot}", nodot) for spec in (*every, *own)]
@@ -82,7 +84,9 @@ def inputs(recipes_dir: Path, cell: Cell) -> CondaEnvInputs:
 
 def _strings(value: object, path: Path, key: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(item, str) and item.strip() for item in value):
-        raise ConfigError(f"{path}: {key}: not a list of match specs", fix=f'write {key} = ["python {{python}}.*", ...]')
+        raise ConfigError(
+            f"{path}: {key}: not a list of match specs", fix=f'write {key} = ["python {{python}}.*", ...]'
+        )
     return value
 
 
@@ -109,7 +113,10 @@ def read_lock(path: Path) -> list[LockedPackage]:
             continue
         match = _LINE.match(line.strip())
         if match is None:
-            raise ConfigError(f"{path}:{number}: not a locked package: {line.strip()[:80]!r}", fix="remake it: wheelmill conda lock --cell <cell>")
+            raise ConfigError(
+                f"{path}:{number}: not a locked package: {line.strip()[:80]!r}",
+                fix="remake it: wheelmill conda lock --cell <cell>",
+            )
         subdir, name, version, build, sha256 = match.groups()
         packages.append(LockedPackage(subdir=subdir, name=name, version=version, build=build, sha256=sha256))
     return packages

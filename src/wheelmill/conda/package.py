@@ -100,7 +100,10 @@ def conda_meta(info: WheelInfo, target: CondaTarget, *, build_number: int = 0) -
     the rest per variant and Python, with a local label moved into the build string."""
     version = info.version.public
     depends = [spec for req in info.requirements() if (spec := conda_spec(req, target)) is not None]
-    summary, license_ = str(info.headers.get("Summary", "")), info.headers.get("License-Expression") or info.headers.get("License")
+    summary, license_ = (
+        str(info.headers.get("Summary", "")),
+        info.headers.get("License-Expression") or info.headers.get("License"),
+    )
     if is_pure(info):
         python = f"python {info.requires_python}".strip() if info.requires_python else "python"
         return CondaMeta(
@@ -239,7 +242,9 @@ def console_scripts(entry_points: Path) -> dict[str, str]:
     return scripts
 
 
-def _placed(name: str, data_dir: str, site: PurePosixPath, scripts: PurePosixPath, target: CondaTarget) -> PurePosixPath | None:
+def _placed(
+    name: str, data_dir: str, site: PurePosixPath, scripts: PurePosixPath, target: CondaTarget
+) -> PurePosixPath | None:
     if not name.startswith(data_dir):
         return site / name
     kind, _, rest = name.removeprefix(data_dir).partition("/")
@@ -251,10 +256,14 @@ def _placed(name: str, data_dir: str, site: PurePosixPath, scripts: PurePosixPat
 
 def _check_inside(path: Path, root: Path, wheel: Path) -> None:
     if not path.resolve().is_relative_to(root.resolve()):
-        raise InvalidWheel(f"{wheel}: member {path.relative_to(root)} points outside the package", fix="rebuild the wheel")
+        raise InvalidWheel(
+            f"{wheel}: member {path.relative_to(root)} points outside the package", fix="rebuild the wheel"
+        )
 
 
-def package_wheel(wheel: Path, target: CondaTarget, out_dir: Path, work: Path, *, build_number: int = 0, compression: int = 3) -> tuple[Path, CondaMeta]:
+def package_wheel(
+    wheel: Path, target: CondaTarget, out_dir: Path, work: Path, *, build_number: int = 0, compression: int = 3
+) -> tuple[Path, CondaMeta]:
     """Write ``wheel`` as a ``.conda`` package into ``out_dir/<subdir>/``, staged under ``work``."""
     from rattler_build import assemble_package  # noqa: PLC0415 - a 30 MB native module: loaded when used
 

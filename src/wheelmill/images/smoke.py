@@ -69,13 +69,33 @@ class Smoke:
         self.engine, self.image, self.log, self.on_line = engine, image, log, on_line
         self.said: list[str] = []
 
-    def _run(self, what: str, argv: Sequence[str], *, env: Mapping[str, str] | None = None, mounts: Sequence[Mount] = (), expect_failure: bool = False) -> str:
+    def _run(
+        self,
+        what: str,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        mounts: Sequence[Mount] = (),
+        expect_failure: bool = False,
+    ) -> str:
         """Run ``argv`` in a container of the image with the smoke files mounted; its output."""
         with tempfile.TemporaryDirectory(prefix="wheelmill-smoke-") as tmp:
             files = Path(tmp)
             _write_files(files)
-            command = self.engine.run(image=self.image, argv=argv, env_keys=sorted(env or {}), mounts=[Mount(source=files, target=SMOKE), *mounts])
-            done = subprocess.run(command, env={**base_environment([]), **(env or {})}, capture_output=True, text=True, timeout=TIMEOUT, check=False)
+            command = self.engine.run(
+                image=self.image,
+                argv=argv,
+                env_keys=sorted(env or {}),
+                mounts=[Mount(source=files, target=SMOKE), *mounts],
+            )
+            done = subprocess.run(
+                command,
+                env={**base_environment([]), **(env or {})},
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT,
+                check=False,
+            )
         output = done.stdout + done.stderr
         self.log.note(f"{what}: exit {done.returncode}\n{output}")
         if (done.returncode == 0) == expect_failure:
@@ -95,7 +115,10 @@ class Smoke:
         other = _other_version(torch)
         refused = self._run("a/constraint", ["pip", "install", f"torch=={other}"], expect_failure=True)
         if "(constraint) torch==" not in refused:
-            raise ImageError(f"{self.image}: pip install torch=={other} failed, but not because of the constraint", fix=f"read {self.log.path}")
+            raise ImageError(
+                f"{self.image}: pip install torch=={other} failed, but not because of the constraint",
+                fix=f"read {self.log.path}",
+            )
         self.say(f"constraint: pip install torch=={other} refused by /etc/pip/constraint.txt (torch=={torch})")
         self.say("wheelmill-doctor: " + _line(self._run("a/doctor", ["wheelmill-doctor"]), "summary:"))
 
@@ -113,18 +136,28 @@ class Smoke:
         what = "c/pytorchjob-" + ("trainer-v2" if trainer_v2 else "v1")
         # The subnet is fixed: a killed run's network holds it until it is removed.
         mine = [
-            n for n in subprocess.run(self.engine.networks(), capture_output=True, text=True, check=False).stdout.split() if n.startswith("wheelmill-smoke-")
+            n
+            for n in subprocess.run(self.engine.networks(), capture_output=True, text=True, check=False).stdout.split()
+            if n.startswith("wheelmill-smoke-")
         ]
         for stale in [*left_behind(mine), network]:
             subprocess.run(self.engine.network_remove(stale), capture_output=True, check=False)
-        created = subprocess.run(self.engine.network_create(network, subnet), capture_output=True, text=True, check=False)
+        created = subprocess.run(
+            self.engine.network_create(network, subnet), capture_output=True, text=True, check=False
+        )
         if created.returncode != 0:
-            raise ImageError(f"smoke {what}: cannot create the engine network {network}: {created.stderr.strip()[-200:]}", fix="check the engine's networking")
+            raise ImageError(
+                f"smoke {what}: cannot create the engine network {network}: {created.stderr.strip()[-200:]}",
+                fix="check the engine's networking",
+            )
         try:
             with tempfile.TemporaryDirectory(prefix="wheelmill-smoke-") as tmp:
                 _write_files(Path(tmp))
                 mount = Mount(source=Path(tmp), target=SMOKE)
-                procs = [self._node(rank, network, ip, master_ip, mount, trainer_v2=trainer_v2) for rank, ip in ((0, master_ip), (1, worker_ip))]
+                procs = [
+                    self._node(rank, network, ip, master_ip, mount, trainer_v2=trainer_v2)
+                    for rank, ip in ((0, master_ip), (1, worker_ip))
+                ]
                 outputs = [_wait(proc) for proc in procs]
         finally:
             subprocess.run(self.engine.network_remove(network), capture_output=True, check=False)
@@ -133,19 +166,33 @@ class Smoke:
             if code != 0:
                 tail = [line for line in out.splitlines() if line.strip()][-1:] or ["no output"]
                 raise ImageError(
-                    f"{self.image}: smoke {what} failed on the {'master' if rank == 0 else 'worker'}: {tail[0][:200]}", fix=f"read {self.log.path}"
+                    f"{self.image}: smoke {what} failed on the {'master' if rank == 0 else 'worker'}: {tail[0][:200]}",
+                    fix=f"read {self.log.path}",
                 )
             (line,) = _reduced(out, ranks=1, what=f"{self.image}: smoke {what}", log=self.log)
-            self.say(f"PyTorchJob ({'Trainer v2 PET_*' if trainer_v2 else 'v1 MASTER_*/PET_*'}), {'master' if rank == 0 else 'worker'}: {line}")
+            self.say(
+                f"PyTorchJob ({'Trainer v2 PET_*' if trainer_v2 else 'v1 MASTER_*/PET_*'}), {'master' if rank == 0 else 'worker'}: {line}"
+            )
 
-    def _node(self, rank: int, network: str, ip: str, master: str, mount: Mount, *, trainer_v2: bool) -> subprocess.Popen[str]:
+    def _node(
+        self, rank: int, network: str, ip: str, master: str, mount: Mount, *, trainer_v2: bool
+    ) -> subprocess.Popen[str]:
         env = {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": str(rank)}
         if trainer_v2:
             env |= {"PET_MASTER_ADDR": master, "PET_MASTER_PORT": "23456"}
         else:
             env |= {"MASTER_ADDR": master, "MASTER_PORT": "23456", "WORLD_SIZE": "2", "RANK": str(rank)}
-        argv = self.engine.run(image=self.image, argv=["torchrun", str(SMOKE / "allreduce.py")], network=network, ip=ip, env_keys=sorted(env), mounts=[mount])
-        return subprocess.Popen(argv, env={**base_environment([]), **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        argv = self.engine.run(
+            image=self.image,
+            argv=["torchrun", str(SMOKE / "allreduce.py")],
+            network=network,
+            ip=ip,
+            env_keys=sorted(env),
+            mounts=[mount],
+        )
+        return subprocess.Popen(
+            argv, env={**base_environment([]), **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
 
     def compiles(self) -> None:
         """The devel image builds an extension against its own torch, offline, and runs it."""
@@ -188,12 +235,21 @@ def _reduced(output: str, *, ranks: int, what: str, log: StepLog) -> list[str]:
     print at once may share a line); every one must be there, with the expected sum."""
     found = {int(m.group(1)): m for m in _REDUCED.finditer(output)}
     if len(found) != ranks or any(m.group(3) != m.group(4) for m in found.values()):
-        raise ImageError(f"{what}: expected {ranks} all-reduce report(s) with the right sum, got {len(found)}", fix=f"read {log.path}")
-    return [f"all-reduce over gloo: rank {m.group(1)} of {m.group(2)}: sum {m.group(3)} (expected {m.group(4)})" for _, m in sorted(found.items())]
+        raise ImageError(
+            f"{what}: expected {ranks} all-reduce report(s) with the right sum, got {len(found)}",
+            fix=f"read {log.path}",
+        )
+    return [
+        f"all-reduce over gloo: rank {m.group(1)} of {m.group(2)}: sum {m.group(3)} (expected {m.group(4)})"
+        for _, m in sorted(found.items())
+    ]
 
 
 def _line(output: str, start: str) -> str:
-    return next((line.strip() for line in output.splitlines() if line.strip().startswith(start)), output.strip().splitlines()[-1] if output.strip() else "")
+    return next(
+        (line.strip() for line in output.splitlines() if line.strip().startswith(start)),
+        output.strip().splitlines()[-1] if output.strip() else "",
+    )
 
 
 def _other_version(torch: str) -> str:

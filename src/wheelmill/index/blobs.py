@@ -78,7 +78,8 @@ class Usage:
         saved = self.listed_bytes - self.stored_bytes
         return (
             f"{self.channels} channel(s) list {self.listed_files} files, {format_size(self.listed_bytes)}; "
-            f"stored once: {self.stored_files} files, {format_size(self.stored_bytes)}" + (f" ({format_size(saved)} saved by sharing)" if saved > 0 else "")
+            f"stored once: {self.stored_files} files, {format_size(self.stored_bytes)}"
+            + (f" ({format_size(saved)} saved by sharing)" if saved > 0 else "")
         )
 
 

@@ -90,7 +90,14 @@ class Closure:
 
     def facts(self) -> dict[str, Any]:
         mirror_bytes = _bytes(self.to_mirror)
-        return {"closure": {"lock": str(self.path), "wheels": len(self.wheels), "built": sorted(self.built), "mirror_bytes": mirror_bytes}}
+        return {
+            "closure": {
+                "lock": str(self.path),
+                "wheels": len(self.wheels),
+                "built": sorted(self.built),
+                "mirror_bytes": mirror_bytes,
+            }
+        }
 
     def describe(self) -> str:
         size = _bytes(self.to_mirror)
@@ -127,7 +134,9 @@ def inputs_of_report(layout: CellLayout, *, index: Path, glibc: str, toolkit: tu
         built = load_report(report)
         torch, args = built.torch, built.package_source_args
     except FileNotFoundError:
-        raise PrecheckError(f"{report}: no report: the cell was not built here", fix="build it first: wheelmill build --cell <cell>") from None
+        raise PrecheckError(
+            f"{report}: no report: the cell was not built here", fix="build it first: wheelmill build --cell <cell>"
+        ) from None
     except (OSError, ReportError, KeyError, TypeError) as exc:
         raise PrecheckError(f"{report}: not a report of a built cell ({exc})", fix="build the cell again") from None
     wheels = [r.wheel for r in built.recipes if r.delivered and r.wheel is not None]
@@ -137,7 +146,10 @@ def inputs_of_report(layout: CellLayout, *, index: Path, glibc: str, toolkit: tu
     for wheel in wheels:
         path = found_beside(layout, wheel)
         if path is None:
-            raise PrecheckError(f"{report}: {layout.dist / wheel.name} is gone or not the wheel the report describes", fix="build the cell again")
+            raise PrecheckError(
+                f"{report}: {layout.dist / wheel.name} is gone or not the wheel the report describes",
+                fix="build the cell again",
+            )
         paths.append(path)
     return ClosureInputs(
         cell=built.cell,
@@ -161,7 +173,11 @@ def platform_of(glibc: str, wheels: Iterable[Path]) -> str:
     'x86_64-manylinux_2_28'
     """
     needs = [oldest_glibc([glibc + "_x86_64"]) or (2, 17)]
-    needs += [found for wheel in wheels if (found := oldest_glibc(tag.platform for tag in parse_wheel_filename(wheel.name)[3]))]
+    needs += [
+        found
+        for wheel in wheels
+        if (found := oldest_glibc(tag.platform for tag in parse_wheel_filename(wheel.name)[3]))
+    ]
     major, minor = max(needs)
     return f"x86_64-manylinux_{major}_{minor}"
 
@@ -229,7 +245,9 @@ def resolve(inputs: ClosureInputs, *, backend: EnvBackend, log: StepLog, work: P
             fix="every dependency must have a wheel for this Python and platform in the package sources",
         ) from None
     built_projects = sorted({str(parse_wheel_filename(f)[0]) for f in built})
-    header = f"# wheelmill runtime closure of {inputs.cell}: {', '.join(pins)}; target {target.python} {target.platform}\n"
+    header = (
+        f"# wheelmill runtime closure of {inputs.cell}: {', '.join(pins)}; target {target.python} {target.platform}\n"
+    )
     text = resolved.read_text(encoding="utf-8")
     write_atomic(lock, (header + _BUILT_LINE + ", ".join(built_projects) + "\n" + text).encode())
     closure = read(lock)
@@ -243,7 +261,9 @@ def read(lock: Path) -> Closure:
         text = lock.read_text(encoding="utf-8")
         data = tomllib.loads(text)
     except (OSError, ValueError) as exc:
-        raise EnvError(f"{lock}: not a readable lock ({exc})", fix="resolve it again: wheelmill mirror --cell <cell>") from None
+        raise EnvError(
+            f"{lock}: not a readable lock ({exc})", fix="resolve it again: wheelmill mirror --cell <cell>"
+        ) from None
     built_line = next((line for line in text.splitlines() if line.startswith(_BUILT_LINE)), _BUILT_LINE)
     built = frozenset(p.strip() for p in built_line.removeprefix(_BUILT_LINE).split(",") if p.strip())
     # uv resolved for the cell's one target: every package in it applies there.
@@ -255,7 +275,10 @@ def _wheels(lock: Path, package: dict[str, Any]) -> list[LockedWheel]:
     name = str(package.get("name", "?"))
     wheels = package.get("wheels") or []
     if not wheels:
-        raise EnvError(f"{lock}: {name} has no wheel in the lock (an sdist is never mirrored)", fix=f"make a wheel of {name} available in the package sources")
+        raise EnvError(
+            f"{lock}: {name} has no wheel in the lock (an sdist is never mirrored)",
+            fix=f"make a wheel of {name} available in the package sources",
+        )
     out = []
     for wheel in wheels:
         url, sha256 = str(wheel.get("url", "")), str(wheel.get("hashes", {}).get("sha256", ""))
@@ -263,7 +286,9 @@ def _wheels(lock: Path, package: dict[str, Any]) -> list[LockedWheel]:
         try:
             project, version, *_ = parse_wheel_filename(filename)
         except InvalidWheelFilename:
-            raise EnvError(f"{lock}: {name}: {filename!r} is not a wheel's name", fix="resolve the closure again") from None
+            raise EnvError(
+                f"{lock}: {name}: {filename!r} is not a wheel's name", fix="resolve the closure again"
+            ) from None
         if not re.fullmatch(r"[0-9a-f]{64}", sha256):
             raise EnvError(f"{lock}: {filename} has no sha256", fix="resolve the closure again")
         uploaded = wheel.get("upload-time")
@@ -310,7 +335,10 @@ def mirror(
         if wheel.sha256 not in missing:
             log.note(f"[{number}/{len(wanted)}] {wheel.filename}: in the store already")
             continue
-        on_line(f"mirror [{number}/{len(wanted)}] {wheel.filename}" + (f" ({format_size(wheel.size)})" if wheel.size else ""))
+        on_line(
+            f"mirror [{number}/{len(wanted)}] {wheel.filename}"
+            + (f" ({format_size(wheel.size)})" if wheel.size else "")
+        )
         _fetch(wheel, blobs, sources=sources, policy=policy, log=log, digests=digests)
         fetched += blobs.path_of(wheel.sha256).stat().st_size
         missing.discard(wheel.sha256)  # the same bytes under two names: stored once
@@ -341,7 +369,15 @@ def _built_in(channel: Channel, project: str) -> bool:
     return found is not None and any(f.built for f in found.files)
 
 
-def _fetch(wheel: LockedWheel, blobs: Blobs, *, sources: PackageSources, policy: RetryPolicy, log: StepLog, digests: Mapping[Path, str]) -> None:
+def _fetch(
+    wheel: LockedWheel,
+    blobs: Blobs,
+    *,
+    sources: PackageSources,
+    policy: RetryPolicy,
+    log: StepLog,
+    digests: Mapping[Path, str],
+) -> None:
     shown = _without_credentials(wheel.url)
     local = _local_file(wheel.url)
     if local is not None:
@@ -349,7 +385,13 @@ def _fetch(wheel: LockedWheel, blobs: Blobs, *, sources: PackageSources, policy:
         return
 
     def attempt(_number: int) -> Path:
-        return download(wheel.url, blobs.path_of(wheel.sha256), sha256=wheel.sha256, auth=_auth_for(wheel.url, sources), tmp_dir=blobs.incoming)
+        return download(
+            wheel.url,
+            blobs.path_of(wheel.sha256),
+            sha256=wheel.sha256,
+            auth=_auth_for(wheel.url, sources),
+            tmp_dir=blobs.incoming,
+        )
 
     def on_retry(attempt: int, error: Exception, pause: float) -> None:
         log.note(f"{wheel.filename}: attempt {attempt} failed: {error}; retrying in {pause:.1f}s")
@@ -363,7 +405,9 @@ def _fetch(wheel: LockedWheel, blobs: Blobs, *, sources: PackageSources, policy:
             fix="check the package sources and the network (WHEELMILL_RETRIES sets the attempts); the channel is unchanged",
         ) from None
     except IntegrityError as exc:
-        raise IntegrityError(f"mirror: {wheel.filename}: {exc.message}", fix=f"{exc.fix}; the channel is unchanged") from None
+        raise IntegrityError(
+            f"mirror: {wheel.filename}: {exc.message}", fix=f"{exc.fix}; the channel is unchanged"
+        ) from None
     log.note(f"{wheel.filename}: downloaded from {shown}, sha256 {wheel.sha256} as locked")
 
 
@@ -384,7 +428,10 @@ def _link_local(wheel: LockedWheel, source: Path, blobs: Blobs, log: StepLog, *,
     place would change the stored bytes too; ``wheelmill index verify`` finds that, and
     package sources replace files, not rewrite them."""
     if not source.is_file():
-        raise FetchError(f"mirror: {source}: no such file (the lock's URL for {wheel.filename})", fix="check the package sources, then lock again")
+        raise FetchError(
+            f"mirror: {source}: no such file (the lock's URL for {wheel.filename})",
+            fix="check the package sources, then lock again",
+        )
     actual = digest or sha256_of(source)
     if actual != wheel.sha256:
         raise IntegrityError(
@@ -393,7 +440,9 @@ def _link_local(wheel: LockedWheel, source: Path, blobs: Blobs, log: StepLog, *,
         )
     blobs.path_of(wheel.sha256).parent.mkdir(parents=True, exist_ok=True)
     write_all({blobs.path_of(wheel.sha256): Linked(source)}, tmp_dir=blobs.incoming)
-    log.note(f"{wheel.filename}: stored from {source} (linked where the file system allows), sha256 {wheel.sha256} as locked")
+    log.note(
+        f"{wheel.filename}: stored from {source} (linked where the file system allows), sha256 {wheel.sha256} as locked"
+    )
 
 
 def _publish(channel: Channel, blobs: Blobs, wheel: LockedWheel) -> Published:
@@ -407,7 +456,9 @@ def _publish(channel: Channel, blobs: Blobs, wheel: LockedWheel) -> Published:
         shutil.copyfile(blobs.path_of(wheel.sha256), staged)
     try:
         upload_time = wheel.upload_time or now_rfc3339()
-        return publish(channel, staged, upload_time=upload_time, mirrored_from=_without_credentials(wheel.url), sha256=wheel.sha256)
+        return publish(
+            channel, staged, upload_time=upload_time, mirrored_from=_without_credentials(wheel.url), sha256=wheel.sha256
+        )
     finally:
         staged.unlink(missing_ok=True)
 

@@ -27,7 +27,10 @@ def base_url(text: str) -> str:
     except ValueError:
         ok = False
     if not ok or '"' in text or any(ch.isspace() or not ch.isprintable() for ch in text):
-        raise UsageError(f"--url {text!r}: not an http(s) URL of one line", fix="give where the index is served, e.g. https://wheels.internal")
+        raise UsageError(
+            f"--url {text!r}: not an http(s) URL of one line",
+            fix="give where the index is served, e.g. https://wheels.internal",
+        )
     return text
 
 

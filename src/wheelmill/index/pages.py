@@ -176,7 +176,9 @@ def parse_root_json(text: str) -> list[str]:
 
 
 def root_html(names: Iterable[str]) -> str:
-    return _page("Simple index", [f'<a href="{urllib.parse.quote(n)}/">{html.escape(n)}</a><br>' for n in sorted(names)])
+    return _page(
+        "Simple index", [f'<a href="{urllib.parse.quote(n)}/">{html.escape(n)}</a><br>' for n in sorted(names)]
+    )
 
 
 def _page(title: str, body: Sequence[str]) -> str:

@@ -136,7 +136,9 @@ def record(root: Path, manifest: Manifest) -> Path:
                     fix="a version names one commit: tag a new version",
                 )
             known = {(f.channel, f.filename) for f in old.files}
-            manifest = replace(old, files=old.files + tuple(f for f in manifest.files if (f.channel, f.filename) not in known))
+            manifest = replace(
+                old, files=old.files + tuple(f for f in manifest.files if (f.channel, f.filename) not in known)
+            )
         write_atomic(directory / path.name, (json.dumps(manifest.as_dict(), indent=2) + "\n").encode())
     return path
 
@@ -147,10 +149,15 @@ def record_images(root: Path, track: Track, version: str, images: Sequence[Relea
     path = manifest_path(root, track, version)
     with _records_lock(root, track) as directory:
         if not path.is_file():
-            raise ReleaseError(f"{path}: no record of {track.value} {version}", fix="publish the release before its images")
+            raise ReleaseError(
+                f"{path}: no record of {track.value} {version}", fix="publish the release before its images"
+            )
         old = load_manifest(path)
         kept = tuple(i for i in old.images if (i.cell, i.kind) not in {(n.cell, n.kind) for n in images})
-        write_atomic(directory / path.name, (json.dumps(replace(old, images=kept + tuple(images)).as_dict(), indent=2) + "\n").encode())
+        write_atomic(
+            directory / path.name,
+            (json.dumps(replace(old, images=kept + tuple(images)).as_dict(), indent=2) + "\n").encode(),
+        )
     return path
 
 
@@ -173,7 +180,9 @@ def collect_built(output: Path, release: Release) -> list[BuiltWheel]:
         try:
             built = load_report(layout.report)
         except (OSError, ReportError) as exc:
-            raise ReleaseError(f"{layout.report}: not a report of a built cell ({exc})", fix=f"remove {layout.root} or build it again") from None
+            raise ReleaseError(
+                f"{layout.report}: not a report of a built cell ({exc})", fix=f"remove {layout.root} or build it again"
+            ) from None
         built_for = built.release
         if built_for is None:
             continue  # a plain build; not part of any release
@@ -183,10 +192,16 @@ def collect_built(output: Path, release: Release) -> list[BuiltWheel]:
                 fix=f"remove {layout.root} or rebuild it for this release",
             )
         if built.status is not Status.OK:
-            raise ReleaseError(f"{layout.root}: the cell's build {built.status}; a release publishes complete cells only", fix="fix and rebuild it")
+            raise ReleaseError(
+                f"{layout.root}: the cell's build {built.status}; a release publishes complete cells only",
+                fix="fix and rebuild it",
+            )
         wheels += [_built_wheel(layout, built, recipe) for recipe in built.recipes if recipe.wheel is not None]
     if not wheels:
-        raise ReleaseError(f"{output}: no wheels built for {release.version}", fix="build the cells first: wheelmill release ... --cell CELL --no-publish")
+        raise ReleaseError(
+            f"{output}: no wheels built for {release.version}",
+            fix="build the cells first: wheelmill release ... --cell CELL --no-publish",
+        )
     return wheels
 
 
@@ -195,18 +210,44 @@ def _built_wheel(layout: CellLayout, built: BuiltCell, recipe: RecipeRecord) -> 
     path = found_beside(layout, recipe.wheel)
     if path is None:
         missing = layout.dist / recipe.wheel.name
-        raise IntegrityError(f"{missing}: missing, or not the wheel its report.json describes (sha256)", fix="rebuild the cell; never edit dist/ by hand")
-    return BuiltWheel(cell=built.cell, channel=built.channel, recipe=recipe.name, rule=recipe.version_rule, path=path, sha256=recipe.wheel.sha256)
+        raise IntegrityError(
+            f"{missing}: missing, or not the wheel its report.json describes (sha256)",
+            fix="rebuild the cell; never edit dist/ by hand",
+        )
+    return BuiltWheel(
+        cell=built.cell,
+        channel=built.channel,
+        recipe=recipe.name,
+        rule=recipe.version_rule,
+        path=path,
+        sha256=recipe.wheel.sha256,
+    )
 
 
-def publish_release(root: Path, release: Release, wheels: Sequence[BuiltWheel], *, on_file: Callable[[Published], None]) -> Path:
+def publish_release(
+    root: Path, release: Release, wheels: Sequence[BuiltWheel], *, on_file: Callable[[Published], None]
+) -> Path:
     """Publish the built wheels into their channels, then record the release."""
     files = []
     for wheel in wheels:
         done = publish(Channel(root, wheel.channel), wheel.path)
         on_file(done)
-        files.append(ReleasedFile(channel=wheel.channel, cell=wheel.cell, recipe=wheel.recipe, filename=wheel.path.name, sha256=wheel.sha256, rule=wheel.rule))
-    return record(root, Manifest(version=release.version, track=release.track, commit=release.commit, tag=release.tag, files=tuple(files)))
+        files.append(
+            ReleasedFile(
+                channel=wheel.channel,
+                cell=wheel.cell,
+                recipe=wheel.recipe,
+                filename=wheel.path.name,
+                sha256=wheel.sha256,
+                rule=wheel.rule,
+            )
+        )
+    return record(
+        root,
+        Manifest(
+            version=release.version, track=release.track, commit=release.commit, tag=release.tag, files=tuple(files)
+        ),
+    )
 
 
 def source_release(root: Path, source: Track, version: str) -> Manifest:
@@ -219,24 +260,42 @@ def source_release(root: Path, source: Track, version: str) -> Manifest:
         final = Version(version)
     except InvalidVersion:
         raise ReleaseError(f"'{version}' is not a version", fix="give a version such as 2.4.0 or 2.4.0rc1") from None
-    candidates = [m for m in manifests(root, source) if Version(m.version).pre and Version(m.version).base_version == final.base_version]
+    candidates = [
+        m
+        for m in manifests(root, source)
+        if Version(m.version).pre and Version(m.version).base_version == final.base_version
+    ]
     if not candidates:
         known = ", ".join(m.version for m in manifests(root, source)) or "none"
         raise ReleaseError(
-            f"nothing to promote: no {source} release of {version} (there: {known})", fix=f"tag and publish a release candidate first (v{version}-rc1)"
+            f"nothing to promote: no {source} release of {version} (there: {known})",
+            fix=f"tag and publish a release candidate first (v{version}-rc1)",
         )
     return candidates[0]
 
 
-def promote(root: Path, source: Track, target: Track, version: str, *, tag: str | None = None, on_file: Callable[[Published], None]) -> Manifest:
+def promote(
+    root: Path,
+    source: Track,
+    target: Track,
+    version: str,
+    *,
+    tag: str | None = None,
+    on_file: Callable[[Published], None],
+) -> Manifest:
     """Copy a release's files from one track's channels to another's, re-verified; the
     repo's files get ``version`` stamped in when it differs from theirs."""
     if source == target:
-        raise ReleaseError(f"promote: --from and --to are both {source}", fix="promote between two tracks, e.g. --from test --to release")
+        raise ReleaseError(
+            f"promote: --from and --to are both {source}",
+            fix="promote between two tracks, e.g. --from test --to release",
+        )
     origin = source_release(root, source, version)
     # The repo's own projects, by their version in the origin; they get ``version`` instead.
     repo_files = [parse_wheel_filename(f.filename) for f in origin.files if f.rule is VersionRule.REPO]
-    renames: dict[str, str] = {} if version == origin.version else {canonicalize_name(name): str(v) for name, v, _build, _tags in repo_files}
+    renames: dict[str, str] = (
+        {} if version == origin.version else {canonicalize_name(name): str(v) for name, v, _build, _tags in repo_files}
+    )
     # Every file is checked before the first is published: a bad one promotes nothing.
     checked = [(entry, verified(root, entry)) for entry in origin.files]
     files = []
@@ -247,10 +306,19 @@ def promote(root: Path, source: Track, target: Track, version: str, *, tag: str 
                 wheel = restamp(wheel, Path(scratch), version=version, renames=renames)  # noqa: PLW2901 - the file to publish
             done = publish(channel, wheel)
             on_file(done)
-            files.append(replace(entry, channel=channel.name, filename=wheel.name, sha256=sha256_of(channel.files / wheel.name)))
+            files.append(
+                replace(entry, channel=channel.name, filename=wheel.name, sha256=sha256_of(channel.files / wheel.name))
+            )
     for pair in sorted({(entry.channel, file.channel) for entry, file in zip(origin.files, files, strict=True)}):
         promote_mirrored(Channel(root, pair[0]), Channel(root, pair[1]), on_file=on_file)
-    manifest = Manifest(version=version, track=target, commit=origin.commit, tag=tag, files=tuple(files), promoted_from=f"{source}/{origin.version}")
+    manifest = Manifest(
+        version=version,
+        track=target,
+        commit=origin.commit,
+        tag=tag,
+        files=tuple(files),
+        promoted_from=f"{source}/{origin.version}",
+    )
     record(root, manifest)
     return manifest
 
@@ -262,7 +330,15 @@ def promote_mirrored(source: Channel, target: Channel, *, on_file: Callable[[Pub
     for project in source.projects():
         for entry in project.files:
             if not entry.built and entry.yanked is None:
-                on_file(publish(target, source.files / entry.filename, upload_time=entry.upload_time, mirrored_from=entry.mirrored_from, sha256=entry.sha256))
+                on_file(
+                    publish(
+                        target,
+                        source.files / entry.filename,
+                        upload_time=entry.upload_time,
+                        mirrored_from=entry.mirrored_from,
+                        sha256=entry.sha256,
+                    )
+                )
 
 
 def verified(root: Path, entry: ReleasedFile) -> Path:
@@ -282,7 +358,8 @@ def verified(root: Path, entry: ReleasedFile) -> Path:
         problems.append("its .metadata sidecar is missing or differs from the page's hash")
     if problems:
         raise IntegrityError(
-            f"{entry.channel}/{entry.filename}: {problems[0]}", fix="restore the channel from the index's storage; nothing was promoted from it"
+            f"{entry.channel}/{entry.filename}: {problems[0]}",
+            fix="restore the channel from the index's storage; nothing was promoted from it",
         )
     return path
 
@@ -304,7 +381,9 @@ def restamp(wheel: Path, scratch: Path, *, version: str, renames: Mapping[str, s
             pins[requirement.name] = f"{version}+{sibling_local}" if sibling_local else version
     out = rewrite_metadata(wheel, scratch, version=f"{version}{local}", pins=pins)
     if not same_payload(wheel, out):
-        raise IntegrityError(f"{wheel.name}: re-stamping changed more than its metadata", fix="report this; nothing was promoted")
+        raise IntegrityError(
+            f"{wheel.name}: re-stamping changed more than its metadata", fix="report this; nothing was promoted"
+        )
     return out
 
 
@@ -313,7 +392,11 @@ def same_payload(a: Path, b: Path) -> bool:
 
     def payload(path: Path) -> set[tuple[str, int, int]]:
         with zipfile.ZipFile(path) as zf:
-            return {(i.filename, i.file_size, i.CRC) for i in zf.infolist() if not i.filename.split("/", 1)[0].endswith(".dist-info")}
+            return {
+                (i.filename, i.file_size, i.CRC)
+                for i in zf.infolist()
+                if not i.filename.split("/", 1)[0].endswith(".dist-info")
+            }
 
     return payload(a) == payload(b)
 

@@ -51,7 +51,12 @@ class Remote:
         """From the command line's URLs; credentials in a URL win over the settings'."""
         bare, username, password = split_credentials(url)
         check = split_credentials(check_url)[0] if check_url else bare.rstrip("/") + "/simple/"
-        return cls(url=bare, check_url=check, username=username or settings.publish_username, password=password or settings.publish_password)
+        return cls(
+            url=bare,
+            check_url=check,
+            username=username or settings.publish_username,
+            password=password or settings.publish_password,
+        )
 
     def environment(self) -> dict[str, str]:
         """The credentials as uv reads them: from its environment, never its command line."""
@@ -76,7 +81,10 @@ def remote_sha256(remote: Remote, wheel: Path) -> str | None:
     for file in project_files(remote.check_url, read_wheel(wheel).name, auth=remote.auth):
         if file.filename == wheel.name:
             if not file.sha256:
-                raise PublishError(f"{remote.check_url}: {wheel.name} is listed without a sha256", fix="configure the index to publish sha256 hashes")
+                raise PublishError(
+                    f"{remote.check_url}: {wheel.name} is listed without a sha256",
+                    fix="configure the index to publish sha256 hashes",
+                )
             return file.sha256
     return None
 
@@ -111,13 +119,24 @@ def upload(
         return with_retries(attempt, policy=policy, on_retry=on_retry)
     except TransientError as exc:
         fix = "check the index and the network; WHEELMILL_RETRIES sets the attempts"
-        raise PublishError(f"{remote.url}: gave up on {wheel.name} after {policy.attempts} attempts: {exc}", fix=fix) from None
+        raise PublishError(
+            f"{remote.url}: gave up on {wheel.name} after {policy.attempts} attempts: {exc}", fix=fix
+        ) from None
 
 
 def _uv_publish(remote: Remote, wheel: Path, *, runner: Runner, log: StepLog) -> None:
     # uv's own retries off: this module's retry policy is the one that counts attempts.
     env = base_environment([], {"UV_NO_PROGRESS": "1", "UV_HTTP_RETRIES": "0", **remote.environment()})
-    argv = [uv_bin(), "publish", "--no-config", "--publish-url", remote.url, "--check-url", remote.check_url, str(wheel)]
+    argv = [
+        uv_bin(),
+        "publish",
+        "--no-config",
+        "--publish-url",
+        remote.url,
+        "--check-url",
+        remote.check_url,
+        str(wheel),
+    ]
     try:
         runner.run(argv, env=env, log=log)
     except CommandFailed as failed:
@@ -132,7 +151,11 @@ def _refused(remote: Remote, name: str) -> PublishError | None:
     the upload, and uv then sees a broken pipe, not the status: ask the index once more,
     without the file, so a refusal is told as one and not retried."""
     status = upload_refusal(remote.url, remote.auth)
-    return None if status is None else PublishError(f"{remote.url}: the index refused the upload of {name}: {status}", fix=CREDENTIALS_FIX)
+    return (
+        None
+        if status is None
+        else PublishError(f"{remote.url}: the index refused the upload of {name}: {status}", fix=CREDENTIALS_FIX)
+    )
 
 
 def upload_failure(remote: Remote, name: str, failed: CommandFailed) -> PublishError | TransientError:

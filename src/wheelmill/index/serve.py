@@ -156,7 +156,9 @@ class IndexHandler(BaseHTTPRequestHandler):
     def _simple(self, directory: Path, fmt: str | None, *, body: bool) -> None:
         chosen = negotiate(self.headers.get("Accept"), fmt)
         if chosen is None:
-            self._status(HTTPStatus.NOT_ACCEPTABLE, f"this index serves {', '.join(OFFERED)}", {"Vary": "Accept"}, body=body)
+            self._status(
+                HTTPStatus.NOT_ACCEPTABLE, f"this index serves {', '.join(OFFERED)}", {"Vary": "Accept"}, body=body
+            )
             return
         page = directory / ("index.json" if chosen == JSON_TYPE else "index.html")
         content_type = chosen if chosen != "text/html" else "text/html; charset=utf-8"
@@ -173,7 +175,12 @@ class IndexHandler(BaseHTTPRequestHandler):
         size = path.stat().st_size
         span = self._range(size)
         if span == "invalid":
-            self._status(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE, "range not satisfiable", {"Content-Range": f"bytes */{size}"}, body=body)
+            self._status(
+                HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE,
+                "range not satisfiable",
+                {"Content-Range": f"bytes */{size}"},
+                body=body,
+            )
             return
         partial = isinstance(span, tuple)
         start, end = span if isinstance(span, tuple) else (0, size - 1)
@@ -283,7 +290,9 @@ class IndexServer(ThreadingHTTPServer):
             self._open[host] += 0 if full else 1
         if full:
             with contextlib.suppress(OSError):
-                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                request.sendall(
+                    b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                )
             self.shutdown_request(request)
             return
         super().process_request(request, client_address)
@@ -297,11 +306,19 @@ class IndexServer(ThreadingHTTPServer):
 
     def handle_error(self, request: Any, client_address: Any) -> None:  # noqa: ARG002 - socketserver's signature
         error = sys.exc_info()[1]
-        print(f"wheelmill index serve: {client_address[0]}: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+        print(
+            f"wheelmill index serve: {client_address[0]}: {type(error).__name__}: {error}", file=sys.stderr, flush=True
+        )
 
 
 def make_server(
-    root: Path, host: str, port: int, access_log: IO[str] | None = None, *, idle_timeout: float = IDLE_TIMEOUT, per_client: int = PER_CLIENT
+    root: Path,
+    host: str,
+    port: int,
+    access_log: IO[str] | None = None,
+    *,
+    idle_timeout: float = IDLE_TIMEOUT,
+    per_client: int = PER_CLIENT,
 ) -> IndexServer:
     attributes = {"root": root.resolve(), "access_log": access_log, "timeout": idle_timeout}
     handler = type("BoundIndexHandler", (IndexHandler,), attributes)

@@ -78,7 +78,10 @@ def channel_names(root: Path) -> list[str]:
 
 def channel_dirs(root: Path) -> list[str]:
     """Every channel under ``root`` that anything was written to, with pages or not yet."""
-    found = [p.parent for p in (*root.glob("*/simple"), *root.glob("*/files"), *root.glob("*/*/simple"), *root.glob("*/*/files"))]
+    found = [
+        p.parent
+        for p in (*root.glob("*/simple"), *root.glob("*/files"), *root.glob("*/*/simple"), *root.glob("*/*/files"))
+    ]
     return sorted({str(p.relative_to(root)) for p in found if p.parent == root or p.parent.name in TRACK_DIRS})
 
 
@@ -88,7 +91,13 @@ def usage(root: Path) -> Usage:
     entries = [f for name in names for project in Channel(root, name).projects() for f in project.files]
     files = [p for name in names for p in (root / name / "files").glob("*.whl")]
     count, size = stored([*files, *Blobs(root).all()])
-    return Usage(channels=len(names), listed_files=len(entries), listed_bytes=sum(f.size for f in entries), stored_files=count, stored_bytes=size)
+    return Usage(
+        channels=len(names),
+        listed_files=len(entries),
+        listed_bytes=sum(f.size for f in entries),
+        stored_files=count,
+        stored_bytes=size,
+    )
 
 
 def now_rfc3339() -> str:
@@ -237,7 +246,10 @@ def _agreeing(wheel: Path) -> WheelInfo:
     """The wheel, read; the index refuses one whose METADATA names another project or version."""
     info = read_wheel(wheel)
     if canonicalize_name(info.metadata_name) != info.name or info.metadata_version != str(info.version):
-        raise IndexStoreError(f"{wheel}: its METADATA says {info.metadata_name} {info.metadata_version}", fix="the file name and the metadata must agree")
+        raise IndexStoreError(
+            f"{wheel}: its METADATA says {info.metadata_name} {info.metadata_version}",
+            fix="the file name and the metadata must agree",
+        )
     return info
 
 
@@ -250,7 +262,8 @@ def gpu_archs(info: WheelInfo) -> str | None:
         return ArchRecord.parse(info.arch_record).describe()
     except ValueError as exc:
         raise InvalidWheel(
-            f"{info.path}: {info.dist_info}/{ARCH_RECORD} is not a GPU arch record ({exc})", fix="rebuild it with wheelmill, whose stamp step writes that file"
+            f"{info.path}: {info.dist_info}/{ARCH_RECORD} is not a GPU arch record ({exc})",
+            fix="rebuild it with wheelmill, whose stamp step writes that file",
         ) from None
 
 
@@ -314,7 +327,13 @@ def publish(
         for gone in (f for f in replaced if f.filename != wheel.name):  # the page first: no page lists a missing file
             (channel.files / f"{gone.filename}.metadata").unlink(missing_ok=True)
             (channel.files / gone.filename).unlink(missing_ok=True)
-    return Published(channel=channel.name, project=info.name, filename=wheel.name, outcome=Outcome.ADDED, replaced=tuple(f.filename for f in replaced))
+    return Published(
+        channel=channel.name,
+        project=info.name,
+        filename=wheel.name,
+        outcome=Outcome.ADDED,
+        replaced=tuple(f.filename for f in replaced),
+    )
 
 
 def _add_key(channel: Channel, project: Project, listed: FileEntry, key: str) -> None:
@@ -342,14 +361,22 @@ def set_yanked(channel: Channel, project_name: str, version: str, reason: str | 
     try:
         wanted = Version(version)
     except InvalidVersion:
-        raise IndexStoreError(f"'{version}' is not a version", fix="give the version as the index lists it (`wheelmill index list`)") from None
+        raise IndexStoreError(
+            f"'{version}' is not a version", fix="give the version as the index lists it (`wheelmill index list`)"
+        ) from None
     with channel.lock():
         project = channel.project(project_name)
         if project is None:
-            raise IndexStoreError(f"{channel.name}: no project '{project_name}'", fix=f"`wheelmill index list --channel {channel.name}` shows what is there")
+            raise IndexStoreError(
+                f"{channel.name}: no project '{project_name}'",
+                fix=f"`wheelmill index list --channel {channel.name}` shows what is there",
+            )
         hits = [f for f in project.files if Version(f.version) == wanted]
         if not hits:
-            raise IndexStoreError(f"{channel.name}: {project.name} has no version {version}", fix=f"published versions: {', '.join(project.versions)}")
+            raise IndexStoreError(
+                f"{channel.name}: {project.name} has no version {version}",
+                fix=f"published versions: {', '.join(project.versions)}",
+            )
         files = tuple(replace(f, yanked=reason) if Version(f.version) == wanted else f for f in project.files)
         channel.update(replace(project, files=files))
     return [f.filename for f in hits]
@@ -386,7 +413,11 @@ def repair(channel: Channel) -> list[str]:
             channel.rewrite(project)
             said += [f"{project.name}: {note}" for note in [*how, *notes]]
         channel.list_projects()
-    listed = {f.filename for name in channel.project_names() for f in (channel.project(name) or Project(name=name, files=())).files}
+    listed = {
+        f.filename
+        for name in channel.project_names()
+        for f in (channel.project(name) or Project(name=name, files=())).files
+    }
     unlisted = sorted(p.name for p in channel.files.glob("*.whl") if p.name not in listed)
     said += [f"{name} is not listed (an interrupted publish): publish it again to list it" for name in unlisted]
     return said
@@ -403,7 +434,10 @@ def _recovered(channel: Channel, name: str) -> tuple[Project, list[str]]:
     if project is not None:
         return project, []
     try:
-        anchors, source = pages.links((channel.simple / name / "index.html").read_text(encoding="utf-8")), "its index.html"
+        anchors, source = (
+            pages.links((channel.simple / name / "index.html").read_text(encoding="utf-8")),
+            "its index.html",
+        )
     except (OSError, ValueError):
         wheels = [p for p in sorted(channel.files.glob("*.whl")) if canonicalize_name(p.name.split("-", 1)[0]) == name]
         anchors, source = [{"href": p.name} for p in wheels], "its files"
@@ -454,7 +488,20 @@ def _complete(channel: Channel, project: Project) -> tuple[Project, list[str]]:
         if not sidecar.is_file() or sidecar.read_bytes() != info.metadata:
             write_atomic(sidecar, info.metadata, tmp_dir=channel.tmp)
             notes.append(f"made the .metadata of {entry.filename} again")
-        metadata_sha256, requires_python = hashlib.sha256(info.metadata).hexdigest(), entry.requires_python or info.requires_python
-        archs = gpu_archs(info) if entry.built and entry.gpu_archs is None else entry.gpu_archs  # a listing rebuilt from its file
-        entries.append(replace(entry, metadata_sha256=metadata_sha256, requires_python=requires_python, size=path.stat().st_size, gpu_archs=archs))
+        metadata_sha256, requires_python = (
+            hashlib.sha256(info.metadata).hexdigest(),
+            entry.requires_python or info.requires_python,
+        )
+        archs = (
+            gpu_archs(info) if entry.built and entry.gpu_archs is None else entry.gpu_archs
+        )  # a listing rebuilt from its file
+        entries.append(
+            replace(
+                entry,
+                metadata_sha256=metadata_sha256,
+                requires_python=requires_python,
+                size=path.stat().st_size,
+                gpu_archs=archs,
+            )
+        )
     return replace(project, files=tuple(entries)), notes

@@ -47,7 +47,9 @@ def _anchors(page: Path) -> list[dict[str, str | None]] | None:
 
 
 def _root(channel: Channel, names: list[str]) -> Iterator[str]:
-    on_disk = sorted(p.name for p in channel.simple.iterdir() if (p / "index.json").is_file())  # a project has pages, or is none
+    on_disk = sorted(
+        p.name for p in channel.simple.iterdir() if (p / "index.json").is_file()
+    )  # a project has pages, or is none
     if sorted(names) != on_disk:
         yield f"{channel.name}: the project list {sorted(names)} differs from the project pages {on_disk}"
     anchors = _anchors(channel.simple / "index.html")
@@ -80,7 +82,9 @@ def _project(channel: Channel, name: str, *, hashes: bool) -> Iterator[str]:
         yield f"{channel.name}/{name}: versions {versions} do not match the files"
 
 
-def _file(channel: Channel, entry: pages.FileEntry, anchor: dict[str, str | None] | None, *, hashes: bool) -> Iterator[str]:
+def _file(
+    channel: Channel, entry: pages.FileEntry, anchor: dict[str, str | None] | None, *, hashes: bool
+) -> Iterator[str]:
     where = f"{channel.name}/{entry.filename}"
     path = channel.files / entry.filename
     sidecar = channel.files / f"{entry.filename}.metadata"

@@ -144,7 +144,9 @@ class ArchRecord:
         if not isinstance(cell, str):
             raise ValueError(f"cell {cell!r} is not a string")  # noqa: TRY004 - bad data, caught with bad JSON as ValueError
         if (family == Family.CPU) != (arch_list is None) or not isinstance(arch_list, str | None):
-            raise ValueError(f"arch_list {arch_list!r} does not fit family {family} (null for cpu, a list for cuda and rocm)")
+            raise ValueError(
+                f"arch_list {arch_list!r} does not fit family {family} (null for cpu, a list for cuda and rocm)"
+            )
         text = None if arch_list is None else _normalized(Family(family), arch_list)
         return cls(family=Family(family), arch_list=text, cell=cell)
 

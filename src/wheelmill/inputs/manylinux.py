@@ -27,7 +27,9 @@ class Policy:
 
 @cache
 def policies(arch: str) -> dict[str, Policy]:
-    raw: list[dict[str, Any]] = json.loads(resources.files("auditwheel").joinpath("policy/manylinux-policy.json").read_text())
+    raw: list[dict[str, Any]] = json.loads(
+        resources.files("auditwheel").joinpath("policy/manylinux-policy.json").read_text()
+    )
     out = {}
     for entry in raw:
         match = re.match(r"^manylinux_(\d+)_(\d+)$", entry["name"])
@@ -61,7 +63,9 @@ def oldest_glibc(platforms: Iterable[str]) -> tuple[int, int] | None:
     >>> oldest_glibc(["manylinux2014_x86_64", "manylinux_2_28_x86_64"]), oldest_glibc(["linux_x86_64"])
     ((2, 17), None)
     """
-    glibcs = [(int(m.group(1)), int(m.group(2))) for p in platforms if (m := MANYLINUX_TAG.match(normalize_platform(p)))]
+    glibcs = [
+        (int(m.group(1)), int(m.group(2))) for p in platforms if (m := MANYLINUX_TAG.match(normalize_platform(p)))
+    ]
     return min(glibcs) if glibcs else None
 
 

@@ -85,7 +85,10 @@ class Matrix:
                 f"variant {parent} has no slim variant '{name}'{did_you_mean(name, slims)}",
                 fix=f"{others}add the arch to variants.{parent}.slim in {self.path}, or build {parent} (its whole arch list)",
             )
-        return SelectionError(f"unknown variant '{name}'{did_you_mean(name, self.variants)}", fix=f"use one of: {', '.join(self.variants)}")
+        return SelectionError(
+            f"unknown variant '{name}'{did_you_mean(name, self.variants)}",
+            fix=f"use one of: {', '.join(self.variants)}",
+        )
 
     def select(self, patterns: Iterable[str]) -> tuple[Cell, ...]:
         """Cells whose id matches any glob; a pattern that matches nothing is an error."""
@@ -107,7 +110,14 @@ def github_matrix(cells: Iterable[Cell]) -> dict[str, list[dict[str, str]]]:
 
 def _entry(cell: Cell) -> dict[str, str]:
     v = cell.variant
-    entry = {"cell": cell.id, "variant": v.name, "python": cell.python, "family": v.family.value, "label": v.label, "channel": v.channel}
+    entry = {
+        "cell": cell.id,
+        "variant": v.name,
+        "python": cell.python,
+        "family": v.family.value,
+        "label": v.label,
+        "channel": v.channel,
+    }
     return {**entry, "slim-of": v.slim_of} if v.slim_of else entry
 
 
@@ -117,7 +127,15 @@ MATRIX_COLUMNS = ("variant", "slim of", "toolkit", "torch", "arch list", "channe
 def matrix_row(v: Variant, pythons: Sequence[str], *, code: Callable[[str], str] = str) -> list[str]:
     """A variant as a row under ``MATRIX_COLUMNS``, then one column per Python; ``code``
     marks up the arch list (Markdown's backticks)."""
-    head = [v.name, v.slim_of or "-", v.toolkit or "-", f"{v.torch}+{v.label}", code(v.arch_list) if v.arch_list else "-", v.channel, v.glibc]
+    head = [
+        v.name,
+        v.slim_of or "-",
+        v.toolkit or "-",
+        f"{v.torch}+{v.label}",
+        code(v.arch_list) if v.arch_list else "-",
+        v.channel,
+        v.glibc,
+    ]
     return head + ["yes" if p in v.pythons else "-" for p in pythons]
 
 
@@ -158,7 +176,10 @@ def _canary(ids: Sequence[str], variants: Mapping[str, Variant], *, file: Path) 
     known = [Cell(variant=v, python=p).id for v in variants.values() for p in v.pythons]
     for cell_id in ids:
         if cell_id not in known:
-            raise ConfigError(f"{file}: ci.canary: '{cell_id}' is not a supported cell", fix=f"use cell ids of this matrix{did_you_mean(cell_id, known)}")
+            raise ConfigError(
+                f"{file}: ci.canary: '{cell_id}' is not a supported cell",
+                fix=f"use cell ids of this matrix{did_you_mean(cell_id, known)}",
+            )
     return tuple(ids)
 
 
@@ -187,16 +208,25 @@ def slim_variants(parent: Variant) -> tuple[Variant, ...]:
     """A variant of its own for each slim arch: the parent with that one arch, published
     apart (its name, channel and wheel label carry the arch); the rest is the parent's."""
     tags = {arch: arch_tag(arch) for arch in parent.slim}
-    return tuple(replace(parent, name=f"{parent.name}-{tag}", arch_list=arch, slim=(), slim_of=parent.name, slim_tag=tag) for arch, tag in tags.items())
+    return tuple(
+        replace(parent, name=f"{parent.name}-{tag}", arch_list=arch, slim=(), slim_of=parent.name, slim_tag=tag)
+        for arch, tag in tags.items()
+    )
 
 
 def _check_variant(v: Variant, *, file: Path, pythons: tuple[str, ...]) -> None:
     where = f"{file}: variants.{v.name}"
     for python in v.pythons:
         if python not in pythons:
-            raise ConfigError(f"{where}.pythons: {python} is not in the top-level pythons", fix=f"add it there or use one of: {', '.join(pythons)}")
+            raise ConfigError(
+                f"{where}.pythons: {python} is not in the top-level pythons",
+                fix=f"add it there or use one of: {', '.join(pythons)}",
+            )
     if not v.name.startswith(v.family.value):
-        raise ConfigError(f"{where}.family: '{v.family}' does not match the variant name", fix=f"name {v.family} variants {v.family}...")
+        raise ConfigError(
+            f"{where}.family: '{v.family}' does not match the variant name",
+            fix=f"name {v.family} variants {v.family}...",
+        )
     known = policies("x86_64")
     if v.glibc not in known:
         raise ConfigError(
@@ -207,12 +237,17 @@ def _check_variant(v: Variant, *, file: Path, pythons: tuple[str, ...]) -> None:
         if v.toolkit or v.arch_list:
             raise ConfigError(f"{where}: a cpu variant has no toolkit or arch-list", fix="remove toolkit and arch-list")
         if v.slim:
-            raise ConfigError(f"{where}.slim: a cpu variant has no GPU arch to build alone", fix="remove slim (slim variants are for cuda and rocm variants)")
+            raise ConfigError(
+                f"{where}.slim: a cpu variant has no GPU arch to build alone",
+                fix="remove slim (slim variants are for cuda and rocm variants)",
+            )
         if v.label != "cpu":
             raise ConfigError(f"{where}.label: a cpu variant's label is 'cpu'", fix='set label = "cpu"')
         return
     if not v.toolkit or not v.arch_list:
-        raise ConfigError(f"{where}: a {v.family} variant needs toolkit and arch-list", fix="add both (see the other variants)")
+        raise ConfigError(
+            f"{where}: a {v.family} variant needs toolkit and arch-list", fix="add both (see the other variants)"
+        )
     _check_accelerator(v, where=where)
 
 
@@ -223,9 +258,14 @@ def _check_accelerator(v: Variant, *, where: str) -> None:
     expected_label = f"cu{major}{minor}" if v.family is Family.CUDA else f"rocm{major}.{minor}"
     expected_name = f"cuda{major}{minor}" if v.family is Family.CUDA else f"rocm{major}{minor}"
     if v.label != expected_label:
-        raise ConfigError(f"{where}.label: '{v.label}' does not match toolkit {v.toolkit}", fix=f'set label = "{expected_label}"')
+        raise ConfigError(
+            f"{where}.label: '{v.label}' does not match toolkit {v.toolkit}", fix=f'set label = "{expected_label}"'
+        )
     if v.name != expected_name:
-        raise ConfigError(f"{where}.toolkit: {v.toolkit} does not match the variant name", fix=f"name it {expected_name} or fix the toolkit version")
+        raise ConfigError(
+            f"{where}.toolkit: {v.toolkit} does not match the variant name",
+            fix=f"name it {expected_name} or fix the toolkit version",
+        )
     try:
         CudaArchs.parse(v.arch_list) if v.family is Family.CUDA else RocmArchs.parse(v.arch_list)
     except ValueError as exc:
@@ -235,7 +275,8 @@ def _check_accelerator(v: Variant, *, where: str) -> None:
         _, _, version = wheel.partition("==")
         if version.split(".")[:2] != [major, minor]:
             raise ConfigError(
-                f"{where}.toolkit-wheels: '{wheel}' is not of toolkit {major}.{minor}", fix=f"pin the {major}.{minor} release of each toolkit wheel (==X.Y.Z)"
+                f"{where}.toolkit-wheels: '{wheel}' is not of toolkit {major}.{minor}",
+                fix=f"pin the {major}.{minor} release of each toolkit wheel (==X.Y.Z)",
             )
 
 
@@ -249,7 +290,8 @@ def _check_slim(v: Variant, *, where: str) -> None:
     for index, arch in enumerate(v.slim):
         if arch.startswith("gfx") is not rocm:
             raise ConfigError(
-                f"{where}: '{arch}' is no {kind} arch, and {v.name} builds for {kind}", fix=f'list archs of its arch-list, e.g. slim = ["{listed[-1]}"]'
+                f"{where}: '{arch}' is no {kind} arch, and {v.name} builds for {kind}",
+                fix=f'list archs of its arch-list, e.g. slim = ["{listed[-1]}"]',
             )
         if arch in v.slim[:index]:
             raise ConfigError(f"{where}: {arch} listed more than once", fix="list each arch once")

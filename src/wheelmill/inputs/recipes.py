@@ -129,7 +129,8 @@ def load_recipe(file: Path) -> Recipe:
     validate(data, schema_path=file.parent / "schema" / SCHEMA, file=file)
     if data["name"] != file.stem:
         raise ConfigError(
-            f"{file}: name: '{data['name']}' differs from the file name", fix=f'rename the file to {data["name"]}.toml or set name = "{file.stem}"'
+            f"{file}: name: '{data['name']}' differs from the file name",
+            fix=f'rename the file to {data["name"]}.toml or set name = "{file.stem}"',
         )
     for index, override in enumerate(data.get("override", ())):
         _check_tables(override, file=file, where=f"override[{index}].")
@@ -158,12 +159,19 @@ def _source(raw: Mapping[str, Any], *, file: Path, where: str = "source") -> Sou
     kinds = [k for k in ("path", "sdist", "url", "git") if k in raw]
     if len(kinds) != 1:
         found = ", ".join(kinds) or "none"
-        raise ConfigError(f"{file}: {where}: give exactly one of path, sdist, url, git (found: {found})", fix="keep one source kind")
+        raise ConfigError(
+            f"{file}: {where}: give exactly one of path, sdist, url, git (found: {found})", fix="keep one source kind"
+        )
     kind = kinds[0]
     if kind in ("sdist", "url") and "sha256" not in raw:
-        raise ConfigError(f"{file}: {where}.sha256: a {kind} source needs its sha256", fix='add sha256 = "<64 hex digits>" (`pip hash FILE`)')
+        raise ConfigError(
+            f"{file}: {where}.sha256: a {kind} source needs its sha256",
+            fix='add sha256 = "<64 hex digits>" (`pip hash FILE`)',
+        )
     if kind == "git" and "rev" not in raw:
-        raise ConfigError(f"{file}: {where}.rev: a git source needs a pinned commit", fix='add rev = "<40-hex commit id>"')
+        raise ConfigError(
+            f"{file}: {where}.rev: a git source needs a pinned commit", fix='add rev = "<40-hex commit id>"'
+        )
     for key in ("rev", "submodules"):
         if kind != "git" and key in raw:
             raise ConfigError(f"{file}: {where}.{key}: only a git source takes {key}", fix=f"remove {key}")
@@ -173,7 +181,10 @@ def _source(raw: Mapping[str, Any], *, file: Path, where: str = "source") -> Sou
         case "path":
             path = (file.parent / raw["path"]).resolve()
             if not path.is_dir():
-                raise ConfigError(f"{file}: {where}.path: {path} is not a directory", fix="point it at the package's source directory, relative to the recipe")
+                raise ConfigError(
+                    f"{file}: {where}.path: {path} is not a directory",
+                    fix="point it at the package's source directory, relative to the recipe",
+                )
             return PathSource(path=path)
         case "sdist":
             project, version = raw["sdist"].split("==", 1)
@@ -190,7 +201,9 @@ def _patches(raw: Mapping[str, Any], *, file: Path, where: str) -> tuple[Path, .
     patches = tuple((file.parent / name).resolve() for name in raw.get("patches", ()))
     for patch in patches:
         if not patch.is_file():
-            raise ConfigError(f"{file}: {where}.patches: {patch} is not a file", fix="give patch files relative to the recipe file")
+            raise ConfigError(
+                f"{file}: {where}.patches: {patch} is not a file", fix="give patch files relative to the recipe file"
+            )
     return patches
 
 
@@ -260,14 +273,19 @@ def cell_dependencies(recipe: Recipe, built: Iterable[str]) -> tuple[str, ...]:
     that builds torch builds the rest against it (else against the variant's torch)."""
     chosen = set(built)
     after = (*recipe.after, TORCH) if recipe.name != TORCH else recipe.after
-    return (*recipe.depends_on, *dict.fromkeys(name for name in after if name in chosen and name not in recipe.depends_on))
+    return (
+        *recipe.depends_on,
+        *dict.fromkeys(name for name in after if name in chosen and name not in recipe.depends_on),
+    )
 
 
 def select(recipes: Mapping[str, Recipe], cell: Cell, names: Sequence[str]) -> tuple[str, ...]:
     """The recipes to build in ``cell``: the named ones (or all that apply) and their deps."""
     for name in names:
         if name not in recipes:
-            raise SelectionError(f"unknown recipe '{name}'{did_you_mean(name, recipes)}", fix=f"use one of: {', '.join(sorted(recipes))}")
+            raise SelectionError(
+                f"unknown recipe '{name}'{did_you_mean(name, recipes)}", fix=f"use one of: {', '.join(sorted(recipes))}"
+            )
         if not recipes[name].applies_to(cell):
             raise SelectionError(
                 f"recipe '{name}' is not built for cell {cell.id} (its cells: {', '.join(recipes[name].cells)})",
@@ -291,7 +309,9 @@ def check_cells(recipes: Mapping[str, Recipe], cells: Sequence[Cell]) -> None:
     ``base_id``, so one on a slim cell's own id matches nothing and is refused here."""
     ids = list(dict.fromkeys(c.base_id for c in cells))
     for recipe in recipes.values():
-        tables = [("cells", recipe.cells)] + [(f"override[{i}].cells", tuple(o["cells"])) for i, o in enumerate(recipe.overrides)]
+        tables = [("cells", recipe.cells)] + [
+            (f"override[{i}].cells", tuple(o["cells"])) for i, o in enumerate(recipe.overrides)
+        ]
         for key, globs in tables:
             if not any(fnmatch.fnmatchcase(cell, glob) for cell in ids for glob in globs):
                 raise ConfigError(
@@ -315,7 +335,9 @@ def resolve(recipe: Recipe, cell: Cell) -> ResolvedRecipe:
     for index, override in enumerate(recipe.overrides):
         if any(fnmatch.fnmatchcase(cell.base_id, glob) for glob in override["cells"]):
             tables = _merge(tables, {k: v for k, v in override.items() if k not in ("cells", "source")})
-            if "source" in override:  # a source is replaced whole: a commit of one tag with the URL of another is no source
+            if (
+                "source" in override
+            ):  # a source is replaced whole: a commit of one tag with the URL of another is no source
                 raw, where = override["source"], f"override[{index}].source"
                 source, subdir = _source(raw, file=recipe.file, where=where), raw.get("subdir")
                 patches = _patches(raw, file=recipe.file, where=where)

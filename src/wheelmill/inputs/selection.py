@@ -29,7 +29,9 @@ from wheelmill.inputs.variants import Cell, Family
 _DEFINITIONS = {"builder": tuple(Family), "manylinux": (Family.CPU, Family.CUDA), "rocm": (Family.ROCM,)}
 
 
-def affected_cells(matrix: Matrix, recipes: Mapping[str, Recipe], changed: Sequence[str], *, root: Path) -> tuple[Cell, ...]:
+def affected_cells(
+    matrix: Matrix, recipes: Mapping[str, Recipe], changed: Sequence[str], *, root: Path
+) -> tuple[Cell, ...]:
     """The cells, in matrix order, that the ``changed`` paths (relative to ``root``) affect;
     the canary cells when none is."""
     wanted = {cell.id for path in changed for cell in _affected_by(PurePosixPath(path.strip()), matrix, recipes, root)}
@@ -54,7 +56,10 @@ def _affected_by(path: PurePosixPath, matrix: Matrix, recipes: Mapping[str, Reci
         case ("containers", definition, *_) if definition in _DEFINITIONS:
             return tuple(c for c in _full(matrix) if c.variant.family in _DEFINITIONS[definition])
     absolute = root.resolve() / path
-    return _cells_of([r for r in recipes.values() if isinstance(r.source, PathSource) and absolute.is_relative_to(r.source.path)], matrix)
+    return _cells_of(
+        [r for r in recipes.values() if isinstance(r.source, PathSource) and absolute.is_relative_to(r.source.path)],
+        matrix,
+    )
 
 
 def _cells_of(chosen: Sequence[Recipe], matrix: Matrix) -> tuple[Cell, ...]:

@@ -81,9 +81,13 @@ class Variant:
             case Family.CPU:
                 return f"CPU, torch {self.torch}+{self.label}, {self.glibc}"
             case Family.CUDA:
-                return f"CUDA {self.toolkit}, torch {self.torch}+{self.label}, archs {self.arch_list}{slim}, {self.glibc}"
+                return (
+                    f"CUDA {self.toolkit}, torch {self.torch}+{self.label}, archs {self.arch_list}{slim}, {self.glibc}"
+                )
             case Family.ROCM:
-                return f"ROCm {self.toolkit}, torch {self.torch}+{self.label}, archs {self.arch_list}{slim}, {self.glibc}"
+                return (
+                    f"ROCm {self.toolkit}, torch {self.torch}+{self.label}, archs {self.arch_list}{slim}, {self.glibc}"
+                )
 
 
 @dataclass(frozen=True, kw_only=True)

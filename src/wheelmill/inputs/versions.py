@@ -104,26 +104,44 @@ def for_tag(state: GitState, name: str, *, preview: bool = False) -> Release:
     ``preview`` (a dry run) takes the tag as if made on HEAD now, and says what is off."""
     tag = parse_tag(name)
     if tag is None:
-        raise ReleaseError(f"tag {name}: not a release tag", fix="tag releases vX.Y.Z (a release) or vX.Y.Z-rcN (a release candidate), e.g. v2.4.0-rc1")
+        raise ReleaseError(
+            f"tag {name}: not a release tag",
+            fix="tag releases vX.Y.Z (a release) or vX.Y.Z-rcN (a release candidate), e.g. v2.4.0-rc1",
+        )
     problems = [p for p in (_tag_problem(state, name), _dirty_problem(state, f"release {name}")) if p is not None]
     if problems and not preview:
         raise problems[0]
     notes = tuple(p.one_line() for p in problems)
     if tag.rc is not None:
-        return Release(version=str(tag.version), track=Track.TEST, action=Action.BUILD, commit=state.commit, tag=name, notes=notes)
-    candidates = [t for t in _release_tags(state) if t.base == tag.base and t.rc is not None and state.tags[t.name] == state.commit]
+        return Release(
+            version=str(tag.version), track=Track.TEST, action=Action.BUILD, commit=state.commit, tag=name, notes=notes
+        )
+    candidates = [
+        t
+        for t in _release_tags(state)
+        if t.base == tag.base and t.rc is not None and state.tags[t.name] == state.commit
+    ]
     if candidates:
         rc = max(candidates, key=lambda t: t.rc or 0)
         return Release(
-            version=str(tag.version), track=Track.RELEASE, action=Action.PROMOTE, commit=state.commit, tag=name, promote_from=str(rc.version), notes=notes
+            version=str(tag.version),
+            track=Track.RELEASE,
+            action=Action.PROMOTE,
+            commit=state.commit,
+            tag=name,
+            promote_from=str(rc.version),
+            notes=notes,
         )
-    return Release(version=str(tag.version), track=Track.RELEASE, action=Action.BUILD, commit=state.commit, tag=name, notes=notes)
+    return Release(
+        version=str(tag.version), track=Track.RELEASE, action=Action.BUILD, commit=state.commit, tag=name, notes=notes
+    )
 
 
 def _tag_problem(state: GitState, name: str) -> ReleaseError | None:
     if name not in state.tags:
         return ReleaseError(
-            f"tag {name}: not in this repository (at or before HEAD)", fix=f"fetch the tags (git fetch --tags) or create it on HEAD: git tag {name}"
+            f"tag {name}: not in this repository (at or before HEAD)",
+            fix=f"fetch the tags (git fetch --tags) or create it on HEAD: git tag {name}",
         )
     if state.tags[name] != state.commit:
         return ReleaseError(
@@ -164,7 +182,10 @@ def _release_tags(state: GitState) -> list[ReleaseTag]:
 def _dirty_problem(state: GitState, what: str) -> ReleaseError | None:
     if not state.dirty:
         return None
-    return ReleaseError(f"{what}: the working tree has uncommitted changes", fix="commit or stash them; a published version must name exactly one commit")
+    return ReleaseError(
+        f"{what}: the working tree has uncommitted changes",
+        fix="commit or stash them; a published version must name exactly one commit",
+    )
 
 
 def stamp_version(rule: VersionRule, built: str, *, release: Release | None, label: str | None) -> str | None:

@@ -99,7 +99,10 @@ def choose(pins: Pins, variant: Variant, python: str, *, containers: Path, polic
 def _registry(pins: Pins, key: str, base: RegistryBase | None) -> Base:
     """The registry base; one not pinned by digest is planned, and refused when built."""
     if base is None:
-        raise ConfigError(f"{pins.file}: bases.{key}: missing", fix=f"add [bases.{key}] with image, tag and digest (see the other bases)")
+        raise ConfigError(
+            f"{pins.file}: bases.{key}: missing",
+            fix=f"add [bases.{key}] with image, tag and digest (see the other bases)",
+        )
     if not base.pinned:
         problem = f"{pins.file}: bases.{key}: not pinned by digest"
         return Base(
@@ -108,13 +111,18 @@ def _registry(pins: Pins, key: str, base: RegistryBase | None) -> Base:
             description=f"{base.image}:{base.tag} (not pinned by digest: the build stops here until it is)",
             unpinned=problem,
         )
-    return Base(kind=BaseKind.REGISTRY, reference=base.reference, description=f"{base.image}:{base.tag} ({base.digest[:19]}...)")
+    return Base(
+        kind=BaseKind.REGISTRY, reference=base.reference, description=f"{base.image}:{base.tag} ({base.digest[:19]}...)"
+    )
 
 
 def require_pinned(image: BuilderImage) -> None:
     """wheelmill builds FROM a registry base only by digest: a tag can change under it."""
     if image.base.unpinned:
-        raise ConfigError(image.base.unpinned, fix="run scripts/update_pins.py where the registry is reachable (or WHEELMILL_BASE=bootstrap for cpu/cuda)")
+        raise ConfigError(
+            image.base.unpinned,
+            fix="run scripts/update_pins.py where the registry is reachable (or WHEELMILL_BASE=bootstrap for cpu/cuda)",
+        )
 
 
 _APT_URI = re.compile(r"^(?:deb\s+(?:\[[^\]]*\]\s+)?|URIs:\s*)(\S+)", re.MULTILINE)
@@ -125,14 +133,21 @@ def debian_mirror(setting: str | None, apt_dir: Path = Path("/etc/apt")) -> str:
     apt uses."""
     if setting:
         return setting.rstrip("/")
-    files = [apt_dir / "sources.list", *sorted((apt_dir / "sources.list.d").glob("*.list")), *sorted((apt_dir / "sources.list.d").glob("*.sources"))]
+    files = [
+        apt_dir / "sources.list",
+        *sorted((apt_dir / "sources.list.d").glob("*.list")),
+        *sorted((apt_dir / "sources.list.d").glob("*.sources")),
+    ]
     for file in files:
         text = file.read_text(errors="replace") if file.is_file() else ""
         for uri in _APT_URI.findall(text):
             mirror = str(uri).rstrip("/")
             if mirror.endswith("/debian"):
                 return mirror
-    raise PrecheckError("no Debian mirror: none is configured for apt here", fix="set WHEELMILL_DEBIAN_MIRROR to a Debian mirror URL (ending in /debian)")
+    raise PrecheckError(
+        "no Debian mirror: none is configured for apt here",
+        fix="set WHEELMILL_DEBIAN_MIRROR to a Debian mirror URL (ending in /debian)",
+    )
 
 
 def image_id(engine: Engine, reference: str) -> str | None:
@@ -157,11 +172,17 @@ def bootstrap_base(engine: Engine, image: BuilderImage, *, mirror: str, work: Pa
     with tempfile.TemporaryDirectory(prefix="wheelmill-bootstrap-", dir=work) as tmp:
         rootfs, tarball = Path(tmp) / "rootfs", Path(tmp) / "rootfs.tar"
         try:
-            runner.run([debootstrap, f"--variant={image.base.bootstrap_variant}", str(image.base.suite), str(rootfs), mirror], env=env, log=log)
+            runner.run(
+                [debootstrap, f"--variant={image.base.bootstrap_variant}", str(image.base.suite), str(rootfs), mirror],
+                env=env,
+                log=log,
+            )
             runner.run(["tar", "-C", str(rootfs), "-cf", str(tarball), "."], env=env, log=log)
             runner.run(engine.import_rootfs(tarball=tarball, tag=image.base.reference), env=env, log=log)
         except CommandFailed as failed:
-            raise PrecheckError(f"bootstrapping {image.base.reference} failed: {failed.last_line()}", fix=f"read {failed.log}") from None
+            raise PrecheckError(
+                f"bootstrapping {image.base.reference} failed: {failed.last_line()}", fix=f"read {failed.log}"
+            ) from None
     identity = image_id(engine, image.base.reference)
     if identity is None:
         raise PrecheckError(f"{image.base.reference} was imported but cannot be inspected", fix=f"read {log.path}")
@@ -194,7 +215,9 @@ class Ready:
         return {"image": {"tag": self.tag, "id": self.image_id, "built": self.built, "base": self.base}}
 
 
-def ensure_image(engine: Engine, image: BuilderImage, *, mirror: str, work: Path, log: StepLog, on_line: Callable[[str], None]) -> Ready:
+def ensure_image(
+    engine: Engine, image: BuilderImage, *, mirror: str, work: Path, log: StepLog, on_line: Callable[[str], None]
+) -> Ready:
     """The builder image, reused when its tag exists, built (and its base bootstrapped) when not."""
     identity, bootstrapped = base_identity(engine, image, mirror=mirror, work=work, log=log)
     tag = image.tag(identity, mirror)
@@ -202,7 +225,12 @@ def ensure_image(engine: Engine, image: BuilderImage, *, mirror: str, work: Path
     if existing:
         log.note(f"reusing {tag} ({existing[:19]})")
         return Ready(tag=tag, image_id=existing, base=image.base.reference, built=False, bootstrapped=bootstrapped)
-    argv = engine.build(tag=tag, containerfile=image.containerfile, context=image.containerfile.parent, build_args=image.build_args(mirror))
+    argv = engine.build(
+        tag=tag,
+        containerfile=image.containerfile,
+        context=image.containerfile.parent,
+        build_args=image.build_args(mirror),
+    )
     try:
         HostRunner().run(argv, env=base_environment([]), log=log, on_line=on_line)
     except CommandFailed as failed:

@@ -19,7 +19,16 @@ from pathlib import Path
 
 from wheelmill.errors import CommandFailed, PrecheckError
 from wheelmill.machine.engine import Engine, Mount, left_behind
-from wheelmill.machine.process import Captured, CommandResult, HostRunner, StepLog, base_environment, capture, spawn, yields_now
+from wheelmill.machine.process import (
+    Captured,
+    CommandResult,
+    HostRunner,
+    StepLog,
+    base_environment,
+    capture,
+    spawn,
+    yields_now,
+)
 
 # A container's processes are scheduled by its cgroup's weight against the other
 # containers', which no nice value inside it changes: a cell that yields the cores to the one
@@ -77,14 +86,26 @@ class Container:
     def _start(self) -> None:
         mounts = [*self.mounts, *([self.stable] if self.stable else [])]
         shares = YIELDING_CPU_SHARES if yields_now() else None
-        argv = self.engine.run_detached(container=self.name, image=self.image, mounts=mounts, cell=self.cell, network=self.network, cpu_shares=shares)
+        argv = self.engine.run_detached(
+            container=self.name,
+            image=self.image,
+            mounts=mounts,
+            cell=self.cell,
+            network=self.network,
+            cpu_shares=shares,
+        )
         try:
             self._host.run(argv, env=base_environment([]), log=self.log)
         except CommandFailed as failed:
-            raise PrecheckError(f"{self.cell}: the container did not start: {failed.last_line()}", fix=f"read {failed.log}") from None
+            raise PrecheckError(
+                f"{self.cell}: the container did not start: {failed.last_line()}", fix=f"read {failed.log}"
+            ) from None
         pid = capture(self.engine.pid(self.name), timeout=60).stdout.strip()
         if not pid.isdigit() or pid == "0" or not Path(f"/proc/{pid}/root").exists():
-            raise PrecheckError(f"{self.cell}: the container started but is not running (pid {pid or 'none'})", fix=f"read {self.log.path}")
+            raise PrecheckError(
+                f"{self.cell}: the container started but is not running (pid {pid or 'none'})",
+                fix=f"read {self.log.path}",
+            )
         self._pid = int(pid)
 
     def stop(self) -> None:
@@ -105,16 +126,22 @@ class Container:
         log.note(f"in container {self.name}:")
         return self._host.run(outer, env=env, log=log, on_line=on_line, keep_output=keep_output)
 
-    def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], log: StepLog, output: Path) -> subprocess.Popen[str]:
+    def spawn(
+        self, argv: Sequence[str], *, env: Mapping[str, str], log: StepLog, output: Path
+    ) -> subprocess.Popen[str]:
         """The exec'd process runs on in the container; removing the container ends it, if
         nothing stopped it before."""
         outer = self.engine.exec(container=self.name, argv=[str(a) for a in argv], env_keys=_inside(env), workdir=None)
         log.note(f"in container {self.name}:")
         return spawn(outer, env=env, log=log, output=output)
 
-    def capture(self, argv: Sequence[str | Path], *, env: Mapping[str, str] | None = None, timeout: float = 60.0) -> Captured:
+    def capture(
+        self, argv: Sequence[str | Path], *, env: Mapping[str, str] | None = None, timeout: float = 60.0
+    ) -> Captured:
         environment = dict(env) if env is not None else base_environment([])
-        outer = self.engine.exec(container=self.name, argv=[str(a) for a in argv], env_keys=_inside(environment), workdir=None)
+        outer = self.engine.exec(
+            container=self.name, argv=[str(a) for a in argv], env_keys=_inside(environment), workdir=None
+        )
         return capture(outer, env=environment, timeout=timeout)
 
     def stable_path(self, path: Path) -> Path:

@@ -40,12 +40,31 @@ class Engine:
     name: EngineName
     binary: str
 
-    def run_detached(self, *, container: str, image: str, mounts: Sequence[Mount], cell: str, network: bool = True, cpu_shares: int | None = None) -> list[str]:
+    def run_detached(
+        self,
+        *,
+        container: str,
+        image: str,
+        mounts: Sequence[Mount],
+        cell: str,
+        network: bool = True,
+        cpu_shares: int | None = None,
+    ) -> list[str]:
         """A long-lived container of the cell; commands are exec'd into it, each with its own
         explicit environment. With ``network``, the host's (package downloads of the level-2
         env); without, none at all (builds). ``cpu_shares``: its weight against the other
         containers when the cores are busy (the engines' default is 1024)."""
-        argv = [self.binary, "run", "--detach", "--name", container, "--label", f"{LABEL}={cell}", "--network", "host" if network else "none"]
+        argv = [
+            self.binary,
+            "run",
+            "--detach",
+            "--name",
+            container,
+            "--label",
+            f"{LABEL}={cell}",
+            "--network",
+            "host" if network else "none",
+        ]
         argv += ["--cpu-shares", str(cpu_shares)] if cpu_shares is not None else []
         for mount in mounts:
             argv += ["--volume", mount.volume()]
@@ -66,7 +85,15 @@ class Engine:
         extra = ["--time", "0"] if self.name is EngineName.PODMAN else []
         return [self.binary, "rm", "--force", *extra, container]
 
-    def build(self, *, tag: str, containerfile: Path, context: Path, build_args: Mapping[str, str], labels: Mapping[str, str] | None = None) -> list[str]:
+    def build(
+        self,
+        *,
+        tag: str,
+        containerfile: Path,
+        context: Path,
+        build_args: Mapping[str, str],
+        labels: Mapping[str, str] | None = None,
+    ) -> list[str]:
         argv = [self.binary, "build", "--tag", tag, "--file", str(containerfile), "--network", "host"]
         for key in sorted(build_args):
             argv += ["--build-arg", f"{key}={build_args[key]}"]
@@ -87,7 +114,15 @@ class Engine:
     ) -> list[str]:
         """A one-off container that runs ``argv`` and is removed; ``network``: none, host,
         or an engine network (with a fixed ``ip`` on it)."""
-        out = [self.binary, "run", "--rm", "--network", network, *(["--name", name] if name else []), *(["--ip", ip] if ip else [])]
+        out = [
+            self.binary,
+            "run",
+            "--rm",
+            "--network",
+            network,
+            *(["--name", name] if name else []),
+            *(["--ip", ip] if ip else []),
+        ]
         for key in env_keys:
             out += ["--env", key]
         for mount in mounts:
@@ -101,7 +136,11 @@ class Engine:
         return [self.binary, "network", "ls", "--format", "{{.Name}}"]
 
     def network_remove(self, name: str) -> list[str]:
-        return [self.binary, "network", "rm", "--force", name] if self.name is EngineName.PODMAN else [self.binary, "network", "rm", name]
+        return (
+            [self.binary, "network", "rm", "--force", name]
+            if self.name is EngineName.PODMAN
+            else [self.binary, "network", "rm", name]
+        )
 
     def remove_image(self, tag: str) -> list[str]:
         return [self.binary, "rmi", "--force", tag]
@@ -116,7 +155,14 @@ class Engine:
         """Push ``reference``; podman writes the pushed digest to ``digest_file`` (docker's is
         read back with ``repo_digests``)."""
         if self.name is EngineName.PODMAN:
-            return [self.binary, "push", *(["--tls-verify=false"] if insecure else []), "--digestfile", str(digest_file), reference]
+            return [
+                self.binary,
+                "push",
+                *(["--tls-verify=false"] if insecure else []),
+                "--digestfile",
+                str(digest_file),
+                reference,
+            ]
         return [self.binary, "push", reference]
 
     def repo_digests(self, reference: str) -> list[str]:
@@ -168,7 +214,9 @@ Which = Callable[[str], str | None]
 Probe = Callable[[Sequence[str | Path]], Captured]
 
 
-def detect(choice: str, *, which: Which = shutil.which, probe: Probe | None = lambda argv: capture(argv, timeout=30)) -> Engine | None:
+def detect(
+    choice: str, *, which: Which = shutil.which, probe: Probe | None = lambda argv: capture(argv, timeout=30)
+) -> Engine | None:
     """The engine to use: ``auto`` takes podman, then docker, whichever answers; ``none``
     is the host. A named engine that does not answer is an error that says why. With no
     ``probe`` (a plan, which runs nothing) no engine is asked: ``auto`` takes the first
@@ -191,7 +239,12 @@ def detect(choice: str, *, which: Which = shutil.which, probe: Probe | None = la
         answer = probe([binary, "info", "--format", "{{.Host.OS}}" if name is EngineName.PODMAN else "{{.OSType}}"])
         if answer.returncode == 0:
             return Engine(name=name, binary=binary)
-        reasons.append(f"{name}: installed, but no engine answers ({(answer.stderr.strip().splitlines() or ['?'])[-1][:120]})")
+        reasons.append(
+            f"{name}: installed, but no engine answers ({(answer.stderr.strip().splitlines() or ['?'])[-1][:120]})"
+        )
     if choice == "auto":
         return None
-    raise PrecheckError(f"engine {choice}: {'; '.join(reasons)}", fix="start the engine (or run scripts/setup --system for podman), or use --engine none")
+    raise PrecheckError(
+        f"engine {choice}: {'; '.join(reasons)}",
+        fix="start the engine (or run scripts/setup --system for podman), or use --engine none",
+    )

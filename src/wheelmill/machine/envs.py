@@ -43,7 +43,9 @@ class Env:
 
     def activation(self, stable: Callable[[Path], Path] = lambda path: path) -> dict[str, str]:
         """What activating a conda env sets beyond PATH (build scripts look for CONDA_PREFIX)."""
-        return {"CONDA_PREFIX": str(stable(self.root)), "CONDA_DEFAULT_ENV": str(stable(self.root))} if self.conda else {}
+        return (
+            {"CONDA_PREFIX": str(stable(self.root)), "CONDA_DEFAULT_ENV": str(stable(self.root))} if self.conda else {}
+        )
 
     @property
     def python(self) -> Path:
@@ -91,7 +93,9 @@ def set_venv_home(env_root: Path, home: Path) -> None:
     """Point a venv's ``home`` at another name of its interpreter's directory."""
     config = env_root / "pyvenv.cfg"
     lines = config.read_text(encoding="utf-8").splitlines()
-    config.write_text("".join(f"home = {home}\n" if _is_home(line) else f"{line}\n" for line in lines), encoding="utf-8")
+    config.write_text(
+        "".join(f"home = {home}\n" if _is_home(line) else f"{line}\n" for line in lines), encoding="utf-8"
+    )
 
 
 def _is_home(line: str) -> bool:
@@ -121,7 +125,9 @@ def pinned_versions(lock_text: str) -> dict[str, str]:
 class EnvBackend(ABC):
     name: ClassVar[str]
 
-    def __init__(self, runner: Runner, *, cache_dir: Path | None = None, offline: bool = False, channels: Sequence[str] = ()) -> None:
+    def __init__(
+        self, runner: Runner, *, cache_dir: Path | None = None, offline: bool = False, channels: Sequence[str] = ()
+    ) -> None:
         self.runner = runner
         self.cache_dir = cache_dir  # None: the tool's default cache
         self.offline = offline  # where there is no network: local files and the cache only
@@ -145,7 +151,16 @@ class EnvBackend(ABC):
         ``fail_fast`` gives up on an unreachable index at once (for pre-checks)."""
 
     @abstractmethod
-    def lock_wheels(self, requirements: Path, lock: Path, *, target: Target, sources: PackageSources, log: StepLog, interpreter: Path | None = None) -> None:
+    def lock_wheels(
+        self,
+        requirements: Path,
+        lock: Path,
+        *,
+        target: Target,
+        sources: PackageSources,
+        log: StepLog,
+        interpreter: Path | None = None,
+    ) -> None:
         """Resolve ``requirements`` for ``target`` to wheels only, one per package, into
         ``lock``, a PEP 751 lock (``pylock.<name>.toml``) with each wheel's URL and sha256."""
 
@@ -159,7 +174,16 @@ class EnvBackend(ABC):
         """Make ``env`` hold exactly the locked packages, hashes verified."""
 
     @abstractmethod
-    def install(self, env: Env, args: Sequence[str], *, sources: PackageSources, log: StepLog, constraints: Path | None = None, deps: bool = True) -> None:
+    def install(
+        self,
+        env: Env,
+        args: Sequence[str],
+        *,
+        sources: PackageSources,
+        log: StepLog,
+        constraints: Path | None = None,
+        deps: bool = True,
+    ) -> None:
         """Add packages (requirements or wheel paths) to ``env``."""
 
 
@@ -197,16 +221,39 @@ class UvBackend(EnvBackend):
     ) -> dict[str, str]:
         platform = ["--python-version", target.python, "--python-platform", target.platform]
         platform += ["--python", str(interpreter)] if interpreter else []  # uv wants some interpreter to run
-        argv = self._uv("pip", "compile", requirements, "-o", lock, *platform, "--no-header", "--quiet", *sources.uv_args())
+        argv = self._uv(
+            "pip", "compile", requirements, "-o", lock, *platform, "--no-header", "--quiet", *sources.uv_args()
+        )
         argv += ["--generate-hashes"] if hashes else []
         argv += [] if deps else ["--no-deps"]
         self.runner.run(argv, env=self._env(fail_fast=fail_fast), log=log)
         return pinned_versions(lock.read_text(encoding="utf-8"))
 
-    def lock_wheels(self, requirements: Path, lock: Path, *, target: Target, sources: PackageSources, log: StepLog, interpreter: Path | None = None) -> None:
+    def lock_wheels(
+        self,
+        requirements: Path,
+        lock: Path,
+        *,
+        target: Target,
+        sources: PackageSources,
+        log: StepLog,
+        interpreter: Path | None = None,
+    ) -> None:
         platform = ["--python-version", target.python, "--python-platform", target.platform]
         platform += ["--python", str(interpreter)] if interpreter else []
-        argv = self._uv("pip", "compile", requirements, "-o", lock, "--format", "pylock.toml", "--only-binary", ":all:", *platform, "--quiet")
+        argv = self._uv(
+            "pip",
+            "compile",
+            requirements,
+            "-o",
+            lock,
+            "--format",
+            "pylock.toml",
+            "--only-binary",
+            ":all:",
+            *platform,
+            "--quiet",
+        )
         self.runner.run([*argv, *sources.uv_args()], env=self._env(), log=log)
 
     def create(self, root: Path, *, python: Path, log: StepLog, lock: Path | None = None) -> Env:  # noqa: ARG002 - a venv has no lock of its own
@@ -219,7 +266,16 @@ class UvBackend(EnvBackend):
         argv = self._uv("pip", "sync", "--python", env.python, "--require-hashes", *sources.uv_args(), lock)
         self.runner.run(argv, env=self._env(), log=log)
 
-    def install(self, env: Env, args: Sequence[str], *, sources: PackageSources, log: StepLog, constraints: Path | None = None, deps: bool = True) -> None:
+    def install(
+        self,
+        env: Env,
+        args: Sequence[str],
+        *,
+        sources: PackageSources,
+        log: StepLog,
+        constraints: Path | None = None,
+        deps: bool = True,
+    ) -> None:
         argv = self._uv("pip", "install", "--python", env.python, *sources.uv_args())
         argv += ["--constraint", str(constraints)] if constraints else []
         argv += [] if deps else ["--no-deps"]
@@ -243,7 +299,16 @@ class CondaBackend(UvBackend):
         # output is mounted there); its Python runs wherever it is, for uv and the builds.
         host = self.runner.host_path(root)
         channels = [arg for url in self.channels for arg in ("--channel", url)]
-        argv = wheelmill_command("conda", "create", host, "--lock", self.runner.host_path(lock), *channels, "--pkgs-dir", host.parent / "conda-pkgs")
+        argv = wheelmill_command(
+            "conda",
+            "create",
+            host,
+            "--lock",
+            self.runner.host_path(lock),
+            *channels,
+            "--pkgs-dir",
+            host.parent / "conda-pkgs",
+        )
         HostRunner().run(argv, env=base_environment([]), log=log)
         return Env(root=root, conda=True)
 
@@ -255,8 +320,12 @@ class CondaBackend(UvBackend):
         # packages (ninja, cmake) are left out of the uv lock's; the rest are installed as
         # locked, with their hashes, and nothing else (the lock is complete: no resolving).
         rest = lock.with_name(lock.stem + ".conda-rest.txt")
-        rest.write_text(without(lock.read_text(encoding="utf-8"), conda_names(self.runner.host_path(env.root))), encoding="utf-8")
-        argv = self._uv("pip", "install", "--python", env.python, "--require-hashes", "--no-deps", *sources.uv_args(), "-r", rest)
+        rest.write_text(
+            without(lock.read_text(encoding="utf-8"), conda_names(self.runner.host_path(env.root))), encoding="utf-8"
+        )
+        argv = self._uv(
+            "pip", "install", "--python", env.python, "--require-hashes", "--no-deps", *sources.uv_args(), "-r", rest
+        )
         self.runner.run(argv, env=self._env(), log=log)
 
 
@@ -294,11 +363,15 @@ def without(lock_text: str, names: set[str]) -> str:
 BACKENDS: Mapping[str, type[EnvBackend]] = {UvBackend.name: UvBackend, CondaBackend.name: CondaBackend}
 
 
-def backend(name: str, runner: Runner, *, cache_dir: Path | None = None, offline: bool = False, channels: Sequence[str] = ()) -> EnvBackend:
+def backend(
+    name: str, runner: Runner, *, cache_dir: Path | None = None, offline: bool = False, channels: Sequence[str] = ()
+) -> EnvBackend:
     try:
         return BACKENDS[name](runner, cache_dir=cache_dir, offline=offline, channels=channels)
     except KeyError:
-        raise ConfigError(f"environment: WHEELMILL_ENV_BACKEND={name!r} is not a backend", fix=f"use one of: {', '.join(BACKENDS)}") from None
+        raise ConfigError(
+            f"environment: WHEELMILL_ENV_BACKEND={name!r} is not a backend", fix=f"use one of: {', '.join(BACKENDS)}"
+        ) from None
 
 
 def constraints_from_lock(lock: Path, out: Path) -> Path:

@@ -26,7 +26,9 @@ def read_state(repo: Path) -> GitState:
     # Untracked files count: a build of a path recipe would pick them up.
     dirty = bool(git("status", "--porcelain", "--untracked-files=normal").strip())
     tags = {}
-    for line in git("for-each-ref", "--merged", "HEAD", "--format=%(refname:short) %(objectname) %(*objectname)", "refs/tags").splitlines():
+    for line in git(
+        "for-each-ref", "--merged", "HEAD", "--format=%(refname:short) %(objectname) %(*objectname)", "refs/tags"
+    ).splitlines():
         name, obj, *peeled = line.split()
         tags[name] = peeled[0] if peeled else obj  # an annotated tag points at its commit through the tag object
     return GitState(commit=commit, committed=committed, dirty=dirty, tags=tags)

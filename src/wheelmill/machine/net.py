@@ -62,7 +62,9 @@ class IndexFile:
     sha256: str | None
 
 
-def _open(url: str, *, accept: str | None = None, auth: tuple[str, str] | None = None, timeout: float = TIMEOUT) -> urllib.response.addinfourl:
+def _open(
+    url: str, *, accept: str | None = None, auth: tuple[str, str] | None = None, timeout: float = TIMEOUT
+) -> urllib.response.addinfourl:
     headers = {"User-Agent": "wheelmill"}
     if accept:
         headers["Accept"] = accept
@@ -74,7 +76,9 @@ def _open(url: str, *, accept: str | None = None, auth: tuple[str, str] | None =
     except urllib.error.HTTPError as exc:
         if exc.code in _TRANSIENT_STATUS:
             raise TransientError(f"{url}: HTTP {exc.code} {exc.reason}") from None
-        raise FetchError(f"{url}: HTTP {exc.code} {exc.reason}", fix="check the URL, or the project and version") from None
+        raise FetchError(
+            f"{url}: HTTP {exc.code} {exc.reason}", fix="check the URL, or the project and version"
+        ) from None
     except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
         reason = getattr(exc, "reason", exc)
         raise TransientError(f"{url}: {reason}") from None
@@ -127,7 +131,13 @@ def download(
     return dest
 
 
-def _copy_response(url: str, out: BinaryIO, digest: hashlib._Hash, on_progress: Callable[[int, int | None], None] | None, auth: tuple[str, str] | None) -> None:
+def _copy_response(
+    url: str,
+    out: BinaryIO,
+    digest: hashlib._Hash,
+    on_progress: Callable[[int, int | None], None] | None,
+    auth: tuple[str, str] | None,
+) -> None:
     with _open(url, auth=auth) as response:
         total = response.headers.get("Content-Length")
         size = int(total) if total and total.isdigit() else None
@@ -167,7 +177,9 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def project_files(location: str, project: str, *, flat: bool = False, auth: tuple[str, str] | None = None) -> list[IndexFile]:
+def project_files(
+    location: str, project: str, *, flat: bool = False, auth: tuple[str, str] | None = None
+) -> list[IndexFile]:
     """Files of ``project`` at an index (PEP 691 JSON or PEP 503 HTML) or, with ``flat``, a
     find-links location (a directory, or one page of links)."""
     name = canonicalize_name(project)
@@ -177,7 +189,9 @@ def project_files(location: str, project: str, *, flat: bool = False, auth: tupl
             page = (path / name / "index.html").as_uri()
             return _parse_html((path / name / "index.html").read_text(encoding="utf-8", errors="replace"), page)
         if path.is_dir():  # find-links directory
-            return [IndexFile(filename=p.name, url=p.as_uri(), sha256=None) for p in sorted(path.iterdir()) if p.is_file()]
+            return [
+                IndexFile(filename=p.name, url=p.as_uri(), sha256=None) for p in sorted(path.iterdir()) if p.is_file()
+            ]
         return []
     page = location if flat else location.rstrip("/") + f"/{name}/"
     try:
@@ -194,7 +208,10 @@ def project_files(location: str, project: str, *, flat: bool = False, auth: tupl
 def _parse_json(body: str, page: str) -> list[IndexFile]:
     data = json.loads(body)
     return [
-        IndexFile(filename=f["filename"], url=urllib.parse.urljoin(page, f["url"]), sha256=f.get("hashes", {}).get("sha256")) for f in data.get("files", [])
+        IndexFile(
+            filename=f["filename"], url=urllib.parse.urljoin(page, f["url"]), sha256=f.get("hashes", {}).get("sha256")
+        )
+        for f in data.get("files", [])
     ]
 
 

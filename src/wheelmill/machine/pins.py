@@ -84,7 +84,9 @@ def load_pins(file: Path) -> Pins:
             suites=dict(bootstrap.get("suites", {})),
             variant=bootstrap["variant"],
             pythons=pythons,
-            runtime_packages={suite: tuple(map(str, names)) for suite, names in data.get("runtime", {}).get("packages", {}).items()},
+            runtime_packages={
+                suite: tuple(map(str, names)) for suite, names in data.get("runtime", {}).get("packages", {}).items()
+            },
             runtime_glibc={suite: str(version) for suite, version in data.get("runtime", {}).get("glibc", {}).items()},
         )
     except KeyError as exc:
@@ -94,17 +96,26 @@ def load_pins(file: Path) -> Pins:
 def _base(key: str, raw: Mapping[str, Any], file: Path) -> RegistryBase:
     digest = str(raw.get("digest", ""))
     if digest and not _DIGEST.match(digest):
-        raise ConfigError(f"{file}: bases.{key}.digest: {digest!r} is not sha256:<64 hex>", fix='run scripts/update_pins.py, or set it to ""')
+        raise ConfigError(
+            f"{file}: bases.{key}.digest: {digest!r} is not sha256:<64 hex>",
+            fix='run scripts/update_pins.py, or set it to ""',
+        )
     return RegistryBase(key=key, image=str(raw["image"]), tag=str(raw["tag"]), digest=digest)
 
 
 def _python(version: str, raw: Mapping[str, Any], file: Path) -> PythonSource:
     key = f'{file}: pythons."{version}"'
     if not _SHA256.match(str(raw["sha256"])):
-        raise ConfigError(f"{key}.sha256: not 64 hex digits", fix="copy it from the suite's Sources index, or the release's published sha256")
+        raise ConfigError(
+            f"{key}.sha256: not 64 hex digits",
+            fix="copy it from the suite's Sources index, or the release's published sha256",
+        )
     path, url = str(raw.get("path", "")), str(raw.get("url", ""))
     if bool(path) == bool(url):
-        raise ConfigError(f"{key}: give exactly one of path (under the Debian mirror) and url", fix="keep path for a Debian pool tarball, url otherwise")
+        raise ConfigError(
+            f"{key}: give exactly one of path (under the Debian mirror) and url",
+            fix="keep path for a Debian pool tarball, url otherwise",
+        )
     if url and not url.startswith(("https://", "http://")):
         raise ConfigError(f"{key}.url: {url!r} is not an http(s) URL", fix="give the tarball's full URL")
     return PythonSource(version=version, path=path, url=url, sha256=str(raw["sha256"]))

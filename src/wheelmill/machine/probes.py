@@ -113,7 +113,12 @@ def parse(output: str) -> list[dict[str, Any]] | None:
                 data = json.loads(line[len(MARK) :])
             except ValueError:
                 return None
-            return data if isinstance(data, list) and all(isinstance(d, dict) and {"name", "ok", "detail"} <= d.keys() for d in data) else None
+            return (
+                data
+                if isinstance(data, list)
+                and all(isinstance(d, dict) and {"name", "ok", "detail"} <= d.keys() for d in data)
+                else None
+            )
     return None
 
 
@@ -136,7 +141,8 @@ def read_torch(env_root: Path) -> TorchInfo:
         Version(str(values.get("__version__")))
     except InvalidVersion:
         raise EnvError(
-            f"{found[0]}: __version__ is {values.get('__version__')!r}, not a version", fix="the env's torch is damaged or not torch: check the lock"
+            f"{found[0]}: __version__ is {values.get('__version__')!r}, not a version",
+            fix="the env's torch is damaged or not torch: check the lock",
         ) from None
     return TorchInfo(
         version=str(values.get("__version__", "")),
@@ -153,10 +159,18 @@ def _assignments(path: Path) -> dict[str, object]:
     try:
         tree = ast.parse(path.read_bytes(), filename=str(path))
     except (SyntaxError, ValueError, OSError) as exc:
-        raise EnvError(f"{path}: cannot be read as Python ({exc})", fix="the env's torch is damaged or not torch: check the lock") from None
+        raise EnvError(
+            f"{path}: cannot be read as Python ({exc})", fix="the env's torch is damaged or not torch: check the lock"
+        ) from None
     values: dict[str, object] = {}
     for node in tree.body:
-        target = node.targets[0] if isinstance(node, ast.Assign) else node.target if isinstance(node, ast.AnnAssign) else None
+        target = (
+            node.targets[0]
+            if isinstance(node, ast.Assign)
+            else node.target
+            if isinstance(node, ast.AnnAssign)
+            else None
+        )
         value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
         if isinstance(target, ast.Name) and isinstance(value, ast.Constant):
             values[target.id] = value.value

@@ -150,11 +150,15 @@ class Runner(Protocol):
         keep_output: bool = False,
     ) -> CommandResult: ...
 
-    def capture(self, argv: Sequence[str | Path], *, env: Mapping[str, str] | None = None, timeout: float = 60.0) -> Captured:
+    def capture(
+        self, argv: Sequence[str | Path], *, env: Mapping[str, str] | None = None, timeout: float = 60.0
+    ) -> Captured:
         """A quick query (a version, a listing), unlogged; never raises for its status."""
         ...
 
-    def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], log: StepLog, output: Path) -> subprocess.Popen[str]:
+    def spawn(
+        self, argv: Sequence[str], *, env: Mapping[str, str], log: StepLog, output: Path
+    ) -> subprocess.Popen[str]:
         """A long-running process (a server) left running: logged like a command, its
         output to a file of its own (it outlives the step's log); ``terminate`` stops it."""
         ...
@@ -226,7 +230,9 @@ def make_view(cell: Path, python: Path | None, *, netless: bool) -> View | str:
     machine gives none: the fixed directory cannot be made, or no mount namespace (with no
     network too, for ``netless``) can be started here."""
     view = View(cell=cell, python=python)
-    taken = [p for p in (cell, python) if p is not None and (p.is_relative_to(view.target) or view.target.is_relative_to(p))]
+    taken = [
+        p for p in (cell, python) if p is not None and (p.is_relative_to(view.target) or view.target.is_relative_to(p))
+    ]
     if taken:
         return f"{taken[0]} overlaps {view.target}"
     try:
@@ -259,7 +265,9 @@ class HostRunner:
         assert view is None or viewed is not None, "a view is made only where its namespace works (View.prefix)"
         self.prefix = viewed or tuple(netless)  # the command that starts one in its namespaces
 
-    def capture(self, argv: Sequence[str | Path], *, env: Mapping[str, str] | None = None, timeout: float = 60.0) -> Captured:
+    def capture(
+        self, argv: Sequence[str | Path], *, env: Mapping[str, str] | None = None, timeout: float = 60.0
+    ) -> Captured:
         return capture([*self.prefix, *argv], env=env, timeout=timeout)
 
     def host_path(self, path: Path) -> Path:
@@ -269,7 +277,9 @@ class HostRunner:
         # Without a view paths are what they are; the prefix maps name them in what is compiled.
         return self.view.stable(path) if self.view else path
 
-    def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], log: StepLog, output: Path) -> subprocess.Popen[str]:
+    def spawn(
+        self, argv: Sequence[str], *, env: Mapping[str, str], log: StepLog, output: Path
+    ) -> subprocess.Popen[str]:
         return spawn([*self.prefix, *argv], env=env, log=log, output=output)
 
     def run(
@@ -325,7 +335,15 @@ def spawn(argv: Sequence[str], *, env: Mapping[str, str], log: StepLog, output: 
     log.note(f"started in the background; its output goes to {output}")
     output.parent.mkdir(parents=True, exist_ok=True)
     with output.open("a", encoding="utf-8") as sink:  # the child keeps its own descriptor
-        return subprocess.Popen(list(argv), stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env), start_new_session=True, text=True)
+        return subprocess.Popen(
+            list(argv),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=dict(env),
+            start_new_session=True,
+            text=True,
+        )
 
 
 @contextlib.contextmanager
@@ -478,7 +496,13 @@ DEFAULT_SOURCE_DATE_EPOCH = "315532800"  # 1980-01-01, the earliest a zip can sa
 def wheelmill_command(*args: str | Path, recipes: Path | None = None) -> list[str]:
     """This wheelmill, as a child process: for work done apart from the calling process
     (py-rattler's threads may outlive a call, and a build's process must not carry them)."""
-    return [sys.executable, "-m", "wheelmill", *(["--recipes", str(recipes.resolve())] if recipes else []), *map(str, args)]
+    return [
+        sys.executable,
+        "-m",
+        "wheelmill",
+        *(["--recipes", str(recipes.resolve())] if recipes else []),
+        *map(str, args),
+    ]
 
 
 def base_environment(path: Sequence[Path | str], extra: Mapping[str, str] | None = None) -> dict[str, str]:

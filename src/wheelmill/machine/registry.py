@@ -67,12 +67,17 @@ def resolve_digest(image: str, tag: str, *, timeout: float = 30.0) -> str:
         return _head(url, token=None, timeout=timeout)
     except urllib.error.HTTPError as exc:
         if exc.code != 401:
-            raise FetchError(f"{image}:{tag}: HTTP {exc.code} from {name.registry}", fix="check the image name and tag") from None
+            raise FetchError(
+                f"{image}:{tag}: HTTP {exc.code} from {name.registry}", fix="check the image name and tag"
+            ) from None
         token = _token(exc.headers.get("WWW-Authenticate", ""), timeout=timeout)
     try:
         return _head(url, token=token, timeout=timeout)
     except urllib.error.HTTPError as exc:
-        raise FetchError(f"{image}:{tag}: HTTP {exc.code} from {name.registry}", fix="check the image name, the tag and access rights") from None
+        raise FetchError(
+            f"{image}:{tag}: HTTP {exc.code} from {name.registry}",
+            fix="check the image name, the tag and access rights",
+        ) from None
 
 
 def _head(url: str, *, token: str | None, timeout: float) -> str:
@@ -95,7 +100,9 @@ def _head(url: str, *, token: str | None, timeout: float) -> str:
 def _token(challenge: str, *, timeout: float) -> str:
     params = dict(_CHALLENGE.findall(challenge))
     if not challenge.lower().startswith("bearer") or "realm" not in params:
-        raise FetchError(f"unsupported registry authentication: {challenge!r}", fix="log in with the engine and pin by hand")
+        raise FetchError(
+            f"unsupported registry authentication: {challenge!r}", fix="log in with the engine and pin by hand"
+        )
     query = urllib.parse.urlencode({k: v for k, v in params.items() if k in ("service", "scope")})
     with urllib.request.urlopen(f"{params['realm']}?{query}", timeout=timeout) as response:  # noqa: S310
         data = json.loads(response.read())

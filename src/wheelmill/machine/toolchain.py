@@ -58,7 +58,9 @@ class NotFound:
 
 
 def _which(runner: Runner, name: str) -> Path | None:
-    result = runner.capture(["sh", "-c", f'command -v "{name}"'], env={"PATH": runner.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")})
+    result = runner.capture(
+        ["sh", "-c", f'command -v "{name}"'], env={"PATH": runner.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")}
+    )
     found = result.stdout.strip()
     return Path(found) if result.returncode == 0 and found.startswith("/") else None
 
@@ -82,7 +84,10 @@ def find_python(version: str, runner: Runner) -> Found | NotFound:
 
 def _python_candidates(version: str, runner: Runner) -> list[Path]:
     tag = version.replace(".", "")
-    fixed = [Path(f"/opt/python/{version}/bin/python{version}"), Path(f"/opt/python/cp{tag}-cp{tag}/bin/python{version}")]
+    fixed = [
+        Path(f"/opt/python/{version}/bin/python{version}"),
+        Path(f"/opt/python/cp{tag}-cp{tag}/bin/python{version}"),
+    ]
     pyenv_root = Path(runner.environ.get("PYENV_ROOT", f"{runner.environ.get('HOME', '/root')}/.pyenv"))
     pyenv = sorted(runner.host_path(pyenv_root / "versions").glob(f"{version}.*/bin/python{version}"), reverse=True)
     candidates = [p for p in fixed if runner.host_path(p).is_file()]
@@ -130,7 +135,9 @@ def find_env_toolkit(variant: Variant, env_root: Path, runner: Runner) -> Toolki
     """The toolkit pip's nvidia wheels put in an env (``site-packages/nvidia/cu13``)."""
     found = [nvcc for p in site_packages(runner.host_path(env_root)) for nvcc in sorted(p.glob("nvidia/cu*/bin/nvcc"))]
     roots = [env_root / p.relative_to(runner.host_path(env_root)).parent.parent for p in found]
-    return _find(variant, runner, roots or [env_root / "lib/python3.X/site-packages/nvidia/cuXX"], "nvcc", _NVCC_RELEASE)
+    return _find(
+        variant, runner, roots or [env_root / "lib/python3.X/site-packages/nvidia/cuXX"], "nvcc", _NVCC_RELEASE
+    )
 
 
 def _cuda_roots(variant: Variant, runner: Runner) -> list[Path]:
@@ -146,7 +153,9 @@ def _rocm_roots(variant: Variant, runner: Runner) -> list[Path]:
     return [Path(r) for r in dict.fromkeys(roots)]
 
 
-def _find(variant: Variant, runner: Runner, roots: Iterable[Path], compiler: str, pattern: re.Pattern[str]) -> Toolkit | NotFound:
+def _find(
+    variant: Variant, runner: Runner, roots: Iterable[Path], compiler: str, pattern: re.Pattern[str]
+) -> Toolkit | NotFound:
     looked = []
     for root in roots:
         exe = root / "bin" / compiler

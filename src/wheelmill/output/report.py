@@ -171,7 +171,9 @@ def _built_cell(data: Mapping[str, Any]) -> BuiltCell:
         channel=data["channel"],
         release=None
         if release is None
-        else ReleaseRecord(version=release["version"], track=Track(release["track"]), tag=release["tag"], commit=release["commit"]),
+        else ReleaseRecord(
+            version=release["version"], track=Track(release["track"]), tag=release["tag"], commit=release["commit"]
+        ),
         status=Status(data["status"]),
         exit_code=int(data["exit_code"]),
         started=data["started"],

@@ -71,11 +71,21 @@ class BuildKey:
 def build_keys(plan: CellPlan, builder: Mapping[str, Any]) -> dict[str, BuildKey]:
     """Every recipe's key in the plan's build order, so a dependency's comes before its
     dependents' and goes into theirs."""
-    shared = {"lock": lock_identity(plan), "builder": dict(builder), "variant": plain(plan.cell.variant), "wheelmill": wheelmill_identity()}
+    shared = {
+        "lock": lock_identity(plan),
+        "builder": dict(builder),
+        "variant": plain(plan.cell.variant),
+        "wheelmill": wheelmill_identity(),
+    }
     found: dict[str, BuildKey] = {}
     for spec in plan.recipes:
         dependencies = {name: found[name].digest for name in spec.depends_on}
-        inputs = {**shared, "source": source_identity(spec), "recipe": recipe_identity(spec), "dependencies": dependencies}
+        inputs = {
+            **shared,
+            "source": source_identity(spec),
+            "recipe": recipe_identity(spec),
+            "dependencies": dependencies,
+        }
         found[spec.name] = BuildKey(recipe=spec.name, inputs=inputs)
     return found
 
@@ -117,10 +127,18 @@ def image_identity(image: BuilderImage) -> dict[str, Any]:
     return {"definition": tree_hash(image.containerfile.parent), "base": plain(image.base), "python": python}
 
 
-def host_identity(*, compiler: tuple[str, str] | None, python: tuple[str, str] | None, toolkit: tuple[str, str] | None) -> dict[str, Any]:
+def host_identity(
+    *, compiler: tuple[str, str] | None, python: tuple[str, str] | None, toolkit: tuple[str, str] | None
+) -> dict[str, Any]:
     """This machine's toolchain, as (path, version) pairs, with its architecture and C
     library (whose version sets the wheel's platform tag)."""
-    return {"machine": platform.machine(), "libc": " ".join(platform.libc_ver()), "compiler": compiler, "python": python, "toolkit": toolkit}
+    return {
+        "machine": platform.machine(),
+        "libc": " ".join(platform.libc_ver()),
+        "compiler": compiler,
+        "python": python,
+        "toolkit": toolkit,
+    }
 
 
 def plain(value: object) -> Any:
@@ -169,5 +187,6 @@ def _identity(path: Path) -> str:
         return f"file {executable} {sha256_of(path)}"
     except OSError as exc:
         raise FetchError(
-            f"{path}: cannot be read to key the source ({exc.strerror or exc})", fix="make the source tree readable by this user, or remove the file"
+            f"{path}: cannot be read to key the source ({exc.strerror or exc})",
+            fix="make the source tree readable by this user, or remove the file",
         ) from None

@@ -46,7 +46,11 @@ class LockInputs:
 
     @property
     def digest(self) -> str:
-        data = {"python": self.target.python, "platform": self.target.platform, "requirements": sorted(self.requirements)}
+        data = {
+            "python": self.target.python,
+            "platform": self.target.platform,
+            "requirements": sorted(self.requirements),
+        }
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
     def header(self) -> str:
@@ -105,7 +109,9 @@ def locate_torch(
     candidates = [base] + ([base.with_torch_index(torch_index)] if torch_index else [])
     tried = []
     for sources in candidates:
-        version, reason = _locate(variant, sources, backend=backend, target=target, work=work, log=log, interpreter=interpreter)
+        version, reason = _locate(
+            variant, sources, backend=backend, target=target, work=work, log=log, interpreter=interpreter
+        )
         if version is None:
             tried.append(f"{sources.describe()} [{reason}]")
             continue
@@ -117,7 +123,14 @@ def locate_torch(
 
 
 def _locate(
-    variant: Variant, sources: PackageSources, *, backend: EnvBackend, target: Target, work: Path, log: StepLog, interpreter: Path | None
+    variant: Variant,
+    sources: PackageSources,
+    *,
+    backend: EnvBackend,
+    target: Target,
+    work: Path,
+    log: StepLog,
+    interpreter: Path | None,
 ) -> tuple[str | None, str]:
     """The torch version ``sources`` resolve to, or None and why not (a short reason)."""
     work.mkdir(parents=True, exist_ok=True)
@@ -125,7 +138,17 @@ def _locate(
     requirements.write_text(variant.torch_requirement + "\n", encoding="utf-8")
     out = work / "torch-probe.txt"
     try:
-        pins = backend.lock(requirements, out, target=target, sources=sources, log=log, hashes=False, deps=False, fail_fast=True, interpreter=interpreter)
+        pins = backend.lock(
+            requirements,
+            out,
+            target=target,
+            sources=sources,
+            log=log,
+            hashes=False,
+            deps=False,
+            fail_fast=True,
+            interpreter=interpreter,
+        )
     except CommandFailed as failed:
         kind = "unreachable" if is_transient("\n".join(failed.tail)) else "not found"
         return None, f"{kind}: {_reason(failed)}"
@@ -150,16 +173,30 @@ def write_lock(matrix: Matrix, recipes: Mapping[str, Recipe], cell: Cell, locks_
     with tempfile.TemporaryDirectory(prefix="wheelmill-lock-") as tmp:
         work = Path(tmp)
         with StepLog(work / "lock.log") as log:
-            found = locate_torch(cell.variant, torch_index, machine_sources(settings), backend=backend, target=lock_inputs.target, work=work, log=log)
+            found = locate_torch(
+                cell.variant,
+                torch_index,
+                machine_sources(settings),
+                backend=backend,
+                target=lock_inputs.target,
+                work=work,
+                log=log,
+            )
             if not isinstance(found, PackageSources):
-                raise PrecheckError(f"{cell.id}: {cell.variant.torch_requirement} is in none of: {' | '.join(found)}", fix="see `wheelmill build` pre-checks")
+                raise PrecheckError(
+                    f"{cell.id}: {cell.variant.torch_requirement} is in none of: {' | '.join(found)}",
+                    fix="see `wheelmill build` pre-checks",
+                )
             requirements = work / "requirements.in"
             requirements.write_text(requirements_text(lock_inputs.requirements), encoding="utf-8")
             resolved = work / "resolved.txt"
             try:
                 pins = backend.lock(requirements, resolved, target=lock_inputs.target, sources=found, log=log)
             except CommandFailed as failed:
-                raise EnvError(f"{cell.id}: cannot resolve the build env: {failed.last_line()}", fix="check the requirements in recipes/") from None
+                raise EnvError(
+                    f"{cell.id}: cannot resolve the build env: {failed.last_line()}",
+                    fix="check the requirements in recipes/",
+                ) from None
         target_file = path_of(locks_dir, lock_inputs.cell)
         write_atomic(target_file, (lock_inputs.header() + resolved.read_text(encoding="utf-8")).encode())
     return f"{target_file}: {len(pins)} packages, torch {pins.get('torch')}, inputs {lock_inputs.digest[:12]}..."

@@ -24,7 +24,17 @@ from wheelmill.planning.locks import LockInputs
 # PEP 517's build_wheel alone, through pypa/build: pip wheel asks the backend for the
 # wheel's metadata first, in a process of its own, and a setup.py that imports torch runs
 # twice (example-cpp-ops here: 19.6 s with pip wheel, 14.7 s with build).
-DEFAULT_BUILD = ("{python}", "-m", "build", "--wheel", "--no-isolation", "--skip-dependency-check", "--outdir", "{dist}", "{source}")
+DEFAULT_BUILD = (
+    "{python}",
+    "-m",
+    "build",
+    "--wheel",
+    "--no-isolation",
+    "--skip-dependency-check",
+    "--outdir",
+    "{dist}",
+    "{source}",
+)
 DEFAULT_MEMORY_PER_JOB = 2 * 2**30
 # What a build's templates (its command and variables) and a smoke command may use.
 BUILD_FIELDS = frozenset({"python", "source", "dist", "cell", "label", "arch_list", "arch_numbers"})
@@ -189,7 +199,13 @@ def channel_of(cell: Cell, release: Release | None) -> str:
 
 
 def recipe_spec(
-    matrix: Matrix, cell: Cell, recipe: ResolvedRecipe, *, depends_on: tuple[str, ...], needs: tuple[str, ...], release: Release | None
+    matrix: Matrix,
+    cell: Cell,
+    recipe: ResolvedRecipe,
+    *,
+    depends_on: tuple[str, ...],
+    needs: tuple[str, ...],
+    release: Release | None,
 ) -> RecipeSpec:
     """The spec of ``recipe`` (already resolved for ``cell``): the matrix's defaults filled in,
     and what only a cell can tell checked now, not when a step gets to it."""
@@ -213,7 +229,9 @@ def recipe_spec(
         env=recipe.env,
         arch_list=archs_for(recipe, cell),
         memory_per_job=recipe.memory_per_job or matrix.memory_per_job.get(family, DEFAULT_MEMORY_PER_JOB),
-        version=VersionSpec(rule=recipe.version_rule, release=release, label=variant.wheel_label if recipe.local_label else None),
+        version=VersionSpec(
+            rule=recipe.version_rule, release=release, label=variant.wheel_label if recipe.local_label else None
+        ),
         torch_pin=recipe.torch_pin,
         run_requires=recipe.run_requires,
         repair_excludes=(*matrix.excludes_for(variant), *recipe.repair_exclude),
@@ -247,12 +265,19 @@ def _check_templates(recipe: ResolvedRecipe) -> None:
     templates += [("checks.smoke", part, SMOKE_FIELDS) for part in recipe.smoke or ()]
     for key, template, allowed in templates:
         try:
-            fields = [name for _text, name, _spec, _conversion in string.Formatter().parse(template) if name is not None]
+            fields = [
+                name for _text, name, _spec, _conversion in string.Formatter().parse(template) if name is not None
+            ]
         except ValueError as exc:
-            raise ConfigError(f"{recipe.file}: {key}: {template!r} is not a template ({exc})", fix="write a literal brace as {{ or }}") from None
+            raise ConfigError(
+                f"{recipe.file}: {key}: {template!r} is not a template ({exc})", fix="write a literal brace as {{ or }}"
+            ) from None
         unknown = [name for name in fields if name not in allowed]
         if unknown:
-            raise ConfigError(f"{recipe.file}: {key}: unknown placeholder {{{unknown[0]}}} in {template!r}", fix=f"use only {{{'}, {'.join(sorted(allowed))}}}")
+            raise ConfigError(
+                f"{recipe.file}: {key}: unknown placeholder {{{unknown[0]}}} in {template!r}",
+                fix=f"use only {{{'}, {'.join(sorted(allowed))}}}",
+            )
 
 
 def _check_archs(recipe: ResolvedRecipe, cell: Cell) -> None:

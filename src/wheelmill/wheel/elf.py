@@ -68,7 +68,9 @@ def _dynamic_info(path: Path, elf: ELFFile) -> DynamicInfo:
     dynamic = elf.get_section_by_name(".dynamic")
     tags = list(dynamic.iter_tags()) if isinstance(dynamic, DynamicSection) else []
     # pyelftools names each tag's string after the tag: .needed, .soname, .rpath, .runpath
-    values = [(str(t.entry.d_tag), str(getattr(t, _TAG_VALUE[t.entry.d_tag]))) for t in tags if t.entry.d_tag in _TAG_VALUE]
+    values = [
+        (str(t.entry.d_tag), str(getattr(t, _TAG_VALUE[t.entry.d_tag]))) for t in tags if t.entry.d_tag in _TAG_VALUE
+    ]
     return DynamicInfo(
         path=path,
         soname=next((v for tag, v in values if tag == "DT_SONAME"), None),
@@ -163,13 +165,20 @@ class LibraryFinder:
     All paths are where this process reads them; ``translate`` maps an absolute RPATH of a
     library (a path of the machine it runs on, a container say) to such a path."""
 
-    def __init__(self, search_dirs: Sequence[Path], system_dirs: Sequence[Path], translate: Callable[[Path], Path] = lambda p: p) -> None:
+    def __init__(
+        self, search_dirs: Sequence[Path], system_dirs: Sequence[Path], translate: Callable[[Path], Path] = lambda p: p
+    ) -> None:
         self.search_dirs = [d for d in search_dirs if d.is_dir()]
         self.system_dirs = [d for d in system_dirs if d.is_dir()]
         self.translate = translate
 
     def find(self, name: str, *, origin: Path, rpaths: Iterable[str]) -> Path | None:
-        dirs = [Path(r.replace("$ORIGIN", str(origin)).replace("${ORIGIN}", str(origin))) if "ORIGIN" in r else self.translate(Path(r)) for r in rpaths]
+        dirs = [
+            Path(r.replace("$ORIGIN", str(origin)).replace("${ORIGIN}", str(origin)))
+            if "ORIGIN" in r
+            else self.translate(Path(r))
+            for r in rpaths
+        ]
         for directory in [*dirs, *self.search_dirs, *self.system_dirs]:
             candidate = self.follow(directory / name)
             if candidate is not None and candidate.is_file() and is_elf(candidate):

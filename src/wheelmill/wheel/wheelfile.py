@@ -94,7 +94,9 @@ def read_wheel(path: Path) -> WheelInfo:
     try:
         name, version, _build, tags = parse_wheel_filename(path.name)
     except InvalidWheelFilename as exc:
-        raise InvalidWheel(f"{path}: not a wheel file name ({exc})", fix="give a .whl file named <name>-<version>-<tags>.whl") from None
+        raise InvalidWheel(
+            f"{path}: not a wheel file name ({exc})", fix="give a .whl file named <name>-<version>-<tags>.whl"
+        ) from None
     try:
         with zipfile.ZipFile(path) as zf:
             files = tuple(zf.namelist())
@@ -119,10 +121,15 @@ def read_wheel(path: Path) -> WheelInfo:
 
 
 def _dist_info_dir(files: tuple[str, ...], path: Path) -> str:
-    dirs = {f.split("/", 1)[0] for f in files if f.split("/", 1)[0].endswith(".dist-info") and f.count("/") == 1 and f.endswith("/METADATA")}
+    dirs = {
+        f.split("/", 1)[0]
+        for f in files
+        if f.split("/", 1)[0].endswith(".dist-info") and f.count("/") == 1 and f.endswith("/METADATA")
+    }
     if len(dirs) != 1:
         raise InvalidWheel(
-            f"{path}: expected one .dist-info directory with METADATA, found {sorted(dirs) or 'none'}", fix="rebuild it with a standard build backend"
+            f"{path}: expected one .dist-info directory with METADATA, found {sorted(dirs) or 'none'}",
+            fix="rebuild it with a standard build backend",
         )
     return dirs.pop()
 
@@ -130,11 +137,15 @@ def _dist_info_dir(files: tuple[str, ...], path: Path) -> str:
 def _read_bounded(zf: zipfile.ZipFile, member: str, path: Path, limit: int) -> bytes:
     info = zf.getinfo(member)
     if info.file_size > limit:
-        raise InvalidWheel(f"{path}: {member} unpacks to {info.file_size} bytes", fix="metadata is kilobytes; rebuild the wheel")
+        raise InvalidWheel(
+            f"{path}: {member} unpacks to {info.file_size} bytes", fix="metadata is kilobytes; rebuild the wheel"
+        )
     with zf.open(info) as member_file:
         data = member_file.read(limit + 1)  # the declared size can lie
     if len(data) > limit:
-        raise InvalidWheel(f"{path}: {member} unpacks to more than {limit} bytes", fix="metadata is kilobytes; rebuild the wheel")
+        raise InvalidWheel(
+            f"{path}: {member} unpacks to more than {limit} bytes", fix="metadata is kilobytes; rebuild the wheel"
+        )
     return data
 
 
@@ -142,14 +153,19 @@ def _check_metadata(info: WheelInfo) -> None:
     try:
         info.metadata_text  # noqa: B018 - decoding is the check
     except UnicodeDecodeError:
-        raise InvalidWheel(f"{info.path}: {info.dist_info}/METADATA is not UTF-8", fix="rebuild it; core metadata is UTF-8 (PEP 566)") from None
+        raise InvalidWheel(
+            f"{info.path}: {info.dist_info}/METADATA is not UTF-8", fix="rebuild it; core metadata is UTF-8 (PEP 566)"
+        ) from None
     if not info.metadata_name:
-        raise InvalidWheel(f"{info.path}: {info.dist_info}/METADATA has no Name", fix="rebuild it with a standard build backend")
+        raise InvalidWheel(
+            f"{info.path}: {info.dist_info}/METADATA has no Name", fix="rebuild it with a standard build backend"
+        )
     try:
         Version(info.metadata_version)
     except InvalidVersion:
         raise InvalidWheel(
-            f"{info.path}: METADATA Version {info.metadata_version[:40]!r} is not a version (PEP 440)", fix="fix the version and rebuild it"
+            f"{info.path}: METADATA Version {info.metadata_version[:40]!r} is not a version (PEP 440)",
+            fix="fix the version and rebuild it",
         ) from None
 
 
@@ -166,7 +182,10 @@ def extract_binaries(wheel: Path, dest: Path) -> list[Path]:
                 continue
             target = dest / info.filename
             if not target.resolve().is_relative_to(dest.resolve()):
-                raise InvalidWheel(f"{wheel.name}: unsafe path {info.filename!r}", fix="do not use this wheel: a member would land outside its tree")
+                raise InvalidWheel(
+                    f"{wheel.name}: unsafe path {info.filename!r}",
+                    fix="do not use this wheel: a member would land outside its tree",
+                )
             target.parent.mkdir(parents=True, exist_ok=True)
             with zf.open(info) as src, target.open("wb") as dst:
                 while chunk := src.read(1 << 20):
@@ -186,7 +205,10 @@ def _summary(wheel: Path, root: Path, path: Path) -> ElfSummary:
     try:
         return summarize(path)
     except ELFError as exc:
-        raise CheckError(f"{wheel.name}: {path.relative_to(root)} starts like an ELF file but cannot be read as one ({exc})", fix="rebuild the wheel") from None
+        raise CheckError(
+            f"{wheel.name}: {path.relative_to(root)} starts like an ELF file but cannot be read as one ({exc})",
+            fix="rebuild the wheel",
+        ) from None
 
 
 def record_hash(data: bytes) -> str:
@@ -219,7 +241,9 @@ def rewrite_metadata(
     tag_part = wheel.name[len(name_part) + 1 + len(_filename_version(wheel.name)) + 1 :]
     target = dest_dir / f"{name_part}-{new_version}-{tag_part}"
     metadata = _rewrite_headers(info.metadata_text, version=new_version, pins=pins, add=add)
-    _rewrite_zip(wheel, target, old_dist=info.dist_info, new_dist=new_dist_info, metadata=metadata, dist_files=dist_files or {})
+    _rewrite_zip(
+        wheel, target, old_dist=info.dist_info, new_dist=new_dist_info, metadata=metadata, dist_files=dist_files or {}
+    )
     return target
 
 
@@ -268,15 +292,23 @@ def _pin_requirement(text: str, pins: Mapping[str, str]) -> tuple[str, str] | No
     return name, f"{req.name}{extras}=={canonical[name]}"
 
 
-def _rewrite_zip(source: Path, target: Path, *, old_dist: str, new_dist: str, metadata: str, dist_files: Mapping[str, bytes]) -> None:
+def _rewrite_zip(
+    source: Path, target: Path, *, old_dist: str, new_dist: str, metadata: str, dist_files: Mapping[str, bytes]
+) -> None:
     records: list[str] = []
     replaced = {f"{old_dist}/RECORD", *(f"{old_dist}/{name}" for name in dist_files)}
-    with atomic_path(target) as tmp, zipfile.ZipFile(source) as zin, zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zout:
+    with (
+        atomic_path(target) as tmp,
+        zipfile.ZipFile(source) as zin,
+        zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zout,
+    ):
         for item in zin.infolist():
             if item.filename in replaced:
                 continue
             data = metadata.encode() if item.filename == f"{old_dist}/METADATA" else zin.read(item)
-            name = new_dist + item.filename[len(old_dist) :] if item.filename.startswith(old_dist + "/") else item.filename
+            name = (
+                new_dist + item.filename[len(old_dist) :] if item.filename.startswith(old_dist + "/") else item.filename
+            )
             zout.writestr(_copy_info(item, name), data)
             records.append(f"{name},{record_hash(data)},{len(data)}")
         # Added files get RECORD's fixed timestamp and mode: the same input gives the same bytes.

@@ -33,7 +33,17 @@ from wheelmill.build.products import (
     WheelRecord,
 )
 from wheelmill.build.steps import build, cache, cell, channel, container, fetch, install, keys, mirror, publish, verify
-from wheelmill.errors import BuildError, CheckError, EnvError, FetchError, IndexStoreError, InstallTestError, PrecheckError, RepairError, WheelmillError
+from wheelmill.errors import (
+    BuildError,
+    CheckError,
+    EnvError,
+    FetchError,
+    IndexStoreError,
+    InstallTestError,
+    PrecheckError,
+    RepairError,
+    WheelmillError,
+)
 from wheelmill.planning.spec import CellPlan, RecipeSpec, StepKind
 
 
@@ -85,7 +95,11 @@ REGISTRY: tuple[StepDefinition, ...] = (
     # What needs no container is checked first (fail early: before minutes of image
     # building); in a container the toolchain is checked once commands run there.
     CellStep(
-        kind=StepKind.PRE_CHECKS, makes=(Sources, Toolchain, CondaLock, Where), run=cell.pre_checks, describe=cell.describe_pre_checks, error=PrecheckError
+        kind=StepKind.PRE_CHECKS,
+        makes=(Sources, Toolchain, CondaLock, Where),
+        run=cell.pre_checks,
+        describe=cell.describe_pre_checks,
+        error=PrecheckError,
     ),
     # Nothing is built again that the channel has from the same inputs: decided before the
     # image, the container and the env, which only a build needs (seconds to minutes).
@@ -148,8 +162,23 @@ REGISTRY: tuple[StepDefinition, ...] = (
     ),
     # Where the network is: a remote cache needs it, and the builds reach the server over
     # a Unix socket from where there is none.
-    CellStep(kind=StepKind.COMPILER_CACHE, makes=(CompilerCache,), run=cache.compiler_cache, describe=cache.describe, error=PrecheckError, for_builds=True),
-    RecipeStep(kind=StepKind.FETCH, needs=(Sources,), makes=(Fetched,), run=fetch.fetch, describe=fetch.describe, error=FetchError, retries=True),
+    CellStep(
+        kind=StepKind.COMPILER_CACHE,
+        makes=(CompilerCache,),
+        run=cache.compiler_cache,
+        describe=cache.describe,
+        error=PrecheckError,
+        for_builds=True,
+    ),
+    RecipeStep(
+        kind=StepKind.FETCH,
+        needs=(Sources,),
+        makes=(Fetched,),
+        run=fetch.fetch,
+        describe=fetch.describe,
+        error=FetchError,
+        retries=True,
+    ),
     # From the build to the repaired wheel nothing needs the network: what a build could
     # download instead of compiling would not be what we built.
     RecipeStep(
@@ -269,5 +298,7 @@ def unmet_needs(registry: Sequence[StepDefinition]) -> list[str]:
         for need in definition.needs:
             if need not in made:
                 later = [str(d.kind) for d in registry[at + 1 :] if need in d.makes]
-                unmet.append(f"{definition.kind} needs {need.__name__}, made {'only later by ' + ', '.join(later) if later else 'by no step'}")
+                unmet.append(
+                    f"{definition.kind} needs {need.__name__}, made {'only later by ' + ', '.join(later) if later else 'by no step'}"
+                )
     return unmet

@@ -101,7 +101,9 @@ def sets_nvcc_threads(variables: Mapping[str, str]) -> bool:
     (True, True, False)
     """
     flags = " ".join(variables.get(key, "") for key in ("NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS")).split()
-    return "NVCC_THREADS" in variables or any(flag in {"-t", "--threads"} or flag.startswith(("--threads=", "-t=")) for flag in flags)
+    return "NVCC_THREADS" in variables or any(
+        flag in {"-t", "--threads"} or flag.startswith(("--threads=", "-t=")) for flag in flags
+    )
 
 
 def build(ctx: StepContext, spec: RecipeSpec) -> Outcome:
@@ -113,14 +115,27 @@ def build(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     out.mkdir(parents=True)
     (ctx.run.layout.build / "tmp").mkdir(exist_ok=True)  # TMPDIR where the cache's server sees it
     source, stable = ctx.done.get(Fetched, spec.name).root, ctx.where.runner.stable_path
-    values = {"python": str(stable(env.python)), "source": str(stable(source)), "dist": str(stable(out)), **spec.template_values()}
+    values = {
+        "python": str(stable(env.python)),
+        "source": str(stable(source)),
+        "dist": str(stable(out)),
+        **spec.template_values(),
+    }
     argv = [fill(part, values) for part in spec.command]
     memory, cores = available_memory(), os.cpu_count() or 1
     jobs = max_jobs(memory, spec.memory_per_job, cores)
     threads = threads_given(spec, nvcc_threads(memory, spec.memory_per_job, jobs, cores))
     cache, stopped = _zeroed_cache(ctx)
     environment = build_environment(
-        spec, values, env=env, cell_root=ctx.run.layout.root, toolkit=toolkit, jobs=jobs, nvcc_threads=threads or 1, stable=stable, cache=cache
+        spec,
+        values,
+        env=env,
+        cell_root=ctx.run.layout.root,
+        toolkit=toolkit,
+        jobs=jobs,
+        nvcc_threads=threads or 1,
+        stable=stable,
+        cache=cache,
     )
     given = f"MAX_JOBS={jobs}" + (f", nvcc --threads {threads}" if threads else "")
     ctx.log.note(f"{given} ({format_size(memory)} available, {cores} cores)")
@@ -130,10 +145,16 @@ def build(ctx: StepContext, spec: RecipeSpec) -> Outcome:
         raise _build_failure(spec, ctx.log.path, failed) from None
     wheels = sorted(out.glob("*.whl"))
     if len(wheels) != 1:
-        raise BuildError(f"{spec.name}: the build made {len(wheels)} wheels in {out}, not one", fix="make the build command write exactly one wheel to {dist}")
+        raise BuildError(
+            f"{spec.name}: the build made {len(wheels)} wheels in {out}, not one",
+            fix="make the build command write exactly one wheel to {dist}",
+        )
     stats = read_stats(cache, ctx.where.runner) if cache.active else None
     made = Built(wheel=wheels[0], recipe=spec.name, max_jobs=jobs, nvcc_threads=threads, cache=stats)
-    checks = [CheckResult.passed("wheel", f"{wheels[0].name} ({format_size(wheels[0].stat().st_size)}), {given}"), _hermetic(ctx)]
+    checks = [
+        CheckResult.passed("wheel", f"{wheels[0].name} ({format_size(wheels[0].stat().st_size)}), {given}"),
+        _hermetic(ctx),
+    ]
     return Outcome(checks=[*checks, cache_check(cache, stopped=stopped, stats=stats)], made=(made,))
 
 
@@ -153,7 +174,11 @@ def _zeroed_cache(ctx: StepContext) -> tuple[CompilerCache, bool]:
 
 def _hermetic(ctx: StepContext) -> CheckResult:
     if ctx.where.runner.network:
-        return CheckResult.warned("hermetic", "built with the network: no network namespace here", "run as root, or where user namespaces are allowed")
+        return CheckResult.warned(
+            "hermetic",
+            "built with the network: no network namespace here",
+            "run as root, or where user namespaces are allowed",
+        )
     return CheckResult.passed("hermetic", "built with no network: what it made is what it compiled")
 
 
@@ -166,7 +191,10 @@ def _build_failure(spec: RecipeSpec, log: Path, failed: CommandFailed) -> BuildE
             f"{spec.name}: the build tried to reach the network, which a build step does not have: {reached}",
             fix="build from what fetch and the env provide: set the package's switch that forces a build from source, or add the files to the source",
         )
-    return BuildError(f"{spec.name}: build failed (exit {failed.returncode}): {first_error(log, failed.tail)}", fix=f"read {failed.log}")
+    return BuildError(
+        f"{spec.name}: build failed (exit {failed.returncode}): {first_error(log, failed.tail)}",
+        fix=f"read {failed.log}",
+    )
 
 
 def build_environment(
@@ -215,7 +243,9 @@ def build_environment(
     names = nvcc_stable_names(toolkit, seed=spec.name, cached=cache is not None and cache.active)
     for key, flags in (*prefix_maps(prefixes).items(), ("NVCC_APPEND_FLAGS", names)):
         extra[key] = " ".join([extra[key], *flags] if extra.get(key) else flags)  # after what the recipe sets
-    return base_environment([stable(env.bin_dir), *([toolkit.bin_dir] if toolkit else []), *(cache.path() if cache else [])], extra)
+    return base_environment(
+        [stable(env.bin_dir), *([toolkit.bin_dir] if toolkit else []), *(cache.path() if cache else [])], extra
+    )
 
 
 def wheel_toolkit_paths(env: Env, stable: Callable[[Path], Path] = lambda path: path) -> dict[str, str]:
@@ -325,7 +355,10 @@ def _install_dependencies(ctx: StepContext, spec: RecipeSpec) -> None:
     try:
         ctx.where.backend.install(ctx.done.get(BuildEnv).env, wheels, sources=sources, log=ctx.log, deps=False)
     except CommandFailed as failed:  # the env, not the compile: another exit code
-        raise EnvError(f"{spec.name}: installing {', '.join(spec.depends_on)} into the build env: {failed.last_line()}", fix=f"read {failed.log}") from None
+        raise EnvError(
+            f"{spec.name}: installing {', '.join(spec.depends_on)} into the build env: {failed.last_line()}",
+            fix=f"read {failed.log}",
+        ) from None
 
 
 def stamp(ctx: StepContext, spec: RecipeSpec) -> Outcome:
@@ -338,17 +371,26 @@ def stamp(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     record = inspect_wheel(built, lambda _root, elves: arch_record(spec, elves))
     out = ctx.run.layout.build / spec.name / "stamped"
     out.mkdir(parents=True, exist_ok=True)
-    stamped = rewrite_metadata(built, out, version=version, pins=pins, add=add, dist_files={ARCH_RECORD: record.to_bytes()})
-    changes = ([f"version {info.version} -> {version}"] if version else []) + [f"{k}=={v}" for k, v in pins.items()] + add
+    stamped = rewrite_metadata(
+        built, out, version=version, pins=pins, add=add, dist_files={ARCH_RECORD: record.to_bytes()}
+    )
+    changes = (
+        ([f"version {info.version} -> {version}"] if version else []) + [f"{k}=={v}" for k, v in pins.items()] + add
+    )
     changes.append(f"{ARCH_RECORD} {record.describe()}")
     ctx.log.note(f"{built.name} -> {stamped.name}: {', '.join(changes) or 'no change'}")
-    return Outcome(checks=[CheckResult.passed("metadata", f"{stamped.name}: " + (", ".join(changes) or "unchanged"))], made=(Stamped(wheel=stamped),))
+    return Outcome(
+        checks=[CheckResult.passed("metadata", f"{stamped.name}: " + (", ".join(changes) or "unchanged"))],
+        made=(Stamped(wheel=stamped),),
+    )
 
 
 def arch_record(spec: RecipeSpec, elves: list[ElfSummary]) -> ArchRecord:
     """The arch record of a wheel of ``spec`` whose libraries are ``elves``: the spec's arch
     list where they carry device code (the post-build checks hold them to exactly that list)."""
-    return ArchRecord.of_build(spec.family, spec.arch_list, spec.cell, device_code=carries_device_code(elves, spec.family))
+    return ArchRecord.of_build(
+        spec.family, spec.arch_list, spec.cell, device_code=carries_device_code(elves, spec.family)
+    )
 
 
 def expected_pins(done: Done, spec: RecipeSpec, torch_version: str) -> dict[str, str]:
@@ -387,5 +429,9 @@ def _fill_known(template: str, values: Mapping[str, str]) -> str:
 def describe_stamp(_plan: CellPlan, spec: RecipeSpec) -> str:
     torch = "torch==<the torch built in this cell>" if TORCH in spec.depends_on else "torch==<the env's torch>"
     pins = ([torch] if spec.torch_pin else []) + [f"{d}==<as built>" for d in spec.run_requires]
-    archs = "cpu" if spec.family is Family.CPU else f"{spec.family.value} {spec.arch_list} (cpu if it carries no device code)"
+    archs = (
+        "cpu"
+        if spec.family is Family.CPU
+        else f"{spec.family.value} {spec.arch_list} (cpu if it carries no device code)"
+    )
     return f"{spec.version.describe()}; Requires-Dist {', '.join(pins) or 'unchanged'}; {ARCH_RECORD} {archs}"

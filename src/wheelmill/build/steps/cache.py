@@ -11,7 +11,15 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from wheelmill.build.compiler_cache import CHECK, CompilerCache, Server, install_client, read_stats, server_environment, socket_problem
+from wheelmill.build.compiler_cache import (
+    CHECK,
+    CompilerCache,
+    Server,
+    install_client,
+    read_stats,
+    server_environment,
+    socket_problem,
+)
 from wheelmill.build.context import Outcome, StepContext
 from wheelmill.checks import CheckResult
 from wheelmill.machine.tools import sccache_bin
@@ -23,21 +31,38 @@ FIX = "compiled without it, nothing else changes; fix the SCCACHE_* settings (re
 
 def compiler_cache(ctx: StepContext) -> Outcome:
     if ctx.run.settings.compiler_cache == "off":
-        return _without(CheckResult.skipped(CHECK, "off (WHEELMILL_COMPILER_CACHE=off): builds compile without a cache"), "WHEELMILL_COMPILER_CACHE=off")
+        return _without(
+            CheckResult.skipped(CHECK, "off (WHEELMILL_COMPILER_CACHE=off): builds compile without a cache"),
+            "WHEELMILL_COMPILER_CACHE=off",
+        )
     layout = ctx.run.layout
     # As the runner sees it: in a container, /wheelmill/sccache.sock, short whatever the output root.
     binary, socket = sccache_bin(), ctx.where.runner.stable_path(layout.root / SOCKET)
     problem = "no sccache in wheelmill's env (run scripts/setup)" if binary is None else socket_problem(socket)
     if binary is not None and problem is None:
         client = install_client(binary, layout.cache / "bin")
-        env = server_environment(os.environ, cache_dir=layout.cache / "sccache", socket_path=socket, basedirs=basedirs(ctx))
+        env = server_environment(
+            os.environ, cache_dir=layout.cache / "sccache", socket_path=socket, basedirs=basedirs(ctx)
+        )
         # Counted before it starts: a build that ends meanwhile restarts it, to be sure.
         seen = ctx.run.builds_before()
-        server = ctx.hold(Server(ctx.where.runner, binary=client, env=env, log=ctx.log, output=layout.logs / "sccache-server.log", seen=seen))
+        server = ctx.hold(
+            Server(
+                ctx.where.runner,
+                binary=client,
+                env=env,
+                log=ctx.log,
+                output=layout.logs / "sccache-server.log",
+                seen=seen,
+            )
+        )
         problem = server.failure
         if problem is None:
             cache = _located(ctx, CompilerCache(binary=client, socket=socket, server=server))
-            return Outcome(checks=[CheckResult.passed(CHECK, f"sccache server on {socket}; cache: {cache.location}")], made=(cache,))
+            return Outcome(
+                checks=[CheckResult.passed(CHECK, f"sccache server on {socket}; cache: {cache.location}")],
+                made=(cache,),
+            )
     return _without(CheckResult.warned(CHECK, f"builds compile without it: {problem}", FIX), problem or "")
 
 
@@ -59,7 +84,9 @@ def _without(check: CheckResult, why: str) -> Outcome:
 def _located(ctx: StepContext, cache: CompilerCache) -> CompilerCache:
     """The cache with where the server keeps it, as its stats say (local disk, a bucket)."""
     stats = read_stats(cache, ctx.where.runner)
-    return replace(cache, location=stats.location if stats is not None and stats.location else "as sccache is configured")
+    return replace(
+        cache, location=stats.location if stats is not None and stats.location else "as sccache is configured"
+    )
 
 
 def describe(_plan: CellPlan) -> str:

@@ -26,7 +26,15 @@ from wheelmill.machine.net import is_transient, sha256_of
 from wheelmill.machine.package_sources import PackageSources, machine_sources
 from wheelmill.machine.probes import read_torch
 from wheelmill.machine.process import HostRunner, Runner, View, base_environment, make_view, wheelmill_command
-from wheelmill.machine.toolchain import Found, NotFound, Toolkit, find_compiler, find_env_toolkit, find_python, find_toolkit
+from wheelmill.machine.toolchain import (
+    Found,
+    NotFound,
+    Toolkit,
+    find_compiler,
+    find_env_toolkit,
+    find_python,
+    find_toolkit,
+)
 from wheelmill.planning.locks import locate_torch, mismatch, path_of, requirements_text
 from wheelmill.planning.spec import CellPlan
 from wheelmill.retry import TransientError
@@ -47,7 +55,11 @@ def pre_checks(ctx: StepContext) -> Outcome:
     checks = [*toolchain_results, _disk(ctx), lock_result, torch_result, *conda_results]
     results = require(checks, ctx.log, failure=_failure(plan.cell, "pre-checks"))
     assert packages is not None, "the torch-source check passed"
-    made: tuple[object, ...] = (Sources(packages=packages, lock_origin=origin), *([toolchain] if toolchain else []), *([conda] if conda else []))
+    made: tuple[object, ...] = (
+        Sources(packages=packages, lock_origin=origin),
+        *([toolchain] if toolchain else []),
+        *([conda] if conda else []),
+    )
     if toolchain is not None:  # on this machine: the cell at a fixed path, where it can be
         view_result, where = _view(ctx, toolchain)
         results, made = [*results, view_result], (*made, *([where] if where else []))
@@ -88,7 +100,12 @@ def viewed(where: Where, view: View) -> Where:
 
     def moved(place: Where, *, network: bool) -> Where:
         runner, backend = HostRunner(view=view, network=network), place.backend
-        return Where(runner=runner, backend=type(backend)(runner, cache_dir=backend.cache_dir, offline=backend.offline, channels=backend.channels))
+        return Where(
+            runner=runner,
+            backend=type(backend)(
+                runner, cache_dir=backend.cache_dir, offline=backend.offline, channels=backend.channels
+            ),
+        )
 
     online = moved(where, network=True)
     return replace(online, netless=moved(where.netless, network=False)) if where.netless else online
@@ -102,7 +119,11 @@ def toolchain_checks(ctx: StepContext) -> Outcome:
 
 
 def _toolchain(runner: Runner, cell: Cell) -> tuple[list[CheckResult], Toolchain | None]:
-    (python_check, python), compiler, (toolkit_check, toolkit) = _python(runner, cell.python), _compiler(runner), _toolkit(runner, cell)
+    (python_check, python), compiler, (toolkit_check, toolkit) = (
+        _python(runner, cell.python),
+        _compiler(runner),
+        _toolkit(runner, cell),
+    )
     return [python_check, compiler, toolkit_check], Toolchain(python=python, toolkit=toolkit) if python else None
 
 
@@ -121,7 +142,11 @@ def _compiler(runner: Runner) -> CheckResult:
     found = find_compiler(runner)
     if isinstance(found, Found):
         return CheckResult.passed("compiler", f"{found.path} {found.version}")
-    return CheckResult.failed("compiler", f"no C++ compiler ({'; '.join(found.looked)})", "install g++ (Debian: apt-get install g++) or set CXX")
+    return CheckResult.failed(
+        "compiler",
+        f"no C++ compiler ({'; '.join(found.looked)})",
+        "install g++ (Debian: apt-get install g++) or set CXX",
+    )
 
 
 def _toolkit(runner: Runner, cell: Cell) -> tuple[CheckResult, Toolkit | None]:
@@ -136,7 +161,8 @@ def _toolkit(runner: Runner, cell: Cell) -> tuple[CheckResult, Toolkit | None]:
     if variant.toolkit_wheels:
         # Checked once the env exists: env-checks runs its nvcc.
         return CheckResult.passed(
-            "toolkit", f"none installed; the locked env brings {', '.join(variant.toolkit_wheels[:1])} (pip's full {kind} compiler)"
+            "toolkit",
+            f"none installed; the locked env brings {', '.join(variant.toolkit_wheels[:1])} (pip's full {kind} compiler)",
         ), None
     home = "CUDA_HOME" if variant.family is Family.CUDA else "ROCM_PATH"
     return CheckResult.failed(
@@ -152,7 +178,9 @@ def _disk(ctx: StepContext) -> CheckResult:
     free = shutil.disk_usage(root).free
     if free < need:
         return CheckResult.failed(
-            "disk", f"{format_size(free)} free under {root}, {format_size(need)} needed", "free space or set WHEELMILL_OUTPUT to a bigger disk"
+            "disk",
+            f"{format_size(free)} free under {root}, {format_size(need)} needed",
+            "free space or set WHEELMILL_OUTPUT to a bigger disk",
         )
     return CheckResult.passed("disk", f"{format_size(free)} free (>= {format_size(need)})")
 
@@ -167,7 +195,9 @@ def _lock(plan: CellPlan) -> tuple[CheckResult, str]:
     if problem:
         why = f"{problem}: the build requirements, the Python or the platform changed"
         return CheckResult.failed("lock", why, f"run `wheelmill lock --cell {cell}` and commit {committed}"), ""
-    return CheckResult.passed("lock", f"{committed} matches its inputs ({plan.lock.digest[:12]}...)"), f"committed {committed}"
+    return CheckResult.passed(
+        "lock", f"{committed} matches its inputs ({plan.lock.digest[:12]}...)"
+    ), f"committed {committed}"
 
 
 def _conda_lock(ctx: StepContext) -> tuple[list[CheckResult], CondaLock | None]:
@@ -179,20 +209,31 @@ def _conda_lock(ctx: StepContext) -> tuple[list[CheckResult], CondaLock | None]:
     try:  # the backend's, found as the run started; none there: say why
         channels = ctx.where.backend.channels or configured_channels(settings.conda_channels, settings.index)
     except UsageError as missing:
-        return [CheckResult.failed("conda-lock", missing.message, missing.fix or "seed one: wheelmill conda seed --cell <cell> --build-env")], None
+        return [
+            CheckResult.failed(
+                "conda-lock", missing.message, missing.fix or "seed one: wheelmill conda seed --cell <cell> --build-env"
+            )
+        ], None
     committed, copy = envspec.lock_path(plan.locks_dir, plan.lock.cell), layout.root / "conda-lock.txt"
     argv = wheelmill_command("conda", "lock", "--cell", plan.lock.cell, recipes=settings.recipes)
     argv += [arg for url in channels for arg in ("--channel", url)]
     argv += ["--check"] if committed.is_file() else ["--out", str(copy)]
     try:
-        said = HostRunner().run(argv, env=base_environment([]), log=ctx.log, keep_output=True).output.strip().splitlines()[-1]
+        said = (
+            HostRunner()
+            .run(argv, env=base_environment([]), log=ctx.log, keep_output=True)
+            .output.strip()
+            .splitlines()[-1]
+        )
     except CommandFailed as failed:
         what, fix = failed.child_error()
         return [CheckResult.failed("conda-lock", what, fix or f"read {ctx.log.path}")], None
     if committed.is_file():
         shutil.copyfile(committed, copy)
         return [CheckResult.passed("conda-lock", said)], CondaLock(path=copy, origin=f"committed {committed}")
-    return [CheckResult.passed("conda-lock", f"no {committed}: solved now: {said}")], CondaLock(path=copy, origin="solved at build time")
+    return [CheckResult.passed("conda-lock", f"no {committed}: solved now: {said}")], CondaLock(
+        path=copy, origin="solved at build time"
+    )
 
 
 def _torch(ctx: StepContext) -> tuple[CheckResult, PackageSources | None]:
@@ -228,12 +269,21 @@ def prepare_env(ctx: StepContext) -> Outcome:
             layout.lock.write_text(committed.read_text(encoding="utf-8"), encoding="utf-8")
         else:
             layout.requirements.write_text(requirements_text(plan.lock.requirements), encoding="utf-8")
-            backend.lock(layout.requirements, layout.lock, target=plan.lock.target, sources=sources.packages, log=ctx.log, interpreter=python)
+            backend.lock(
+                layout.requirements,
+                layout.lock,
+                target=plan.lock.target,
+                sources=sources.packages,
+                log=ctx.log,
+                interpreter=python,
+            )
         conda = ctx.done.find(CondaLock)
         env = backend.create(layout.envs / "build", python=python, log=ctx.log, lock=conda.path if conda else None)
         home_as_seen(ctx.where.runner, env, python)
         backend.sync(env, layout.lock, sources=sources.packages, log=ctx.log)
-        ctx.log.note(f"{pin_header_times(ctx.where.runner.host_path(env.root))} headers' times fixed (GCC's #pragma once compares them)")
+        ctx.log.note(
+            f"{pin_header_times(ctx.where.runner.host_path(env.root))} headers' times fixed (GCC's #pragma once compares them)"
+        )
         link_site(env)  # builds import torch through it: one path for every Python
         lend_bytecode(ctx, env)  # what an earlier run compiled: the frontend's torch import
     except CommandFailed as failed:
@@ -242,11 +292,20 @@ def prepare_env(ctx: StepContext) -> Outcome:
         raise
     pins = pinned_versions(layout.lock.read_text(encoding="utf-8"))
     made = BuildEnv(env=env, lock=layout.lock, lock_sha256=sha256_of(layout.lock), pins=pins)
-    checks = [CheckResult.passed("lock", f"{len(pins)} packages with hashes, {sources.lock_origin}; torch {pins.get('torch')}")]
+    checks = [
+        CheckResult.passed(
+            "lock", f"{len(pins)} packages with hashes, {sources.lock_origin}; torch {pins.get('torch')}"
+        )
+    ]
     if conda is not None:
         packages = envspec.read_lock(conda.path)
         shown = ", ".join(f"{p.name} {p.version}" for p in packages)
-        checks.append(CheckResult.passed("conda-env", f"{len(packages)} conda packages ({shown}), lock {conda.origin}; the uv lock's others into its Python"))
+        checks.append(
+            CheckResult.passed(
+                "conda-env",
+                f"{len(packages)} conda packages ({shown}), lock {conda.origin}; the uv lock's others into its Python",
+            )
+        )
     return Outcome(checks=checks, made=(made,))
 
 
@@ -270,7 +329,9 @@ def keep_bytecode(ctx: StepContext, env: Env, what: str) -> None:
 def lend_bytecode(ctx: StepContext, env: Env) -> None:
     """Give ``env`` the stored bytecode of every source it holds with the same sha256."""
     for site in site_packages(ctx.where.runner.host_path(env.root))[:1]:
-        ctx.log.note(f"{_bytecode_store(ctx).lend(site)} compiled modules from the bytecode store, for sources of the same sha256")
+        ctx.log.note(
+            f"{_bytecode_store(ctx).lend(site)} compiled modules from the bytecode store, for sources of the same sha256"
+        )
 
 
 def _bytecode_store(ctx: StepContext) -> BytecodeStore:
@@ -281,10 +342,18 @@ def env_checks(ctx: StepContext) -> Outcome:
     plan, runner = ctx.run.plan, ctx.where.runner
     env = ctx.done.get(BuildEnv).env
     info = read_torch(runner.host_path(env.root))
-    ctx.log.note(f"torch/version.py: {info.version}, cuda {info.cuda}, hip {info.hip}; distribution {info.dist_version}")
+    ctx.log.note(
+        f"torch/version.py: {info.version}, cuda {info.cuda}, hip {info.hip}; distribution {info.dist_version}"
+    )
     installed = ctx.done.get(Toolchain).toolkit
-    toolkit_checks, toolkit = ([], installed) if installed is not None or not plan.cell.variant.toolkit_wheels else _env_toolkit(runner, plan, env)
-    results = require([*judge_torch(info, plan.cell.variant), *toolkit_checks], ctx.log, failure=_failure(plan.cell, "env-checks"))
+    toolkit_checks, toolkit = (
+        ([], installed)
+        if installed is not None or not plan.cell.variant.toolkit_wheels
+        else _env_toolkit(runner, plan, env)
+    )
+    results = require(
+        [*judge_torch(info, plan.cell.variant), *toolkit_checks], ctx.log, failure=_failure(plan.cell, "env-checks")
+    )
     return Outcome(checks=results, made=(CheckedEnv(torch=info, toolkit=toolkit),))
 
 
@@ -294,7 +363,11 @@ def _env_toolkit(runner: Runner, plan: CellPlan, env: Env) -> tuple[list[CheckRe
     found = find_env_toolkit(variant, env.root, runner)
     if isinstance(found, NotFound):
         detail = f"no nvcc {variant.toolkit_short} in the env ({'; '.join(found.looked)})"
-        return [CheckResult.failed("env-toolkit", detail, f"check variants.{variant.name}.toolkit-wheels in {plan.variant_file}")], None
+        return [
+            CheckResult.failed(
+                "env-toolkit", detail, f"check variants.{variant.name}.toolkit-wheels in {plan.variant_file}"
+            )
+        ], None
     linked = link_dev_names(runner.host_path(found.root / "lib"))
     extra = f"; linked {', '.join(linked)} for the linker" if linked else ""
     return [CheckResult.passed("env-toolkit", f"nvcc {found.version} from pip's wheels at {found.root}{extra}")], found
@@ -326,7 +399,11 @@ def describe_toolchain_checks(plan: CellPlan) -> str:
 
 def _toolchain_detail(cell: Cell) -> str:
     v = cell.variant
-    toolkit = {Family.CPU: "no GPU toolkit", Family.CUDA: f"nvcc {v.toolkit_short}", Family.ROCM: f"hipcc {v.toolkit_short}"}[v.family]
+    toolkit = {
+        Family.CPU: "no GPU toolkit",
+        Family.CUDA: f"nvcc {v.toolkit_short}",
+        Family.ROCM: f"hipcc {v.toolkit_short}",
+    }[v.family]
     if v.toolkit_wheels:
         toolkit += " (installed, or pip's in the locked env)"
     return f"Python {cell.python}; C++ compiler; {toolkit}"

@@ -19,12 +19,23 @@ from wheelmill.planning.spec import CellPlan
 
 def channel_checks(ctx: StepContext) -> Outcome:
     channel = Channel(ctx.run.settings.index, ctx.run.plan.channel)
-    published = {r.name: ctx.done.get(WheelRecord, r.name) for r in ctx.run.plan.recipes if ctx.done.find(Published, r.name)}
+    published = {
+        r.name: ctx.done.get(WheelRecord, r.name) for r in ctx.run.plan.recipes if ctx.done.find(Published, r.name)
+    }
     if not published:
         return Outcome(checks=[CheckResult.skipped("channel", "this run published nothing")])
     problems = verify(channel, hashes=False)  # sizes and sidecars for all; the hashes of ours below
-    valid = CheckResult.failed("channel", "; ".join(problems[:5]), "`wheelmill index verify` lists every problem") if problems else None
-    results = [valid or CheckResult.passed("channel", f"{channel.name}: {len(channel.project_names())} projects, pages and files agree")]
+    valid = (
+        CheckResult.failed("channel", "; ".join(problems[:5]), "`wheelmill index verify` lists every problem")
+        if problems
+        else None
+    )
+    results = [
+        valid
+        or CheckResult.passed(
+            "channel", f"{channel.name}: {len(channel.project_names())} projects, pages and files agree"
+        )
+    ]
     results += [_listed(channel, recipe, wheel) for recipe, wheel in published.items()]
     closure = ctx.done.find(Closure)
     results += [_closure(channel, closure)] if closure is not None else []
@@ -40,11 +51,17 @@ def _listed(channel: Channel, recipe: str, wheel: WheelRecord) -> CheckResult:
     project = channel.project(wheel.name.split("-", 1)[0])
     entry = next((f for f in project.files if f.filename == wheel.name), None) if project else None
     if entry is None:
-        return CheckResult.failed(recipe, f"{wheel.name} is not listed", f"publish it again: wheelmill publish --channel {channel.name} {wheel.path}")
+        return CheckResult.failed(
+            recipe,
+            f"{wheel.name} is not listed",
+            f"publish it again: wheelmill publish --channel {channel.name} {wheel.path}",
+        )
     served = sha256_of(channel.files / wheel.name)
     if not entry.sha256 == served == wheel.sha256:
         detail = f"{wheel.name}: listed sha256 {entry.sha256[:16]}..., served {served[:16]}..., tested {wheel.sha256[:16]}..."
-        return CheckResult.failed(recipe, detail, "published files are immutable: bump the version, or restore the channel from its storage")
+        return CheckResult.failed(
+            recipe, detail, "published files are immutable: bump the version, or restore the channel from its storage"
+        )
     return CheckResult.passed(recipe, f"{wheel.name} listed and served with the tested sha256")
 
 
@@ -54,11 +71,19 @@ def _closure(channel: Channel, closure: Closure) -> CheckResult:
     for wheel in closure.to_mirror:
         project = channel.project(wheel.project)
         files = project.files if project else ()
-        if not any(f.built for f in files) and not any(f.filename == wheel.filename and f.sha256 == wheel.sha256 for f in files):
+        if not any(f.built for f in files) and not any(
+            f.filename == wheel.filename and f.sha256 == wheel.sha256 for f in files
+        ):
             missing.append(wheel.filename)
     if missing:
-        return CheckResult.failed("closure", f"not in the channel as locked: {', '.join(missing[:5])}", "run `wheelmill mirror --cell <cell>` again")
-    return CheckResult.passed("closure", f"all {len(closure.wheels)} wheels of the closure are in the channel, built or mirrored as locked")
+        return CheckResult.failed(
+            "closure",
+            f"not in the channel as locked: {', '.join(missing[:5])}",
+            "run `wheelmill mirror --cell <cell>` again",
+        )
+    return CheckResult.passed(
+        "closure", f"all {len(closure.wheels)} wheels of the closure are in the channel, built or mirrored as locked"
+    )
 
 
 def describe(plan: CellPlan) -> str:

@@ -35,30 +35,68 @@ def prepare_image(ctx: StepContext) -> Outcome:
     assert image is not None, "the plan has this step only with an image"
     started = time.monotonic()
     mirror = debian_mirror(ctx.run.settings.debian_mirror)
-    ready = ensure_image(_engine(ctx), image, mirror=mirror, work=ctx.run.layout.cache / "bootstrap", log=ctx.log, on_line=ctx.run.on_line)
+    ready = ensure_image(
+        _engine(ctx),
+        image,
+        mirror=mirror,
+        work=ctx.run.layout.cache / "bootstrap",
+        log=ctx.log,
+        on_line=ctx.run.on_line,
+    )
     seconds = time.monotonic() - started
     what = "built" if ready.built else "reused"
     base = " (base bootstrapped)" if ready.bootstrapped else ""
     ctx.log.note(f"image step: {what} {ready.tag} in {seconds:.1f}s")
-    return Outcome(checks=[CheckResult.passed("image", f"{what} {ready.tag} ({ready.image_id[:19]}) in {seconds:.1f}s{base}")], made=(ready,))
+    return Outcome(
+        checks=[CheckResult.passed("image", f"{what} {ready.tag} ({ready.image_id[:19]}) in {seconds:.1f}s{base}")],
+        made=(ready,),
+    )
 
 
 def prepare_container(ctx: StepContext) -> Outcome:
     """Two containers of the cell from one image with the same mounts: one with the host's
     network for the steps that download, one with none for the steps that must not."""
-    layout, ready, backend, cell = ctx.run.layout, ctx.done.get(Ready), ctx.run.settings.env_backend, ctx.run.plan.cell.id
+    layout, ready, backend, cell = (
+        ctx.run.layout,
+        ctx.done.get(Ready),
+        ctx.run.settings.env_backend,
+        ctx.run.plan.cell.id,
+    )
     stable = Mount(source=layout.root, target=STABLE_ROOT, readonly=False)
     online, netless = (
         ctx.hold(
-            Container(_engine(ctx), cell=cell, image=ready.tag, mounts=mounts(ctx), same_path=[layout.output], stable=stable, log=ctx.log, network=network)
+            Container(
+                _engine(ctx),
+                cell=cell,
+                image=ready.tag,
+                mounts=mounts(ctx),
+                same_path=[layout.output],
+                stable=stable,
+                log=ctx.log,
+                network=network,
+            )
         )
         for network in (True, False)
     )
     channels = ctx.where.backend.channels  # the conda backend's, as on this machine
-    offline = Where(runner=netless, backend=envs.backend(backend, netless, cache_dir=layout.cache / "uv", offline=True, channels=channels))
-    where = Where(runner=online, backend=envs.backend(backend, online, cache_dir=layout.cache / "uv", channels=channels), netless=offline)
+    offline = Where(
+        runner=netless,
+        backend=envs.backend(backend, netless, cache_dir=layout.cache / "uv", offline=True, channels=channels),
+    )
+    where = Where(
+        runner=online,
+        backend=envs.backend(backend, online, cache_dir=layout.cache / "uv", channels=channels),
+        netless=offline,
+    )
     removed = f"; removed {len(online.stale)} left behind" if online.stale else ""
-    return Outcome(checks=[CheckResult.passed("container", f"{online.name} from {ready.tag}, and {netless.name} with no network{removed}")], made=(where,))
+    return Outcome(
+        checks=[
+            CheckResult.passed(
+                "container", f"{online.name} from {ready.tag}, and {netless.name} with no network{removed}"
+            )
+        ],
+        made=(where,),
+    )
 
 
 def mounts(ctx: StepContext) -> list[Mount]:
@@ -79,10 +117,21 @@ def mounts(ctx: StepContext) -> list[Mount]:
 def local_sources(ctx: StepContext) -> list[Path]:
     """Package sources that are directories of this machine (file:// indexes, find-links)."""
     sources = machine_sources(ctx.run.settings)
-    locations = [sources.index_url or "", *sources.extra_index_urls, *sources.find_links, ctx.run.plan.torch_index or ""]
+    locations = [
+        sources.index_url or "",
+        *sources.extra_index_urls,
+        *sources.find_links,
+        ctx.run.plan.torch_index or "",
+    ]
     paths = []
     for location in locations:
-        path = Path(urllib.parse.urlparse(location).path) if location.startswith("file://") else Path(location) if location.startswith("/") else None
+        path = (
+            Path(urllib.parse.urlparse(location).path)
+            if location.startswith("file://")
+            else Path(location)
+            if location.startswith("/")
+            else None
+        )
         if path is not None and path.exists():
             # A file:// simple index links its files beside it (../../files/...): take the tree.
             paths.append(path.parent if path.name == "simple" else path)
@@ -91,8 +140,12 @@ def local_sources(ctx: StepContext) -> list[Path]:
 
 def describe_image(plan: CellPlan) -> str:
     assert plan.image is not None
-    return f"{plan.engine}: builder image from {plan.image.describe()}; tagged by a hash of both, reused while it exists"
+    return (
+        f"{plan.engine}: builder image from {plan.image.describe()}; tagged by a hash of both, reused while it exists"
+    )
 
 
 def describe_container(plan: CellPlan) -> str:
-    return f"{plan.engine}: one container for the cell, the output mounted, package sources read-only; removed at the end"
+    return (
+        f"{plan.engine}: one container for the cell, the output mounted, package sources read-only; removed at the end"
+    )

@@ -58,7 +58,10 @@ def fetch(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     if spec.subdir:
         root = root / spec.subdir
         if not root.is_dir():
-            raise FetchError(f"{spec.file}: source.subdir: {spec.subdir} is not in the source", fix="point subdir at the package inside the source")
+            raise FetchError(
+                f"{spec.file}: source.subdir: {spec.subdir} is not in the source",
+                fix="point subdir at the package inside the source",
+            )
     return Outcome(checks=[CheckResult.passed("source", detail)], made=(Fetched(root=root),))
 
 
@@ -133,7 +136,9 @@ def _unpack(archive: Path, dest: Path) -> Path:
             with zipfile.ZipFile(archive) as zf:
                 for name in zf.namelist():
                     if not (dest / name).resolve().is_relative_to(dest.resolve()):
-                        raise IntegrityError(f"{archive.name}: unsafe path {name!r} in the archive", fix="do not use this archive")
+                        raise IntegrityError(
+                            f"{archive.name}: unsafe path {name!r} in the archive", fix="do not use this archive"
+                        )
                 zf.extractall(dest)  # noqa: S202 - every member was checked to stay inside dest
         except (zipfile.BadZipFile, OSError) as exc:
             raise IntegrityError(f"{archive.name}: cannot unpack: {exc}", fix="check the archive") from None
@@ -178,24 +183,39 @@ def _git_checkout(ctx: StepContext, git: GitSource, dest: Path) -> str:
     """Clone and check out the pinned commit (and its submodules) on this machine, where the
     site's mirrors and credentials are; the build then sees the tree. Returns the URL used."""
     if shutil.which("git") is None:
-        raise FetchError(f"git {git.url}: git is not installed on this machine", fix="install git (apt-get install git)")
+        raise FetchError(
+            f"git {git.url}: git is not installed on this machine", fix="install git (apt-get install git)"
+        )
     env, runner, log = base_environment([], {"GIT_TERMINAL_PROMPT": "0"}), HostRunner(), ctx.log
     mirrors = ctx.run.settings.git_mirrors
     git_argv, via = ["git", *git_config(mirrors)], mirrored_url(git.url, mirrors)
     if via != git.url:
         log.note(f"{git.url} is fetched from its mirror {via} (WHEELMILL_GIT_MIRRORS)")
     try:
-        runner.run([*git_argv, "clone", "--progress", "--no-checkout", "--filter=blob:none", git.url, str(dest)], env=env, log=log)
+        runner.run(
+            [*git_argv, "clone", "--progress", "--no-checkout", "--filter=blob:none", git.url, str(dest)],
+            env=env,
+            log=log,
+        )
         runner.run([*git_argv, "-C", str(dest), "checkout", "--progress", "--detach", git.rev], env=env, log=log)
         if git.submodules:
-            runner.run([*git_argv, "-C", str(dest), "submodule", "update", "--progress", "--init", "--recursive"], env=env, log=log)
-        head = runner.run(["git", "-C", str(dest), "rev-parse", "HEAD"], env=env, log=log, keep_output=True).output.strip()
+            runner.run(
+                [*git_argv, "-C", str(dest), "submodule", "update", "--progress", "--init", "--recursive"],
+                env=env,
+                log=log,
+            )
+        head = runner.run(
+            ["git", "-C", str(dest), "rev-parse", "HEAD"], env=env, log=log, keep_output=True
+        ).output.strip()
     except CommandFailed as failed:
         shutil.rmtree(dest, ignore_errors=True)
         if is_transient("\n".join(failed.tail)) or "could not read from remote" in "\n".join(failed.tail).lower():
             raise TransientError(f"git: {failed.last_line()}") from None
         where = f"{git.url}" + (f" (mirror {via})" if via != git.url else "")
-        raise FetchError(f"git {where} at {git.rev}: {failed.last_line()}", fix="check the URL, the mirror setting and that the commit exists there") from None
+        raise FetchError(
+            f"git {where} at {git.rev}: {failed.last_line()}",
+            fix="check the URL, the mirror setting and that the commit exists there",
+        ) from None
     if head != git.rev:
         raise IntegrityError(f"git {git.url}: checked out {head}, not {git.rev}", fix="pin a full commit id")
     return via
@@ -205,9 +225,25 @@ def _apply_patch(ctx: StepContext, patch: Path, root: Path) -> None:
     """A recipe's patch, applied once to the verified source; one that does not apply is
     a recipe out of date with its source, never ignored."""
     if shutil.which("patch") is None:
-        raise FetchError(f"{patch.name}: the patch program is not installed on this machine", fix="install patch (apt-get install patch)")
-    argv = ["patch", "-p1", "--forward", "--batch", "--no-backup-if-mismatch", "--directory", str(root), "--input", str(patch)]
+        raise FetchError(
+            f"{patch.name}: the patch program is not installed on this machine",
+            fix="install patch (apt-get install patch)",
+        )
+    argv = [
+        "patch",
+        "-p1",
+        "--forward",
+        "--batch",
+        "--no-backup-if-mismatch",
+        "--directory",
+        str(root),
+        "--input",
+        str(patch),
+    ]
     try:
         HostRunner().run(argv, env=base_environment([]), log=ctx.log)
     except CommandFailed as failed:
-        raise FetchError(f"{patch}: does not apply to the source: {failed.last_line()}", fix="refresh the patch for this version of the source") from None
+        raise FetchError(
+            f"{patch}: does not apply to the source: {failed.last_line()}",
+            fix="refresh the patch for this version of the source",
+        ) from None

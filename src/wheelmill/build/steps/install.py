@@ -68,7 +68,10 @@ def _test_env(ctx: StepContext, spec: RecipeSpec, wheel: Path) -> Env:
     try:
         backend.install(env, packages, sources=ctx.done.get(Sources).packages, log=ctx.log, constraints=constraints)
     except CommandFailed as failed:
-        raise InstallTestError(f"{spec.name}: {wheel.name} does not install into a clean env: {failed.last_line()}", fix=f"read {failed.log}") from None
+        raise InstallTestError(
+            f"{spec.name}: {wheel.name} does not install into a clean env: {failed.last_line()}",
+            fix=f"read {failed.log}",
+        ) from None
     # What the build compiled (torch's modules) and earlier tests did (pytest, sympy, which
     # torch's operators import at their first call), so the test's imports compile none of it.
     keep_bytecode(ctx, build_env.env, "of the build env kept")
@@ -76,7 +79,9 @@ def _test_env(ctx: StepContext, spec: RecipeSpec, wheel: Path) -> Env:
     return env
 
 
-def _probe(ctx: StepContext, spec: RecipeSpec, env: Env, log: StepLog, *, then: dict[str, Any] | None = None) -> list[CheckResult]:
+def _probe(
+    ctx: StepContext, spec: RecipeSpec, env: Env, log: StepLog, *, then: dict[str, Any] | None = None
+) -> list[CheckResult]:
     """The import probe's checks, each passed (else its error); ``then``: the smoke command's
     verdict after them, run by the same interpreter (its output to the terminal too)."""
     if not spec.imports and not spec.torch_ops:
@@ -92,7 +97,13 @@ def _probe(ctx: StepContext, spec: RecipeSpec, env: Env, log: StepLog, *, then: 
     failed: CommandFailed | None = None
     with tempfile.TemporaryDirectory(prefix="wheelmill-probe-", dir=ctx.run.layout.root) as cwd:
         try:
-            ctx.where.runner.run([str(env.python), "-c", IMPORTS, request], env=base_environment([env.bin_dir]), log=log, cwd=Path(cwd), on_line=seen)
+            ctx.where.runner.run(
+                [str(env.python), "-c", IMPORTS, request],
+                env=base_environment([env.bin_dir]),
+                log=log,
+                cwd=Path(cwd),
+                on_line=seen,
+            )
         except CommandFailed as exc:  # the smoke's failure, where the probe said its result first
             failed = exc
     checks = _checks(spec, parse("".join(lines)), failed, log)
@@ -103,22 +114,30 @@ def _probe(ctx: StepContext, spec: RecipeSpec, env: Env, log: StepLog, *, then: 
     return [*checks, _smoke_passed(lines[_marked(lines) + 1 :])]
 
 
-def _checks(spec: RecipeSpec, data: list[dict[str, Any]] | None, failed: CommandFailed | None, log: StepLog) -> list[CheckResult]:
+def _checks(
+    spec: RecipeSpec, data: list[dict[str, Any]] | None, failed: CommandFailed | None, log: StepLog
+) -> list[CheckResult]:
     """The probe's result as checks, or the error that says why there is none, or which failed."""
     if data is None and failed:
-        raise InstallTestError(f"{spec.name}: importing torch in the test env failed: {failed.last_line()}", fix=f"read {failed.log}")
+        raise InstallTestError(
+            f"{spec.name}: importing torch in the test env failed: {failed.last_line()}", fix=f"read {failed.log}"
+        )
     if data is None:
         raise InstallTestError(
             f"{spec.name}: the import probe printed no result: something it imported ended the interpreter or printed a result line of its own",
             fix=f"read {log.path}",
         )
     checks = [
-        CheckResult.passed(r["name"], r["detail"]) if r["ok"] else CheckResult.failed(r["name"], r["detail"], "check the module and its operator registration")
+        CheckResult.passed(r["name"], r["detail"])
+        if r["ok"]
+        else CheckResult.failed(r["name"], r["detail"], "check the module and its operator registration")
         for r in data
     ]
     wrong = [c for c in checks if c.verdict is Verdict.FAIL]
     if wrong:
-        raise InstallTestError(f"{spec.name}: " + "; ".join(f"{c.name}: {c.detail}" for c in wrong), fix=f"read {log.path}")
+        raise InstallTestError(
+            f"{spec.name}: " + "; ".join(f"{c.name}: {c.detail}" for c in wrong), fix=f"read {log.path}"
+        )
     return checks
 
 
@@ -137,7 +156,14 @@ def _smoke(ctx: StepContext, spec: RecipeSpec, env: Env, argv: list[str]) -> Che
     """The smoke command's verdict, or its error (raised after the probe's, which says more)."""
     with tempfile.TemporaryDirectory(prefix="wheelmill-smoke-", dir=ctx.run.layout.root) as cwd:
         try:
-            result = ctx.where.runner.run(argv, env=base_environment([env.bin_dir]), log=ctx.log, cwd=Path(cwd), on_line=ctx.run.on_line, keep_output=True)
+            result = ctx.where.runner.run(
+                argv,
+                env=base_environment([env.bin_dir]),
+                log=ctx.log,
+                cwd=Path(cwd),
+                on_line=ctx.run.on_line,
+                keep_output=True,
+            )
         except CommandFailed as failed:
             return _smoke_failed(spec, failed)
     return _smoke_passed(result.output.splitlines())
@@ -150,7 +176,9 @@ def _smoke_passed(output: list[str]) -> CheckResult:
 
 
 def _smoke_failed(spec: RecipeSpec, failed: CommandFailed) -> InstallTestError:
-    return InstallTestError(f"{spec.name}: smoke command failed (exit {failed.returncode}): {failed.last_line()}", fix=f"read {failed.log}")
+    return InstallTestError(
+        f"{spec.name}: smoke command failed (exit {failed.returncode}): {failed.last_line()}", fix=f"read {failed.log}"
+    )
 
 
 def deliver(dist: Path, wheel: Path, *, link: bool = False) -> Path:

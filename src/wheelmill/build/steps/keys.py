@@ -33,7 +33,9 @@ def build_keys_step(ctx: StepContext) -> Outcome:
     channel = Channel(ctx.run.settings.index, plan.channel)
     listed = {} if plan.rebuilds_all else built_by_key(channel)
     published = {
-        name: _published(ctx, channel, key, *hit) for name, key in keys.items() if name not in plan.rebuild and (hit := listed.get(key.digest)) is not None
+        name: _published(ctx, channel, key, *hit)
+        for name, key in keys.items()
+        if name not in plan.rebuild and (hit := listed.get(key.digest)) is not None
     }
     checks = [_verdict(key, published.get(name), rebuild=name in plan.rebuild) for name, key in keys.items()]
     return Outcome(checks=checks, made=(BuildKeys(channel=channel.name, keys=keys, published=published),))
@@ -41,9 +43,21 @@ def build_keys_step(ctx: StepContext) -> Outcome:
 
 def _published(ctx: StepContext, channel: Channel, key: BuildKey, project: str, entry: FileEntry) -> PublishedBuild:
     wheel = channel.files / entry.filename
-    pins = [str(r.specifier).removeprefix("==") for r in map(Requirement, read_wheel(wheel).requires_dist) if r.name == "torch"]
+    pins = [
+        str(r.specifier).removeprefix("==")
+        for r in map(Requirement, read_wheel(wheel).requires_dist)
+        if r.name == "torch"
+    ]
     path = deliver(ctx.run.layout.dist, wheel, link=True)
-    return PublishedBuild(recipe=key.recipe, key=key.digest, channel=channel.name, project=project, entry=entry, path=path, torch=pins[0] if pins else None)
+    return PublishedBuild(
+        recipe=key.recipe,
+        key=key.digest,
+        channel=channel.name,
+        project=project,
+        entry=entry,
+        path=path,
+        torch=pins[0] if pins else None,
+    )
 
 
 def _verdict(key: BuildKey, published: PublishedBuild | None, *, rebuild: bool) -> CheckResult:

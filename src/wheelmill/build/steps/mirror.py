@@ -50,10 +50,21 @@ def mirror_closure(ctx: StepContext) -> Outcome:
     if closure is None:
         return Outcome(checks=[CheckResult.skipped("mirror", "no closure: this run published nothing")])
     channel = Channel(ctx.run.settings.index, ctx.run.plan.channel)
-    done = mirror(closure, channel, sources=ctx.done.get(Sources).packages, policy=ctx.run.settings.retry, log=ctx.log, on_line=ctx.run.on_line)
+    done = mirror(
+        closure,
+        channel,
+        sources=ctx.done.get(Sources).packages,
+        policy=ctx.run.settings.retry,
+        log=ctx.log,
+        on_line=ctx.run.on_line,
+    )
     kept = [p.filename for p in done.published if p.outcome is PublishOutcome.BUILT_HERE]
     checks = [CheckResult.passed("mirror", done.describe())]
-    checks += [CheckResult.passed("built-beats-mirrored", f"not mirrored, built in {channel.name}: {', '.join(kept)}")] if kept else []
+    checks += (
+        [CheckResult.passed("built-beats-mirrored", f"not mirrored, built in {channel.name}: {', '.join(kept)}")]
+        if kept
+        else []
+    )
     return Outcome(checks=checks, made=(done,))
 
 

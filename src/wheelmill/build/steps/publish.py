@@ -38,7 +38,9 @@ def conda_package(ctx: StepContext, wheel: Path) -> str:
     root = conda_channel_root(settings.index, plan.channel)
     argv = wheelmill_command("conda", "package", "--cell", plan.cell.id, wheel, recipes=settings.recipes)
     try:
-        result = HostRunner().run([*argv, "--channel", str(root)], env=base_environment([]), log=ctx.log, keep_output=True)
+        result = HostRunner().run(
+            [*argv, "--channel", str(root)], env=base_environment([]), log=ctx.log, keep_output=True
+        )
     except CommandFailed as failed:
         if failed.returncode != IndexConflict.exit_code:
             raise

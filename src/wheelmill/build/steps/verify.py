@@ -41,8 +41,14 @@ def post_build_checks(ctx: StepContext, spec: RecipeSpec) -> Outcome:
         where = runner.host_path
         system = [where(d) for d in system_lib_dirs(runner.capture(["ldconfig", "-p"]).stdout)]
         finder = LibraryFinder(_search_dirs(runner, checked.torch, checked.toolkit, elves), system, translate=where)
-        report = unresolved_symbols(elves, root=root, finder=finder, interpreter=interpreter_libraries(where(python), finder))
-        results = [judge_undefined(report), judge_required(elves, spec.symbols), _device(runner, checked.toolkit, spec, root, elves)]
+        report = unresolved_symbols(
+            elves, root=root, finder=finder, interpreter=interpreter_libraries(where(python), finder)
+        )
+        results = [
+            judge_undefined(report),
+            judge_required(elves, spec.symbols),
+            _device(runner, checked.toolkit, spec, root, elves),
+        ]
         return [*results, judge_pins(info, pins), judge_label(info, spec.version.label)]
 
     return Outcome(checks=_verdict(ctx, spec, wheel, inspect_wheel(wheel, judge)))
@@ -59,7 +65,9 @@ def _search_dirs(runner: Runner, torch: TorchInfo, toolkit: Toolkit | None, elve
     return dirs
 
 
-def _device(runner: Runner, toolkit: Toolkit | None, spec: RecipeSpec, root: Path, elves: list[ElfSummary]) -> CheckResult:
+def _device(
+    runner: Runner, toolkit: Toolkit | None, spec: RecipeSpec, root: Path, elves: list[ElfSummary]
+) -> CheckResult:
     required = bool(spec.device_code)
     match spec.family:
         case Family.CPU:
@@ -71,7 +79,9 @@ def _device(runner: Runner, toolkit: Toolkit | None, spec: RecipeSpec, root: Pat
                     "cuobjdump not found in the toolkit, the nvidia-cuda-cuobjdump wheel or PATH",
                     fix="pip install nvidia-cuda-cuobjdump (wheelmill's setup does)",
                 )
-            return judge_cuda(scan_cuda(elves, root, cuobjdump), CudaArchs.parse(spec.arch_list or ""), required=required)
+            return judge_cuda(
+                scan_cuda(elves, root, cuobjdump), CudaArchs.parse(spec.arch_list or ""), required=required
+            )
         case Family.ROCM:
             return judge_rocm(scan_rocm(elves, root), RocmArchs.parse(spec.arch_list or ""), required=required)
 
@@ -103,12 +113,16 @@ def repair(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     try:
         ctx.where.runner.run([*argv, str(wheel)], env=environment, log=ctx.log, on_line=ctx.run.on_line)
     except CommandFailed as failed:
-        raise RepairError(f"{spec.name}: auditwheel repair failed: {failed.last_line()}", fix=f"read {failed.log}") from None
+        raise RepairError(
+            f"{spec.name}: auditwheel repair failed: {failed.last_line()}", fix=f"read {failed.log}"
+        ) from None
     wheels = sorted(out.glob("*.whl"))
     if len(wheels) != 1:
         raise RepairError(f"{spec.name}: auditwheel wrote {len(wheels)} wheels", fix=f"read {ctx.log.path}")
     tags = ", ".join(sorted(read_wheel(wheels[0]).platforms))
-    check = CheckResult.passed("auditwheel", f"{wheels[0].name}: {tags}, {len(spec.repair_excludes)} libraries excluded")
+    check = CheckResult.passed(
+        "auditwheel", f"{wheels[0].name}: {tags}, {len(spec.repair_excludes)} libraries excluded"
+    )
     return Outcome(checks=[check], made=(Repaired(wheel=wheels[0]),))
 
 
