@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from pathlib import Path
 from typing import TypeVar
 
@@ -18,10 +19,26 @@ from wheelmill.errors import ConfigError
 from wheelmill.retry import RetryPolicy
 
 N = TypeVar("N", int, float)
+E = TypeVar("E", bound=StrEnum)
 BASE_POLICIES = ("auto", "bootstrap", "registry")
 ENGINE_CHOICES = ("auto", "podman", "docker", "none")
-COMPILER_CACHE_MODES = ("on", "off")
-INSTALL_TEST_MODES = ("beside", "after")
+
+
+class EnvBackendName(StrEnum):
+    """What makes a cell's envs: uv venvs, or conda envs with uv's packages on top."""
+
+    UV = "uv"
+    CONDA = "conda"
+
+
+class CompilerCacheMode(StrEnum):
+    ON = "on"  # every build compiles through sccache
+    OFF = "off"
+
+
+class InstallTests(StrEnum):
+    BESIDE = "beside"  # a recipe's install test runs beside the next recipe's steps
+    AFTER = "after"  # every step waits for the one before
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,7 +52,7 @@ class Settings:
     extra_index_urls: tuple[str, ...] | None = None
     find_links: tuple[str, ...] | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
-    env_backend: str = "uv"
+    env_backend: EnvBackendName = EnvBackendName.UV
     conda_channels: tuple[str, ...] = ()  # () : the local conda channels under <index>/conda
     index_root: Path | None = None  # None: <output>/index
     engine: str = "auto"  # where commands run: auto | podman | docker | none
@@ -46,11 +63,11 @@ class Settings:
     git_mirrors: tuple[tuple[str, str], ...] = ()
     # on: every build compiles through sccache (where its cache lives is sccache's own
     # SCCACHE_* configuration; local disk under the output root by default); off: without.
-    compiler_cache: str = "on"
+    compiler_cache: CompilerCacheMode = CompilerCacheMode.ON
     # beside: a recipe's install test runs beside the next recipe's steps; after: every step
     # waits for the one before (one command at a time: for timing one step alone, or where a
     # test's torch beside a build leaves it too little memory).
-    install_tests: str = "beside"
+    install_tests: InstallTests = InstallTests.BESIDE
     publish_username: str | None = field(default=None, repr=False)
     publish_password: str | None = field(default=None, repr=False)
 
@@ -68,15 +85,15 @@ class Settings:
                 attempts=_number(env, "WHEELMILL_RETRIES", 5, int),
                 base_delay=_number(env, "WHEELMILL_RETRY_DELAY", 1.0, float),
             ),
-            env_backend=env.get("WHEELMILL_ENV_BACKEND", "uv"),
+            env_backend=_enum(env, "WHEELMILL_ENV_BACKEND", EnvBackendName),
             conda_channels=tuple(env.get("WHEELMILL_CONDA_CHANNELS", "").split()),
             index_root=Path(env["WHEELMILL_INDEX_ROOT"]) if env.get("WHEELMILL_INDEX_ROOT") else None,
             engine=_choice(env, "WHEELMILL_ENGINE", ENGINE_CHOICES),
             base_policy=_choice(env, "WHEELMILL_BASE", BASE_POLICIES),
             debian_mirror=env.get("WHEELMILL_DEBIAN_MIRROR") or None,
             git_mirrors=_prefix_pairs(env, "WHEELMILL_GIT_MIRRORS"),
-            compiler_cache=_choice(env, "WHEELMILL_COMPILER_CACHE", COMPILER_CACHE_MODES),
-            install_tests=_choice(env, "WHEELMILL_INSTALL_TESTS", INSTALL_TEST_MODES),
+            compiler_cache=_enum(env, "WHEELMILL_COMPILER_CACHE", CompilerCacheMode),
+            install_tests=_enum(env, "WHEELMILL_INSTALL_TESTS", InstallTests),
             publish_username=env.get("WHEELMILL_PUBLISH_USERNAME") or None,
             publish_password=env.get("WHEELMILL_PUBLISH_PASSWORD") or None,
         )
@@ -112,6 +129,11 @@ def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
             fix=f"set {name} to one of them or unset it",
         )
     return value
+
+
+def _enum(env: Mapping[str, str], name: str, kind: type[E]) -> E:
+    """A closed set's member, its first the default."""
+    return kind(_choice(env, name, tuple(member.value for member in kind)))
 
 
 def _words(env: Mapping[str, str], name: str) -> tuple[str, ...] | None:

@@ -174,7 +174,7 @@ def fetch_once(
         record = run_step(
             run,
             step,
-            where=host(settings),
+            where=host(settings, settings.env_backend),
             report=report,
             position=(1, 1),
             ui=UI(make_console(io.StringIO())),

@@ -306,7 +306,11 @@ def _run_keys_step(plan: CellPlan, tmp_path: Path) -> BuildKeys:
     )
     with StepLog(tmp_path / "build-keys.log") as log:
         ctx = StepContext(
-            run=run, where=host(settings), done=Done([]), log=log, hold=lambda manager: manager.__enter__()
+            run=run,
+            where=host(settings, settings.env_backend),
+            done=Done([]),
+            log=log,
+            hold=lambda manager: manager.__enter__(),
         )
         (made,) = build_keys_step(ctx).made
     assert isinstance(made, BuildKeys)

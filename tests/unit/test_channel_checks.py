@@ -56,7 +56,11 @@ def checks_after_publishing(tmp_path: Path, damage: str | None = None) -> list[s
     )
     with StepLog(tmp_path / "channel-checks.log") as log:
         ctx = StepContext(
-            run=run, where=host(settings), done=report.done, log=log, hold=lambda manager: manager.__enter__()
+            run=run,
+            where=host(settings, settings.env_backend),
+            done=report.done,
+            log=log,
+            hold=lambda manager: manager.__enter__(),
         )
         try:
             return [f"{c.name} {c.verdict}" for c in channel_checks(ctx).checks]

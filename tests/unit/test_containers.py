@@ -4,7 +4,7 @@ detection, which builder image and base a cell gets, image tags, mirrors, locks.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,8 +15,8 @@ from wheelmill.build.steps.build import build_environment
 from wheelmill.cli import main
 from wheelmill.errors import CommandFailed, ConfigError, PrecheckError, UsageError
 from wheelmill.inputs.matrix import Matrix, load_matrix
-from wheelmill.inputs.recipes import load_recipes
-from wheelmill.inputs.variants import Family
+from wheelmill.inputs.recipes import Recipe, load_recipes, resolve_all
+from wheelmill.inputs.variants import Cell, Family
 from wheelmill.machine.builder_images import BaseKind, choose, debian_mirror, image_build_failure, require_pinned
 from wheelmill.machine.container import Container
 from wheelmill.machine.engine import Engine, EngineName, Mount, Probe, detect
@@ -24,7 +24,7 @@ from wheelmill.machine.envs import Env, link_site
 from wheelmill.machine.pins import Pins, load_pins
 from wheelmill.machine.process import Captured, StepLog, yielding
 from wheelmill.machine.toolchain import Toolkit
-from wheelmill.planning.locks import inputs
+from wheelmill.planning.locks import LockInputs, inputs
 from wheelmill.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -264,13 +264,17 @@ def test_an_image_build_failure_says_what_the_containerfile_said() -> None:
     )
 
 
+def lock_inputs(matrix: Matrix, recipes: Mapping[str, Recipe], cell: Cell) -> LockInputs:
+    return inputs(matrix, resolve_all(recipes, cell), cell)
+
+
 def test_lock_inputs_cover_every_recipe_of_the_cell(matrix: Matrix) -> None:
     recipes = load_recipes(ROOT / "recipes")
-    lock = inputs(matrix, recipes, matrix.cell("cuda130-py311"))
+    lock = lock_inputs(matrix, recipes, matrix.cell("cuda130-py311"))
     assert lock.target.platform == "x86_64-manylinux_2_28" and lock.target.python == "3.11"
     assert "torch==2.14.1" in lock.requirements and "nvidia-cuda-nvcc==13.0.88" in lock.requirements
-    assert lock.digest == inputs(matrix, recipes, matrix.cell("cuda130-py311")).digest
-    assert lock.digest != inputs(matrix, recipes, matrix.cell("cuda130-py312")).digest
+    assert lock.digest == lock_inputs(matrix, recipes, matrix.cell("cuda130-py311")).digest
+    assert lock.digest != lock_inputs(matrix, recipes, matrix.cell("cuda130-py312")).digest
     assert lock.header().startswith(f"# wheelmill lock of cuda130-py311; inputs sha256:{lock.digest}")
 
 
@@ -280,8 +284,8 @@ def test_a_slim_cell_shares_its_parents_lock_and_image(matrix: Matrix, capsys: p
     recipes = load_recipes(ROOT / "recipes")
     slim, parent = matrix.cell("cuda130-sm90-py311"), matrix.cell("cuda130-py311")
     assert (
-        inputs(matrix, recipes, slim) == inputs(matrix, recipes, parent)
-        and inputs(matrix, recipes, slim).cell == "cuda130-py311"
+        lock_inputs(matrix, recipes, slim) == lock_inputs(matrix, recipes, parent)
+        and lock_inputs(matrix, recipes, slim).cell == "cuda130-py311"
     )
     pins = load_pins(ROOT / "containers" / "pins.toml")
     for policy in ("bootstrap", "auto"):

@@ -229,3 +229,10 @@ def test_every_docs_page_is_in_the_nav_and_every_nav_entry_exists() -> None:
     assert sorted(set(nav) - pages) == [], "nav entries without a page"
     assert sorted(pages - set(nav)) == [], "pages missing from the nav"
     assert "design/layers.md" in nav
+
+
+def test_the_plans_choices_line_is_the_golden_plans() -> None:
+    """docs/reference/settings.md shows the line `wheelmill plan` prints for the CPU cell."""
+    shown = section("reference/settings.md", "prints them on its third line").split("```")[1].strip()
+    golden = (ROOT / "tests" / "golden" / "plan-cpu-py311.txt").read_text().splitlines()
+    assert shown == golden[2] and shown.startswith("choices: ")

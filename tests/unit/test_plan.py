@@ -17,17 +17,39 @@ from wheelmill.settings import Settings
 GOLDEN = Path(__file__).parent.parent / "golden"
 
 
+# The choices settings make, printed in the plan and pinned here: the defaults, and each other value.
+OTHER_CHOICES = {
+    "WHEELMILL_ENV_BACKEND": "conda",
+    "WHEELMILL_COMPILER_CACHE": "off",
+    "WHEELMILL_INSTALL_TESTS": "after",
+}
+
+
 @pytest.mark.parametrize(
-    ("cell", "engine"), [("cuda118-py311", "none"), ("cpu-py311", "none"), ("cuda130-py311", "podman")]
+    ("cell", "engine", "choices", "name"),
+    [
+        ("cuda118-py311", "none", {}, "plan-cuda118-py311.txt"),
+        ("cpu-py311", "none", {}, "plan-cpu-py311.txt"),
+        ("cuda130-py311", "podman", {}, "plan-cuda130-py311-podman.txt"),
+        ("cpu-py311", "none", OTHER_CHOICES, "plan-cpu-py311-conda-nocache-after.txt"),
+    ],
 )
 def test_printed_plan_matches_golden(
-    cli: CliRunner, repo_root: Path, monkeypatch: pytest.MonkeyPatch, cell: str, engine: str
+    cli: CliRunner,
+    repo_root: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cell: str,
+    engine: str,
+    choices: dict[str, str],
+    name: str,
 ) -> None:
-    for name in ("WHEELMILL_TORCH_INDEX", "WHEELMILL_BASE"):
-        monkeypatch.delenv(name, raising=False)
+    for variable in ("WHEELMILL_TORCH_INDEX", "WHEELMILL_BASE", *OTHER_CHOICES):
+        monkeypatch.delenv(variable, raising=False)
+    for variable, value in choices.items():
+        monkeypatch.setenv(variable, value)
     result = cli("--recipes", str(repo_root / "recipes"), "plan", "--cell", cell, "--engine", engine)
     assert result.code == 0, result.err
-    golden = GOLDEN / (f"plan-{cell}.txt" if engine == "none" else f"plan-{cell}-{engine}.txt")
+    golden = GOLDEN / name
     if os.environ.get("WHEELMILL_UPDATE_GOLDEN"):
         golden.write_text(result.out)
     assert result.out == golden.read_text(), (
@@ -38,9 +60,8 @@ def test_printed_plan_matches_golden(
 def test_plan_runs_nothing_and_writes_nothing(cli: CliRunner, repo_root: Path, tmp_path: Path) -> None:
     result = cli("--recipes", str(repo_root / "recipes"), "plan", "--cell", "cuda*-py311")
     assert result.code == 0
-    assert (
-        result.out.count("plan for ") == 7
-    )  # six CUDA variants, and cuda130's slim cuda130-sm90: a glob matches slim cells too
+    # six CUDA variants, and cuda130's slim cuda130-sm90: a glob matches slim cells too
+    assert result.out.count("plan for ") == 7
     assert not (tmp_path / "wheels").exists()
 
 

@@ -46,7 +46,7 @@ from wheelmill.output.layout import CellLayout
 from wheelmill.output.report import Status
 from wheelmill.planning.spec import CellPlan, Step, StepKind
 from wheelmill.retry import RetryPolicy, TransientError, with_retries
-from wheelmill.settings import Settings
+from wheelmill.settings import EnvBackendName, InstallTests, Settings
 
 NO_RETRY = RetryPolicy(attempts=1)
 T = TypeVar("T")
@@ -223,18 +223,18 @@ def _end(report: CellReport, ui: UI, held: ExitStack, locked: ExitStack) -> None
             locked.close()
 
 
-def host(settings: Settings) -> Where:
+def host(settings: Settings, env_backend: EnvBackendName) -> Where:
     """Where commands run until a step says otherwise: this machine, and a network
     namespace of it for the steps that need no network, where the platform allows one."""
     runner, prefix = HostRunner(), netless_prefix()
     netless = HostRunner(netless=prefix) if prefix else None
-    channels = conda_channels(settings) if settings.env_backend == "conda" else ()
+    channels = conda_channels(settings) if env_backend is EnvBackendName.CONDA else ()
     offline = (
-        Where(runner=netless, backend=envs.backend(settings.env_backend, netless, offline=True, channels=channels))
+        Where(runner=netless, backend=envs.backend(env_backend, netless, offline=True, channels=channels))
         if netless
         else None
     )
-    return Where(runner=runner, backend=envs.backend(settings.env_backend, runner, channels=channels), netless=offline)
+    return Where(runner=runner, backend=envs.backend(env_backend, runner, channels=channels), netless=offline)
 
 
 def conda_channels(settings: Settings) -> list[str]:
@@ -276,7 +276,7 @@ def _run_steps(
     """Run the plan's steps (from ``rest`` on); ``hand_over``: stop before the first build
     and return where the rest starts (None where nothing is left)."""
     steps = run.plan.steps
-    where = rest.where if rest else host(run.settings)
+    where = rest.where if rest else host(run.settings, run.plan.choices.env_backend)
     first = first_build(steps)
     handing = first if hand_over and first >= 0 else None  # a cell that builds nothing keeps its steps
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="wheelmill-beside") as pool:
@@ -286,9 +286,7 @@ def _run_steps(
             for index, step in enumerate(steps[start:], start=start + 1):
                 if stopping.is_set():  # Ctrl-C in the run's next cell, while this one ends on a thread
                     _interrupted(run.plan, step, steps[index - 1 :], report)
-                if beside and (
-                    waits_for(step, beside.step) or _goes_beside(step, run.settings) or index - 1 == handing
-                ):
+                if beside and (waits_for(step, beside.step) or _goes_beside(step, run.plan) or index - 1 == handing):
                     _await(beside, report, ui)
                     beside = None
                 if index - 1 == handing:
@@ -310,7 +308,7 @@ def _run_steps(
                         stopping=stopping,
                     )
                 position = (index, len(steps))
-                if _goes_beside(step, run.settings) and index < len(steps) and not waits_for(steps[index], step):
+                if _goes_beside(step, run.plan) and index < len(steps) and not waits_for(steps[index], step):
                     beside = _start_beside(
                         pool,
                         run,
@@ -384,9 +382,11 @@ def _interrupted(plan: CellPlan, step: Step, rest: Sequence[Step], report: CellR
     )
 
 
-def _goes_beside(step: Step, settings: Settings) -> bool:
+def _goes_beside(step: Step, plan: CellPlan) -> bool:
     definition = BY_KIND[step.kind]
-    return isinstance(definition, RecipeStep) and definition.beside and settings.install_tests == "beside"
+    return (
+        isinstance(definition, RecipeStep) and definition.beside and plan.choices.install_tests is InstallTests.BESIDE
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

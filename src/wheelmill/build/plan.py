@@ -16,14 +16,14 @@ from pathlib import Path
 from wheelmill.build.steps import REGISTRY, CellStep, RecipeStep, StepDefinition
 from wheelmill.errors import SelectionError
 from wheelmill.inputs.matrix import Matrix
-from wheelmill.inputs.recipes import Recipe, cell_dependencies, closure, resolve, select
+from wheelmill.inputs.recipes import Recipe, cell_dependencies, closure, resolve_all, select
 from wheelmill.inputs.variants import Cell
 from wheelmill.inputs.versions import Release
 from wheelmill.machine import builder_images as images
 from wheelmill.machine.package_sources import torch_index_url
 from wheelmill.machine.pins import Pins
 from wheelmill.planning import locks
-from wheelmill.planning.spec import CellPlan, Step, StepKind, channel_of, recipe_spec
+from wheelmill.planning.spec import CellPlan, EnvPlace, RunChoices, Step, StepKind, channel_of, recipe_spec
 from wheelmill.settings import Settings
 
 # The cell's own steps before any recipe's (on this machine: without the container's), and
@@ -84,26 +84,34 @@ def plan_cell(  # noqa: PLR0917 - the inputs of the pure function, in their orde
     With ``options.publish``, each wheel that passes everything goes into the local index."""
     options = options or Options()
     chosen = select(recipes, cell, names)
+    resolved = resolve_all(recipes, cell)
     depends = {name: cell_dependencies(recipes[name], chosen) for name in chosen}
     specs = tuple(
         recipe_spec(
             matrix,
             cell,
-            resolve(recipes[name], cell),
+            resolved[name],
             depends_on=depends[name],
             needs=tuple(n for n in chosen if n in closure(depends, depends[name])),
             release=options.release,
         )
         for name in chosen
     )
+    image = _image(cell, options)
     spec = CellPlan(
         cell=cell,
         root=matrix.path.resolve().parent.parent,
         variant_file=matrix.path,
         engine=options.engine,
-        image=_image(cell, options),
+        image=image,
+        choices=RunChoices(
+            env_backend=settings.env_backend,
+            env_place=EnvPlace.HOST if image is None else EnvPlace.CONTAINER,
+            compiler_cache=settings.compiler_cache,
+            install_tests=settings.install_tests,
+        ),
         torch_index=torch_index_url(cell.variant, settings=settings, template=matrix.torch_index),
-        lock=locks.inputs(matrix, recipes, cell),
+        lock=locks.inputs(matrix, resolved, cell),
         locks_dir=options.locks_dir,
         min_free_disk=matrix.min_free_disk.get(cell.variant.family.value, 0),
         channel=channel_of(cell, options.release),

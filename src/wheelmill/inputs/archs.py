@@ -77,6 +77,20 @@ class RocmArchs:
         return cls(targets=frozenset(items), text=";".join(items))
 
 
+GpuArchs = CudaArchs | RocmArchs
+
+
+def parse_archs(family: Family, text: str | None) -> GpuArchs | None:
+    """The arch list a build of ``family`` reads, parsed; None for the CPU, or no list.
+
+    >>> parse_archs(Family.CUDA, "8.0;9.0+PTX").text, parse_archs(Family.CPU, None)
+    ('8.0;9.0+PTX', None)
+    """
+    if text is None or family is Family.CPU:
+        return None
+    return CudaArchs.parse(text) if family is Family.CUDA else RocmArchs.parse(text)
+
+
 def _unique(items: list[str]) -> None:
     """An arch listed twice is a typo (or a merge gone wrong), never intended."""
     twice = sorted({item for item in items if items.count(item) > 1})

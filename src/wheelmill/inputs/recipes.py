@@ -328,6 +328,12 @@ def _version_rule(source: Source, named: str | None) -> VersionRule:
     return VersionRule.REPO if isinstance(source, PathSource) else VersionRule.SOURCE
 
 
+def resolve_all(recipes: Mapping[str, Recipe], cell: Cell) -> dict[str, ResolvedRecipe]:
+    """Every recipe that applies to ``cell``, resolved for it: once a cell, for its plan and
+    its lock's inputs alike."""
+    return {name: resolve(recipe, cell) for name, recipe in recipes.items() if recipe.applies_to(cell)}
+
+
 def resolve(recipe: Recipe, cell: Cell) -> ResolvedRecipe:
     """The recipe for ``cell``: overrides whose globs match, merged in file order."""
     tables: dict[str, Any] = _merge({}, dict(recipe.tables))

@@ -111,8 +111,10 @@ def wheelmill_identity() -> dict[str, str]:
 
 
 def recipe_identity(spec: RecipeSpec) -> dict[str, Any]:
-    """The spec but for where its files are: the same recipe in another clone, same key."""
-    return {f.name: plain(getattr(spec, f.name)) for f in fields(spec) if f.name not in _LOCATIONS}
+    """The spec but for where its files are: the same recipe in another clone, same key. The
+    arch list as the build reads it, its text."""
+    identity = {f.name: plain(getattr(spec, f.name)) for f in fields(spec) if f.name not in _LOCATIONS | {"archs"}}
+    return {**identity, "arch_list": spec.arch_list}
 
 
 def lock_identity(plan: CellPlan) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from wheelmill.checks.torchenv import judge_located
 from wheelmill.errors import CommandFailed, ConfigError, EnvError, PrecheckError
 from wheelmill.files import write_atomic
 from wheelmill.inputs.matrix import Matrix
-from wheelmill.inputs.recipes import Recipe, resolve
+from wheelmill.inputs.recipes import Recipe, ResolvedRecipe, resolve_all
 from wheelmill.inputs.variants import Cell, Variant
 from wheelmill.machine import envs
 from wheelmill.machine.envs import EnvBackend, Target
@@ -61,12 +61,12 @@ def target(cell: Cell) -> Target:
     return Target(python=cell.python, platform=f"x86_64-{cell.variant.glibc}")
 
 
-def inputs(matrix: Matrix, recipes: Mapping[str, Recipe], cell: Cell) -> LockInputs:
+def inputs(matrix: Matrix, resolved: Mapping[str, ResolvedRecipe], cell: Cell) -> LockInputs:
     """Everything the build env of ``cell`` installs, whichever of its recipes a run builds.
     A slim cell's inputs are its parent's by construction (recipes match it by the parent's
     id, and its variant pins the parent's torch, toolkit and glibc), hence its parent's lock."""
     variant = cell.variant
-    extra = [req for r in recipes.values() if r.applies_to(cell) for req in resolve(r, cell).build_requires]
+    extra = [req for recipe in resolved.values() for req in recipe.build_requires]
     requirements = [variant.torch_requirement, *matrix.build_requires, *variant.toolkit_wheels, *extra]
     return LockInputs(cell=cell.base_id, target=target(cell), requirements=tuple(dict.fromkeys(requirements)))
 
@@ -167,7 +167,7 @@ def _reason(failed: CommandFailed) -> str:
 
 def write_lock(matrix: Matrix, recipes: Mapping[str, Recipe], cell: Cell, locks_dir: Path, settings: Settings) -> str:
     """Resolve ``cell``'s build env and commit it as ``locks_dir/<cell>.txt``; a line about it."""
-    lock_inputs = inputs(matrix, recipes, cell)
+    lock_inputs = inputs(matrix, resolve_all(recipes, cell), cell)
     backend = envs.backend(settings.env_backend, HostRunner())
     torch_index = torch_index_url(cell.variant, settings=settings, template=matrix.torch_index)
     with tempfile.TemporaryDirectory(prefix="wheelmill-lock-") as tmp:
@@ -204,7 +204,7 @@ def write_lock(matrix: Matrix, recipes: Mapping[str, Recipe], cell: Cell, locks_
 
 def check_lock(matrix: Matrix, recipes: Mapping[str, Recipe], cell: Cell, locks_dir: Path) -> str | None:
     """A line about the committed lock of ``cell``; None when it has none."""
-    lock_inputs = inputs(matrix, recipes, cell)
+    lock_inputs = inputs(matrix, resolve_all(recipes, cell), cell)
     committed = path_of(locks_dir, lock_inputs.cell)
     if not committed.is_file():
         return None

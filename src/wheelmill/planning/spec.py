@@ -13,13 +13,14 @@ from enum import StrEnum
 from pathlib import Path
 
 from wheelmill.errors import ConfigError
-from wheelmill.inputs.archs import CudaArchs, RocmArchs
+from wheelmill.inputs.archs import CudaArchs, GpuArchs, RocmArchs, parse_archs
 from wheelmill.inputs.matrix import Matrix
 from wheelmill.inputs.recipes import GitSource, PathSource, ResolvedRecipe, SdistSource, Source, UrlSource
 from wheelmill.inputs.variants import Cell, Family
 from wheelmill.inputs.versions import Release, VersionRule, stamp_version
 from wheelmill.machine.builder_images import BuilderImage
 from wheelmill.planning.locks import LockInputs
+from wheelmill.settings import CompilerCacheMode, EnvBackendName, InstallTests
 
 # PEP 517's build_wheel alone, through pypa/build: pip wheel asks the backend for the
 # wheel's metadata first, in a process of its own, and a setup.py that imports torch runs
@@ -119,7 +120,7 @@ class RecipeSpec:
     patches: tuple[Path, ...]
     command: tuple[str, ...]
     env: Mapping[str, str]  # the recipe's own build variables (templates)
-    arch_list: str | None
+    archs: GpuArchs | None  # what device code the build must carry; None for the CPU
     memory_per_job: int
     version: VersionSpec
     torch_pin: bool
@@ -135,6 +136,11 @@ class RecipeSpec:
     symbols: tuple[str, ...]
     smoke: tuple[str, ...] | None
     device_code: bool | None
+
+    @property
+    def arch_list(self) -> str | None:
+        """The arch list as the family's build tooling reads it (``8.0;9.0+PTX``)."""
+        return None if self.archs is None else self.archs.text
 
     @property
     def arch_variable(self) -> str | None:
@@ -166,6 +172,34 @@ class RecipeSpec:
         return tuple(r for r in self.run_requires if r in self.depends_on)
 
 
+class EnvPlace(StrEnum):
+    """Where a cell's env backend makes and runs its envs."""
+
+    CONTAINER = "in the cell's container"
+    HOST = "on this machine"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunChoices:
+    """What the settings decide of how a cell runs, resolved once into its plan: the steps
+    read them here, and the printed plan says them."""
+
+    env_backend: EnvBackendName
+    env_place: EnvPlace
+    compiler_cache: CompilerCacheMode
+    install_tests: InstallTests
+
+    def describe(self) -> str:
+        tests = (
+            "beside the next recipe's steps"
+            if self.install_tests is InstallTests.BESIDE
+            else "each after the one before"
+        )
+        return (
+            f"envs by {self.env_backend} {self.env_place}; compiler cache {self.compiler_cache}; install tests {tests}"
+        )
+
+
 @dataclass(frozen=True, kw_only=True)
 class CellPlan:
     """A cell's plan: its spec, its recipes' specs, and the ordered steps."""
@@ -175,6 +209,7 @@ class CellPlan:
     variant_file: Path  # where the cell's variant is defined, for messages
     engine: str  # none | podman | docker
     image: BuilderImage | None
+    choices: RunChoices
     torch_index: str | None
     lock: LockInputs
     locks_dir: Path
@@ -227,7 +262,7 @@ def recipe_spec(
         patches=recipe.patches,
         command=recipe.command or DEFAULT_BUILD,
         env=recipe.env,
-        arch_list=archs_for(recipe, cell),
+        archs=parse_archs(variant.family, archs_for(recipe, cell)),
         memory_per_job=recipe.memory_per_job or matrix.memory_per_job.get(family, DEFAULT_MEMORY_PER_JOB),
         version=VersionSpec(
             rule=recipe.version_rule, release=release, label=variant.wheel_label if recipe.local_label else None

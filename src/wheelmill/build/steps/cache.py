@@ -24,13 +24,14 @@ from wheelmill.build.context import Outcome, StepContext
 from wheelmill.checks import CheckResult
 from wheelmill.machine.tools import sccache_bin
 from wheelmill.planning.spec import CellPlan
+from wheelmill.settings import CompilerCacheMode
 
 SOCKET = "sccache.sock"
 FIX = "compiled without it, nothing else changes; fix the SCCACHE_* settings (read the server's log), or set WHEELMILL_COMPILER_CACHE=off"
 
 
 def compiler_cache(ctx: StepContext) -> Outcome:
-    if ctx.run.settings.compiler_cache == "off":
+    if ctx.run.plan.choices.compiler_cache is CompilerCacheMode.OFF:
         return _without(
             CheckResult.skipped(CHECK, "off (WHEELMILL_COMPILER_CACHE=off): builds compile without a cache"),
             "WHEELMILL_COMPILER_CACHE=off",
@@ -89,7 +90,9 @@ def _located(ctx: StepContext, cache: CompilerCache) -> CompilerCache:
     )
 
 
-def describe(_plan: CellPlan) -> str:
+def describe(plan: CellPlan) -> str:
+    if plan.choices.compiler_cache is CompilerCacheMode.OFF:
+        return "off (WHEELMILL_COMPILER_CACHE=off): builds compile without a cache"
     return (
         "sccache server where the network is, on a Unix socket in the cell's directory; "
         "cache on local disk (<output>/.cache/sccache) unless SCCACHE_* name another; unreachable: builds compile without it"

@@ -38,6 +38,7 @@ from wheelmill.machine.toolchain import (
 from wheelmill.planning.locks import locate_torch, mismatch, path_of, requirements_text
 from wheelmill.planning.spec import CellPlan
 from wheelmill.retry import TransientError
+from wheelmill.settings import EnvBackendName
 
 
 def _failure(cell: Cell, step: str) -> Callable[[str, str], WheelmillError]:
@@ -51,7 +52,7 @@ def pre_checks(ctx: StepContext) -> Outcome:
     toolchain_results, toolchain = ([], None) if plan.image else _toolchain(ctx.where.runner, plan.cell)
     lock_result, origin = _lock(plan)
     torch_result, packages = _torch(ctx)
-    conda_results, conda = _conda_lock(ctx) if ctx.run.settings.env_backend == "conda" else ([], None)
+    conda_results, conda = _conda_lock(ctx) if plan.choices.env_backend is EnvBackendName.CONDA else ([], None)
     checks = [*toolchain_results, _disk(ctx), lock_result, torch_result, *conda_results]
     results = require(checks, ctx.log, failure=_failure(plan.cell, "pre-checks"))
     assert packages is not None, "the torch-source check passed"
@@ -390,7 +391,13 @@ def describe_pre_checks(plan: CellPlan) -> str:
     where = "the configured package sources" + (f", else {plan.torch_index}" if plan.torch_index else "")
     lock = f"{plan.locks_dir.name}/{plan.lock.cell}.txt, if committed, matches its inputs"
     here = "" if plan.image else _toolchain_detail(plan.cell) + "; "
-    return f"{here}free disk >= {format_size(plan.min_free_disk)}; {lock}; {plan.cell.variant.torch_requirement} locatable in {where}"
+    torch = f"{plan.cell.variant.torch_requirement} locatable in {where}"
+    conda = ""
+    if plan.choices.env_backend is EnvBackendName.CONDA:
+        conda = (
+            f"; {plan.locks_dir.name}/conda/{plan.lock.cell}.txt, if committed, matches its specs (else one solved now)"
+        )
+    return f"{here}free disk >= {format_size(plan.min_free_disk)}; {lock}; {torch}{conda}"
 
 
 def describe_toolchain_checks(plan: CellPlan) -> str:
@@ -411,7 +418,11 @@ def _toolchain_detail(cell: Cell) -> str:
 
 def describe_prepare_env(plan: CellPlan) -> str:
     requirements = ", ".join(plan.lock.requirements)
-    return f"fresh env with Python {plan.cell.python} from the committed lock (else one resolved now), hashes checked: {requirements}"
+    env = "fresh conda env (from its conda lock)" if plan.choices.env_backend is EnvBackendName.CONDA else "fresh env"
+    return (
+        f"{env} with Python {plan.cell.python} from the committed lock (else one resolved now), "
+        f"hashes checked: {requirements}"
+    )
 
 
 def describe_env_checks(plan: CellPlan) -> str:

@@ -59,7 +59,7 @@ def prepare_container(ctx: StepContext) -> Outcome:
     layout, ready, backend, cell = (
         ctx.run.layout,
         ctx.done.get(Ready),
-        ctx.run.settings.env_backend,
+        ctx.run.plan.choices.env_backend,
         ctx.run.plan.cell.id,
     )
     stable = Mount(source=layout.root, target=STABLE_ROOT, readonly=False)

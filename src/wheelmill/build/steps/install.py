@@ -27,6 +27,7 @@ from wheelmill.machine.probes import IMPORTS, MARK, joined, parse
 from wheelmill.machine.process import StepLog, base_environment
 from wheelmill.output.report import WheelRecord
 from wheelmill.planning.spec import CellPlan, RecipeSpec
+from wheelmill.settings import InstallTests
 from wheelmill.wheel.wheelfile import read_wheel
 
 
@@ -193,8 +194,13 @@ def deliver(dist: Path, wheel: Path, *, link: bool = False) -> Path:
     return dist / wheel.name
 
 
-def describe(_plan: CellPlan, spec: RecipeSpec) -> str:
+def describe(plan: CellPlan, spec: RecipeSpec) -> str:
     what = [f"import {', '.join(spec.imports)}"] if spec.imports else []
     what += [f"torch.ops {', '.join(spec.torch_ops)}"] if spec.torch_ops else []
     what += [f"smoke: {' '.join(spec.smoke)}"] if spec.smoke else []
-    return "clean env with the locked torch; " + "; ".join(what or ["install only"])
+    when = (
+        "beside the next recipe's steps"
+        if plan.choices.install_tests is InstallTests.BESIDE
+        else "before the next step"
+    )
+    return f"clean env with the locked torch, {when}; " + "; ".join(what or ["install only"])

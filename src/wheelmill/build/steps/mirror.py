@@ -39,7 +39,7 @@ def resolve_closure(ctx: StepContext) -> Outcome:
     if not inputs.wheels:
         return Outcome(checks=[CheckResult.skipped("closure", "this run published nothing")])
     # Resolved on this machine, whatever ran the build: the channel and its files are here.
-    backend = envs.backend(ctx.run.settings.env_backend, HostRunner())
+    backend = envs.backend(ctx.run.plan.choices.env_backend, HostRunner())
     layout = ctx.run.layout
     found = resolve(inputs, backend=backend, log=ctx.log, work=layout.build / "closure", lock=layout.closure_lock)
     return Outcome(checks=[CheckResult.passed("closure", found.describe())], made=(found,))

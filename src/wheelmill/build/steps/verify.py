@@ -69,21 +69,19 @@ def _device(
     runner: Runner, toolkit: Toolkit | None, spec: RecipeSpec, root: Path, elves: list[ElfSummary]
 ) -> CheckResult:
     required = bool(spec.device_code)
-    match spec.family:
-        case Family.CPU:
+    match spec.archs:
+        case None:
             return CheckResult.skipped("device-code", "CPU cell")
-        case Family.CUDA:
+        case CudaArchs():
             cuobjdump = find_cuobjdump(runner.host_path(toolkit.bin_dir) if toolkit else None)
             if cuobjdump is None:
                 raise PrecheckError(
                     "cuobjdump not found in the toolkit, the nvidia-cuda-cuobjdump wheel or PATH",
                     fix="pip install nvidia-cuda-cuobjdump (wheelmill's setup does)",
                 )
-            return judge_cuda(
-                scan_cuda(elves, root, cuobjdump), CudaArchs.parse(spec.arch_list or ""), required=required
-            )
-        case Family.ROCM:
-            return judge_rocm(scan_rocm(elves, root), RocmArchs.parse(spec.arch_list or ""), required=required)
+            return judge_cuda(scan_cuda(elves, root, cuobjdump), spec.archs, required=required)
+        case RocmArchs():
+            return judge_rocm(scan_rocm(elves, root), spec.archs, required=required)
 
 
 def _verdict(ctx: StepContext, spec: RecipeSpec, wheel: Path, results: list[CheckResult]) -> Sequence[CheckResult]:
