@@ -26,7 +26,10 @@ from wheelmill.machine.tools import sccache_bin
 from wheelmill.planning.spec import CellPlan
 
 SOCKET = "sccache.sock"
-FIX = "compiled without it, nothing else changes; fix the SCCACHE_* settings (read the server's log), or set WHEELMILL_COMPILER_CACHE=off"
+FIX = (
+    "compiled without it, nothing else changes; fix the SCCACHE_* settings (read the server's log), "
+    "or set WHEELMILL_COMPILER_CACHE=off"
+)
 
 
 def compiler_cache(ctx: StepContext) -> Outcome:
@@ -92,5 +95,6 @@ def _located(ctx: StepContext, cache: CompilerCache) -> CompilerCache:
 def describe(_plan: CellPlan) -> str:
     return (
         "sccache server where the network is, on a Unix socket in the cell's directory; "
-        "cache on local disk (<output>/.cache/sccache) unless SCCACHE_* name another; unreachable: builds compile without it"
+        "cache on local disk (<output>/.cache/sccache) unless SCCACHE_* name another; "
+        "unreachable: builds compile without it"
     )
