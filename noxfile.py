@@ -43,7 +43,10 @@ def _image_session(cell_id: str, edition: str) -> None:
     def image(session: nox.Session) -> None:
         _wheelmill(session, "image", "build", "--cell", cell_id, "--edition", edition, "--extras", *session.posargs)
 
-    image.__doc__ = f"The {edition} image of {cell_id} and its extras image, from its channel, smoke-tested (-- --push REGISTRY to push)."
+    image.__doc__ = (
+        f"The {edition} image of {cell_id} and its extras image, from its channel, smoke-tested "
+        "(-- --push REGISTRY to push)."
+    )
     nox.session(name=f"image-{cell_id}-{edition}", python=False)(image)
 
 

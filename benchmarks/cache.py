@@ -102,11 +102,13 @@ def compare(name: str, case: Case, root: Path) -> None:
     )
     for label, result in (("cold (empty cache)", cold), ("warm (same cache)", warm)):
         print(
-            f"  {label:<19} build step {result.build:7.1f} s  ({result.hits} hits, {result.misses} misses); whole command {result.total:6.1f} s"
+            f"  {label:<19} build step {result.build:7.1f} s  ({result.hits} hits, {result.misses} misses); "
+            f"whole command {result.total:6.1f} s"
         )
     target = f" (target >= {case.target:.0f}x)" if case.target else ""
     print(
-        f"  ratio cold/warm: build step {cold.build / warm.build:.1f}x{target}; whole command {cold.total / warm.total:.2f}x",
+        f"  ratio cold/warm: build step {cold.build / warm.build:.1f}x{target}; "
+        f"whole command {cold.total / warm.total:.2f}x",
         flush=True,
     )
 

@@ -53,7 +53,8 @@ def main() -> int:
     print(f"cell {args.cell}, recipes {', '.join(r['name'] for r in report['recipes'])}")
     print(f"first run (built {', '.join(built) or 'nothing'}): {first:.1f} s")
     print(
-        f"re-run (compiled: {', '.join(compiled(report)) or 'nothing'}; {statuses}): {again:.2f} s (target <= {TARGET:.0f} s)"
+        f"re-run (compiled: {', '.join(compiled(report)) or 'nothing'}; {statuses}): "
+        f"{again:.2f} s (target <= {TARGET:.0f} s)"
     )
     print(f"ratio re-run / first run: {again / first:.3f}")
     return 0

@@ -114,7 +114,8 @@ def run_baseline(cell_id: str, output: Path, work: Path, log: Path) -> float:
     excludes = [arg for pattern in matrix.excludes_for(cell.variant) for arg in ("--exclude", pattern)]
     memory, per_job, cores = available_memory(), matrix.memory_per_job["cuda"], os.cpu_count() or 1
     jobs = max_jobs(memory, per_job, cores)
-    threads = f"--threads {nvcc_threads(memory, per_job, jobs, cores)}"  # as wheelmill's builds: this measures overhead, not that
+    # As wheelmill's builds: this measures overhead, not that.
+    threads = f"--threads {nvcc_threads(memory, per_job, jobs, cores)}"
     for name in RECIPES:
         recipe = resolve(recipes[name], cell)
         source = work / "src" / name
@@ -198,9 +199,13 @@ def main() -> int:
             ours_cpu, theirs_cpu = between - before, runs.cpu_seconds() - between
             publishing = publishing_seconds(output, args.cell)
             rounds.append((ours, publishing, theirs))
-            sides = f"wheelmill {ours:.1f} s ({ours_cpu:.0f} s cpu; publishing {publishing:.1f} s), baseline {theirs:.1f} s ({theirs_cpu:.0f} s cpu)"
+            sides = (
+                f"wheelmill {ours:.1f} s ({ours_cpu:.0f} s cpu; publishing {publishing:.1f} s), "
+                f"baseline {theirs:.1f} s ({theirs_cpu:.0f} s cpu)"
+            )
             print(
-                f"round {index + 1}: {sides}, ratio {(ours - publishing) / theirs:.3f}, with publishing {ours / theirs:.3f}",
+                f"round {index + 1}: {sides}, ratio {(ours - publishing) / theirs:.3f}, "
+                f"with publishing {ours / theirs:.3f}",
                 flush=True,
             )
     ours, theirs = median_high([r[0] - r[1] for r in rounds]), median_high([r[2] for r in rounds])
@@ -211,14 +216,16 @@ def main() -> int:
     )
     print(f"cell {args.cell}, recipes {', '.join(RECIPES)}; wheelmill in {where}")
     print(
-        f"wheelmill (pre-checks, env, build, checks, repair, install tests): {ours:.1f} s; publishing after it {median_high([r[1] for r in rounds]):.1f} s"
+        f"wheelmill (pre-checks, env, build, checks, repair, install tests): {ours:.1f} s; "
+        f"publishing after it {median_high([r[1] for r in rounds]):.1f} s"
     )
     print(f"baseline  (venv from the same lock, build, auditwheel repair):  {theirs:.1f} s")
     # Each round's two runs are minutes apart, the rounds further: the paired ratios' median
     # is the figure, the medians' ratio a check on it.
     paired, whole = median_high([(r[0] - r[1]) / r[2] for r in rounds]), median_high([r[0] / r[2] for r in rounds])
     print(
-        f"ratio of the medians {ours / theirs:.3f}; median of the rounds' ratios {paired:.3f} (target <= {TARGET}); with publishing {whole:.3f}"
+        f"ratio of the medians {ours / theirs:.3f}; median of the rounds' ratios {paired:.3f} (target <= {TARGET}); "
+        f"with publishing {whole:.3f}"
     )
     return 0
 

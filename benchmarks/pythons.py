@@ -24,7 +24,8 @@ Then the extra cells are built once more, alone, every compile a cache hit: what
 Python's cell does that no compiler cache takes away (its env, the frontends importing
 torch, the cache's lookups, repair, the install tests), as a fraction of the first, and
 the CPU time that rebuild's processes used. Usage:
-``.venv/bin/python benchmarks/pythons.py [--variant cuda130] [--recipe example-cuda-ops] [--pythons 3.11,3.12] [--rounds 3]``
+``.venv/bin/python benchmarks/pythons.py [--variant cuda130] [--recipe example-cuda-ops]
+[--pythons 3.11,3.12] [--rounds 3]``
 """
 
 from __future__ import annotations
@@ -111,19 +112,24 @@ def one_round(cells: list[str], recipe: str, output: Path, log: Path) -> Round:
 
 def print_round(number: int, cells: list[str], done: Round) -> None:
     print(
-        f"round {number}: {cells[0]} alone {done.alone:.1f} s ({described(done.first)}); all in one run {done.together:.1f} s"
+        f"round {number}: {cells[0]} alone {done.alone:.1f} s ({described(done.first)}); "
+        f"all in one run {done.together:.1f} s"
     )
     for cell, report in zip(cells, done.reports.values(), strict=True):
         print(f"  {cell} in the run: {described(report)}")
     print(
-        f"  the first cell in the run took {done.slowed():.2f} of its time alone; each extra Python cost {done.difference():.2f} of the first",
+        f"  the first cell in the run took {done.slowed():.2f} of its time alone; "
+        f"each extra Python cost {done.difference():.2f} of the first",
         flush=True,
     )
 
 
 def described(report: dict[str, Any]) -> str:
     """A cell's time and its build steps' (from its report), with the compiler cache's counts."""
-    return f"the cell {report['seconds']:.1f} s, of which build steps {build_seconds(report):.1f} s ({cache_counts(report)})"
+    return (
+        f"the cell {report['seconds']:.1f} s, of which build steps {build_seconds(report):.1f} s "
+        f"({cache_counts(report)})"
+    )
 
 
 def main() -> int:
@@ -139,7 +145,8 @@ def main() -> int:
     pythons = list(dict.fromkeys(python.strip() for python in args.pythons.split(",") if python.strip()))
     if len(pythons) < 2:
         parser.error(
-            f"--pythons {args.pythons}: name at least two different Pythons (an extra Python is what this measures), e.g. 3.11,3.13"
+            f"--pythons {args.pythons}: name at least two different Pythons "
+            "(an extra Python is what this measures), e.g. 3.11,3.13"
         )
     if args.rounds < 1:
         parser.error(f"--rounds {args.rounds}: give 1 or more")
@@ -149,7 +156,8 @@ def main() -> int:
         output, log = tmp / "wheels", tmp / "bench.log"
         if args.warm_up:
             print(
-                f"warm-up (untimed): example-cpp-ops built once in {', '.join(cells)}, {warm_up(cells, output, log):.1f} s",
+                f"warm-up (untimed): example-cpp-ops built once in {', '.join(cells)}, "
+                f"{warm_up(cells, output, log):.1f} s",
                 flush=True,
             )
         rounds = []
@@ -167,12 +175,14 @@ def main() -> int:
     first = median_high([float(done.first["seconds"]) for done in rounds])
     median = f"the median of {len(rounds)} rounds"
     print(
-        f"each extra Python costs {difference:.2f} of the first by the runs' difference, {median} (target <= {TARGET:.2f})"
+        f"each extra Python costs {difference:.2f} of the first by the runs' difference, "
+        f"{median} (target <= {TARGET:.2f})"
     )
     # What no compiler cache takes away: the same cells again, alone, every compile a hit.
     floor = fmean([float(report["seconds"]) for report in rebuilt]) / first
     print(
-        f"each extra Python's cell alone, every compile from the cache ({cache_counts(rebuilt[0])}): {floor:.2f} of the first"
+        f"each extra Python's cell alone, every compile from the cache ({cache_counts(rebuilt[0])}): "
+        f"{floor:.2f} of the first"
     )
     # Its processes' CPU time over the cores: alone, no order of its steps takes less; beside
     # the first cell, it runs on what the first leaves idle (one core of two while nvcc
@@ -180,7 +190,8 @@ def main() -> int:
     cores = runs.cores()
     least = work / cores
     print(
-        f"  its processes used {work:.1f} s of CPU; on {cores} cores that work alone takes at least {least:.1f} s, {least / first:.2f} of the first"
+        f"  its processes used {work:.1f} s of CPU; "
+        f"on {cores} cores that work alone takes at least {least:.1f} s, {least / first:.2f} of the first"
     )
     return 0
 

@@ -187,7 +187,9 @@ TAG = f"cp{PY}-cp{PY}-linux_x86_64"
 def dist_info(name: str, version: str, *, metadata_version: str | None = None) -> dict[str, bytes]:
     directory = f"{name}-{version}.dist-info"
     return {
-        f"{directory}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {metadata_version or version}\n".encode(),
+        f"{directory}/METADATA": (
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {metadata_version or version}\n".encode()
+        ),
         f"{directory}/WHEEL": f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: {TAG}\n".encode(),
     }
 

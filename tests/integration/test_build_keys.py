@@ -41,9 +41,14 @@ imports = ["example_dependent"]
 """
 
 DEPENDENT_FILES = {
-    "setup.py": 'from setuptools import Extension, setup\nsetup(name="example-dependent", version="0.1.0", packages=["example_dependent"],'
-    ' ext_modules=[Extension("example_dependent._native", ["native.c"])])\n',
-    "example_dependent/__init__.py": "import example_cpp_ops  # noqa: F401\n\nfrom example_dependent._native import answer  # noqa: F401\n",
+    "setup.py": (
+        "from setuptools import Extension, setup\n"
+        'setup(name="example-dependent", version="0.1.0", packages=["example_dependent"],'
+        ' ext_modules=[Extension("example_dependent._native", ["native.c"])])\n'
+    ),
+    "example_dependent/__init__.py": (
+        "import example_cpp_ops  # noqa: F401\n\nfrom example_dependent._native import answer  # noqa: F401\n"
+    ),
     "native.c": (
         "#include <Python.h>\n"
         "static PyObject *answer(PyObject *self, PyObject *args) { return PyLong_FromLong(42); }\n"

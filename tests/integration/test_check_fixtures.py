@@ -91,7 +91,10 @@ def cuda_toolkit() -> Toolkit:
     return toolkit
 
 
-KERNEL = '__global__ void add_one(float* x) { x[threadIdx.x] += 1.0f; }\nextern "C" void launch(float* x) { add_one<<<1, 32>>>(x); }\n'
+KERNEL = (
+    "__global__ void add_one(float* x) { x[threadIdx.x] += 1.0f; }\n"
+    'extern "C" void launch(float* x) { add_one<<<1, 32>>>(x); }\n'
+)
 
 
 def compile_cu(tmp_path: Path, toolkit: Toolkit, name: str, *gencodes: str) -> bytes:

@@ -93,7 +93,8 @@ def test_an_env_made_from_the_channel_runs_its_python_and_packages(channels: tup
     prefix = tmp_path / "env"
     done = wheelmill("conda", "create", prefix, "ops", "--channel", cpu, output=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
-    imports = "import sys, sysconfig, pydoc, sqlite3, ssl, ops, torch, filelock"  # the stdlib's modules that need its .so files too
+    # The stdlib's modules that need its .so files too.
+    imports = "import sys, sysconfig, pydoc, sqlite3, ssl, ops, torch, filelock"
     script = (
         f"{imports}; print(json.dumps([sys.prefix, sysconfig.get_paths()['include'], ops.LABEL, torch.__version__]))"
     )
@@ -326,7 +327,10 @@ def _the_package_installs_into_a_fresh_env(recipes: Path, out: Path, fresh: Path
         and "example-cpp-ops 0.1.0 cpu_py311_0" in made.stdout
         and "torch 2.13.0 cpu_py311_0" in made.stdout
     ), made.stdout + made.stderr
-    op = "import torch, example_cpp_ops; print(torch.ops.example_ops.rms_norm(torch.ones(2, 3), torch.ones(3), 1e-6).round(decimals=3).tolist())"
+    op = (
+        "import torch, example_cpp_ops; "
+        "print(torch.ops.example_ops.rms_norm(torch.ones(2, 3), torch.ones(3), 1e-6).round(decimals=3).tolist())"
+    )
     ran = subprocess.run(
         [fresh / "bin" / "python", "-c", op], capture_output=True, text=True, check=False, env={"PATH": "/usr/bin:/bin"}
     )

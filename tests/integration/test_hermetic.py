@@ -101,7 +101,8 @@ def repo(tmp_path: Path, server: Loopback) -> Path:
     server.payload = sdist(f"http://127.0.0.1:{server.port}/prebuilt.whl")
     digest = hashlib.sha256(server.payload).hexdigest()
     (root / "recipes" / "downloader.toml").write_text(
-        f'name = "downloader"\ncells = ["cpu-*"]\n\n[source]\nurl = "http://127.0.0.1:{server.port}/files/downloader-1.0.tar.gz"\nsha256 = "{digest}"\n'
+        'name = "downloader"\ncells = ["cpu-*"]\n\n[source]\n'
+        f'url = "http://127.0.0.1:{server.port}/files/downloader-1.0.tar.gz"\nsha256 = "{digest}"\n'
     )
     return root
 

@@ -211,7 +211,10 @@ def test_an_unknown_install_tests_mode_is_one_line_naming_the_variable(
         "none",
     )
     assert result.code == ConfigError.exit_code
-    expected = "environment: WHEELMILL_INSTALL_TESTS='sometimes' is not one of beside, after; fix: set WHEELMILL_INSTALL_TESTS to one of them or unset it"
+    expected = (
+        "environment: WHEELMILL_INSTALL_TESTS='sometimes' is not one of beside, after; "
+        "fix: set WHEELMILL_INSTALL_TESTS to one of them or unset it"
+    )
     assert result.err.strip().splitlines() == [f"wheelmill: error: {expected}"]
 
 

@@ -150,7 +150,8 @@ def test_an_unexpected_exception_outside_a_step_is_an_internal_error(
     (line,) = result.err.strip().splitlines()
     assert result.code == InternalError.exit_code
     assert line.startswith(
-        "wheelmill: error: internal error: KeyError: 'no such thing'; fix: this is a bug in wheelmill; its traceback is in "
+        "wheelmill: error: internal error: KeyError: 'no such thing'; "
+        "fix: this is a bug in wheelmill; its traceback is in "
     )
     crash = Path(line.rsplit(" ", 1)[-1])
     assert "in broken" in crash.read_text()

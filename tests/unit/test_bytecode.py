@@ -68,7 +68,10 @@ def test_bytecode_kept_from_one_env_is_lent_to_another_with_the_same_sources_and
     # The interpreter takes each lent file as current (it would rewrite a stale one) and
     # imports the test env's own sources.
     before = {name: compiled(test, name).read_bytes() for name in same}
-    script = "import sys; sys.path.insert(0, sys.argv[1]); import pkg, pkg.changed, pkg.sub.mod, top; print(pkg.X, pkg.changed.Z, pkg.sub.mod.Y, top.T)"
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import pkg, pkg.changed, pkg.sub.mod, top; "
+        "print(pkg.X, pkg.changed.Z, pkg.sub.mod.Y, top.T)"
+    )
     out = subprocess.run([sys.executable, "-c", script, str(test)], capture_output=True, text=True, check=True, env={})
     assert out.stdout.split() == ["1", "new", "2", "3"]
     assert {name: compiled(test, name).read_bytes() for name in same} == before

@@ -92,7 +92,8 @@ def test_a_slim_variant_names_its_arch_in_the_build_string(repo_root: Path) -> N
 def test_files_go_where_conda_puts_them(tmp_path: Path) -> None:
     wheel = make_wheel(
         tmp_path, "tool", "1.0+cpu", tag="cp311-cp311-manylinux_2_28_x86_64",
-        files={"tool/__init__.py": b"", "tool-1.0+cpu.data/scripts/run-tool": b"#!python\n", "tool-1.0+cpu.data/data/share/tool/x.txt": b"x"},
+        files={"tool/__init__.py": b"", "tool-1.0+cpu.data/scripts/run-tool": b"#!python\n",
+               "tool-1.0+cpu.data/data/share/tool/x.txt": b"x"},
     )  # fmt: skip
     info = read_wheel(wheel)
     staged = stage_wheel(info, conda_meta(info, CPU), CPU, tmp_path / "stage")
@@ -148,7 +149,8 @@ def _cell(variant: str = "cpu", python: str = "3.11") -> Cell:
 
 def test_a_cells_conda_env_specs_are_every_cells_then_its_variants_with_its_python(recipes_copy: Path) -> None:
     (recipes_copy / "conda" / "envs.toml").write_text(
-        'schema = 1\nspecs = ["python {python}.*", "python_abi {python}.* *_cp{nodot}", "ninja"]\n[variants]\ncuda130 = ["cuda-nvcc 13.0.*", "ninja"]\n'
+        'schema = 1\nspecs = ["python {python}.*", "python_abi {python}.* *_cp{nodot}", "ninja"]\n'
+        '[variants]\ncuda130 = ["cuda-nvcc 13.0.*", "ninja"]\n'
     )
     cpu, cuda = envspec.inputs(recipes_copy, _cell("cpu")), envspec.inputs(recipes_copy, _cell("cuda130", "3.12"))
     assert cpu.specs == ("python 3.11.*", "python_abi 3.11.* *_cp311", "ninja")
@@ -161,8 +163,10 @@ def test_a_cells_conda_env_specs_are_every_cells_then_its_variants_with_its_pyth
 
 @pytest.mark.parametrize(
     ("text", "says"),
-    [("specs = 'python'\n", "specs: not a list of match specs"), ('specs = ["python"]\nvariants = 3\n', "variants: not a table"),
-     ('specs = ["python"]\n[variants]\ncpu = [""]\n', "variants.cpu: not a list of match specs"), ("specs = [\n", "invalid TOML")],
+    [("specs = 'python'\n", "specs: not a list of match specs"),
+     ('specs = ["python"]\nvariants = 3\n', "variants: not a table"),
+     ('specs = ["python"]\n[variants]\ncpu = [""]\n', "variants.cpu: not a list of match specs"),
+     ("specs = [\n", "invalid TOML")],
 )  # fmt: skip
 def test_a_malformed_conda_env_spec_file_is_one_error_naming_the_file_and_key(
     recipes_copy: Path, text: str, says: str
@@ -206,7 +210,10 @@ def test_the_conda_backends_uv_install_leaves_out_what_the_conda_env_holds(tmp_p
     ):
         (prefix / "conda-meta" / record).write_text("{}")
     assert conda_names(prefix) == {"ninja", "python", "example-cpp-ops"}
-    lock = "ninja==1.13.0 \\\n    --hash=sha256:aa\nsetuptools==80.0 \\\n    --hash=sha256:bb\n    # via -r build.in\nExample_Cpp_Ops==0.1.0\n"
+    lock = (
+        "ninja==1.13.0 \\\n    --hash=sha256:aa\n"
+        "setuptools==80.0 \\\n    --hash=sha256:bb\n    # via -r build.in\nExample_Cpp_Ops==0.1.0\n"
+    )
     assert without(lock, conda_names(prefix)) == "setuptools==80.0 \\\n    --hash=sha256:bb\n    # via -r build.in\n"
 
 

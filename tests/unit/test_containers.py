@@ -45,8 +45,8 @@ def test_run_exec_and_remove_commands(engine: Engine) -> None:
         cell="cpu-py311",
     )
     assert run == [
-        engine.binary, "run", "--detach", "--name", "wheelmill-cpu-py311-7", "--label", "wheelmill.cell=cpu-py311", "--network", "host",
-        "--volume", "/srv/wheels:/srv/wheels:rw", "--volume", "/opt/idx:/opt/idx:ro",
+        engine.binary, "run", "--detach", "--name", "wheelmill-cpu-py311-7", "--label", "wheelmill.cell=cpu-py311",
+        "--network", "host", "--volume", "/srv/wheels:/srv/wheels:rw", "--volume", "/opt/idx:/opt/idx:ro",
         "--entrypoint", "sleep", "localhost/wheelmill-builder:builder-py311-abc", "infinity",
     ]  # fmt: skip
     weighed = engine.run_detached(container="c", image="i", mounts=[], cell="cpu-py311", network=False, cpu_shares=128)
@@ -84,8 +84,9 @@ def test_remove_and_image_commands_differ_where_the_engines_do() -> None:
         context=Path("/r/containers/builder"),
         build_args={"B": "2", "A": "1"},
     )
-    assert build == ["/usr/bin/docker", "build", "--tag", "t", "--file", "/r/containers/builder/Containerfile", "--network", "host",
-                     "--build-arg", "A=1", "--build-arg", "B=2", "/r/containers/builder"]  # fmt: skip
+    assert build == ["/usr/bin/docker", "build", "--tag", "t", "--file", "/r/containers/builder/Containerfile",
+                     "--network", "host", "--build-arg", "A=1", "--build-arg", "B=2",
+                     "/r/containers/builder"]  # fmt: skip
     assert DOCKER.import_rootfs(tarball=Path("/tmp/r.tar"), tag="b") == ["/usr/bin/docker", "import", "/tmp/r.tar", "b"]
     assert DOCKER.containers("cpu-py311") == [
         "/usr/bin/docker",
@@ -203,7 +204,8 @@ def test_debian_mirror_comes_from_settings_or_apt(tmp_path: Path) -> None:
     )
     (tmp_path / "sources.list.d").mkdir()
     (tmp_path / "sources.list.d" / "debian.sources").write_text(
-        "Types: deb\nURIs: http://deb.example/debian-security\n\nTypes: deb\nURIs: http://deb.example/debian\nSuites: bookworm\n"
+        "Types: deb\nURIs: http://deb.example/debian-security\n\n"
+        "Types: deb\nURIs: http://deb.example/debian\nSuites: bookworm\n"
     )
     assert debian_mirror(Settings.from_environ({}).debian_mirror, tmp_path) == "http://deb.example/debian"
     with pytest.raises(PrecheckError, match="no Debian mirror"):
@@ -246,7 +248,10 @@ def test_an_image_build_failure_says_what_the_containerfile_said() -> None:
     tail = [
         "STEP 7/9: RUN apt-get update -qq && ...",
         "curl: (7) Failed to connect to 127.0.0.1 port 9: Connection refused",
-        "wheelmill: cannot download CPython 3.12 from http://127.0.0.1:9/P.tar.xz; fix: mirror it and set its url in containers/pins.toml",
+        (
+            "wheelmill: cannot download CPython 3.12 from http://127.0.0.1:9/P.tar.xz; "
+            "fix: mirror it and set its url in containers/pins.toml"
+        ),
         'Error: building at STEP "RUN apt-get update": exit status 1',
     ]
     error = image_build_failure(

@@ -180,7 +180,10 @@ def test_the_build_key_section_names_every_part_of_the_key_and_the_steps_it_spar
         "channel-checks",
     )
     assert spared == set(kinds)
-    words = "the image, the container, the toolchain and env checks, the env, the compiler cache, and the closure, mirror and channel checks"
+    words = (
+        "the image, the container, the toolchain and env checks, the env, the compiler cache, "
+        "and the closure, mirror and channel checks"
+    )
     assert words in " ".join(text.split())
     assert "nox -s build-cpu-py311 -- --rebuild" in text
     assert (

@@ -71,9 +71,9 @@ def test_a_gpu_the_wheel_lacks_names_the_wheel_the_gpu_the_list_and_the_fix(cli:
     )
     assert result.out.splitlines()[-1] == "summary: 1 would fail, 2 would run, 0 unknown"
     (error,) = result.err.splitlines()
-    assert (
-        error
-        == f"wheelmill: error: doctor: 1 installed wheel(s) would not run on this machine's GPU: torchsort 0.1.10+cu130; fix: {FIX} 7.5"
+    assert error == (
+        "wheelmill: error: doctor: 1 installed wheel(s) would not run on this machine's GPU: "
+        f"torchsort 0.1.10+cu130; fix: {FIX} 7.5"
     )
 
 
@@ -82,8 +82,8 @@ def test_ptx_is_jit_compiled_on_a_newer_gpu_never_an_older_one(cli: CliRunner, s
     newer = cli("doctor", "--path", str(site), "--capability", "12.0")
     assert newer.code == 0, newer.err
     assert (
-        "ext 1.0+cu130: ok, will JIT (no SASS for 12.0: the driver JIT-compiles its compute_90 PTX on declared 12.0 (--capability), a slower first start)"
-        in newer.out
+        "ext 1.0+cu130: ok, will JIT (no SASS for 12.0: the driver JIT-compiles its compute_90 PTX on declared 12.0 "
+        "(--capability), a slower first start)" in newer.out
     )
     assert newer.out.splitlines()[-1] == "summary: 0 would fail, 1 would run (1 by JIT), 0 unknown"
     older = cli("doctor", "--path", str(site), "--capability", "7.5")
@@ -114,13 +114,14 @@ def test_cuda_compatibility_rules(arch_list: str, gpu: str, status: str) -> None
 def test_arch_specific_code_runs_only_on_exactly_its_arch(cli: CliRunner, site: Path) -> None:
     install(site, "hopper-kernels", "1.0+cu130", cuda("8.0;9.0a"))
     assert cli("doctor", "--path", str(site), "--capability", "9.0").out.startswith(
-        "checking against declared 9.0 (--capability)\nhopper-kernels 1.0+cu130: ok (sm_90a SASS on declared 9.0 (--capability))"
+        "checking against declared 9.0 (--capability)\n"
+        "hopper-kernels 1.0+cu130: ok (sm_90a SASS on declared 9.0 (--capability))"
     )
     blackwell = cli("doctor", "--path", str(site), "--capability", "10.0")
     assert blackwell.code == 21
     assert (
-        "hopper-kernels 1.0+cu130: FAILS: declared 10.0 (--capability): the wheel carries cuda 8.0;9.0a, which lacks sm_100 (PTX for 10.0 or lower"
-        in blackwell.out
+        "hopper-kernels 1.0+cu130: FAILS: declared 10.0 (--capability): "
+        "the wheel carries cuda 8.0;9.0a, which lacks sm_100 (PTX for 10.0 or lower" in blackwell.out
     )
 
 
@@ -154,7 +155,10 @@ def test_no_gpu_visible_is_said_plainly_and_the_wheels_with_gpu_code_are_listed(
         "example-cpp-ops 0.1.0+cu130: no GPU code: runs anywhere",
         "example-cuda-ops 0.1.0+cu130: carries cuda 8.0",
         "flash-attn 2.6.3: unknown (not built by wheelmill or built before arch recording)",
-        "summary: no GPU to check against; 1 wheel(s) carry GPU code, 1 unknown; 1 other distribution(s) show no sign of GPU code (--all lists them)",
+        (
+            "summary: no GPU to check against; 1 wheel(s) carry GPU code, 1 unknown; "
+            "1 other distribution(s) show no sign of GPU code (--all lists them)"
+        ),
     ]
     assert "filelock 3.0: unknown" in cli("doctor", "--path", str(site), "--all").out
 
@@ -169,7 +173,8 @@ def test_a_stand_in_nvidia_smi_on_path_is_every_visible_gpu(cli: CliRunner, site
         "checking against GPUs 0,1 (NVIDIA H100, 9.0)",
         "note: rocminfo not found",
         (
-            "ext 1.0+cu130: FAILS: GPUs 0,1 (NVIDIA H100, 9.0): the wheel carries cuda 8.0;8.6, which lacks sm_90 (PTX for 9.0 or lower would also run); "
+            "ext 1.0+cu130: FAILS: GPUs 0,1 (NVIDIA H100, 9.0): the wheel carries cuda 8.0;8.6, which lacks sm_90 "
+            "(PTX for 9.0 or lower would also run); "
             f"fix: {FIX} 9.0"
         ),
         "torch 2.14.1+cu130: unknown (not built by wheelmill or built before arch recording)",
@@ -216,7 +221,10 @@ def test_a_failing_nvidia_smi_and_a_rocminfo_agent_list(cli: CliRunner, site: Pa
     assert result.code == 0, result.out
     assert result.out.splitlines()[:3] == [
         "checking against GPU 0 (AMD Instinct MI210, gfx90a)",
-        "note: nvidia-smi failed (exit 9): NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.",
+        (
+            "note: nvidia-smi failed (exit 9): "
+            "NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver."
+        ),
         "ext 1.0+rocm6.2: ok (gfx90a code object on GPU 0 (AMD Instinct MI210, gfx90a))",
     ]
 
@@ -249,7 +257,8 @@ def test_a_capability_that_is_none_is_a_usage_error(cli: CliRunner, site: Path, 
     assert result.code == UsageError.exit_code
     (line,) = result.err.splitlines()
     assert line.startswith(
-        f"wheelmill: error: doctor: --capability: '{capability}' is no GPU capability; fix: give a CUDA compute capability"
+        f"wheelmill: error: doctor: --capability: '{capability}' is no GPU capability; "
+        "fix: give a CUDA compute capability"
     )
 
 

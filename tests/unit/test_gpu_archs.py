@@ -134,7 +134,8 @@ def test_a_missing_malformed_or_disagreeing_record_fails_the_check(
     result = judge_arch_record(info, CUDA)
     assert result.verdict is Verdict.FAIL
     assert result.detail.startswith(
-        "example_cuda_ops-0.1.0+cu130-cp311-cp311-linux_x86_64.whl: example_cuda_ops-0.1.0+cu130.dist-info/gpu-archs.json"
+        "example_cuda_ops-0.1.0+cu130-cp311-cp311-linux_x86_64.whl: "
+        "example_cuda_ops-0.1.0+cu130.dist-info/gpu-archs.json"
     )
     assert says in result.detail and result.fix and "rebuild it" in result.fix
     assert (
@@ -174,7 +175,10 @@ def test_the_stamp_step_writes_the_record_of_what_the_wheel_carries(
         (None, f"thing-1.0+cpu-{MANYLINUX}.whl: thing-1.0+cpu.dist-info/gpu-archs.json is missing"),
         (
             CUDA.to_bytes(),
-            f"gpu-archs.json says cuda 7.5;8.0;8.6;9.0;10.0;12.0+PTX (cell cuda130-py311), the build is cpu (cell cpu-py{PY})",
+            (
+                "gpu-archs.json says cuda 7.5;8.0;8.6;9.0;10.0;12.0+PTX (cell cuda130-py311), "
+                f"the build is cpu (cell cpu-py{PY})"
+            ),
         ),
     ],
 )

@@ -144,7 +144,8 @@ def test_a_dependency_with_no_wheel_anywhere_is_a_one_line_env_error(
 def test_a_lock_with_a_package_that_has_no_wheel_is_refused(tmp_path: Path) -> None:
     lock = tmp_path / CLOSURE_LOCK_NAME
     lock.write_text(
-        'lock-version = "1.0"\n[[packages]]\nname = "thing"\nversion = "1.0"\nsdist = { url = "https://x/thing-1.0.tar.gz" }\n'
+        'lock-version = "1.0"\n[[packages]]\nname = "thing"\nversion = "1.0"\n'
+        'sdist = { url = "https://x/thing-1.0.tar.gz" }\n'
     )
     with pytest.raises(EnvError, match=r"thing has no wheel in the lock \(an sdist is never mirrored\)"):
         read(lock)

@@ -72,7 +72,10 @@ def test_torch_index_goes_after_the_machine_sources() -> None:
 
 
 def test_lock_pins_are_read() -> None:
-    lock = "torch==2.14.1 \\\n    --hash=sha256:aa\nnvidia-cuda-runtime==13.0.96 ; platform_machine == 'x86_64' \\\n    --hash=sha256:bb\n"
+    lock = (
+        "torch==2.14.1 \\\n    --hash=sha256:aa\n"
+        "nvidia-cuda-runtime==13.0.96 ; platform_machine == 'x86_64' \\\n    --hash=sha256:bb\n"
+    )
     assert pinned_versions(lock) == {"torch": "2.14.1", "nvidia-cuda-runtime": "13.0.96"}
 
 
@@ -115,7 +118,10 @@ _UV_BAD_REQUEST = [
         (
             _UV_REFUSED,
             PublishError,
-            "upload of w-1.0-py3-none-any.whl: Server returned status code 403 Forbidden.; fix: set WHEELMILL_PUBLISH_USERNAME",
+            (
+                "upload of w-1.0-py3-none-any.whl: Server returned status code 403 Forbidden.; "
+                "fix: set WHEELMILL_PUBLISH_USERNAME"
+            ),
         ),
         (
             _UV_BROKEN_PIPE,
@@ -125,7 +131,10 @@ _UV_BAD_REQUEST = [
         (
             _UV_BAD_REQUEST,
             PublishError,
-            "w-1.0-py3-none-any.whl failed: Server returned status code 400 Bad Request. Server says: bad metadata; fix: read",
+            (
+                "w-1.0-py3-none-any.whl failed: Server returned status code 400 Bad Request. "
+                "Server says: bad metadata; fix: read"
+            ),
         ),
     ],
 )

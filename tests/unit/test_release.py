@@ -39,7 +39,8 @@ def state(tags: dict[str, str] | None = None, *, dirty: bool = False) -> GitStat
     return GitState(commit=HEAD, committed=DAY, dirty=dirty, tags=tags or {})
 
 
-# (case, tags, dirty, what: a tag name or "nightly", expected version, track, action, promote-from, or the error's words)
+# (case, tags, dirty, what: a tag name or "nightly", expected version, track, action, promote-from,
+# or the error's words)
 VERSION_CASES = [
     ("final tag", {"v2.4.0": HEAD}, False, "v2.4.0", "2.4.0", Track.RELEASE, Action.BUILD, None),
     ("rc tag", {"v2.4.0-rc1": HEAD}, False, "v2.4.0-rc1", "2.4.0rc1", Track.TEST, Action.BUILD, None),

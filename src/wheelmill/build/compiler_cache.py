@@ -165,11 +165,13 @@ def server_environment(
     under the output root unless they name another ``SCCACHE_DIR``, the socket, and the
     base directories stripped from paths before hashing (after the caller's own).
 
-    >>> env = server_environment({"SCCACHE_REDIS_ENDPOINT": "redis://r:6379", "SCCACHE_SERVER_PORT": "1", "HOMEBREW": "x"},
+    >>> env = server_environment(
+    ...     {"SCCACHE_REDIS_ENDPOINT": "redis://r:6379", "SCCACHE_SERVER_PORT": "1", "HOMEBREW": "x"},
     ...     cache_dir=Path("/o/.cache/sccache"), socket_path=Path("/o/c/sccache.sock"))
     >>> {k: v for k, v in env.items() if k.startswith("SCCACHE_")}  # doctest: +NORMALIZE_WHITESPACE
-    {'SCCACHE_REDIS_ENDPOINT': 'redis://r:6379', 'SCCACHE_DIR': '/o/.cache/sccache', 'SCCACHE_SERVER_UDS': '/o/c/sccache.sock',
-     'SCCACHE_START_SERVER': '1', 'SCCACHE_NO_DAEMON': '1', 'SCCACHE_IDLE_TIMEOUT': '3600'}
+    {'SCCACHE_REDIS_ENDPOINT': 'redis://r:6379', 'SCCACHE_DIR': '/o/.cache/sccache',
+     'SCCACHE_SERVER_UDS': '/o/c/sccache.sock', 'SCCACHE_START_SERVER': '1', 'SCCACHE_NO_DAEMON': '1',
+     'SCCACHE_IDLE_TIMEOUT': '3600'}
     """
     extra = {key: value for key, value in environ.items() if key.startswith(REMOTE_PREFIXES) and key not in OWN}
     extra.setdefault("SCCACHE_DIR", str(cache_dir))
@@ -252,7 +254,8 @@ class Server:
         if seen <= self.seen:
             return None
         log.note(
-            "restarting the compiler cache's server: the cell before this one has built since it started, and it reads the cache's index once"
+            "restarting the compiler cache's server: the cell before this one has built since it started, "
+            "and it reads the cache's index once"
         )
         self.stop()
         self.log, self.seen = log, seen
@@ -270,7 +273,10 @@ class Server:
             if self._process is not None and self._process.poll() is not None:
                 return f"the server exited ({self._process.returncode}): {_last_line(self.output)}"
             time.sleep(0.1)
-        return f"the server did not answer within {STARTUP_SECONDS:.0f}s (a remote cache it cannot reach?): {_last_line(self.output)}"
+        return (
+            f"the server did not answer within {STARTUP_SECONDS:.0f}s (a remote cache it cannot reach?): "
+            f"{_last_line(self.output)}"
+        )
 
     def stop(self) -> None:
         if self._process is None:

@@ -25,7 +25,8 @@ def is_header(relative: str) -> bool:
     """A header by its name, or any file under an ``include`` directory (the C++ library's
     and CCCL's headers have no suffix: ``cuda/std/atomic``).
 
-    >>> [is_header(p) for p in ("torch/include/ATen/ATen.h", "nvidia/cu13/include/cccl/cuda/std/atomic", "torch/lib/libc10.so")]
+    >>> [is_header(p) for p in ("torch/include/ATen/ATen.h", "nvidia/cu13/include/cccl/cuda/std/atomic",
+    ...                         "torch/lib/libc10.so")]
     [True, True, False]
     """
     directory, _, name = relative.rpartition("/")

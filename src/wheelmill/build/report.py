@@ -2,9 +2,9 @@
 the value it made), written to ``<cell>/report.json`` atomically after every step, so a
 crash or Ctrl-C still leaves a valid report of what happened up to then.
 
-``wheelmill.output.report`` reads it back. The report reads what it says from those records: the wheels are the install tests'
-values, the facts (the Python, the toolkit, the torch, the image) what the values that
-carry facts say of themselves.
+``wheelmill.output.report`` reads it back. The report reads what it says from those
+records: the wheels are the install tests' values, the facts (the Python, the toolkit, the
+torch, the image) what the values that carry facts say of themselves.
 """
 
 from __future__ import annotations

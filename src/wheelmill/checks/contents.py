@@ -97,7 +97,10 @@ def judge_arch_record(wheel: WheelInfo, expected: ArchRecord) -> CheckResult:
     the index shows and ``wheelmill doctor`` checks."""
     name = "gpu-archs"
     where = f"{wheel.path.name}: {wheel.dist_info}/{ARCH_RECORD}"
-    fix = "rebuild it with this wheelmill: the stamp step writes the file from the recipe's arch list, and repair keeps it"
+    fix = (
+        "rebuild it with this wheelmill: the stamp step writes the file from the recipe's arch list, "
+        "and repair keeps it"
+    )
     if wheel.arch_record is None:
         return CheckResult.failed(name, f"{where} is missing", fix)
     try:
@@ -107,7 +110,8 @@ def judge_arch_record(wheel: WheelInfo, expected: ArchRecord) -> CheckResult:
     if found != expected:
         return CheckResult.failed(
             name,
-            f"{where} says {found.describe()} (cell {found.cell}), the build is {expected.describe()} (cell {expected.cell})",
+            f"{where} says {found.describe()} (cell {found.cell}), "
+            f"the build is {expected.describe()} (cell {expected.cell})",
             fix,
         )
     return CheckResult.passed(name, f"{expected.describe()} (cell {expected.cell})")

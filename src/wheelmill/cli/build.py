@@ -116,9 +116,9 @@ def cmd_validate(_args: argparse.Namespace, settings: Settings, _console: Consol
         for cell in matrix.cells
     ]
     steps = sum(len(p.steps) for p in plans)
-    print(
-        f"ok: {len(matrix.variants)} variants, {_count(matrix)} ({steps} planned steps), {len(recipes)} recipes ({', '.join(sorted(recipes))})"
-    )
+    names = ", ".join(sorted(recipes))
+    counted = f"{len(matrix.variants)} variants, {_count(matrix)} ({steps} planned steps)"
+    print(f"ok: {counted}, {len(recipes)} recipes ({names})")
     return 0
 
 

@@ -83,13 +83,19 @@ def add_cell_options(
         action="append",
         default=[],
         metavar="RECIPE",
-        help="build again what the channel has published for its build key (from the same inputs): every recipe, or only RECIPE (repeatable)",
+        help=(
+            "build again what the channel has published for its build key (from the same inputs): "
+            "every recipe, or only RECIPE (repeatable)"
+        ),
     )
     parser.add_argument(
         "--engine",
         choices=ENGINE_CHOICES,
         default=None,
-        help="where commands run: a podman or docker container (auto: whichever answers), or none (this machine); default $WHEELMILL_ENGINE or auto",
+        help=(
+            "where commands run: a podman or docker container (auto: whichever answers), or none (this machine); "
+            "default $WHEELMILL_ENGINE or auto"
+        ),
     )
 
 
@@ -152,9 +158,8 @@ def build_cells(prepared: Prepared, console: Console) -> int:
             for number, cell_plan in enumerate(plans, start=1):
                 before = running[-1] if running else None
                 if before is not None:  # said now: its own lines wait for that cell's summary
-                    console.print(
-                        f"[dim]{cell_plan.cell.id} starts beside {before.builds.cell.id}; its lines follow that cell's summary[/]"
-                    )
+                    beside = f"{cell_plan.cell.id} starts beside {before.builds.cell.id}"
+                    console.print(f"[dim]{beside}; its lines follow that cell's summary[/]")
                 outcome = execute(
                     cell_plan,
                     settings=prepared.settings,

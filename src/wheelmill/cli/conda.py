@@ -127,7 +127,10 @@ def cmd_seed(args: argparse.Namespace, settings: Settings, console: Console) -> 
     dirs = args.wheels or [Channel(settings.index, cell.variant.channel).files]
     wheels = [] if args.build_env else [w for d in dirs for w in sorted(d.glob("*.whl"))]
     if not wheels and not args.build_env:
-        fix = f"build and publish the cell first (wheelmill build --cell {cell.id}), give --wheels DIR, or seed --build-env"
+        fix = (
+            f"build and publish the cell first (wheelmill build --cell {cell.id}), "
+            "give --wheels DIR, or seed --build-env"
+        )
         raise EnvError(f"conda seed: no wheels in {', '.join(map(str, dirs))}", fix=fix)
     with tempfile.TemporaryDirectory(prefix="wheelmill-conda-") as work:
         python = (

@@ -114,13 +114,14 @@ def cmd_image_build(args: argparse.Namespace, settings: Settings, console: Conso
     if newer:
         raise ImageError(
             f"{cell.id}: the images run Debian {suite} (glibc {glibc}), but {'; '.join(newer)}",
-            fix=f"build the cell in its container (wheelmill build --cell {cell.id} --engine podman), whose glibc is the image's",
+            fix=f"build the cell in its container (wheelmill build --cell {cell.id} --engine podman), "
+            "whose glibc is the image's",
         )
 
     def planned(index_url: str, builder_tag: str) -> tuple[ImageSpec, ...]:
         return plan_images(
-            output, edition=edition, extras=args.extras, commit=commit, builder=builder_tag, base=builder.base.reference,
-            runtime_packages=packages, index_url=index_url, containers=containers,
+            output, edition=edition, extras=args.extras, commit=commit, builder=builder_tag,
+            base=builder.base.reference, runtime_packages=packages, index_url=index_url, containers=containers,
         )  # fmt: skip
 
     planned("", "")  # every tag is checked before anything runs

@@ -99,7 +99,8 @@ def _defined(name: str, settings: Settings) -> None:
     if name not in channels:
         raise SelectionError(
             f"publish: no variant of {matrix.path} has the channel '{name}'{did_you_mean(name, channels)}",
-            fix=f"use a variant's channel: {', '.join(v.channel for v in matrix.variants.values())} (or test/..., nightly/...)",
+            fix=f"use a variant's channel: {', '.join(v.channel for v in matrix.variants.values())} "
+            "(or test/..., nightly/...)",
         )
 
 

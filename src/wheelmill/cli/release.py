@@ -133,7 +133,8 @@ def _publish(release: Release, settings: Settings, console: Console, *, mirror: 
 def cmd_promote(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     manifest = promote(settings.index, Track(args.source), Track(args.target), args.version, on_file=_printer(console))
     console.print(
-        f"{manifest.promoted_from} -> {manifest.track}/{manifest.version}: {len(manifest.files)} files, every sha256 re-verified",
+        f"{manifest.promoted_from} -> {manifest.track}/{manifest.version}: {len(manifest.files)} files, "
+        "every sha256 re-verified",
         highlight=False,
     )
     return 0
@@ -173,11 +174,13 @@ def _print_plan(release: Release, plans: tuple[CellPlan, ...], console: Console)
         out.print(f"note (a real run stops here): {note}")
     if release.action is Action.PROMOTE:
         out.print(
-            f"{what}: promote test/{release.promote_from} to the release channels as {release.version}; nothing is built"
+            f"{what}: promote test/{release.promote_from} to the release channels as {release.version}; "
+            "nothing is built"
         )
     else:
         out.print(
-            f"{what}: build {len(plans)} cells at {release.commit[:12]}, publish {release.version} to the {release.track} track"
+            f"{what}: build {len(plans)} cells at {release.commit[:12]}, "
+            f"publish {release.version} to the {release.track} track"
         )
     table = Table(title=None)
     for column in ("cell", "channel", "recipe", "version"):

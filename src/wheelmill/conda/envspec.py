@@ -42,7 +42,10 @@ class CondaEnvInputs:
         return hashlib.sha256(json.dumps({"platform": "linux-64", "specs": list(self.specs)}).encode()).hexdigest()
 
     def header(self) -> str:
-        return f"# wheelmill conda lock of {self.cell}; inputs sha256:{self.digest}\n# made by `wheelmill conda lock --cell {self.cell}`; do not edit\n"
+        return (
+            f"# wheelmill conda lock of {self.cell}; inputs sha256:{self.digest}\n"
+            f"# made by `wheelmill conda lock --cell {self.cell}`; do not edit\n"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

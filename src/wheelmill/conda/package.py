@@ -107,8 +107,8 @@ def conda_meta(info: WheelInfo, target: CondaTarget, *, build_number: int = 0) -
     if is_pure(info):
         python = f"python {info.requires_python}".strip() if info.requires_python else "python"
         return CondaMeta(
-            name=info.name, version=version, build=f"{PURE_BUILD}_{build_number}", build_number=build_number, noarch=True,
-            depends=(python, *depends), summary=summary, license=_short(license_),
+            name=info.name, version=version, build=f"{PURE_BUILD}_{build_number}", build_number=build_number,
+            noarch=True, depends=(python, *depends), summary=summary, license=_short(license_),
         )  # fmt: skip
     number = build_number + (GPU_BUILD_OFFSET if target.gpu and info.version.local else 0)
     depends = [*python_depends(target), *depends]
@@ -275,8 +275,9 @@ def package_wheel(
     staged = stage_wheel(info, meta, target, stage)
     (out_dir / meta.subdir).mkdir(parents=True, exist_ok=True)
     made = assemble_package(
-        name=meta.name, version=meta.version, target_platform=meta.subdir, build_string=meta.build, output_dir=out_dir / meta.subdir,
-        files_dir=staged.root, depends=list(meta.depends), constrains=list(meta.constrains), build_number=meta.build_number,
+        name=meta.name, version=meta.version, target_platform=meta.subdir, build_string=meta.build,
+        output_dir=out_dir / meta.subdir, files_dir=staged.root, depends=list(meta.depends),
+        constrains=list(meta.constrains), build_number=meta.build_number,
         noarch="python" if meta.noarch else None, summary=meta.summary or None, license=meta.license,
         timestamp=staged.timestamp, compression_level=compression, compression_threads=1,
     )  # fmt: skip

@@ -53,8 +53,8 @@ def probe_interpreter(executable: Path) -> Interpreter:
     """The CPython at ``executable``, if it lives in a prefix of its own (pyenv's, /opt/python):
     a distribution's /usr Python cannot be lifted out of its system."""
     script = (
-        "import sys, sysconfig; print(sys.base_prefix); print('.'.join(map(str, sys.version_info[:3]))); print(sys.implementation.name); "
-        "print(sysconfig.get_config_var('prefix'))"
+        "import sys, sysconfig; print(sys.base_prefix); print('.'.join(map(str, sys.version_info[:3]))); "
+        "print(sys.implementation.name); print(sysconfig.get_config_var('prefix'))"
     )
     done = capture([executable, "-c", script])
     if done.returncode != 0 or len(done.stdout.split()) != 4:
@@ -76,7 +76,8 @@ def left_out(directory: str, names: list[str]) -> set[str]:
 
     >>> sorted(left_out("/p/lib/python3.11", ["pydoc.py", "pipes.py", "os.py", "test", "__pycache__"]))
     ['__pycache__', 'test']
-    >>> sorted(left_out("/p/bin", ["python3.11", "python3.11-config", "pip3", "pydoc3.11", "idle3", "2to3-3.11", "ipython", "aws"]))
+    >>> sorted(left_out("/p/bin", ["python3.11", "python3.11-config", "pip3", "pydoc3.11", "idle3", "2to3-3.11",
+    ...                            "ipython", "aws"]))
     ['2to3-3.11', 'aws', 'idle3', 'ipython', 'pip3', 'pydoc3.11']
     """
     scripts = Path(directory).name == "bin"
@@ -166,8 +167,8 @@ def interpreter_package(interpreter: Interpreter, out_dir: Path, work: Path) -> 
     recipe_dir = work / "python-recipe"
     recipe_dir.mkdir(parents=True, exist_ok=True)
     text = _RECIPE.format(
-        version=interpreter.version, build=INTERPRETER_BUILD, stage=stage, prefix=interpreter.prefix, built_for=interpreter.built_for, minor=interpreter.minor,
-        nodot=interpreter.minor.replace(".", ""),
+        version=interpreter.version, build=INTERPRETER_BUILD, stage=stage, prefix=interpreter.prefix,
+        built_for=interpreter.built_for, minor=interpreter.minor, nodot=interpreter.minor.replace(".", ""),
     )  # fmt: skip
     recipe = Stage0Recipe.from_yaml(text, recipe_dir=recipe_dir)
     results = recipe.run_build(
@@ -189,8 +190,9 @@ def python_abi_package(minor: str, out_dir: Path, work: Path) -> Path:
     empty.mkdir(parents=True, exist_ok=True)
     nodot = minor.replace(".", "")
     made = assemble_package(
-        name="python_abi", version=minor, target_platform="linux-64", build_string=f"0_cp{nodot}", output_dir=out_dir / "linux-64",
-        files_dir=empty, constrains=[f"python {minor}.* *_cpython"], summary=f"the CPython {minor} ABI",
+        name="python_abi", version=minor, target_platform="linux-64", build_string=f"0_cp{nodot}",
+        output_dir=out_dir / "linux-64", files_dir=empty, constrains=[f"python {minor}.* *_cpython"],
+        summary=f"the CPython {minor} ABI",
     )  # fmt: skip
     return Path(made.path)
 
@@ -199,8 +201,11 @@ def fits(info: WheelInfo, python: str) -> bool:
     """Whether a wheel installs into CPython ``python`` on x86_64 Linux.
 
     >>> from packaging.version import Version
-    >>> def w(tags): return WheelInfo(path=Path("x.whl"), name="x", version=Version("1"), tags=frozenset(tags), dist_info="x", metadata=b"", files=())
-    >>> fits(w([Tag("cp311", "cp311", "manylinux_2_28_x86_64")]), "3.11"), fits(w([Tag("cp312", "cp312", "manylinux_2_28_x86_64")]), "3.11")
+    >>> def w(tags):
+    ...     return WheelInfo(path=Path("x.whl"), name="x", version=Version("1"), tags=frozenset(tags), dist_info="x",
+    ...                      metadata=b"", files=())
+    >>> (fits(w([Tag("cp311", "cp311", "manylinux_2_28_x86_64")]), "3.11"),
+    ...  fits(w([Tag("cp312", "cp312", "manylinux_2_28_x86_64")]), "3.11"))
     (True, False)
     >>> fits(w([Tag("py3", "none", "any")]), "3.11"), fits(w([Tag("cp39", "abi3", "manylinux2014_x86_64")]), "3.11")
     (True, True)

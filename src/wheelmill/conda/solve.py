@@ -118,8 +118,10 @@ def find_locked(channels: Sequence[str], packages: Sequence[LockedPackage], *, l
         if digest != package.sha256:
             where = found.channel if found else "the channels"
             raise IntegrityError(
-                f"conda: {package.subdir}/{package.filename} in {where} has sha256 {digest}, {lock} locks {package.sha256}",
-                fix="the channel's package changed: check the channel, or remake the lock (wheelmill conda lock --cell <cell>) if you trust it",
+                f"conda: {package.subdir}/{package.filename} in {where} has sha256 {digest}, "
+                f"{lock} locks {package.sha256}",
+                fix="the channel's package changed: check the channel, "
+                "or remake the lock (wheelmill conda lock --cell <cell>) if you trust it",
             )
     return records
 

@@ -145,8 +145,9 @@ def parse_nvidia_smi(text: str) -> tuple[list[Gpu], list[str]]:
     """GPUs from ``nvidia-smi --query-gpu=index,name,compute_cap --format=csv,noheader``.
 
     >>> gpus, notes = parse_nvidia_smi("0, NVIDIA H100 80GB HBM3, 9.0\\n1, NVIDIA A10, [N/A]\\n")
-    >>> [g.label for g in gpus], notes
-    (['GPU 0 (NVIDIA H100 80GB HBM3, 9.0)'], ["nvidia-smi: GPU 1 (NVIDIA A10) has no compute capability ('[N/A]'): declare it with --capability"])
+    >>> [g.label for g in gpus], notes  # doctest: +NORMALIZE_WHITESPACE
+    (['GPU 0 (NVIDIA H100 80GB HBM3, 9.0)'],
+     ["nvidia-smi: GPU 1 (NVIDIA A10) has no compute capability ('[N/A]'): declare it with --capability"])
     """
     gpus: list[Gpu] = []
     notes: list[str] = []
@@ -158,7 +159,8 @@ def parse_nvidia_smi(text: str) -> tuple[list[Gpu], list[str]]:
             gpus.append(Gpu(family="cuda", arch=capability, name=name, index=index))
         else:
             notes.append(
-                f"nvidia-smi: GPU {index} ({name}) has no compute capability ({capability!r}): declare it with --capability"
+                f"nvidia-smi: GPU {index} ({name}) has no compute capability ({capability!r}): "
+                "declare it with --capability"
             )
     return gpus, notes
 
@@ -318,12 +320,14 @@ def _judge_cuda(record: Record, gpu: Gpu) -> Verdict:
         best = max(ptx, key=lambda c: (c.major, c.minor))
         return Verdict(
             status=JIT,
-            detail=f"no SASS for {gpu.arch}: the driver JIT-compiles its {best.name} PTX on {gpu.label}, a slower first start",
+            detail=f"no SASS for {gpu.arch}: the driver JIT-compiles its {best.name} PTX on {gpu.label}, "
+            "a slower first start",
         )
     other = f"SASS for {major}.0 to {gpu.arch} or " if minor else ""
     return Verdict(
         status=FAILS,
-        detail=f"{gpu.label}: the wheel carries {record.describe()}, which lacks sm_{major}{minor} ({other}PTX for {gpu.arch} or lower would also run)",
+        detail=f"{gpu.label}: the wheel carries {record.describe()}, which lacks sm_{major}{minor} "
+        f"({other}PTX for {gpu.arch} or lower would also run)",
     )
 
 
@@ -332,7 +336,8 @@ def _judge_rocm(record: Record, gpu: Gpu) -> Verdict:
         return Verdict(status=OK, detail=f"{gpu.arch} code object on {gpu.label}")
     return Verdict(
         status=FAILS,
-        detail=f"{gpu.label}: the wheel carries {record.describe()}, which lacks {gpu.arch} (a ROCm code object runs only on its exact gfx target)",
+        detail=f"{gpu.label}: the wheel carries {record.describe()}, which lacks {gpu.arch} "
+        "(a ROCm code object runs only on its exact gfx target)",
     )
 
 
@@ -472,7 +477,10 @@ def render(result: Report) -> str:
     else:
         why = "; ".join(result.gpus.notes) or "none found"
         lines = [
-            f"no GPU visible ({why}) and none declared: nothing to check against (declare one: --capability 8.6, or {CAPABILITY_VARIABLE}=gfx90a)"
+            (
+                f"no GPU visible ({why}) and none declared: nothing to check against "
+                f"(declare one: --capability 8.6, or {CAPABILITY_VARIABLE}=gfx90a)"
+            )
         ]
     lines += [f"note: {note}" for note in result.gpus.notes if result.gpus.found]
     lines += [f.line() for f in result.findings]
@@ -512,7 +520,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--capability",
         action="append",
         metavar="ARCH",
-        help=f"check against this GPU, not the visible ones: a CUDA compute capability (8.6) or gfx name (gfx90a); repeatable; default ${CAPABILITY_VARIABLE}",
+        help="check against this GPU, not the visible ones: a CUDA compute capability (8.6) or gfx name (gfx90a); "
+        f"repeatable; default ${CAPABILITY_VARIABLE}",
     )
     parser.add_argument(
         "--path",
@@ -556,7 +565,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - alone in an image there is no wheelmill boundary: one line, never a traceback
         print(
-            f"wheelmill-doctor: error: internal error: {type(exc).__name__}: {exc}; fix: this is a bug in wheelmill-doctor: report this line",
+            f"wheelmill-doctor: error: internal error: {type(exc).__name__}: {exc}; "
+            "fix: this is a bug in wheelmill-doctor: report this line",
             file=sys.stderr,
         )
         return EXIT_BUG

@@ -4,9 +4,10 @@ by the same engine code as the builder images.
 
 Every image installs with pip from the cell's channel alone, served on loopback while it
 builds, and carries ``wheelmill-doctor`` (``wheelmill/doctor.py``, copied into the runtime
-image's build context, so the devel and extras images have it too); its tag says what is inside (``<sha7>-<edition>[-extras]-<toolkit>-torch<v>-py<v>``,
-at most 128 characters) and its labels carry the channel and every wheel's name and sha256.
-Planning is pure (``plan_images``); building and the smoke tests are ``build_images`` and
+image's build context, so the devel and extras images have it too); its tag says what is
+inside (``<sha7>-<edition>[-extras]-<toolkit>-torch<v>-py<v>``, at most 128 characters)
+and its labels carry the channel and every wheel's name and sha256. Planning is pure
+(``plan_images``); building and the smoke tests are ``build_images`` and
 ``wheelmill.images.smoke``.
 """
 
@@ -136,7 +137,8 @@ def read_release_output(root: Path, track: Track, version: str, cell: Cell) -> C
         }
     if len(pins) != 1:
         raise ReleaseError(
-            f"{track.value} {version}: the wheels of {cell.id} pin {len(pins)} torch versions ({', '.join(sorted(pins)) or 'none'})",
+            f"{track.value} {version}: the wheels of {cell.id} pin {len(pins)} torch versions "
+            f"({', '.join(sorted(pins)) or 'none'})",
             fix="release cells whose wheels pin their torch exactly",
         )
     return CellOutput(cell=cell, channel=channel.name, torch=pins.pop(), wheels=tuple(wheels), closure=None)
@@ -171,7 +173,8 @@ def image_tag(commit: str, kind: str, cell: Cell, torch: str) -> str:
     tag = f"{commit[:7]}-{kind}-{toolkit_label(cell)}-torch{Version(torch).public}-py{cell.python}"
     if len(tag) > MAX_TAG:
         raise ConfigError(
-            f"{cell.id}: the image tag {tag[:40]}... would be {len(tag)} characters, over the {MAX_TAG} a registry accepts",
+            f"{cell.id}: the image tag {tag[:40]}... would be {len(tag)} characters, "
+            f"over the {MAX_TAG} a registry accepts",
             fix="shorten what it is made of: the variant's toolkit or torch version",
         )
     if not _TAG.match(tag):

@@ -52,14 +52,18 @@ print(f"imports: torch {torch.__version__}, gloo available, {' '.join(modules) o
 EXTENSION = {
     "setup.py": """from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
-setup(name="wm-tiny-ext", version="0.1", ext_modules=[CppExtension("wm_tiny_ext", ["tiny.cpp"])], cmdclass={"build_ext": BuildExtension})
+setup(name="wm-tiny-ext", version="0.1", ext_modules=[CppExtension("wm_tiny_ext", ["tiny.cpp"])], \
+cmdclass={"build_ext": BuildExtension})
 """,
     "tiny.cpp": """#include <torch/extension.h>
 torch::Tensor twice(torch::Tensor x) { return x * 2; }
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("twice", &twice); }
 """,
 }
-NO_COMPILER = "for c in cc gcc g++ c++ clang; do if command -v $c; then exit 1; fi; done; echo 'no compiler: cc, gcc, g++, c++, clang absent'"
+NO_COMPILER = (
+    "for c in cc gcc g++ c++ clang; do if command -v $c; then exit 1; fi; done; "
+    "echo 'no compiler: cc, gcc, g++, c++, clang absent'"
+)
 
 
 class Smoke:
@@ -171,7 +175,8 @@ class Smoke:
                 )
             (line,) = _reduced(out, ranks=1, what=f"{self.image}: smoke {what}", log=self.log)
             self.say(
-                f"PyTorchJob ({'Trainer v2 PET_*' if trainer_v2 else 'v1 MASTER_*/PET_*'}), {'master' if rank == 0 else 'worker'}: {line}"
+                f"PyTorchJob ({'Trainer v2 PET_*' if trainer_v2 else 'v1 MASTER_*/PET_*'}), "
+                f"{'master' if rank == 0 else 'worker'}: {line}"
             )
 
     def _node(
@@ -196,8 +201,14 @@ class Smoke:
 
     def compiles(self) -> None:
         """The devel image builds an extension against its own torch, offline, and runs it."""
-        check = "import torch, wm_tiny_ext; print('extension built in the image: twice([1, 2]) =', wm_tiny_ext.twice(torch.tensor([1, 2])).tolist())"
-        script = f'cp -r {SMOKE}/ext /tmp/ext && pip install --quiet --no-build-isolation --no-deps /tmp/ext && cd / && python -c "{check}"'
+        check = (
+            "import torch, wm_tiny_ext; "
+            "print('extension built in the image: twice([1, 2]) =', wm_tiny_ext.twice(torch.tensor([1, 2])).tolist())"
+        )
+        script = (
+            f"cp -r {SMOKE}/ext /tmp/ext && pip install --quiet --no-build-isolation --no-deps /tmp/ext && "
+            f'cd / && python -c "{check}"'
+        )
         out = self._run("devel/compile", ["sh", "-c", script])
         self.say(_line(out, "extension built"))
 

@@ -122,7 +122,10 @@ class Mirrored:
     def describe(self) -> str:
         counts = self.facts()["mirror"]
         parts = [f"{n} {what}" for what, n in counts.items() if what not in ("channel", "fetched_bytes")]
-        return f"{', '.join(parts) or 'nothing to mirror'} in channel {self.channel}; downloaded {format_size(self.fetched_bytes)}"
+        return (
+            f"{', '.join(parts) or 'nothing to mirror'} in channel {self.channel}; "
+            f"downloaded {format_size(self.fetched_bytes)}"
+        )
 
 
 def inputs_of_report(layout: CellLayout, *, index: Path, glibc: str, toolkit: tuple[str, ...] = ()) -> ClosureInputs:
@@ -402,7 +405,8 @@ def _fetch(
     except TransientError as exc:
         raise FetchError(
             f"mirror: {shown} is unreachable after {policy.attempts} attempts: {exc}",
-            fix="check the package sources and the network (WHEELMILL_RETRIES sets the attempts); the channel is unchanged",
+            fix="check the package sources and the network (WHEELMILL_RETRIES sets the attempts); "
+            "the channel is unchanged",
         ) from None
     except IntegrityError as exc:
         raise IntegrityError(
@@ -436,7 +440,8 @@ def _link_local(wheel: LockedWheel, source: Path, blobs: Blobs, log: StepLog, *,
     if actual != wheel.sha256:
         raise IntegrityError(
             f"mirror: {wheel.filename}: {source}: sha256 mismatch: expected {wheel.sha256} (the lock's), got {actual}",
-            fix="the file changed or was tampered with; check the source and lock again only if you trust it; the channel is unchanged",
+            fix="the file changed or was tampered with; check the source and lock again only if you trust it; "
+            "the channel is unchanged",
         )
     blobs.path_of(wheel.sha256).parent.mkdir(parents=True, exist_ok=True)
     write_all({blobs.path_of(wheel.sha256): Linked(source)}, tmp_dir=blobs.incoming)

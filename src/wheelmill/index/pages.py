@@ -3,16 +3,18 @@
 Every file link carries its sha256 (PEP 503), ``requires-python``, the hash of its
 ``.metadata`` sidecar under PEP 714's name only (``core-metadata``: pip 22.3 to 23.0, the pip
 of Debian bookworm's and bullseye's CPythons, crashes on the older ``dist-info-metadata``
-in JSON, which is why PEP 714 renamed it), its yank reason (PEP 592); the JSON adds ``versions``, ``size`` and ``upload-time``
-(PEP 700). A file wheelmill mirrored rather than built says where it came from, in a
-private key of the JSON (``_mirrored-from``, PEP 691 reserves leading underscores for
-such) and a ``data-mirrored-from`` attribute of its link. A wheel wheelmill built shows the
-GPU archs it carries (its ``gpu-archs.json``: ``cuda 8.0;9.0+PTX``, ``rocm gfx90a``, ``cpu``)
-the same way: ``_gpu-archs`` in the JSON, ``data-gpu-archs`` on the link; and the build keys
-it was built for (``wheelmill.planning.buildkey``: a hash of every input of its build, so a build
-whose key is listed here need not run), ``_build-keys`` in the JSON, ``data-build-keys`` on
-the link. A page written before there was such a key reads back without it. File URLs are relative and
-percent-encoded, so ``+`` in a local version label reaches the file on servers that read ``+`` as a space (S3).
+in JSON, which is why PEP 714 renamed it), its yank reason (PEP 592); the JSON adds
+``versions``, ``size`` and ``upload-time`` (PEP 700). A file wheelmill mirrored rather than
+built says where it came from, in a private key of the JSON (``_mirrored-from``, PEP 691
+reserves leading underscores for such) and a ``data-mirrored-from`` attribute of its link.
+A wheel wheelmill built shows the GPU archs it carries (its ``gpu-archs.json``:
+``cuda 8.0;9.0+PTX``, ``rocm gfx90a``, ``cpu``) the same way: ``_gpu-archs`` in the JSON,
+``data-gpu-archs`` on the link; and the build keys it was built for
+(``wheelmill.planning.buildkey``: a hash of every input of its build, so a build whose key
+is listed here need not run), ``_build-keys`` in the JSON, ``data-build-keys`` on the link.
+A page written before there was such a key reads back without it. File URLs are relative
+and percent-encoded, so ``+`` in a local version label reaches the file on servers that
+read ``+`` as a space (S3).
 """
 
 from __future__ import annotations
@@ -182,5 +184,9 @@ def root_html(names: Iterable[str]) -> str:
 
 
 def _page(title: str, body: Sequence[str]) -> str:
-    head = f'<!DOCTYPE html>\n<html>\n<head>\n<meta name="pypi:repository-version" content="{API_VERSION}">\n<title>{html.escape(title)}</title>\n</head>\n'
+    head = (
+        "<!DOCTYPE html>\n<html>\n<head>\n"
+        f'<meta name="pypi:repository-version" content="{API_VERSION}">\n'
+        f"<title>{html.escape(title)}</title>\n</head>\n"
+    )
     return head + f"<body>\n<h1>{html.escape(title)}</h1>\n" + "\n".join(body) + "\n</body>\n</html>\n"

@@ -132,7 +132,8 @@ def record(root: Path, manifest: Manifest) -> Path:
             old = load_manifest(path)
             if old.commit != manifest.commit:
                 raise ReleaseError(
-                    f"{path}: {manifest.version} was released from commit {old.commit[:12]}, not {manifest.commit[:12]}",
+                    f"{path}: {manifest.version} was released from commit {old.commit[:12]}, "
+                    f"not {manifest.commit[:12]}",
                     fix="a version names one commit: tag a new version",
                 )
             known = {(f.channel, f.filename) for f in old.files}
@@ -188,7 +189,8 @@ def collect_built(output: Path, release: Release) -> list[BuiltWheel]:
             continue  # a plain build; not part of any release
         if (built_for.version, built_for.track, built_for.commit) != (release.version, release.track, release.commit):
             raise ReleaseError(
-                f"{layout.root}: built for {built_for.version} ({built_for.commit[:12]}), not {release.version} ({release.commit[:12]})",
+                f"{layout.root}: built for {built_for.version} ({built_for.commit[:12]}), "
+                f"not {release.version} ({release.commit[:12]})",
                 fix=f"remove {layout.root} or rebuild it for this release",
             )
         if built.status is not Status.OK:

@@ -107,7 +107,8 @@ def upload(
             return Upload.SKIPPED
         if existing is not None:
             raise IndexConflict(
-                f"{remote.check_url}: {wheel.name} is already there with other bytes (sha256 {existing[:16]}..., this one {local[:16]}...)",
+                f"{remote.check_url}: {wheel.name} is already there with other bytes "
+                f"(sha256 {existing[:16]}..., this one {local[:16]}...)",
                 fix="published files are immutable: bump the version or the build tag",
             )
         _uv_publish(remote, wheel, runner=runner, log=log)

@@ -262,7 +262,10 @@ class IndexHandler(BaseHTTPRequestHandler):
         if self.access_log is None:
             return
         when = time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime())
-        line = f'{self.client_address[0]} - - [{when}] "{self.requestline}" {status} {sent} "{self.headers.get("User-Agent", "-")}"\n'
+        line = (
+            f'{self.client_address[0]} - - [{when}] "{self.requestline}" {status} {sent} '
+            f'"{self.headers.get("User-Agent", "-")}"\n'
+        )
         with self.log_lock:
             self.access_log.write(line)
             self.access_log.flush()
@@ -291,7 +294,8 @@ class IndexServer(ThreadingHTTPServer):
         if full:
             with contextlib.suppress(OSError):
                 request.sendall(
-                    b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n"
+                    b"Content-Length: 0\r\nConnection: close\r\n\r\n"
                 )
             self.shutdown_request(request)
             return

@@ -8,13 +8,14 @@ Published files are immutable: the same bytes again is a no-op, other bytes unde
 published name are refused. A file's bytes are kept once, in the content-addressed store
 (``wheelmill.index.blobs``), and a channel's file is a hard link to them. A file is built
 (wheelmill made it) or mirrored (a dependency fetched from upstream); a project built in
-a channel is never also mirrored there: its built wheel replaces the mirrored ones. Every file is written to a temporary name and renamed into
-place, files before the pages that list them, under an exclusive lock per channel; so a
-reader, a concurrent publisher or a publisher killed at any instant finds a valid index
-(at worst an unlisted file, which the next publish of it lists). A publish touches its own
-project's pages, and the project list only when the project is new. A built wheel's listing
-carries the GPU archs its ``gpu-archs.json`` records (``wheelmill.inputs.archs.ArchRecord``), and
-the build keys it was built for (``wheelmill.planning.buildkey``): the same bytes published again for
+a channel is never also mirrored there: its built wheel replaces the mirrored ones. Every
+file is written to a temporary name and renamed into place, files before the pages that
+list them, under an exclusive lock per channel; so a reader, a concurrent publisher or a
+publisher killed at any instant finds a valid index (at worst an unlisted file, which the
+next publish of it lists). A publish touches its own project's pages, and the project list
+only when the project is new. A built wheel's listing carries the GPU archs its
+``gpu-archs.json`` records (``wheelmill.inputs.archs.ArchRecord``), and the build keys it
+was built for (``wheelmill.planning.buildkey``): the same bytes published again for
 another key add the key to the listing, and the file stays as it is.
 """
 
@@ -118,7 +119,8 @@ class Channel:
         if not _CHANNEL.match(name) or name.rpartition("/")[2] in RESERVED:
             raise IndexStoreError(
                 f"'{name}' is not a channel name",
-                fix="use lower-case letters, digits, '.', '+', '_' and '-', e.g. cu118, optionally in a track: test/cu118, nightly/cu118",
+                fix="use lower-case letters, digits, '.', '+', '_' and '-', e.g. cu118, "
+                "optionally in a track: test/cu118, nightly/cu118",
             )
         self.root = root
         self.name = name
@@ -288,7 +290,8 @@ def publish(
         target = channel.files / wheel.name
         if target.exists() and sha256_of(target) != sha256:
             raise IndexConflict(
-                f"{channel.name}: {wheel.name} is already published with other bytes (sha256 {sha256_of(target)[:16]}..., this one {sha256[:16]}...)",
+                f"{channel.name}: {wheel.name} is already published with other bytes "
+                f"(sha256 {sha256_of(target)[:16]}..., this one {sha256[:16]}...)",
                 fix="published files are immutable: bump the version (or the build tag) instead",
             )
         project = channel.project(info.name) or Project(name=info.name, files=())

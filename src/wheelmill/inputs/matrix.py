@@ -54,7 +54,8 @@ class Matrix:
             known = [c.id for c in self.cells]
             raise SelectionError(
                 f"'{cell_id}' is not a cell id{did_you_mean(cell_id, known)}",
-                fix="write <variant>-py<XY>, e.g. cuda118-py311, or cuda130-sm90-py311 for a slim variant (`wheelmill matrix` lists them)",
+                fix="write <variant>-py<XY>, e.g. cuda118-py311, or cuda130-sm90-py311 for a slim variant "
+                "(`wheelmill matrix` lists them)",
             )
         variant = self.variant(match.group("variant"))
         python = f"{match.group('major')}.{match.group('minor')}"
@@ -83,7 +84,8 @@ class Matrix:
             others = f"use one of its slim variants ({', '.join(slims)}), or " if slims else ""
             return SelectionError(
                 f"variant {parent} has no slim variant '{name}'{did_you_mean(name, slims)}",
-                fix=f"{others}add the arch to variants.{parent}.slim in {self.path}, or build {parent} (its whole arch list)",
+                fix=f"{others}add the arch to variants.{parent}.slim in {self.path}, "
+                f"or build {parent} (its whole arch list)",
             )
         return SelectionError(
             f"unknown variant '{name}'{did_you_mean(name, self.variants)}",
@@ -230,7 +232,8 @@ def _check_variant(v: Variant, *, file: Path, pythons: tuple[str, ...]) -> None:
     known = policies("x86_64")
     if v.glibc not in known:
         raise ConfigError(
-            f"{where}.glibc: '{v.glibc}' is no manylinux policy (auditwheel knows {min(known, key=_glibc)} to {max(known, key=_glibc)})",
+            f"{where}.glibc: '{v.glibc}' is no manylinux policy "
+            f"(auditwheel knows {min(known, key=_glibc)} to {max(known, key=_glibc)})",
             fix="give the oldest glibc the variant's wheels must run on, as a PEP 600 tag prefix, e.g. manylinux_2_28",
         )
     if v.family is Family.CPU:

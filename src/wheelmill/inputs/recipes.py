@@ -315,8 +315,10 @@ def check_cells(recipes: Mapping[str, Recipe], cells: Sequence[Cell]) -> None:
         for key, globs in tables:
             if not any(fnmatch.fnmatchcase(cell, glob) for cell in ids for glob in globs):
                 raise ConfigError(
-                    f"{recipe.file}: {key}: {', '.join(globs)} match no cell of the matrix{did_you_mean(globs[0], ids)}",
-                    fix="write globs on cell ids such as cuda*-py311 (`wheelmill matrix` lists the cells; a slim cell takes its parent's recipes)",
+                    f"{recipe.file}: {key}: {', '.join(globs)} match no cell of the matrix"
+                    f"{did_you_mean(globs[0], ids)}",
+                    fix="write globs on cell ids such as cuda*-py311 "
+                    "(`wheelmill matrix` lists the cells; a slim cell takes its parent's recipes)",
                 )
 
 

@@ -67,7 +67,10 @@ class BuilderImage:
         return f"{BUILDER_REPOSITORY}:{name}-py{self.python.version.replace('.', '')}-{digest.hexdigest()[:12]}"
 
     def describe(self) -> str:
-        return f"{self.containerfile.parent.name}/{self.containerfile.name} FROM {self.base.description}, CPython {self.python.version}"
+        return (
+            f"{self.containerfile.parent.name}/{self.containerfile.name} FROM {self.base.description}, "
+            f"CPython {self.python.version}"
+        )
 
 
 def choose(pins: Pins, variant: Variant, python: str, *, containers: Path, policy: str) -> BuilderImage:

@@ -187,7 +187,8 @@ def left_behind(names: Sequence[str]) -> list[str]:
     ``wheelmill-smoke-<pid>``), those whose wheelmill process is gone: a killed run's. A live
     run's, another output root building the same cell, is not touched.
 
-    >>> left_behind([f"wheelmill-cpu-py311-{os.getpid()}", f"wheelmill-smoke-{os.getpid()}-netless", "wheelmill-cpu-py311-999999999", "other"])
+    >>> left_behind([f"wheelmill-cpu-py311-{os.getpid()}", f"wheelmill-smoke-{os.getpid()}-netless",
+    ...              "wheelmill-cpu-py311-999999999", "other"])
     ['wheelmill-cpu-py311-999999999', 'other']
     """
     return [name for name in names if not _alive(_owner(name))]

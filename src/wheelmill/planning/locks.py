@@ -54,7 +54,10 @@ class LockInputs:
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
     def header(self) -> str:
-        return f"# wheelmill lock of {self.cell}; inputs sha256:{self.digest}\n# made by `wheelmill lock --cell {self.cell}`; do not edit\n"
+        return (
+            f"# wheelmill lock of {self.cell}; inputs sha256:{self.digest}\n"
+            f"# made by `wheelmill lock --cell {self.cell}`; do not edit\n"
+        )
 
 
 def target(cell: Cell) -> Target:

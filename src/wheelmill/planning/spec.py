@@ -326,7 +326,8 @@ def _check_archs(recipe: ResolvedRecipe, cell: Cell) -> None:
         CudaArchs.parse(recipe.arch_list) if family is Family.CUDA else RocmArchs.parse(recipe.arch_list)
     except ValueError as exc:
         raise ConfigError(
-            f"{recipe.file}: build.arch-list: '{recipe.arch_list}' is no {kind} arch list, and cell {cell.id} builds for {kind} ({exc})",
+            f"{recipe.file}: build.arch-list: '{recipe.arch_list}' is no {kind} arch list, "
+            f"and cell {cell.id} builds for {kind} ({exc})",
             fix=f'give the {kind} cells their own arch-list in an [[override]] with cells = ["{family.value}*"]',
         ) from None
 
@@ -345,7 +346,8 @@ def _check_switches(recipe: ResolvedRecipe) -> None:
     for switch, needed in _SWITCH_NEEDS.items():
         if env.get(switch) in _ON and env.get(needed) not in _ON:
             raise ConfigError(
-                f"{recipe.file}: build.env.{switch}: {switch}=1 does nothing without {needed}=1 (the build silently leaves the backend out)",
+                f"{recipe.file}: build.env.{switch}: {switch}=1 does nothing without {needed}=1 "
+                "(the build silently leaves the backend out)",
                 fix=f'set {needed} = "1" in the same build.env',
             )
 

@@ -298,7 +298,6 @@ def unmet_needs(registry: Sequence[StepDefinition]) -> list[str]:
         for need in definition.needs:
             if need not in made:
                 later = [str(d.kind) for d in registry[at + 1 :] if need in d.makes]
-                unmet.append(
-                    f"{definition.kind} needs {need.__name__}, made {'only later by ' + ', '.join(later) if later else 'by no step'}"
-                )
+                made_by = f"only later by {', '.join(later)}" if later else "by no step"
+                unmet.append(f"{definition.kind} needs {need.__name__}, made {made_by}")
     return unmet

@@ -75,7 +75,8 @@ def nvcc_threads(memory: int, per_job: int, jobs: int, cores: int) -> int:
     archs: 85 s with one thread, 57 s with two on two cores).
 
     >>> gib = 2**30
-    >>> nvcc_threads(24 * gib, 3 * gib, 2, 2), nvcc_threads(5 * gib, 3 * gib, 1, 16), nvcc_threads(128 * gib, 3 * gib, 16, 16)
+    >>> (nvcc_threads(24 * gib, 3 * gib, 2, 2), nvcc_threads(5 * gib, 3 * gib, 1, 16),
+    ...  nvcc_threads(128 * gib, 3 * gib, 16, 16))
     (2, 1, 2)
     """
     return max(1, min(cores, memory // (per_job * jobs)))
@@ -97,7 +98,8 @@ def sets_nvcc_threads(variables: Mapping[str, str]) -> bool:
     """Whether a recipe chooses nvcc's threads itself (flash-attn's NVCC_THREADS, apex's
     ``--threads`` flag): wheelmill's choice must not override it.
 
-    >>> sets_nvcc_threads({"NVCC_THREADS": "2"}), sets_nvcc_threads({"NVCC_APPEND_FLAGS": "--threads 2"}), sets_nvcc_threads({"FORCE_CUDA": "1"})
+    >>> (sets_nvcc_threads({"NVCC_THREADS": "2"}), sets_nvcc_threads({"NVCC_APPEND_FLAGS": "--threads 2"}),
+    ...  sets_nvcc_threads({"FORCE_CUDA": "1"}))
     (True, True, False)
     """
     flags = " ".join(variables.get(key, "") for key in ("NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS")).split()
@@ -189,7 +191,8 @@ def _build_failure(spec: RecipeSpec, log: Path, failed: CommandFailed) -> BuildE
     if reached is not None:
         return BuildError(
             f"{spec.name}: the build tried to reach the network, which a build step does not have: {reached}",
-            fix="build from what fetch and the env provide: set the package's switch that forces a build from source, or add the files to the source",
+            fix="build from what fetch and the env provide: set the package's switch that forces a build from source, "
+            "or add the files to the source",
         )
     return BuildError(
         f"{spec.name}: build failed (exit {failed.returncode}): {first_error(log, failed.tail)}",
@@ -303,7 +306,8 @@ def nvcc_stable_names(toolkit: Toolkit | None, *, seed: str, cached: bool) -> li
     would miss the cubin this flag puts beside the object.
 
     >>> cuda = Toolkit(family=Family.CUDA, root=Path("/t"), version="13.0", compiler=Path("/t/bin/nvcc"))
-    >>> nvcc_stable_names(cuda, seed="my-ops", cached=True), nvcc_stable_names(replace(cuda, version="12.4"), seed="my-ops", cached=False)
+    >>> (nvcc_stable_names(cuda, seed="my-ops", cached=True),
+    ...  nvcc_stable_names(replace(cuda, version="12.4"), seed="my-ops", cached=False))
     (['--frandom-seed=my-ops'], ['--objdir-as-tempdir'])
     """
     if toolkit is None or toolkit.family is not Family.CUDA:
@@ -322,7 +326,8 @@ _COMPILER_ERROR = re.compile(r":\d+(:\d+)?: (fatal )?error\b|^error\b.*:|\berror
 # What a process says when it reaches for a network it does not have.
 _NETWORK = re.compile(
     r"Network is unreachable|Temporary failure in name resolution|Name or service not known|Could not resolve host|"
-    r"Failed to establish a new connection|Connection refused|No route to host|getaddrinfo failed|\[Errno (101|111|-2|-3)\]"
+    r"Failed to establish a new connection|Connection refused|No route to host|getaddrinfo failed|"
+    r"\[Errno (101|111|-2|-3)\]"
 )
 
 

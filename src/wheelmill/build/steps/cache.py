@@ -27,7 +27,10 @@ from wheelmill.planning.spec import CellPlan
 from wheelmill.settings import CompilerCacheMode
 
 SOCKET = "sccache.sock"
-FIX = "compiled without it, nothing else changes; fix the SCCACHE_* settings (read the server's log), or set WHEELMILL_COMPILER_CACHE=off"
+FIX = (
+    "compiled without it, nothing else changes; fix the SCCACHE_* settings (read the server's log), "
+    "or set WHEELMILL_COMPILER_CACHE=off"
+)
 
 
 def compiler_cache(ctx: StepContext) -> Outcome:
@@ -95,5 +98,6 @@ def describe(plan: CellPlan) -> str:
         return "off (WHEELMILL_COMPILER_CACHE=off): builds compile without a cache"
     return (
         "sccache server where the network is, on a Unix socket in the cell's directory; "
-        "cache on local disk (<output>/.cache/sccache) unless SCCACHE_* name another; unreachable: builds compile without it"
+        "cache on local disk (<output>/.cache/sccache) unless SCCACHE_* name another; "
+        "unreachable: builds compile without it"
     )

@@ -75,7 +75,10 @@ def _view(ctx: StepContext, toolchain: Toolchain) -> tuple[CheckResult, Where | 
     python = python_installation(toolchain.python)
     view = make_view(ctx.run.layout.root, python, netless=ctx.where.netless is not None)
     if isinstance(view, str):
-        why = f"the build sees the cell where it is ({view}): its compiles are its own, not shared with other cells or output roots"
+        why = (
+            f"the build sees the cell where it is ({view}): "
+            "its compiles are its own, not shared with other cells or output roots"
+        )
         return CheckResult.skipped("stable-paths", why), None
     shown = f"the cell at {view.target}" + (f", Python {python} at {view.target / 'python'}" if python else "")
     return CheckResult.passed("stable-paths", f"{shown} (a mount namespace per command)"), viewed(ctx.where, view)
@@ -89,7 +92,8 @@ def python_installation(python: Path) -> Path | None:
     ``versions/3.11.7``, ``/opt/python/3.13``): ``<root>/bin/python3.X``. None for a
     system Python (under ``/usr``), whose directory holds far more than Python.
 
-    >>> python_installation(Path("/root/.pyenv/versions/3.11.7/bin/python3.11")), python_installation(Path("/usr/bin/python3.11"))
+    >>> (python_installation(Path("/root/.pyenv/versions/3.11.7/bin/python3.11")),
+    ...  python_installation(Path("/usr/bin/python3.11")))
     (PosixPath('/root/.pyenv/versions/3.11.7'), None)
     """
     root = python.parent.parent
@@ -163,7 +167,8 @@ def _toolkit(runner: Runner, cell: Cell) -> tuple[CheckResult, Toolkit | None]:
         # Checked once the env exists: env-checks runs its nvcc.
         return CheckResult.passed(
             "toolkit",
-            f"none installed; the locked env brings {', '.join(variant.toolkit_wheels[:1])} (pip's full {kind} compiler)",
+            f"none installed; the locked env brings {', '.join(variant.toolkit_wheels[:1])} "
+            f"(pip's full {kind} compiler)",
         ), None
     home = "CUDA_HOME" if variant.family is Family.CUDA else "ROCM_PATH"
     return CheckResult.failed(
@@ -256,7 +261,8 @@ def _torch(ctx: StepContext) -> tuple[CheckResult, PackageSources | None]:
     return CheckResult.failed(
         "torch-source",
         f"{variant.torch_requirement} for Python {plan.cell.python} is in none of: {' | '.join(outcome)}",
-        f"set WHEELMILL_TORCH_INDEX to an index (or mirror) with torch {variant.torch}+{variant.label}, or put its wheel in a WHEELMILL_FIND_LINKS directory",
+        f"set WHEELMILL_TORCH_INDEX to an index (or mirror) with torch {variant.torch}+{variant.label}, "
+        "or put its wheel in a WHEELMILL_FIND_LINKS directory",
     ), None
 
 
@@ -283,7 +289,8 @@ def prepare_env(ctx: StepContext) -> Outcome:
         home_as_seen(ctx.where.runner, env, python)
         backend.sync(env, layout.lock, sources=sources.packages, log=ctx.log)
         ctx.log.note(
-            f"{pin_header_times(ctx.where.runner.host_path(env.root))} headers' times fixed (GCC's #pragma once compares them)"
+            f"{pin_header_times(ctx.where.runner.host_path(env.root))} headers' times fixed "
+            "(GCC's #pragma once compares them)"
         )
         link_site(env)  # builds import torch through it: one path for every Python
         lend_bytecode(ctx, env)  # what an earlier run compiled: the frontend's torch import
@@ -331,7 +338,8 @@ def lend_bytecode(ctx: StepContext, env: Env) -> None:
     """Give ``env`` the stored bytecode of every source it holds with the same sha256."""
     for site in site_packages(ctx.where.runner.host_path(env.root))[:1]:
         ctx.log.note(
-            f"{_bytecode_store(ctx).lend(site)} compiled modules from the bytecode store, for sources of the same sha256"
+            f"{_bytecode_store(ctx).lend(site)} compiled modules from the bytecode store, "
+            "for sources of the same sha256"
         )
 
 

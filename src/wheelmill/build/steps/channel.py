@@ -58,7 +58,10 @@ def _listed(channel: Channel, recipe: str, wheel: WheelRecord) -> CheckResult:
         )
     served = sha256_of(channel.files / wheel.name)
     if not entry.sha256 == served == wheel.sha256:
-        detail = f"{wheel.name}: listed sha256 {entry.sha256[:16]}..., served {served[:16]}..., tested {wheel.sha256[:16]}..."
+        detail = (
+            f"{wheel.name}: listed sha256 {entry.sha256[:16]}..., served {served[:16]}..., "
+            f"tested {wheel.sha256[:16]}..."
+        )
         return CheckResult.failed(
             recipe, detail, "published files are immutable: bump the version, or restore the channel from its storage"
         )
@@ -87,4 +90,7 @@ def _closure(channel: Channel, closure: Closure) -> CheckResult:
 
 
 def describe(plan: CellPlan) -> str:
-    return f"channel {plan.channel} reads back as a valid index (pages, files, sidecars agree) and lists each wheel published here with its tested sha256"
+    return (
+        f"channel {plan.channel} reads back as a valid index (pages, files, sidecars agree) "
+        "and lists each wheel published here with its tested sha256"
+    )

@@ -125,7 +125,8 @@ def _checks(
         )
     if data is None:
         raise InstallTestError(
-            f"{spec.name}: the import probe printed no result: something it imported ended the interpreter or printed a result line of its own",
+            f"{spec.name}: the import probe printed no result: "
+            "something it imported ended the interpreter or printed a result line of its own",
             fix=f"read {log.path}",
         )
     checks = [

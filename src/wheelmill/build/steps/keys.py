@@ -90,5 +90,8 @@ def describe(plan: CellPlan) -> str:
     if plan.rebuilds_all:
         return f"{inputs}; --rebuild: built even where channel {plan.channel} lists it"
     if plan.rebuild:
-        return f"{inputs}; --rebuild {', '.join(sorted(plan.rebuild))}: built even where channel {plan.channel} lists it, the rest looked up there"
+        return (
+            f"{inputs}; --rebuild {', '.join(sorted(plan.rebuild))}: "
+            f"built even where channel {plan.channel} lists it, the rest looked up there"
+        )
     return f"{inputs}, looked up in channel {plan.channel}: a recipe listed there is not built again"

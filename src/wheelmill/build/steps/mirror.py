@@ -70,13 +70,15 @@ def mirror_closure(ctx: StepContext) -> Outcome:
 
 def describe_closure(plan: CellPlan) -> str:
     return (
-        f"resolve the runtime closure of the published wheels (torch as built against, every dependency, wheels only, with sha256) "
+        "resolve the runtime closure of the published wheels "
+        "(torch as built against, every dependency, wheels only, with sha256) "
         f"for Python {plan.cell.python}; lock <cell>/{CLOSURE_LOCK_NAME}"
     )
 
 
 def describe_mirror(plan: CellPlan) -> str:
     return (
-        f"download the closure (retried, sha256 as locked) into the store and publish it into channel {plan.channel} as mirrored; "
+        "download the closure (retried, sha256 as locked) into the store "
+        f"and publish it into channel {plan.channel} as mirrored; "
         "built projects are never mirrored"
     )

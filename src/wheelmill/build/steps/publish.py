@@ -51,4 +51,7 @@ def conda_package(ctx: StepContext, wheel: Path) -> str:
 
 def describe(plan: CellPlan, _spec: RecipeSpec) -> str:
     immutable = "immutable: the same bytes again are a no-op"
-    return f"add to channel {plan.channel} of the local index with its build key ({immutable}), and as a conda package to its conda channel"
+    return (
+        f"add to channel {plan.channel} of the local index with its build key ({immutable}), "
+        "and as a conda package to its conda channel"
+    )

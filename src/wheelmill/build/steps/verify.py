@@ -176,4 +176,7 @@ def describe_repair(_plan: CellPlan, spec: RecipeSpec) -> str:
 
 def describe_post_repair(_plan: CellPlan, spec: RecipeSpec) -> str:
     bundled = f"nothing bundled from: {', '.join(spec.forbid)} or the excludes"
-    return f"manylinux tag vs GLIBC/GLIBCXX; baseline {spec.glibc}; {bundled}; size <= {format_size(spec.max_wheel_size)}; gpu-archs.json as stamped"
+    return (
+        f"manylinux tag vs GLIBC/GLIBCXX; baseline {spec.glibc}; {bundled}; "
+        f"size <= {format_size(spec.max_wheel_size)}; gpu-archs.json as stamped"
+    )
