@@ -43,9 +43,8 @@ def test_a_failed_command_stops_the_benchmark_with_its_log_and_keeps_the_directo
     assert stopped.value.code == 1
     (root,) = tmp_path.iterdir()
     err = capsys.readouterr().err
-    assert (
-        "exited 3" in err and "line 39" in err and "# exit status 3" in err and "line 24" not in err
-    )  # the last lines only
+    # the last lines only
+    assert "exited 3" in err and "line 39" in err and "# exit status 3" in err and "line 24" not in err
     assert f"kept for a look: {root}" in err
     assert (root / "bench.log").is_file()
 

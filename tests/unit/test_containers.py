@@ -314,9 +314,8 @@ def test_a_build_sees_its_cell_at_a_fixed_path_and_the_host_finds_it_back(tmp_pa
     )
     log.close()
     assert container.stable_path(cell_root / "src" / "x" / "a.cu") == Path("/wheelmill/src/x/a.cu")
-    assert (
-        container.stable_path(tmp_path / "out" / ".cache") == tmp_path / "out" / ".cache"
-    )  # shared by cells: as it is
+    # shared by cells: as it is
+    assert container.stable_path(tmp_path / "out" / ".cache") == tmp_path / "out" / ".cache"
     assert (
         container.host_path(Path("/wheelmill/envs/build/bin/python")) == cell_root / "envs" / "build" / "bin" / "python"
     )
@@ -389,9 +388,8 @@ def test_a_cell_that_yields_the_cores_gets_containers_of_a_lower_cpu_weight(tmp_
     otherwise the engine's default. The engine here is a script that records its argv."""
     calls = tmp_path / "calls"
     engine = tmp_path / "engine"
-    engine.write_text(
-        f'#!/bin/sh\necho "$*" >> {calls}\nif [ "$1" = inspect ]; then echo {os.getpid()}; fi\n'
-    )  # a root it can see
+    # a root it can see
+    engine.write_text(f'#!/bin/sh\necho "$*" >> {calls}\nif [ "$1" = inspect ]; then echo {os.getpid()}; fi\n')
     engine.chmod(0o755)
     podman = Engine(name=EngineName.PODMAN, binary=str(engine))
     with StepLog(tmp_path / "log") as log:

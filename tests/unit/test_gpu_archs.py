@@ -156,9 +156,8 @@ def test_the_stamp_step_writes_the_record_of_what_the_wheel_carries(
 ) -> None:
     library = make_elf(tmp_path / "_C.so", {".nv_fatbin": b"\x50\xed\x55\xba" + b"not a fatbinary" * 4}).read_bytes()
     sandbox.recipe("thing", {"thing/_C.so": library, **dist_info("thing", "1.0")}, wheel=f"thing-1.0-{MANYLINUX}.whl")
-    build(
-        cli, monkeypatch, sandbox, "cuda130"
-    )  # its post-build checks refuse the stand-in fatbinary; the stamp came first
+    # its post-build checks refuse the stand-in fatbinary; the stamp came first
+    build(cli, monkeypatch, sandbox, "cuda130")
     (stamped,) = (sandbox.output / sandbox.cell("cuda130") / "build" / "thing" / "stamped").glob("*.whl")
     assert (
         members(stamped)["thing-1.0+cu130.dist-info/gpu-archs.json"]

@@ -336,9 +336,8 @@ def test_a_released_cell_is_read_from_its_record_and_images_are_recorded_in_it(m
     path = record_images(root, Track.RELEASE, "0.1.0", [image])
     assert load_manifest(path).images == (image,)
     again = ReleasedImage(cell="cpu-py311", kind="runtime", reference="registry.example/wheelmill@sha256:" + "f" * 64)
-    assert load_manifest(record_images(root, Track.RELEASE, "0.1.0", [again])).images == (
-        again,
-    )  # a newer push replaces it
+    # a newer push replaces it
+    assert load_manifest(record_images(root, Track.RELEASE, "0.1.0", [again])).images == (again,)
     (other,) = matrix.select(["cpu-py312"])
     with pytest.raises(ReleaseError, match=r"release 0\.1\.0: no files of cpu-py312"):
         read_release_output(root, Track.RELEASE, "0.1.0", other)

@@ -174,9 +174,8 @@ def test_an_upload_refusal_is_told_by_asking_without_the_file(upload_endpoint: s
     assert upload_refusal(upload_endpoint, ("user", "wrong")) == "status code 403 Forbidden"
     assert upload_refusal(upload_endpoint, None) == "status code 403 Forbidden"
     assert upload_refusal(upload_endpoint, ("user", "secret")) is None
-    assert (
-        upload_refusal("http://127.0.0.1:9/", ("user", "secret"), timeout=2) is None
-    )  # nothing listens: not a refusal
+    # nothing listens: not a refusal
+    assert upload_refusal("http://127.0.0.1:9/", ("user", "secret"), timeout=2) is None
 
 
 def test_retries_back_off_and_stop_at_the_budget() -> None:

@@ -171,9 +171,8 @@ def build_cells(prepared: Prepared, console: Console) -> int:
                     after=before,
                 )
                 running += [outcome] if isinstance(outcome, Ending) else []
-                while len(running) > 1 or (
-                    running and not isinstance(outcome, Ending)
-                ):  # the next cell starts beside one at most
+                # the next cell starts beside one at most
+                while len(running) > 1 or (running and not isinstance(outcome, Ending)):
                     _say_failed(running[0].future.result())
                     running.pop(0)  # only now: Ctrl-C while it ends stops it too
                 if isinstance(outcome, CellReport):
@@ -187,9 +186,8 @@ def build_cells(prepared: Prepared, console: Console) -> int:
                     reports, time.monotonic() - started, not_started=[p.cell.id for p in plans[len(reports) :]]
                 )
             said = next((error for error in stopped if isinstance(error, Interrupted)), None)
-            if (
-                isinstance(exc, KeyboardInterrupt) and said is not None
-            ):  # while it waited: the step it stopped says where
+            # while it waited: the step it stopped says where
+            if isinstance(exc, KeyboardInterrupt) and said is not None:
                 raise said from None
             raise
     if len(plans) > 1:  # one cell's own summary says it all

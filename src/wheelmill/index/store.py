@@ -495,9 +495,8 @@ def _complete(channel: Channel, project: Project) -> tuple[Project, list[str]]:
             hashlib.sha256(info.metadata).hexdigest(),
             entry.requires_python or info.requires_python,
         )
-        archs = (
-            gpu_archs(info) if entry.built and entry.gpu_archs is None else entry.gpu_archs
-        )  # a listing rebuilt from its file
+        # a listing rebuilt from its file
+        archs = gpu_archs(info) if entry.built and entry.gpu_archs is None else entry.gpu_archs
         entries.append(
             replace(
                 entry,

@@ -47,9 +47,8 @@ def _anchors(page: Path) -> list[dict[str, str | None]] | None:
 
 
 def _root(channel: Channel, names: list[str]) -> Iterator[str]:
-    on_disk = sorted(
-        p.name for p in channel.simple.iterdir() if (p / "index.json").is_file()
-    )  # a project has pages, or is none
+    # a project has pages, or is none
+    on_disk = sorted(p.name for p in channel.simple.iterdir() if (p / "index.json").is_file())
     if sorted(names) != on_disk:
         yield f"{channel.name}: the project list {sorted(names)} differs from the project pages {on_disk}"
     anchors = _anchors(channel.simple / "index.html")

@@ -343,9 +343,8 @@ def resolve(recipe: Recipe, cell: Cell) -> ResolvedRecipe:
     for index, override in enumerate(recipe.overrides):
         if any(fnmatch.fnmatchcase(cell.base_id, glob) for glob in override["cells"]):
             tables = _merge(tables, {k: v for k, v in override.items() if k not in ("cells", "source")})
-            if (
-                "source" in override
-            ):  # a source is replaced whole: a commit of one tag with the URL of another is no source
+            # a source is replaced whole: a commit of one tag with the URL of another is no source
+            if "source" in override:
                 raw, where = override["source"], f"override[{index}].source"
                 source, subdir = _source(raw, file=recipe.file, where=where), raw.get("subdir")
                 patches = _patches(raw, file=recipe.file, where=where)
