@@ -12,7 +12,7 @@ from wheelmill.errors import IndexConflict, IndexStoreError
 from wheelmill.index.consumer import render
 from wheelmill.index.pages import HTML_TYPE, JSON_TYPE, FileEntry, Project, project_html, project_json
 from wheelmill.index.serve import negotiate
-from wheelmill.index.store import Channel, Outcome, publish, set_yanked
+from wheelmill.index.store import Channel, PublishOutcome, publish, set_yanked
 from wheelmill.index.verify import leftovers, verify
 
 ANY = "py3-none-any"
@@ -82,8 +82,8 @@ def test_content_negotiation(accept: str | None, fmt: str | None, chosen: str | 
 def test_publish_is_idempotent_and_refuses_other_bytes(tmp_path: Path) -> None:
     channel = Channel(tmp_path / "index", "cu118")
     wheel = make_wheel(tmp_path / "a", "lib", "1.0", tag=ANY, files={"lib/__init__.py": b"x = 1\n"})
-    assert publish(channel, wheel).outcome is Outcome.ADDED
-    assert publish(channel, wheel).outcome is Outcome.UNCHANGED
+    assert publish(channel, wheel).outcome is PublishOutcome.ADDED
+    assert publish(channel, wheel).outcome is PublishOutcome.UNCHANGED
     other = make_wheel(tmp_path / "b", "lib", "1.0", tag=ANY, files={"lib/__init__.py": b"x = 2\n"})
     with pytest.raises(IndexConflict, match="already published with other bytes"):
         publish(channel, other)
@@ -98,7 +98,7 @@ def test_an_unlisted_file_from_a_killed_publisher_is_listed_by_the_next_publish(
     (channel.files / wheel.name).write_bytes(wheel.read_bytes())  # the copy landed, the pages did not
     (channel.path / ".tmp").mkdir()
     (channel.path / ".tmp" / ".wm-tmp-abc").write_bytes(b"half")
-    assert publish(channel, wheel).outcome is Outcome.ADDED
+    assert publish(channel, wheel).outcome is PublishOutcome.ADDED
     assert verify(channel) == []
     assert leftovers(channel) == []
 

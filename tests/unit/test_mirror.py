@@ -27,7 +27,7 @@ from wheelmill.errors import EnvError
 from wheelmill.index.blobs import Blobs
 from wheelmill.index.closure import Closure, ClosureInputs, Mirrored, mirror, read, resolve
 from wheelmill.index.release import promote_mirrored
-from wheelmill.index.store import Channel, Outcome, publish, usage
+from wheelmill.index.store import Channel, PublishOutcome, publish, usage
 from wheelmill.index.verify import verify
 from wheelmill.machine import envs
 from wheelmill.machine.net import sha256_of
@@ -158,9 +158,9 @@ def test_mirroring_publishes_the_closure_as_mirrored_and_the_channel_installs_on
     publish(channel, built_app(sandbox))
     done = mirrored(resolved(sandbox, channel, built_app(sandbox), upstream.url, tmp_path), channel, tmp_path)
     assert sorted((p.project, p.outcome) for p in done.published) == [
-        ("dep", Outcome.ADDED),
-        ("leaf", Outcome.ADDED),
-        ("torch", Outcome.ADDED),
+        ("dep", PublishOutcome.ADDED),
+        ("leaf", PublishOutcome.ADDED),
+        ("torch", PublishOutcome.ADDED),
     ]
     assert verify(channel) == []
     page = json.loads((channel.simple / "dep" / "index.json").read_text())
@@ -189,7 +189,7 @@ def test_mirroring_publishes_the_closure_as_mirrored_and_the_channel_installs_on
     assert all(name in listed for name in ("app", "dep", "leaf", "torch"))
     # Mirroring again changes nothing.
     again = mirrored(resolved(sandbox, channel, built_app(sandbox), upstream.url, tmp_path), channel, tmp_path)
-    assert {p.outcome for p in again.published} == {Outcome.UNCHANGED}
+    assert {p.outcome for p in again.published} == {PublishOutcome.UNCHANGED}
     assert again.fetched_bytes == 0
 
 
@@ -336,7 +336,7 @@ def test_built_beats_mirrored_both_ways(sandbox: Sandbox, upstream: Upstream, tm
     again = publish(
         channel, upstream.file("dep-1.0-py3-none-any.whl"), mirrored_from="file:///upstream/dep-1.0-py3-none-any.whl"
     )
-    assert again.outcome is Outcome.BUILT_HERE
+    assert again.outcome is PublishOutcome.BUILT_HERE
 
 
 def test_a_wheel_on_local_disk_is_stored_as_another_name_of_its_file(

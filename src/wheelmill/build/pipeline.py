@@ -8,11 +8,12 @@ on. Network steps retry transient failures; nothing else is retried. Ctrl-C stop
 running command's whole process tree, marks the step interrupted and leaves a valid
 report.
 
-A recipe's install test runs on a thread beside the next steps (``Beside``); in a run of
-several cells, a cell's steps from its first build on run on a thread while the next cell
-starts (``Ending``): that one waits for the cell before it to have built a recipe before it
-builds it (``Builds``), and yields the cores to it while it runs. Ctrl-C reaches the main
-thread only: it stops the others' commands, and their steps end interrupted too.
+``execute`` runs a cell alone, its steps in the plan's order. Where the plan says so (its
+install-tests choice), a recipe's install test runs on a thread beside the next steps
+(``Beside``). In a run of several cells (``wheelmill.build.cells``), a cell runs beside the
+cells before and after it: its ``CellRun`` is given ``Neighbours`` to wait for and to tell.
+Ctrl-C reaches the main thread only: it stops the others' commands, and their steps end
+interrupted too.
 
 This is the error boundary of a build: whatever a step raises ends as a recorded step
 result, one line and an exit code; what wheelmill did not expect is recorded as an
@@ -26,10 +27,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, NoReturn, TypeVar
+from typing import NoReturn, Protocol, TypeVar
 
 from wheelmill.build.context import Hold, Outcome, RunContext, StepContext, Where
 from wheelmill.build.products import BuildKeys
@@ -41,7 +42,7 @@ from wheelmill.errors import BusyError, CommandFailed, InternalError, Interrupte
 from wheelmill.files import file_lock
 from wheelmill.machine import envs
 from wheelmill.machine.engine import Engine
-from wheelmill.machine.process import HostRunner, StepLog, netless_prefix, stop_running, yielding
+from wheelmill.machine.process import HostRunner, StepLog, netless_prefix, stop_running
 from wheelmill.output.layout import CellLayout
 from wheelmill.output.report import Status
 from wheelmill.planning.spec import CellPlan, Step, StepKind
@@ -52,58 +53,39 @@ NO_RETRY = RetryPolicy(attempts=1)
 T = TypeVar("T")
 
 
-class Builds:
-    """A cell's builds as the run's next cell sees them: each recipe's ended once its step
-    is recorded (built, failed, skipped or published), and every one once the cell ended,
-    however. The next cell of the same variant builds a recipe only after this one has: its
-    compiles that do not depend on the Python (device code, most C++) are then cache hits,
-    not the same code compiled twice at once."""
+class Neighbours(Protocol):
+    """The cells a cell runs beside, in a run of several (``wheelmill.build.cells``)."""
 
-    def __init__(self, plan: CellPlan) -> None:
-        self.cell = plan.cell
-        self._ended = {
-            step.recipe: threading.Event() for step in plan.steps if step.kind is StepKind.BUILD and step.recipe
-        }
-        self.count = 0  # the builds ended: a compiler cache server started before the last one does not see it
+    def builds_before(self) -> int:
+        """How many builds the cell before this one has ended (0 where none runs)."""
+        ...
 
-    def ended(self, step: Step) -> None:
-        if step.kind is StepKind.BUILD and step.recipe in self._ended:
-            self.count += 1
-            self._ended[step.recipe].set()
+    def wait_before(self, cell: CellRun, step: Step, rest: Sequence[Step], /) -> None:
+        """Before ``step`` (``rest`` from it on): what of the cell before it the step waits for."""
+        ...
 
-    def end(self) -> None:
-        for built in self._ended.values():
-            built.set()
+    def step_ended(self, step: Step, /) -> None:
+        """``step`` of this cell is recorded, run or not."""
+        ...
 
-    def awaited(self, step: Step, plan: CellPlan) -> threading.Event | None:
-        """What ``step`` of the next cell (``plan``) waits for: this cell's build of its
-        recipe, still running; None where they share nothing (another variant)."""
-        if step.kind is not StepKind.BUILD or step.recipe is None or plan.cell.variant != self.cell.variant:
-            return None
-        built = self._ended.get(step.recipe)
-        return built if built is not None and not built.is_set() else None
+    def cell_ended(self) -> None:
+        """This cell ended, however."""
+        ...
 
 
-@dataclass(frozen=True, kw_only=True)
-class Ending:
-    """A cell whose steps from its first build on (building, checking, repairing, testing
-    and publishing each recipe's wheel, the cell's closure) run on a thread while the run's
-    next cell starts; then what they held ends, the report is written and said, and the
-    lock goes."""
+class Alone:
+    """A cell that runs by itself: no cell before it to wait for, none after it waiting."""
 
-    stopping: threading.Event  # the run's: set, its running step ends interrupted
-    future: Future[CellReport]  # its report, once it ended
-    builds: Builds  # which of its recipes it has built: the next cell waits for them
+    def builds_before(self) -> int:
+        return 0
 
-    def stop(self) -> WheelmillError | None:
-        """Ctrl-C: its running command is stopped, its step and the rest recorded
-        interrupted; how it ended (its Interrupted), for the caller to say once."""
-        self.stopping.set()
-        stop_running()
-        try:
-            self.future.result()
-        except WheelmillError as error:
-            return error
+    def wait_before(self, _cell: CellRun, _step: Step, _rest: Sequence[Step], /) -> None:
+        return None
+
+    def step_ended(self, _step: Step, /) -> None:
+        return None
+
+    def cell_ended(self) -> None:
         return None
 
 
@@ -115,112 +97,189 @@ def execute(
     engine: Engine | None = None,
     started: Callable[[CellReport], None] = lambda _report: None,
     stopping: threading.Event | None = None,
-    ending: ThreadPoolExecutor | None = None,
-    after: Ending | None = None,
-) -> CellReport | Ending:
+) -> CellReport:
     """The cell's report, once its plan ran; ``started`` is given it first, so a caller that
-    Ctrl-C stops (the error raised here) still has it. With ``ending`` (a run with a cell
-    after this one), the steps from the first build on run there: see ``Ending``.
-    ``stopping``: the run's, set when Ctrl-C stops the steps of its threads. ``after``: the
-    run's cell before this one, still running: this one's commands yield the cores to it
-    while it runs, and its builds wait for that cell's of the same recipe."""
-    with yielding(lambda: not after.future.done()) if after else nullcontext():
-        return _execute(
-            plan,
+    Ctrl-C stops (the error raised here) still has it. ``stopping``: the run's, set when
+    Ctrl-C stops the steps of its threads."""
+    cell = CellRun(plan, settings=settings, ui=ui, engine=engine, stopping=stopping or threading.Event())
+    cell.open(started)
+    try:
+        cell.run_steps()
+    finally:
+        cell.close()
+    return cell.report
+
+
+class CellRun:
+    """One cell's plan running: what its steps share (the run's context, the report, the
+    terminal, what steps hold until the cell ends, the cell's lock) and where its commands
+    run, from ``open`` through ``run_steps`` (once, or in two parts on two threads) to
+    ``close``."""
+
+    def __init__(
+        self,
+        plan: CellPlan,
+        *,
+        settings: Settings,
+        ui: UI,
+        engine: Engine | None,
+        stopping: threading.Event,
+        neighbours: Neighbours | None = None,
+    ) -> None:
+        self.plan, self.ui, self.stopping = plan, ui, stopping
+        self.neighbours: Neighbours = neighbours or Alone()
+        layout = CellLayout(output=settings.output.resolve(), cell=plan.cell.id)
+        self.run = RunContext(
+            plan=plan,
             settings=settings,
-            ui=ui,
+            layout=layout,
             engine=engine,
-            started=started,
-            stopping=stopping,
-            ending=ending,
-            after=after.builds if after else None,
+            on_line=ui.line,
+            builds_before=self.neighbours.builds_before,
+        )
+        self.report = CellReport(plan=plan, path=layout.report)
+        self.where: Where | None = None  # None: this machine, until a step says otherwise
+        self._locked, self._held = ExitStack(), ExitStack()  # the cell's lock; what steps hand over (the container)
+
+    def open(self, started: Callable[[CellReport], None] = lambda _report: None) -> None:
+        """The cell's lock taken (a build of it already running is an error), ``started``
+        given the report, the logs of an earlier run cleared, the terminal told."""
+        layout = self.run.layout
+        self._locked.enter_context(file_lock(layout.root / ".lock", busy=self._busy))
+        self._locked.callback(self.neighbours.cell_ended)  # however it ends, none waits for its builds
+        try:
+            started(self.report)
+            _clear_logs(layout)
+            self.ui.cell_started(self.plan.cell.id, self.plan.cell.variant.describe())
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """What the steps held ends first (the container); then the report is written and
+        said, interrupted too (it says how far it got); then the lock goes, and with it the
+        next cell's wait for its builds."""
+        try:
+            self._held.close()
+        finally:
+            try:
+                self.report.finished = time.time()
+                self.report.write()
+                self.ui.summary(self.report)
+            finally:
+                self._locked.close()
+
+    def run_steps(self, start: int = 0, *, until: int | None = None) -> int | None:
+        """Run the plan's steps from ``start`` on; with ``until``, stop before that one and
+        return it (None where every step ran)."""
+        steps = self.plan.steps
+        self.where = self.where or host(self.run.settings, self.plan.choices.env_backend)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="wheelmill-beside") as pool:
+            beside: Beside | None = None
+            try:
+                for index in range(start, len(steps)):
+                    step = steps[index]
+                    if self.stopping.is_set():  # Ctrl-C in the run's next cell, while this one ends on a thread
+                        self.interrupted(step, steps[index:])
+                    if beside and (waits_for(step, beside.step) or _goes_beside(step, self.plan) or index == until):
+                        self._await(beside)
+                        beside = None
+                    if index == until:
+                        return index
+                    if self._skipped(step):
+                        continue
+                    self.neighbours.wait_before(self, step, steps[index:])
+                    position, following = (index + 1, len(steps)), steps[index + 1 : index + 2]
+                    if _goes_beside(step, self.plan) and following and not waits_for(following[0], step):
+                        beside = self._start_beside(pool, step, following[0], position=position)
+                        continue
+                    self._run(step, position=position, rest=steps[index + 1 :])
+            except BaseException:  # Ctrl-C, or a bug: the step beside is stopped, and recorded in its place
+                if beside:
+                    self._await(beside, stop=True)
+                raise
+            if beside:
+                self._await(beside)
+        return None
+
+    def interrupted(self, step: Step, rest: Sequence[Step]) -> NoReturn:
+        """Ctrl-C stopped the cell at ``step``: ``rest`` is recorded as not run."""
+        self.report.steps += [StepRecord(step=later, status=Status.SKIPPED, error="interrupted") for later in rest]
+        raise Interrupted(
+            f"{self.plan.cell.id}: interrupted during {step.id}",
+            fix="run the session again; finished wheels are kept in dist/",
         )
 
-
-def _execute(
-    plan: CellPlan,
-    *,
-    settings: Settings,
-    ui: UI,
-    engine: Engine | None,
-    started: Callable[[CellReport], None],
-    stopping: threading.Event | None,
-    ending: ThreadPoolExecutor | None,
-    after: Builds | None,
-) -> CellReport | Ending:
-    layout = CellLayout(output=settings.output.resolve(), cell=plan.cell.id)
-    stopping = stopping or threading.Event()
-    builds = Builds(plan)
-
-    def busy(holder: str) -> BusyError:
+    def _busy(self, holder: str) -> BusyError:
         return BusyError(
-            f"{plan.cell.id}: another build of this cell is running ({holder})",
+            f"{self.plan.cell.id}: another build of this cell is running ({holder})",
             fix="wait for it, or use another WHEELMILL_OUTPUT",
         )
 
-    locked, held = ExitStack(), ExitStack()  # the cell's lock; what steps hand over (the container)
-    locked.enter_context(file_lock(layout.root / ".lock", busy=busy))
-    locked.callback(builds.end)  # however the cell ends, the next one waits for none of its builds
-    report = CellReport(plan=plan, path=layout.report)
-    order = Order(builds=builds, after=after)
-    try:
-        run = RunContext(
-            plan=plan, settings=settings, layout=layout, engine=engine, on_line=ui.line, builds_before=_counted(after)
+    def _skipped(self, step: Step) -> bool:
+        """Whether ``step`` does not run (``blocked``): then recorded and said why."""
+        stop = blocked(step, self.plan, self.report)
+        if stop is None:
+            return False
+        self.report.steps.append(StepRecord(step=step, status=stop.status, error=stop.reason, made=stop.made))
+        self.neighbours.step_ended(step)
+        self.ui.skipped(step, stop.reason, published=stop.status is Status.PUBLISHED)
+        return True
+
+    def _run(self, step: Step, *, position: tuple[int, int], rest: Sequence[Step]) -> None:
+        assert self.where is not None, "run_steps starts where commands run"
+        record = run_step(
+            self.run,
+            step,
+            where=self.where,
+            report=self.report,
+            position=position,
+            ui=self.ui,
+            hold=self._held.enter_context,
+            stopping=self.stopping,
         )
-        started(report)
-        _clear_logs(layout)
-        ui.cell_started(plan.cell.id, plan.cell.variant.describe())
-        rest = _run_steps(
-            run, report, ui, held.enter_context, order=order, stopping=stopping, hand_over=ending is not None
+        self.report.steps.append(record)
+        self.neighbours.step_ended(step)
+        self.where = next((made for made in record.made if isinstance(made, Where)), self.where)
+        self.report.write()
+        if record.status is Status.INTERRUPTED:
+            self.interrupted(step, rest)
+
+    def _start_beside(self, pool: ThreadPoolExecutor, step: Step, after: Step, *, position: tuple[int, int]) -> Beside:
+        assert self.where is not None, "run_steps starts where commands run"
+        self.ui.step_beside(step, *position)
+        quiet = replace(self.run, on_line=lambda _line: None)  # the terminal's progress line is the main step's
+        label = step_label(step, *position)
+        work = partial(
+            _run_beside,
+            quiet,
+            step,
+            label=label,
+            stopping=self.stopping,
+            ui=self.ui,
+            where=self.where,
+            report=self.report,
+            position=position,
+            hold=self._held.enter_context,
         )
-    except BaseException:
-        _end(report, ui, held, locked)
-        raise
-    if rest is None or ending is None:
-        _end(report, ui, held, locked)
-        return report
-    future = ending.submit(
-        _here(partial(_run_rest, run, report, ui, held, locked, rest=rest, order=order, stopping=stopping))
-    )
-    return Ending(stopping=stopping, future=future, builds=builds)
+        future = pool.submit(in_this_context(work))
+        return Beside(step=step, after=after, label=label, stopping=self.stopping, future=future)
 
-
-def _counted(builds: Builds | None) -> Callable[[], int]:
-    return (lambda: builds.count) if builds is not None else (lambda: 0)
-
-
-def _run_rest(
-    run: RunContext,
-    report: CellReport,
-    ui: UI,
-    held: ExitStack,
-    locked: ExitStack,
-    *,
-    rest: Rest,
-    order: Order,
-    stopping: threading.Event,
-) -> CellReport:
-    """On the ending thread: the cell's steps from ``rest`` on, then its end."""
-    try:
-        _run_steps(run, report, ui, held.enter_context, order=order, stopping=stopping, rest=rest)
-    finally:
-        _end(report, ui, held, locked)
-    return report
-
-
-def _end(report: CellReport, ui: UI, held: ExitStack, locked: ExitStack) -> None:
-    """What the steps held ends first (the container); then the report is written and said,
-    interrupted too (it says how far it got); then the lock goes, and with it the next
-    cell's wait for its builds."""
-    try:
-        held.close()
-    finally:
-        try:
-            report.finished = time.time()
-            report.write()
-            ui.summary(report)
-        finally:
-            locked.close()
+    def _await(self, beside: Beside, *, stop: bool = False) -> None:
+        """Wait for the step beside, and record it; ``stop``: its commands are stopped first
+        (Ctrl-C), so that it ends as interrupted."""
+        if stop:
+            beside.stopping.set()
+            stop_running()
+        record, said = beside.future.result()
+        if not said:
+            _interrupt(record)
+            self.ui.verdict(record, beside.label)
+        # In the plan's order, where a reader of the report looks for it.
+        recorded = [done.step for done in self.report.steps]
+        at = recorded.index(beside.after) if beside.after in recorded else len(recorded)
+        self.report.steps.insert(at, record)
+        self.report.write()
 
 
 def host(settings: Settings, env_backend: EnvBackendName) -> Where:
@@ -245,102 +304,7 @@ def conda_channels(settings: Settings) -> list[str]:
         return []
 
 
-@dataclass(frozen=True, kw_only=True)
-class Order:
-    """Where a cell stands in its run: its own builds, which the next cell waits for, and
-    those of the cell before it (None: none runs), which it waits for."""
-
-    builds: Builds
-    after: Builds | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Rest:
-    """Where a cell's steps go on: the index of the next one, and where commands run."""
-
-    index: int
-    where: Where
-
-
-def _run_steps(
-    run: RunContext,
-    report: CellReport,
-    ui: UI,
-    hold: Hold,
-    *,
-    order: Order,
-    stopping: threading.Event,
-    hand_over: bool = False,
-    rest: Rest | None = None,
-) -> Rest | None:
-    """Run the plan's steps (from ``rest`` on); ``hand_over``: stop before the first build
-    and return where the rest starts (None where nothing is left)."""
-    steps = run.plan.steps
-    where = rest.where if rest else host(run.settings, run.plan.choices.env_backend)
-    first = first_build(steps)
-    handing = first if hand_over and first >= 0 else None  # a cell that builds nothing keeps its steps
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="wheelmill-beside") as pool:
-        beside: Beside | None = None
-        try:
-            start = rest.index if rest else 0
-            for index, step in enumerate(steps[start:], start=start + 1):
-                if stopping.is_set():  # Ctrl-C in the run's next cell, while this one ends on a thread
-                    _interrupted(run.plan, step, steps[index - 1 :], report)
-                if beside and (waits_for(step, beside.step) or _goes_beside(step, run.plan) or index - 1 == handing):
-                    _await(beside, report, ui)
-                    beside = None
-                if index - 1 == handing:
-                    return Rest(index=index - 1, where=where)
-                stop = blocked(step, run.plan, report)
-                if stop:
-                    report.steps.append(StepRecord(step=step, status=stop.status, error=stop.reason, made=stop.made))
-                    order.builds.ended(step)
-                    ui.skipped(step, stop.reason, published=stop.status is Status.PUBLISHED)
-                    continue
-                if order.after is not None:
-                    _wait_for(
-                        order.after,
-                        step,
-                        plan=run.plan,
-                        ui=ui,
-                        rest=steps[index - 1 :],
-                        report=report,
-                        stopping=stopping,
-                    )
-                position = (index, len(steps))
-                if _goes_beside(step, run.plan) and index < len(steps) and not waits_for(steps[index], step):
-                    beside = _start_beside(
-                        pool,
-                        run,
-                        step,
-                        steps[index],
-                        stopping=stopping,
-                        where=where,
-                        report=report,
-                        position=position,
-                        ui=ui,
-                        hold=hold,
-                    )
-                    continue
-                record = run_step(
-                    run, step, where=where, report=report, position=position, ui=ui, hold=hold, stopping=stopping
-                )
-                report.steps.append(record)
-                order.builds.ended(step)
-                where = next((made for made in record.made if isinstance(made, Where)), where)
-                report.write()
-                if record.status is Status.INTERRUPTED:
-                    _interrupted(run.plan, step, steps[index:], report)
-        except BaseException:  # Ctrl-C, or a bug: the step beside is stopped, and recorded in its place
-            if beside:
-                _await(beside, report, ui, stop=True)
-            raise
-        if beside:
-            _await(beside, report, ui)
-    return None
-
-
-def _here(work: Callable[[], T]) -> Callable[[], T]:
+def in_this_context(work: Callable[[], T]) -> Callable[[], T]:
     """``work``, for another thread, in a copy of this thread's context: the cell's
     commands there yield the cores as they do here (``process.yielding``)."""
     return partial(contextvars.copy_context().run, work)
@@ -349,37 +313,6 @@ def _here(work: Callable[[], T]) -> Callable[[], T]:
 def first_build(steps: Sequence[Step]) -> int:
     """The index of the plan's first build step (-1 where it has none)."""
     return next((i for i, step in enumerate(steps) if step.kind is StepKind.BUILD), -1)
-
-
-def _wait_for(
-    after: Builds,
-    step: Step,
-    *,
-    plan: CellPlan,
-    ui: UI,
-    rest: Sequence[Step],
-    report: CellReport,
-    stopping: threading.Event,
-) -> None:
-    """Before ``step``: the cell before this one's build of its recipe, to its end; then
-    ``rest`` (this step on) is recorded interrupted where Ctrl-C ended that cell."""
-    built = after.awaited(step, plan)
-    if built is None:
-        return
-    ui.waiting(step, f"{after.cell.id}'s build of {step.recipe}, whose compiles it takes from the cache")
-    try:
-        built.wait()
-    except KeyboardInterrupt:  # Ctrl-C while this thread, the main one, waited
-        _interrupted(plan, step, rest, report)
-    if stopping.is_set():  # Ctrl-C ended that cell while this one waited on a thread
-        _interrupted(plan, step, rest, report)
-
-
-def _interrupted(plan: CellPlan, step: Step, rest: Sequence[Step], report: CellReport) -> NoReturn:
-    report.steps += [StepRecord(step=later, status=Status.SKIPPED, error="interrupted") for later in rest]
-    raise Interrupted(
-        f"{plan.cell.id}: interrupted during {step.id}", fix="run the session again; finished wheels are kept in dist/"
-    )
 
 
 def _goes_beside(step: Step, plan: CellPlan) -> bool:
@@ -408,52 +341,27 @@ def waits_for(step: Step, pending: Step) -> bool:
     return step.recipe is None or step.recipe == pending.recipe
 
 
-def _start_beside(
-    pool: ThreadPoolExecutor,
+def _run_beside(
     run: RunContext,
     step: Step,
-    after: Step,
     *,
+    label: str,
     stopping: threading.Event,
-    position: tuple[int, int],
     ui: UI,
-    **context: Any,
-) -> Beside:
-    ui.step_beside(step, *position)
-    quiet = replace(run, on_line=lambda _line: None)  # the terminal's progress line is the main step's
-    label = step_label(step, *position)
-    future = pool.submit(
-        _here(partial(_run_beside, quiet, step, label=label, stopping=stopping, position=position, ui=ui, **context))
-    )
-    return Beside(step=step, after=after, label=label, stopping=stopping, future=future)
-
-
-def _run_beside(
-    run: RunContext, step: Step, *, label: str, stopping: threading.Event, ui: UI, **context: Any
+    where: Where,
+    report: CellReport,
+    position: tuple[int, int],
+    hold: Hold,
 ) -> tuple[StepRecord, bool]:
     """``step``'s record, and whether its verdict was said: as soon as it ends (a failed
     test is seen while the next build runs), unless it failed because Ctrl-C stopped it."""
-    record = run_step(run, step, ui=ui, beside=True, **context)
+    record = run_step(
+        run, step, where=where, report=report, position=position, ui=ui, hold=hold, beside=True, stopping=stopping
+    )
     if stopping.is_set() and record.status is Status.FAILED:
         return record, False
     ui.verdict(record, label)
     return record, True
-
-
-def _await(beside: Beside, report: CellReport, ui: UI, *, stop: bool = False) -> None:
-    """Wait for the step beside, and record it; ``stop``: its commands are stopped first
-    (Ctrl-C), so that it ends as interrupted."""
-    if stop:
-        beside.stopping.set()
-        stop_running()
-    record, said = beside.future.result()
-    if not said:
-        _interrupt(record)
-        ui.verdict(record, beside.label)
-    # In the plan's order, where a reader of the report looks for it.
-    recorded = [done.step for done in report.steps]
-    report.steps.insert(recorded.index(beside.after) if beside.after in recorded else len(recorded), record)
-    report.write()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,8 +19,7 @@ from wheelmill.build.compiler_cache import CacheStats, CompilerCache
 from wheelmill.build.context import Where
 from wheelmill.index.closure import Closure, Mirrored
 from wheelmill.index.pages import FileEntry
-from wheelmill.index.store import Outcome as PublishOutcome
-from wheelmill.index.store import Published
+from wheelmill.index.store import Published, PublishOutcome
 from wheelmill.machine.builder_images import Ready
 from wheelmill.machine.envs import Env
 from wheelmill.machine.package_sources import PackageSources

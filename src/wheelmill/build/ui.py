@@ -52,7 +52,7 @@ def make_console(stream: object = None) -> Console:
     return Console(file=file, width=None if interactive else 200, highlight=False, soft_wrap=False)  # type: ignore[arg-type]
 
 
-class Held:
+class HeldOutput:
     """A stream that keeps what a cell writes while the run's cell before it ends on a thread
     (its last steps' lines and its summary come first), then writes it, and writes through."""
 
@@ -84,10 +84,10 @@ class Held:
         return not self._holding and self._stream.isatty()
 
 
-def held_console(console: Console) -> tuple[Console, Held]:
+def held_console(console: Console) -> tuple[Console, HeldOutput]:
     """A console for the run's next cell, as wide as ``console``, whose output is held until
     ``release``."""
-    held = Held(console.file)
+    held = HeldOutput(console.file)
     return Console(file=held, width=console.width, highlight=False, soft_wrap=False), held  # type: ignore[arg-type]
 
 

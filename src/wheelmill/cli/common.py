@@ -6,20 +6,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-import threading
-import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import suppress
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NoReturn, TypeAlias
+from typing import NoReturn, TypeAlias
 
 from rich.console import Console
 
 from wheelmill.build.plan import REBUILD_ALL, ContainerSetup, Options, plan
-from wheelmill.build.report import CellReport
-from wheelmill.build.ui import UI, held_console
-from wheelmill.errors import Interrupted, UsageError, WheelmillError
+from wheelmill.errors import UsageError
 from wheelmill.index.store import usage
 from wheelmill.inputs.matrix import Matrix, load_matrix
 from wheelmill.inputs.recipes import Recipe, check_cells, load_recipes
@@ -31,9 +25,6 @@ from wheelmill.machine.process import HostRunner, StepLog
 from wheelmill.output.layout import CellLayout
 from wheelmill.planning.spec import CellPlan
 from wheelmill.settings import ENGINE_CHOICES, Settings
-
-if TYPE_CHECKING:
-    from wheelmill.build.pipeline import Ending
 
 
 class Parser(argparse.ArgumentParser):
@@ -145,76 +136,14 @@ def prepare(args: argparse.Namespace, settings: Settings, *, probe: bool, releas
 
 
 def build_cells(prepared: Prepared, console: Console) -> int:
-    """Run every cell's plan, each one's steps from its first build on beside the next
-    cell's (``pipeline.Ending``), never more than two cells at once; the exit status of the
-    first failed cell, else 0."""
-    from wheelmill.build.pipeline import Ending, execute  # noqa: PLC0415 - the build machinery loads only to build
+    """Run every cell's plan (``wheelmill.build.cells``); the exit status of the first failed
+    cell, else 0."""
+    from wheelmill.build.cells import RunOfCells  # noqa: PLC0415 - the build machinery loads only to build
 
-    started, plans, stopping = time.monotonic(), prepared.plans, threading.Event()
-    reports: list[CellReport] = []  # each cell's, from its start: Ctrl-C leaves it recorded
-    running: list[Ending] = []  # the cells still ending, the earlier first
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="wheelmill-ending") as pool:
-        try:
-            for number, cell_plan in enumerate(plans, start=1):
-                before = running[-1] if running else None
-                if before is not None:  # said now: its own lines wait for that cell's summary
-                    beside = f"{cell_plan.cell.id} starts beside {before.builds.cell.id}"
-                    console.print(f"[dim]{beside}; its lines follow that cell's summary[/]")
-                outcome = execute(
-                    cell_plan,
-                    settings=prepared.settings,
-                    ui=UI(console) if before is None else UI(_after(before, console)),
-                    engine=prepared.engine,
-                    started=reports.append,
-                    stopping=stopping,
-                    ending=pool if number < len(plans) else None,
-                    after=before,
-                )
-                running += [outcome] if isinstance(outcome, Ending) else []
-                # the next cell starts beside one at most
-                while len(running) > 1 or (running and not isinstance(outcome, Ending)):
-                    _say_failed(running[0].future.result())
-                    running.pop(0)  # only now: Ctrl-C while it ends stops it too
-                if isinstance(outcome, CellReport):
-                    _say_failed(outcome)
-        except (WheelmillError, KeyboardInterrupt) as exc:  # Ctrl-C, or a cell that could not start
-            stopped = [
-                _stop(ending, interrupted=isinstance(exc, (Interrupted, KeyboardInterrupt))) for ending in running
-            ]
-            if len(plans) > 1:
-                UI(console).run_summary(
-                    reports, time.monotonic() - started, not_started=[p.cell.id for p in plans[len(reports) :]]
-                )
-            said = next((error for error in stopped if isinstance(error, Interrupted)), None)
-            # while it waited: the step it stopped says where
-            if isinstance(exc, KeyboardInterrupt) and said is not None:
-                raise said from None
-            raise
-    if len(plans) > 1:  # one cell's own summary says it all
-        UI(console).run_summary(reports, time.monotonic() - started)
-    return next((report.exit_code for report in reports if report.exit_code), 0)
-
-
-def _after(ending: Ending, console: Console) -> Console:
-    """The next cell's console: what it writes is held until the cell before it has ended."""
-    held_out, held = held_console(console)
-    ending.future.add_done_callback(lambda _done: held.release())
-    return held_out
-
-
-def _stop(ending: Ending, *, interrupted: bool) -> WheelmillError | None:
-    """A cell still ending: stopped (Ctrl-C: how it ended), else waited for."""
-    if interrupted:
-        return ending.stop()
-    with suppress(WheelmillError):  # its own failure is in its report
-        ending.future.result()
-    return None
-
-
-def _say_failed(report: CellReport) -> None:
-    failed = report.failed
-    if failed is not None and failed.error:
-        print_error(f"{failed.step.id}: {failed.error}")
+    run = RunOfCells(
+        prepared.plans, settings=prepared.settings, engine=prepared.engine, console=console, say_error=print_error
+    )
+    return run.run()
 
 
 def mirror_cells(cells: Sequence[str], settings: Settings, console: Console) -> None:

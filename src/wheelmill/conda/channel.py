@@ -22,7 +22,7 @@ from wheelmill.machine.net import sha256_of
 SUBDIRS = ("linux-64", "noarch")  # a channel indexes noarch even where it has none: solvers read both
 
 
-class Outcome(StrEnum):
+class AddOutcome(StrEnum):
     ADDED = "added"
     UNCHANGED = "unchanged"  # the same bytes were there
 
@@ -30,7 +30,7 @@ class Outcome(StrEnum):
 @dataclass(frozen=True, kw_only=True)
 class Added:
     path: Path
-    outcome: Outcome
+    outcome: AddOutcome
 
 
 def conda_channel_root(index_root: Path, channel: str) -> Path:
@@ -90,13 +90,13 @@ class CondaChannel:
         target = self.root / subdir / package.name
         if target.exists():
             if sha256_of(target) == sha256_of(package):
-                return Added(path=target, outcome=Outcome.UNCHANGED)
+                return Added(path=target, outcome=AddOutcome.UNCHANGED)
             raise IndexConflict(
                 f"{target}: already published with other bytes",
                 fix="published packages are immutable: raise the build number (or the version) to publish a new build",
             )
         write_all({target: Linked(package)})  # the temporary's name ends in .part: no indexer lists it
-        return Added(path=target, outcome=Outcome.ADDED)
+        return Added(path=target, outcome=AddOutcome.ADDED)
 
     @contextmanager
     def _locked(self) -> Iterator[None]:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from packaging.tags import Tag
 
-from wheelmill.conda.channel import CondaChannel, Outcome
+from wheelmill.conda.channel import AddOutcome, CondaChannel
 from wheelmill.conda.package import CondaTarget, conda_meta, package_wheel
 from wheelmill.errors import EnvError
 from wheelmill.machine.process import capture
@@ -262,5 +262,5 @@ def seed(
             made.append(package_wheel(wheel, target, out, work)[0])
     results = channel.add(made)
     shutil.rmtree(out, ignore_errors=True)
-    added = [r.path.name for r in results if r.outcome is Outcome.ADDED]
+    added = [r.path.name for r in results if r.outcome is AddOutcome.ADDED]
     return Seeded(added=added, present=already + len(results) - len(added), skipped=skipped)

@@ -56,7 +56,7 @@ T = TypeVar("T")
 _CHANNEL = re.compile(rf"^(?:(?:{'|'.join(TRACK_DIRS)})/)?[a-z0-9][a-z0-9.+_-]*$")
 
 
-class Outcome(StrEnum):
+class PublishOutcome(StrEnum):
     ADDED = "added"
     UNCHANGED = "unchanged"
     BUILT_HERE = "built here"  # a mirrored file not added: the channel has the project built
@@ -67,7 +67,7 @@ class Published:
     channel: str
     project: str
     filename: str
-    outcome: Outcome
+    outcome: PublishOutcome
     replaced: tuple[str, ...] = ()  # mirrored files a built wheel of their project replaced
 
 
@@ -296,12 +296,16 @@ def publish(
             )
         project = channel.project(info.name) or Project(name=info.name, files=())
         if mirrored_from is not None and any(f.built for f in project.files):
-            return Published(channel=channel.name, project=info.name, filename=wheel.name, outcome=Outcome.BUILT_HERE)
+            return Published(
+                channel=channel.name, project=info.name, filename=wheel.name, outcome=PublishOutcome.BUILT_HERE
+            )
         listed = next((f for f in project.files if f.filename == wheel.name), None)
         if target.exists() and listed is not None and listed.built == (mirrored_from is None):
             if build_key is not None and build_key not in listed.build_keys:
                 _add_key(channel, project, listed, build_key)
-            return Published(channel=channel.name, project=info.name, filename=wheel.name, outcome=Outcome.UNCHANGED)
+            return Published(
+                channel=channel.name, project=info.name, filename=wheel.name, outcome=PublishOutcome.UNCHANGED
+            )
         replaced = [f for f in project.files if not f.built] if mirrored_from is None else []
         blobs = Blobs(channel.root)
         stored = blobs.holds(sha256)
@@ -334,7 +338,7 @@ def publish(
         channel=channel.name,
         project=info.name,
         filename=wheel.name,
-        outcome=Outcome.ADDED,
+        outcome=PublishOutcome.ADDED,
         replaced=tuple(f.filename for f in replaced),
     )
 

@@ -10,8 +10,7 @@ from wheelmill.build.context import Outcome, StepContext
 from wheelmill.build.products import BuildEnv, Sources
 from wheelmill.checks import CheckResult
 from wheelmill.index.closure import Closure, ClosureInputs, mirror, resolve
-from wheelmill.index.store import Channel, Published
-from wheelmill.index.store import Outcome as PublishOutcome
+from wheelmill.index.store import Channel, Published, PublishOutcome
 from wheelmill.machine import envs
 from wheelmill.machine.process import HostRunner
 from wheelmill.output.layout import CLOSURE_LOCK_NAME
