@@ -58,8 +58,9 @@ for _cell in load_matrix(ROOT / "recipes" / "matrix.toml").cells:
 
 @nox.session(python=False)
 def tests(session: nox.Session) -> None:
-    """Unit and integration tests (-- -m "not integration" for the unit tests alone)."""
-    session.run(sys.executable, "-m", "pytest", *session.posargs)
+    """Unit and integration tests (-- -m "not integration" for the unit tests alone); the
+    slowest twenty are listed at the end, where the suite's time goes."""
+    session.run(sys.executable, "-m", "pytest", "--durations=20", *session.posargs)
 
 
 @nox.session(python=False)

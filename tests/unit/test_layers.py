@@ -97,3 +97,28 @@ def test_an_import_that_runs_back_up_is_named(tmp_path: Path, where: str, line: 
     planted.write_text(planted.read_text() + "\n" + body)
     (problem,) = upward_imports(copy, documented_layers())
     assert problem.startswith(f"wheelmill/{where}:") and f"({layer}) imports" in problem
+
+
+# Suites of behaviour that crosses modules, each named for what it tests.
+THEMED = {
+    "bad_input",
+    "boundary",
+    "containers",
+    "data",
+    "docs",
+    "ecosystem",
+    "index_input",
+    "layers",
+    "plumbing",
+    "view",
+    "workflows",
+}
+
+
+def test_a_unit_test_file_is_named_after_its_module_or_its_theme() -> None:
+    """tests/unit/test_X.py tests the module or package X (of wheelmill, or of benchmarks/
+    as benchmark_X), or is one of the themed suites."""
+    names = {p.stem for p in PACKAGE.rglob("*.py")} | {p.parent.name for p in PACKAGE.rglob("__init__.py")}
+    names |= {f"benchmark_{p.stem}" for p in (ROOT / "benchmarks").glob("*.py")}
+    tests = {p.stem.removeprefix("test_") for p in (ROOT / "tests" / "unit").glob("test_*.py")}
+    assert sorted(tests - names - THEMED) == []
