@@ -122,3 +122,10 @@ def test_a_unit_test_file_is_named_after_its_module_or_its_theme() -> None:
     names |= {f"benchmark_{p.stem}" for p in (ROOT / "benchmarks").glob("*.py")}
     tests = {p.stem.removeprefix("test_") for p in (ROOT / "tests" / "unit").glob("test_*.py")}
     assert sorted(tests - names - THEMED) == []
+
+
+def test_the_readme_names_the_layers_in_their_order() -> None:
+    readme = (ROOT / "README.md").read_text()
+    named = re.search(r"`inputs`(\s*→\s*`[a-z]+`)+", readme)
+    assert named is not None
+    assert re.findall(r"`([a-z]+)`", named.group(0)) == documented_layers()[1:]
