@@ -1,0 +1,85 @@
+"""A cell's report: what the build writes (wheelmill.build.report) is what the one reader
+(wheelmill.output.report) gives back, and a file that is not such a report is named so."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.wheels import make_wheel
+from wheelmill.build.plan import plan_cell
+from wheelmill.build.report import CellReport, StepRecord
+from wheelmill.inputs.matrix import load_matrix
+from wheelmill.inputs.recipes import load_recipes
+from wheelmill.output.layout import CellLayout, built_cells
+from wheelmill.output.report import REPORT_VERSION, ReportError, Status, WheelRecord, found_beside, load_report
+from wheelmill.planning.spec import StepKind
+from wheelmill.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def written(tmp_path: Path) -> tuple[CellLayout, CellReport, WheelRecord]:
+    """cpu-py311's report after every step of example-cpp-ops ran, its install test
+    delivering its wheel."""
+    matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
+    plan = plan_cell(matrix, load_recipes(ROOT / "recipes"), matrix.cell("cpu-py311"), ["example-cpp-ops"], Settings())
+    layout = CellLayout(output=tmp_path, cell="cpu-py311")
+    wheel = WheelRecord.of(make_wheel(layout.dist, "example-cpp-ops", "0.1.0+cpu", tag="py3-none-any"))
+    report = CellReport(plan=plan, path=layout.report)
+    for step in plan.steps:
+        made = (wheel,) if step.kind is StepKind.INSTALL_TEST else ()
+        report.steps.append(StepRecord(step=step, status=Status.OK, made=made))
+    layout.root.mkdir(parents=True, exist_ok=True)
+    report.write()
+    return layout, report, wheel
+
+
+def test_what_the_build_writes_reads_back_as_it_was(tmp_path: Path) -> None:
+    layout, report, wheel = written(tmp_path)
+    built = load_report(layout.report)
+    assert built == report.as_built()
+    assert (built.cell, built.channel, built.python, built.status) == ("cpu-py311", "cpu", "3.11", Status.OK)
+    assert built.wheels == [wheel] and [r.name for r in built.recipes if r.delivered] == ["example-cpp-ops"]
+    assert found_beside(layout, wheel) == layout.dist / wheel.name
+    assert [cell.cell for cell in built_cells(tmp_path)] == ["cpu-py311"]
+
+
+def test_a_wheel_with_other_bytes_than_its_report_lists_is_not_found(tmp_path: Path) -> None:
+    layout, _report, wheel = written(tmp_path)
+    (layout.dist / wheel.name).write_bytes(b"other bytes")
+    assert found_beside(layout, wheel) is None
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (lambda data: {**data, "report_version": REPORT_VERSION + 1}, "report version 2, where this wheelmill reads 1"),
+        (lambda data: {k: v for k, v in data.items() if k != "report_version"}, "report version None"),
+        (lambda data: {k: v for k, v in data.items() if k != "channel"}, "KeyError: 'channel'"),
+        (lambda data: {**data, "status": "fine"}, "ValueError: 'fine' is not a valid Status"),
+        (lambda data: [data], "report version None"),
+    ],
+)
+def test_a_report_of_another_version_or_shape_is_named(
+    tmp_path: Path, change: Callable[[dict[str, Any]], object], says: str
+) -> None:
+    layout, _report, _wheel = written(tmp_path)
+    data = json.loads(layout.report.read_text())
+    layout.report.write_text(json.dumps(change(data)))
+    with pytest.raises(ReportError, match=says.replace("(", r"\(")):
+        load_report(layout.report)
+
+
+def test_a_file_that_is_not_json_is_named(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    report.write_bytes(b'{"report_version": 1,')
+    with pytest.raises(ReportError, match="not JSON"):
+        load_report(report)
+    report.write_bytes(b"\xff\xfe")
+    with pytest.raises(ReportError, match="not UTF-8"):
+        load_report(report)
