@@ -11,7 +11,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -263,6 +263,19 @@ def test_a_run_of_several_cells_ends_with_a_row_a_cell_and_a_count(
     assert error == "wheelmill: error: b/build: b: nvcc exited 1; fix: read the log"
 
 
+@pytest.fixture
+def interruptible() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt in this process, as in a terminal: a test run started
+    in the background (`cmd &` in a script) inherits SIGINT ignored, and Python then leaves
+    it ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("interruptible")
 def test_ctrl_c_in_a_run_of_several_cells_ends_with_the_runs_rows_and_the_cells_not_started(
     cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, recipes: Recipes
 ) -> None:
