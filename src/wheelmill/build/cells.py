@@ -80,9 +80,8 @@ class SideBySide:
         """Before ``step``: the cell before this one's build of its recipe, to its end; then
         ``rest`` (this step on) is recorded interrupted where Ctrl-C ended that cell."""
         built = self.before.awaited(step, cell.plan) if self.before is not None else None
-        if built is None:
+        if self.before is None or built is None:
             return
-        assert self.before is not None
         cell.ui.waiting(step, f"{self.before.cell.id}'s build of {step.recipe}, whose compiles it takes from the cache")
         try:
             built.wait()

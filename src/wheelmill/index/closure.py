@@ -142,7 +142,7 @@ def inputs_of_report(layout: CellLayout, *, index: Path, glibc: str, toolkit: tu
         ) from None
     except (OSError, ReportError, KeyError, TypeError) as exc:
         raise PrecheckError(f"{report}: not a report of a built cell ({exc})", fix="build the cell again") from None
-    wheels = [r.wheel for r in built.recipes if r.delivered and r.wheel is not None]
+    wheels = built.delivered
     if not wheels:
         raise PrecheckError(f"{report}: the cell delivered no wheel", fix="build it: wheelmill build --cell <cell>")
     paths = []

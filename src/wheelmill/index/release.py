@@ -33,7 +33,15 @@ from wheelmill.index.store import RECORDS_DIR, Channel, Published, publish, remo
 from wheelmill.inputs.versions import Release, Track, VersionRule
 from wheelmill.machine.net import sha256_of
 from wheelmill.output.layout import CellLayout, built_cells
-from wheelmill.output.report import BuiltCell, RecipeRecord, ReportError, Status, found_beside, load_report
+from wheelmill.output.report import (
+    BuiltCell,
+    RecipeRecord,
+    ReportError,
+    Status,
+    WheelRecord,
+    found_beside,
+    load_report,
+)
 from wheelmill.wheel.wheelfile import read_wheel, rewrite_metadata
 
 MANIFEST_SCHEMA = 1
@@ -198,7 +206,7 @@ def collect_built(output: Path, release: Release) -> list[BuiltWheel]:
                 f"{layout.root}: the cell's build {built.status}; a release publishes complete cells only",
                 fix="fix and rebuild it",
             )
-        wheels += [_built_wheel(layout, built, recipe) for recipe in built.recipes if recipe.wheel is not None]
+        wheels += [_built_wheel(layout, built, r, r.wheel) for r in built.recipes if r.wheel is not None]
     if not wheels:
         raise ReleaseError(
             f"{output}: no wheels built for {release.version}",
@@ -207,11 +215,10 @@ def collect_built(output: Path, release: Release) -> list[BuiltWheel]:
     return wheels
 
 
-def _built_wheel(layout: CellLayout, built: BuiltCell, recipe: RecipeRecord) -> BuiltWheel:
-    assert recipe.wheel is not None
-    path = found_beside(layout, recipe.wheel)
+def _built_wheel(layout: CellLayout, built: BuiltCell, recipe: RecipeRecord, wheel: WheelRecord) -> BuiltWheel:
+    path = found_beside(layout, wheel)
     if path is None:
-        missing = layout.dist / recipe.wheel.name
+        missing = layout.dist / wheel.name
         raise IntegrityError(
             f"{missing}: missing, or not the wheel its report.json describes (sha256)",
             fix="rebuild the cell; never edit dist/ by hand",
@@ -222,7 +229,7 @@ def _built_wheel(layout: CellLayout, built: BuiltCell, recipe: RecipeRecord) -> 
         recipe=recipe.name,
         rule=recipe.version_rule,
         path=path,
-        sha256=recipe.wheel.sha256,
+        sha256=wheel.sha256,
     )
 
 

@@ -74,11 +74,6 @@ class RecipeRecord:
         wheel = None if self.wheel is None else vars(self.wheel)
         return {"name": self.name, "status": self.status.value, "version_rule": self.version_rule.value, "wheel": wheel}
 
-    @property
-    def delivered(self) -> bool:
-        """Its wheel is in ``dist/``: built and passed here, or found published already."""
-        return self.wheel is not None and self.status in (Status.OK, Status.PUBLISHED)
-
 
 @dataclass(frozen=True, kw_only=True)
 class BuiltCell:
@@ -133,6 +128,12 @@ class BuiltCell:
     def wheels(self) -> list[WheelRecord]:
         """The wheels its report lists, in build order."""
         return [r.wheel for r in self.recipes if r.wheel is not None]
+
+    @property
+    def delivered(self) -> list[WheelRecord]:
+        """The wheels in ``dist/`` of recipes built and passed here, or found published
+        already, in build order."""
+        return [r.wheel for r in self.recipes if r.wheel is not None and r.status in (Status.OK, Status.PUBLISHED)]
 
 
 def found_beside(layout: CellLayout, wheel: WheelRecord) -> Path | None:
