@@ -58,9 +58,12 @@ for _cell in load_matrix(ROOT / "recipes" / "matrix.toml").cells:
 
 @nox.session(python=False)
 def tests(session: nox.Session) -> None:
-    """Unit and integration tests (-- -m "not integration" for the unit tests alone); the
-    slowest twenty are listed at the end, where the suite's time goes."""
-    session.run(sys.executable, "-m", "pytest", "--durations=20", *session.posargs)
+    """Unit and integration tests (-- -m "not integration" for the unit tests alone), on two
+    workers (-- -n 0 for one process); the slowest twenty are listed at the end, where the
+    suite's time goes."""
+    # Two workers on any machine: more would hold several cells' envs (GBs each) at once.
+    workers = ("--numprocesses=2", "--dist=loadgroup")
+    session.run(sys.executable, "-m", "pytest", "--durations=20", *workers, *session.posargs)
 
 
 @nox.session(python=False)

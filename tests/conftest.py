@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,21 +27,50 @@ class CliResult:
 CliRunner = Callable[..., CliResult]
 
 
-@pytest.fixture(scope="session", autouse=True)
-def uv_cache() -> Iterator[Path]:
+def pytest_configure(config: pytest.Config) -> None:
     """One uv cache for the whole run, removed at its end. uv keys a wheel by the URL it
     came from, and the tests serve channels on new ports every time: in the user's cache,
-    each run would leave gigabytes of unpacked torch behind for good."""
+    each run would leave gigabytes of unpacked torch behind for good. Made before the
+    workers start (they inherit the environment), so that they share it."""
     if "UV_CACHE_DIR" in os.environ:
-        yield Path(os.environ["UV_CACHE_DIR"])
         return
     path = Path(tempfile.mkdtemp(prefix="uv-cache-of-wheelmill-tests-"))
     os.environ["UV_CACHE_DIR"] = str(path)
-    try:
-        yield path
-    finally:
+    config.stash[_MADE_UV_CACHE] = path
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    path = config.stash.get(_MADE_UV_CACHE, None)
+    if path is not None:
         del os.environ["UV_CACHE_DIR"]
         shutil.rmtree(path, ignore_errors=True)
+
+
+_MADE_UV_CACHE = pytest.StashKey[Path]()
+
+# The scope of every test that drives a container engine, when the tests run on several
+# workers (pytest-xdist's loadgroup): they run one after another on one worker, since they
+# look for their containers by cell label and build and remove images of the same names.
+ENGINE_GROUP = "container-engine"
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the test ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On several workers: the engine tests in one group, and the slow tests first (engine
+    tests, then the other integration tests, then the unit tests), so that the seconds-long
+    ones fill the end of the run instead of a build of minutes starting last."""
+    if not getattr(config.option, "loadgroup", False):  # set on each worker of --dist=loadgroup
+        return
+    for item in items:
+        if item.get_closest_marker("engine"):
+            item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP))
+    items.sort(key=_slow_first)
+
+
+def _slow_first(item: pytest.Item) -> int:
+    if item.get_closest_marker("engine"):
+        return 0
+    return 1 if item.get_closest_marker("integration") else 2
 
 
 @pytest.fixture

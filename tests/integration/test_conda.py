@@ -337,6 +337,7 @@ def _the_package_installs_into_a_fresh_env(recipes: Path, out: Path, fresh: Path
     assert ran.returncode == 0 and ran.stdout.strip() == "[[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]", ran.stdout + ran.stderr
 
 
+@pytest.mark.engine
 def test_the_cpu_example_builds_in_a_conda_env_inside_its_container(recipes_copy: Path, tmp_path: Path) -> None:
     """The same in the cell's builder container: the seeded CPython is the image's own (it
     must run on the image's glibc), the env is made here under the output, which the

@@ -28,7 +28,7 @@ from wheelmill.machine.engine import detect
 from wheelmill.machine.registry import resolve_digest, rewrite_pin
 from wheelmill.wheel.wheelfile import read_wheel
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.engine]
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 

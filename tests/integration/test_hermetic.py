@@ -107,7 +107,10 @@ def repo(tmp_path: Path, server: Loopback) -> Path:
     return root
 
 
-@pytest.mark.parametrize("engine", ["none", "podman", "docker"])
+ENGINES = ["none", *(pytest.param(name, marks=pytest.mark.engine) for name in ("podman", "docker"))]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 def test_a_build_that_reaches_for_the_network_gets_none_and_says_so(
     tmp_path: Path, loopback: Loopback, engine: str
 ) -> None:

@@ -19,7 +19,7 @@ import pytest
 from tests.registry import loopback_registry
 from wheelmill.index.serve import parse_access_log
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.engine]
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 

@@ -122,6 +122,7 @@ def test_example_cuda_ops_is_byte_identical_from_two_clones_and_output_roots_on_
 
 
 @pytest.mark.cuda
+@pytest.mark.engine
 def test_example_cuda_ops_is_byte_identical_from_two_clones_and_output_roots(tmp_path: Path) -> None:
     """Device code too: built in the container with the nvcc of pip's nvidia-* wheels, which
     are under the same fixed path in every cell like its sources and env, and nvcc's module

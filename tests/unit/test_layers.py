@@ -111,6 +111,7 @@ THEMED = {
     "layers",
     "plumbing",
     "view",
+    "workers",
     "workflows",
 }
 

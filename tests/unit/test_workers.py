@@ -1,0 +1,72 @@
+"""The tests session's two workers: the tests that drive a container engine keep to one worker
+and start first, whatever pytest and pytest-xdist the lock pins (a pytest whose node ids xdist
+cannot tag spreads them over both, silently)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+CONFTEST = """
+import pytest
+from tests.conftest import pytest_collection_modifyitems
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "engine: drives a container engine")
+    config.addinivalue_line("markers", "integration: slow")
+"""
+
+# Engine tests in two files, behind plain ones: spread one by one, they would land on both workers.
+SOURCES = {
+    "test_a.py": """
+import pytest
+
+def test_unit():
+    pass
+
+@pytest.mark.integration
+@pytest.mark.parametrize("n", range(6))
+def test_slow(n):
+    pass
+
+@pytest.mark.integration
+@pytest.mark.engine
+@pytest.mark.parametrize("n", range(4))
+def test_engine_a(n):
+    pass
+""",
+    "test_b.py": """
+import pytest
+
+@pytest.mark.parametrize("n", range(6))
+def test_unit(n):
+    pass
+
+@pytest.mark.integration
+@pytest.mark.parametrize("engine", ["none", pytest.param("podman", marks=pytest.mark.engine)])
+def test_engine_b(engine):
+    pass
+""",
+}
+
+
+def test_engine_tests_keep_to_one_worker_and_run_first(tmp_path: Path) -> None:
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    for name, text in SOURCES.items():
+        (tmp_path / name).write_text(text)
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--dist=loadgroup", "-v"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ran = re.findall(r"^\[(gw\d)\] \[ *\d+%\] PASSED (\S+)", done.stdout, re.MULTILINE)
+    assert len(ran) == 19, done.stdout
+    engine = [(worker, test) for worker, test in ran if "engine_a" in test or "[podman]" in test]
+    assert len(engine) == 5 and all(test.endswith("@container-engine") for _, test in engine), engine
+    assert len({worker for worker, _ in engine}) == 1, f"engine tests on two workers: {engine}"
+    on_that_worker = [test for worker, test in ran if worker == engine[0][0]]
+    assert on_that_worker[:5] == [test for _, test in engine], "the engine tests start the run"
