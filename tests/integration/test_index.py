@@ -27,6 +27,7 @@ from tests.wheels import make_wheel
 from wheelmill.index.serve import make_server, parse_access_log
 from wheelmill.index.store import Channel, publish
 from wheelmill.index.verify import leftovers, verify
+from wheelmill.inputs.matrix import load_matrix
 from wheelmill.machine.tools import uv_bin
 
 pytestmark = pytest.mark.integration
@@ -492,6 +493,70 @@ def test_consumer_settings_never_take_a_higher_version_from_a_second_index(
     del uv_env["UV_NO_CONFIG"]
     compiled = uv("pip", "compile", "-", "--python-version", "3.11", env=uv_env, input_text="wm-lib\n")
     assert "wm-lib==1.0" in compiled.stdout, compiled.stderr
+
+
+def test_a_machine_on_either_torch_gets_the_build_for_its_torch_from_its_channel_alone(
+    served: Served, index_root: Path, tmp_path: Path
+) -> None:
+    """cuda130 and its variant of torch 2.12: the same extension built against each torch,
+    in the variants' own channels with their own labels. A consumer on either torch names
+    its channel as its only index and gets the build for that torch (pip and uv, a fresh
+    machine or one that has its torch already). The control: one channel holding both
+    builds replaces the machine's torch with the other one."""
+    matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
+    variants = [matrix.variants["cuda130"], matrix.variants["cuda130-torch2.12"]]
+    both = Channel(index_root, "both")  # the control: no variant's channel
+    for variant in variants:
+        torch = make_wheel(tmp_path / variant.name, "torch", variant.torch, tag=ANY, files=_torch_files(variant.torch))
+        ops = make_wheel(
+            tmp_path / variant.name,
+            "wm-ops",
+            f"0.1.0+{variant.wheel_label}",
+            tag=ANY,
+            requires=[f"torch=={variant.torch}"],
+            files={"wm_ops/__init__.py": f"BUILT_FOR = '{variant.torch}'\n".encode()},
+        )
+        wheelmill(index_root, "publish", "--channel", variant.channel, str(ops))
+        publish(Channel(index_root, variant.channel), torch, mirrored_from=f"https://mirror.invalid/{torch.name}")
+        publish(both, ops)
+        publish(both, torch, mirrored_from=f"https://mirror.invalid/{torch.name}")
+    for variant in variants:
+        index = served.simple(variant.channel)
+        fresh = _would_install(_uv_venv(tmp_path / f"fresh-{variant.name}"), index, "uv")
+        assert fresh == {"torch": variant.torch, "wm-ops": f"0.1.0+{variant.wheel_label}"}, fresh
+        python = _uv_venv(tmp_path / f"has-torch-{variant.name}")
+        assert pip(python, "install", "--index-url", index, f"torch=={variant.torch}").returncode == 0
+        for installer in ("pip", "uv"):
+            plan = _would_install(python, index, installer)
+            assert plan == {"wm-ops": f"0.1.0+{variant.wheel_label}"}, (installer, plan)
+    # The control: in one channel with both, the highest version wins (+cu130.torch2.12 sorts
+    # after +cu130), and a machine on torch 2.14.1 would be moved to 2.12.0.
+    newer = _uv_venv(tmp_path / "newer-in-both")
+    assert pip(newer, "install", "--index-url", served.simple("both"), f"torch=={variants[0].torch}").returncode == 0
+    plan = _would_install(newer, served.simple("both"), "pip")
+    assert plan == {"torch": variants[1].torch, "wm-ops": f"0.1.0+{variants[1].wheel_label}"}, plan
+
+
+def _torch_files(version: str) -> dict[str, bytes]:
+    return {"torch/__init__.py": f"__version__ = '{version}'\n".encode()}
+
+
+def _uv_venv(path: Path) -> Path:
+    """An empty venv, quickly (no pip inside: the tests' pip acts on it with --python)."""
+    done = uv("venv", "--quiet", "--no-config", "--python", sys.executable, str(path))
+    assert done.returncode == 0, done.stderr
+    return path / "bin" / "python"
+
+
+def _would_install(python: Path, index: str, installer: str) -> dict[str, str]:
+    """What ``installer`` would install (or change) for ``wm-ops`` in the env of ``python``."""
+    if installer == "pip":
+        done = pip(python, "install", "--dry-run", "--report", "-", "--quiet", "--index-url", index, "wm-ops")
+        assert done.returncode == 0, done.stderr
+        return {i["metadata"]["name"]: i["metadata"]["version"] for i in json.loads(done.stdout)["install"]}
+    done = uv("pip", "install", "--dry-run", "--no-config", "--python", str(python), "--index-url", index, "wm-ops")
+    assert done.returncode == 0, done.stderr
+    return dict(re.findall(r"^ \+ (\S+)==(\S+)$", done.stderr, flags=re.MULTILINE))
 
 
 def test_the_server_stays_inside_its_root_and_speaks_http_properly(

@@ -259,6 +259,16 @@ MATRIX_CASES = [
         ["variants.cuda130.slim[0]", "'12.0+PTX' does not have the expected form", "without +PTX"],
     ),
     (
+        "other-torch-of-the-same-minor",
+        ('other-torch = ["2.12.0"]', 'other-torch = ["2.12.0", "2.14.0"]'),
+        ["variants.cuda130.other-torch", "2.14.0 is the same minor release as 2.14.1", "one release per torch minor"],
+    ),
+    (
+        "other-torch-not-a-release",
+        ('other-torch = ["2.12.0"]', 'other-torch = ["2.12"]'),
+        ["variants.cuda130.other-torch[0]", "'2.12' does not have the expected form", "list exact torch releases"],
+    ),
+    (
         "toolkit-wheels-of-another-toolkit",
         ('"nvidia-cuda-nvcc==13.0.88"', '"nvidia-cuda-nvcc==12.8.93"'),
         ["variants.cuda130.toolkit-wheels", "'nvidia-cuda-nvcc==12.8.93' is not of toolkit 13.0"],
@@ -299,6 +309,15 @@ CLI_CASES = [
         ["plan", "--cell", "cuda130-sm9-py311"],
         SelectionError.exit_code,
         ["variant cuda130 has no slim variant 'cuda130-sm9'", "perhaps you meant 'cuda130-sm90'"],
+    ),
+    (
+        "undeclared-torch",
+        ["plan", "--cell", "cuda130-sm90-torch2.9-py311"],
+        SelectionError.exit_code,
+        [
+            "variant cuda130-sm90 builds no torch 2.9 (it builds 2.14.1, 2.12.0)",
+            "add the torch release to variants.cuda130.other-torch",
+        ],
     ),
     (
         "undeclared-slim-variant",

@@ -6,6 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 from wheelmill.errors import SelectionError
 from wheelmill.inputs.archs import CudaArchs
@@ -87,7 +88,7 @@ def test_a_slim_variant_is_its_parent_with_one_arch(matrix) -> None:  # type: ig
     slim, parent = matrix.variants["cuda130-sm90"], matrix.variants["cuda130"]
     names = list(matrix.variants)
     assert (
-        names.index("cuda130-sm90") == names.index("cuda130") + 1
+        names.index("cuda130-sm90") == names.index("cuda130") + 2  # after cuda130-torch2.12
         and names.index("rocm64-gfx942") == names.index("rocm64") + 1
     )
     assert (slim.arch_list, slim.channel, slim.wheel_label, slim.slim_of, slim.slim) == (
@@ -118,6 +119,59 @@ def test_a_slim_variant_is_its_parent_with_one_arch(matrix) -> None:  # type: ig
         matrix.cell("cuda130-sm90-py311").base_id == "cuda130-py311"
         and matrix.cell("cuda130-py311").base_id == "cuda130-py311"
     )
+
+
+def test_a_variant_of_another_torch_is_its_parent_with_that_torch(matrix) -> None:  # type: ignore[no-untyped-def]
+    parent, other = matrix.variants["cuda130"], matrix.variants["cuda130-torch2.12"]
+    names = list(matrix.variants)
+    assert names[names.index("cuda130") :][:4] == [
+        "cuda130",
+        "cuda130-torch2.12",
+        "cuda130-sm90",
+        "cuda130-sm90-torch2.12",
+    ], "each right after what it derives from"
+    assert (other.torch, other.channel, other.wheel_label, other.torch_of, other.torch_tag) == (
+        "2.12.0",
+        "cu130-torch2.12",
+        "cu130.torch2.12",
+        "cuda130",
+        "torch2.12",
+    )
+    assert replace(other, name="cuda130", torch="2.14.1", other_torch=("2.12.0",), torch_of=None, torch_tag=None) == (
+        parent
+    ), "the rest is the parent's"
+    assert other.torch_requirement == "torch==2.12.0" and other.label == "cu130"
+    both = matrix.variants["cuda130-sm90-torch2.12"]
+    assert (both.arch_list, both.torch, both.channel, both.wheel_label, both.slim_of, both.torch_of) == (
+        "9.0",
+        "2.12.0",
+        "cu130-sm90-torch2.12",
+        "cu130.sm90.torch2.12",
+        "cuda130",
+        "cuda130-sm90",
+    )
+    cell = matrix.cell("cuda130-sm90-torch2.12-py311")
+    assert (cell.base_id, cell.lock_id) == ("cuda130-py311", "cuda130-torch2.12-py311")
+    assert matrix.cell("cuda130-sm90-py311").lock_id == matrix.cell("cuda130-py311").lock_id == "cuda130-py311"
+    assert [c.id for c in matrix.select(["cuda130-torch2.12-py3*"])] == [
+        f"cuda130-torch2.12-py3{minor}" for minor in (10, 11, 12, 13)
+    ]
+    assert matrix.cell("cuda130-py311").variant.torch == "2.14.1", "the plain names keep the variant's torch"
+    labels = [Version(f"0.1.0+{v.wheel_label}") for v in matrix.variants.values()]
+    assert len({str(label) for label in labels}) == len(labels), "no two variants' wheels share a file name"
+
+
+def test_a_torch_the_variant_does_not_build_is_named_with_the_ones_it_does(matrix) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SelectionError) as raised:
+        matrix.cell("cuda130-torch2.9-py311")
+    assert "variant cuda130 builds no torch 2.9 (it builds 2.14.1, 2.12.0)" in str(raised.value)
+    assert "variants.cuda130.other-torch" in (raised.value.fix or "")
+
+
+def test_a_cell_of_another_torch_resolves_recipes_as_its_parent(recipes, matrix) -> None:  # type: ignore[no-untyped-def]
+    other, parent = matrix.cell("cuda130-torch2.12-py311"), matrix.cell("cuda130-py311")
+    assert select(recipes, other, []) == select(recipes, parent, [])
+    assert resolve(recipes["torchsort"], other) == resolve(recipes["torchsort"], parent)
 
 
 def test_a_slim_cell_resolves_recipes_as_its_parent(recipes, matrix) -> None:  # type: ignore[no-untyped-def]

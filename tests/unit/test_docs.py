@@ -58,7 +58,7 @@ def test_the_exit_code_table_is_the_error_family() -> None:
 
 
 def test_the_slim_section_names_what_the_matrix_makes() -> None:
-    text = section("matrix.md", "## Slim channels")
+    text = section("matrix.md", "## Slim channels", "## Other torch releases")
     matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
     slim, parent = matrix.variants["cuda130-sm90"], matrix.variants["cuda130"]
     assert f'slim = ["{slim.arch_list}"]' in text and f'arch-list = "{parent.arch_list}"' in text
@@ -76,7 +76,7 @@ def test_the_slim_section_names_what_the_matrix_makes() -> None:
 
 
 def test_the_slim_sections_commands_do_what_it_says(capsys: pytest.CaptureFixture[str]) -> None:
-    text = section("matrix.md", "## Slim channels")
+    text = section("matrix.md", "## Slim channels", "## Other torch releases")
     recipes = str(ROOT / "recipes")
     assert (
         main(["--recipes", recipes, "index", "config", "--channel", "cu130-sm90", "--url", "https://wheels.internal"])
@@ -91,6 +91,28 @@ def test_the_slim_sections_commands_do_what_it_says(capsys: pytest.CaptureFixtur
     assert "TORCH_CUDA_ARCH_LIST=9.0;" in capsys.readouterr().out and "wheelmill plan --cell cuda130-sm90-py311" in text
 
 
+def test_the_other_torch_section_names_what_the_matrix_makes(capsys: pytest.CaptureFixture[str]) -> None:
+    text = section("matrix.md", "## Other torch releases")
+    matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
+    parent, other = matrix.variants["cuda130"], matrix.variants["cuda130-torch2.12"]
+    assert f'torch = "{parent.torch}"' in text and f'other-torch = ["{other.torch}"]' in text
+    assert "`cuda130-sm90-torch2.12`" in text and "cuda130-sm90-torch2.12" in matrix.variants
+    assert f"against torch=={other.torch}, into channel {other.channel}" in text
+    assert f"| torch | `{parent.torch_requirement}` | `{other.torch_requirement}` |" in text
+    assert f"| channel | `{parent.channel}` | `{other.channel}` " in text
+    assert f"`0.1.10+{parent.wheel_label}` | `0.1.10+{other.wheel_label}` |" in text
+    lock = matrix.cell("cuda130-torch2.12-py311").lock_id
+    assert f"`locks/{matrix.cell('cuda130-py311').lock_id}.txt` | its own, `locks/{lock}.txt` |" in text
+    (url,) = re.findall(r"--index-url (\S+/simple/)", text)
+    assert url.endswith(f"/{other.channel}/simple/")
+    recipes = str(ROOT / "recipes")
+    assert main(["--recipes", recipes, "plan", "--cell", "cuda130-torch2.12-py311", "--engine", "none"]) == 0
+    plan = capsys.readouterr().out
+    assert "torch==2.12.0 locatable" in plan and f"channel {other.channel}" in plan
+    assert main(["--recipes", recipes, "matrix", "--json", "--no-slim"]) == 0
+    assert '"cell":"cuda130-torch2.12-py311"' in capsys.readouterr().out, "a pull request may build it"
+
+
 def test_the_noxfile_makes_a_session_for_every_cell_slim_ones_included() -> None:
     spec = importlib.util.spec_from_file_location("noxfile_under_test", ROOT / "noxfile.py")
     assert spec is not None and spec.loader is not None
@@ -98,8 +120,9 @@ def test_the_noxfile_makes_a_session_for_every_cell_slim_ones_included() -> None
     sessions = set(nox.registry.get())
     cells = load_matrix(ROOT / "recipes" / "matrix.toml").cells
     assert {f"build-{c.id}" for c in cells} <= sessions
-    named = re.findall(r"nox -s (build-\S+)", section("matrix.md", "## Slim channels"))
-    assert named == ["build-cuda130-sm90-py311"] and set(named) <= sessions
+    named = re.findall(r"nox -s (build-[a-z0-9.-]*[a-z0-9])", section("matrix.md", "## Slim channels"))
+    assert named == ["build-cuda130-sm90-py311", "build-cuda130-py311", "build-cuda130-torch2.12-py311"]
+    assert set(named) <= sessions
 
 
 def test_the_recipe_table_says_what_the_recipes_do() -> None:
@@ -118,7 +141,9 @@ def test_the_recipe_table_says_what_the_recipes_do() -> None:
         kind = {GitSource: "git", SdistSource: "sdist"}[type(recipe.source)]
         assert source.startswith(kind), (name, source)
         variants = {
-            cell.variant.name for cell in matrix.cells if recipe.applies_to(cell) and cell.variant.slim_of is None
+            cell.variant.name
+            for cell in matrix.cells
+            if recipe.applies_to(cell) and cell.variant.base_name == cell.variant.name
         }
         assert variants == {v.strip() for v in cells.split(",")}, name
     assert "`USE_SYSTEM_UCC=1` does nothing without `USE_UCC=1`" in table

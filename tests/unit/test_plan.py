@@ -31,6 +31,7 @@ OTHER_CHOICES = {
         ("cuda118-py311", "none", {}, "plan-cuda118-py311.txt"),
         ("cpu-py311", "none", {}, "plan-cpu-py311.txt"),
         ("cuda130-py311", "podman", {}, "plan-cuda130-py311-podman.txt"),
+        ("cuda130-torch2.12-py311", "none", {}, "plan-cuda130-torch2.12-py311.txt"),
         ("cpu-py311", "none", OTHER_CHOICES, "plan-cpu-py311-conda-nocache-after.txt"),
     ],
 )
@@ -60,8 +61,9 @@ def test_printed_plan_matches_golden(
 def test_plan_runs_nothing_and_writes_nothing(cli: CliRunner, repo_root: Path, tmp_path: Path) -> None:
     result = cli("--recipes", str(repo_root / "recipes"), "plan", "--cell", "cuda*-py311")
     assert result.code == 0
-    # six CUDA variants, and cuda130's slim cuda130-sm90: a glob matches slim cells too
-    assert result.out.count("plan for ") == 7
+    # six CUDA variants, cuda130's slim cuda130-sm90, and both again for torch 2.12: a glob
+    # matches the derived cells too
+    assert result.out.count("plan for ") == 9
     assert not (tmp_path / "wheels").exists()
 
 

@@ -15,13 +15,17 @@ import pytest
 from wheelmill.build.steps.build import first_error, max_jobs
 from wheelmill.errors import CommandFailed, PublishError
 from wheelmill.index.remote import Remote, upload_failure
-from wheelmill.machine.envs import UvBackend, pinned_versions
+from wheelmill.inputs.matrix import load_matrix
+from wheelmill.machine.envs import Target, UvBackend, pinned_versions
 from wheelmill.machine.net import is_transient, upload_refusal
 from wheelmill.machine.package_sources import PackageSources, machine_sources, sources_from_pip_config
 from wheelmill.machine.process import HostRunner, StepLog, base_environment
+from wheelmill.planning.locks import locate_torch
 from wheelmill.retry import RetryPolicy, TransientError, with_retries
 from wheelmill.settings import Settings
 from wheelmill.wheel.elf import system_lib_dirs
+
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def test_pip_configuration_becomes_uv_arguments() -> None:
@@ -308,3 +312,37 @@ def test_build_error_is_the_first_compiler_error(tmp_path: Path) -> None:
     )
     log.write_text("nothing useful\n")
     assert first_error(log, ("last words",)) == "last words"
+
+
+class _Indexes:
+    """uv as the machine's indexes answer it: torch 2.12.0 sits on the default index, after
+    an extra index that has other torch releases (the first index with torch wins uv's
+    first-index rule; the best match across indexes finds it)."""
+
+    def __init__(self) -> None:
+        self.asked: list[str | None] = []
+
+    def lock(self, requirements: Path, out: Path, *, sources: PackageSources, **_: object) -> dict[str, str]:
+        self.asked.append(sources.index_strategy)
+        if sources.index_strategy != "unsafe-best-match":
+            raise CommandFailed(["uv"], 1, None, ["cause: torch==2.12.0 is not in file:///extra"])
+        return {"torch": "2.12.0"}
+
+
+def test_a_torch_on_the_default_index_behind_an_extra_one_is_found_by_the_best_match(tmp_path: Path) -> None:
+    variant = load_matrix(ROOT / "recipes" / "matrix.toml").variants["cuda130-torch2.12"]
+    base = PackageSources(index_url=None, extra_index_urls=("file:///extra",), origin="pip configuration")
+    backend = _Indexes()
+    with StepLog(tmp_path / "pre-checks.log") as log:
+        found = locate_torch(
+            variant,
+            None,
+            base,
+            backend=backend,  # type: ignore[arg-type]
+            target=Target(python="3.11", platform="x86_64-manylinux_2_28"),
+            work=tmp_path / "work",
+            log=log,
+        )
+    assert backend.asked == [None, "unsafe-best-match"]
+    assert isinstance(found, PackageSources) and found.uv_args()[-2:] == ["--index-strategy", "unsafe-best-match"]
+    assert found.origin == "pip configuration, best match across indexes"

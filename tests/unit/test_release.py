@@ -278,7 +278,7 @@ def test_matrix_json_is_golden(capsys: pytest.CaptureFixture[str]) -> None:
     produced = json.loads(capsys.readouterr().out)
     golden = json.loads((ROOT / "tests" / "golden" / "matrix.json").read_text())
     assert produced == golden
-    assert len(produced["include"]) == 51 and set(produced["include"][0]) == {
+    assert len(produced["include"]) == 59 and set(produced["include"][0]) == {
         "cell",
         "variant",
         "python",
@@ -295,6 +295,18 @@ def test_matrix_json_is_golden(capsys: pytest.CaptureFixture[str]) -> None:
         "label": "cu130",
         "channel": "cu130-sm90",
         "slim-of": "cuda130",
+    }
+    other = next(entry for entry in produced["include"] if entry["cell"] == "cuda130-sm90-torch2.12-py311")
+    assert other == {
+        "cell": "cuda130-sm90-torch2.12-py311",
+        "variant": "cuda130-sm90-torch2.12",
+        "python": "3.11",
+        "family": "cuda",
+        "label": "cu130",
+        "channel": "cu130-sm90-torch2.12",
+        "slim-of": "cuda130",
+        "torch": "2.12.0",
+        "torch-of": "cuda130-sm90",
     }
 
 
@@ -331,7 +343,8 @@ def test_matrix_json_without_slim_cells(capsys: pytest.CaptureFixture[str]) -> N
     """build.yml's fallback when no diff can be computed: every cell but the slim ones."""
     assert main(["--recipes", str(ROOT / "recipes"), "matrix", "--json", "--no-slim"]) == 0
     cells = [c["cell"] for c in json.loads(capsys.readouterr().out)["include"]]
-    assert len(cells) == 43 and "cuda130-py311" in cells and not [c for c in cells if "-sm" in c or "-gfx" in c]
+    assert len(cells) == 47 and "cuda130-py311" in cells and not [c for c in cells if "-sm" in c or "-gfx" in c]
+    assert "cuda130-torch2.12-py311" in cells, "a cell of another torch is built like its parent's"
 
 
 def test_matrix_json_for_changed_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -89,9 +89,12 @@ def cmd_matrix(args: argparse.Namespace, settings: Settings, console: Console) -
 
 
 def _count(matrix: Matrix) -> str:
-    """``51 cells, 8 of them slim``"""
+    """``59 cells, 12 of them slim, 8 of another torch``"""
     slim = sum(1 for c in matrix.cells if c.variant.slim_of)
-    return f"{len(matrix.cells)} cells" + (f", {slim} of them slim" if slim else "")
+    other = sum(1 for c in matrix.cells if c.variant.torch_of)
+    kinds = [f"{slim} of them slim"] if slim else []
+    kinds += [f"{other} of another torch"] if other else []
+    return ", ".join((f"{len(matrix.cells)} cells", *kinds))
 
 
 def _changed(path: Path) -> list[str]:
@@ -154,7 +157,7 @@ def cmd_lock(args: argparse.Namespace, settings: Settings, console: Console) -> 
     locks_dir = settings.root / "locks"
     cells = matrix.select(args.cell)
     # A slim cell's lock is its parent cell's file: one lock per env, however many cells share it.
-    owners = {c.base_id: matrix.cell(c.base_id) for c in cells}
+    owners = {c.lock_id: matrix.cell(c.lock_id) for c in cells}
     if not args.check:
         for owner in owners.values():
             console.print(write_lock(matrix, recipes, owner, locks_dir, settings), highlight=False)
@@ -163,7 +166,7 @@ def cmd_lock(args: argparse.Namespace, settings: Settings, console: Console) -> 
     matched = [line for line in checked.values() if line]
     for line in matched:
         console.print(line, highlight=False)
-    late = sum(1 for c in cells if checked[c.base_id] is None)
+    late = sum(1 for c in cells if checked[c.lock_id] is None)
     console.print(
         f"{len(matched)} committed locks match their inputs; {late} cells resolve theirs at build time", highlight=False
     )

@@ -82,7 +82,7 @@ def inputs(recipes_dir: Path, cell: Cell) -> CondaEnvInputs:
     own = _strings(variants.get(cell.variant.name, []), path, f"variants.{cell.variant.name}")
     nodot = cell.python.replace(".", "")
     specs = [spec.replace("{python}", cell.python).replace("{nodot}", nodot) for spec in (*every, *own)]
-    return CondaEnvInputs(cell=cell.base_id, specs=tuple(dict.fromkeys(specs)))
+    return CondaEnvInputs(cell=cell.lock_id, specs=tuple(dict.fromkeys(specs)))
 
 
 def _strings(value: object, path: Path, key: str) -> list[str]:

@@ -2,8 +2,11 @@
 
 A cell id has a grammar, ``<variant>-py<major><minor>`` (``cuda118-py311``); overrides,
 selections, logs and output paths all use it. A variant's ``slim`` archs each derive a slim
-variant, ``<variant>-<arch>`` (``cuda130-sm90``), placed right after its parent, whose cells
-(``cuda130-sm90-py311``) are cells like any other.
+variant, ``<variant>-<arch>`` (``cuda130-sm90``), and its ``other-torch`` releases a variant
+of each torch, ``<variant>-torch<major>.<minor>`` (``cuda130-torch2.12``, and for each slim
+one ``cuda130-sm90-torch2.12``), placed right after what they derive from, whose cells
+(``cuda130-sm90-py311``, ``cuda130-torch2.12-py311``) are cells like any other. The cells
+of the variant's own ``torch`` keep the plain names.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ from wheelmill.inputs.manylinux import policies
 from wheelmill.inputs.variants import Cell, Family, Variant
 
 SCHEMA = "matrix.schema.json"
-_CELL_ID = re.compile(r"^(?P<variant>[a-z0-9]+(?:-[a-z0-9]+)?)-py(?P<major>3)(?P<minor>[0-9]{1,2})$")
+_CELL_ID = re.compile(
+    r"^(?P<variant>[a-z0-9]+(?:-[a-z0-9]+)?(?:-torch[0-9]+\.[0-9]+)?)-py(?P<major>3)(?P<minor>[0-9]{1,2})$"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,8 +59,8 @@ class Matrix:
             known = [c.id for c in self.cells]
             raise SelectionError(
                 f"'{cell_id}' is not a cell id{did_you_mean(cell_id, known)}",
-                fix="write <variant>-py<XY>, e.g. cuda118-py311, or cuda130-sm90-py311 for a slim variant "
-                "(`wheelmill matrix` lists them)",
+                fix="write <variant>-py<XY>, e.g. cuda118-py311, cuda130-sm90-py311 for a slim variant, "
+                "cuda130-torch2.12-py311 for another torch (`wheelmill matrix` lists them)",
             )
         variant = self.variant(match.group("variant"))
         python = f"{match.group('major')}.{match.group('minor')}"
@@ -78,9 +83,12 @@ class Matrix:
             raise self._unknown_variant(name) from None
 
     def _unknown_variant(self, name: str) -> SelectionError:
+        stem, _, torch = name.rpartition("-torch")
+        if stem in self.variants and re.fullmatch(r"[0-9]+\.[0-9]+", torch):
+            return self._unknown_torch(self.variants[stem], torch, name)
         parent, _, tag = name.partition("-")
         if tag and parent in self.variants and self.variants[parent].family is not Family.CPU:
-            slims = [v.name for v in self.variants.values() if v.slim_of == parent]
+            slims = [v.name for v in self.variants.values() if v.slim_of == parent and not v.torch_of]
             others = f"use one of its slim variants ({', '.join(slims)}), or " if slims else ""
             return SelectionError(
                 f"variant {parent} has no slim variant '{name}'{did_you_mean(name, slims)}",
@@ -90,6 +98,13 @@ class Matrix:
         return SelectionError(
             f"unknown variant '{name}'{did_you_mean(name, self.variants)}",
             fix=f"use one of: {', '.join(self.variants)}",
+        )
+
+    def _unknown_torch(self, variant: Variant, torch: str, name: str) -> SelectionError:
+        built = ", ".join((variant.torch, *variant.other_torch))
+        return SelectionError(
+            f"variant {variant.name} builds no torch {torch} (it builds {built}), so there is no variant '{name}'",
+            fix=f"add the torch release to variants.{variant.base_name}.other-torch in {self.path}",
         )
 
     def select(self, patterns: Iterable[str]) -> tuple[Cell, ...]:
@@ -120,7 +135,8 @@ def _entry(cell: Cell) -> dict[str, str]:
         "label": v.label,
         "channel": v.channel,
     }
-    return {**entry, "slim-of": v.slim_of} if v.slim_of else entry
+    entry |= {"slim-of": v.slim_of} if v.slim_of else {}
+    return entry | ({"torch": v.torch, "torch-of": v.torch_of} if v.torch_of else {})
 
 
 MATRIX_COLUMNS = ("variant", "slim of", "toolkit", "torch", "arch list", "channel", "glibc")
@@ -156,7 +172,8 @@ def load_matrix(path: Path) -> Matrix:
     variants: dict[str, Variant] = {}
     for name, raw in data["variants"].items():
         variant = _variant(name, raw, file=path, pythons=pythons)
-        variants |= {v.name: v for v in (variant, *slim_variants(variant))}
+        for each in (variant, *slim_variants(variant)):
+            variants |= {v.name: v for v in (each, *torch_variants(each))}
     checks = data["checks"]
     return Matrix(
         path=path,
@@ -201,9 +218,38 @@ def _variant(name: str, raw: Mapping[str, Any], *, file: Path, pythons: tuple[st
         arch_list=raw.get("arch-list"),
         toolkit_wheels=tuple(raw.get("toolkit-wheels", ())),
         slim=tuple(raw.get("slim", ())),
+        other_torch=tuple(raw.get("other-torch", ())),
     )
     _check_variant(variant, file=file, pythons=pythons)
     return variant
+
+
+def torch_tag(torch: str) -> str:
+    """The short name of a torch release in variant names, channels and labels: its major
+    and minor (one build per minor release; patch releases keep the C++ ABI).
+
+    >>> torch_tag("2.12.0"), torch_tag("2.9.1")
+    ('torch2.12', 'torch2.9')
+    """
+    major, minor = torch.split(".")[:2]
+    return f"torch{major}.{minor}"
+
+
+def torch_variants(parent: Variant) -> tuple[Variant, ...]:
+    """A variant of its own for each of the parent's other torch releases: the parent built
+    against that torch, in its own lock and channel (name, channel and wheel label carry the
+    torch); toolkit, archs and recipes are the parent's."""
+    return tuple(
+        replace(
+            parent,
+            name=f"{parent.name}-{torch_tag(torch)}",
+            torch=torch,
+            other_torch=(),
+            torch_of=parent.name,
+            torch_tag=torch_tag(torch),
+        )
+        for torch in parent.other_torch
+    )
 
 
 def slim_variants(parent: Variant) -> tuple[Variant, ...]:
@@ -236,6 +282,7 @@ def _check_variant(v: Variant, *, file: Path, pythons: tuple[str, ...]) -> None:
             f"(auditwheel knows {min(known, key=_glibc)} to {max(known, key=_glibc)})",
             fix="give the oldest glibc the variant's wheels must run on, as a PEP 600 tag prefix, e.g. manylinux_2_28",
         )
+    _check_other_torch(v, where=f"{where}.other-torch")
     if v.family is Family.CPU:
         if v.toolkit or v.arch_list:
             raise ConfigError(f"{where}: a cpu variant has no toolkit or arch-list", fix="remove toolkit and arch-list")
@@ -252,6 +299,20 @@ def _check_variant(v: Variant, *, file: Path, pythons: tuple[str, ...]) -> None:
             f"{where}: a {v.family} variant needs toolkit and arch-list", fix="add both (see the other variants)"
         )
     _check_accelerator(v, where=where)
+
+
+def _check_other_torch(v: Variant, *, where: str) -> None:
+    """Each other torch is a minor release of its own: a variant of another torch is named
+    by its major and minor, so two patch releases of one minor would share a channel."""
+    seen = {torch_tag(v.torch): v.torch}
+    for torch in v.other_torch:
+        tag = torch_tag(torch)
+        if tag in seen:
+            raise ConfigError(
+                f"{where}: {torch} is the same minor release as {seen[tag]}",
+                fix="list one release per torch minor (the variant's torch is its default)",
+            )
+        seen[tag] = torch
 
 
 def _check_accelerator(v: Variant, *, where: str) -> None:

@@ -7,6 +7,14 @@ A slim variant (``cuda130-sm90``) is its parent built for one arch of the parent
 published apart: its own channel (``cu130-sm90``) and wheel label (``+cu130.sm90``), so
 choosing it is explicit and its wheels never collide with the parent's full-arch ones;
 everything else, torch and its label included, is the parent's.
+
+A variant of another torch (``cuda130-torch2.12``) is its parent built against one of the
+parent's ``other-torch`` releases: the same toolkit, archs and recipes; its own lock (the
+torch differs), channel (``cu130-torch2.12``) and wheel label (``+cu130.torch2.12``). A
+channel per torch, because an extension built per torch pins that torch exactly: in one
+channel with both, an installer takes the highest version and replaces the machine's torch
+with the other one; the label besides, because two different wheels never share a name,
+wherever they end up side by side (a download directory, a cache, a mirror).
 """
 
 from __future__ import annotations
@@ -41,12 +49,21 @@ class Variant:
     slim: tuple[str, ...] = ()  # the archs of its slim variants, as declared
     slim_of: str | None = None  # a slim variant: its parent's name
     slim_tag: str | None = None  # a slim variant: its one arch, short (sm90, gfx942)
+    other_torch: tuple[str, ...] = ()  # the other torch releases it builds for, as declared
+    torch_of: str | None = None  # a variant of another torch: the variant it derives from
+    torch_tag: str | None = None  # a variant of another torch: its torch, short (torch2.12)
 
     @property
     def base_name(self) -> str:
-        """The variant whose recipes, overrides and build env this one shares: its parent
-        for a slim variant, else itself."""
-        return self.slim_of or self.name
+        """The variant as declared, whose recipes, overrides and builder image this one
+        shares: the parent of a slim variant or of a variant of another torch, else itself."""
+        return self.slim_of or self.torch_of or self.name
+
+    @property
+    def lock_name(self) -> str:
+        """The variant whose build env this one shares: a slim variant its parent's (the
+        archs are no input of the env), a variant of another torch one of its own."""
+        return f"{self.base_name}-{self.torch_tag}" if self.torch_tag else self.base_name
 
     @property
     def toolkit_short(self) -> str | None:
@@ -55,16 +72,21 @@ class Variant:
 
     @property
     def channel(self) -> str:
-        """The index channel of this variant: its local label (``cu118``, ``cpu``), and a
-        slim variant's arch after it (``cu130-sm90``)."""
-        return f"{self.label}-{self.slim_tag}" if self.slim_tag else self.label
+        """The index channel of this variant: its local label (``cu118``, ``cpu``), then a
+        slim variant's arch and another torch's tag (``cu130-sm90``, ``cu130-torch2.12``)."""
+        return "-".join(self._tags)
 
     @property
     def wheel_label(self) -> str:
-        """The local version label its wheels carry: the variant's (``cu130``), and a slim
-        variant's arch as one more PEP 440 local segment (``cu130.sm90``), so a slim wheel's
-        file name never equals the full-arch one's. torch keeps ``label``: it is the same."""
-        return f"{self.label}.{self.slim_tag}" if self.slim_tag else self.label
+        """The local version label its wheels carry: the variant's (``cu130``), then a slim
+        variant's arch and another torch's tag as more PEP 440 local segments
+        (``cu130.sm90``, ``cu130.torch2.12``), so no two variants' wheels share a file name.
+        torch keeps ``label``: it is the same."""
+        return ".".join(self._tags)
+
+    @property
+    def _tags(self) -> tuple[str, ...]:
+        return tuple(tag for tag in (self.label, self.slim_tag, self.torch_tag) if tag)
 
     @property
     def torch_requirement(self) -> str:
@@ -77,6 +99,8 @@ class Variant:
 
     def describe(self) -> str:
         slim = f" (slim of {self.slim_of}: channel {self.channel})" if self.slim_of else ""
+        if self.torch_tag and not self.slim_of:
+            slim = f" (another torch of {self.torch_of}: channel {self.channel})"
         match self.family:
             case Family.CPU:
                 return f"CPU, torch {self.torch}+{self.label}, {self.glibc}"
@@ -103,9 +127,17 @@ class Cell:
 
     @property
     def base_id(self) -> str:
-        """The id recipe globs and the build-env lock go by: a slim cell takes its parent
-        cell's recipes, overrides and lock (``cuda130-sm90-py311`` -> ``cuda130-py311``)."""
+        """The id recipe globs go by: a slim cell, or one of another torch, takes its parent
+        cell's recipes and overrides (``cuda130-sm90-py311``, ``cuda130-torch2.12-py311`` ->
+        ``cuda130-py311``)."""
         return f"{self.variant.base_name}-py{self.python.replace('.', '')}"
+
+    @property
+    def lock_id(self) -> str:
+        """The id its build env's lock goes by: a slim cell's is its parent's
+        (``cuda130-sm90-py311`` -> ``cuda130-py311``), a cell of another torch has its own
+        (``cuda130-sm90-torch2.12-py311`` -> ``cuda130-torch2.12-py311``)."""
+        return f"{self.variant.lock_name}-py{self.python.replace('.', '')}"
 
     @property
     def python_tag(self) -> str:

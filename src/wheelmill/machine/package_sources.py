@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 from wheelmill.inputs.variants import Variant
@@ -83,6 +83,11 @@ class PackageSources:
             origin=f"{origin} + {self.origin}",
             index_strategy=self.index_strategy,
         )
+
+    def best_match(self) -> PackageSources:
+        """These sources with the best version across all indexes, as pip takes it, instead
+        of uv's first index that has the project."""
+        return replace(self, origin=f"{self.origin}, best match across indexes", index_strategy="unsafe-best-match")
 
     def with_torch_index(self, url: str) -> PackageSources:
         return PackageSources(

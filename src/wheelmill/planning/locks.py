@@ -67,11 +67,12 @@ def target(cell: Cell) -> Target:
 def inputs(matrix: Matrix, resolved: Mapping[str, ResolvedRecipe], cell: Cell) -> LockInputs:
     """Everything the build env of ``cell`` installs, whichever of its recipes a run builds.
     A slim cell's inputs are its parent's by construction (recipes match it by the parent's
-    id, and its variant pins the parent's torch, toolkit and glibc), hence its parent's lock."""
+    id, and its variant pins the parent's torch, toolkit and glibc), hence its parent's lock;
+    a cell of another torch pins that torch, in a lock of its own."""
     variant = cell.variant
     extra = [req for recipe in resolved.values() for req in recipe.build_requires]
     requirements = [variant.torch_requirement, *matrix.build_requires, *variant.toolkit_wheels, *extra]
-    return LockInputs(cell=cell.base_id, target=target(cell), requirements=tuple(dict.fromkeys(requirements)))
+    return LockInputs(cell=cell.lock_id, target=target(cell), requirements=tuple(dict.fromkeys(requirements)))
 
 
 def path_of(locks: Path, cell: str) -> Path:
@@ -107,9 +108,11 @@ def locate_torch(
     log: StepLog,
     interpreter: Path | None = None,
 ) -> PackageSources | list[str]:
-    """The sources that have the variant's torch: ``base`` (the machine's) first, then with
-    the torch index. Returns them, or what each candidate said."""
-    candidates = [base] + ([base.with_torch_index(torch_index)] if torch_index else [])
+    """The sources that have the variant's torch: ``base`` (the machine's) first, then the
+    same with the best match across its indexes (as pip reads them: a mirror of one torch
+    release on a second index hides the others of the first from uv's first-index rule),
+    then with the torch index. Returns them, or what each candidate said."""
+    candidates = [base, base.best_match()] + ([base.with_torch_index(torch_index)] if torch_index else [])
     tried = []
     for sources in candidates:
         version, reason = _locate(
