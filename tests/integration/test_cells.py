@@ -65,13 +65,16 @@ def assert_cell_built(
     channel = Channel(output / "index", channel_name or label)
     assert verify(channel) == []
     published = {
-        f.filename
+        f.filename: f
         for name in channel.project_names()
         for f in (channel.project(name) or Project(name=name, files=())).files
     }
     for recipe in data["recipes"]:
         wheel = Path(recipe["wheel"]["path"])
         assert wheel.name in published, "the publish step put it in the local index"
+        # per-torch extensions: recorded in the report as the index shows them
+        assert recipe["wheel"]["abi"].endswith("; torch unstable") and recipe["wheel"]["abi"].startswith("python ")
+        assert published[wheel.name].abi == recipe["wheel"]["abi"]
         assert wheel.parent == output / cell / "dist"
         info = read_wheel(wheel)
         assert info.version.local == label

@@ -4,6 +4,7 @@ fixture has a healthy twin that passes, so a check that cannot fail would show."
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -16,6 +17,8 @@ from wheelmill.checks import CheckResult, Verdict
 from wheelmill.checks.contents import judge_bundled
 from wheelmill.checks.device import find_cuobjdump, judge_cuda, scan_cuda
 from wheelmill.checks.symbols import interpreter_libraries, judge_undefined, unresolved_symbols
+from wheelmill.errors import CheckError
+from wheelmill.index.store import Channel
 from wheelmill.inputs.archs import CudaArchs
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.machine.process import HostRunner, capture
@@ -129,3 +132,28 @@ def test_arch_mismatch_is_caught(tmp_path: Path) -> None:
 
 def test_gcc_is_present() -> None:
     assert shutil.which("gcc"), "these fixtures need gcc (Debian: apt-get install gcc)"
+
+
+def test_abi_stable_declared_by_a_library_of_the_cpp_api_is_one_line_and_nothing_published(
+    tmp_path: Path, recipes_copy: Path
+) -> None:
+    """example-cpp-ops, the per-torch example, declared stable: its real build, repaired,
+    fails the ABI check on its first libtorch C++ symbol; nothing is delivered or published.
+    Its healthy twin is the same build undeclared, which every cell test runs."""
+    recipe = recipes_copy / "example-cpp-ops.toml"
+    recipe.write_text(recipe.read_text().replace('cells = ["*"]\n', 'cells = ["*"]\nabi = "stable"\n'))
+    out = tmp_path / "out"
+    env = {**os.environ, "WHEELMILL_OUTPUT": str(out), "WHEELMILL_ENGINE": "none"}
+    command = [sys.executable, "-m", "wheelmill", "--recipes", str(recipes_copy), "build", "--cell", "cpu-py311"]
+    done = subprocess.run(
+        [*command, "--recipe", "example-cpp-ops"], env=env, capture_output=True, text=True, timeout=900, check=False
+    )
+    errors = [line for line in done.stderr.splitlines() if line.startswith("wheelmill: error:")]
+    assert done.returncode == CheckError.exit_code and len(errors) == 1, done.stdout[-3000:] + done.stderr
+    (line,) = errors
+    assert "example-cpp-ops: " in line and "example_cpp_ops/_C.cpython-311-x86_64-linux-gnu.so" in line
+    assert 'declared abi = "stable" but uses libtorch\'s C++ API: ' in line and "at::" in line
+    assert "at::TensorBase::__dispatch_contiguous, at::_ops::" in line, "names without their parameters"
+    assert "fix: abi: call torch only through torch/csrc/stable" in line and f"{recipe}" in line
+    assert not list((out / "cpu-py311" / "dist").glob("*.whl")), "nothing delivered"
+    assert Channel(out / "index", "cpu").project("example-cpp-ops") is None, "nothing published"

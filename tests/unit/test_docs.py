@@ -13,19 +13,23 @@ from pathlib import Path
 import nox
 import pytest
 import yaml
+from packaging.tags import parse_tag
 
 from tests.conftest import CliRunner
 from tests.wheels import install
 from wheelmill import errors
 from wheelmill.build.plan import plan_cell
 from wheelmill.build.steps import REGISTRY, CellStep
+from wheelmill.checks.abi import judge_abi
 from wheelmill.cli import main
 from wheelmill.inputs.archs import ArchRecord, arch_tag
 from wheelmill.inputs.matrix import load_matrix
-from wheelmill.inputs.recipes import GitSource, SdistSource, load_recipes
+from wheelmill.inputs.recipes import AbiPromise, GitSource, SdistSource, load_recipes
 from wheelmill.inputs.variants import Family
 from wheelmill.planning.buildkey import build_keys
 from wheelmill.settings import Settings
+from wheelmill.wheel.abi import WheelAbi, classify
+from wheelmill.wheel.elf import DynamicInfo, ElfSummary
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DOCS = ROOT / "docs"
@@ -264,3 +268,25 @@ def test_the_plans_choices_line_is_the_golden_plans() -> None:
     shown = section("reference/settings.md", "prints them on its third line").split("```")[1].strip()
     golden = (ROOT / "tests" / "golden" / "plan-cpu-py311.txt").read_text().splitlines()
     assert shown == golden[2] and shown.startswith("choices: ")
+
+
+def test_the_abi_pages_error_line_is_the_checks_own() -> None:
+    text = section("design/abi.md", "# ABI")
+    (line,) = [row.strip() for row in text.splitlines() if row.strip().startswith("wheelmill: error:")]
+    name = "example_cpp_ops/_C.cpython-311-x86_64-linux-gnu.so"
+    symbols = frozenset({"_ZNK2at10TensorBase21__dispatch_contiguousEN3c1012MemoryFormatE"})
+    library = ElfSummary(
+        dynamic=DynamicInfo(path=Path("/x") / name, soname=None, needed=(), rpaths=()),
+        undefined=symbols,
+        defined=frozenset(),
+        version_needs=(),
+        sections=frozenset(),
+    )
+    abi = WheelAbi(libraries=(classify(library, name),))
+    tags = frozenset(parse_tag("cp311-cp311-manylinux_2_28_x86_64"))
+    result = judge_abi(abi, tags, AbiPromise.STABLE, recipe_file="recipes/example-cpp-ops.toml")
+    assert line.startswith(
+        f"wheelmill: error: example-cpp-ops/post-repair-checks: example-cpp-ops: abi: {result.detail}"
+    )
+    assert line.endswith(f"fix: abi: {result.fix}")
+    assert 'abi = "stable"' in text and "`_abi`" in text and "`data-abi`" in text

@@ -127,6 +127,14 @@ class Repaired:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ShippedAbi:
+    """The ABI the repaired wheel's libraries keep to, as the post-repair checks read it
+    (``WheelAbi.describe``; None: it has no library), for the report's wheel record."""
+
+    text: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
 class PublishedBuild:
     """A recipe's wheel, published for its build key: the recipe is not built again."""
 
@@ -186,6 +194,7 @@ PRODUCTS: tuple[type, ...] = (
     Built,
     Stamped,
     Repaired,
+    ShippedAbi,
     WheelRecord,
     Published,
     Closure,
@@ -207,6 +216,7 @@ __all__ = [
     "PublishedBuild",
     "Ready",
     "Repaired",
+    "ShippedAbi",
     "Sources",
     "Stamped",
     "Toolchain",

@@ -9,7 +9,8 @@ built says where it came from, in a private key of the JSON (``_mirrored-from``,
 reserves leading underscores for such) and a ``data-mirrored-from`` attribute of its link.
 A wheel wheelmill built shows the GPU archs it carries (its ``gpu-archs.json``:
 ``cuda 8.0;9.0+PTX``, ``rocm gfx90a``, ``cpu``) the same way: ``_gpu-archs`` in the JSON,
-``data-gpu-archs`` on the link; and the build keys it was built for
+``data-gpu-archs`` on the link; the ABI its libraries keep to (``wheelmill.wheel.abi``:
+``python limited>=3.9; torch stable>=2.10.0``), ``_abi`` and ``data-abi``; and the build keys it was built for
 (``wheelmill.planning.buildkey``: a hash of every input of its build, so a build whose key
 is listed here need not run), ``_build-keys`` in the JSON, ``data-build-keys`` on the link.
 A page written before there was such a key reads back without it. File URLs are relative
@@ -47,6 +48,7 @@ class FileEntry:
     yanked: str | None = None  # None: not yanked; "" yanked without a reason
     mirrored_from: str | None = None  # None: built here; else the upstream URL it was mirrored from
     gpu_archs: str | None = None  # what its gpu-archs.json says (ArchRecord.describe); None: no such file
+    abi: str | None = None  # the ABI its libraries keep to (WheelAbi.describe); None: mirrored, or no library
     # The build keys whose build gave these bytes: more than one where inputs changed and the
     # bytes did not (a reproducible build of an edited comment); empty for a mirrored file.
     build_keys: tuple[str, ...] = ()
@@ -75,6 +77,8 @@ class FileEntry:
             data["_mirrored-from"] = self.mirrored_from
         if self.gpu_archs is not None:
             data["_gpu-archs"] = self.gpu_archs
+        if self.abi is not None:
+            data["_abi"] = self.abi
         if self.build_keys:
             data["_build-keys"] = list(self.build_keys)
         return data
@@ -94,6 +98,7 @@ class FileEntry:
             yanked=yanked if isinstance(yanked, str) else ("" if yanked else None),
             mirrored_from=data.get("_mirrored-from"),
             gpu_archs=data.get("_gpu-archs"),
+            abi=data.get("_abi"),
             build_keys=tuple(data.get("_build-keys", ())),
         )
 
@@ -146,6 +151,8 @@ def _link(f: FileEntry) -> str:
         attrs.append(f'data-mirrored-from="{html.escape(f.mirrored_from)}"')
     if f.gpu_archs is not None:
         attrs.append(f'data-gpu-archs="{html.escape(f.gpu_archs)}"')
+    if f.abi is not None:
+        attrs.append(f'data-abi="{html.escape(f.abi)}"')
     if f.build_keys:
         attrs.append(f'data-build-keys="{" ".join(f.build_keys)}"')
     return f"<a {' '.join(attrs)}>{html.escape(f.filename)}</a><br>"

@@ -35,7 +35,7 @@ from typing import TypeVar
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from wheelmill.errors import IndexConflict, IndexStoreError, IndexWriteError, InvalidWheel
+from wheelmill.errors import CheckError, IndexConflict, IndexStoreError, IndexWriteError, InvalidWheel
 from wheelmill.files import Content, Linked, file_lock, write_all, write_atomic
 from wheelmill.index import pages
 from wheelmill.index.blobs import Blobs, Usage, stored
@@ -43,6 +43,7 @@ from wheelmill.index.pages import FileEntry, Project
 from wheelmill.inputs.archs import ARCH_RECORD, ArchRecord
 from wheelmill.inputs.versions import Track
 from wheelmill.machine.net import sha256_of
+from wheelmill.wheel.abi import read_abi
 from wheelmill.wheel.wheelfile import WheelInfo, read_wheel
 
 # A variant's channel (cu118), or one in a track other than the release track (test/cu118,
@@ -269,6 +270,17 @@ def gpu_archs(info: WheelInfo) -> str | None:
         ) from None
 
 
+def abi_of_wheel(wheel: Path) -> str | None:
+    """The ABI a built wheel's libraries keep to, for its listing (None: it has none, or
+    one that cannot be read: judging libraries is the post-repair checks' work, not the
+    index's, which lists what it can tell)."""
+    try:
+        abi = read_abi(wheel)
+    except CheckError:
+        return None
+    return abi.describe() if abi.libraries else None
+
+
 def publish(
     channel: Channel,
     wheel: Path,
@@ -285,6 +297,7 @@ def publish(
     wheelmill's own: only a built wheel's is read (and must be valid)."""
     info = _agreeing(wheel)
     archs = gpu_archs(info) if mirrored_from is None else None
+    abi = abi_of_wheel(wheel) if mirrored_from is None else None
     sha256 = sha256 or sha256_of(wheel)
     with channel.lock():
         target = channel.files / wheel.name
@@ -322,6 +335,7 @@ def publish(
             metadata_sha256=hashlib.sha256(info.metadata).hexdigest(),
             mirrored_from=mirrored_from,
             gpu_archs=archs,
+            abi=abi,
             build_keys=(build_key,) if build_key else (),
         )
         kept = tuple(f for f in project.files if f not in replaced and f.filename != wheel.name)
@@ -475,6 +489,7 @@ def _entry(channel: Channel, anchor: Mapping[str, str | None]) -> FileEntry | No
         yanked=anchor.get("data-yanked"),
         mirrored_from=anchor.get("data-mirrored-from"),
         gpu_archs=anchor.get("data-gpu-archs"),
+        abi=anchor.get("data-abi"),
         build_keys=pages.build_keys_of(anchor.get("data-build-keys")),
     )
 
@@ -501,6 +516,7 @@ def _complete(channel: Channel, project: Project) -> tuple[Project, list[str]]:
         )
         # a listing rebuilt from its file
         archs = gpu_archs(info) if entry.built and entry.gpu_archs is None else entry.gpu_archs
+        abi = abi_of_wheel(path) if entry.built and entry.abi is None else entry.abi
         entries.append(
             replace(
                 entry,
@@ -508,6 +524,7 @@ def _complete(channel: Channel, project: Project) -> tuple[Project, list[str]]:
                 requires_python=requires_python,
                 size=path.stat().st_size,
                 gpu_archs=archs,
+                abi=abi,
             )
         )
     return replace(project, files=tuple(entries)), notes

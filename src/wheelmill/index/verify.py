@@ -100,5 +100,7 @@ def _file(
         yield f"{where}: the HTML link carries another sha256"
     if anchor is not None and anchor.get("data-gpu-archs") != entry.gpu_archs:
         yield f"{where}: the HTML link and the JSON page show different GPU archs"
+    if anchor is not None and anchor.get("data-abi") != entry.abi:
+        yield f"{where}: the HTML link and the JSON page show different ABIs"
     if anchor is not None and pages.build_keys_of(anchor.get("data-build-keys")) != entry.build_keys:
         yield f"{where}: the HTML link and the JSON page show different build keys"

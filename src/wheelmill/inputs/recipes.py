@@ -15,6 +15,7 @@ import fnmatch
 import graphlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,12 @@ class GitSource:
 Source = PathSource | SdistSource | UrlSource | GitSource
 
 
+class AbiPromise(StrEnum):
+    """What a recipe's libraries promise of their ABI, checked after repair."""
+
+    STABLE = "stable"  # PyTorch's stable ABI alone: no libtorch C++ symbol
+
+
 @dataclass(frozen=True, kw_only=True)
 class Recipe:
     """A recipe as written: its own keys, plus the raw tables overrides merge into."""
@@ -71,6 +78,7 @@ class Recipe:
     description: str
     cells: tuple[str, ...]
     opt_in: bool  # built only when named, or needed by a recipe that is
+    abi: AbiPromise | None = None  # what its libraries promise of their ABI; None: nothing
     depends_on: tuple[str, ...]
     after: tuple[str, ...]  # built after (and against) these when the cell builds them too
     source: Source
@@ -109,6 +117,7 @@ class ResolvedRecipe:
     smoke: tuple[str, ...] | None
     max_wheel_size: int | None
     device_code: bool | None
+    abi: AbiPromise | None = None
     repair_exclude: tuple[str, ...] = field(default=())
     provides: tuple[str, ...] = field(default=())  # libraries the wheel itself ships (torch's own)
 
@@ -145,6 +154,7 @@ def load_recipe(file: Path) -> Recipe:
         description=data.get("description", ""),
         cells=tuple(data.get("cells", ["*"])),
         opt_in=data.get("opt-in", False),
+        abi=AbiPromise(data["abi"]) if "abi" in data else None,
         depends_on=tuple(data.get("depends-on", ())),
         after=tuple(data.get("after", ())),
         source=_source(data["source"], file=file),
@@ -373,6 +383,7 @@ def resolve(recipe: Recipe, cell: Cell) -> ResolvedRecipe:
         smoke=tuple(checks["smoke"]) if "smoke" in checks else None,
         max_wheel_size=parse_size(checks["max-wheel-size"]) if "max-wheel-size" in checks else None,
         device_code=checks.get("device-code"),
+        abi=recipe.abi,
         repair_exclude=tuple(repair.get("exclude", ())),
         provides=tuple(repair.get("provides", ())),
     )

@@ -40,10 +40,13 @@ class WheelRecord:
     size: int
     sha256: str
     path: str
+    # the ABI its libraries keep to ("python limited>=3.9; torch stable>=2.10.0"); None: no
+    # library, or a report written before it was recorded
+    abi: str | None = None
 
     @classmethod
-    def of(cls, path: Path) -> WheelRecord:
-        return cls(name=path.name, size=path.stat().st_size, sha256=sha256_of(path), path=str(path))
+    def of(cls, path: Path, *, abi: str | None = None) -> WheelRecord:
+        return cls(name=path.name, size=path.stat().st_size, sha256=sha256_of(path), path=str(path), abi=abi)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 from wheelmill.errors import ConfigError
 from wheelmill.inputs.archs import CudaArchs, GpuArchs, RocmArchs, parse_archs
 from wheelmill.inputs.matrix import Matrix
-from wheelmill.inputs.recipes import GitSource, PathSource, ResolvedRecipe, SdistSource, Source, UrlSource
+from wheelmill.inputs.recipes import AbiPromise, GitSource, PathSource, ResolvedRecipe, SdistSource, Source, UrlSource
 from wheelmill.inputs.variants import Cell, Family
 from wheelmill.inputs.versions import Release, VersionRule, stamp_version
 from wheelmill.machine.builder_images import BuilderImage
@@ -136,6 +136,7 @@ class RecipeSpec:
     symbols: tuple[str, ...]
     smoke: tuple[str, ...] | None
     device_code: bool | None
+    abi: AbiPromise | None = None
 
     @property
     def arch_list(self) -> str | None:
@@ -280,6 +281,7 @@ def recipe_spec(
         symbols=recipe.symbols,
         smoke=recipe.smoke,
         device_code=recipe.device_code,
+        abi=recipe.abi,
     )
 
 

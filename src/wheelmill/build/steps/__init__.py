@@ -27,6 +27,7 @@ from wheelmill.build.products import (
     Published,
     Ready,
     Repaired,
+    ShippedAbi,
     Sources,
     Stamped,
     Toolchain,
@@ -222,6 +223,7 @@ REGISTRY: tuple[StepDefinition, ...] = (
     RecipeStep(
         kind=StepKind.POST_REPAIR_CHECKS,
         needs=(Repaired,),
+        makes=(ShippedAbi,),
         run=verify.post_repair_checks,
         describe=verify.describe_post_repair,
         error=CheckError,
@@ -231,7 +233,7 @@ REGISTRY: tuple[StepDefinition, ...] = (
     # takes the repaired wheel of a recipe it needs (a failed test stops it before delivery).
     RecipeStep(
         kind=StepKind.INSTALL_TEST,
-        needs=(BuildEnv, Fetched, Repaired, Sources, Toolchain),
+        needs=(BuildEnv, Fetched, Repaired, ShippedAbi, Sources, Toolchain),
         makes=(WheelRecord,),
         reads=(WheelRecord,),
         run=install.install_test,

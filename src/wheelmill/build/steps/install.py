@@ -16,7 +16,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from wheelmill.build.context import Outcome, StepContext
-from wheelmill.build.products import BuildEnv, Fetched, Repaired, Sources, Toolchain
+from wheelmill.build.products import BuildEnv, Fetched, Repaired, ShippedAbi, Sources, Toolchain
 from wheelmill.build.steps.build import fill
 from wheelmill.build.steps.cell import keep_bytecode, lend_bytecode
 from wheelmill.checks import CheckResult, Verdict
@@ -42,7 +42,8 @@ def install_test(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     delivered = deliver(ctx.run.layout.dist, wheel)
     keep_bytecode(ctx, env, "of the test env kept, for the next envs")
     shutil.rmtree(env.root, ignore_errors=True)
-    return Outcome(checks=results, made=(WheelRecord.of(delivered),))
+    abi = ctx.done.get(ShippedAbi, spec.name).text
+    return Outcome(checks=results, made=(WheelRecord.of(delivered, abi=abi),))
 
 
 def _beside(ctx: StepContext, spec: RecipeSpec, env: Env, smoke: list[str] | None) -> list[CheckResult]:

@@ -1,7 +1,8 @@
 """Post-build checks, repair, and post-repair checks: the wheel is inspected as built (its
 symbols, device code and metadata), repaired by auditwheel with torch and the GPU runtime
 excluded, and inspected again as shipped (platform tag, bundled libraries, size, and the
-GPU arch record the stamp step wrote, which repair must keep)."""
+GPU arch record the stamp step wrote, which repair must keep; and the ABI its libraries keep
+to, against what its tag and its recipe promise)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from wheelmill.build.context import Outcome, StepContext
-from wheelmill.build.products import BuildEnv, CheckedEnv, Repaired, Stamped, Toolchain
+from wheelmill.build.products import BuildEnv, CheckedEnv, Repaired, ShippedAbi, Stamped, Toolchain
 from wheelmill.build.steps.build import arch_record, expected_pins
 from wheelmill.checks import CheckResult, require
+from wheelmill.checks.abi import describe as describe_abi
+from wheelmill.checks.abi import judge_abi
 from wheelmill.checks.contents import judge_arch_record, judge_bundled, judge_label, judge_pins, judge_size
 from wheelmill.checks.device import find_cuobjdump, judge_cuda, judge_rocm, scan_cuda, scan_rocm
 from wheelmill.checks.platform import judge_baseline, judge_platform
@@ -26,6 +29,7 @@ from wheelmill.machine.probes import TorchInfo
 from wheelmill.machine.process import Runner, base_environment
 from wheelmill.machine.toolchain import Toolkit
 from wheelmill.planning.spec import CellPlan, RecipeSpec
+from wheelmill.wheel.abi import WheelAbi, abi_of
 from wheelmill.wheel.elf import ElfSummary, LibraryFinder, system_lib_dirs
 from wheelmill.wheel.wheelfile import inspect_wheel, read_wheel
 
@@ -139,16 +143,20 @@ def post_repair_checks(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     info = read_wheel(wheel)
     fallback = _stand_in(ctx.run.plan)
 
-    def judge(_root: Path, elves: list[ElfSummary]) -> list[CheckResult]:
+    def judge(root: Path, elves: list[ElfSummary]) -> tuple[list[CheckResult], WheelAbi]:
+        abi = abi_of(root, elves)
         return [
             judge_platform(elves, info.platforms),
             judge_baseline(info.platforms, spec.glibc, fallback=fallback),
             judge_bundled(elves, spec.forbidden),
             judge_size(wheel.stat().st_size, spec.max_wheel_size),
             judge_arch_record(info, arch_record(spec, elves)),  # as shipped: repair must have kept it
-        ]
+            judge_abi(abi, info.tags, spec.abi, recipe_file=str(spec.file)),
+        ], abi
 
-    return Outcome(checks=_verdict(ctx, spec, wheel, inspect_wheel(wheel, judge)))
+    results, abi = inspect_wheel(wheel, judge)
+    shipped = ShippedAbi(text=abi.describe() if abi.libraries else None)
+    return Outcome(checks=_verdict(ctx, spec, wheel, results), made=(shipped,))
 
 
 def describe_post_build(_plan: CellPlan, spec: RecipeSpec) -> str:
@@ -178,5 +186,5 @@ def describe_post_repair(_plan: CellPlan, spec: RecipeSpec) -> str:
     bundled = f"nothing bundled from: {', '.join(spec.forbid)} or the excludes"
     return (
         f"manylinux tag vs GLIBC/GLIBCXX; baseline {spec.glibc}; {bundled}; "
-        f"size <= {format_size(spec.max_wheel_size)}; gpu-archs.json as stamped"
+        f"size <= {format_size(spec.max_wheel_size)}; gpu-archs.json as stamped; {describe_abi(spec.abi)}"
     )
