@@ -51,6 +51,9 @@ def all_checks(data: dict[str, Any]) -> list[dict[str, Any]]:
     return [check for step in data["steps"] for check in step["checks"]]
 
 
+STABLE = {"example-stable-ops"}  # the recipes on the stable ABI (abi = "stable")
+
+
 def assert_cell_built(
     output: Path, cell: str, recipes: set[str], label: str, torch: str, *, channel_name: str | None = None
 ) -> dict[str, Any]:
@@ -72,14 +75,17 @@ def assert_cell_built(
     for recipe in data["recipes"]:
         wheel = Path(recipe["wheel"]["path"])
         assert wheel.name in published, "the publish step put it in the local index"
-        # per-torch extensions: recorded in the report as the index shows them
-        assert recipe["wheel"]["abi"].endswith("; torch unstable") and recipe["wheel"]["abi"].startswith("python ")
-        assert published[wheel.name].abi == recipe["wheel"]["abi"]
+        assert published[wheel.name].abi == recipe["wheel"]["abi"], "the report and the index say the same ABI"
         assert wheel.parent == output / cell / "dist"
         info = read_wheel(wheel)
         assert info.version.local == label
         assert all(p.startswith("manylinux_") for p in info.platforms)
-        assert f"torch=={torch}" in info.requires_dist
+        if recipe["name"] in STABLE:  # one wheel for every torch from 2.10 and every CPython from 3.10
+            assert "torch>=2.10" in info.requires_dist and {t.abi for t in info.tags} == {"abi3"}
+            assert recipe["wheel"]["abi"] == "python limited>=3.2; torch stable>=2.10.0"
+        else:  # built for this torch and this Python
+            assert f"torch=={torch}" in info.requires_dist
+            assert recipe["wheel"]["abi"].startswith("python ") and recipe["wheel"]["abi"].endswith("; torch unstable")
         assert len(recipe["wheel"]["sha256"]) == 64
     return data
 
@@ -101,11 +107,12 @@ def test_nox_lists_a_session_per_cell() -> None:
 
 
 SMOKE = """
-import torch, torchsort, example_cpp_ops
+import torch, torchsort, example_cpp_ops, example_stable_ops
 assert torch.__version__ == "2.13.0+cpu", torch.__version__
 x = torch.tensor([[3.0, 1.0, 2.0]])
 assert torchsort.soft_rank(x, regularization_strength=0.001).round().tolist() == [[3.0, 1.0, 2.0]]
 assert torch.ops.example_ops.rms_norm(torch.ones(2, 4), torch.ones(4), 1e-6).shape == (2, 4)
+assert example_stable_ops.rms_norm(torch.ones(2, 4), torch.ones(4)).shape == (2, 4)
 print("smoke ok")
 """
 
@@ -115,14 +122,15 @@ def test_cpu_cell_builds_end_to_end(tmp_path: Path) -> None:
     served over HTTP, gives pip and uv the cell's wheels, torch and every dependency."""
     result = nox("build-cpu-py311", tmp_path)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
-    data = assert_cell_built(tmp_path, "cpu-py311", {"example-cpp-ops", "torchsort"}, "cpu", "2.13.0+cpu")
+    built = {"example-cpp-ops", "example-stable-ops", "torchsort"}
+    data = assert_cell_built(tmp_path, "cpu-py311", built, "cpu", "2.13.0+cpu")
     assert "cpu-py311: ok" in result.stdout
     assert "wheels" in result.stdout and "sha256" in result.stdout  # the summary tables
     assert [line for line in result.stderr.splitlines() if not line.startswith("nox > ")] == [], (
         "stderr is for the error line only"
     )
     closure = read_closure(tmp_path / "cpu-py311" / CLOSURE_LOCK_NAME)
-    assert closure.built == {"example-cpp-ops", "torchsort"}
+    assert closure.built == built
     assert {"torch", "filelock", "sympy"} <= {w.project for w in closure.to_mirror}
     channel = Channel(tmp_path / "index", "cpu")
     torch = channel.project("torch")
@@ -134,7 +142,7 @@ def test_cpu_cell_builds_end_to_end(tmp_path: Path) -> None:
             python = venv(tmp_path / f"consumer-{installer}")
             index = served.simple("cpu")
             if installer == "pip":
-                done = pip(python, "install", "--index-url", index, "example-cpp-ops", "torchsort")
+                done = pip(python, "install", "--index-url", index, *sorted(built))
             else:
                 done = uv(
                     "pip",
@@ -144,8 +152,7 @@ def test_cpu_cell_builds_end_to_end(tmp_path: Path) -> None:
                     str(python),
                     "--index-url",
                     index,
-                    "example-cpp-ops",
-                    "torchsort",
+                    *sorted(built),
                 )
             assert done.returncode == 0, done.stdout + done.stderr
             smoke = subprocess.run(
@@ -159,20 +166,55 @@ def test_cpu_cell_builds_end_to_end(tmp_path: Path) -> None:
     assert all(status == 200 and path.startswith("/cpu/") for path, status, _size in requests), requests
     assert any("torch-2.13.0" in path for path in downloads) and any("filelock" in path for path in downloads)
     _conda_env_runs_the_cell(tmp_path)
+    _the_stable_wheel_runs_with_another_torch(tmp_path)
+
+
+def _the_stable_wheel_runs_with_another_torch(output: Path) -> None:
+    """The stable example's one wheel, built against torch 2.13.0+cpu, passes its own tests
+    with torch 2.14.1 (a CUDA build, on its CPU kernels): docs/design/abi.md says so."""
+    (wheel,) = (output / "cpu-py311" / "dist").glob("example_stable_ops-*-cp310-abi3-*.whl")
+    uv = shutil.which("uv", path=str(Path(sys.executable).parent))
+    assert uv
+    env = Env(root=output / "torch-2.14")
+    subprocess.run([uv, "venv", "--quiet", "--python", sys.executable, str(env.root)], check=True)
+    sources = machine_sources(Settings.from_environ({})).best_match().uv_args()
+    installed = subprocess.run(
+        [uv, "pip", "install", "--quiet", "--python", str(env.python), *sources, "torch==2.14.1", "pytest", str(wheel)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    tests = ROOT / "extensions" / "stable-ops" / "tests"
+    ran = subprocess.run(
+        [str(env.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--import-mode=importlib", str(tests)],
+        cwd=output,
+        capture_output=True,
+        text=True,
+        check=False,
+        env=isolated_env(),
+    )
+    assert ran.returncode == 0 and " passed" in ran.stdout, ran.stdout[-2000:] + ran.stderr[-2000:]
+    version = subprocess.run(
+        [str(env.python), "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True, check=True
+    )
+    assert version.stdout.startswith("2.14.1"), version.stdout
 
 
 def _conda_env_runs_the_cell(output: Path) -> None:
     """The conda commands of docs/conda.md: the channel's wheels and this machine's CPython as a
     conda channel, an env made from it alone, and the extensions run in it."""
     published = sorted(p.name for p in (output / "index" / "conda" / "cpu").glob("*/*.conda"))
-    assert published == ["example-cpp-ops-0.1.0-cpu_py311_0.conda", "torchsort-0.1.10-cpu_py311_0.conda"], (
-        "the publish step made them"
-    )
+    assert published == [
+        "example-cpp-ops-0.1.0-cpu_py311_0.conda",
+        "example-stable-ops-0.1.0-cpu_py311_0.conda",
+        "torchsort-0.1.10-cpu_py311_0.conda",
+    ], "the publish step made them"
     env = {**os.environ, "WHEELMILL_OUTPUT": str(output)}
     outputs = []
     for args in (
         ["seed", "--cell", "cpu-py311"],
-        ["create", str(output / "conda-env"), "example-cpp-ops", "torchsort"],
+        ["create", str(output / "conda-env"), "example-cpp-ops", "example-stable-ops", "torchsort"],
     ):
         done = subprocess.run(
             [sys.executable, "-m", "wheelmill", "conda", *args],
@@ -185,8 +227,9 @@ def _conda_env_runs_the_cell(output: Path) -> None:
         )
         assert done.returncode == 0, done.stdout + done.stderr
         outputs.append(done.stdout)
-    assert " packages added, 2 already there," in outputs[0], outputs[0]
-    assert "example-cpp-ops 0.1.0 cpu_py311_0" in outputs[1] and "torch 2.13.0 cpu_py311_0" in outputs[1]
+    assert " packages added, 3 already there," in outputs[0], outputs[0]
+    created = " ".join(outputs[1].split())  # the console wraps a long line
+    assert "example-cpp-ops 0.1.0 cpu_py311_0" in created and "torch 2.13.0 cpu_py311_0" in created
     smoke = subprocess.run(
         [str(output / "conda-env" / "bin" / "python"), "-c", SMOKE],
         capture_output=True,
@@ -204,11 +247,16 @@ def test_cuda130_cell_builds_end_to_end(tmp_path: Path) -> None:
     result = nox("build-cuda130-py311", tmp_path)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     data = assert_cell_built(
-        tmp_path, "cuda130-py311", {"example-cpp-ops", "example-cuda-ops", "torchsort"}, "cu130", "2.14.1"
+        tmp_path,
+        "cuda130-py311",
+        {"example-cpp-ops", "example-cuda-ops", "example-stable-ops", "torchsort"},
+        "cu130",
+        "2.14.1",
     )
     device = {step["recipe"]: c for step in data["steps"] for c in step["checks"] if c["name"] == "device-code"}
     assert device["example-cuda-ops"]["verdict"] == "pass"
     assert device["torchsort"]["verdict"] == "pass"
+    assert device["example-stable-ops"]["verdict"] == "pass", "its CUDA kernels, on the stable ABI too"
     cuda_ops = next(r for r in data["recipes"] if r["name"] == "example-cuda-ops")
     first = Path(cuda_ops["wheel"]["path"]).read_bytes()
     assert "example-cpp-ops==0.1.0+cu130" in read_wheel(Path(cuda_ops["wheel"]["path"])).requires_dist

@@ -64,14 +64,14 @@ def test_torch_requirement_follows_the_label_rule(matrix) -> None:  # type: igno
 
 def test_recipes_load_and_form_a_dag(recipes, matrix) -> None:  # type: ignore[no-untyped-def]
     ecosystem = {"torch", "torchvision", "torchaudio", "flash-attn", "apex", "deepspeed", "xformers", "fbgemm-gpu"}
-    assert set(recipes) == {"example-cpp-ops", "example-cuda-ops", "torchsort", *ecosystem}
+    assert set(recipes) == {"example-cpp-ops", "example-cuda-ops", "example-stable-ops", "torchsort", *ecosystem}
     assert {name for name, recipe in recipes.items() if recipe.opt_in} == ecosystem
     assert isinstance(recipes["torchsort"].source, SdistSource)
     assert select(recipes, matrix.cell("cuda130-py311"), ["example-cuda-ops"]) == (
         "example-cpp-ops",
         "example-cuda-ops",
     )
-    assert select(recipes, matrix.cell("cpu-py311"), []) == ("example-cpp-ops", "torchsort")
+    assert select(recipes, matrix.cell("cpu-py311"), []) == ("example-cpp-ops", "example-stable-ops", "torchsort")
 
 
 def test_overrides_resolve_per_cell(recipes, matrix) -> None:  # type: ignore[no-untyped-def]

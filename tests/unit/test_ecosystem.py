@@ -56,13 +56,18 @@ def test_ecosystem_plan_matches_golden(
 def test_validate_plans_every_recipe_in_every_cell(cli: CliRunner, repo_root: Path) -> None:
     result = cli("--recipes", str(repo_root / "recipes"), "validate")
     assert result.code == 0, result.err
-    assert "11 recipes" in result.out and all(name in result.out for name in ECOSYSTEM)
+    assert "12 recipes" in result.out and all(name in result.out for name in ECOSYSTEM)
 
 
 def test_ecosystem_recipes_are_built_only_when_named(repo_root: Path) -> None:
     matrix = load_matrix(repo_root / "recipes" / "matrix.toml")
     recipes = load_recipes(repo_root / "recipes")
-    assert select(recipes, matrix.cell("cuda130-py311"), []) == ("example-cpp-ops", "torchsort", "example-cuda-ops")
+    assert select(recipes, matrix.cell("cuda130-py311"), []) == (
+        "example-cpp-ops",
+        "example-stable-ops",
+        "torchsort",
+        "example-cuda-ops",
+    )
     # Named alone, torchvision builds against the variant's torch; torch is not pulled in.
     assert select(recipes, matrix.cell("cpu-py311"), ["torchvision"]) == ("torchvision",)
 

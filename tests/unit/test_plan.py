@@ -101,6 +101,7 @@ def test_a_slim_cell_plans_its_one_arch_into_its_own_channel(cli: CliRunner, rep
     assert [r.name for r in slim.recipes] == [r.name for r in fat.recipes]
     assert {r.name: r.arch_list for r in slim.recipes} == {
         "example-cpp-ops": "9.0",
+        "example-stable-ops": "9.0",
         "torchsort": "9.0",
         "example-cuda-ops": "9.0",
     }
