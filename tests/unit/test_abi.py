@@ -9,7 +9,7 @@ from pathlib import Path
 from packaging.tags import parse_tag
 
 from wheelmill.checks import Verdict
-from wheelmill.checks.abi import judge_abi
+from wheelmill.checks.abi import judge_abi, judge_cuda_runtime
 from wheelmill.inputs.recipes import AbiPromise
 from wheelmill.wheel.abi import PythonUse, TorchUse, WheelAbi, classify
 from wheelmill.wheel.elf import DynamicInfo, ElfSummary
@@ -24,8 +24,8 @@ STABLE = ("aoti_torch_get_data_ptr", "aoti_torch_empty_strided", "torch_library_
 LIMITED = ("PyModule_Create2", "_Py_NoneStruct")  # in the limited API since 3.2
 
 
-def library(name: str, *symbols: str) -> ElfSummary:
-    dynamic = DynamicInfo(path=Path("/unpacked") / name, soname=None, needed=(), rpaths=())
+def library(name: str, *symbols: str, needed: tuple[str, ...] = ()) -> ElfSummary:
+    dynamic = DynamicInfo(path=Path("/unpacked") / name, soname=None, needed=needed, rpaths=())
     return ElfSummary(
         dynamic=dynamic, undefined=frozenset(symbols), defined=frozenset(), version_needs=(), sections=frozenset()
     )
@@ -89,3 +89,18 @@ def test_an_abi3_tag_holds_every_library_to_the_limited_api_of_its_python() -> N
     assert result.detail == "a.abi3.so: tagged abi3 for Python 3.9 but needs the limited API of Python 3.10"
     full = WheelAbi(libraries=(classify(library("a.abi3.so", "PyFrame_GetBack"), "a.abi3.so"),))
     assert "uses PyFrame_GetBack, outside CPython's limited API" in judge_abi(full, tags, None, recipe_file="r").detail
+
+
+def test_a_library_linked_against_another_cuda_major_than_its_torchs_fails() -> None:
+    """PyPI's torch 2.10 ships CUDA 12 runtimes, 2.11 on CUDA 13: a library linked against
+    libcudart.so.13 does not load beside the first."""
+    root = Path("/unpacked")
+    cuda13 = [library("ops/_C.abi3.so", needed=("libc10.so", "libcudart.so.13", "libcufft.so.12"))]
+    failed = judge_cuda_runtime(cuda13, root, "12.8")
+    assert failed.verdict is Verdict.FAIL
+    assert failed.detail == "ops/_C.abi3.so links libcudart.so.13 (CUDA 13) but its torch ships CUDA 12 runtimes"
+    assert failed.fix == "build it with a CUDA 12 toolkit, the major of the torch it is for"
+    passed = judge_cuda_runtime(cuda13, root, "13.0")
+    assert (passed.verdict, passed.detail) == (Verdict.PASS, "CUDA 13, as its torch's (13.0)"), "cuFFT's 12 is its own"
+    assert judge_cuda_runtime([library("a.so", needed=("libc10.so",))], root, "13.0").verdict is Verdict.SKIP
+    assert judge_cuda_runtime(cuda13, root, None).verdict is Verdict.SKIP

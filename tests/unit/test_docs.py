@@ -20,7 +20,7 @@ from tests.wheels import install
 from wheelmill import errors
 from wheelmill.build.plan import plan_cell
 from wheelmill.build.steps import REGISTRY, CellStep
-from wheelmill.checks.abi import judge_abi
+from wheelmill.checks.abi import judge_abi, judge_cuda_runtime
 from wheelmill.cli import main
 from wheelmill.inputs.archs import ArchRecord, arch_tag
 from wheelmill.inputs.matrix import load_matrix
@@ -290,3 +290,16 @@ def test_the_abi_pages_error_line_is_the_checks_own() -> None:
     )
     assert line.endswith(f"fix: abi: {result.fix}")
     assert 'abi = "stable"' in text and "`_abi`" in text and "`data-abi`" in text
+
+
+def test_the_abi_pages_cuda_major_example_is_the_checks_own() -> None:
+    text = section("design/abi.md", "- **The CUDA major.**", "## The stable example")
+    library = ElfSummary(
+        dynamic=DynamicInfo(path=Path("/x/ops/_C.abi3.so"), soname=None, needed=("libcudart.so.13",), rpaths=()),
+        undefined=frozenset(),
+        defined=frozenset(),
+        version_needs=(),
+        sections=frozenset(),
+    )
+    result = judge_cuda_runtime([library], Path("/x"), "12.8")
+    assert f"`{result.detail}`" in " ".join(text.split())

@@ -8,18 +8,31 @@ against what the wheel's tag and its recipe promise.
 
 Either broken promise fails the check (so nothing is published), naming the library and its
 first offending symbols. Kept, the check says what the libraries are, for the report.
+
+And the CUDA major a library links (``libcudart.so.13``) must be the one of the torch it
+meets: PyPI's torch moved from CUDA 12 runtimes (2.10) to CUDA 13 ones (2.11), and a library
+linked against one major does not load beside the other's.
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
 
 from packaging.tags import Tag
 
 from wheelmill.checks import CheckResult
 from wheelmill.inputs.recipes import AbiPromise
 from wheelmill.wheel.abi import LibraryAbi, PythonUse, TorchUse, WheelAbi
+from wheelmill.wheel.elf import ElfSummary
 
 NAME = "abi"
+CUDA_RUNTIME = "cuda-runtime"
 _SHOWN = 3  # offending symbols named in a failure
+# The CUDA libraries whose SONAME carries the toolkit's major (cuFFT, cuSPARSE and others
+# carry versions of their own).
+_CUDA_MAJOR = re.compile(r"^lib(?:cudart|cublas|cublasLt|nvrtc|nvJitLink)\.so\.(\d+)$")
 
 
 def judge_abi(abi: WheelAbi, tags: frozenset[Tag], promise: AbiPromise | None, *, recipe_file: str) -> CheckResult:
@@ -71,6 +84,31 @@ def _first(symbols: tuple[str, ...]) -> str:
 
 def _release(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split("."))
+
+
+def judge_cuda_runtime(libraries: Sequence[ElfSummary], root: Path, torch_cuda: str | None) -> CheckResult:
+    """Each library's CUDA major, from the runtimes it links, against ``torch_cuda`` (the
+    torch the wheel is for, ``13.0``; None for a torch without CUDA); ``root`` is where the
+    wheel's libraries were unpacked."""
+    linked = [
+        (lib.path.relative_to(root), needed, int(match.group(1)))
+        for lib in libraries
+        for needed in lib.dynamic.needed
+        if (match := _CUDA_MAJOR.match(needed))
+    ]
+    if not linked:
+        return CheckResult.skipped(CUDA_RUNTIME, "links no CUDA runtime")
+    if torch_cuda is None:
+        return CheckResult.skipped(CUDA_RUNTIME, "a torch without CUDA: nothing to match")
+    major = int(torch_cuda.split(".")[0])
+    for name, needed, linked_major in linked:
+        if linked_major != major:
+            return CheckResult.failed(
+                CUDA_RUNTIME,
+                f"{name} links {needed} (CUDA {linked_major}) but its torch ships CUDA {major} runtimes",
+                f"build it with a CUDA {major} toolkit, the major of the torch it is for",
+            )
+    return CheckResult.passed(CUDA_RUNTIME, f"CUDA {major}, as its torch's ({torch_cuda})")
 
 
 def describe(promise: AbiPromise | None) -> str:

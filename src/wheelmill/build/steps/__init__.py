@@ -222,7 +222,7 @@ REGISTRY: tuple[StepDefinition, ...] = (
     ),
     RecipeStep(
         kind=StepKind.POST_REPAIR_CHECKS,
-        needs=(Repaired,),
+        needs=(CheckedEnv, Repaired),
         makes=(ShippedAbi,),
         run=verify.post_repair_checks,
         describe=verify.describe_post_repair,

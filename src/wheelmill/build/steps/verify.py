@@ -15,7 +15,7 @@ from wheelmill.build.products import BuildEnv, CheckedEnv, Repaired, ShippedAbi,
 from wheelmill.build.steps.build import arch_record, expected_pins
 from wheelmill.checks import CheckResult, require
 from wheelmill.checks.abi import describe as describe_abi
-from wheelmill.checks.abi import judge_abi
+from wheelmill.checks.abi import judge_abi, judge_cuda_runtime
 from wheelmill.checks.contents import judge_arch_record, judge_bundled, judge_label, judge_pins, judge_size
 from wheelmill.checks.device import find_cuobjdump, judge_cuda, judge_rocm, scan_cuda, scan_rocm
 from wheelmill.checks.platform import judge_baseline, judge_platform
@@ -139,7 +139,7 @@ def _stand_in(plan: CellPlan) -> str | None:
 
 
 def post_repair_checks(ctx: StepContext, spec: RecipeSpec) -> Outcome:
-    wheel = ctx.done.get(Repaired, spec.name).wheel
+    wheel, torch = ctx.done.get(Repaired, spec.name).wheel, ctx.done.get(CheckedEnv).torch
     info = read_wheel(wheel)
     fallback = _stand_in(ctx.run.plan)
 
@@ -152,6 +152,7 @@ def post_repair_checks(ctx: StepContext, spec: RecipeSpec) -> Outcome:
             judge_size(wheel.stat().st_size, spec.max_wheel_size),
             judge_arch_record(info, arch_record(spec, elves)),  # as shipped: repair must have kept it
             judge_abi(abi, info.tags, spec.abi, recipe_file=str(spec.file)),
+            judge_cuda_runtime(elves, root, torch.cuda),
         ], abi
 
     results, abi = inspect_wheel(wheel, judge)
@@ -186,5 +187,6 @@ def describe_post_repair(_plan: CellPlan, spec: RecipeSpec) -> str:
     bundled = f"nothing bundled from: {', '.join(spec.forbid)} or the excludes"
     return (
         f"manylinux tag vs GLIBC/GLIBCXX; baseline {spec.glibc}; {bundled}; "
-        f"size <= {format_size(spec.max_wheel_size)}; gpu-archs.json as stamped; {describe_abi(spec.abi)}"
+        f"size <= {format_size(spec.max_wheel_size)}; gpu-archs.json as stamped; {describe_abi(spec.abi)}; "
+        "CUDA runtimes of its torch's major"
     )
