@@ -14,7 +14,6 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -176,7 +175,11 @@ def test_two_cells_in_one_run_each_end_in_their_container_while_the_next_starts(
 
 def test_ctrl_c_in_a_container_build_leaves_nothing(engine: tuple[str, str], tmp_path: Path) -> None:
     name, binary = engine
-    env = {**os.environ, "WHEELMILL_OUTPUT": str(tmp_path)}
+    # A temporary directory of its own: other tests, on the other worker, make and remove
+    # theirs in the machine's meanwhile.
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    env = {**os.environ, "WHEELMILL_OUTPUT": str(tmp_path / "out"), "TMPDIR": str(temporary)}
     command = [
         sys.executable,
         "-m",
@@ -189,21 +192,14 @@ def test_ctrl_c_in_a_container_build_leaves_nothing(engine: tuple[str, str], tmp
         "--recipe",
         "example-cpp-ops",
     ]
-    build_log = tmp_path / "cpu-py311" / "logs" / "*-example-cpp-ops-build.log"
-    before = temporary_directories()
+    build_log = tmp_path / "out" / "cpu-py311" / "logs" / "*-example-cpp-ops-build.log"
     returncode, err = interrupt_mid_compile(command, cwd=ROOT, env=env, build_log=build_log, wait=900, stop_within=120)
     assert returncode == 130, err[-2000:]
     assert containers_of(binary, "cpu-py311") == []
-    assert report(tmp_path, "cpu-py311")["status"] == "interrupted"
+    assert report(tmp_path / "out", "cpu-py311")["status"] == "interrupted"
     leftovers = [p for p in tmp_path.rglob("*") if p.name.startswith((".wm-tmp-", "wheelmill-")) or p.suffix == ".part"]
-    assert leftovers == []
-    assert temporary_directories() - before == set(), "no temporary directories"
-
-
-def temporary_directories() -> set[Path]:
-    """wheelmill's directories in the system temporary directory; a run elsewhere on the
-    machine (killed before its cleanup) may have left some, so tests compare before and after."""
-    return {p for p in Path(tempfile.gettempdir()).glob("wheelmill-*") if p.is_dir()}
+    assert leftovers == [], "nothing half-written, and no temporary directory left"
+    assert list(temporary.iterdir()) == [], "no temporary directories"
 
 
 def test_a_lock_made_for_other_inputs_stops_the_cell_before_anything_builds(
