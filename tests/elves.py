@@ -5,8 +5,10 @@ fed exactly the bytes a test needs."""
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+
+from wheelmill.wheel.elf import DynamicInfo, ElfSummary
 
 _PROGBITS, _STRTAB = 1, 3
 
@@ -35,3 +37,23 @@ def make_elf(path: Path, sections: Mapping[str, bytes]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(header + body + headers)
     return path
+
+
+def summary(
+    path: Path,
+    *,
+    undefined: Iterable[str] = (),
+    needed: tuple[str, ...] = (),
+    soname: str | None = None,
+    defined: frozenset[str] = frozenset(),
+    version_needs: tuple[tuple[str, str], ...] = (),
+) -> ElfSummary:
+    """What the checks read of a library at ``path``, given as values (no file): for checks
+    fed exactly the symbols and links a test needs."""
+    return ElfSummary(
+        dynamic=DynamicInfo(path=path, soname=soname, needed=needed, rpaths=()),
+        undefined=frozenset(undefined),
+        defined=defined,
+        version_needs=version_needs,
+        sections=frozenset(),
+    )

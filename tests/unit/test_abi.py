@@ -8,11 +8,12 @@ from pathlib import Path
 
 from packaging.tags import parse_tag
 
+from tests.elves import summary
 from wheelmill.checks import Verdict
 from wheelmill.checks.abi import judge_abi, judge_cuda_runtime
 from wheelmill.inputs.recipes import AbiPromise
 from wheelmill.wheel.abi import PythonUse, TorchUse, WheelAbi, classify
-from wheelmill.wheel.elf import DynamicInfo, ElfSummary
+from wheelmill.wheel.elf import ElfSummary
 
 # What example-cpp-ops' _C.so (the per-torch example) leaves to libtorch and libc10.
 UNSTABLE = (
@@ -25,10 +26,7 @@ LIMITED = ("PyModule_Create2", "_Py_NoneStruct")  # in the limited API since 3.2
 
 
 def library(name: str, *symbols: str, needed: tuple[str, ...] = ()) -> ElfSummary:
-    dynamic = DynamicInfo(path=Path("/unpacked") / name, soname=None, needed=needed, rpaths=())
-    return ElfSummary(
-        dynamic=dynamic, undefined=frozenset(symbols), defined=frozenset(), version_needs=(), sections=frozenset()
-    )
+    return summary(Path("/unpacked") / name, undefined=symbols, needed=needed)
 
 
 def test_a_library_of_libtorchs_cpp_api_is_for_one_torch() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.elves import summary
 from wheelmill.checks import Verdict
 from wheelmill.checks.contents import judge_bundled, judge_size, unhashed
 from wheelmill.checks.device import DeviceCode, bundle_targets, judge_cuda, judge_rocm, parse_listing
@@ -18,7 +19,7 @@ from wheelmill.inputs.archs import CudaArchs, RocmArchs
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.inputs.variants import Variant
 from wheelmill.machine.probes import TorchInfo
-from wheelmill.wheel.elf import DynamicInfo, ElfSummary
+from wheelmill.wheel.elf import ElfSummary
 
 
 def elf(
@@ -28,13 +29,7 @@ def elf(
     needs: tuple[tuple[str, str], ...] = (),
     defined: frozenset[str] = frozenset(),
 ) -> ElfSummary:
-    return ElfSummary(
-        dynamic=DynamicInfo(path=Path("/w") / name, soname=soname, needed=(), rpaths=()),
-        undefined=frozenset(),
-        defined=defined,
-        version_needs=needs,
-        sections=frozenset(),
-    )
+    return summary(Path("/w") / name, soname=soname, defined=defined, version_needs=needs)
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ import yaml
 from packaging.tags import parse_tag
 
 from tests.conftest import CliRunner
+from tests.elves import summary
 from tests.wheels import install
 from wheelmill import errors
 from wheelmill.build.plan import plan_cell
@@ -29,7 +30,6 @@ from wheelmill.inputs.variants import Family
 from wheelmill.planning.buildkey import build_keys
 from wheelmill.settings import Settings
 from wheelmill.wheel.abi import WheelAbi, classify
-from wheelmill.wheel.elf import DynamicInfo, ElfSummary
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DOCS = ROOT / "docs"
@@ -275,13 +275,7 @@ def test_the_abi_pages_error_line_is_the_checks_own() -> None:
     (line,) = [row.strip() for row in text.splitlines() if row.strip().startswith("wheelmill: error:")]
     name = "example_cpp_ops/_C.cpython-311-x86_64-linux-gnu.so"
     symbols = frozenset({"_ZNK2at10TensorBase21__dispatch_contiguousEN3c1012MemoryFormatE"})
-    library = ElfSummary(
-        dynamic=DynamicInfo(path=Path("/x") / name, soname=None, needed=(), rpaths=()),
-        undefined=symbols,
-        defined=frozenset(),
-        version_needs=(),
-        sections=frozenset(),
-    )
+    library = summary(Path("/x") / name, undefined=symbols)
     abi = WheelAbi(libraries=(classify(library, name),))
     tags = frozenset(parse_tag("cp311-cp311-manylinux_2_28_x86_64"))
     result = judge_abi(abi, tags, AbiPromise.STABLE, recipe_file="recipes/example-cpp-ops.toml")
@@ -294,12 +288,6 @@ def test_the_abi_pages_error_line_is_the_checks_own() -> None:
 
 def test_the_abi_pages_cuda_major_example_is_the_checks_own() -> None:
     text = section("design/abi.md", "- **The CUDA major.**", "## The stable example")
-    library = ElfSummary(
-        dynamic=DynamicInfo(path=Path("/x/ops/_C.abi3.so"), soname=None, needed=("libcudart.so.13",), rpaths=()),
-        undefined=frozenset(),
-        defined=frozenset(),
-        version_needs=(),
-        sections=frozenset(),
-    )
+    library = summary(Path("/x/ops/_C.abi3.so"), needed=("libcudart.so.13",))
     result = judge_cuda_runtime([library], Path("/x"), "12.8")
     assert f"`{result.detail}`" in " ".join(text.split())
