@@ -35,7 +35,7 @@ WATCHED = ("write", "fsync", "rename", "link", "linkat", "unlink")
 
 def wheelmill(index_root: Path, *args: str, inject: tuple[str, int] | None = None) -> subprocess.CompletedProcess[str]:
     """wheelmill in its own process; with ``inject``, SIGKILLed at that syscall's n-th call."""
-    env = {**os.environ, "WHEELMILL_INDEX_ROOT": str(index_root), "PYTHONDONTWRITEBYTECODE": "1"}
+    env = _environment(index_root)
     argv = [sys.executable, "-m", "wheelmill", "--recipes", str(ROOT / "recipes"), *args]
     if inject is not None:
         syscall, n = inject
@@ -54,10 +54,24 @@ def wheelmill(index_root: Path, *args: str, inject: tuple[str, int] | None = Non
     return subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=120)
 
 
+def _environment(index_root: Path) -> dict[str, str]:
+    """The index, and a temporary directory of its own beside it: a process killed at a write
+    may be Python's own probe of its temporary directory (a file it writes and removes), which
+    would otherwise stay in the machine's."""
+    temporary = index_root.with_name(f"{index_root.name}-tmp")
+    temporary.mkdir(parents=True, exist_ok=True)
+    return {
+        **os.environ,
+        "WHEELMILL_INDEX_ROOT": str(index_root),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "TMPDIR": str(temporary),
+    }
+
+
 def calls(index_root: Path, *args: str) -> Counter[str]:
     """How often a command makes each watched syscall, from a traced run of it."""
     trace = index_root.parent / "trace.txt"
-    env = {**os.environ, "WHEELMILL_INDEX_ROOT": str(index_root), "PYTHONDONTWRITEBYTECODE": "1"}
+    env = _environment(index_root)
     argv = [sys.executable, "-m", "wheelmill", "--recipes", str(ROOT / "recipes"), *args]
     subprocess.run(
         ["strace", "-f", "-qq", "-o", str(trace), "-e", f"trace={','.join(WATCHED)}", *argv],

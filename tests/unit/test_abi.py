@@ -4,15 +4,19 @@ compiler mangles them), and the check that holds a wheel's abi3 tag and a recipe
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
+import pytest
 from packaging.tags import parse_tag
 
-from tests.elves import summary
+from tests.elves import make_elf, summary
+from tests.wheels import make_wheel
 from wheelmill.checks import Verdict
 from wheelmill.checks.abi import judge_abi, judge_cuda_runtime
+from wheelmill.errors import CheckError
 from wheelmill.inputs.recipes import AbiPromise
-from wheelmill.wheel.abi import PythonUse, TorchUse, WheelAbi, classify
+from wheelmill.wheel.abi import PythonUse, TorchUse, WheelAbi, classify, read_abi
 from wheelmill.wheel.elf import ElfSummary
 
 # What example-cpp-ops' _C.so (the per-torch example) leaves to libtorch and libc10.
@@ -102,3 +106,21 @@ def test_a_library_linked_against_another_cuda_major_than_its_torchs_fails() -> 
     assert (passed.verdict, passed.detail) == (Verdict.PASS, "CUDA 13, as its torch's (13.0)"), "cuFFT's 12 is its own"
     assert judge_cuda_runtime([library("a.so", needed=("libc10.so",))], root, "13.0").verdict is Verdict.SKIP
     assert judge_cuda_runtime(cuda13, root, None).verdict is Verdict.SKIP
+
+
+def test_a_wheels_abi_is_read_in_memory_and_a_broken_library_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the index lists for a published wheel: read from the wheel without unpacking it
+    anywhere (a publisher killed meanwhile leaves no temporary directory behind)."""
+    library = make_elf(tmp_path / "lib.so", {".text": b"\x90"}).read_bytes()
+    wheel = make_wheel(tmp_path / "w", "ops", "1.0", files={"ops/_C.so": library, "ops/data.so": b"not ELF"})
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    abi = read_abi(wheel)
+    assert [lib.name for lib in abi.libraries] == ["ops/_C.so"] and abi.describe() == "python none; torch none"
+    assert list(temporary.iterdir()) == []
+    broken = make_wheel(tmp_path / "b", "ops", "1.0", files={"ops/_C.so": b"\x7fELF broken"})
+    with pytest.raises(CheckError, match=r"ops/_C\.so starts like an ELF file but cannot be read as one"):
+        read_abi(broken)

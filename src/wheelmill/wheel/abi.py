@@ -17,6 +17,8 @@ library and leaves no undefined symbol behind, so it never counts against it.
 
 from __future__ import annotations
 
+import io
+import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -26,10 +28,11 @@ from typing import TypeVar
 
 import abi3info
 import pycxxfilt
+from elftools.common.exceptions import ELFError
 from torch_abi_audit import torch_abi
 
-from wheelmill.wheel.elf import ElfSummary
-from wheelmill.wheel.wheelfile import inspect_wheel
+from wheelmill.errors import CheckError
+from wheelmill.wheel.elf import ELF_MAGIC, ElfSummary, summarize_stream
 
 
 class TorchUse(StrEnum):
@@ -68,8 +71,26 @@ class LibraryAbi:
 
 
 def read_abi(wheel: Path) -> WheelAbi:
-    """The ABI of ``wheel``'s libraries, read from the wheel itself."""
-    return inspect_wheel(wheel, abi_of)
+    """The ABI of ``wheel``'s libraries, read from the wheel itself, in memory: nothing is
+    unpacked, so a process killed while it reads (a publisher) leaves nothing behind. A
+    library that cannot be read as ELF is a ``CheckError``."""
+    libraries = []
+    with zipfile.ZipFile(wheel) as zf:
+        for info in zf.infolist():
+            if info.is_dir():
+                continue
+            with zf.open(info) as member:
+                if member.read(4) != ELF_MAGIC:
+                    continue
+            try:
+                library = summarize_stream(Path(info.filename), io.BytesIO(zf.read(info)))
+            except ELFError as exc:
+                raise CheckError(
+                    f"{wheel.name}: {info.filename} starts like an ELF file but cannot be read as one ({exc})",
+                    fix="rebuild the wheel",
+                ) from None
+            libraries.append(classify(library, info.filename))
+    return WheelAbi(libraries=tuple(libraries))
 
 
 def abi_of(root: Path, libraries: Sequence[ElfSummary]) -> WheelAbi:

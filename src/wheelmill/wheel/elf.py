@@ -81,15 +81,20 @@ def _dynamic_info(path: Path, elf: ELFFile) -> DynamicInfo:
 
 def summarize(path: Path) -> ElfSummary:
     with path.open("rb") as f:
-        elf = ELFFile(f)
-        undefined, defined = _dynamic_symbols(elf)
-        return ElfSummary(
-            dynamic=_dynamic_info(path, elf),
-            undefined=frozenset(undefined),
-            defined=frozenset(defined),
-            version_needs=tuple(_version_needs(elf)),
-            sections=frozenset(s.name for s in elf.iter_sections()),
-        )
+        return summarize_stream(path, f)
+
+
+def summarize_stream(path: Path, stream: IO[bytes]) -> ElfSummary:
+    """``summarize`` of the ELF file in ``stream`` (a seekable one), known as ``path``."""
+    elf = ELFFile(stream)
+    undefined, defined = _dynamic_symbols(elf)
+    return ElfSummary(
+        dynamic=_dynamic_info(path, elf),
+        undefined=frozenset(undefined),
+        defined=frozenset(defined),
+        version_needs=tuple(_version_needs(elf)),
+        sections=frozenset(s.name for s in elf.iter_sections()),
+    )
 
 
 def _dynamic_symbols(elf: ELFFile) -> tuple[set[str], set[str]]:
