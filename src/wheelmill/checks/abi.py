@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from packaging.tags import Tag
+from packaging.version import Version
 
 from wheelmill.checks import CheckResult
 from wheelmill.inputs.recipes import AbiPromise
@@ -51,7 +52,7 @@ def _python_problem(lib: LibraryAbi, tags: frozenset[Tag]) -> tuple[str, str] | 
     fix = f"build with the limited API of Python {oldest} (Py_LIMITED_API, py_limited_api), or drop the abi3 tag"
     if lib.python is PythonUse.FULL:
         return f"tagged abi3 but uses {_first(lib.outside_limited)}, outside CPython's limited API", fix
-    if lib.python_minimum and _release(lib.python_minimum) > _release(oldest):
+    if lib.python_minimum and Version(lib.python_minimum) > Version(oldest):
         return f"tagged abi3 for Python {oldest} but needs the limited API of Python {lib.python_minimum}", fix
     return None
 
@@ -80,10 +81,6 @@ def _first(symbols: tuple[str, ...]) -> str:
     shown = ", ".join(symbol.partition("(")[0] for symbol in symbols[:_SHOWN])
     more = len(symbols) - _SHOWN
     return shown + (f" (and {more} more)" if more > 0 else "")
-
-
-def _release(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in text.split("."))
 
 
 def judge_cuda_runtime(libraries: Sequence[ElfSummary], root: Path, torch_cuda: str | None) -> CheckResult:

@@ -275,10 +275,9 @@ def abi_of_wheel(wheel: Path) -> str | None:
     one that cannot be read: judging libraries is the post-repair checks' work, not the
     index's, which lists what it can tell)."""
     try:
-        abi = read_abi(wheel)
+        return read_abi(wheel).listed
     except CheckError:
         return None
-    return abi.describe() if abi.libraries else None
 
 
 def publish(
@@ -297,7 +296,6 @@ def publish(
     wheelmill's own: only a built wheel's is read (and must be valid)."""
     info = _agreeing(wheel)
     archs = gpu_archs(info) if mirrored_from is None else None
-    abi = abi_of_wheel(wheel) if mirrored_from is None else None
     sha256 = sha256 or sha256_of(wheel)
     with channel.lock():
         target = channel.files / wheel.name
@@ -335,7 +333,8 @@ def publish(
             metadata_sha256=hashlib.sha256(info.metadata).hexdigest(),
             mirrored_from=mirrored_from,
             gpu_archs=archs,
-            abi=abi,
+            # read here, for an entry written: a no-op publish of the same bytes reads nothing
+            abi=abi_of_wheel(wheel) if mirrored_from is None else None,
             build_keys=(build_key,) if build_key else (),
         )
         kept = tuple(f for f in project.files if f not in replaced and f.filename != wheel.name)

@@ -98,20 +98,19 @@ class Variant:
         return f"torch=={self.torch}" if self.torch_on_pypi else f"torch=={self.torch}+{self.label}"
 
     def describe(self) -> str:
-        slim = f" (slim of {self.slim_of}: channel {self.channel})" if self.slim_of else ""
-        if self.torch_tag and not self.slim_of:
-            slim = f" (another torch of {self.torch_of}: channel {self.channel})"
-        match self.family:
-            case Family.CPU:
-                return f"CPU, torch {self.torch}+{self.label}, {self.glibc}"
-            case Family.CUDA:
-                return (
-                    f"CUDA {self.toolkit}, torch {self.torch}+{self.label}, archs {self.arch_list}{slim}, {self.glibc}"
-                )
-            case Family.ROCM:
-                return (
-                    f"ROCm {self.toolkit}, torch {self.torch}+{self.label}, archs {self.arch_list}{slim}, {self.glibc}"
-                )
+        torch = f"torch {self.torch}+{self.label}"
+        if self.family is Family.CPU:
+            return f"CPU, {torch}, {self.glibc}"
+        kind = "CUDA" if self.family is Family.CUDA else "ROCm"
+        return f"{kind} {self.toolkit}, {torch}, archs {self.arch_list}{self._derived()}, {self.glibc}"
+
+    def _derived(self) -> str:
+        """What a derived variant is derived from, and its channel ("" for a declared one)."""
+        if self.slim_of:
+            return f" (slim of {self.slim_of}: channel {self.channel})"
+        if self.torch_of:
+            return f" (another torch of {self.torch_of}: channel {self.channel})"
+        return ""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -29,10 +29,12 @@ from typing import TypeVar
 import abi3info
 import pycxxfilt
 from elftools.common.exceptions import ELFError
+from packaging.version import Version
 from torch_abi_audit import torch_abi
 
 from wheelmill.errors import CheckError
-from wheelmill.wheel.elf import ELF_MAGIC, ElfSummary, summarize_stream
+from wheelmill.wheel.elf import ElfSummary, summarize_stream
+from wheelmill.wheel.wheelfile import elf_members
 
 
 class TorchUse(StrEnum):
@@ -59,16 +61,6 @@ class LibraryAbi:
     torch_minimum: str | None  # stable: the release that added the newest shim it calls ("2.10.0")
     unstable: tuple[str, ...]  # unstable: the libtorch C++ symbols it uses, demangled, sorted
 
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "library": self.name,
-            "python": self.python.value,
-            "python_minimum": self.python_minimum,
-            "torch": self.torch.value,
-            "torch_minimum": self.torch_minimum,
-            "unstable_symbols": list(self.unstable[:5]),
-        }
-
 
 def read_abi(wheel: Path) -> WheelAbi:
     """The ABI of ``wheel``'s libraries, read from the wheel itself, in memory: nothing is
@@ -76,12 +68,7 @@ def read_abi(wheel: Path) -> WheelAbi:
     library that cannot be read as ELF is a ``CheckError``."""
     libraries = []
     with zipfile.ZipFile(wheel) as zf:
-        for info in zf.infolist():
-            if info.is_dir():
-                continue
-            with zf.open(info) as member:
-                if member.read(4) != ELF_MAGIC:
-                    continue
+        for info in elf_members(zf):
             try:
                 library = summarize_stream(Path(info.filename), io.BytesIO(zf.read(info)))
             except ELFError as exc:
@@ -161,12 +148,18 @@ class WheelAbi:
     @property
     def python_minimum(self) -> str | None:
         floors = [lib.python_minimum for lib in self.libraries if lib.python_minimum]
-        return max(floors, key=_release) if floors and self.python is PythonUse.LIMITED else None
+        return max(floors, key=Version) if floors and self.python is PythonUse.LIMITED else None
 
     @property
     def torch_minimum(self) -> str | None:
         floors = [lib.torch_minimum for lib in self.libraries if lib.torch_minimum]
-        return max(floors, key=_release) if floors and self.torch is TorchUse.STABLE else None
+        return max(floors, key=Version) if floors and self.torch is TorchUse.STABLE else None
+
+    @property
+    def listed(self) -> str | None:
+        """What the report and the index keep: ``describe()``, or None for a wheel with no
+        library (which, like a mirrored one, shows nothing)."""
+        return self.describe() if self.libraries else None
 
     def describe(self) -> str:
         """``python limited>=3.9; torch stable>=2.10.0``, ``python full; torch unstable``,
@@ -185,7 +178,3 @@ def _widest(uses: Iterable[_Use], kind: type[_Use]) -> _Use:
     """The widest use among ``uses`` (declaration order: none, narrow, wide)."""
     order = list(kind)
     return max(uses, key=order.index, default=order[0])
-
-
-def _release(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in text.split("."))

