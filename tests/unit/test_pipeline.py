@@ -247,17 +247,18 @@ def test_a_run_of_several_cells_ends_with_a_row_a_cell_and_a_count(
     assert result.code == BuildError.exit_code, result.out + result.err
     # The first cell's failure does not stop the next; the run's table comes after both.
     *_, title, _top, head, _rule, failed, ok, _bottom, counted = result.out.splitlines()
-    columns = ["cell", "status", "time", "built", "published", "compiler cache", "failed step"]
+    columns = ["cell", "status", "time", "built", "published", "served", "compiler cache", "failed step"]
     assert title.strip() == "cells" and [c.strip() for c in head.split("┃")[1:-1]] == columns, head
     assert [c.strip() for c in ok.split("│")[1:3]] == [cells[1], "ok"] and [c.strip() for c in ok.split("│")[4:]] == [
         "2 of 2",
         "-",
         "-",
         "-",
+        "-",
         "",
     ], ok
     assert [c.strip() for c in failed.split("│")[1:3]] == [cells[0], "FAILED"], failed
-    assert [c.strip() for c in failed.split("│")[4:]] == ["1 of 2", "-", "-", "b/build", ""], failed
+    assert [c.strip() for c in failed.split("│")[4:]] == ["1 of 2", "-", "-", "-", "b/build", ""], failed
     assert re.fullmatch(r"2 cells in \d+\.\ds: 1 ok, 1 FAILED", counted), counted
     (error,) = result.err.splitlines()  # the failed cell's line, said once
     assert error == "wheelmill: error: b/build: b: nvcc exited 1; fix: read the log"
@@ -308,9 +309,7 @@ def test_ctrl_c_in_a_run_of_several_cells_ends_with_the_runs_rows_and_the_cells_
     *_, first, second, not_started, _bottom, counted = result.out.splitlines()
     assert [c.strip() for c in first.split("│")[1:3]] == [cells[0], "interrupted"], first
     assert [c.strip() for c in second.split("│")[1:3]] == [cells[1], "interrupted"], second
-    assert [c.strip() for c in not_started.split("│")[1:-1]] == [cells[2], "not started", "-", "-", "-", "-", "-"], (
-        not_started
-    )
+    assert [c.strip() for c in not_started.split("│")[1:-1]] == [cells[2], "not started", *["-"] * 6], not_started
     assert re.fullmatch(r"3 cells in \d+\.\ds: 2 interrupted, 1 not started", counted), counted
     (error,) = result.err.splitlines()  # the step Ctrl-C stopped, once
     assert error.startswith(f"wheelmill: error: {cells[0]}: interrupted during b/build; fix: ")

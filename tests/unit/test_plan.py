@@ -168,3 +168,20 @@ def test_a_plan_with_an_unpinned_registry_base_says_so_and_runs(cli: CliRunner, 
     result = cli("--recipes", str(repo_root / "recipes"), "plan", "--cell", "rocm62-py311", "--engine", "podman")
     assert result.code == 0, result.err
     assert "(not pinned by digest: the build stops here until it is)" in result.out
+
+
+def test_a_run_of_both_torches_plans_the_stable_example_once_golden(cli: CliRunner, repo_root: Path) -> None:
+    """cuda130 on its two torches in one run: the per-torch example is planned in each cell
+    under its own label, the stable one is built by the first cell and served to the second."""
+    cells = ("--cell", "cuda130-py311", "--cell", "cuda130-torch2.12-py311")
+    recipes = ("--recipe", "example-cpp-ops", "--recipe", "example-stable-ops")
+    result = cli("--recipes", str(repo_root / "recipes"), "plan", *cells, *recipes, "--engine", "none")
+    assert result.code == 0, result.err
+    golden = GOLDEN / "plan-cuda130-both-torches-py311.txt"
+    if os.environ.get("WHEELMILL_UPDATE_GOLDEN"):
+        golden.write_text(result.out)
+    assert result.out == golden.read_text(), f"plan changed; rerun with WHEELMILL_UPDATE_GOLDEN=1 and review {golden}"
+    served = "serves: example-stable-ops built once for cu130 (torch stable ABI, abi3) and served to 8 cells"
+    assert result.out.count(served) == 2
+    assert "built by cuda130-py311 earlier in this run where none has it" in result.out
+    assert "example-cpp-ops/stamp" in result.out and "version +cu130.torch2.12;" in result.out

@@ -46,6 +46,7 @@ class Builds:
             step.recipe: threading.Event() for step in plan.steps if step.kind is StepKind.BUILD and step.recipe
         }
         self.count = 0  # the builds ended: a compiler cache server started before the last one does not see it
+        self.over = threading.Event()  # the cell ended, its wheels published
 
     def ended(self, step: Step) -> None:
         if step.kind is StepKind.BUILD and step.recipe in self._ended:
@@ -55,6 +56,7 @@ class Builds:
     def end(self) -> None:
         for built in self._ended.values():
             built.set()
+        self.over.set()
 
     def awaited(self, step: Step, plan: CellPlan) -> threading.Event | None:
         """What ``step`` of the next cell (``plan``) waits for: this cell's build of its
@@ -63,6 +65,14 @@ class Builds:
             return None
         built = self._ended.get(step.recipe)
         return built if built is not None and not built.is_set() else None
+
+    def serving(self, step: Step, plan: CellPlan) -> threading.Event | None:
+        """What the next cell's build keys wait for: this cell's end, where it builds (or
+        serves) a recipe the next cell would be served, so the next finds it published."""
+        if step.kind is not StepKind.BUILD_KEYS or self.over.is_set():
+            return None
+        shared = any(r.serving and self.cell.id in r.serving.cells for r in plan.recipes)
+        return self.over if shared else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,12 +89,21 @@ class SideBySide:
     def wait_before(self, cell: CellRun, step: Step, rest: Sequence[Step], /) -> None:
         """Before ``step``: the cell before this one's build of its recipe, to its end; then
         ``rest`` (this step on) is recorded interrupted where Ctrl-C ended that cell."""
-        built = self.before.awaited(step, cell.plan) if self.before is not None else None
-        if self.before is None or built is None:
+        if self.before is None:
             return
-        cell.ui.waiting(step, f"{self.before.cell.id}'s build of {step.recipe}, whose compiles it takes from the cache")
+        served, built = self.before.serving(step, cell.plan), self.before.awaited(step, cell.plan)
+        awaited = served or built
+        if awaited is None:
+            return
+        before = self.before.cell.id
+        cell.ui.waiting(
+            step,
+            f"{before}'s end: it builds what this cell is served, one build for every torch and Python"
+            if served
+            else f"{before}'s build of {step.recipe}, whose compiles it takes from the cache",
+        )
         try:
-            built.wait()
+            awaited.wait()
         except KeyboardInterrupt:  # Ctrl-C while this thread, the main one, waited
             cell.interrupted(step, rest)
         if cell.stopping.is_set():  # Ctrl-C ended that cell while this one waited on a thread

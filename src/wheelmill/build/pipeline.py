@@ -33,7 +33,7 @@ from functools import partial
 from typing import NoReturn, Protocol, TypeVar
 
 from wheelmill.build.context import Hold, Outcome, RunContext, StepContext, Where
-from wheelmill.build.products import BuildKeys
+from wheelmill.build.products import BuildKeys, ShippedAbi
 from wheelmill.build.report import CellReport, StepRecord
 from wheelmill.build.steps import BY_KIND, CellStep, RecipeStep, StepDefinition
 from wheelmill.build.ui import UI, step_label
@@ -223,7 +223,7 @@ class CellRun:
             return False
         self.report.steps.append(StepRecord(step=step, status=stop.status, error=stop.reason, made=stop.made))
         self.neighbours.step_ended(step)
-        self.ui.skipped(step, stop.reason, published=stop.status is Status.PUBLISHED)
+        self.ui.skipped(step, stop.reason, status=stop.status)
         return True
 
     def _run(self, step: Step, *, position: tuple[int, int], rest: Sequence[Step]) -> None:
@@ -376,15 +376,16 @@ class Blocked:
 
 def blocked(step: Step, plan: CellPlan, report: CellReport) -> Blocked | None:
     """Why a step does not run: it need not (its recipe is published for its build key, or
-    every recipe is and the step only serves builds), or it cannot (a cell step failed, or
-    its recipe, or one it needs, failed). A published step is no failure: what depends on
-    it goes on."""
-    published = _published(step, report.done.find(BuildKeys))
-    if published is not None:
-        return published
+    served from another channel, or every recipe is published and the step only serves
+    builds), or it cannot (a cell step failed, or its recipe, or one it needs, failed). A
+    published or served step is no failure: what depends on it goes on."""
+    keys = report.done.find(BuildKeys)
+    found = _published(step, keys) or _served(step, plan, report, keys)
+    if found is not None:
+        return found
     needs = {step.recipe, *plan.recipe(step.recipe).needs} if step.recipe else set()
     for done in report.steps:
-        if done.status in (Status.OK, Status.PUBLISHED):
+        if done.status in (Status.OK, Status.PUBLISHED, Status.SERVED):
             continue
         if done.step.recipe is None:
             return Blocked(status=Status.SKIPPED, reason=f"cell step {done.step.kind} did not succeed")
@@ -405,6 +406,30 @@ def _published(step: Step, keys: BuildKeys | None) -> Blocked | None:
             status=Status.PUBLISHED,
             reason=f"nothing to build: every recipe is published in channel {keys.channel} for its build key",
         )
+    return None
+
+
+# A served recipe's steps that make its wheel: the one build elsewhere made it.
+_NOT_SERVED = frozenset({StepKind.BUILD, StepKind.STAMP, StepKind.POST_BUILD_CHECKS, StepKind.REPAIR})
+
+
+def _served(step: Step, plan: CellPlan, report: CellReport, keys: BuildKeys | None) -> Blocked | None:
+    """A served recipe's steps: its build's do not run (repair's record holds the wheel);
+    fetch and the install test run only where the plan tests it; its checks after repair
+    and its publishing run."""
+    found = keys.served.get(step.recipe) if keys is not None and step.recipe else None
+    if found is None:
+        return None
+    serving = plan.recipe(found.recipe).serving
+    tested = serving is not None and serving.tests_in(plan.cell.id)
+    if step.kind is StepKind.REPAIR:
+        return Blocked(status=Status.SERVED, reason=found.describe(), made=(found.repaired(),))
+    if step.kind in _NOT_SERVED or (step.kind is StepKind.FETCH and not tested):
+        return Blocked(status=Status.SERVED, reason=found.describe())
+    if step.kind is StepKind.INSTALL_TEST and not tested:
+        abi = report.done.find(ShippedAbi, found.recipe)
+        reason = f"{found.describe()}; install-tested in {', '.join(serving.tested) if serving else '-'}, not here"
+        return Blocked(status=Status.SERVED, reason=reason, made=(found.delivered_record(abi.text if abi else None),))
     return None
 
 

@@ -16,13 +16,14 @@ from pathlib import Path
 from wheelmill.build.steps import REGISTRY, CellStep, RecipeStep, StepDefinition
 from wheelmill.errors import SelectionError
 from wheelmill.inputs.matrix import Matrix
-from wheelmill.inputs.recipes import Recipe, cell_dependencies, closure, resolve_all, select
+from wheelmill.inputs.recipes import AbiPromise, Recipe, cell_dependencies, closure, resolve_all, select
 from wheelmill.inputs.variants import Cell
 from wheelmill.inputs.versions import Release
 from wheelmill.machine import builder_images as images
 from wheelmill.machine.package_sources import torch_index_url
 from wheelmill.machine.pins import Pins
 from wheelmill.planning import locks
+from wheelmill.planning.serving import serves, serving
 from wheelmill.planning.spec import CellPlan, EnvPlace, RunChoices, Step, StepKind, channel_of, recipe_spec
 from wheelmill.settings import Settings
 
@@ -69,7 +70,7 @@ def plan(  # noqa: PLR0917 - the inputs of the pure function, in their order
     settings: Settings,
     options: Options | None = None,
 ) -> tuple[CellPlan, ...]:
-    return tuple(plan_cell(matrix, recipes, cell, names, settings, options or Options()) for cell in cells)
+    return tuple(plan_cell(matrix, recipes, cell, names, settings, options or Options(), run=cells) for cell in cells)
 
 
 def plan_cell(  # noqa: PLR0917 - the inputs of the pure function, in their order
@@ -79,21 +80,28 @@ def plan_cell(  # noqa: PLR0917 - the inputs of the pure function, in their orde
     names: Sequence[str],
     settings: Settings,
     options: Options | None = None,
+    *,
+    run: Sequence[Cell] = (),
 ) -> CellPlan:
     """The ordered steps of one cell: its own, then each recipe's, dependencies first.
-    With ``options.publish``, each wheel that passes everything goes into the local index."""
+    With ``options.publish``, each wheel that passes everything goes into the local index.
+    ``run``: the cells built with it, in their order (a stable recipe is built by the first)."""
     options = options or Options()
     chosen = select(recipes, cell, names)
     resolved = resolve_all(recipes, cell)
     depends = {name: cell_dependencies(recipes[name], chosen) for name in chosen}
+    needs = {name: tuple(n for n in chosen if n in closure(depends, depends[name])) for name in chosen}
+    stable = {name for name in chosen if resolved[name].abi is AbiPromise.STABLE}
+    served = serving(matrix, cell, run, options.release)
     specs = tuple(
         recipe_spec(
             matrix,
             cell,
             resolved[name],
             depends_on=depends[name],
-            needs=tuple(n for n in chosen if n in closure(depends, depends[name])),
+            needs=needs[name],
             release=options.release,
+            serving=served if serves(resolved[name], stable, needs[name]) else None,
         )
         for name in chosen
     )

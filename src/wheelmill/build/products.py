@@ -11,7 +11,7 @@ The types a lower layer defines and a step makes as they are: ``Ready`` (a build
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -161,10 +161,38 @@ class PublishedBuild:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ServedBuild:
+    """A recipe built once for every torch and Python, found in another channel of its
+    serving group: not built here; its wheel goes through this cell's checks after repair,
+    its install test where the plan has one, and into this cell's channel."""
+
+    recipe: str
+    key: str
+    channel: str  # where it was found
+    project: str
+    entry: FileEntry
+    wheel: Path  # that channel's file
+    delivered: Path | None  # linked into dist/ where no install test runs here (the test delivers it)
+
+    def describe(self) -> str:
+        return f"served: {self.entry.filename} from channel {self.channel} (build key {self.key[:12]}...)"
+
+    def repaired(self) -> Repaired:
+        return Repaired(wheel=self.wheel)
+
+    def delivered_record(self, abi: str | None) -> WheelRecord:
+        assert self.delivered is not None, "a served wheel without an install test here is delivered at once"
+        return WheelRecord(
+            name=self.entry.filename, size=self.entry.size, sha256=self.entry.sha256, path=str(self.delivered), abi=abi
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class BuildKeys:
     channel: str
     keys: Mapping[str, BuildKey]  # every recipe's, by name
     published: Mapping[str, PublishedBuild]  # the recipes not built again
+    served: Mapping[str, ServedBuild] = field(default_factory=dict)  # built in a sibling channel: served here
 
     @property
     def nothing_to_build(self) -> bool:
@@ -216,6 +244,7 @@ __all__ = [
     "PublishedBuild",
     "Ready",
     "Repaired",
+    "ServedBuild",
     "ShippedAbi",
     "Sources",
     "Stamped",

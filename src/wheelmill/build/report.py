@@ -149,7 +149,7 @@ class CellReport:
 
     def recipe_status(self, recipe: str) -> Status:
         mine = [s for s in self.steps if s.step.recipe == recipe]
-        for status in (Status.INTERRUPTED, Status.FAILED, Status.SKIPPED, Status.PUBLISHED):
+        for status in (Status.INTERRUPTED, Status.FAILED, Status.SKIPPED, Status.PUBLISHED, Status.SERVED):
             if any(s.status is status for s in mine):
                 return status
         return (

@@ -35,6 +35,7 @@ _MARK = {
     Status.SKIPPED: "[dim]skipped[/]",
     Status.INTERRUPTED: "[yellow]interrupted[/]",
     Status.PUBLISHED: "[cyan]published[/]",
+    Status.SERVED: "[cyan]served[/]",
 }
 _NOT_STARTED = "[dim]not started[/]"  # a cell after one that Ctrl-C stopped, or that could not start
 _VERDICT = {
@@ -179,12 +180,12 @@ class UI:
         if os.environ.get("GITHUB_ACTIONS"):
             print("::endgroup::", file=self.console.file, flush=True)
 
-    def skipped(self, step: Step, reason: str, *, published: bool = False) -> None:
-        if not published:
+    def skipped(self, step: Step, reason: str, *, status: Status = Status.SKIPPED) -> None:
+        if status is Status.SKIPPED:
             self.console.print(f"[dim]skipped {escape(step.id)}: {escape(reason)}[/]")
         elif step.recipe not in self._published:  # once for its steps, not once a step
             self._published.add(step.recipe)
-            self.console.print(f"{_MARK[Status.PUBLISHED]} {escape(step.recipe or '(cell)')}: {escape(reason)}")
+            self.console.print(f"{_MARK[status]} {escape(step.recipe or '(cell)')}: {escape(reason)}")
 
     def summary(self, report: CellReport) -> None:
         self.console.print(self._steps_table(report))
@@ -196,6 +197,12 @@ class UI:
             again = "--rebuild builds them again, --rebuild RECIPE one of them"
             self.console.print(
                 f"not built again, published in channel {report.plan.channel} for their build keys: {names} ({again})"
+            )
+        served = report.recipes_with(Status.SERVED)
+        if served:
+            self.console.print(
+                f"not built here, served from their one build in another channel of their serving group: "
+                f"{', '.join(served)} (checked, tested where the plan says, and published in {report.plan.channel})"
             )
         caches = report.compiler_cache
         if caches:
@@ -214,12 +221,12 @@ class UI:
         """After a run of several cells: a row a cell (each one's own summary is above), those
         an interruption kept from starting included, and a line that counts them."""
         table = Table(title="cells", title_justify="left")
-        for column in ("cell", "status", "time", "built", "published", "compiler cache", "failed step"):
+        for column in ("cell", "status", "time", "built", "published", "served", "compiler cache", "failed step"):
             table.add_column(column, overflow="fold")
         for report in reports:
             table.add_row(*_cell_row(report))
         for cell in not_started:
-            table.add_row(cell, _NOT_STARTED, *("-" for _ in range(5)))
+            table.add_row(cell, _NOT_STARTED, *("-" for _ in range(6)))
         self.console.print(table)
         counts = Counter(report.status for report in reports)
         said = [f"{counts[status]} {mark}" for status, mark in _MARK.items() if counts[status]]
@@ -261,6 +268,7 @@ def _cell_row(report: CellReport) -> tuple[str, ...]:
         _clock(report.seconds),
         f"{len(report.recipes_with(Status.OK))} of {len(report.plan.recipes)}",
         ", ".join(report.recipes_with(Status.PUBLISHED)) or "-",
+        ", ".join(report.recipes_with(Status.SERVED)) or "-",
         cache,
         escape(failed.step.id) if failed else "-",
     )

@@ -20,7 +20,9 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from packaging.requirements import Requirement
 from packaging.tags import Tag
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from wheelmill.checks import CheckResult
@@ -106,6 +108,34 @@ def judge_cuda_runtime(libraries: Sequence[ElfSummary], root: Path, torch_cuda: 
                 f"build it with a CUDA {major} toolkit, the major of the torch it is for",
             )
     return CheckResult.passed(CUDA_RUNTIME, f"CUDA {major}, as its torch's ({torch_cuda})")
+
+
+def judge_serving(tags: frozenset[Tag], requires: Sequence[str], *, python: str, torch: str) -> CheckResult:
+    """A wheel built once for every torch and Python, in one cell of its range: tagged for
+    every Python (``abi3``, or no Python at all), from one no newer than the cell's, and
+    requiring a torch the cell's satisfies. A wheel that fails this is never published here."""
+    name = "serves"
+    every = [tag for tag in tags if tag.abi in ("abi3", "none")]
+    fix = 'build it with the limited API (py_limited_api, an abi3 tag), or remove abi = "stable" from its recipe'
+    if not every:
+        shown = ", ".join(sorted(f"{t.interpreter}-{t.abi}" for t in tags))
+        return CheckResult.failed(name, f"built once for every Python, but tagged {shown}", fix)
+    oldest = _abi3_python(tags)
+    if oldest is not None and Version(oldest) > Version(python):
+        return CheckResult.failed(
+            name, f"tagged abi3 from Python {oldest}: no wheel for this cell's Python {python}", "leave this cell out"
+        )
+    wanted = [r for r in map(Requirement, requires) if canonicalize_name(r.name) == "torch"]
+    if wanted and not wanted[0].specifier.contains(torch, prereleases=True):
+        return CheckResult.failed(
+            name,
+            f"requires {wanted[0]}, which this cell's torch {torch} does not satisfy",
+            "set TORCH_TARGET_VERSION no newer than the oldest torch it serves, or leave this cell out",
+        )
+    needs = f"Python >= {oldest}" if oldest else "any Python"
+    return CheckResult.passed(
+        name, f"{needs}, {wanted[0] if wanted else 'any torch'}: fits Python {python}, torch {torch}"
+    )
 
 
 def describe(promise: AbiPromise | None) -> str:

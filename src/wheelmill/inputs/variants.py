@@ -85,6 +85,13 @@ class Variant:
         return ".".join(self._tags)
 
     @property
+    def serving_label(self) -> str:
+        """The label of a wheel built once for every torch of the variant (stable ABI): its
+        toolkit and arch set alone (``cu130``, ``cu130.sm90``), the same in every channel it
+        is served to."""
+        return ".".join(tag for tag in (self.label, self.slim_tag) if tag)
+
+    @property
     def _tags(self) -> tuple[str, ...]:
         return tuple(tag for tag in (self.label, self.slim_tag, self.torch_tag) if tag)
 

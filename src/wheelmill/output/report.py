@@ -26,6 +26,9 @@ class Status(StrEnum):
     # Not run, and no need: the channel has the recipe's wheel for its build key (or, for a
     # cell step that only serves builds, every recipe's). Its record holds the wheel.
     PUBLISHED = "published"
+    # Not run, and no need: the recipe is built once for every torch and Python, and another
+    # channel of its serving group has the build; the wheel is checked, tested and published here.
+    SERVED = "served"
 
 
 class ReportError(ValueError):
@@ -135,8 +138,9 @@ class BuiltCell:
     @property
     def delivered(self) -> list[WheelRecord]:
         """The wheels in ``dist/`` of recipes built and passed here, or found published
-        already, in build order."""
-        return [r.wheel for r in self.recipes if r.wheel is not None and r.status in (Status.OK, Status.PUBLISHED)]
+        already, or served from their one build, in build order."""
+        delivered = (Status.OK, Status.PUBLISHED, Status.SERVED)
+        return [r.wheel for r in self.recipes if r.wheel is not None and r.status in delivered]
 
 
 def found_beside(layout: CellLayout, wheel: WheelRecord) -> Path | None:

@@ -19,6 +19,13 @@ The inputs, each a part of the key:
 - ``dependencies``: the keys of the recipes it depends on, so a changed dependency changes
   the keys of what depends on it, and of nothing else.
 
+A recipe built once for every torch and Python (``wheelmill.planning.serving``) has a key
+that says neither: its ``lock`` part is the cell's requirements but torch (on the platform,
+not the committed lock, which pins both), its ``builder`` leaves out the Python, its
+``variant`` part is its serving group (family, label, toolkit, arch list, glibc) and its
+``recipe`` part leaves out the cell. Every cell of the group computes the same key, so each
+finds the one build in any of the group's channels.
+
 A key costs reading files and, on this machine, asking the compiler its version: nothing is
 built, cloned or downloaded to know it.
 """
@@ -37,9 +44,13 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 from wheelmill import __version__
 from wheelmill.errors import FetchError
 from wheelmill.inputs.recipes import GitSource, PathSource, SdistSource, Source, UrlSource
+from wheelmill.inputs.variants import Variant
 from wheelmill.machine.builder_images import BuilderImage
 from wheelmill.machine.net import sha256_of
 from wheelmill.planning.locks import path_of
@@ -77,17 +88,59 @@ def build_keys(plan: CellPlan, builder: Mapping[str, Any]) -> dict[str, BuildKey
         "variant": plain(plan.cell.variant),
         "wheelmill": wheelmill_identity(),
     }
+    served = {
+        "lock": served_lock_identity(plan),
+        "builder": without_python(builder),
+        "variant": serving_identity(plan.cell.variant),
+        "wheelmill": shared["wheelmill"],
+    }
     found: dict[str, BuildKey] = {}
     for spec in plan.recipes:
         dependencies = {name: found[name].digest for name in spec.depends_on}
+        recipe = recipe_identity(spec)
         inputs = {
-            **shared,
+            **(served if spec.serving else shared),
             "source": source_identity(spec),
-            "recipe": recipe_identity(spec),
+            "recipe": {k: v for k, v in recipe.items() if k not in _CELL_FIELDS} if spec.serving else recipe,
             "dependencies": dependencies,
         }
         found[spec.name] = BuildKey(recipe=spec.name, inputs=inputs)
     return found
+
+
+# What a served recipe's spec says of the cell it was planned in, not of its build.
+_CELL_FIELDS = frozenset({"cell", "serving"})
+# What of a variant a build once for every torch and Python does not depend on.
+_NOT_SERVING = frozenset(
+    {
+        "name",
+        "torch",
+        "torch_on_pypi",
+        "torch_index",
+        "pythons",
+        "other_torch",
+        "torch_of",
+        "torch_tag",
+        "slim",
+        "slim_of",
+    }
+)
+
+
+def serving_identity(variant: Variant) -> dict[str, Any]:
+    """The variant of a recipe built once: its toolkit and arch set, not its torch or Pythons."""
+    return {key: value for key, value in plain(variant).items() if key not in _NOT_SERVING}
+
+
+def served_lock_identity(plan: CellPlan) -> dict[str, Any]:
+    """What the build env installs but torch, on its platform: the same in every cell of the group."""
+    requirements = [r for r in plan.lock.requirements if canonicalize_name(Requirement(r).name) != "torch"]
+    return {"requirements": sorted(requirements), "platform": plan.lock.target.platform}
+
+
+def without_python(builder: Mapping[str, Any]) -> dict[str, Any]:
+    """The builder but for its Python: an image's CPython pin, this machine's interpreter."""
+    return {kind: {key: value for key, value in part.items() if key != "python"} for kind, part in builder.items()}
 
 
 def source_identity(spec: RecipeSpec) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from wheelmill.inputs.variants import Cell, Family
 from wheelmill.inputs.versions import Release, VersionRule, stamp_version
 from wheelmill.machine.builder_images import BuilderImage
 from wheelmill.planning.locks import LockInputs
+from wheelmill.planning.serving import Serving
 from wheelmill.settings import CompilerCacheMode, EnvBackendName, InstallTests
 
 # PEP 517's build_wheel alone, through pypa/build: pip wheel asks the backend for the
@@ -137,6 +138,7 @@ class RecipeSpec:
     smoke: tuple[str, ...] | None
     device_code: bool | None
     abi: AbiPromise | None = None
+    serving: Serving | None = None  # built once for its toolkit and arch set, served to every torch and Python
 
     @property
     def arch_list(self) -> str | None:
@@ -242,20 +244,23 @@ def recipe_spec(
     depends_on: tuple[str, ...],
     needs: tuple[str, ...],
     release: Release | None,
+    serving: Serving | None = None,
 ) -> RecipeSpec:
     """The spec of ``recipe`` (already resolved for ``cell``): the matrix's defaults filled in,
-    and what only a cell can tell checked now, not when a step gets to it."""
+    and what only a cell can tell checked now, not when a step gets to it. A recipe built
+    once for every torch (``serving``) carries the label of its toolkit and arch set alone."""
     _check_templates(recipe)
     _check_archs(recipe, cell)
     _check_switches(recipe)
     variant = cell.variant
     family = variant.family.value
+    label = variant.serving_label if serving else variant.wheel_label
     return RecipeSpec(
         name=recipe.name,
         file=recipe.file,
         cell=cell.id,
         family=variant.family,
-        label=variant.wheel_label,
+        label=label,
         source=recipe.source,
         subdir=recipe.subdir,
         depends_on=depends_on,
@@ -265,9 +270,7 @@ def recipe_spec(
         env=recipe.env,
         archs=parse_archs(variant.family, archs_for(recipe, cell)),
         memory_per_job=recipe.memory_per_job or matrix.memory_per_job.get(family, DEFAULT_MEMORY_PER_JOB),
-        version=VersionSpec(
-            rule=recipe.version_rule, release=release, label=variant.wheel_label if recipe.local_label else None
-        ),
+        version=VersionSpec(rule=recipe.version_rule, release=release, label=label if recipe.local_label else None),
         torch_pin=recipe.torch_pin,
         run_requires=recipe.run_requires,
         repair_excludes=(*matrix.excludes_for(variant), *recipe.repair_exclude),
@@ -282,6 +285,7 @@ def recipe_spec(
         smoke=recipe.smoke,
         device_code=recipe.device_code,
         abi=recipe.abi,
+        serving=serving,
     )
 
 

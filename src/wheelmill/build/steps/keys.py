@@ -14,14 +14,14 @@ from typing import Any
 from packaging.requirements import Requirement
 
 from wheelmill.build.context import Outcome, StepContext
-from wheelmill.build.products import BuildKeys, PublishedBuild, Toolchain
+from wheelmill.build.products import BuildKeys, PublishedBuild, ServedBuild, Toolchain
 from wheelmill.build.steps.install import deliver
 from wheelmill.checks import CheckResult
 from wheelmill.index.pages import FileEntry
 from wheelmill.index.store import Channel, built_by_key
 from wheelmill.machine.toolchain import Found, find_compiler
 from wheelmill.planning.buildkey import BuildKey, build_keys, host_identity, image_identity
-from wheelmill.planning.spec import CellPlan
+from wheelmill.planning.spec import CellPlan, RecipeSpec
 from wheelmill.wheel.wheelfile import read_wheel
 
 
@@ -37,8 +37,42 @@ def build_keys_step(ctx: StepContext) -> Outcome:
         for name, key in keys.items()
         if name not in plan.rebuild and (hit := listed.get(key.digest)) is not None
     }
-    checks = [_verdict(key, published.get(name), rebuild=name in plan.rebuild) for name, key in keys.items()]
-    return Outcome(checks=checks, made=(BuildKeys(channel=channel.name, keys=keys, published=published),))
+    served = {
+        spec.name: found
+        for spec in plan.recipes
+        if spec.serving and spec.name not in published and spec.name not in plan.rebuild
+        if (found := _served(ctx, spec, keys[spec.name])) is not None
+    }
+    checks = [
+        _verdict(key, published.get(name) or served.get(name), rebuild=name in plan.rebuild)
+        for name, key in keys.items()
+    ]
+    made = BuildKeys(channel=channel.name, keys=keys, published=published, served=served)
+    return Outcome(checks=checks, made=(made,))
+
+
+def _served(ctx: StepContext, spec: RecipeSpec, key: BuildKey) -> ServedBuild | None:
+    """The recipe's one build, where another channel of its serving group has it."""
+    assert spec.serving is not None, "only a served recipe is looked up in other channels"
+    index, cell = ctx.run.settings.index, ctx.run.plan.cell.id
+    for name in spec.serving.channels[1:]:
+        hit = built_by_key(Channel(index, name)).get(key.digest)
+        if hit is not None:
+            project, entry = hit
+            wheel = Channel(index, name).files / entry.filename
+            tested = spec.serving.tests_in(cell)
+            # Untested here, it is delivered now, as a published one is; tested, its test delivers it.
+            delivered = None if tested else deliver(ctx.run.layout.dist, wheel, link=True)
+            return ServedBuild(
+                recipe=spec.name,
+                key=key.digest,
+                channel=name,
+                project=project,
+                entry=entry,
+                wheel=wheel,
+                delivered=delivered,
+            )
+    return None
 
 
 def _published(ctx: StepContext, channel: Channel, key: BuildKey, project: str, entry: FileEntry) -> PublishedBuild:
@@ -60,7 +94,7 @@ def _published(ctx: StepContext, channel: Channel, key: BuildKey, project: str, 
     )
 
 
-def _verdict(key: BuildKey, published: PublishedBuild | None, *, rebuild: bool) -> CheckResult:
+def _verdict(key: BuildKey, published: PublishedBuild | ServedBuild | None, *, rebuild: bool) -> CheckResult:
     if published is not None:
         return CheckResult.passed(key.recipe, published.describe())
     why = "--rebuild" if rebuild else "not published"
@@ -94,4 +128,11 @@ def describe(plan: CellPlan) -> str:
             f"{inputs}; --rebuild {', '.join(sorted(plan.rebuild))}: "
             f"built even where channel {plan.channel} lists it, the rest looked up there"
         )
-    return f"{inputs}, looked up in channel {plan.channel}: a recipe listed there is not built again"
+    served = [r.name for r in plan.recipes if r.serving]
+    others = (
+        f"; {', '.join(served)} (built once for every torch and Python: no torch or Python in its key) "
+        "in the other channels of its serving group too, and served from there"
+        if served
+        else ""
+    )
+    return f"{inputs}, looked up in channel {plan.channel}: a recipe listed there is not built again{others}"

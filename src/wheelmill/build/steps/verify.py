@@ -15,7 +15,7 @@ from wheelmill.build.products import BuildEnv, CheckedEnv, Repaired, ShippedAbi,
 from wheelmill.build.steps.build import arch_record, expected_pins
 from wheelmill.checks import CheckResult, require
 from wheelmill.checks.abi import describe as describe_abi
-from wheelmill.checks.abi import judge_abi, judge_cuda_runtime
+from wheelmill.checks.abi import judge_abi, judge_cuda_runtime, judge_serving
 from wheelmill.checks.contents import judge_arch_record, judge_bundled, judge_label, judge_pins, judge_size
 from wheelmill.checks.device import find_cuobjdump, judge_cuda, judge_rocm, scan_cuda, scan_rocm
 from wheelmill.checks.platform import judge_baseline, judge_platform
@@ -31,7 +31,7 @@ from wheelmill.machine.toolchain import Toolkit
 from wheelmill.planning.spec import CellPlan, RecipeSpec
 from wheelmill.wheel.abi import WheelAbi, abi_of
 from wheelmill.wheel.elf import ElfSummary, LibraryFinder, system_lib_dirs
-from wheelmill.wheel.wheelfile import inspect_wheel, read_wheel
+from wheelmill.wheel.wheelfile import WheelInfo, inspect_wheel, read_wheel
 
 
 def post_build_checks(ctx: StepContext, spec: RecipeSpec) -> Outcome:
@@ -153,10 +153,16 @@ def post_repair_checks(ctx: StepContext, spec: RecipeSpec) -> Outcome:
             judge_arch_record(info, arch_record(spec, elves)),  # as shipped: repair must have kept it
             judge_abi(abi, info.tags, spec.abi, recipe_file=str(spec.file)),
             judge_cuda_runtime(elves, root, torch.cuda),
+            *([_serves(ctx, info)] if spec.serving else []),
         ], abi
 
     results, abi = inspect_wheel(wheel, judge)
     return Outcome(checks=_verdict(ctx, spec, wheel, results), made=(ShippedAbi(text=abi.listed),))
+
+
+def _serves(ctx: StepContext, info: WheelInfo) -> CheckResult:
+    cell = ctx.run.plan.cell
+    return judge_serving(info.tags, info.requires_dist, python=cell.python, torch=cell.variant.torch)
 
 
 def describe_post_build(_plan: CellPlan, spec: RecipeSpec) -> str:
@@ -188,4 +194,9 @@ def describe_post_repair(_plan: CellPlan, spec: RecipeSpec) -> str:
         f"manylinux tag vs GLIBC/GLIBCXX; baseline {spec.glibc}; {bundled}; "
         f"size <= {format_size(spec.max_wheel_size)}; gpu-archs.json as stamped; {describe_abi(spec.abi)}; "
         "CUDA runtimes of its torch's major"
+        + (
+            "; for every Python and torch it serves: abi3 (or no Python), this cell's in its range"
+            if spec.serving
+            else ""
+        )
     )

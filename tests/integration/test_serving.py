@@ -1,0 +1,86 @@
+"""Build once, serve many, for real: the stable example and the per-torch C++ example in two
+cells of one serving group (cuda130-sm90 on torch 2.14.1 and on torch 2.12.0, Python 3.10:
+both corners of the group, so both install-test). The stable example is compiled once and
+the same file is published into both channels; the per-torch example is compiled in each
+cell, under a label of its own. A consumer resolves, from each channel's URL alone, the
+channel's torch, that torch's build of the per-torch example and the one stable build."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.test_cells import ROOT, report
+from tests.integration.test_index import Served, isolated_env, uv
+from wheelmill.index.store import Channel, built_by_key
+from wheelmill.index.verify import verify
+
+pytestmark = pytest.mark.integration
+CELLS = {
+    "cuda130-sm90-py310": ("cu130-sm90", "2.14.1"),
+    "cuda130-sm90-torch2.12-py310": ("cu130-sm90-torch2.12", "2.12.0"),
+}
+STABLE, PER_TORCH = "example-stable-ops", "example-cpp-ops"
+
+
+def _build(output: Path) -> subprocess.CompletedProcess[str]:
+    cells = [arg for cell in CELLS for arg in ("--cell", cell)]
+    command = [sys.executable, "-m", "wheelmill", "build", "--recipe", PER_TORCH, "--recipe", STABLE, *cells]
+    env = {**os.environ, "WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": "none"}
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=2400, check=False)
+
+
+def _steps(data: dict[str, Any], recipe: str) -> dict[str, str]:
+    return {step["step"]: step["status"] for step in data["steps"] if step.get("recipe") == recipe}
+
+
+def test_the_stable_example_is_built_once_and_served_to_the_other_torchs_channel(tmp_path: Path) -> None:
+    output = tmp_path / "wheels"
+    result = _build(output)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr
+    first, second = (report(output, cell) for cell in CELLS)
+    assert _steps(first, STABLE)["build"] == "ok"
+    served = _steps(second, STABLE)
+    assert {served[kind] for kind in ("build", "stamp", "post-build-checks", "repair")} == {"served"}, served
+    assert served["post-repair-checks"] == served["install-test"] == served["publish"] == "ok", served
+    assert _steps(second, PER_TORCH)["build"] == "ok", "built per torch: compiled in each cell"
+    assert "served from their one build in another channel of their serving group: example-stable-ops" in result.stdout
+    wheels = {cell: {r["name"]: r["wheel"] for r in report(output, cell)["recipes"]} for cell in CELLS}
+    one, other = (wheels[cell][STABLE] for cell in CELLS)
+    assert (one["name"], one["sha256"]) == (other["name"], other["sha256"]), "the same file in both"
+    assert "+cu130.sm90-cp310-abi3-" in one["name"]
+    cpp = {cell: wheels[cell][PER_TORCH]["name"] for cell in CELLS}
+    assert (
+        "+cu130.sm90-" in cpp["cuda130-sm90-py310"] and "+cu130.sm90.torch2.12-" in cpp["cuda130-sm90-torch2.12-py310"]
+    )
+    keys = []
+    for channel, _torch in CELLS.values():
+        index = Channel(output / "index", channel)
+        assert verify(index) == []
+        keys.append({key for key, (_project, entry) in built_by_key(index).items() if entry.filename == one["name"]})
+    assert keys[0] == keys[1] and len(keys[0]) == 1, "listed in both channels under its one build key"
+    _each_channel_resolves_its_torch(output / "index", tmp_path, cpp, one["name"])
+
+
+def _each_channel_resolves_its_torch(index_root: Path, tmp_path: Path, cpp: dict[str, str], stable: str) -> None:
+    """uv, on Python 3.10, from each channel's URL alone: the channel's torch, its build of the
+    per-torch example, and the one stable build."""
+    server = Served(index_root, tmp_path / "access.log")
+    try:
+        for cell, (channel, torch) in CELLS.items():
+            done = uv(
+                "pip", "compile", "-", "--python-version", "3.10", "--index-url", server.simple(channel),
+                "--no-header", "--no-annotate", env=isolated_env(), input_text=f"{PER_TORCH}\n{STABLE}\n",
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            pins = dict(line.split("==") for line in done.stdout.split() if "==" in line)
+            assert pins["torch"] == torch, (channel, pins)
+            assert f"{PER_TORCH.replace('-', '_')}-{pins[PER_TORCH]}-" in cpp[cell], (channel, pins)
+            assert stable.startswith(f"{STABLE.replace('-', '_')}-{pins[STABLE]}-"), (channel, pins)
+    finally:
+        server.close()
