@@ -19,6 +19,13 @@ from tests.integration.test_cells import ROOT, report
 from tests.integration.test_index import Served, isolated_env, uv
 from wheelmill.index.store import Channel, built_by_key
 from wheelmill.index.verify import verify
+from wheelmill.inputs.matrix import load_matrix
+from wheelmill.machine.envs import UvBackend
+from wheelmill.machine.package_sources import machine_sources
+from wheelmill.machine.process import HostRunner, StepLog
+from wheelmill.machine.toolchain import Found, find_python
+from wheelmill.planning.locks import inputs, requirements_text, target
+from wheelmill.settings import Settings
 
 pytestmark = pytest.mark.integration
 CELLS = {
@@ -84,3 +91,24 @@ def _each_channel_resolves_its_torch(index_root: Path, tmp_path: Path, cpp: dict
             assert stable.startswith(f"{STABLE.replace('-', '_')}-{pins[STABLE]}-"), (channel, pins)
     finally:
         server.close()
+
+
+def test_a_lock_resolved_again_over_an_earlier_one_resolves_from_its_inputs_alone(tmp_path: Path) -> None:
+    """A cell without a committed lock, built again in the same output root, resolves its lock
+    over the one the earlier build left: uv takes an output file's pins as preferences, and
+    with that file (torch for Python 3.10, hashes of every index's files) it found the same
+    inputs unsolvable. The lock step asks it to ignore them."""
+    matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
+    cell = matrix.cell("cuda130-py310")
+    backend, sources = UvBackend(HostRunner()), machine_sources(Settings.from_environ({})).best_match()
+    requirements = tmp_path / "build-env.in"
+    requirements.write_text(requirements_text(inputs(matrix, {}, cell).requirements), encoding="utf-8")
+    lock = tmp_path / "build-env.lock"
+    python = find_python("3.10", HostRunner())
+    assert isinstance(python, Found), python
+    with StepLog(tmp_path / "lock.log") as log:
+        for _ in range(2):
+            pins = backend.lock(
+                requirements, lock, target=target(cell), sources=sources, log=log, interpreter=python.path
+            )
+            assert pins["torch"] == "2.14.1", pins

@@ -221,9 +221,13 @@ class UvBackend(EnvBackend):
     ) -> dict[str, str]:
         platform = ["--python-version", target.python, "--python-platform", target.platform]
         platform += ["--python", str(interpreter)] if interpreter else []  # uv wants some interpreter to run
+        # --upgrade: uv takes an existing output file's pins as preferences, and one from an
+        # earlier build of the cell (hashes of another index's files) can make the same inputs
+        # unsolvable; a lock resolved now depends on its inputs alone.
         argv = self._uv(
-            "pip", "compile", requirements, "-o", lock, *platform, "--no-header", "--quiet", *sources.uv_args()
-        )
+            "pip", "compile", requirements, "-o", lock, "--upgrade", *platform, "--no-header", "--quiet",
+            *sources.uv_args(),
+        )  # fmt: skip
         argv += ["--generate-hashes"] if hashes else []
         argv += [] if deps else ["--no-deps"]
         self.runner.run(argv, env=self._env(fail_fast=fail_fast), log=log)
@@ -247,6 +251,7 @@ class UvBackend(EnvBackend):
             requirements,
             "-o",
             lock,
+            "--upgrade",  # as in lock: no preferences from an earlier run's file
             "--format",
             "pylock.toml",
             "--only-binary",
