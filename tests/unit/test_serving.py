@@ -20,6 +20,8 @@ from wheelmill.build.products import Repaired, ShippedAbi
 from wheelmill.build.report import CellReport, StepRecord
 from wheelmill.checks import Verdict
 from wheelmill.checks.abi import judge_serving
+from wheelmill.conda.channel import conda_channel_root
+from wheelmill.conda.package import CondaTarget, conda_meta
 from wheelmill.index.store import Channel, publish
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.inputs.recipes import load_recipes
@@ -28,6 +30,7 @@ from wheelmill.planning.buildkey import build_keys
 from wheelmill.planning.serving import corners
 from wheelmill.planning.spec import CellPlan, StepKind
 from wheelmill.settings import Settings
+from wheelmill.wheel.wheelfile import read_wheel
 
 STABLE = "example-stable-ops"
 
@@ -138,3 +141,24 @@ def test_a_served_wheel_must_fit_the_cell_it_is_published_to(
         assert verdict.verdict is Verdict.PASS, verdict
     else:
         assert verdict.verdict is Verdict.FAIL and said in verdict.detail and verdict.fix, verdict
+
+
+def test_in_its_own_channel_a_stable_build_is_published_for_the_cell_whose_conda_package_is_there(
+    project: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The channel lists the one build for every Python of it once one cell put it there; a
+    cell of another Python is served it (its checks, corner test and conda package), the cell
+    that published it (its conda package there) finds it published."""
+    (cell,) = _plans(project, "cuda130-py313", names=(STABLE,))
+    keys = _run_keys_step(cell, tmp_path)
+    wheel = make_wheel(tmp_path / "dist", STABLE, "0.1.0+cu130", tag="cp310-abi3-linux_x86_64")
+    publish(Channel(tmp_path / "wheels" / "index", "cu130"), wheel, build_key=keys.keys[STABLE].digest)
+    keys = _run_keys_step(cell, tmp_path)
+    assert keys.published == {} and keys.served[STABLE].channel == "cu130", "another Python's cell published it"
+    meta = conda_meta(read_wheel(wheel), CondaTarget.of(cell.cell.variant, cell.cell.python))
+    package = conda_channel_root(tmp_path / "wheels" / "index", "cu130") / meta.subdir / meta.filename
+    package.parent.mkdir(parents=True)
+    package.write_bytes(b"")
+    keys = _run_keys_step(cell, tmp_path)
+    assert set(keys.published) == {STABLE} and keys.served == {}, "this cell published it: nothing to do"

@@ -9,6 +9,7 @@ channel checks) do not run either. ``--rebuild`` builds everything all the same.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from packaging.requirements import Requirement
@@ -17,6 +18,9 @@ from wheelmill.build.context import Outcome, StepContext
 from wheelmill.build.products import BuildKeys, PublishedBuild, ServedBuild, Toolchain
 from wheelmill.build.steps.install import deliver
 from wheelmill.checks import CheckResult
+from wheelmill.conda.channel import conda_channel_root
+from wheelmill.conda.package import CondaTarget, conda_meta
+from wheelmill.errors import WheelmillError
 from wheelmill.index.pages import FileEntry
 from wheelmill.index.store import Channel, built_by_key
 from wheelmill.machine.toolchain import Found, find_compiler
@@ -33,15 +37,16 @@ def build_keys_step(ctx: StepContext) -> Outcome:
     channel = Channel(ctx.run.settings.index, plan.channel)
     listed = {} if plan.rebuilds_all else built_by_key(channel)
     published = {
-        name: _published(ctx, channel, key, *hit)
-        for name, key in keys.items()
-        if name not in plan.rebuild and (hit := listed.get(key.digest)) is not None
+        spec.name: _published(ctx, channel, keys[spec.name], *hit)
+        for spec in plan.recipes
+        if spec.name not in plan.rebuild and (hit := listed.get(keys[spec.name].digest)) is not None
+        if spec.serving is None or _published_for_this_cell(ctx, channel, hit[1])
     }
     served = {
         spec.name: found
         for spec in plan.recipes
         if spec.serving and spec.name not in published and spec.name not in plan.rebuild
-        if (found := _served(ctx, spec, keys[spec.name])) is not None
+        if (found := _served(ctx, spec, keys[spec.name], listed)) is not None
     }
     checks = [
         _verdict(key, published.get(name) or served.get(name), rebuild=name in plan.rebuild)
@@ -51,12 +56,34 @@ def build_keys_step(ctx: StepContext) -> Outcome:
     return Outcome(checks=checks, made=(made,))
 
 
-def _served(ctx: StepContext, spec: RecipeSpec, key: BuildKey) -> ServedBuild | None:
-    """The recipe's one build, where another channel of its serving group has it."""
+def _published_for_this_cell(ctx: StepContext, channel: Channel, entry: FileEntry) -> bool:
+    """Whether this cell published a recipe built once, which its channel lists for every
+    Python of it once one cell put it there: its publish step makes the wheel's conda package
+    for the cell's Python too, so that package is there. Else another Python's cell did, and
+    this one is served the file: its checks, its corner's install test, its conda package."""
+    plan = ctx.run.plan
+    try:
+        meta = conda_meta(
+            read_wheel(channel.files / entry.filename), CondaTarget.of(plan.cell.variant, plan.cell.python)
+        )
+    except WheelmillError:  # no conda package can be made of it: served, its publish step says why
+        return False
+    return (conda_channel_root(ctx.run.settings.index, channel.name) / meta.subdir / meta.filename).is_file()
+
+
+def _served(
+    ctx: StepContext, spec: RecipeSpec, key: BuildKey, listed: Mapping[str, tuple[str, FileEntry]]
+) -> ServedBuild | None:
+    """The recipe's one build, where a channel of its serving group has it: this cell's own
+    (``listed``: another Python's cell put it there), else another one."""
     assert spec.serving is not None, "only a served recipe is looked up in other channels"
     index, cell = ctx.run.settings.index, ctx.run.plan.cell.id
-    for name in spec.serving.channels[1:]:
-        hit = built_by_key(Channel(index, name)).get(key.digest)
+    for name in spec.serving.channels:
+        hit = (
+            listed.get(key.digest)
+            if name == ctx.run.plan.channel
+            else built_by_key(Channel(index, name)).get(key.digest)
+        )
         if hit is not None:
             project, entry = hit
             wheel = Channel(index, name).files / entry.filename
