@@ -57,6 +57,8 @@ def main() -> int:
         f"{again:.2f} s (target <= {TARGET:.0f} s)"
     )
     print(f"ratio re-run / first run: {again / first:.3f}")
+    if compiled(report):
+        return runs.broken(f"the re-run compiled {', '.join(compiled(report))}: nothing was to be built")
     return 0
 
 

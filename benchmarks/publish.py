@@ -21,6 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import runs  # noqa: E402 - beside this file, as for the other benchmarks
+
 from tests.wheels import make_wheel  # noqa: E402 - the test helper that writes real wheels
 from wheelmill.index.store import Channel, publish  # noqa: E402
 from wheelmill.index.verify import verify  # noqa: E402
@@ -82,6 +84,8 @@ def main() -> int:
         print(f"  API {statistics.median(api):.3f} s (max {max(api):.3f})")
         print(f"  CLI {statistics.median(cli):.3f} s (max {max(cli):.3f})")
         print(f"target <= {TARGET} s; index valid afterwards: {not problems}")
+    if problems:
+        return runs.broken(f"the index is not valid after the publishes: {problems[0]} ({len(problems)} problems)")
     return 0
 
 

@@ -60,6 +60,13 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def broken(what: str) -> int:
+    """A benchmark whose result is wrong (the thing measured did not happen as it must): said
+    on stderr, exit status 1. A benchmark measures, but a broken result is no figure."""
+    print(f"benchmark broken: {what}", file=sys.stderr)
+    return 1
+
+
 def cores() -> int:
     """The cores this process may run on (its affinity, not the machine's count)."""
     return len(os.sched_getaffinity(0))

@@ -94,6 +94,9 @@ def main() -> int:
                   f"all {len(cells)} in one run {together:.1f} s")  # fmt: skip
             for cell, report in reports.items():
                 print(f"  {cell}: its steps {own_seconds(report):.1f} s ({statuses(report)})")
+            compiled = [cell for cell, report in list(reports.items())[1:] if "build ok" in statuses(report)]
+            if compiled:
+                return runs.broken(f"{', '.join(compiled)} compiled {RECIPE}: it was to be served")
             print(f"  each extra torch or Python cost {extra:.3f} of the first", flush=True)
     print(
         f"each extra torch or Python costs {median_high(figures):.3f} of the first cell, "

@@ -118,7 +118,7 @@ class Sandbox:
         self.root = root
         self.recipes = root / "recipes"
         self.output = root / "wheels"
-        shutil.copytree(ROOT / "recipes" / "schema", self.recipes / "schema")
+        self.recipes.mkdir(parents=True)
         shutil.copytree(ROOT / "containers", root / "containers")
         listed = ", ".join(f'"{python}"' for python in pythons)  # every variant's
         (self.recipes / "matrix.toml").write_text(MATRIX.replace(f'pythons = ["{PYTHON}"]', f"pythons = [{listed}]"))

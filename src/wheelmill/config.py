@@ -88,7 +88,11 @@ def _config_error(error: ValidationError, *, file: Path) -> ConfigError:
         name = missing[0] if missing else error.message
         fix = _fix_for(_schema_of(error), name) or f"add the key '{name}'"
         return ConfigError(f"{file}: {where}: missing required key '{name}'", fix=fix)
-    fix = str(_schema_of(error).get("x-fix") or _context_fix(error) or "see recipes/schema for the allowed form")
+    fix = str(
+        _schema_of(error).get("x-fix")
+        or _context_fix(error)
+        or "see the reference of recipes and the matrix (docs/recipes.md, docs/matrix.md)"
+    )
     return ConfigError(f"{file}: {where}: {_short(error)}", fix=fix)
 
 

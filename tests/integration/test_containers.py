@@ -136,7 +136,6 @@ def test_a_second_run_reuses_the_builder_image_and_the_compiler_cache(engine: tu
     image = step(data, "prepare-image")
     print(f"\n{name}: image step of the second run: {image['seconds']} s: {image['checks'][0]['detail']}")
     assert data["engine"] == name
-    assert image["seconds"] <= 2.0
     assert image["checks"][0]["detail"].startswith("reused")
     assert containers_of(binary, "cpu-py311") == []
     stats = data["facts"]["compiler_cache"]["example-cpp-ops"]

@@ -3,6 +3,8 @@ exit code; never a traceback, and nothing written."""
 
 from __future__ import annotations
 
+import shutil
+import socket
 from pathlib import Path
 
 import pytest
@@ -196,6 +198,11 @@ MATRIX_CASES = [
         ["variants.cuda118.label", "does not match toolkit 11.8.0", 'set label = "cu118"'],
     ),
     ("toolkit-mismatch", ('toolkit = "11.8.0"', 'toolkit = "12.1.0"'), ["variants.cuda118"]),
+    (
+        "toolkit-not-a-cuda-release",
+        ('toolkit = "11.8.0"', 'toolkit = "1.18.0"'),
+        ["variants.cuda118.toolkit", "1.18.0 is no CUDA release", "11.8.0"],
+    ),
     (
         "bad-family",
         ('family = "rocm"\ntoolkit = "6.2.4"', 'family = "metal"\ntoolkit = "6.2.4"'),
@@ -443,3 +450,83 @@ def test_publish_never_makes_up_a_channel(cli: CliRunner, repo_root: Path, tmp_p
         expected=["channel 'cu1300'", "perhaps you meant 'cu130'"],
     )
     assert not (tmp_path / "wheels").exists(), "nothing written"
+
+
+SERVE_CASES = [
+    ("port-out-of-range", ["--port", "70000"], ["--port: 70000 is not a port (0 to 65535"]),
+    ("port-not-a-number", ["--port", "http"], ["--port: 'http' is not a port number"]),
+    ("host-not-an-address", ["--host", "999.1.1.1", "--port", "0"], ["--host 999.1.1.1 --port 0: cannot listen there"]),
+    ("idle-timeout-negative", ["--idle-timeout", "-5"], ["--idle-timeout: -5 is not a duration above 0 seconds"]),
+    ("idle-timeout-nan", ["--idle-timeout", "nan"], ["--idle-timeout: nan is not a duration above 0 seconds"]),
+]
+
+
+@pytest.mark.parametrize(("case", "args", "expected"), SERVE_CASES, ids=[c[0] for c in SERVE_CASES])
+def test_index_serve_refuses_what_it_cannot_listen_with(
+    cli: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str, args: list[str], expected: list[str]
+) -> None:
+    """An address or timeout the server cannot work with is the user's to fix (exit 2), said
+    before anything listens: never a server that starts and then drops every request."""
+    monkeypatch.setenv("WHEELMILL_INDEX_ROOT", str(tmp_path / "index"))
+    result = cli("index", "serve", *args)
+    assert_one_line_error(result.err, code=result.code, expected_code=UsageError.exit_code, expected=expected)
+
+
+def test_index_serve_names_a_port_in_use_and_an_access_log_it_cannot_open(
+    cli: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WHEELMILL_INDEX_ROOT", str(tmp_path / "index"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        result = cli("index", "serve", "--port", port)
+    assert_one_line_error(
+        result.err, code=result.code, expected_code=UsageError.exit_code, expected=[f"--port {port}: in use", "another"]
+    )
+    log = tmp_path / "missing" / "access.log"
+    result = cli("index", "serve", "--port", "0", "--access-log", str(log))
+    assert_one_line_error(
+        result.err, code=result.code, expected_code=UsageError.exit_code, expected=[f"--access-log {log}", "directory"]
+    )
+    assert not (tmp_path / "missing").exists()
+
+
+CONDA_CASES = [
+    ("solve-cuda-not-a-version", ["conda", "solve", "--cuda", "abc", "torch"], ["--cuda: 'abc' is not a CUDA version"]),
+    (
+        "create-cuda-with-a-command",
+        ["conda", "create", "{tmp}/env", "--cuda", "12.0;rm", "torch"],
+        ["--cuda: '12.0;rm' is not a CUDA version"],
+    ),
+    ("create-into-a-file", ["conda", "create", "{tmp}/a-file", "torch"], ["{tmp}/a-file is a file, not a directory"]),
+]
+
+
+@pytest.mark.parametrize(("case", "args", "expected"), CONDA_CASES, ids=[c[0] for c in CONDA_CASES])
+def test_conda_commands_refuse_what_is_no_cuda_version_or_no_prefix(
+    cli: CliRunner, tmp_path: Path, case: str, args: list[str], expected: list[str]
+) -> None:
+    (tmp_path / "a-file").write_text("not an env\n")
+    result = cli(*(arg.replace("{tmp}", str(tmp_path)) for arg in args))
+    wanted = [text.replace("{tmp}", str(tmp_path)) for text in expected]
+    assert_one_line_error(result.err, code=result.code, expected_code=UsageError.exit_code, expected=wanted)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"], "no env made"
+    assert (tmp_path / "a-file").read_text() == "not an env\n"
+
+
+def test_a_recipes_directory_of_a_teams_own_needs_no_schemas(cli: CliRunner, repo_root: Path, tmp_path: Path) -> None:
+    """The schemas belong to wheelmill: a team keeping its matrix and recipes in a repository
+    of its own validates and plans them without a schema/ directory beside them."""
+    recipes = tmp_path / "team" / "recipes"
+    recipes.mkdir(parents=True)
+    shutil.copy(repo_root / "recipes" / "matrix.toml", recipes)
+    shutil.copytree(repo_root / "extensions" / "cpp-ops", tmp_path / "team" / "extensions" / "cpp-ops")
+    shutil.copy(repo_root / "recipes" / "example-cpp-ops.toml", recipes)
+    result = cli("--recipes", str(recipes), "validate")
+    assert result.code == 0 and "1 recipes (example-cpp-ops)" in result.out, result.err
+    (recipes / "example-cpp-ops.toml").write_text(GOOD_RECIPE.replace("broken", "example-cpp-ops") + "colour = 1\n")
+    result = cli("--recipes", str(recipes), "validate")
+    assert_one_line_error(
+        result.err, code=result.code, expected_code=ConfigError.exit_code, expected=["unknown key 'colour'"]
+    )

@@ -71,3 +71,12 @@ def test_a_round_of_pythons_costs_each_extra_python_its_share_of_the_runs_differ
     done = pythons.Round(alone=50.0, together=70.0, first=report(49.0, 40.0), reports=cells)
     assert done.difference() == pytest.approx(0.2)  # 20 s more for two extra Pythons: 10 s each, of 50
     assert done.slowed() == pytest.approx(51.0 / 49.0)  # the first cell, beside the others, against alone
+
+
+def test_a_broken_result_is_an_exit_status_not_a_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """A benchmark whose measured thing did not happen as it must (an index left invalid, a
+    re-run that compiled) ends with exit status 1 and says why on stderr."""
+    assert runs.broken("the re-run compiled example-cpp-ops: nothing was to be built") == 1
+    assert capsys.readouterr().err == "benchmark broken: the re-run compiled example-cpp-ops: nothing was to be built\n"
+    for script in ("noop.py", "publish.py", "serving.py"):
+        assert "runs.broken(" in (Path(runs.__file__).parent / script).read_text(), script

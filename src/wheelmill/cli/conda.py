@@ -7,6 +7,7 @@ local ones of every variant, so a CPU and a CUDA build of one version are both o
 from __future__ import annotations
 
 import argparse
+import re
 import tempfile
 from pathlib import Path
 
@@ -66,7 +67,10 @@ def register(commands: Commands) -> None:
     ask = actions.add_parser("solve", help="what specs resolve to, with or without a CUDA driver (__cuda)")
     ask.add_argument("specs", nargs="+", metavar="SPEC")
     ask.add_argument(
-        "--cuda", metavar="X.Y", help="solve as on a machine whose driver supports CUDA X.Y (default: no GPU)"
+        "--cuda",
+        type=cuda_version,
+        metavar="X.Y",
+        help="solve as on a machine whose driver supports CUDA X.Y (default: no GPU)",
     )
     _channels(ask)
     ask.set_defaults(func=cmd_solve)
@@ -94,7 +98,7 @@ def register(commands: Commands) -> None:
     make.add_argument(
         "--lock", type=Path, help="exactly the packages of this conda lock (wheelmill conda lock), their sha256 checked"
     )
-    make.add_argument("--cuda", metavar="X.Y", help="as on a machine whose driver supports CUDA X.Y")
+    make.add_argument("--cuda", type=cuda_version, metavar="X.Y", help="as on a machine whose driver supports CUDA X.Y")
     _channels(make)
     make.set_defaults(func=cmd_create)
     reindex = actions.add_parser("index", help="rewrite the repodata of the local conda channels")
@@ -253,7 +257,18 @@ def cmd_solve(args: argparse.Namespace, settings: Settings, console: Console) ->
     return 0
 
 
+def cuda_version(text: str) -> str:
+    """A CUDA release as a driver reports what it supports: ``12.8``, ``13.0``."""
+    if not re.fullmatch(r"\d{1,2}\.\d{1,2}", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a CUDA version (X.Y, e.g. 12.8)")
+    return text
+
+
 def cmd_create(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    if args.prefix.exists() and not args.prefix.is_dir():
+        raise UsageError(
+            f"conda create: {args.prefix} is a file, not a directory", fix="give a new or empty directory for the env"
+        )
     if args.prefix.exists() and any(args.prefix.iterdir()) and not (args.prefix / "conda-meta").is_dir():
         raise UsageError(
             f"conda create: {args.prefix} is a directory with other files",

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from pathlib import Path
+from typing import IO
 
 from rich.console import Console
 
-from wheelmill.cli.common import Commands, load_inputs, positive
+from wheelmill.cli.common import Commands, load_inputs, port, positive, seconds
 from wheelmill.config import format_size
 from wheelmill.errors import IndexStoreError, SelectionError, UsageError, did_you_mean
 from wheelmill.index import consumer
 from wheelmill.index.blobs import Blobs
 from wheelmill.index.pages import FileEntry
 from wheelmill.index.remote import Remote, upload
-from wheelmill.index.serve import IDLE_TIMEOUT, PER_CLIENT, make_server
+from wheelmill.index.serve import IDLE_TIMEOUT, PER_CLIENT, IndexServer, make_server
 from wheelmill.index.store import Channel, channel_dirs, channel_names, publish, repair, set_yanked, usage
 from wheelmill.index.verify import leftovers, verify
 from wheelmill.inputs.versions import Track
@@ -46,11 +48,11 @@ def register(commands: Commands) -> None:
     actions = index.add_subparsers(dest="action", required=True, parser_class=type(index))
     serve = actions.add_parser("serve", help="serve the index over HTTP (read-only)")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--port", type=port, default=8080, help="0 picks a free one")
     serve.add_argument("--access-log", type=Path, help="append an access log here (with bytes sent)")
     serve.add_argument(
         "--idle-timeout",
-        type=float,
+        type=seconds,
         default=IDLE_TIMEOUT,
         metavar="S",
         help=f"close a connection idle this long (default {IDLE_TIMEOUT:.0f})",
@@ -159,8 +161,14 @@ def cmd_unyank(args: argparse.Namespace, settings: Settings, console: Console) -
 
 def cmd_serve(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     root = settings.index
-    log = args.access_log.open("a", encoding="utf-8") if args.access_log else None
-    server = make_server(root, args.host, args.port, log, idle_timeout=args.idle_timeout, per_client=args.per_client)
+    server = _bound(args, root)
+    try:
+        log = _access_log(args.access_log) if args.access_log else None
+    except UsageError:
+        server.server_close()
+        raise
+    if log:
+        server.log_to(log)
     host, port = str(server.server_address[0]), int(server.server_address[1])
     channels = sorted(p.parent.parent.name for p in root.glob("*/simple/index.json"))
     console.print(
@@ -176,6 +184,31 @@ def cmd_serve(args: argparse.Namespace, settings: Settings, console: Console) ->
         if log:
             log.close()
     return 0
+
+
+def _bound(args: argparse.Namespace, root: Path) -> IndexServer:
+    """The server, listening: an address this machine cannot listen on is the user's to fix."""
+    try:
+        return make_server(root, args.host, args.port, None, idle_timeout=args.idle_timeout, per_client=args.per_client)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise UsageError(
+                f"--port {args.port}: in use on {args.host}", fix="stop what listens there, or give another --port"
+            ) from None
+        raise UsageError(
+            f"--host {args.host} --port {args.port}: cannot listen there ({exc.strerror or exc})",
+            fix="give an address of this machine (127.0.0.1, 0.0.0.0, ::) and a free port",
+        ) from None
+
+
+def _access_log(path: Path) -> IO[str]:
+    try:
+        return path.open("a", encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(
+            f"--access-log {path}: cannot be opened to append ({exc.strerror or exc})",
+            fix="give a file in a directory that exists and this user may write",
+        ) from None
 
 
 def cmd_config(args: argparse.Namespace, settings: Settings, _console: Console) -> int:

@@ -5,6 +5,7 @@ not), and an env made from them. No conda, no network beyond the channels' URLs.
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,10 +128,12 @@ def find_locked(channels: Sequence[str], packages: Sequence[LockedPackage], *, l
 
 
 def create(prefix: Path, records: Sequence[RepoDataRecord], *, cache_dir: Path) -> None:
-    """An env at ``prefix`` holding exactly ``records`` (a new one where none is)."""
+    """An env at ``prefix`` holding exactly ``records`` (a new one where none is: a failed
+    install removes what it made of a new one, so nothing half-made is left as an env)."""
     import rattler  # noqa: PLC0415 - see solve
     from rattler.exceptions import InstallerError, IoError, LinkError, TransactionError  # noqa: PLC0415
 
+    new = not prefix.exists()
     try:
         asyncio.run(
             rattler.install(
@@ -142,6 +145,8 @@ def create(prefix: Path, records: Sequence[RepoDataRecord], *, cache_dir: Path) 
             )
         )
     except (InstallerError, IoError, LinkError, TransactionError, OSError) as exc:
+        if new:
+            shutil.rmtree(prefix, ignore_errors=True)
         raise EnvError(
             f"conda: cannot create the env at {prefix}: {_first(exc)}",
             fix="check the channel's packages (wheelmill conda index) and free space",

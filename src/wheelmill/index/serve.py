@@ -286,6 +286,14 @@ class IndexServer(ThreadingHTTPServer):
         self._open: Counter[str] = Counter()
         self._counting = threading.Lock()
 
+    def log_to(self, access_log: IO[str]) -> None:
+        """Append each request's line to ``access_log`` from now on (opened once it listens:
+        an address it cannot take leaves no log file behind)."""
+        handler = self.RequestHandlerClass
+        assert isinstance(handler, type), "make_server binds a handler class"
+        assert issubclass(handler, IndexHandler), "make_server binds an IndexHandler"
+        handler.access_log = access_log
+
     def process_request(self, request: Any, client_address: Any) -> None:
         host = str(client_address[0])
         with self._counting:

@@ -20,6 +20,7 @@ from typing import Any
 
 from wheelmill.config import load_toml, parse_size, validate
 from wheelmill.errors import ConfigError, SelectionError, did_you_mean
+from wheelmill.inputs import SCHEMAS
 from wheelmill.inputs.archs import CudaArchs, RocmArchs, arch_tag
 from wheelmill.inputs.manylinux import policies
 from wheelmill.inputs.variants import Cell, Family, Variant
@@ -167,7 +168,7 @@ def matrix_markdown(matrix: Matrix) -> str:
 
 def load_matrix(path: Path) -> Matrix:
     data = load_toml(path)
-    validate(data, schema_path=path.parent / "schema" / SCHEMA, file=path)
+    validate(data, schema_path=SCHEMAS / SCHEMA, file=path)
     pythons = tuple(data["pythons"])
     variants: dict[str, Variant] = {}
     for name, raw in data["variants"].items():
@@ -318,7 +319,7 @@ def _check_other_torch(v: Variant, *, where: str) -> None:
 def _check_accelerator(v: Variant, *, where: str) -> None:
     assert v.toolkit is not None
     assert v.arch_list is not None
-    major, minor = v.toolkit.split(".")[:2]
+    major, minor = _toolkit_release(v, where=where)
     expected_label = f"cu{major}{minor}" if v.family is Family.CUDA else f"rocm{major}.{minor}"
     expected_name = f"cuda{major}{minor}" if v.family is Family.CUDA else f"rocm{major}{minor}"
     if v.label != expected_label:
@@ -342,6 +343,30 @@ def _check_accelerator(v: Variant, *, where: str) -> None:
                 f"{where}.toolkit-wheels: '{wheel}' is not of toolkit {major}.{minor}",
                 fix=f"pin the {major}.{minor} release of each toolkit wheel (==X.Y.Z)",
             )
+
+
+# The releases torch has been built with: CUDA 11.0 on (minors 0 to 9), ROCm 5.0 on. A
+# version outside (a typo such as 1.18.0 for 11.8.0) would still make a label and a name.
+_RELEASES = {Family.CUDA: ("CUDA", 11, 99, 9), Family.ROCM: ("ROCm", 5, 99, 9)}
+_EXAMPLE = {Family.CUDA: "11.8.0", Family.ROCM: "6.4.0"}
+
+
+def _toolkit_release(v: Variant, *, where: str) -> tuple[str, str]:
+    """The toolkit's major and minor, where it is a release of its family."""
+    assert v.toolkit is not None
+    kind, oldest, newest, minors = _RELEASES[v.family]
+    parts = v.toolkit.split(".")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        raise ConfigError(
+            f"{where}.toolkit: '{v.toolkit}' is not a {kind} version", fix="give it as X.Y.Z, e.g. 12.8.1"
+        )
+    major, minor = int(parts[0]), int(parts[1])
+    if not (oldest <= major <= newest and minor <= minors):
+        raise ConfigError(
+            f"{where}.toolkit: {v.toolkit} is no {kind} release (majors {oldest} on, minors 0 to {minors})",
+            fix=f"give the {kind} toolkit's version as its release notes do, e.g. {_EXAMPLE[v.family]}",
+        )
+    return parts[0], parts[1]
 
 
 def _check_slim(v: Variant, *, where: str) -> None:

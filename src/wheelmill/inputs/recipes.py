@@ -21,6 +21,7 @@ from typing import Any
 
 from wheelmill.config import load_toml, parse_size, validate
 from wheelmill.errors import ConfigError, SelectionError, did_you_mean
+from wheelmill.inputs import SCHEMAS
 from wheelmill.inputs.archs import CudaArchs, RocmArchs
 from wheelmill.inputs.variants import Cell, Family
 from wheelmill.inputs.versions import VersionRule
@@ -135,7 +136,7 @@ def load_recipes(directory: Path) -> dict[str, Recipe]:
 
 def load_recipe(file: Path) -> Recipe:
     data = load_toml(file)
-    validate(data, schema_path=file.parent / "schema" / SCHEMA, file=file)
+    validate(data, schema_path=SCHEMAS / SCHEMA, file=file)
     if data["name"] != file.stem:
         raise ConfigError(
             f"{file}: name: '{data['name']}' differs from the file name",

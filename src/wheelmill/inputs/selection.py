@@ -1,6 +1,6 @@
 """Which cells a change affects. A pull request builds those cells, and never none.
 
-    recipes/matrix.toml, recipes/schema/     every cell
+    recipes/matrix.toml                      every cell
     recipes/<recipe>.toml                    the cells the recipe is built for
     a file of a recipe's path source         the cells that recipe is built for
     locks/<cell>.txt                         that cell
@@ -47,7 +47,7 @@ def _full(matrix: Matrix) -> tuple[Cell, ...]:
 def _affected_by(path: PurePosixPath, matrix: Matrix, recipes: Mapping[str, Recipe], root: Path) -> tuple[Cell, ...]:
     parts = path.parts
     match parts:
-        case ("recipes", "matrix.toml") | ("recipes", "schema", *_) | ("containers", "pins.toml"):
+        case ("recipes", "matrix.toml") | ("containers", "pins.toml"):
             return _full(matrix)
         case ("recipes", name) if name.endswith(".toml"):
             return _cells_of([r for r in recipes.values() if r.file.name == name], matrix)
