@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import shutil
 import socket
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import CliRunner
+from tests.unit.test_report import written
 from tests.wheels import make_wheel
-from wheelmill.errors import ConfigError, SelectionError, UsageError
+from wheelmill.errors import ConfigError, PrecheckError, SelectionError, UsageError
 
 GOOD_RECIPE = """
 name = "broken"
@@ -530,3 +532,77 @@ def test_a_recipes_directory_of_a_teams_own_needs_no_schemas(cli: CliRunner, rep
     assert_one_line_error(
         result.err, code=result.code, expected_code=ConfigError.exit_code, expected=["unknown key 'colour'"]
     )
+
+
+@pytest.mark.parametrize("version", ["../../../x", "1.0/../../y", ".hidden", "latest"])
+def test_a_release_version_never_becomes_a_path_outside_the_records(
+    cli: CliRunner, repo_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: str
+) -> None:
+    """A release version names a record under the index's records and nothing else: a JSON
+    file outside (here one beside the index) is neither read nor printed."""
+    index = tmp_path / "index"
+    (tmp_path / "x.json").write_text('{"secret": "outside the index"}\n')
+    monkeypatch.setenv("WHEELMILL_INDEX_ROOT", str(index))
+    args = ("image", "build", "--cell", "cpu-py311", "--edition", "runtime", "--release", version)
+    result = cli("--recipes", str(repo_root / "recipes"), *args)
+    assert_one_line_error(
+        result.err, code=result.code, expected_code=UsageError.exit_code, expected=[f"'{version}' is not a release"]
+    )
+    assert "secret" not in result.out + result.err
+
+
+def test_mirror_refuses_another_cells_report_in_a_cells_directory(
+    cli: CliRunner, repo_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cpu-py311's report copied into cpu-py312's directory: mirroring cpu-py312 would put
+    cpu-py311's closure into its channel. One line; the index is not touched."""
+    layout, _report, _wheel = written(tmp_path / "wheels")
+    other = tmp_path / "wheels" / "cpu-py312"
+    other.mkdir()
+    shutil.copy(layout.report, other / "report.json")
+    monkeypatch.setenv("WHEELMILL_OUTPUT", str(tmp_path / "wheels"))
+    result = cli("--recipes", str(repo_root / "recipes"), "mirror", "--cell", "cpu-py312")
+    assert_one_line_error(
+        result.err,
+        code=result.code,
+        expected_code=PrecheckError.exit_code,
+        expected=["the report of cell cpu-py311, not of cpu-py312"],
+    )
+    assert not (tmp_path / "wheels" / "index").exists()
+
+
+@pytest.mark.parametrize(
+    ("tag", "why"),
+    [
+        ("cp312-cp312-manylinux_2_28_x86_64", "another Python"),
+        ("cp311-cp311-win_amd64", "Windows"),
+        ("cp311-cp311-macosx_11_0_arm64", "macOS"),
+        ("cp311-cp311-manylinux_2_28_aarch64", "another machine"),
+        ("cp312-abi3-manylinux_2_28_x86_64", "abi3 from a newer Python"),
+    ],
+)
+def test_conda_package_refuses_a_wheel_of_another_python_or_platform(
+    cli: CliRunner, repo_root: Path, tmp_path: Path, tag: str, why: str
+) -> None:
+    """A conda package in cpu-py311's channel installs into CPython 3.11 on linux-64: a wheel
+    for anything else is refused before any package is made, the channel untouched."""
+    good = make_wheel(tmp_path / "dist", "ops", "0.1.0+cpu", tag="cp311-cp311-manylinux_2_28_x86_64")
+    bad = make_wheel(tmp_path / "dist", "other", "0.1.0+cpu", tag=tag)
+    channel = tmp_path / "conda"
+    args = ("conda", "package", "--cell", "cpu-py311", "--channel", str(channel), str(good), str(bad))
+    result = cli("--recipes", str(repo_root / "recipes"), *args)
+    expected = [f"conda package: {bad.name} is for {tag}, not for cell cpu-py311 (CPython 3.11, linux-64)"]
+    assert_one_line_error(result.err, code=result.code, expected_code=UsageError.exit_code, expected=expected)
+    assert not channel.exists(), why
+
+
+def test_conda_seed_refuses_an_interpreter_of_another_python(cli: CliRunner, repo_root: Path, tmp_path: Path) -> None:
+    """cpu-py312 seeded with this CPython 3.11: its channel's python package would be 3.11."""
+    channel = tmp_path / "conda"
+    make_wheel(tmp_path / "dist", "ops", "0.1.0+cpu", tag="cp312-cp312-manylinux_2_28_x86_64")
+    args = ("conda", "seed", "--cell", "cpu-py312", "--channel", str(channel), "--python", sys.executable)
+    result = cli("--recipes", str(repo_root / "recipes"), *args, "--wheels", str(tmp_path / "dist"))
+    assert_one_line_error(
+        result.err, code=result.code, expected_code=UsageError.exit_code, expected=["not the 3.12 of cell cpu-py312"]
+    )
+    assert not channel.exists()

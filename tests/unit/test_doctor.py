@@ -304,3 +304,16 @@ def test_doctor_is_standard_library_only_runs_on_python_3_9_and_runs_alone(site:
         "wheelmill-doctor: error: 1 installed wheel(s) would not run on this machine's GPU: ext 1.0+cu130; fix: "
     )
     assert doctor.main(["--path", str(site), "--capability", "bogus"]) == doctor.EXIT_USAGE == UsageError.exit_code
+
+
+def test_a_huge_record_is_refused_unread_and_a_bad_value_shown_short(cli: CliRunner, site: Path) -> None:
+    """A gpu-archs.json of one 10 MB line, or a long bad arch list, is a finding of one short
+    line: doctor neither parses nor prints megabytes."""
+    install(site, "huge", "1.0+cu130", b'{"family": "cuda", "cell": "x", "arch_list": "' + b"8.0;" * 2_500_000 + b'"}')
+    install(site, "long", "1.0+cu130", b'{"family": "cuda", "cell": "x", "arch_list": "' + b"x" * 5000 + b'"}')
+    result = cli("doctor", "--path", str(site), "--capability", "8.6", "--json")
+    assert result.code == 0, result.err
+    huge, long = json.loads(result.out)["wheels"]
+    assert "more than a record has (65536)" in huge["detail"] and huge["status"] == "unknown", huge
+    assert "... (5002 characters) is not a CUDA arch" in long["detail"] and len(long["detail"]) < 300, long
+    assert len(result.out) < 4000

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ def written(tmp_path: Path) -> tuple[CellLayout, CellReport, WheelRecord]:
 
 def test_what_the_build_writes_reads_back_as_it_was(tmp_path: Path) -> None:
     layout, report, wheel = written(tmp_path)
-    built = load_report(layout.report)
+    built = load_report(layout.report, cell="cpu-py311")
     assert built == report.as_built()
     assert (built.cell, built.channel, built.python, built.status) == ("cpu-py311", "cpu", "3.11", Status.OK)
     assert built.wheels == built.delivered == [wheel]
@@ -73,14 +74,25 @@ def test_a_report_of_another_version_or_shape_is_named(
     data = json.loads(layout.report.read_text())
     layout.report.write_text(json.dumps(change(data)))
     with pytest.raises(ReportError, match=says.replace("(", r"\(")):
-        load_report(layout.report)
+        load_report(layout.report, cell="cpu-py311")
 
 
 def test_a_file_that_is_not_json_is_named(tmp_path: Path) -> None:
     report = tmp_path / "report.json"
     report.write_bytes(b'{"report_version": 1,')
     with pytest.raises(ReportError, match="not JSON"):
-        load_report(report)
+        load_report(report, cell="cpu-py311")
     report.write_bytes(b"\xff\xfe")
     with pytest.raises(ReportError, match="not UTF-8"):
-        load_report(report)
+        load_report(report, cell="cpu-py311")
+
+
+def test_a_report_in_another_cells_directory_is_not_that_cells(tmp_path: Path) -> None:
+    """A report copied into another cell's directory would mirror and release its wheels as
+    that cell's: every reader names the mismatch."""
+    layout, _report, _wheel = written(tmp_path)
+    other = CellLayout(output=tmp_path, cell="cpu-py312")
+    other.root.mkdir(parents=True)
+    shutil.copy(layout.report, other.report)
+    with pytest.raises(ReportError, match="the report of cell cpu-py311, not of cpu-py312"):
+        load_report(other.report, cell=other.cell)

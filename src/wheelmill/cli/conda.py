@@ -18,7 +18,7 @@ from wheelmill.conda import envspec
 from wheelmill.conda.channel import CondaChannel, conda_channel_root, configured_channels, local_channels
 from wheelmill.conda.envspec import read_lock
 from wheelmill.conda.package import CondaTarget, describe, package_wheel
-from wheelmill.conda.seed import probe_interpreter, seed
+from wheelmill.conda.seed import fits, probe_interpreter, seed
 from wheelmill.conda.solve import create, find_locked, locked, picked, solve
 from wheelmill.errors import CommandFailed, ConfigError, EnvError, UsageError
 from wheelmill.files import write_atomic
@@ -35,6 +35,7 @@ from wheelmill.machine.toolchain import NotFound, find_python
 from wheelmill.output.layout import CellLayout
 from wheelmill.planning.locks import target
 from wheelmill.settings import Settings
+from wheelmill.wheel.wheelfile import read_wheel
 
 
 def register(commands: Commands) -> None:
@@ -142,13 +143,19 @@ def cmd_seed(args: argparse.Namespace, settings: Settings, console: Console) -> 
             or (_image_python(args, settings, Path(work), console) if args.build_env else None)
             or _cell_python(cell)
         )
+        interpreter = probe_interpreter(python)
+        if interpreter.minor != cell.python:
+            raise UsageError(
+                f"conda seed --python {python}: CPython {interpreter.version}, not the {cell.python} of cell {cell.id}",
+                fix=f"give --python a CPython {cell.python}, or seed the cell of its version",
+            )
         wheels += _tool_wheels(cell, channel, settings, Path(work)) if args.build_env else []
         seeded = seed(
             channel,
             target,
             wheels,
             Path(work),
-            interpreter=probe_interpreter(python),
+            interpreter=interpreter,
             progress=lambda line: console.print(f"  packaging {line}"),
         )
     console.print(
@@ -233,13 +240,28 @@ def _cell_python(cell: Cell) -> Path:
 
 
 def cmd_package(args: argparse.Namespace, settings: Settings, console: Console) -> int:
-    _, target, channel = _target(args, settings)
+    cell, target, channel = _target(args, settings)
+    for wheel in args.wheels:  # all checked before any is made: nothing of a refused call lands
+        _refuse_unfit(wheel, cell)
     with tempfile.TemporaryDirectory(prefix="wheelmill-conda-") as work:
         made = [package_wheel(wheel, target, Path(work) / "out", Path(work)) for wheel in args.wheels]
         added = channel.add([path for path, _meta in made])
     for (_path, meta), result in zip(made, added, strict=True):
         console.print(f"{result.outcome}: {describe(meta)}")
     return 0
+
+
+def _refuse_unfit(wheel: Path, cell: Cell) -> None:
+    """A conda package of a cell's channel installs into that cell's Python on linux-64: a
+    wheel for another Python, ABI or platform would be published under the cell's name."""
+    info = read_wheel(wheel)
+    if not fits(info, cell.python):
+        tags = ", ".join(sorted(str(tag) for tag in info.tags))
+        raise UsageError(
+            f"conda package: {wheel.name} is for {tags}, not for cell {cell.id} (CPython {cell.python}, linux-64)",
+            fix=f"give a wheel built for {cell.id}: cp{cell.python.replace('.', '')}, abi3 from an older CPython, "
+            "or pure, on manylinux/linux x86_64",
+        )
 
 
 def channel_urls(args: argparse.Namespace, settings: Settings) -> list[str]:

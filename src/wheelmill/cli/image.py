@@ -176,7 +176,7 @@ def _released(args: argparse.Namespace, layout: CellLayout) -> tuple[Track, str]
     if args.release:
         return Track(args.track), args.release
     try:
-        release = load_report(layout.report).release
+        release = load_report(layout.report, cell=layout.cell).release
     except (OSError, ReportError):
         return None
     return None if release is None else (release.track, release.version)

@@ -36,6 +36,8 @@ EXIT_USAGE = 2  # wheelmill's UsageError
 EXIT_WOULD_FAIL = 21  # wheelmill.errors.DoctorError: a unit test keeps the two equal
 EXIT_BUG = 70  # wheelmill's InternalError
 ARCH_RECORD = "gpu-archs.json"  # wheelmill.inputs.archs.ARCH_RECORD
+RECORD_LIMIT = 64 * 1024  # bytes: a record is a line of some 100; beyond this it is not one
+SHOWN = 80  # characters of a bad value a finding shows
 CAPABILITY_VARIABLE = "WHEELMILL_GPU_CAPABILITY"
 UNKNOWN = "not built by wheelmill or built before arch recording"
 FIX = "install it from the slim channel for this arch or a build whose arch list includes {arch}"
@@ -215,19 +217,27 @@ def parse_record(text: str) -> Record:
     >>> parse_record('{"arch_list": "8.0;9.0+PTX", "cell": "cuda130-py311", "family": "cuda"}').describe()
     'cuda 8.0;9.0+PTX'
     """
+    if len(text) > RECORD_LIMIT:
+        raise ValueError(f"{len(text)} characters, more than a record has ({RECORD_LIMIT})")
     value: Any = json.loads(text)
     if not isinstance(value, dict):
         raise ValueError("not a JSON object")  # noqa: TRY004 - bad data, caught with bad JSON as ValueError
     family, arch_list, cell = value.get("family"), value.get("arch_list"), value.get("cell")
     if family not in ("cuda", "rocm", "cpu") or not isinstance(cell, str):
-        raise ValueError(f"family {family!r} is not cuda, rocm or cpu, or cell {cell!r} is not a string")
+        raise ValueError(f"family {_shown(family)} is not cuda, rocm or cpu, or cell {_shown(cell)} is not a string")
     if (family == "cpu") != (arch_list is None) or not isinstance(arch_list, (str, type(None))):
-        raise ValueError(f"arch_list {arch_list!r} does not fit family {family}")
+        raise ValueError(f"arch_list {_shown(arch_list)} does not fit family {_shown(family)}")
     if family == "cuda":
         cuda_codes(str(arch_list))
     elif family == "rocm":
         rocm_targets(str(arch_list))
     return Record(family=family, arch_list=arch_list, cell=cell)
+
+
+def _shown(value: object) -> str:
+    """A bad value as a finding shows it: its repr, cut to ``SHOWN`` characters."""
+    text = repr(value)
+    return text if len(text) <= SHOWN else f"{text[:SHOWN]}... ({len(text)} characters)"
 
 
 @dataclass(frozen=True)
@@ -265,7 +275,7 @@ def cuda_codes(arch_list: str) -> list[Code]:
     for item in (item for item in re.split(r"[;,\s]+", arch_list.strip()) if item):
         found = _CUDA_ITEM.match(item)
         if not found:
-            raise ValueError(f"{item!r} is not a CUDA arch")
+            raise ValueError(f"{_shown(item)} is not a CUDA arch")
         major, minor, suffix = int(found.group(1)), int(found.group(2)), found.group(3)
         codes.append(Code(ptx=False, major=major, minor=minor, suffix=suffix))
         if found.group(4):
@@ -281,7 +291,7 @@ def rocm_targets(arch_list: str) -> set[str]:
     for item in (item for item in re.split(r"[;,\s]+", arch_list.strip()) if item):
         found = _GFX.match(item)
         if not found:
-            raise ValueError(f"{item!r} is not a ROCm target")
+            raise ValueError(f"{_shown(item)} is not a ROCm target")
         targets.add(found.group(1))
     if not targets:
         raise ValueError("empty ROCm arch list")

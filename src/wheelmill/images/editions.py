@@ -87,7 +87,7 @@ def read_cell_output(layout: CellLayout, cell: Cell) -> CellOutput:
     one error that says how to build it."""
     fix = f"build it first: wheelmill build --cell {cell.id}"
     try:
-        built = load_report(layout.report)
+        built = load_report(layout.report, cell=layout.cell)
     except FileNotFoundError:
         raise PrecheckError(f"{cell.id}: never built here (no {layout.report})", fix=fix) from None
     except (OSError, ReportError) as exc:

@@ -134,7 +134,7 @@ def inputs_of_report(layout: CellLayout, *, index: Path, glibc: str, toolkit: tu
     sources it used."""
     report = layout.report
     try:
-        built = load_report(report)
+        built = load_report(report, cell=layout.cell)
         torch, args = built.torch, built.package_source_args
     except FileNotFoundError:
         raise PrecheckError(

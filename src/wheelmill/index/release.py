@@ -27,7 +27,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from wheelmill.errors import IndexWriteError, IntegrityError, ReleaseError
+from wheelmill.errors import IndexWriteError, IntegrityError, ReleaseError, UsageError
 from wheelmill.files import file_lock, write_atomic
 from wheelmill.index.store import RECORDS_DIR, Channel, Published, publish, remove_files
 from wheelmill.inputs.versions import Release, Track, VersionRule
@@ -90,6 +90,16 @@ class Manifest:
 
 
 def manifest_path(root: Path, track: Track, version: str) -> Path:
+    """Where a release's record is: a version names a file there and nothing else (``..``,
+    a ``/`` or anything but a PEP 440 version never reaches a path outside the records)."""
+    try:
+        parsed = Version(version)
+    except InvalidVersion:
+        parsed = None
+    if parsed is None or "/" in version or version.startswith("."):
+        raise UsageError(
+            f"'{version}' is not a release version", fix="give the version as the release records it, e.g. 1.4.0"
+        )
     return root / RECORDS_DIR / track.value / f"{version}.json"
 
 
@@ -187,7 +197,7 @@ def collect_built(output: Path, release: Release) -> list[BuiltWheel]:
     wheels: list[BuiltWheel] = []
     for layout in built_cells(output):
         try:
-            built = load_report(layout.report)
+            built = load_report(layout.report, cell=layout.cell)
         except (OSError, ReportError) as exc:
             raise ReleaseError(
                 f"{layout.report}: not a report of a built cell ({exc})", fix=f"remove {layout.root} or build it again"

@@ -151,9 +151,10 @@ def found_beside(layout: CellLayout, wheel: WheelRecord) -> Path | None:
     return path if path.is_file() and sha256_of(path) == wheel.sha256 else None
 
 
-def load_report(path: Path) -> BuiltCell:
+def load_report(path: Path, *, cell: str) -> BuiltCell:
     """``path`` read and checked; FileNotFoundError where there is none, ReportError where
-    it is not a report of this version."""
+    it is not a report of this version, or of another cell than ``cell`` (a report copied
+    into another cell's directory would have its wheels published into that cell's channel)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:
@@ -164,9 +165,12 @@ def load_report(path: Path) -> BuiltCell:
         found = data.get("report_version") if isinstance(data, dict) else None
         raise ReportError(f"report version {found!r}, where this wheelmill reads {REPORT_VERSION}")
     try:
-        return _built_cell(data)
+        built = _built_cell(data)
     except (KeyError, TypeError, ValueError) as exc:
         raise ReportError(f"{type(exc).__name__}: {exc}") from None
+    if built.cell != cell:
+        raise ReportError(f"the report of cell {built.cell}, not of {cell}")
+    return built
 
 
 def _built_cell(data: Mapping[str, Any]) -> BuiltCell:
