@@ -10,8 +10,10 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import threading
 from collections.abc import Iterator
@@ -28,7 +30,7 @@ from wheelmill.build.plan import StepKind, plan_cell
 from wheelmill.build.products import Sources
 from wheelmill.build.report import CellReport, StepRecord
 from wheelmill.build.ui import UI, make_console
-from wheelmill.errors import FetchError, IntegrityError
+from wheelmill.errors import ConfigError, FetchError, IntegrityError
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.inputs.recipes import load_recipes
 from wheelmill.machine.package_sources import machine_sources
@@ -314,3 +316,37 @@ def test_git_source_with_an_unknown_commit_is_a_clear_error(tmp_path: Path) -> N
     assert record.exit_code == FetchError.exit_code
     assert record.attempts == 1
     assert "check the URL, the mirror setting and that the commit exists" in (record.error or "")
+
+
+def test_a_patch_that_does_not_apply_is_a_recipe_error_not_a_failed_download(tmp_path: Path) -> None:
+    """A patch out of date with its source says so, as the recipe's (exit 3), tried once:
+    nothing failed to download."""
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "setup.py").write_text("print('as released')\n")
+    patch = tmp_path / "stale.patch"
+    patch.write_text("--- a/setup.py\n+++ b/setup.py\n@@ -1 +1 @@\n-print('an older release')\n+print('patched')\n")
+    record, _cache = fetch_once(tmp_path, f'path = "{source}"\npatches = ["{patch}"]', attempts=3)
+    assert record.status is Status.FAILED and record.attempts == 1
+    assert record.exit_code == ConfigError.exit_code, record.error
+    assert "stale.patch: does not apply to the source" in (record.error or "")
+    assert "refresh the patch for this version of the source" in (record.error or "")
+
+
+def test_lock_with_no_source_reachable_is_a_network_error(tmp_path: Path) -> None:
+    """Every source unreachable (a refused index, no torch index host): the network's failure
+    (exit 6) naming each source, not a pre-check's; no lock is written."""
+    recipes = tmp_path / "recipes"
+    shutil.copytree(ROOT / "recipes", recipes)
+    (tmp_path / "extensions").symlink_to(ROOT / "extensions")
+    env = {
+        **os.environ,
+        "WHEELMILL_INDEX_URL": "http://127.0.0.1:9/simple",
+        "WHEELMILL_TORCH_INDEX": "http://127.0.0.1:9/torch",
+    }
+    command = [sys.executable, "-m", "wheelmill", "--recipes", str(recipes), "lock", "--cell", "cpu-py312"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == FetchError.exit_code, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert "cpu-py312: no package source could be reached:" in line and "[unreachable: " in line, line
+    assert not (tmp_path / "locks").exists()

@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import CliRunner
 from tests.unit.test_report import written
 from tests.wheels import make_wheel
-from wheelmill.errors import ConfigError, PrecheckError, SelectionError, UsageError
+from wheelmill.errors import ConfigError, IndexStoreError, PrecheckError, SelectionError, UsageError
 
 GOOD_RECIPE = """
 name = "broken"
@@ -606,3 +606,27 @@ def test_conda_seed_refuses_an_interpreter_of_another_python(cli: CliRunner, rep
         result.err, code=result.code, expected_code=UsageError.exit_code, expected=["not the 3.12 of cell cpu-py312"]
     )
     assert not channel.exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "expected"),
+    [
+        ("requires_python", "its Requires-Python is 2000006 characters, more than a page lists (1024)"),
+        ("gpu_archs", "gpu-archs.json unpacks to 2000048 bytes"),
+    ],
+)
+def test_publish_refuses_metadata_that_would_fill_every_page(
+    cli: CliRunner, repo_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, field: str, expected: str
+) -> None:
+    """A Requires-Python or an arch record of megabytes would be in the pages every client
+    downloads: refused with one line, the channel as it was."""
+    huge = ",".join(["!=1.0"] * 333_334)
+    if field == "requires_python":
+        wheel = make_wheel(tmp_path / "dist", "lib", "1.0", tag="py3-none-any", requires_python=">=3" + huge)
+    else:
+        record = b'{"family": "cuda", "cell": "x", "arch_list": "' + b"8.0;" * 500_000 + b'"}'
+        wheel = make_wheel(tmp_path / "dist", "lib", "1.0+cu130", tag="py3-none-any", gpu_archs=record)
+    monkeypatch.setenv("WHEELMILL_INDEX_ROOT", str(tmp_path / "index"))
+    result = cli("--recipes", str(repo_root / "recipes"), "publish", "--channel", "cu130", str(wheel))
+    assert_one_line_error(result.err, code=result.code, expected_code=IndexStoreError.exit_code, expected=[expected])
+    assert not list((tmp_path / "index").glob("cu130/files/*")), "nothing published"

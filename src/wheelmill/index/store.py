@@ -72,6 +72,12 @@ class Published:
     replaced: tuple[str, ...] = ()  # mirrored files a built wheel of their project replaced
 
 
+# What a Requires-Python may hold, in characters, to be listed: a few dozen are usual, and
+# megabytes of one would be in every page every client downloads (an arch record is bounded
+# where the wheel is read).
+PAGE_FIELD_LIMIT = 1024
+
+
 def channel_names(root: Path) -> list[str]:
     """Every channel under ``root``, those of the test and nightly tracks included."""
     found = [p.parent.parent for p in (*root.glob("*/simple/index.json"), *root.glob("*/*/simple/index.json"))]
@@ -246,12 +252,19 @@ class Channel:
 
 
 def _agreeing(wheel: Path) -> WheelInfo:
-    """The wheel, read; the index refuses one whose METADATA names another project or version."""
+    """The wheel, read; the index refuses one whose METADATA names another project or version,
+    or carries into the pages more than a listing holds (every client downloads the pages)."""
     info = read_wheel(wheel)
     if canonicalize_name(info.metadata_name) != info.name or info.metadata_version != str(info.version):
         raise IndexStoreError(
             f"{wheel}: its METADATA says {info.metadata_name} {info.metadata_version}",
             fix="the file name and the metadata must agree",
+        )
+    if info.requires_python is not None and len(info.requires_python) > PAGE_FIELD_LIMIT:
+        raise InvalidWheel(
+            f"{wheel.name}: its Requires-Python is {len(info.requires_python)} characters, more than a page "
+            f"lists ({PAGE_FIELD_LIMIT})",
+            fix="give Requires-Python as a short specifier (>=3.10) and rebuild it",
         )
     return info
 

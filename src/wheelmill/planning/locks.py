@@ -22,7 +22,7 @@ from pathlib import Path
 
 from wheelmill.checks import Verdict
 from wheelmill.checks.torchenv import judge_located
-from wheelmill.errors import CommandFailed, ConfigError, EnvError, PrecheckError
+from wheelmill.errors import CommandFailed, ConfigError, EnvError, FetchError, PrecheckError
 from wheelmill.files import write_atomic
 from wheelmill.inputs.matrix import Matrix
 from wheelmill.inputs.recipes import Recipe, ResolvedRecipe, resolve_all
@@ -34,6 +34,7 @@ from wheelmill.machine.package_sources import PackageSources, machine_sources, t
 from wheelmill.machine.process import HostRunner, StepLog
 from wheelmill.settings import Settings
 
+UNREACHABLE = "unreachable"  # what a source that could not be asked says in locate_torch's reasons
 # The first line of a lock, uv's and conda's: whose it is and the hash of its inputs.
 _HEADER = re.compile(r"^# wheelmill (?:conda )?lock of (\S+); inputs sha256:([0-9a-f]{64})$")
 
@@ -156,7 +157,7 @@ def _locate(
             interpreter=interpreter,
         )
     except CommandFailed as failed:
-        kind = "unreachable" if is_transient("\n".join(failed.tail)) else "not found"
+        kind = UNREACHABLE if is_transient("\n".join(failed.tail)) else "not found"
         return None, f"{kind}: {_reason(failed)}"
     finally:
         requirements.unlink(missing_ok=True)
@@ -188,6 +189,11 @@ def write_lock(matrix: Matrix, recipes: Mapping[str, Recipe], cell: Cell, locks_
                 work=work,
                 log=log,
             )
+            if not isinstance(found, PackageSources) and all(UNREACHABLE in tried for tried in found):
+                raise FetchError(
+                    f"{cell.id}: no package source could be reached: {' | '.join(found)}",
+                    fix="check the network and the index URLs (pip's configuration, WHEELMILL_INDEX_URL); lock again",
+                )
             if not isinstance(found, PackageSources):
                 raise PrecheckError(
                     f"{cell.id}: {cell.variant.torch_requirement} is in none of: {' | '.join(found)}",

@@ -21,7 +21,7 @@ from wheelmill.build.headers import pin_header_times
 from wheelmill.build.products import Fetched, Sources
 from wheelmill.checks import CheckResult
 from wheelmill.config import format_size
-from wheelmill.errors import CommandFailed, FetchError, IntegrityError
+from wheelmill.errors import CommandFailed, ConfigError, FetchError, IntegrityError, PrecheckError
 from wheelmill.inputs.recipes import GitSource, PathSource, SdistSource, UrlSource
 from wheelmill.machine.net import IndexFile, download, is_transient, project_files, sha256_of
 from wheelmill.machine.process import HostRunner, base_environment
@@ -225,7 +225,7 @@ def _apply_patch(ctx: StepContext, patch: Path, root: Path) -> None:
     """A recipe's patch, applied once to the verified source; one that does not apply is
     a recipe out of date with its source, never ignored."""
     if shutil.which("patch") is None:
-        raise FetchError(
+        raise PrecheckError(
             f"{patch.name}: the patch program is not installed on this machine",
             fix="install patch (apt-get install patch)",
         )
@@ -242,8 +242,8 @@ def _apply_patch(ctx: StepContext, patch: Path, root: Path) -> None:
     ]
     try:
         HostRunner().run(argv, env=base_environment([]), log=ctx.log)
-    except CommandFailed as failed:
-        raise FetchError(
+    except CommandFailed as failed:  # the recipe is out of date with its source: nothing failed to download
+        raise ConfigError(
             f"{patch}: does not apply to the source: {failed.last_line()}",
             fix="refresh the patch for this version of the source",
         ) from None
