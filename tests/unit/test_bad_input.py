@@ -630,3 +630,26 @@ def test_publish_refuses_metadata_that_would_fill_every_page(
     result = cli("--recipes", str(repo_root / "recipes"), "publish", "--channel", "cu130", str(wheel))
     assert_one_line_error(result.err, code=result.code, expected_code=IndexStoreError.exit_code, expected=[expected])
     assert not list((tmp_path / "index").glob("cu130/files/*")), "nothing published"
+
+
+def test_an_index_host_without_the_repository_publishes_into_channels_the_index_has(
+    cli: CliRunner, repo_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No matrix.toml here (an index host): an existing channel takes the wheel; one the index
+    lacks is refused with one line naming those it has, nothing made up."""
+    monkeypatch.setenv("WHEELMILL_INDEX_ROOT", str(tmp_path / "index"))
+    wheel = make_wheel(tmp_path / "dist", "lib", "1.0", tag="py3-none-any")
+    assert cli("--recipes", str(repo_root / "recipes"), "publish", "--channel", "cu130", str(wheel)).code == 0
+    host = tmp_path / "host"
+    host.mkdir()
+    other = make_wheel(tmp_path / "dist", "lib", "1.1", tag="py3-none-any")
+    result = cli("--recipes", str(host), "publish", "--channel", "cu130", str(other))
+    assert result.code == 0 and "added: cu130/lib-1.1-py3-none-any.whl" in result.out, result.err
+    result = cli("--recipes", str(host), "publish", "--channel", "cu131", str(other))
+    assert_one_line_error(
+        result.err,
+        code=result.code,
+        expected_code=UsageError.exit_code,
+        expected=["no matrix.toml in", "has no such channel", "perhaps you meant 'cu130'", "(cu130)"],
+    )
+    assert sorted(p.name for p in (tmp_path / "index").iterdir() if not p.name.startswith(".")) == ["cu130"]

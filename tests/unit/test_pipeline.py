@@ -245,6 +245,12 @@ def test_a_run_of_several_cells_ends_with_a_row_a_cell_and_a_count(
         "none",
     )
     assert result.code == BuildError.exit_code, result.out + result.err
+    # The failed cell's summary says its failure first, and its skipped steps as one count.
+    summary = result.out[result.out.index("FAILED b/build: b: nvcc exited 1") :]
+    assert summary.index(f"{cells[0]} (none)") > 0, "the failure, then the steps table"
+    assert re.search(r"\n\d+ steps skipped \(not in the table\), from b/stamp on: b/build did not succeed", summary)
+    table = summary[: summary.index("steps skipped")]
+    assert "│ skipped" not in table
     # The first cell's failure does not stop the next; the run's table comes after both.
     *_, title, _top, head, _rule, failed, ok, _bottom, counted = result.out.splitlines()
     columns = ["cell", "status", "time", "built", "published", "served", "compiler cache", "failed step"]

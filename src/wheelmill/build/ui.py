@@ -188,7 +188,19 @@ class UI:
             self.console.print(f"{_MARK[status]} {escape(step.recipe or '(cell)')}: {escape(reason)}")
 
     def summary(self, report: CellReport) -> None:
+        failed = report.failed
+        if failed is not None:  # the line that matters, before the table
+            self.console.print(
+                f"{_MARK[failed.status]} {escape(failed.step.id)}: {escape(failed.error or failed.status)}"
+            )
         self.console.print(self._steps_table(report))
+        skipped = [r for r in report.steps if r.status is Status.SKIPPED]
+        if skipped:
+            why = Counter(r.error or "not run" for r in skipped).most_common(1)[0][0]
+            self.console.print(
+                f"[dim]{len(skipped)} steps skipped (not in the table), from {escape(skipped[0].step.id)} on: "
+                f"{escape(why)}[/]"
+            )
         if report.wheels:
             self.console.print(self._wheels_table(report))
         published = report.recipes_with(Status.PUBLISHED)
@@ -237,7 +249,7 @@ class UI:
         table = Table(title=f"{report.plan.cell.id} ({report.plan.engine})", title_justify="left")
         for column in ("recipe", "step", "status", "time", "tries", "checks"):
             table.add_column(column, overflow="fold")
-        for record in report.steps:
+        for record in (r for r in report.steps if r.status is not Status.SKIPPED):
             checks = ", ".join(f"{c.name} {_VERDICT[c.verdict]}" for c in record.checks)
             table.add_row(
                 record.step.recipe or "(cell)",

@@ -95,7 +95,18 @@ def _channel(args: argparse.Namespace, settings: Settings, *, existing: bool = T
 
 
 def _defined(name: str, settings: Settings) -> None:
-    """A channel is a variant's (in some track): publishing never makes up another one."""
+    """A channel is a variant's (in some track): publishing never makes up another one. On an
+    index host without the repository (no matrix), a channel the index has is one."""
+    if not (settings.recipes / "matrix.toml").is_file():
+        existing = channel_names(settings.index)
+        if name in existing:
+            return
+        raise UsageError(
+            f"publish: no matrix.toml in {settings.recipes.resolve()} to define channel '{name}', "
+            f"and the index {settings.index} has no such channel{did_you_mean(name, existing)}",
+            fix=f"publish into a channel the index has ({', '.join(existing) or 'none yet'}), "
+            "or run from the repository (--recipes DIR)",
+        )
     matrix, _recipes = load_inputs(settings)
     channels = [track.channel(v.channel) for track in Track for v in matrix.variants.values()]
     if name not in channels:
