@@ -109,6 +109,15 @@ def _sync(tmp: Path) -> None:
         os.fsync(written.fileno())  # the bytes are on disk before a name points at them
 
 
+def sync_directory(directory: Path) -> None:
+    """A rename in ``directory`` on disk (its entry, not only the file's bytes)."""
+    handle = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
 def _rename(tmp: Path, path: Path) -> None:
     mode = tmp.stat().st_mode & 0o7777
     if mode & 0o444 != 0o444:  # readable by a web server's user; a linked file's mode is its source's too

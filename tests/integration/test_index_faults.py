@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import urllib.parse
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,7 @@ import pytest
 
 from tests.wheels import make_wheel
 from wheelmill.errors import IndexWriteError
+from wheelmill.index.pages import links
 from wheelmill.index.store import Channel
 from wheelmill.index.verify import verify
 from wheelmill.wheel.wheelfile import read_wheel
@@ -83,6 +85,32 @@ def calls(index_root: Path, *args: str) -> Counter[str]:
     return Counter(name for name in names if name in WATCHED)
 
 
+def disagreeing(channel: Channel) -> list[str]:
+    """The page pairs a reader could find saying different things: the project list's HTML
+    and JSON, and each project's (read through ``simple``, as a server does)."""
+    if not channel.simple.exists():
+        return []
+    problems = []
+    root_json = json.loads((channel.simple / "index.json").read_text())
+    listed = sorted(p["name"] for p in root_json["projects"])
+    linked = sorted(str(a["href"]).rstrip("/") for a in links((channel.simple / "index.html").read_text()))
+    if listed != linked:
+        problems.append(f"project list: JSON {listed}, HTML {linked}")
+    for name in listed:
+        page = channel.simple / name
+        if not (page / "index.json").is_file():
+            problems.append(f"{name}: listed without a page")
+            continue
+        files = json.loads((page / "index.json").read_text())["files"]
+        in_json = sorted((f["filename"], f.get("yanked") not in (None, False)) for f in files)
+        anchors = links((page / "index.html").read_text())
+        in_html = sorted((str(a["href"]).rsplit("/", 1)[-1].split("#")[0], "data-yanked" in a) for a in anchors)
+        in_html = [(urllib.parse.unquote(name), yanked) for name, yanked in in_html]
+        if in_json != in_html:
+            problems.append(f"{name}: JSON {in_json}, HTML {in_html}")
+    return problems
+
+
 def whole(channel: Channel, wheel: Path) -> list[str]:
     """What a reader could find half written: every page parses, the wheel and its sidecar
     are absent or complete."""
@@ -129,6 +157,7 @@ def test_a_publisher_killed_at_every_write_leaves_nothing_half_written_and_the_n
             assert killed.returncode in (-9, 137), (syscall, n, killed.returncode, killed.stderr[-500:])
             channel = Channel(index, "cpu")
             assert whole(channel, wheel) == [], (syscall, n)
+            assert disagreeing(channel) == [], (syscall, n)
             mended = _copy(index, tmp_path / f"{syscall}-{n}-repaired")
             # The next writer, of anything, finishes what was left; then the wheel again.
             other = make_wheel(tmp_path / "others", f"wm-other-{syscall}-{n}", "1.0", tag=ANY)
@@ -148,7 +177,32 @@ def test_a_publisher_killed_at_every_write_leaves_nothing_half_written_and_the_n
                 or not (mended / "cpu" / "files" / wheel.name).exists()
             )
             runs += 1
-    print(f"\n{runs} kills: {dict(counted)}")
+    print(f"\n{runs} kills: {dict(counted)}; 0 states with pages that disagree")
+
+
+YANK = ("yank", "--channel", "cpu", "--reason", "broken kernels", "wm-first", "1.0")
+
+
+def test_a_yank_killed_at_every_write_leaves_every_page_pair_agreeing(baseline: Path, tmp_path: Path) -> None:
+    """A yank changes a project's JSON and HTML pages: killed at any of its writes, renames,
+    links or unlinks, a reader finds both old (not yanked) or both new (yanked), never one
+    of each."""
+    counted = calls(_copy(baseline, tmp_path / "counting"), *YANK)
+    runs = 0
+    for syscall, total in sorted(counted.items()):
+        for n in range(1, total + 1):
+            index = _copy(baseline, tmp_path / f"yank-{syscall}-{n}")
+            killed = wheelmill(index, *YANK, inject=(syscall, n))
+            assert killed.returncode in (-9, 137), (syscall, n, killed.returncode, killed.stderr[-500:])
+            channel = Channel(index, "cpu")
+            assert disagreeing(channel) == [], (syscall, n)
+            assert wheelmill(index, *YANK).returncode == 0
+            assert verify(channel) == [] and disagreeing(channel) == [], (syscall, n)
+            (entry,) = channel.project("wm-first").files  # type: ignore[union-attr]
+            assert entry.yanked is not None, (syscall, n)
+            assert len(list((index / "cpu").glob(".simple-*"))) == 1, "the next writer leaves one generation"
+            runs += 1
+    print(f"\n{runs} kills of a yank: {dict(counted)}; 0 states with pages that disagree")
 
 
 def _copy(index: Path, to: Path) -> Path:
@@ -179,6 +233,7 @@ def test_a_full_disk_at_every_point_of_a_publish_is_one_line_and_leaves_the_inde
     first = make_wheel(tmp_path / "wheels", "wm-first", "1.0", tag=ANY)
     assert wheelmill(index, "publish", "--channel", "cpu", str(first)).returncode == 0
     before = {p: p.read_bytes() for p in index.rglob("*") if p.is_file() and ".lock" not in p.name}
+    directories = {p for p in index.rglob("*") if p.is_dir()}
     # An incompressible payload of 64 KiB, published while the free space shrinks by a page.
     wheel = make_wheel(
         tmp_path / "wheels", "wm-big", "1.0", tag=ANY, files={"wm_big/blob.bin": os.urandom(64 * 1024)}, stored=True
@@ -199,6 +254,7 @@ def test_a_full_disk_at_every_point_of_a_publish_is_one_line_and_leaves_the_inde
         (line,) = result.stderr.strip().splitlines()
         assert "No space left on device" in line and "the channel is as it was" in line, line
         assert {p: p.read_bytes() for p in index.rglob("*") if p.is_file() and ".lock" not in p.name} == before
+        assert {p for p in index.rglob("*") if p.is_dir()} == directories, "no directory of a refused publish left"
         outcomes["refused"] += 1
     assert outcomes["refused"] >= 10 and outcomes["published"] == 1, outcomes
     print(
@@ -214,7 +270,7 @@ def test_a_read_only_index_is_one_line(tmpfs: Path, tmp_path: Path) -> None:
     second = make_wheel(tmp_path / "wheels", "wm-second", "1.0", tag=ANY)
     for args in (
         ["publish", "--channel", "cpu", str(second)],
-        ["yank", "--channel", "cpu", "wm-first", "1.0", "--reason", "x"],
+        [*YANK, "--reason", "x"],
     ):
         result = wheelmill(index, *args)
         assert result.returncode == IndexWriteError.exit_code, result.stderr

@@ -148,3 +148,34 @@ def test_consumer_settings_name_one_index_only() -> None:
     uv = render("https://wheels.internal/", "rocm6.2", "uv")
     assert 'url = "https://wheels.internal/rocm6.2/simple/"' in uv and "default = true" in uv
     assert "extra" not in render("https://w", "cpu", "env").replace("PIP_EXTRA_INDEX_URL=\n", "")
+
+
+def test_a_channels_pages_are_one_generation_behind_a_link_switched_as_one_step(tmp_path: Path) -> None:
+    """simple is a link to the one generation of the pages; each change makes the next one
+    and switches the link, leaving no other generation behind."""
+    channel = Channel(tmp_path / "index", "cpu")
+    publish(channel, make_wheel(tmp_path / "dist", "lib", "1.0", tag="py3-none-any"))
+    first = channel.simple.resolve()
+    assert channel.simple.is_symlink() and first.name.startswith(".simple-")
+    publish(channel, make_wheel(tmp_path / "dist", "app", "1.0", tag="py3-none-any"))
+    second = channel.simple.resolve()
+    assert second != first and not first.exists()
+    assert [p.name for p in channel.path.glob(".simple-*")] == [second.name]
+    assert channel.project_names() == ["app", "lib"] and verify(channel) == []
+    lib = second / "lib" / "index.json"
+    assert lib.stat().st_nlink == 1, "the unchanged page linked from the generation before, which is gone"
+
+
+def test_a_channel_an_older_wheelmill_wrote_is_moved_behind_the_link_by_its_next_writer(tmp_path: Path) -> None:
+    """Pages in simple itself (an older wheelmill's tree), one pending update it left: the
+    next publish moves them behind the link once, finishes that update, and adds its wheel."""
+    channel = Channel(tmp_path / "index", "cpu")
+    publish(channel, make_wheel(tmp_path / "dist", "lib", "1.0", tag="py3-none-any"))
+    generation = channel.simple.resolve()
+    channel.simple.unlink()
+    generation.rename(channel.simple)  # as an older wheelmill left it: a directory
+    (channel.simple / "index.html").unlink()  # its writer killed between two pages
+    channel.pending.write_text("lib\n")
+    publish(channel, make_wheel(tmp_path / "dist", "app", "1.0", tag="py3-none-any"))
+    assert channel.simple.is_symlink() and not channel.pending.exists()
+    assert channel.project_names() == ["app", "lib"] and verify(channel) == []

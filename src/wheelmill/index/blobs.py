@@ -10,6 +10,7 @@ never changed, only added.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -43,8 +44,18 @@ class Blobs:
         blob = self.path_of(sha256)
         if not blob.is_file():
             blob.parent.mkdir(parents=True, exist_ok=True)
-            copy_atomic(source, blob, tmp_dir=tmp_dir)
+            try:
+                copy_atomic(source, blob, tmp_dir=tmp_dir)
+            except OSError:  # a full disk: nothing of this put is left, its directory neither
+                self.drop(blob)
+                raise
         return blob
+
+    def drop(self, blob: Path) -> None:
+        """A blob a failed publish stored, and its directory where that is left empty."""
+        blob.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # not empty: other blobs are in it
+            blob.parent.rmdir()
 
     def stale_downloads(self, *, idle: float = STALE_AFTER) -> list[Path]:
         """What killed mirrors left in ``incoming``: files nothing wrote to for ``idle``

@@ -22,9 +22,12 @@ another key add the key to the listing, and the file stays as it is.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import shutil
+import time
 import urllib.parse
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -36,7 +39,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from wheelmill.errors import CheckError, IndexConflict, IndexStoreError, IndexWriteError, InvalidWheel
-from wheelmill.files import Content, Linked, file_lock, write_all, write_atomic
+from wheelmill.files import Content, Linked, file_lock, sync_directory, write_all, write_atomic
 from wheelmill.index import pages
 from wheelmill.index.blobs import Blobs, Usage, stored
 from wheelmill.index.pages import FileEntry, Project
@@ -72,6 +75,7 @@ class Published:
     replaced: tuple[str, ...] = ()  # mirrored files a built wheel of their project replaced
 
 
+GENERATION = ".simple-"  # a generation of a channel's pages, named by the ``simple`` link
 # What a Requires-Python may hold, in characters, to be listed: a few dozen are usual, and
 # megabytes of one would be in every page every client downloads (an arch record is bounded
 # where the wheel is read).
@@ -116,10 +120,11 @@ class Channel:
     """One channel of the index (``cu118``, ``cpu``, ``rocm6.2``) under a storage root.
 
     A project's state is its JSON page; its HTML page and the project list follow from the
-    JSON pages. A writer names the project it changes in ``.pending`` before it writes a
-    page and removes the name after the last: a writer killed in between leaves the name,
-    and the next writer of the channel (or ``wheelmill index repair``) makes the pages
-    agree again before anything else.
+    JSON pages. The pages change as one step: ``simple`` is a link to a generation of them
+    (``.simple-<n>``), and a writer makes the next generation beside it (the current pages
+    hard-linked, the changed ones written), then switches the link with one rename. A reader
+    sees the old pages or the new ones, every pair of them agreeing, whatever instant a
+    writer dies at; the next writer removes what a dead one left.
     """
 
     def __init__(self, root: Path, name: str) -> None:
@@ -148,6 +153,7 @@ class Channel:
 
     @property
     def pending(self) -> Path:
+        """An update an older wheelmill left half-done (it wrote the pages one by one)."""
         return self.path / ".pending"
 
     def exists(self) -> bool:
@@ -156,16 +162,17 @@ class Channel:
     @contextmanager
     def lock(self) -> Iterator[None]:
         """The one writer of this channel at a time (a dead writer's lock dies with it),
-        after what a killed writer left half-done is finished. An OS error while writing
-        (a full disk, a read-only or unwritable tree) is one error: every write is atomic
-        and every page's new content is on disk before the first is renamed, so the
-        channel is as it was before."""
+        after what a killed writer left is removed or finished. An OS error while writing
+        (a full disk, a read-only or unwritable tree) is one error: every page of the next
+        generation is on disk before the switch, and the wheel's files before it too, so
+        the channel is as it was before."""
         try:
-            for directory in (self.files, self.simple, self.tmp):
+            for directory in (self.files, self.tmp):
                 directory.mkdir(parents=True, exist_ok=True)
             with file_lock(self.path / ".lock"):
                 for leftover in self.tmp.iterdir():  # what a killed writer was writing
                     leftover.unlink(missing_ok=True)
+                self._settle()
                 self.mend()
                 yield
         except OSError as exc:
@@ -174,14 +181,76 @@ class Channel:
                 fix="free space, or make the index root writable (WHEELMILL_INDEX_ROOT); the channel is as it was",
             ) from None
 
+    def _settle(self) -> None:
+        """Under the lock: the pages as one generation behind the link (a channel an older
+        wheelmill wrote has them in ``simple`` itself: moved once), and no other generation
+        (a killed writer's next one, or the one before the last switch)."""
+        if not self.simple.is_symlink():
+            first = self._generation_dir()
+            if self.simple.is_dir():
+                self.simple.rename(first)  # once: the tree of an older wheelmill
+            else:
+                first.mkdir()
+            self._switch(first)
+        self._drop_generations(keep=self.simple.resolve())
+
+    def _generation_dir(self) -> Path:
+        return self.path / f"{GENERATION}{time.time_ns()}-{os.getpid()}"
+
+    def _next_generation(self) -> Path:
+        """The current pages in a new generation, as hard links (no page copied)."""
+        new = self._generation_dir()
+        new.mkdir()
+        current = self.simple.resolve()
+        for page in current.rglob("*"):
+            target = new / page.relative_to(current)
+            if page.is_dir():
+                target.mkdir()
+            else:
+                os.link(page, target)
+        return new
+
+    def _switch(self, generation: Path) -> None:
+        """``simple`` names ``generation`` from now on: the one step readers see."""
+        link = self.tmp / "simple-link"
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        link.unlink(missing_ok=True)
+        link.symlink_to(generation.name)  # relative to where it goes: the channel's directory
+        link.replace(self.simple)
+        sync_directory(self.path)
+
+    def _drop_generations(self, keep: Path) -> None:
+        for old in self.path.glob(f"{GENERATION}*"):
+            if old != keep:
+                shutil.rmtree(old, ignore_errors=True)
+
+    def _change(self, contents: Mapping[Path, Content], files: Mapping[Path, Content] | None = None) -> None:
+        """Pages (paths under ``simple``) changed as one step, after ``files`` (a wheel and its
+        sidecar): the next generation staged whole, the files written, then the switch."""
+        new = self._next_generation()
+        try:
+            staged = {new / path.relative_to(self.simple): content for path, content in contents.items()}
+            for path in staged:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            write_all(staged, tmp_dir=self.tmp)
+            if files:
+                write_all(files, tmp_dir=self.tmp)
+            old = self.simple.resolve()
+            self._switch(new)
+        except BaseException:
+            shutil.rmtree(new, ignore_errors=True)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+
     def mend(self) -> str | None:
-        """Finish the page update a killed writer left (under the lock): the project's HTML
-        page from its JSON page, the project list from the project pages. Its name."""
+        """Finish the page update an older wheelmill's killed writer left (under the lock):
+        the project's HTML page from its JSON page, the project list from the project pages.
+        Its name."""
         if not self.pending.is_file():
             return None
         name = self.pending.read_text(encoding="utf-8").strip()
         project = self.project(name) if name else None
-        write_all(self._pages(project, self._names_on_disk()), tmp_dir=self.tmp)
+        self._change(self._pages(project, self._names_on_disk()))
         self.pending.unlink()
         return name
 
@@ -209,31 +278,19 @@ class Channel:
 
     def update(self, project: Project, files: Mapping[Path, Content] | None = None) -> None:
         """Replace a project's pages (under the lock), and the project list where it lacks
-        the project, after ``files`` (a wheel and its sidecar). Everything is staged before
-        the first rename (a full disk changes nothing), and the pages are marked pending
-        while they are renamed into place (a kill leaves the mark for the next writer)."""
+        the project, after ``files`` (a wheel and its sidecar), as one step."""
         names = self.project_names()
         listed = project.name in names and (self.simple / "index.html").is_file()
-        directory = self.simple / project.name
-        made = not directory.exists()
-        directory.mkdir(parents=True, exist_ok=True)
-        new_pages = self._pages(project, None if listed else sorted({*names, project.name}))
-        try:
-            write_all({**(files or {}), self.pending: project.name.encode(), **new_pages}, tmp_dir=self.tmp)
-        except OSError:
-            if made and not any(directory.iterdir()):
-                directory.rmdir()
-            raise
-        self.pending.unlink()
+        self._change(self._pages(project, None if listed else sorted({*names, project.name})), files)
 
-    def rewrite(self, project: Project) -> None:
-        """A project's pages written again (under the lock); the project list untouched."""
-        (self.simple / project.name).mkdir(parents=True, exist_ok=True)
-        write_all(self._pages(project, None), tmp_dir=self.tmp)
-
-    def list_projects(self) -> None:
-        """The project list made again from the project pages (under the lock)."""
-        write_all(self._pages(None, self._names_on_disk()), tmp_dir=self.tmp)
+    def rewrite(self, projects: Sequence[Project]) -> None:
+        """Projects' pages written again, and the project list made again from the pages
+        there will be (under the lock), as one step."""
+        contents: dict[Path, Content] = {}
+        for project in projects:
+            contents |= self._pages(project, None)
+        names = sorted({*self._names_on_disk(), *(p.name for p in projects)})
+        self._change(contents | self._pages(None, names))
 
     def _pages(self, project: Project | None, names: list[str] | None) -> dict[Path, Content]:
         """The project's pages, and the project list's (when ``names`` are given)."""
@@ -355,7 +412,7 @@ def publish(
             channel.update(replace(project, files=(*kept, entry)), files)
         except OSError:
             if not stored:  # what this publish stored goes with it: the index is as it was
-                blob.unlink(missing_ok=True)
+                blobs.drop(blob)
             raise
         for gone in (f for f in replaced if f.filename != wheel.name):  # the page first: no page lists a missing file
             (channel.files / f"{gone.filename}.metadata").unlink(missing_ok=True)
@@ -440,12 +497,13 @@ def repair(channel: Channel) -> list[str]:
     said = [f"finished the interrupted update of {pending or 'the project list'}"] if pending is not None else []
     said += [f"removed {p.name}" for p in channel.tmp.iterdir()] if channel.tmp.is_dir() else []
     with channel.lock():
+        mended = []
         for directory in sorted(p for p in channel.simple.iterdir() if p.is_dir()):
             project, how = _recovered(channel, directory.name)
             project, notes = _complete(channel, project)
-            channel.rewrite(project)
+            mended.append(project)
             said += [f"{project.name}: {note}" for note in [*how, *notes]]
-        channel.list_projects()
+        channel.rewrite(mended)
     listed = {
         f.filename
         for name in channel.project_names()
