@@ -350,3 +350,18 @@ def test_lock_with_no_source_reachable_is_a_network_error(tmp_path: Path) -> Non
     (line,) = done.stderr.splitlines()
     assert "cpu-py312: no package source could be reached:" in line and "[unreachable: " in line, line
     assert not (tmp_path / "locks").exists()
+
+
+def test_a_git_mirror_that_is_not_there_is_named_and_not_retried(tmp_path: Path) -> None:
+    """WHEELMILL_GIT_MIRRORS pointing at a directory this machine lacks: one error naming
+    the URL and the mirror, tried once (no network to wait for)."""
+    missing = tmp_path / "no-mirrors"
+    env = {"WHEELMILL_GIT_MIRRORS": f"https://git.example.invalid/=file://{missing}/"}
+    source = f'git = "https://git.example.invalid/team/kernels.git"\nrev = "{"a" * 40}"'
+    record, _cache = fetch_once(tmp_path, source, attempts=3, env=env)
+    assert record.status is Status.FAILED and record.attempts == 1, record
+    assert record.exit_code == FetchError.exit_code
+    assert f"its mirror file://{missing}/team/kernels.git does not exist (WHEELMILL_GIT_MIRRORS)" in (
+        record.error or ""
+    )
+    assert "git clone --mirror https://git.example.invalid/team/kernels.git" in (record.error or "")

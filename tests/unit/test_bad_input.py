@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import CliRunner
 from tests.unit.test_report import written
 from tests.wheels import make_wheel
-from wheelmill.errors import ConfigError, IndexStoreError, PrecheckError, SelectionError, UsageError
+from wheelmill.errors import ConfigError, IndexStoreError, IntegrityError, PrecheckError, SelectionError, UsageError
 
 GOOD_RECIPE = """
 name = "broken"
@@ -653,3 +653,23 @@ def test_an_index_host_without_the_repository_publishes_into_channels_the_index_
         expected=["no matrix.toml in", "has no such channel", "perhaps you meant 'cu130'", "(cu130)"],
     )
     assert sorted(p.name for p in (tmp_path / "index").iterdir() if not p.name.startswith(".")) == ["cu130"]
+
+
+def test_a_damaged_conda_package_is_named_not_blamed_on_the_disk(
+    cli: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A .conda that is no archive in a channel: one line naming it and the real fix, the
+    integrity exit code, no indexer backtrace; the channel's repodata not rewritten."""
+    channel = tmp_path / "index" / "conda" / "cpu"
+    for subdir in ("linux-64", "noarch"):
+        (channel / subdir).mkdir(parents=True)
+    (channel / "linux-64" / "ops-0.1.0-cpu_py311_0.conda").write_bytes(b"not a zip archive\n")
+    monkeypatch.setenv("WHEELMILL_INDEX_ROOT", str(tmp_path / "index"))
+    result = cli("conda", "index")
+    assert_one_line_error(
+        result.err,
+        code=result.code,
+        expected_code=IntegrityError.exit_code,
+        expected=["linux-64/ops-0.1.0-cpu_py311_0.conda is not a .conda archive", "publish its wheel again"],
+    )
+    assert not (channel / "linux-64" / "repodata.json").exists()

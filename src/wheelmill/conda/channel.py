@@ -8,13 +8,14 @@ writer leaves a package the next write (or ``wheelmill conda index``) lists.
 from __future__ import annotations
 
 import asyncio
+import zipfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from wheelmill.errors import IndexConflict, IndexWriteError, UsageError
+from wheelmill.errors import IndexConflict, IndexWriteError, IntegrityError, UsageError
 from wheelmill.files import Linked, file_lock, write_all
 from wheelmill.index.store import CONDA_DIR
 from wheelmill.machine.net import sha256_of
@@ -115,6 +116,14 @@ class CondaChannel:
         from rattler.exceptions import CacheDirError, IoError  # noqa: PLC0415 - a native module: loaded when used
         from rattler.index import index_fs  # noqa: PLC0415
 
+        # Checked before: rattler's indexer panics on a damaged archive (a backtrace, no line).
+        broken = [p for p in self.packages() if not zipfile.is_zipfile(p)]
+        if broken:
+            raise IntegrityError(
+                f"{self.root}: {broken[0].relative_to(self.root)} is not a .conda archive"
+                + (f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""),
+                fix="remove it, publish its wheel again (wheelmill conda package), then run wheelmill conda index",
+            )
         try:
             asyncio.run(index_fs(self.root, write_zst=False, write_shards=False, force=True))
         except (CacheDirError, IoError) as exc:

@@ -166,6 +166,19 @@ def git_config(mirrors: tuple[tuple[str, str], ...]) -> list[str]:
     return argv
 
 
+def _local_mirror_exists(url: str, via: str) -> None:
+    """A mirror on this machine (a path, a file:// URL) that is not there is a setting to fix,
+    said at once, not a network failure to retry."""
+    if not via.startswith(("file://", "/")):
+        return
+    path = Path(urllib.parse.urlparse(via).path if via.startswith("file://") else via)
+    if not path.exists():
+        raise FetchError(
+            f"git {url}: its mirror {via} does not exist (WHEELMILL_GIT_MIRRORS)",
+            fix=f"make the mirror (git clone --mirror {url} {path}) or correct WHEELMILL_GIT_MIRRORS",
+        )
+
+
 def mirrored_url(url: str, mirrors: tuple[tuple[str, str], ...]) -> str:
     """Where git will fetch ``url`` from: the longest matching upstream prefix wins, as in git.
 
@@ -191,6 +204,8 @@ def _git_checkout(ctx: StepContext, git: GitSource, dest: Path) -> str:
     git_argv, via = ["git", *git_config(mirrors)], mirrored_url(git.url, mirrors)
     if via != git.url:
         log.note(f"{git.url} is fetched from its mirror {via} (WHEELMILL_GIT_MIRRORS)")
+        _local_mirror_exists(git.url, via)
+    where = f"{git.url}" + (f" (mirror {via})" if via != git.url else "")
     try:
         runner.run(
             [*git_argv, "clone", "--progress", "--no-checkout", "--filter=blob:none", git.url, str(dest)],
@@ -210,8 +225,7 @@ def _git_checkout(ctx: StepContext, git: GitSource, dest: Path) -> str:
     except CommandFailed as failed:
         shutil.rmtree(dest, ignore_errors=True)
         if is_transient("\n".join(failed.tail)) or "could not read from remote" in "\n".join(failed.tail).lower():
-            raise TransientError(f"git: {failed.last_line()}") from None
-        where = f"{git.url}" + (f" (mirror {via})" if via != git.url else "")
+            raise TransientError(f"git {where}: {failed.last_line()}") from None
         raise FetchError(
             f"git {where} at {git.rev}: {failed.last_line()}",
             fix="check the URL, the mirror setting and that the commit exists there",
