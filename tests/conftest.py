@@ -28,6 +28,11 @@ CliRunner = Callable[..., CliResult]
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(SkipsInCi(), "wheelmill-skips-in-ci")
+    _uv_cache(config)
+
+
+def _uv_cache(config: pytest.Config) -> None:
     """One uv cache for the whole run, removed at its end. uv keys a wheel by the URL it
     came from, and the tests serve channels on new ports every time: in the user's cache,
     each run would leave gigabytes of unpacked torch behind for good. Made before the
@@ -47,6 +52,46 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 _MADE_UV_CACHE = pytest.StashKey[Path]()
+
+# In CI (CI=true) a skipped test fails the run: scripts/setup --system installs every
+# prerequisite there, so a skip means one went missing and its checks silently did not run.
+# A skip that is right in CI goes here, by test id prefix, with why.
+EXPECTED_SKIPS: dict[str, str] = {}
+
+
+class SkipsInCi:
+    """Every skip of the run (workers' reports reach the controller); at its end in CI, each
+    unexpected one named and the run failed."""
+
+    def __init__(self) -> None:
+        self.skipped: list[tuple[str, str]] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.skipped and not hasattr(report, "wasxfail"):
+            reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else report.longrepr
+            self.skipped.append((report.nodeid, str(reason)))
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if not strict_skips() or hasattr(session.config, "workerinput"):
+            return
+        unexpected = unexpected_skips(self.skipped)
+        reporter: pytest.TerminalReporter | None = session.config.pluginmanager.get_plugin("terminalreporter")
+        for nodeid, reason in unexpected:
+            line = f"SKIPPED IN CI (a prerequisite is missing): {nodeid}: {reason}"
+            if reporter is not None:
+                reporter.write_line(line, red=True)
+        if unexpected:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def strict_skips() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def unexpected_skips(skipped: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [(n, r) for n, r in skipped if not any(n.startswith(prefix) for prefix in EXPECTED_SKIPS)]
+
 
 # The scope of every test that drives a container engine, when the tests run on several
 # workers (pytest-xdist's loadgroup): they run one after another on one worker, since they

@@ -102,7 +102,11 @@ def _assert_same_bytes_from_two_places(
 
 
 def test_example_cpp_ops_is_byte_identical_from_two_clones_and_output_roots(tmp_path: Path) -> None:
+    """And the third build, into another root, takes every compile from the second's cache;
+    that needs the view (a mount namespace): without one the check is a skip, never silence."""
     _assert_same_bytes_from_two_places(tmp_path, "cpu-py311", "example-cpp-ops", shared=_viewed())
+    if not _viewed():
+        pytest.skip("no mount namespace here: the third build's cache hits are not checked")
 
 
 def _viewed() -> bool:

@@ -70,3 +70,29 @@ def test_engine_tests_keep_to_one_worker_and_run_first(tmp_path: Path) -> None:
     assert len({worker for worker, _ in engine}) == 1, f"engine tests on two workers: {engine}"
     on_that_worker = [test for worker, test in ran if worker == engine[0][0]]
     assert on_that_worker[:5] == [test for _, test in engine], "the engine tests start the run"
+
+
+SKIPPING = """
+import pytest
+
+def test_runs():
+    pass
+
+def test_needs_a_tool():
+    pytest.skip("nginx is not installed")
+"""
+
+
+def test_in_ci_a_skip_fails_the_run_and_names_the_test_and_its_reason(tmp_path: Path) -> None:
+    """A skip means a prerequisite is missing: in CI the run fails saying which (on two workers,
+    as the tests session runs); elsewhere it is a skip."""
+    (tmp_path / "conftest.py").write_text("from tests.conftest import SkipsInCi, pytest_configure\n")
+    (tmp_path / "test_tools.py").write_text(SKIPPING)
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "-q"]
+    outside = {k: v for k, v in os.environ.items() if k != "CI"}
+    for ci, code in (("true", 1), (None, 0)):
+        env = {**outside, "PYTHONPATH": str(ROOT), **({"CI": ci} if ci else {})}
+        done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == code, (ci, done.stdout[-3000:] + done.stderr[-3000:])
+        said = "SKIPPED IN CI (a prerequisite is missing): test_tools.py::test_needs_a_tool: Skipped: nginx is not"
+        assert (said in done.stdout) == bool(ci), done.stdout[-2000:]
