@@ -380,3 +380,44 @@ def test_the_cpu_example_builds_in_a_conda_env_inside_its_container(recipes_copy
         ).stdout.strip()
         == ""
     )
+
+
+def test_two_pythons_seeded_into_one_channel_each_get_the_dependencies_of_their_python(tmp_path: Path) -> None:
+    """A pure wheel that needs tomli below Python 3.11, seeded for cpu-py310 and cpu-py311
+    into one channel: a package per Python (a noarch one would carry the dependencies of the
+    Python seeded first, and the second seed would be other bytes under its name, refused),
+    and a py310 env resolves tomli where a py311 env does not."""
+    wheels, channel = tmp_path / "wheels", tmp_path / "conda" / "cpu"
+    make_wheel(
+        wheels,
+        "tool",
+        "1.0",
+        tag="py3-none-any",
+        requires=["tomli>=2; python_version < '3.11'"],
+        files={"tool/__init__.py": b""},
+    )
+    make_wheel(wheels, "tomli", "2.0.1", tag="py3-none-any", files={"tomli/__init__.py": b""})
+    for cell in ("cpu-py310", "cpu-py311"):
+        done = wheelmill("conda", "seed", "--cell", cell, "--wheels", wheels, "--channel", channel, output=tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+    made = sorted(p.name for p in channel.glob("*/tool-*.conda"))
+    assert made == ["tool-1.0-py310_0.conda", "tool-1.0-py311_0.conda"], made
+    for python, has_tomli in (("3.10", True), ("3.11", False)):
+        done = wheelmill("conda", "solve", "tool", f"python {python}.*", "--channel", channel, output=tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert (" tomli 2.0.1 " in done.stdout) is has_tomli, (python, done.stdout)
+
+
+def test_a_create_that_fails_to_install_leaves_no_env_behind(channels: tuple[Path, Path], tmp_path: Path) -> None:
+    """The channel's listing offers ops, whose archive is damaged: the solve picks it, the
+    install fails, and the new env's prefix is gone with it: no empty env looks made."""
+    cpu, _cuda = channels
+    broken = tmp_path / "broken"
+    shutil.copytree(cpu, broken)
+    (package,) = broken.glob("linux-64/ops-*.conda")
+    package.write_bytes(b"damaged")
+    prefix = tmp_path / "env"
+    done = wheelmill("conda", "create", prefix, "ops", "--channel", broken, output=tmp_path)
+    assert done.returncode != 0 and done.stderr.count("\n") == 1, done.stdout + done.stderr
+    assert done.stderr.startswith("wheelmill: error: ") and "; fix: " in done.stderr, done.stderr
+    assert not prefix.exists()

@@ -61,16 +61,30 @@ def test_a_cuda_build_needs_a_cuda_driver_and_ranks_above_the_cpu_build(tmp_path
 
 def test_a_pure_wheel_is_one_noarch_package_for_every_python(tmp_path: Path) -> None:
     pure = make_wheel(
-        tmp_path,
-        "filelock",
-        "3.16.1",
-        tag="py3-none-any",
-        requires_python=">=3.9",
-        requires=["typing-extensions>=4; python_version < '3.11'"],
+        tmp_path, "filelock", "3.16.1", tag="py3-none-any", requires_python=">=3.9", requires=["platformdirs>=4"]
     )
     meta = conda_meta(read_wheel(pure), CUDA)
-    assert (meta.subdir, meta.build, meta.depends) == ("noarch", "py_0", ("python >=3.9",))
+    assert (meta.subdir, meta.build, meta.depends) == ("noarch", "py_0", ("python >=3.9", "platformdirs >=4"))
     assert "__cuda >=13.0" not in meta.depends
+
+
+def test_a_pure_wheel_whose_dependencies_depend_on_the_python_is_a_package_per_python(tmp_path: Path) -> None:
+    """tomli below Python 3.11: one noarch package would carry the dependencies of the Python
+    it was made for first, and a py310 env would lack tomli. Each Python gets its own."""
+    pure = make_wheel(
+        tmp_path,
+        "black-ish",
+        "24.1.0",
+        tag="py3-none-any",
+        requires_python=">=3.9",
+        requires=["tomli>=1.1; python_version < '3.11'", "click>=8"],
+    )
+    old = conda_meta(read_wheel(pure), CondaTarget(variant="cpu", python="3.10"))
+    new = conda_meta(read_wheel(pure), CondaTarget(variant="cpu", python="3.11"))
+    assert (old.subdir, old.build, new.build) == ("linux-64", "py310_0", "py311_0")
+    assert "tomli >=1.1" in old.depends and "click >=8" in old.depends and "python >=3.10,<3.11.0a0" in old.depends
+    assert "tomli >=1.1" not in new.depends and "click >=8" in new.depends
+    assert old.filename != new.filename, "two Pythons, two packages: never other bytes under one name"
 
 
 def test_a_compiled_wheel_without_a_label_is_no_variant_build(tmp_path: Path) -> None:

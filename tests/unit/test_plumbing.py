@@ -20,6 +20,7 @@ from wheelmill.machine.envs import Target, UvBackend, pinned_versions
 from wheelmill.machine.net import is_transient, upload_refusal
 from wheelmill.machine.package_sources import PackageSources, machine_sources, sources_from_pip_config
 from wheelmill.machine.process import HostRunner, StepLog, base_environment
+from wheelmill.planning import locks
 from wheelmill.planning.locks import locate_torch
 from wheelmill.retry import RetryPolicy, TransientError, with_retries
 from wheelmill.settings import Settings
@@ -346,3 +347,25 @@ def test_a_torch_on_the_default_index_behind_an_extra_one_is_found_by_the_best_m
     assert backend.asked == [None, "unsafe-best-match"]
     assert isinstance(found, PackageSources) and found.uv_args()[-2:] == ["--index-strategy", "unsafe-best-match"]
     assert found.origin == "pip configuration, best match across indexes"
+
+
+def test_a_source_that_lacks_torch_says_uvs_cause_and_its_hint() -> None:
+    """uv's hint says why a source lacks the torch (its first-index rule, a Python no wheel
+    is for): the pre-check's line keeps it beside the cause."""
+    tail = [
+        "error: No solution found when resolving dependencies:",
+        (
+            "  cause: Because there is no version of torch==2.12.0 and you require torch==2.12.0, "
+            "we can conclude that your requirements are unsatisfiable."
+        ),
+        "",
+        (
+            "  hint: `torch` was found on file:///opt/pypi/simple, but not at the requested version "
+            "(torch==2.12.0). A compatible version may be available on a subsequent index."
+        ),
+    ]
+    reason = locks._reason(CommandFailed(["uv", "pip", "compile"], 1, None, tail))
+    assert reason.startswith("Because there is no version of torch==2.12.0")
+    assert "; uv's hint: `torch` was found on file:///opt/pypi/simple, but not at the requested version" in reason
+    assert reason.endswith("may be available on a subsequent index.")
+    assert locks._reason(CommandFailed(["uv"], 1, None, ["  cause: no torch"])) == "no torch"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import configparser
 import datetime
+import re
 import shutil
 import zipfile
 from dataclasses import dataclass
@@ -91,8 +92,16 @@ class CondaMeta:
 
 
 def is_pure(info: WheelInfo) -> bool:
-    """A wheel for every Python and platform (``py3-none-any``): one noarch package serves all."""
-    return all(tag.abi == "none" and tag.platform == "any" for tag in info.tags)
+    """A wheel for every Python and platform (``py3-none-any``) whose dependencies are the
+    same on every Python: one noarch package serves all. One that needs ``tomli`` below
+    Python 3.11, say, is a package per Python: a noarch one would carry the dependencies of
+    whichever Python it was made for first."""
+    return all(tag.abi == "none" and tag.platform == "any" for tag in info.tags) and not any(
+        req.marker is not None and _PYTHON_MARKER.search(str(req.marker)) for req in info.requirements()
+    )
+
+
+_PYTHON_MARKER = re.compile(r"\bpython_(full_)?version\b|\bimplementation_version\b")
 
 
 def conda_meta(info: WheelInfo, target: CondaTarget, *, build_number: int = 0) -> CondaMeta:

@@ -166,10 +166,13 @@ def _locate(
 
 
 def _reason(failed: CommandFailed) -> str:
+    """uv's cause, and its hint where it gives one: the hint says why (uv's first-index rule
+    hiding a version another index has, a Python or platform no wheel is for)."""
     lines = [line.strip() for line in failed.tail if line.strip()]
     causes = [line.removeprefix("cause:").strip() for line in lines if line.startswith("cause:")]
-    text = causes[-1] if causes else (lines[0] if lines else "no output")
-    return text[:160]
+    hints = [line.removeprefix("hint:").strip() for line in lines if line.startswith("hint:")]
+    text = (causes[-1] if causes else (lines[0] if lines else "no output"))[:160]
+    return f"{text}; uv's hint: {hints[-1][:240]}" if hints else text
 
 
 def write_lock(matrix: Matrix, recipes: Mapping[str, Recipe], cell: Cell, locks_dir: Path, settings: Settings) -> str:
