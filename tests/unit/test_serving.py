@@ -84,6 +84,9 @@ def test_a_sibling_channels_build_is_served_and_only_its_own_steps_run(project: 
     keys = _run_keys_step(second, tmp_path)
     served = keys.served[STABLE]
     assert served.channel == "cu130" and served.wheel.name == wheel.name and keys.published == {}
+    published = tmp_path / "wheels" / "index" / "cu130" / "files" / wheel.name
+    assert served.wheel.is_relative_to(tmp_path / "wheels" / second.cell.id), "in the cell's tree: a container sees it"
+    assert served.wheel.stat().st_ino == published.stat().st_ino, "linked: the published bytes"
     report = CellReport(plan=second, path=tmp_path / "report.json")
     report.steps += [
         StepRecord(step=second.steps[0], status=Status.OK),

@@ -171,7 +171,7 @@ class ServedBuild:
     channel: str  # where it was found
     project: str
     entry: FileEntry
-    wheel: Path  # that channel's file
+    wheel: Path  # that channel's file, linked into the cell's build tree
     delivered: Path | None  # linked into dist/ where no install test runs here (the test delivers it)
 
     def describe(self) -> str:

@@ -21,6 +21,7 @@ from wheelmill.checks import CheckResult
 from wheelmill.conda.channel import conda_channel_root
 from wheelmill.conda.package import CondaTarget, conda_meta
 from wheelmill.errors import WheelmillError
+from wheelmill.files import Linked, write_all
 from wheelmill.index.pages import FileEntry
 from wheelmill.index.store import Channel, built_by_key
 from wheelmill.machine.toolchain import Found, find_compiler
@@ -86,7 +87,10 @@ def _served(
         )
         if hit is not None:
             project, entry = hit
-            wheel = Channel(index, name).files / entry.filename
+            # Into the cell's tree, where its checks and install test reach it (in a container
+            # too, which sees the cell and not the index): linked, the published bytes.
+            wheel = ctx.run.layout.build / spec.name / "served" / entry.filename
+            write_all({wheel: Linked(Channel(index, name).files / entry.filename)})
             tested = spec.serving.tests_in(cell)
             # Untested here, it is delivered now, as a published one is; tested, its test delivers it.
             delivered = None if tested else deliver(ctx.run.layout.dist, wheel, link=True)
