@@ -209,6 +209,8 @@ def fits(info: WheelInfo, python: str) -> bool:
     (True, False)
     >>> fits(w([Tag("py3", "none", "any")]), "3.11"), fits(w([Tag("cp39", "abi3", "manylinux2014_x86_64")]), "3.11")
     (True, True)
+    >>> fits(w([Tag("py39", "none", "manylinux_2_24_x86_64")]), "3.11"), fits(w([Tag("py312", "none", "any")]), "3.11")
+    (True, False)
     """
     nodot = python.replace(".", "")
     return any(_fits(tag, nodot) for tag in info.tags)
@@ -220,8 +222,9 @@ def _fits(tag: Tag, nodot: str) -> bool:
     )
     if tag.abi == "abi3":
         return platform_ok and tag.interpreter.startswith("cp3") and int(tag.interpreter[3:]) <= int(nodot[1:])
-    interpreter_ok = tag.interpreter in (f"cp{nodot}", f"py{nodot}", "py3")
-    return platform_ok and interpreter_ok and tag.abi in (f"cp{nodot}", "none")
+    if tag.abi == "none" and tag.interpreter.startswith("py3"):  # py3, or py39: that Python's on, as pip reads it
+        return platform_ok and (tag.interpreter == "py3" or int(tag.interpreter[3:]) <= int(nodot[1:]))
+    return platform_ok and tag.interpreter == f"cp{nodot}" and tag.abi in (f"cp{nodot}", "none")
 
 
 @dataclass(frozen=True, kw_only=True)
