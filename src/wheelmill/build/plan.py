@@ -23,8 +23,8 @@ from wheelmill.machine import builder_images as images
 from wheelmill.machine.package_sources import torch_index_url
 from wheelmill.machine.pins import Pins
 from wheelmill.planning import locks
-from wheelmill.planning.serving import serves, serving
-from wheelmill.planning.spec import CellPlan, EnvPlace, RunChoices, Step, StepKind, channel_of, recipe_spec
+from wheelmill.planning.serving import channel_of, serves, serving
+from wheelmill.planning.spec import CellPlan, EnvPlace, RunChoices, Step, StepKind, recipe_spec
 from wheelmill.settings import Settings
 
 # The cell's own steps before any recipe's (on this machine: without the container's), and
@@ -122,7 +122,7 @@ def plan_cell(  # noqa: PLR0917 - the inputs of the pure function, in their orde
         lock=locks.inputs(matrix, resolved, cell),
         locks_dir=options.locks_dir,
         min_free_disk=matrix.min_free_disk.get(cell.variant.family.value, 0),
-        channel=channel_of(cell, options.release),
+        channel=channel_of(cell.variant, options.release),
         release=options.release,
         recipes=specs,
         rebuild=_rebuilt(options.rebuild, chosen, cell),

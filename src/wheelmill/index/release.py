@@ -91,15 +91,14 @@ class Manifest:
 
 def manifest_path(root: Path, track: Track, version: str) -> Path:
     """Where a release's record is: a version names a file there and nothing else (``..``,
-    a ``/`` or anything but a PEP 440 version never reaches a path outside the records)."""
+    a ``/`` or anything but a PEP 440 version, which has neither, never reaches a path outside
+    the records)."""
     try:
-        parsed = Version(version)
+        Version(version)
     except InvalidVersion:
-        parsed = None
-    if parsed is None or "/" in version or version.startswith("."):
         raise UsageError(
             f"'{version}' is not a release version", fix="give the version as the release records it, e.g. 1.4.0"
-        )
+        ) from None
     return root / RECORDS_DIR / track.value / f"{version}.json"
 
 

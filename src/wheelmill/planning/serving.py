@@ -62,8 +62,8 @@ def serving(matrix: Matrix, cell: Cell, run: Sequence[Cell], release: Release | 
     group = group_of(cell.variant)
     members = [c for c in matrix.cells if group_of(c.variant) == group]
     in_run = [c for c in run if group_of(c.variant) == group]
-    siblings = dict.fromkeys(_channel(c.variant, release) for c in members)
-    own = _channel(cell.variant, release)
+    siblings = dict.fromkeys(channel_of(c.variant, release) for c in members)
+    own = channel_of(cell.variant, release)
     return Serving(
         group=cell.variant.serving_label,
         cells=tuple(c.id for c in members),
@@ -84,5 +84,6 @@ def corners(cells: Sequence[Cell]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(picked))
 
 
-def _channel(variant: Variant, release: Release | None) -> str:
+def channel_of(variant: Variant, release: Release | None) -> str:
+    """The index channel a variant's wheels go to: its own, in the release's track."""
     return release.track.channel(variant.channel) if release else variant.channel

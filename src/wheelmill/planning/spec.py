@@ -232,10 +232,6 @@ class CellPlan:
         return bool(self.rebuild) and self.rebuild == {r.name for r in self.recipes}
 
 
-def channel_of(cell: Cell, release: Release | None) -> str:
-    return release.track.channel(cell.variant.channel) if release else cell.variant.channel
-
-
 def recipe_spec(
     matrix: Matrix,
     cell: Cell,

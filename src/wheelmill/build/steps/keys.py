@@ -9,7 +9,6 @@ channel checks) do not run either. ``--rebuild`` builds everything all the same.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from packaging.requirements import Requirement
@@ -43,11 +42,12 @@ def build_keys_step(ctx: StepContext) -> Outcome:
         if spec.name not in plan.rebuild and (hit := listed.get(keys[spec.name].digest)) is not None
         if spec.serving is None or _published_for_this_cell(ctx, channel, hit[1])
     }
+    listings = {channel.name: listed}  # each channel of a serving group read once, whatever recipes look
     served = {
         spec.name: found
         for spec in plan.recipes
         if spec.serving and spec.name not in published and spec.name not in plan.rebuild
-        if (found := _served(ctx, spec, keys[spec.name], listed)) is not None
+        if (found := _served(ctx, spec, keys[spec.name], listings)) is not None
     }
     checks = [
         _verdict(key, published.get(name) or served.get(name), rebuild=name in plan.rebuild)
@@ -73,18 +73,17 @@ def _published_for_this_cell(ctx: StepContext, channel: Channel, entry: FileEntr
 
 
 def _served(
-    ctx: StepContext, spec: RecipeSpec, key: BuildKey, listed: Mapping[str, tuple[str, FileEntry]]
+    ctx: StepContext, spec: RecipeSpec, key: BuildKey, listings: dict[str, dict[str, tuple[str, FileEntry]]]
 ) -> ServedBuild | None:
     """The recipe's one build, where a channel of its serving group has it: this cell's own
-    (``listed``: another Python's cell put it there), else another one."""
+    (another Python's cell put it there), else another one. ``listings``: each channel's
+    build keys, read where first needed."""
     assert spec.serving is not None, "only a served recipe is looked up in other channels"
     index, cell = ctx.run.settings.index, ctx.run.plan.cell.id
     for name in spec.serving.channels:
-        hit = (
-            listed.get(key.digest)
-            if name == ctx.run.plan.channel
-            else built_by_key(Channel(index, name)).get(key.digest)
-        )
+        if name not in listings:
+            listings[name] = built_by_key(Channel(index, name))
+        hit = listings[name].get(key.digest)
         if hit is not None:
             project, entry = hit
             # Into the cell's tree, where its checks and install test reach it (in a container
