@@ -179,3 +179,14 @@ def test_a_channel_an_older_wheelmill_wrote_is_moved_behind_the_link_by_its_next
     publish(channel, make_wheel(tmp_path / "dist", "app", "1.0", tag="py3-none-any"))
     assert channel.simple.is_symlink() and not channel.pending.exists()
     assert channel.project_names() == ["app", "lib"] and verify(channel) == []
+
+
+def test_a_channel_under_a_relative_index_root_keeps_its_pages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default index root is relative (wheels/index): the generation the link names is
+    the one kept, however the channel's path is spelled."""
+    monkeypatch.chdir(tmp_path)
+    channel = Channel(Path("wheels") / "index", "cpu")
+    for name in ("lib", "app"):
+        publish(channel, make_wheel(tmp_path / "dist", name, "1.0", tag="py3-none-any"))
+        assert channel.project_names() == sorted({"lib", name}) and verify(channel) == []
+    assert len(list(channel.path.glob(".simple-*"))) == 1

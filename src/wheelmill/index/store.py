@@ -192,7 +192,7 @@ class Channel:
             else:
                 first.mkdir()
             self._switch(first)
-        self._drop_generations(keep=self.simple.resolve())
+        self._drop_generations(keep=self.simple.readlink().name)
 
     def _generation_dir(self) -> Path:
         return self.path / f"{GENERATION}{time.time_ns()}-{os.getpid()}"
@@ -219,9 +219,11 @@ class Channel:
         link.replace(self.simple)
         sync_directory(self.path)
 
-    def _drop_generations(self, keep: Path) -> None:
+    def _drop_generations(self, keep: str) -> None:
+        """Every generation but ``keep`` (by name: the channel's path may be relative, or
+        reached through a link, where the link's target resolves to another spelling)."""
         for old in self.path.glob(f"{GENERATION}*"):
-            if old != keep:
+            if old.name != keep:
                 shutil.rmtree(old, ignore_errors=True)
 
     def _change(self, contents: Mapping[Path, Content], files: Mapping[Path, Content] | None = None) -> None:
