@@ -333,9 +333,10 @@ def test_a_patch_that_does_not_apply_is_a_recipe_error_not_a_failed_download(tmp
     assert "refresh the patch for this version of the source" in (record.error or "")
 
 
-def test_lock_with_no_source_reachable_is_a_network_error(tmp_path: Path) -> None:
+def test_lock_and_build_with_no_source_reachable_are_a_network_error(tmp_path: Path) -> None:
     """Every source unreachable (a refused index, no torch index host): the network's failure
-    (exit 6) naming each source, not a pre-check's; no lock is written."""
+    (exit 6) naming each source, not a pre-check's, for `lock` and for a build's pre-checks;
+    no lock is written, nothing is built."""
     recipes = tmp_path / "recipes"
     shutil.copytree(ROOT / "recipes", recipes)
     (tmp_path / "extensions").symlink_to(ROOT / "extensions")
@@ -350,6 +351,16 @@ def test_lock_with_no_source_reachable_is_a_network_error(tmp_path: Path) -> Non
     (line,) = done.stderr.splitlines()
     assert "cpu-py312: no package source could be reached:" in line and "[unreachable: " in line, line
     assert not (tmp_path / "locks").exists()
+
+    output = tmp_path / "out"
+    env |= {"WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": "none"}
+    command[-3:] = ["build", "--cell", "cpu-py312", "--recipe", "example-cpp-ops"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == FetchError.exit_code, done.stdout[-2000:] + done.stderr
+    (line,) = done.stderr.splitlines()
+    assert "cpu-py312: pre-checks failed: torch-source: no package source could be reached:" in line, line
+    assert "[unreachable: " in line and "fix: torch-source: check the network" in line, line
+    assert not list(output.glob("cpu-py312/build/*/dist/*.whl"))
 
 
 def test_a_git_mirror_that_is_not_there_is_named_and_not_retried(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from wheelmill.errors import IndexConflict, IndexStoreError
 from wheelmill.index.consumer import render
 from wheelmill.index.pages import HTML_TYPE, JSON_TYPE, FileEntry, Project, project_html, project_json
 from wheelmill.index.serve import negotiate
-from wheelmill.index.store import Channel, PublishOutcome, publish, set_yanked
+from wheelmill.index.store import Channel, PublishOutcome, publish, repair, set_yanked
 from wheelmill.index.verify import leftovers, verify
 
 ANY = "py3-none-any"
@@ -101,6 +102,22 @@ def test_an_unlisted_file_from_a_killed_publisher_is_listed_by_the_next_publish(
     assert publish(channel, wheel).outcome is PublishOutcome.ADDED
     assert verify(channel) == []
     assert leftovers(channel) == []
+
+
+def test_a_generation_a_killed_writer_staged_is_a_note_until_the_next_write_removes_it(tmp_path: Path) -> None:
+    """A writer killed after staging its next pages, before the switch: readers still see the
+    old pages, whole; `index verify` names the staged generation and the next write drops it."""
+    channel = Channel(tmp_path / "index", "cpu")
+    publish(channel, make_wheel(tmp_path / "a", "alpha", "1.0", tag=ANY))
+    current = channel.simple.readlink().name
+    staged = channel.path / ".simple-1-999999"
+    shutil.copytree(channel.simple.resolve(), staged)
+    assert verify(channel) == []
+    assert leftovers(channel) == [".simple-1-999999, pages of an interrupted write"]
+    assert channel.simple.readlink().name == current
+    said = repair(channel)
+    assert "removed .simple-1-999999, a generation of pages no reader saw" in said, said
+    assert not staged.exists() and leftovers(channel) == [] and verify(channel) == []
 
 
 def test_publish_touches_only_its_project_and_a_new_name_in_the_list(tmp_path: Path) -> None:

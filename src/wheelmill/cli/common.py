@@ -5,10 +5,11 @@ the plans of the build-like commands (``plan``, ``build``, ``release``)."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NoReturn, TypeAlias
+from typing import NoReturn, TypeAlias, TypeVar
 
 from rich.console import Console
 
@@ -35,39 +36,45 @@ class Parser(argparse.ArgumentParser):
 
 
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+_N = TypeVar("_N", int, float)
+
+
+def _number(text: str, parse: Callable[[str], _N], *, what: str, fits: Callable[[_N], bool], bounds: str) -> _N:
+    """``text`` as a number (or ``what`` it is not), within ``bounds`` (or not)."""
+    try:
+        value = parse(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+    if not fits(value):
+        raise argparse.ArgumentTypeError(f"{text} is not {bounds}")
+    return value
 
 
 def positive(text: str) -> int:
     """An argument that counts something: a whole number, at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
-    return value
+    return _number(text, int, what="a whole number", fits=lambda value: value >= 1, bounds="at least 1")
 
 
 def port(text: str) -> int:
     """A TCP port to listen on: 0 (any free one) to 65535."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{value} is not a port (0 to 65535; 0 picks a free one)")
-    return value
+    return _number(
+        text,
+        int,
+        what="a port number",
+        fits=lambda value: 0 <= value <= 65535,
+        bounds="a port (0 to 65535; 0 picks a free one)",
+    )
 
 
 def seconds(text: str) -> float:
-    """A duration: a number of seconds above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0:  # NaN too
-        raise argparse.ArgumentTypeError(f"{text} is not a duration above 0 seconds")
-    return value
+    """A duration: a finite number of seconds above 0 (not NaN, not infinity)."""
+    return _number(
+        text,
+        float,
+        what="a number of seconds",
+        fits=lambda value: math.isfinite(value) and value > 0,
+        bounds="a duration above 0 seconds",
+    )
 
 
 def add_cell_options(

@@ -219,6 +219,12 @@ class Channel:
         link.replace(self.simple)
         sync_directory(self.path)
 
+    def stale_generations(self) -> list[Path]:
+        """Generations ``simple`` does not name: a killed writer's next one, or the one before
+        its switch. No reader sees them; the next writer removes them."""
+        current = self.simple.readlink().name if self.simple.is_symlink() else None
+        return sorted(old for old in self.path.glob(f"{GENERATION}*") if old.name != current)
+
     def _drop_generations(self, keep: str) -> None:
         """Every generation but ``keep`` (by name: the channel's path may be relative, or
         reached through a link, where the link's target resolves to another spelling)."""
@@ -498,6 +504,7 @@ def repair(channel: Channel) -> list[str]:
     pending = channel.pending.read_text(encoding="utf-8").strip() if channel.pending.is_file() else None
     said = [f"finished the interrupted update of {pending or 'the project list'}"] if pending is not None else []
     said += [f"removed {p.name}" for p in channel.tmp.iterdir()] if channel.tmp.is_dir() else []
+    said += [f"removed {p.name}, a generation of pages no reader saw" for p in channel.stale_generations()]
     with channel.lock():
         mended = []
         for directory in sorted(p for p in channel.simple.iterdir() if p.is_dir()):

@@ -33,10 +33,12 @@ def verify(channel: Channel, *, hashes: bool = True) -> list[str]:
 
 
 def leftovers(channel: Channel) -> list[str]:
-    """What temporary files say: an interrupted write of which file (the next writer of the
-    channel, or ``wheelmill index repair``, removes them; readers never see them)."""
+    """What temporary files say: an interrupted write of which file, and generations of pages
+    a killed writer left (the next writer of the channel, or ``wheelmill index repair``,
+    removes them; readers never see them)."""
     found = sorted(channel.tmp.iterdir()) if channel.tmp.is_dir() else []
-    return [f"{path.name}, of an interrupted write of {target_of(path)}" for path in found]
+    notes = [f"{path.name}, of an interrupted write of {target_of(path)}" for path in found]
+    return notes + [f"{path.name}, pages of an interrupted write" for path in channel.stale_generations()]
 
 
 def _anchors(page: Path) -> list[dict[str, str | None]] | None:

@@ -34,7 +34,6 @@ from wheelmill.machine.package_sources import PackageSources, machine_sources, t
 from wheelmill.machine.process import HostRunner, StepLog
 from wheelmill.settings import Settings
 
-UNREACHABLE = "unreachable"  # what a source that could not be asked says in locate_torch's reasons
 # The first line of a lock, uv's and conda's: whose it is and the hash of its inputs.
 _HEADER = re.compile(r"^# wheelmill (?:conda )?lock of (\S+); inputs sha256:([0-9a-f]{64})$")
 
@@ -98,6 +97,24 @@ def mismatch(inputs: LockInputs, committed: Path) -> str | None:
     return f"{committed} was made for other inputs (recorded {str(recorded)[:12]}..., now {inputs.digest[:12]}...)"
 
 
+@dataclass(frozen=True)
+class Tried:
+    """A source that did not give the variant's torch, and why: ``reachable`` is False when
+    it could not be asked at all (a network failure, not a missing torch)."""
+
+    sources: str
+    reason: str
+    reachable: bool = True
+
+    def __str__(self) -> str:
+        return f"{self.sources} [{self.reason}]"
+
+
+def none_reachable(tried: Sequence[Tried]) -> bool:
+    """Every source failed for want of a network, none for want of a torch."""
+    return bool(tried) and not any(one.reachable for one in tried)
+
+
 def locate_torch(
     variant: Variant,
     torch_index: str | None,
@@ -108,7 +125,7 @@ def locate_torch(
     work: Path,
     log: StepLog,
     interpreter: Path | None = None,
-) -> PackageSources | list[str]:
+) -> PackageSources | list[Tried]:
     """The sources that have the variant's torch: ``base`` (the machine's) first, then the
     same with the best match across its indexes (as pip reads them: a mirror of one torch
     release on a second index hides the others of the first from uv's first-index rule),
@@ -116,16 +133,14 @@ def locate_torch(
     candidates = [base, base.best_match()] + ([base.with_torch_index(torch_index)] if torch_index else [])
     tried = []
     for sources in candidates:
-        version, reason = _locate(
-            variant, sources, backend=backend, target=target, work=work, log=log, interpreter=interpreter
-        )
-        if version is None:
-            tried.append(f"{sources.describe()} [{reason}]")
+        located = _locate(variant, sources, backend=backend, target=target, work=work, log=log, interpreter=interpreter)
+        if isinstance(located, Tried):
+            tried.append(located)
             continue
-        verdict = judge_located(version, variant)
+        verdict = judge_located(located, variant)
         if verdict.verdict is Verdict.PASS:
             return sources
-        tried.append(f"{sources.describe()} [{verdict.detail}]")
+        tried.append(Tried(sources.describe(), verdict.detail))
     return tried
 
 
@@ -138,8 +153,8 @@ def _locate(
     work: Path,
     log: StepLog,
     interpreter: Path | None,
-) -> tuple[str | None, str]:
-    """The torch version ``sources`` resolve to, or None and why not (a short reason)."""
+) -> str | Tried:
+    """The torch version ``sources`` resolve to, or why not."""
     work.mkdir(parents=True, exist_ok=True)
     requirements = work / "torch-probe.in"
     requirements.write_text(variant.torch_requirement + "\n", encoding="utf-8")
@@ -157,12 +172,14 @@ def _locate(
             interpreter=interpreter,
         )
     except CommandFailed as failed:
-        kind = UNREACHABLE if is_transient("\n".join(failed.tail)) else "not found"
-        return None, f"{kind}: {_reason(failed)}"
+        reachable = not is_transient("\n".join(failed.tail))
+        kind = "not found" if reachable else "unreachable"
+        return Tried(sources.describe(), f"{kind}: {_reason(failed)}", reachable=reachable)
     finally:
         requirements.unlink(missing_ok=True)
         out.unlink(missing_ok=True)
-    return pins.get("torch"), "resolved"
+    version = pins.get("torch")
+    return version or Tried(sources.describe(), "not found: the resolution has no torch")
 
 
 def _reason(failed: CommandFailed) -> str:
@@ -192,14 +209,14 @@ def write_lock(matrix: Matrix, recipes: Mapping[str, Recipe], cell: Cell, locks_
                 work=work,
                 log=log,
             )
-            if not isinstance(found, PackageSources) and all(UNREACHABLE in tried for tried in found):
+            if not isinstance(found, PackageSources) and none_reachable(found):
                 raise FetchError(
-                    f"{cell.id}: no package source could be reached: {' | '.join(found)}",
+                    f"{cell.id}: no package source could be reached: {' | '.join(map(str, found))}",
                     fix="check the network and the index URLs (pip's configuration, WHEELMILL_INDEX_URL); lock again",
                 )
             if not isinstance(found, PackageSources):
                 raise PrecheckError(
-                    f"{cell.id}: {cell.variant.torch_requirement} is in none of: {' | '.join(found)}",
+                    f"{cell.id}: {cell.variant.torch_requirement} is in none of: {' | '.join(map(str, found))}",
                     fix="see `wheelmill build` pre-checks",
                 )
             requirements = work / "requirements.in"

@@ -14,12 +14,12 @@ from wheelmill.build.bytecode import BytecodeStore
 from wheelmill.build.context import Outcome, StepContext, Where
 from wheelmill.build.headers import pin_header_times
 from wheelmill.build.products import BuildEnv, CheckedEnv, CondaLock, Sources, Toolchain
-from wheelmill.checks import CheckResult, require
+from wheelmill.checks import CheckResult, failures, require
 from wheelmill.checks.torchenv import judge_torch
 from wheelmill.conda import envspec
 from wheelmill.conda.channel import configured_channels
 from wheelmill.config import format_size
-from wheelmill.errors import CommandFailed, PrecheckError, UsageError, WheelmillError
+from wheelmill.errors import CommandFailed, FetchError, PrecheckError, UsageError, WheelmillError
 from wheelmill.inputs.variants import Cell, Family
 from wheelmill.machine.envs import Env, link_site, pinned_versions, set_venv_home, site_packages, venv_home
 from wheelmill.machine.net import is_transient, sha256_of
@@ -35,14 +35,14 @@ from wheelmill.machine.toolchain import (
     find_python,
     find_toolkit,
 )
-from wheelmill.planning.locks import locate_torch, mismatch, path_of, requirements_text
+from wheelmill.planning.locks import locate_torch, mismatch, none_reachable, path_of, requirements_text
 from wheelmill.planning.spec import CellPlan
 from wheelmill.retry import TransientError
 from wheelmill.settings import EnvBackendName
 
 
-def _failure(cell: Cell, step: str) -> Callable[[str, str], WheelmillError]:
-    return lambda what, fix: PrecheckError(f"{cell.id}: {step} failed: {what}", fix=fix)
+def _failure(cell: Cell, step: str, kind: type[WheelmillError] = PrecheckError) -> Callable[[str, str], WheelmillError]:
+    return lambda what, fix: kind(f"{cell.id}: {step} failed: {what}", fix=fix)
 
 
 def pre_checks(ctx: StepContext) -> Outcome:
@@ -51,10 +51,12 @@ def pre_checks(ctx: StepContext) -> Outcome:
     plan = ctx.run.plan
     toolchain_results, toolchain = ([], None) if plan.image else _toolchain(ctx.where.runner, plan.cell)
     lock_result, origin = _lock(plan)
-    torch_result, packages = _torch(ctx)
+    torch_result, packages, offline = _torch(ctx)
     conda_results, conda = _conda_lock(ctx) if plan.choices.env_backend is EnvBackendName.CONDA else ([], None)
     checks = [*toolchain_results, _disk(ctx), lock_result, torch_result, *conda_results]
-    results = require(checks, ctx.log, failure=_failure(plan.cell, "pre-checks"))
+    # No source reachable, and nothing else wrong: a network failure (retry later), not a cell that cannot build.
+    kind = FetchError if offline and failures(checks) == [torch_result] else PrecheckError
+    results = require(checks, ctx.log, failure=_failure(plan.cell, "pre-checks", kind))
     assert packages is not None, "the torch-source check passed"
     made: tuple[object, ...] = (
         Sources(packages=packages, lock_origin=origin),
@@ -242,7 +244,8 @@ def _conda_lock(ctx: StepContext) -> tuple[list[CheckResult], CondaLock | None]:
     )
 
 
-def _torch(ctx: StepContext) -> tuple[CheckResult, PackageSources | None]:
+def _torch(ctx: StepContext) -> tuple[CheckResult, PackageSources | None, bool]:
+    """The torch-source check, the sources it found, and whether no source could be reached."""
     plan = ctx.run.plan
     variant = plan.cell.variant
     # Resolved here, before any container: uv resolves for the lock's target, not this Python.
@@ -257,13 +260,28 @@ def _torch(ctx: StepContext) -> tuple[CheckResult, PackageSources | None]:
         interpreter=Path(sys.executable),
     )
     if isinstance(outcome, PackageSources):
-        return CheckResult.passed("torch-source", f"{variant.torch_requirement} from {outcome.describe()}"), outcome
-    return CheckResult.failed(
-        "torch-source",
-        f"{variant.torch_requirement} for Python {plan.cell.python} is in none of: {' | '.join(outcome)}",
-        f"set WHEELMILL_TORCH_INDEX to an index (or mirror) with torch {variant.torch}+{variant.label}, "
-        "or put its wheel in a WHEELMILL_FIND_LINKS directory",
-    ), None
+        passed = CheckResult.passed("torch-source", f"{variant.torch_requirement} from {outcome.describe()}")
+        return passed, outcome, False
+    if none_reachable(outcome):
+        return (
+            CheckResult.failed(
+                "torch-source",
+                f"no package source could be reached: {' | '.join(map(str, outcome))}",
+                "check the network and the index URLs (pip's configuration, WHEELMILL_INDEX_URL); build again",
+            ),
+            None,
+            True,
+        )
+    return (
+        CheckResult.failed(
+            "torch-source",
+            f"{variant.torch_requirement} for Python {plan.cell.python} is in none of: {' | '.join(map(str, outcome))}",
+            f"set WHEELMILL_TORCH_INDEX to an index (or mirror) with torch {variant.torch}+{variant.label}, "
+            "or put its wheel in a WHEELMILL_FIND_LINKS directory",
+        ),
+        None,
+        False,
+    )
 
 
 def prepare_env(ctx: StepContext) -> Outcome:
