@@ -1,6 +1,6 @@
 """wheelmill's sessions: one ``build-<cell>`` per supported cell of recipes/matrix.toml,
-``image-<cell>-runtime`` and ``image-<cell>-devel`` for its images, plus ``tests`` and
-``lint``. Each session is one call into the package.
+``image-<cell>-runtime`` and ``image-<cell>-devel`` for its images, ``test-gpu-<cell>`` for
+a GPU cell's GPU stage (on a GPU machine), plus ``tests`` and ``lint``. Each session is one call into the package.
 
 Run them from the environment scripts/setup makes: ``.venv/bin/nox -l``.
 """
@@ -15,6 +15,7 @@ import nox
 
 from wheelmill.cli import main
 from wheelmill.inputs.matrix import load_matrix
+from wheelmill.inputs.variants import Family
 
 nox.options.default_venv_backend = "none"  # the pinned tools of .venv; builds make their own envs
 nox.options.sessions = ["lint", "tests"]
@@ -50,10 +51,22 @@ def _image_session(cell_id: str, edition: str) -> None:
     nox.session(name=f"image-{cell_id}-{edition}", python=False)(image)
 
 
+def _gpu_session(cell_id: str) -> None:
+    def test_gpu(session: nox.Session) -> None:
+        _wheelmill(session, "test-gpu", "--cell", cell_id, *session.posargs)
+
+    test_gpu.__doc__ = (
+        f"On a GPU machine: the GPU stage of {cell_id}, from its channel (-- --python PATH, -- --index-url URL)."
+    )
+    nox.session(name=f"test-gpu-{cell_id}", python=False)(test_gpu)
+
+
 for _cell in load_matrix(ROOT / "recipes" / "matrix.toml").cells:
     _build_session(_cell.id)
     for _edition in ("runtime", "devel"):
         _image_session(_cell.id, _edition)
+    if _cell.variant.family is not Family.CPU:
+        _gpu_session(_cell.id)
 
 
 @nox.session(python=False)

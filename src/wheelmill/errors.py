@@ -184,6 +184,28 @@ class DoctorError(WheelmillError):
     exit_code = 21
 
 
+class NoGpuError(WheelmillError):
+    """The GPU stage found no GPU to run kernels on: none visible to the machine (nvidia-smi,
+    rocminfo), or none visible to the env's torch. Nothing was proven; nothing is passed."""
+
+    exit_code = 22
+
+
+class GpuCheckError(WheelmillError):
+    """The GPU stage: a wheel's GPU checks (or its import on the GPU machine) failed, where
+    doctor predicted it or had no verdict."""
+
+    exit_code = 23
+
+
+class GpuVerdictMismatch(GpuCheckError):
+    """The GPU stage: doctor's verdict and the kernels disagree: doctor said a wheel runs on
+    this GPU and its kernels failed, or said it fails and its kernels ran. Either way a
+    promise wheelmill makes (its arch records, doctor's rules) is wrong."""
+
+    exit_code = 24
+
+
 class InternalError(WheelmillError):
     """Something wheelmill did not expect: a bug. The traceback goes to a log, never to the
     terminal; the line says where."""

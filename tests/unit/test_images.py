@@ -27,11 +27,13 @@ from wheelmill.images.editions import (
     read_release_output,
     too_new,
 )
+from wheelmill.images.smoke import Smoke
 from wheelmill.index.release import Manifest, ReleasedFile, ReleasedImage, load_manifest, record, record_images
 from wheelmill.index.store import Channel, publish
 from wheelmill.inputs.matrix import Matrix, load_matrix
 from wheelmill.inputs.versions import Track, VersionRule
 from wheelmill.machine.engine import Engine, EngineName
+from wheelmill.machine.process import StepLog
 from wheelmill.output.layout import CellLayout
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -228,6 +230,37 @@ def test_engine_commands_for_images() -> None:
         "r/w:t",
     ]
     assert docker.push("r/w:t", digest_file=Path("d"), insecure=True) == ["docker", "push", "r/w:t"]
+
+
+def test_tier_d_gets_the_gpus_of_each_engine_or_says_why_it_did_not_run(tmp_path: Path) -> None:
+    """The NCCL tier runs only where a CUDA image, a visible GPU and an engine that passes
+    GPUs in meet; anywhere else its line says it did not run, and why."""
+    docker, podman = Engine(name=EngineName.DOCKER, binary="docker"), Engine(name=EngineName.PODMAN, binary="podman")
+    assert docker.run(image="img", argv=["true"], gpus=True)[:7] == [
+        "docker",
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--gpus",
+        "all",
+    ]
+    assert "nvidia.com/gpu=all" in podman.run(image="img", argv=["true"], gpus=True)
+    assert "--gpus" not in docker.run(image="img", argv=["true"])
+    cdi = tmp_path / "cdi"
+    cdi.mkdir()
+    assert "no NVIDIA runtime or CDI spec" in str(podman.gpu_access([cdi]))
+    (cdi / "nvidia.yaml").write_text("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: []\n")
+    assert podman.gpu_access([cdi]) is None
+    said: list[str] = []
+    with StepLog(tmp_path / "smoke.log") as log:
+        smoke = Smoke(podman, "img", log=log, on_line=said.append)
+        smoke.nccl(cuda=False, gpus=["GPU 0 (NVIDIA H100, 9.0)"], why_none="")
+        smoke.nccl(cuda=True, gpus=[], why_none="nvidia-smi not found")
+    assert said == [
+        "tier d (NCCL all-reduce on a GPU): not run: a CPU image",
+        "tier d (NCCL all-reduce on a GPU): not run: no GPU visible (nvidia-smi not found)",
+    ]
 
 
 @pytest.mark.parametrize(

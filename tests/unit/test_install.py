@@ -33,6 +33,9 @@ print("joined=%s argv=%s main=%s path0=%s" % ("thing" in sys.modules, sys.argv[1
 if "fail" in sys.argv:
     print("the smoke says why")
     raise SystemExit(3)
+if "skips" in sys.argv:
+    print("SKIPPED [8] tests/test_ops.py:17: no CUDA device")
+    print("1 passed, 8 skipped in 0.12s")
 """
 
 
@@ -86,6 +89,20 @@ def test_a_smoke_command_of_the_envs_python_runs_in_the_probes_interpreter(
     assert checks["smoke"] == ("pass", says), checks  # its last line, as from its own interpreter
     log = Path(step["log"])
     assert "stdout before the last line" in log.read_text() and not log.with_suffix(".imports.log").exists()
+
+
+def test_a_smoke_that_skipped_tests_is_a_skip_counted_apart_from_passes(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox
+) -> None:
+    """A test suite that skipped its GPU tests proved nothing about them: the smoke check is a
+    skip, not a pass, in the report and in the summary, with pytest's count and reason."""
+    thing(sandbox, imports=["thing"], smoke=["{python}", "-m", "thing.smoke", "skips"])
+    result = build(cli, monkeypatch, sandbox, "cpu")
+    assert result.code == 0, (result.out + result.err)[-3000:]
+    checks = {c["name"]: (c["verdict"], c["detail"]) for c in install_step(sandbox)["checks"]}
+    said = "1 passed, 8 skipped (no CUDA device): the skipped tests proved nothing here"
+    assert checks["smoke"] == ("skip", said), checks
+    assert f"skip thing/install-test: smoke: {said}" in " ".join(result.out.split())
 
 
 def test_a_smoke_command_with_interpreter_options_runs_beside_the_probe(

@@ -18,7 +18,19 @@ from wheelmill.build.plan import Options, plan
 from wheelmill.cli import main
 from wheelmill.cli.release import release_json
 from wheelmill.errors import IndexStoreError, IntegrityError, ReleaseError
-from wheelmill.index.release import Manifest, ReleasedFile, manifests, promote, prune, record, same_payload
+from wheelmill.index.release import (
+    GpuRecord,
+    Manifest,
+    ReleasedFile,
+    load_manifest,
+    manifest_path,
+    manifests,
+    promote,
+    prune,
+    record,
+    record_gpu,
+    same_payload,
+)
 from wheelmill.index.store import Channel, channel_names, publish
 from wheelmill.index.verify import verify
 from wheelmill.inputs.matrix import load_matrix
@@ -335,7 +347,12 @@ def test_a_release_builds_slim_cells_into_their_channels_in_its_track() -> None:
     )
     ops = by_cell["cuda130-sm90-py311"].recipe("example-cpp-ops")
     assert ops.version.expected(ops.source) == "2.4.0rc1+cu130.sm90"
-    assert "cuda130-sm90-py311" in {e["cell"] for e in release_json(RC, plans)["matrix"]["include"]}
+    built = release_json(RC, plans, matrix)
+    assert "cuda130-sm90-py311" in {e["cell"] for e in built["matrix"]["include"]}
+    # The GPU stage's jobs: each GPU cell a runner covers (matrix.toml's ci.gpu-runners), on it.
+    gpu_jobs = {e["cell"]: e["runner"] for e in built["gpu-matrix"]["include"]}
+    assert gpu_jobs["cuda130-py311"] == gpu_jobs["cuda130-torch2.12-py313"] == "linux-gpu-h100"
+    assert "cpu-py311" not in gpu_jobs and "cuda126-py311" not in gpu_jobs and "rocm64-py311" not in gpu_jobs
     assert Track.NIGHTLY.channel(matrix.variants["cuda130-sm90"].channel) == "nightly/cu130-sm90"
 
 
@@ -415,6 +432,41 @@ def test_promotion_copies_the_tested_files_with_the_final_version(tmp_path: Path
     again = promote(root, Track.TEST, Track.RELEASE, "2.4.0", on_file=lambda _p: None)
     assert again.files == done.files, "promoting again is a no-op"
     assert [m.version for m in manifests(root, Track.RELEASE)] == ["2.4.0"]
+
+
+def test_promotion_waits_for_a_passed_gpu_stage_of_each_covered_cell(tmp_path: Path) -> None:
+    """A GPU cell a runner covers is promoted only with a recorded, passed GPU stage that
+    tested the rc's files; a cell no runner covers goes with "not covered" in the record."""
+    root = tmp_path / "index"
+    rc = _release_rc(root, tmp_path)
+    covered = {"cuda118-py311": "linux-gpu-a100", "cuda118-py312": "linux-gpu-a100"}
+    with pytest.raises(ReleaseError, match="no passed GPU stage for cuda118-py311: no GPU stage recorded"):
+        promote(root, Track.TEST, Track.RELEASE, "2.4.0", on_file=lambda _p: None, gpu_runners=covered)
+    assert not Channel(root, "cu118").exists(), "nothing promoted"
+
+    tested = tuple(f.sha256 for f in rc.files)
+    failed = GpuRecord(cell="cuda118-py311", status="mismatch", gpus=("GPU 0 (NVIDIA A100, 8.0)",), tested=tested)
+    record_gpu(root, Track.TEST, "2.4.0rc1", [failed])
+    with pytest.raises(ReleaseError, match=r"cuda118-py311: mismatch on GPU 0 \(NVIDIA A100, 8.0\)"):
+        promote(root, Track.TEST, Track.RELEASE, "2.4.0", on_file=lambda _p: None, gpu_runners=covered)
+
+    stale = GpuRecord(cell="cuda118-py311", status="passed", gpus=("GPU 0 (NVIDIA A100, 8.0)",), tested=tested[:1])
+    with pytest.raises(ReleaseError, match=r"tested other files than test 2\.4\.0rc1 names"):
+        record_gpu(root, Track.TEST, "2.4.0rc1", [stale])
+    passed = GpuRecord(cell="cuda118-py311", status="passed", gpus=("GPU 0 (NVIDIA A100, 8.0)",), tested=tested)
+    record_gpu(root, Track.TEST, "2.4.0rc1", [passed])
+    done = promote(root, Track.TEST, Track.RELEASE, "2.4.0", on_file=lambda _p: None, gpu_runners=covered)
+    assert done.gpu == (passed,), "the cuda118-py312 runner has no cell in this release: nothing asked of it"
+    assert load_manifest(manifest_path(root, Track.RELEASE, "2.4.0")).gpu == (passed,)
+
+    uncovered = promote(
+        root, Track.TEST, Track.RELEASE, "2.4.0", on_file=lambda _p: None, gpu_runners={"cuda118-py311": None}
+    )
+    (said,) = uncovered.gpu
+    assert (
+        said.status == "not-covered"
+        and said.describe() == "cuda118-py311: not-covered (no GPU runner covers its variant)"
+    )
 
 
 def test_a_tampered_file_promotes_nothing(tmp_path: Path) -> None:

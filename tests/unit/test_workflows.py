@@ -377,13 +377,29 @@ def test_release_runs_on_version_tags_and_builds_or_promotes() -> None:
     assert every["build"]["if"] == "needs.plan.outputs.action == 'build'"
     assert every["promote"]["if"] == "needs.plan.outputs.action == 'promote'"
     assert every["publish"]["needs"] == ["plan", "build"]
-    assert publishing_jobs(workflow).keys() == {"publish", "promote"}
+    assert publishing_jobs(workflow).keys() == {"publish", "promote", "record-gpu"}
     assert {job["environment"] for job in publishing_jobs(workflow).values()} == {"release"}
     assert "environment" not in every["build"]
     assert any('wheelmill release publish --tag "$TAG"' in line for line in run_lines(every["publish"]))
     assert any(
         'wheelmill release promote --from test --to release "$VERSION"' in line for line in run_lines(every["promote"])
     )
+
+
+def test_a_release_candidate_is_proven_on_gpu_runners_before_promotion() -> None:
+    """Built on CPU runners, proven on GPU runners: the GPU stage runs per covered cell on its
+    runner label from the plan, reads the served test channel with no secret, and its reports
+    reach the rc's record, which promotion reads."""
+    every = jobs(load("release"))
+    gpu = every["gpu"]
+    assert gpu["needs"] == ["plan", "publish"] and gpu["runs-on"] == "${{ matrix.runner }}"
+    assert gpu["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.gpu-matrix) }}"
+    assert gpu["strategy"]["fail-fast"] is False and "environment" not in gpu and not reads_secret(gpu)
+    assert any('wheelmill test-gpu --cell "$CELL" --track test --index-url' in line for line in run_lines(gpu))
+    assert "gpu-matrix" in every["plan"]["outputs"]
+    record = every["record-gpu"]
+    assert record["needs"] == ["plan", "publish", "gpu"] and record["if"].startswith("always() && ")
+    assert any('wheelmill release record-gpu --track test "$VERSION"' in line for line in run_lines(record))
 
 
 def test_nightly_runs_daily_publishes_and_prunes() -> None:

@@ -24,6 +24,7 @@ from rich.table import Table
 from wheelmill.build.report import CellReport, StepRecord
 from wheelmill.checks import Verdict
 from wheelmill.config import format_size
+from wheelmill.inputs.variants import Family
 from wheelmill.machine.process import TRACEBACK_MARK
 from wheelmill.output.report import Status
 from wheelmill.planning.spec import Step
@@ -224,10 +225,22 @@ class UI:
             self.console.print(
                 f"[yellow]warn[/] {escape(record.step.id)}: {escape(check.name)}: {escape(check.detail + fix)}"
             )
+        self._untested(report)
         status = _MARK[report.status]
         self.console.print(
             f"{report.plan.cell.id}: {status} in {_clock(report.seconds)}; report {escape(str(report.path))}"
         )
+
+    def _untested(self, report: CellReport) -> None:
+        """Smoke commands that skipped tests: counted apart from passes, with where they run."""
+        skipped = [(r, c) for r in report.steps for c in r.checks if c.name == "smoke" and c.verdict is Verdict.SKIP]
+        for record, check in skipped:
+            self.console.print(f"[dim]skip[/] {escape(record.step.id)}: smoke: {escape(check.detail)}")
+        if skipped and report.plan.cell.variant.family is not Family.CPU:
+            self.console.print(
+                f"{len(skipped)} smoke command(s) skipped tests, not counted as passed; on a GPU machine "
+                f"`wheelmill test-gpu --cell {report.plan.cell.id}` runs the recipes' GPU checks"
+            )
 
     def run_summary(self, reports: Sequence[CellReport], seconds: float, *, not_started: Sequence[str] = ()) -> None:
         """After a run of several cells: a row a cell (each one's own summary is above), those

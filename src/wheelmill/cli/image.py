@@ -17,6 +17,7 @@ from wheelmill.cli.common import Commands, load_inputs
 from wheelmill.config import format_size
 from wheelmill.errors import ConfigError, ImageError, UsageError
 from wheelmill.files import write_atomic
+from wheelmill.images import doctor
 from wheelmill.images.editions import (
     BuiltImage,
     CellOutput,
@@ -35,6 +36,7 @@ from wheelmill.images.smoke import Smoke
 from wheelmill.index.release import ReleasedImage, record_images
 from wheelmill.index.serve import make_server
 from wheelmill.index.store import Channel
+from wheelmill.inputs.variants import Family
 from wheelmill.inputs.versions import Track
 from wheelmill.machine import builder_images as images
 from wheelmill.machine.engine import Engine, detect
@@ -259,6 +261,12 @@ def _smoked(
     smoke.standalone()
     smoke.pytorchjob(trainer_v2=False)
     smoke.pytorchjob(trainer_v2=True)
+    gpus = doctor.visible()
+    smoke.nccl(
+        cuda=output.cell.variant.family is Family.CUDA,
+        gpus=[gpu.label for gpu in gpus.found if gpu.family == "cuda"],
+        why_none="; ".join(gpus.notes) or "none found",
+    )
     return BuiltImage(
         spec=image.spec, image_id=image.image_id, size=image.size, smoke=tuple(smoke.said), pushed=image.pushed
     )

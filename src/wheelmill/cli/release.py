@@ -5,7 +5,8 @@ tracks, and the nightly track's retention.
     wheelmill release --tag v2.4.0-rc1 --json           the same for CI (matrix, action)
     wheelmill release --tag v2.4.0-rc1 [--cell GLOB]    build, then publish to test/<channel>
     wheelmill release publish --tag v2.4.0-rc1          publish what was built (CI's publish job)
-    wheelmill release promote --from test --to release 2.4.0
+    wheelmill release record-gpu --track test 2.4.0rc1 wheels/*/gpu-report.json   the GPU stage's reports
+    wheelmill release promote --from test --to release 2.4.0   (waits for each covered GPU cell's stage)
     wheelmill release prune --track nightly --keep 14
 """
 
@@ -14,16 +15,27 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from wheelmill.cli.common import Commands, add_cell_options, build_cells, mirror_cells, positive, prepare
+from wheelmill.cli.common import (
+    Commands,
+    add_cell_options,
+    build_cells,
+    load_inputs,
+    mirror_cells,
+    positive,
+    prepare,
+)
 from wheelmill.errors import UsageError
-from wheelmill.index.release import collect_built, promote, prune, publish_release
+from wheelmill.gpu.report import GpuReport, load_gpu_report
+from wheelmill.index.release import GpuRecord, Manifest, collect_built, promote, prune, publish_release, record_gpu
 from wheelmill.index.store import Published
-from wheelmill.inputs.matrix import github_matrix
+from wheelmill.inputs.matrix import Matrix, github_matrix
+from wheelmill.inputs.variants import Family
 from wheelmill.inputs.versions import Action, Release, Track, VersionRule, for_nightly, for_tag
 from wheelmill.machine.git import read_state
 from wheelmill.planning.spec import CellPlan, RecipeSpec
@@ -63,6 +75,14 @@ def register(commands: Commands) -> None:
     promo.add_argument("version", help="the version to promote (2.4.0 picks the newest 2.4.0 release candidate)")
     promo.set_defaults(func=cmd_promote)
 
+    gpu = actions.add_parser(
+        "record-gpu", help="record GPU stage reports (gpu-report.json) in a release's record; promotion needs them"
+    )
+    gpu.add_argument("--track", required=True, choices=[t.value for t in Track])
+    gpu.add_argument("version", help="the release whose cells the reports tested, e.g. 2.4.0rc1")
+    gpu.add_argument("reports", nargs="+", type=Path, metavar="REPORT", help="gpu-report.json files")
+    gpu.set_defaults(func=cmd_record_gpu)
+
     retention = actions.add_parser("prune", help="keep a track's newest releases, remove older ones' files")
     retention.add_argument("--track", required=True, choices=[Track.NIGHTLY.value, Track.TEST.value])
     retention.add_argument(
@@ -97,7 +117,8 @@ def cmd_release(args: argparse.Namespace, settings: Settings, console: Console) 
         args.publish = False  # versions and channels do not depend on the engine
         prepared = prepare(args, settings.layered(engine="none"), probe=False, release=release)
         if args.json:
-            print(json.dumps(release_json(release, prepared.plans)))
+            matrix, _recipes = load_inputs(settings)
+            print(json.dumps(release_json(release, prepared.plans, matrix)))
         else:
             _print_plan(release, prepared.plans, console)
         return 0
@@ -106,7 +127,16 @@ def cmd_release(args: argparse.Namespace, settings: Settings, console: Console) 
             f"{release.tag}: promoting the tested {release.promote_from} to the release channels, no rebuild",
             highlight=False,
         )
-        promote(settings.index, Track.TEST, Track.RELEASE, release.version, tag=release.tag, on_file=_printer(console))
+        manifest = promote(
+            settings.index,
+            Track.TEST,
+            Track.RELEASE,
+            release.version,
+            tag=release.tag,
+            on_file=_printer(console),
+            gpu_runners=_gpu_runners(settings),
+        )
+        _print_gpu(manifest, console)
         return 0
     publish, args.publish = args.publish, False  # the release's own publish records it; the cells' step would not
     code = build_cells(prepare(args, settings, probe=True, release=release), console)
@@ -131,13 +161,53 @@ def _publish(release: Release, settings: Settings, console: Console, *, mirror: 
 
 
 def cmd_promote(args: argparse.Namespace, settings: Settings, console: Console) -> int:
-    manifest = promote(settings.index, Track(args.source), Track(args.target), args.version, on_file=_printer(console))
+    target = Track(args.target)
+    manifest = promote(
+        settings.index,
+        Track(args.source),
+        target,
+        args.version,
+        on_file=_printer(console),
+        gpu_runners=_gpu_runners(settings) if target is Track.RELEASE else None,
+    )
     console.print(
         f"{manifest.promoted_from} -> {manifest.track}/{manifest.version}: {len(manifest.files)} files, "
         "every sha256 re-verified",
         highlight=False,
     )
+    _print_gpu(manifest, console)
     return 0
+
+
+def _gpu_runners(settings: Settings) -> dict[str, str | None]:
+    """Each GPU cell of the matrix, and the runner label of the GPU machines that test it."""
+    matrix, _recipes = load_inputs(settings)
+    return {cell.id: matrix.gpu_runner(cell) for cell in matrix.cells if cell.variant.family is not Family.CPU}
+
+
+def _print_gpu(manifest: Manifest, console: Console) -> None:
+    for record in manifest.gpu:
+        console.print(f"GPU stage: {record.describe()}", highlight=False)
+
+
+def cmd_record_gpu(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    found = [_gpu_record(load_gpu_report(path)) for path in args.reports]
+    path = record_gpu(settings.index, Track(args.track), args.version, found)
+    for record in found:
+        console.print(f"GPU stage: {record.describe()}", highlight=False)
+    console.print(f"{args.version}: {len(found)} GPU stage report(s) recorded in {path}", highlight=False)
+    return 0
+
+
+def _gpu_record(report: GpuReport) -> GpuRecord:
+    return GpuRecord(
+        cell=report.cell,
+        status=report.status,
+        gpus=report.gpus,
+        torch=report.torch,
+        tested=tuple(w.sha256 for w in report.wheels if w.sha256),
+        note=report.error or report.counts(),
+    )
 
 
 def cmd_prune(args: argparse.Namespace, settings: Settings, console: Console) -> int:
@@ -155,7 +225,12 @@ def _printer(console: Console) -> Callable[[Published], None]:
     return on_file
 
 
-def release_json(release: Release, plans: tuple[CellPlan, ...]) -> dict[str, Any]:
+def release_json(release: Release, plans: tuple[CellPlan, ...], matrix: Matrix) -> dict[str, Any]:
+    """What CI's jobs take: the cells to build, and the GPU stage's jobs of a release
+    candidate (each GPU cell a runner covers, on that runner)."""
+    building = release.action is Action.BUILD and release.track is Track.TEST
+    runners = {p.cell.id: matrix.gpu_runner(p.cell) for p in plans} if building else {}
+    gpu_jobs = [{"cell": cell, "runner": runner} for cell, runner in sorted(runners.items()) if runner]
     return {
         "tag": release.tag,
         "version": release.version,
@@ -164,6 +239,7 @@ def release_json(release: Release, plans: tuple[CellPlan, ...]) -> dict[str, Any
         "promote-from": release.promote_from,
         "commit": release.commit,
         "matrix": github_matrix(p.cell for p in plans if release.action is Action.BUILD),
+        "gpu-matrix": {"include": gpu_jobs},
     }
 
 

@@ -8,7 +8,10 @@ c. PyTorchJob as Kubeflow's training operator starts it: two containers on one e
    network, a master and a worker, each given the operator's variables (once the v1
    set, MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK and PET_NNODES/PET_NPROC_PER_NODE/
    PET_NODE_RANK; once Trainer v2's PET_* with PET_MASTER_ADDR/PET_MASTER_PORT), each
-   running a bare ``torchrun smoke.py``.
+   running a bare ``torchrun smoke.py``;
+d. on a GPU machine whose engine gives containers its GPUs (docker's NVIDIA runtime, or a
+   CDI spec): a CUDA image's one-GPU all-reduce over NCCL under ``torchrun``. Anywhere
+   else it is reported as not run, and why: it never passes where it did not run.
 
 A devel image also compiles a tiny extension inside itself and imports it; a runtime
 image must hold no compiler. Every tier runs with no network but what it needs.
@@ -39,6 +42,18 @@ dist.all_reduce(value)
 expected = world * (world + 1) / 2
 assert value.item() == expected, (value.item(), expected)
 print(f"all-reduce over gloo: rank {rank} of {world}: sum {value.item():g} (expected {expected:g})", flush=True)
+dist.destroy_process_group()
+"""
+NCCL = """import os, torch, torch.distributed as dist
+dist.init_process_group("nccl")
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+value = torch.tensor([float(rank + 1)], device="cuda")
+dist.all_reduce(value)
+expected = world * (world + 1) / 2
+assert value.item() == expected, (value.item(), expected)
+print(f"all-reduce over nccl on {torch.cuda.get_device_name()}: rank {rank} of {world}: sum {value.item():g} "
+      f"(expected {expected:g}), NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}", flush=True)
 dist.destroy_process_group()
 """
 IMPORTS = """import importlib, json, sys, torch, torch.distributed as dist
@@ -81,6 +96,7 @@ class Smoke:
         env: Mapping[str, str] | None = None,
         mounts: Sequence[Mount] = (),
         expect_failure: bool = False,
+        gpus: bool = False,
     ) -> str:
         """Run ``argv`` in a container of the image with the smoke files mounted; its output."""
         with tempfile.TemporaryDirectory(prefix="wheelmill-smoke-") as tmp:
@@ -91,6 +107,7 @@ class Smoke:
                 argv=argv,
                 env_keys=sorted(env or {}),
                 mounts=[Mount(source=files, target=SMOKE), *mounts],
+                gpus=gpus,
             )
             done = subprocess.run(
                 command,
@@ -199,6 +216,22 @@ class Smoke:
             argv, env={**base_environment([]), **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
 
+    def nccl(self, *, cuda: bool, gpus: Sequence[str], why_none: str) -> None:
+        """Tier d: a one-GPU all-reduce over NCCL in the image, on a GPU the engine passes in;
+        where it cannot run, one line says so and why."""
+        if not cuda:
+            why_not: str | None = "a CPU image"
+        elif not gpus:
+            why_not = f"no GPU visible ({why_none})"
+        else:
+            why_not = self.engine.gpu_access()
+        if why_not is not None:
+            self.say(f"tier d (NCCL all-reduce on a GPU): not run: {why_not}")
+            return
+        argv = ["torchrun", "--standalone", "--nnodes=1", "--nproc-per-node=1", str(SMOKE / "nccl.py")]
+        out = self._run("d/nccl", argv, gpus=True)
+        self.say(f"tier d on {', '.join(gpus)}: " + _line(out, "all-reduce over nccl"))
+
     def compiles(self) -> None:
         """The devel image builds an extension against its own torch, offline, and runs it."""
         check = (
@@ -220,6 +253,7 @@ class Smoke:
 def _write_files(directory: Path) -> None:
     (directory / "allreduce.py").write_text(ALLREDUCE, encoding="utf-8")
     (directory / "imports.py").write_text(IMPORTS, encoding="utf-8")
+    (directory / "nccl.py").write_text(NCCL, encoding="utf-8")
     (directory / "ext").mkdir()
     for name, text in EXTENSION.items():
         (directory / "ext" / name).write_text(text, encoding="utf-8")

@@ -67,6 +67,31 @@ class ReleasedImage:
 
 
 @dataclass(frozen=True, kw_only=True)
+class GpuRecord:
+    """A cell's GPU stage, as a release records it: its status, the GPUs it ran on and the
+    files it tested (by sha256); or that no GPU runner covers the cell."""
+
+    cell: str
+    status: str  # the stage's: passed | skipped | not-run | failed | mismatch | no-gpu; or not-covered
+    gpus: tuple[str, ...] = ()
+    torch: str | None = None
+    tested: tuple[str, ...] = ()  # the sha256 of each file it tested
+    note: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASSED
+
+    def describe(self) -> str:
+        where = f" on {', '.join(self.gpus)}" if self.gpus else ""
+        return f"{self.cell}: {self.status}{where}" + (f" ({self.note})" if self.note else "")
+
+
+PASSED = "passed"
+NOT_COVERED = "not-covered"
+
+
+@dataclass(frozen=True, kw_only=True)
 class Manifest:
     version: str
     track: Track
@@ -75,6 +100,7 @@ class Manifest:
     files: tuple[ReleasedFile, ...]
     promoted_from: str | None = None
     images: tuple[ReleasedImage, ...] = ()
+    gpu: tuple[GpuRecord, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -86,6 +112,7 @@ class Manifest:
             "promoted_from": self.promoted_from,
             "files": [{**vars(f), "rule": f.rule.value} for f in self.files],
             "images": [vars(i) for i in self.images],
+            "gpu": [{**vars(g), "gpus": list(g.gpus), "tested": list(g.tested)} for g in self.gpu],
         }
 
 
@@ -107,6 +134,9 @@ def load_manifest(path: Path) -> Manifest:
         data = json.loads(path.read_text(encoding="utf-8"))
         files = tuple(ReleasedFile(**{**f, "rule": VersionRule(f["rule"])}) for f in data["files"])
         images = tuple(ReleasedImage(**i) for i in data.get("images", []))
+        gpu = tuple(
+            GpuRecord(**{**g, "gpus": tuple(g["gpus"]), "tested": tuple(g["tested"])}) for g in data.get("gpu", [])
+        )
         return Manifest(
             version=data["version"],
             track=Track(data["track"]),
@@ -115,6 +145,7 @@ def load_manifest(path: Path) -> Manifest:
             files=files,
             promoted_from=data.get("promoted_from"),
             images=images,
+            gpu=gpu,
         )
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ReleaseError(f"{path}: not a release record ({exc})", fix="restore it from the index's storage") from None
@@ -155,7 +186,9 @@ def record(root: Path, manifest: Manifest) -> Path:
                 )
             known = {(f.channel, f.filename) for f in old.files}
             manifest = replace(
-                old, files=old.files + tuple(f for f in manifest.files if (f.channel, f.filename) not in known)
+                old,
+                files=old.files + tuple(f for f in manifest.files if (f.channel, f.filename) not in known),
+                gpu=manifest.gpu or old.gpu,  # a promotion again says what its gate found now
             )
         write_atomic(directory / path.name, (json.dumps(manifest.as_dict(), indent=2) + "\n").encode())
     return path
@@ -177,6 +210,59 @@ def record_images(root: Path, track: Track, version: str, images: Sequence[Relea
             (json.dumps(replace(old, images=kept + tuple(images)).as_dict(), indent=2) + "\n").encode(),
         )
     return path
+
+
+def record_gpu(root: Path, track: Track, version: str, found: Sequence[GpuRecord]) -> Path:
+    """Add GPU stage results to a release's record (a newer one of a cell replaces the older).
+    A passed one must have tested every file the record names for its cell: a stage that ran
+    on another state of the channel proves nothing about this release."""
+    path = manifest_path(root, track, version)
+    with _records_lock(root, track) as directory:
+        if not path.is_file():
+            raise ReleaseError(f"{path}: no record of {track.value} {version}", fix="publish the release first")
+        old = load_manifest(path)
+        for result in found:
+            named = {f.sha256 for f in old.files if f.cell == result.cell}
+            if not named:
+                raise ReleaseError(
+                    f"{track.value} {version} has no file of {result.cell}", fix="record reports of the release's cells"
+                )
+            if result.passed and not named <= set(result.tested):
+                raise ReleaseError(
+                    f"{result.cell}: its GPU stage tested other files than {track.value} {version} names "
+                    f"({len(named - set(result.tested))} of its {len(named)} untested)",
+                    fix=f"run `wheelmill test-gpu --cell {result.cell} --track {track.value}` on the release's channel",
+                )
+        kept = tuple(g for g in old.gpu if g.cell not in {r.cell for r in found})
+        write_atomic(
+            directory / path.name,
+            (json.dumps(replace(old, gpu=kept + tuple(found)).as_dict(), indent=2) + "\n").encode(),
+        )
+    return path
+
+
+def gpu_gate(origin: Manifest, runners: Mapping[str, str | None]) -> tuple[GpuRecord, ...]:
+    """What promotion carries of the GPU stage: each GPU cell's passed record, or "not
+    covered" where no GPU runner covers its variant (``runners``: each GPU cell of the
+    release, and its runner label). A covered cell without a passed stage stops promotion."""
+    recorded = {g.cell: g for g in origin.gpu}
+    missing = [
+        recorded[cell].describe() if cell in recorded else f"{cell}: no GPU stage recorded"
+        for cell, runner in sorted(runners.items())
+        if runner is not None and not (cell in recorded and recorded[cell].passed)
+    ]
+    if missing:
+        raise ReleaseError(
+            f"promote: {origin.version} has no passed GPU stage for {'; '.join(missing)}",
+            fix="run the GPU stage of each cell on its GPU runner (`wheelmill test-gpu --track test`), record it "
+            f"(`wheelmill release record-gpu --track {origin.track.value} {origin.version} REPORT...`), promote again",
+        )
+    return tuple(
+        recorded[cell]
+        if runner is not None
+        else GpuRecord(cell=cell, status=NOT_COVERED, note="no GPU runner covers its variant")
+        for cell, runner in sorted(runners.items())
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -300,15 +386,22 @@ def promote(
     *,
     tag: str | None = None,
     on_file: Callable[[Published], None],
+    gpu_runners: Mapping[str, str | None] | None = None,
 ) -> Manifest:
     """Copy a release's files from one track's channels to another's, re-verified; the
-    repo's files get ``version`` stamped in when it differs from theirs."""
+    repo's files get ``version`` stamped in when it differs from theirs. ``gpu_runners``
+    (each GPU cell, and the runner that covers it): promotion waits for their GPU stage."""
     if source == target:
         raise ReleaseError(
             f"promote: --from and --to are both {source}",
             fix="promote between two tracks, e.g. --from test --to release",
         )
     origin = source_release(root, source, version)
+    gpu = (
+        gpu_gate(origin, {c: r for c, r in gpu_runners.items() if any(f.cell == c for f in origin.files)})
+        if gpu_runners
+        else origin.gpu
+    )
     # The repo's own projects, by their version in the origin; they get ``version`` instead.
     repo_files = [parse_wheel_filename(f.filename) for f in origin.files if f.rule is VersionRule.REPO]
     renames: dict[str, str] = (
@@ -336,6 +429,7 @@ def promote(
         tag=tag,
         files=tuple(files),
         promoted_from=f"{source}/{origin.version}",
+        gpu=gpu,
     )
     record(root, manifest)
     return manifest

@@ -14,7 +14,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +45,20 @@ class Matrix:
     min_free_disk: Mapping[str, int]
     memory_per_job: Mapping[str, int]
     canary: tuple[str, ...] = ()
+    gpu_runners: Mapping[str, str] = field(default_factory=dict)  # variant glob -> CI runner label of GPU machines
 
     @property
     def cells(self) -> tuple[Cell, ...]:
         return tuple(Cell(variant=v, python=p) for v in self.variants.values() for p in v.pythons)
+
+    def gpu_runner(self, cell: Cell) -> str | None:
+        """The CI runner label of the GPU machines that run the cell's GPU stage; None where no
+        GPU runner covers its variant (or it has no GPU code)."""
+        if cell.variant.family is Family.CPU:
+            return None
+        return next(
+            (label for glob, label in self.gpu_runners.items() if fnmatch.fnmatchcase(cell.variant.name, glob)), None
+        )
 
     def excludes_for(self, variant: Variant) -> tuple[str, ...]:
         return self.repair_exclude.get("all", ()) + self.repair_exclude.get(variant.family.value, ())
@@ -189,7 +199,20 @@ def load_matrix(path: Path) -> Matrix:
         min_free_disk={k: parse_size(v) for k, v in checks.get("min-free-disk", {}).items()},
         memory_per_job={k: parse_size(v) for k, v in checks.get("memory-per-job", {}).items()},
         canary=_canary(data.get("ci", {}).get("canary", ()), variants, file=path),
+        gpu_runners=_gpu_runners(data.get("ci", {}).get("gpu-runners", {}), variants, file=path),
     )
+
+
+def _gpu_runners(runners: Mapping[str, str], variants: Mapping[str, Variant], *, file: Path) -> dict[str, str]:
+    """Each glob must name a variant with GPU code: a glob that matches none is a typo."""
+    gpu = [name for name, v in variants.items() if v.family is not Family.CPU]
+    for glob in runners:
+        if not fnmatch.filter(gpu, glob):
+            raise ConfigError(
+                f"{file}: ci.gpu-runners: '{glob}' matches no CUDA or ROCm variant",
+                fix=f'use a glob on variant names, e.g. "cuda130*" (GPU variants: {", ".join(sorted(gpu)[:6])}, ...)',
+            )
+    return dict(runners)
 
 
 def _canary(ids: Sequence[str], variants: Mapping[str, Variant], *, file: Path) -> tuple[str, ...]:

@@ -116,6 +116,7 @@ class ResolvedRecipe:
     torch_ops: tuple[str, ...]
     symbols: tuple[str, ...]
     smoke: tuple[str, ...] | None
+    gpu_smoke: tuple[str, ...] | None  # the GPU stage's check, on a GPU machine (``wheelmill test-gpu``)
     max_wheel_size: int | None
     device_code: bool | None
     abi: AbiPromise | None = None
@@ -382,6 +383,7 @@ def resolve(recipe: Recipe, cell: Cell) -> ResolvedRecipe:
         torch_ops=tuple(checks.get("torch-ops", ())),
         symbols=tuple(checks.get("symbols", ())),
         smoke=tuple(checks["smoke"]) if "smoke" in checks else None,
+        gpu_smoke=tuple(checks["gpu-smoke"]) if "gpu-smoke" in checks else None,
         max_wheel_size=parse_size(checks["max-wheel-size"]) if "max-wheel-size" in checks else None,
         device_code=checks.get("device-code"),
         abi=recipe.abi,

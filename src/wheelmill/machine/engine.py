@@ -23,6 +23,7 @@ class EngineName(StrEnum):
 
 
 LABEL = "wheelmill.cell"
+CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))  # where the NVIDIA Container Toolkit writes its CDI specs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,9 +112,11 @@ class Engine:
         mounts: Sequence[Mount] = (),
         name: str | None = None,
         ip: str | None = None,
+        gpus: bool = False,
     ) -> list[str]:
         """A one-off container that runs ``argv`` and is removed; ``network``: none, host,
-        or an engine network (with a fixed ``ip`` on it)."""
+        or an engine network (with a fixed ``ip`` on it); ``gpus``: every NVIDIA GPU of the
+        machine in it (docker's NVIDIA runtime, podman's CDI device)."""
         out = [
             self.binary,
             "run",
@@ -122,12 +125,29 @@ class Engine:
             network,
             *(["--name", name] if name else []),
             *(["--ip", ip] if ip else []),
+            *(self._gpus() if gpus else []),
         ]
         for key in env_keys:
             out += ["--env", key]
         for mount in mounts:
             out += ["--volume", mount.volume()]
         return [*out, image, *argv]
+
+    def _gpus(self) -> list[str]:
+        return ["--device", "nvidia.com/gpu=all"] if self.name is EngineName.PODMAN else ["--gpus", "all"]
+
+    def gpu_access(self, cdi_dirs: Sequence[Path] = CDI_DIRS) -> str | None:
+        """Why a container of this engine cannot get the machine's NVIDIA GPUs, or None where
+        it can: a CDI spec of ``nvidia.com/gpu`` (podman, and docker from 25 on), or docker's
+        NVIDIA runtime."""
+        specs = [p for d in cdi_dirs if d.is_dir() for p in d.iterdir() if p.suffix in (".yaml", ".yml", ".json")]
+        if any("nvidia.com/gpu" in p.read_text(encoding="utf-8", errors="replace") for p in specs):
+            return None
+        if self.name is EngineName.DOCKER:
+            runtimes = capture([self.binary, "info", "--format", "{{json .Runtimes}}"]).stdout
+            if "nvidia" in runtimes:
+                return None
+        return f"{self.name} has no NVIDIA runtime or CDI spec of nvidia.com/gpu (in {', '.join(map(str, cdi_dirs))})"
 
     def network_create(self, name: str, subnet: str) -> list[str]:
         return [self.binary, "network", "create", "--subnet", subnet, name]

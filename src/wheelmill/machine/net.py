@@ -60,6 +60,7 @@ class IndexFile:
     filename: str
     url: str
     sha256: str | None
+    yanked: bool = False  # PEP 592: an installer skips it unless pinned to it
 
 
 def _open(
@@ -209,7 +210,10 @@ def _parse_json(body: str, page: str) -> list[IndexFile]:
     data = json.loads(body)
     return [
         IndexFile(
-            filename=f["filename"], url=urllib.parse.urljoin(page, f["url"]), sha256=f.get("hashes", {}).get("sha256")
+            filename=f["filename"],
+            url=urllib.parse.urljoin(page, f["url"]),
+            sha256=f.get("hashes", {}).get("sha256"),
+            yanked=f.get("yanked", False) not in (False, None),
         )
         for f in data.get("files", [])
     ]
@@ -218,22 +222,22 @@ def _parse_json(body: str, page: str) -> list[IndexFile]:
 class _Links(html.parser.HTMLParser):
     def __init__(self) -> None:
         super().__init__()
-        self.hrefs: list[str] = []
+        self.hrefs: list[tuple[str, bool]] = []  # each link, and whether it is yanked
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag == "a":
-            href = dict(attrs).get("href")
-            if href:
-                self.hrefs.append(href)
+            named = dict(attrs)
+            if named.get("href"):
+                self.hrefs.append((str(named["href"]), "data-yanked" in named))
 
 
 def _parse_html(body: str, page: str) -> list[IndexFile]:
     parser = _Links()
     parser.feed(body)
     files = []
-    for href in parser.hrefs:
+    for href, yanked in parser.hrefs:
         url, _, fragment = urllib.parse.urljoin(page, href).partition("#")
         sha = fragment.removeprefix("sha256=") if fragment.startswith("sha256=") else None
         filename = urllib.parse.unquote(url.rsplit("/", 1)[-1])
-        files.append(IndexFile(filename=filename, url=url, sha256=sha))
+        files.append(IndexFile(filename=filename, url=url, sha256=sha, yanked=yanked))
     return files

@@ -41,6 +41,9 @@ DEFAULT_MEMORY_PER_JOB = 2 * 2**30
 # What a build's templates (its command and variables) and a smoke command may use.
 BUILD_FIELDS = frozenset({"python", "source", "dist", "cell", "label", "arch_list", "arch_numbers"})
 SMOKE_FIELDS = BUILD_FIELDS - {"dist"}
+# What a GPU check may use: it runs on a GPU machine with the recipes but no downloaded source
+# (a path source is part of the repository, so it is there too).
+GPU_FIELDS = frozenset({"python", "recipes", "source", "cell", "label", "arch_list"})
 _ARCH_VARIABLE = {Family.CUDA: "TORCH_CUDA_ARCH_LIST", Family.ROCM: "PYTORCH_ROCM_ARCH"}
 
 
@@ -300,6 +303,8 @@ def _check_templates(recipe: ResolvedRecipe) -> None:
     templates = [("build.command", part, BUILD_FIELDS) for part in command]
     templates += [(f"build.env.{key}", value, BUILD_FIELDS) for key, value in recipe.env.items()]
     templates += [("checks.smoke", part, SMOKE_FIELDS) for part in recipe.smoke or ()]
+    gpu_fields = GPU_FIELDS if isinstance(recipe.source, PathSource) else GPU_FIELDS - {"source"}
+    templates += [("checks.gpu-smoke", part, gpu_fields) for part in recipe.gpu_smoke or ()]
     for key, template, allowed in templates:
         try:
             fields = [

@@ -20,6 +20,7 @@ from wheelmill.build.products import BuildEnv, Fetched, Repaired, ShippedAbi, So
 from wheelmill.build.steps.build import fill
 from wheelmill.build.steps.cell import keep_bytecode, lend_bytecode
 from wheelmill.checks import CheckResult, Verdict
+from wheelmill.checks.tally import tally
 from wheelmill.errors import CommandFailed, InstallTestError
 from wheelmill.files import Linked, write_all
 from wheelmill.machine.envs import Env, constraints_from_lock
@@ -173,8 +174,12 @@ def _smoke(ctx: StepContext, spec: RecipeSpec, env: Env, argv: list[str]) -> Che
 
 
 def _smoke_passed(output: list[str]) -> CheckResult:
-    """The smoke's verdict: its last line said."""
+    """The smoke's verdict: its last line said; where it counts tests that were skipped
+    (a GPU test on a machine without one), a skip: what was not run is never a pass."""
     said = [line.strip() for line in output if line.strip()]
+    counted = tally(said)
+    if counted is not None and counted.skipped:
+        return CheckResult.skipped("smoke", f"{counted.describe()}: the skipped tests proved nothing here")
     return CheckResult.passed("smoke", said[-1][:160] if said else "passed")
 
 

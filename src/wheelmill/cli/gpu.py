@@ -1,0 +1,206 @@
+"""``wheelmill test-gpu``: the GPU stage of a cell, on a GPU machine, from its channel.
+
+    wheelmill test-gpu --cell cuda130-py311                       the local index root's channel
+    wheelmill test-gpu --cell cuda130-py311 --index-url URL       a served index (no index root here)
+    wheelmill test-gpu --cell cuda130-py311 --python /usr/bin/python3   over an interpreter with the torch
+    wheelmill test-gpu --cell cuda130-py311 --track test --release 2.4.0rc1   the release's files
+
+The report goes to ``<output>/<cell>/gpu-report.json`` whatever the outcome.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from pathlib import Path
+
+from rich.console import Console
+
+from wheelmill.cli.common import Commands, load_inputs
+from wheelmill.errors import (
+    FetchError,
+    GpuCheckError,
+    GpuVerdictMismatch,
+    NoGpuError,
+    SelectionError,
+    UsageError,
+    WheelmillError,
+)
+from wheelmill.gpu.report import GpuReport, table
+from wheelmill.gpu.stage import GpuStage, StageInputs, channel_location
+from wheelmill.index.consumer import base_url
+from wheelmill.index.release import load_manifest, manifest_path
+from wheelmill.index.store import Channel
+from wheelmill.inputs.recipes import ResolvedRecipe, resolve_all
+from wheelmill.inputs.variants import Cell, Family
+from wheelmill.inputs.versions import Track
+from wheelmill.machine.net import IndexFile, project_files
+from wheelmill.machine.process import HostRunner, StepLog
+from wheelmill.machine.toolchain import NotFound, find_python
+from wheelmill.output.layout import CellLayout
+from wheelmill.planning.gpu_stage import GpuStagePlan, plan_stage, source_of
+from wheelmill.retry import TransientError, with_retries
+from wheelmill.settings import Settings
+
+# The stage's exit codes, by the error that carries each.
+_FAILURES: dict[int, type[WheelmillError]] = {22: NoGpuError, 23: GpuCheckError, 24: GpuVerdictMismatch}
+
+
+def register(commands: Commands) -> None:
+    sub = commands.add_parser(
+        "test-gpu",
+        help="the GPU stage: install a cell's wheels from its channel on a GPU machine, run doctor and the "
+        "recipes' GPU checks, and report",
+    )
+    sub.add_argument("--cell", required=True, help="the cell whose wheels to test, e.g. cuda130-py311")
+    sub.add_argument(
+        "--index-url", type=base_url, help="a served index's base URL (default: the local index root's channel)"
+    )
+    sub.add_argument(
+        "--track",
+        choices=[t.value for t in Track],
+        default=Track.RELEASE.value,
+        help="whose channel: release (the variant's own, where builds publish; default), test or nightly",
+    )
+    sub.add_argument("--release", metavar="VERSION", help="the files the track's record of this release names")
+    sub.add_argument(
+        "--python", type=Path, help="an interpreter that has the cell's torch (default: a fresh env from the channel)"
+    )
+    sub.add_argument("--capability", metavar="ARCH", help="declare the GPU where nvidia-smi cannot say its arch")
+    sub.set_defaults(func=cmd_test_gpu)
+
+
+def cmd_test_gpu(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    matrix, recipes = load_inputs(settings)
+    cell = matrix.cell(args.cell)
+    if cell.variant.family is Family.CPU:
+        raise SelectionError(
+            f"test-gpu: {cell.id} carries no GPU code", fix="give a CUDA or ROCm cell, e.g. cuda130-py311"
+        )
+    if args.release and args.index_url:
+        raise UsageError("test-gpu: --release reads the index root's records", fix="leave out --index-url")
+    resolved = resolve_all(recipes, cell)
+    track = Track(args.track)
+    channel = track.channel(cell.variant.channel)
+    index = args.index_url or str(settings.index)
+    pages = channel_location(index, channel)
+    if args.index_url is None and not Channel(settings.index, channel).exists():
+        raise UsageError(
+            f"test-gpu: no channel {channel} under {settings.index}", fix="publish the cell first, or give --index-url"
+        )
+    named = _named(settings, track, args.release, cell) if args.release else None
+    listed = {name: _listing(pages, name, settings, console) for name in resolved}
+    plan = plan_stage(cell, channel, resolved, listed, named=named)
+    if not plan.wheels:
+        raise UsageError(
+            f"test-gpu: channel {channel} has no wheel of {cell.id}'s recipes", fix="build and publish the cell first"
+        )
+    layout = CellLayout(output=settings.output.resolve(), cell=cell.id)
+    layout.logs.mkdir(parents=True, exist_ok=True)
+    inputs = StageInputs(
+        plan=plan,
+        index=index,
+        channel_url=pages,
+        recipes_dir=settings.recipes.resolve(),
+        sources={name: source_of(recipe) for name, recipe in resolved.items()},
+        python=_given(args.python),
+        fresh_python=None if args.python else _cell_python(cell),
+        capability=args.capability,
+        test_requires=_test_requires(plan, matrix.test_requires, resolved)
+        if any(w.gpu_smoke for w in plan.wheels)
+        else (),
+        work=layout.root / "gpu-stage",
+    )
+    _say_plan(plan, console)
+    with StepLog(layout.logs / "gpu-stage.log") as log:
+        report = GpuStage(inputs, log=log, say=lambda line: console.print(line, highlight=False)).run()
+    written = report.write(layout.root)
+    _summary(report, written, console)
+    if report.exit_code:
+        raise _FAILURES[report.exit_code](f"test-gpu: {cell.id}: {report.error}", fix=_fix(report))
+    return 0
+
+
+def _listing(pages: str, name: str, settings: Settings, console: Console) -> list[IndexFile]:
+    """A project's files in the channel, retried where the index does not answer."""
+
+    def said(attempt: int, exc: Exception, pause: float) -> None:
+        console.print(f"{exc} (attempt {attempt}); again in {pause:.0f}s", highlight=False)
+
+    try:
+        return with_retries(lambda _attempt: project_files(pages, name), policy=settings.retry, on_retry=said)[0]
+    except TransientError as exc:
+        raise FetchError(
+            f"test-gpu: cannot read the channel: {exc}", fix="check --index-url and that the index is served"
+        ) from None
+
+
+def _test_requires(
+    plan: GpuStagePlan, common: tuple[str, ...], resolved: Mapping[str, ResolvedRecipe]
+) -> tuple[str, ...]:
+    """What the GPU checks run with: the matrix's test env and each tested recipe's own."""
+    own = [req for wheel in plan.wheels if wheel.gpu_smoke for req in resolved[wheel.recipe].test_requires]
+    return tuple(dict.fromkeys([*common, *own]))
+
+
+def _named(settings: Settings, track: Track, version: str, cell: Cell) -> dict[str, str]:
+    """Each recipe's file that the release's record names for the cell."""
+    manifest = load_manifest(manifest_path(settings.index, track, version))
+    named = {f.recipe: f.filename for f in manifest.files if f.cell == cell.id}
+    if not named:
+        raise UsageError(
+            f"test-gpu: the {track} record of {version} has no file of {cell.id}", fix="give a cell the release built"
+        )
+    return named
+
+
+def _given(python: Path | None) -> Path | None:
+    if python is not None and not python.is_file():
+        raise UsageError(
+            f"test-gpu: --python {python}: no such file",
+            fix="give the path of an interpreter that has the cell's torch",
+        )
+    return python
+
+
+def _cell_python(cell: Cell) -> Path:
+    found = find_python(cell.python, HostRunner())
+    if isinstance(found, NotFound):
+        raise UsageError(
+            f"test-gpu: no CPython {cell.python} on this machine ({'; '.join(found.looked)})",
+            fix="install it, or give --python an interpreter that has the cell's torch",
+        )
+    return found.path
+
+
+def _say_plan(plan: GpuStagePlan, console: Console) -> None:
+    console.print(
+        f"GPU stage of {plan.cell.id}: {len(plan.wheels)} wheel(s) of channel {plan.channel}", highlight=False
+    )
+    for wheel in plan.wheels:
+        check = " ".join(wheel.gpu_smoke) if wheel.gpu_smoke else "no GPU check in its recipe: import only"
+        console.print(f"  {wheel.recipe}: {wheel.filename}; {check}", highlight=False)
+    if plan.missing:
+        console.print(f"  not in the channel (not tested): {', '.join(plan.missing)}", highlight=False)
+
+
+def _summary(report: GpuReport, written: Path, console: Console) -> None:
+    if report.wheels:
+        console.print(table(report))
+    torch = f"torch {report.torch} sees {', '.join(report.torch_gpus) or 'no GPU'}" if report.torch else "no env"
+    console.print(
+        f"{report.cell}: {report.status} ({report.counts()}) in {report.seconds:.1f}s on "
+        f"{', '.join(report.gpus) or 'no GPU'}; {torch}; report {written}",
+        highlight=False,
+    )
+
+
+def _fix(report: GpuReport) -> str:
+    if report.exit_code == 22:
+        return "run the stage on a machine with a GPU its driver and torch can use (nvidia-smi lists it)"
+    if report.exit_code == 24:
+        return (
+            "the wheel's arch record or doctor's rules are wrong: compare its device code (cuobjdump) "
+            "with its gpu-archs.json"
+        )
+    return f"read {report.cell}'s gpu-stage log; install a build whose arch list includes this GPU where doctor said so"

@@ -1,0 +1,194 @@
+"""The GPU stage of a cell, as pure planning: which wheels of the channel it tests and with
+which checks, and how each wheel's result is judged against what ``wheelmill doctor`` said.
+
+Builds run on machines without a GPU; the GPU stage runs on one, from the channel alone.
+Each recipe of the cell that has a wheel in the channel is tested: the newest wheel of its
+project (the project is the recipe's name, as every recipe's wheel is called) that the
+cell's Python installs, or the one a release's record names for the cell.
+
+A wheel's verdict is doctor's prediction and the kernels' fact side by side:
+
+    doctor says          its import and GPU check       the wheel's outcome
+    runs (or by JIT)     pass                           passed
+    runs (or by JIT)     fail                           mismatch: the promise is wrong
+    fails on this GPU    fail (or no check ran)         failed, as doctor predicted
+    fails on this GPU    pass                           mismatch: the promise is wrong
+    no record, CPU only  pass / fail                    passed / failed
+    any                  every test skipped             skipped: proven nothing
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from packaging.tags import Tag, compatible_tags, cpython_tags
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+from wheelmill.inputs.recipes import PathSource, ResolvedRecipe
+from wheelmill.inputs.variants import Cell
+from wheelmill.machine.net import IndexFile
+
+# doctor's statuses (wheelmill.images.doctor), as its JSON says them
+DOCTOR_RUNS = frozenset({"ok", "jit"})
+DOCTOR_FAILS = "fails"
+
+
+class Outcome(StrEnum):
+    """One wheel's result on the GPU machine; the order is the stage's, worst last."""
+
+    PASSED = "passed"
+    SKIPPED = "skipped"  # its GPU check ran, and every test of it was skipped
+    NOT_RUN = "not-run"  # torch saw no GPU: no kernel could run
+    FAILED = "failed"  # failed, where doctor predicted it or had no verdict on kernels
+    MISMATCH = "mismatch"  # doctor's verdict and the kernels disagree
+
+
+WORST_FIRST = (Outcome.MISMATCH, Outcome.FAILED, Outcome.NOT_RUN, Outcome.SKIPPED, Outcome.PASSED)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WheelUnderTest:
+    """A recipe's wheel in the channel, and what the stage runs for it."""
+
+    recipe: str
+    filename: str
+    url: str  # where the file is: a path under the index root, or a URL
+    sha256: str | None
+    imports: tuple[str, ...]
+    torch_ops: tuple[str, ...]
+    gpu_smoke: tuple[str, ...] | None  # templates; {python} is filled in where it runs
+
+    def command(self, python: str, recipes: str, source: str | None, values: Mapping[str, str]) -> list[str] | None:
+        if self.gpu_smoke is None:
+            return None
+        filled = {"python": python, "recipes": recipes, **values, **({"source": source} if source else {})}
+        return [part.format_map(filled) for part in self.gpu_smoke]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuStagePlan:
+    cell: Cell
+    channel: str
+    wheels: tuple[WheelUnderTest, ...]
+    missing: tuple[str, ...]  # recipes of the cell without a wheel in the channel
+
+    def template_values(self) -> dict[str, str]:
+        variant = self.cell.variant
+        return {"cell": self.cell.id, "label": variant.wheel_label, "arch_list": variant.arch_list or ""}
+
+
+def cell_tags(python: str) -> list[Tag]:
+    """The tags CPython ``python`` on x86_64 Linux installs, best first (as pip ranks them).
+
+    >>> tags = cell_tags("3.11")
+    >>> str(tags[0]).startswith("cp311-cp311-manylinux"), Tag("cp39", "abi3", "linux_x86_64") in tags
+    (True, True)
+    """
+    version = tuple(int(part) for part in python.split("."))
+    platforms = [f"manylinux_2_{minor}_x86_64" for minor in range(40, 4, -1)]
+    platforms += ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "linux_x86_64"]
+    return [*cpython_tags(version, platforms=platforms), *compatible_tags(version, platforms=platforms)]
+
+
+def choose(files: Iterable[IndexFile], python: str, *, labels: Collection[str]) -> IndexFile | None:
+    """The file of a project the cell installs: not yanked, its local label one of the
+    variant's (``cu130.torch2.12``, or ``cu130`` for a wheel built once for every torch),
+    the newest version, the best tag."""
+    ranks = {tag: rank for rank, tag in enumerate(cell_tags(python))}
+    best: tuple[Version, int, IndexFile] | None = None
+    for entry in files:
+        try:
+            _name, version, _build, tags = parse_wheel_filename(entry.filename)
+        except InvalidWheelFilename:
+            continue  # an sdist or another file: not an installable wheel
+        fitting = [ranks[tag] for tag in tags if tag in ranks]
+        if entry.yanked or not fitting or (version.local or "") not in {*labels, ""}:
+            continue
+        candidate = (version, -min(fitting), entry)
+        if best is None or candidate[:2] > best[:2]:
+            best = candidate
+    return best[2] if best else None
+
+
+def plan_stage(
+    cell: Cell,
+    channel: str,
+    recipes: Mapping[str, ResolvedRecipe],
+    listed: Mapping[str, Sequence[IndexFile]],
+    *,
+    named: Mapping[str, str] | None = None,
+) -> GpuStagePlan:
+    """The stage for ``cell``: ``listed`` is each recipe project's files in the channel;
+    ``named``, where a release's record says, the file of each recipe to test."""
+    wheels, missing = [], []
+    for name in sorted(recipes):
+        recipe = recipes[name]
+        files = listed.get(canonicalize_name(name), ())
+        if named is not None:
+            wanted = named.get(name)
+            found = next((f for f in files if f.filename == wanted), None) if wanted else None
+        else:
+            found = choose(files, cell.python, labels={cell.variant.wheel_label, cell.variant.serving_label})
+        if found is None:
+            missing.append(name)
+            continue
+        wheels.append(
+            WheelUnderTest(
+                recipe=name,
+                filename=found.filename,
+                url=found.url,
+                sha256=found.sha256,
+                imports=recipe.imports,
+                torch_ops=recipe.torch_ops,
+                gpu_smoke=recipe.gpu_smoke,
+            )
+        )
+    return GpuStagePlan(cell=cell, channel=channel, wheels=tuple(wheels), missing=tuple(missing))
+
+
+def source_of(recipe: ResolvedRecipe) -> str | None:
+    """A path source is part of the repository, so the GPU machine has it; a downloaded one
+    it has not (its checks live beside the recipes)."""
+    return str(recipe.source.path) if isinstance(recipe.source, PathSource) else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ran:
+    """What ran for a wheel on the GPU machine."""
+
+    imported: bool  # its modules imported and its operators were found
+    check: str | None  # its GPU check: "passed", "failed", "skipped" (every test), or None: it has none
+    torch_sees_gpu: bool = True
+
+
+def judge(doctor: str, ran: Ran, *, gpu_code: bool) -> tuple[Outcome, str]:
+    """A wheel's outcome from doctor's status and what ran (the table in this module's
+    docstring), and a few words on why."""
+    broke = not ran.imported or ran.check == "failed"
+    if not ran.torch_sees_gpu and not broke:
+        return Outcome.NOT_RUN, "torch sees no GPU: no kernel ran"
+    if not gpu_code or doctor not in DOCTOR_RUNS | {DOCTOR_FAILS}:
+        return (Outcome.FAILED, "failed") if broke else _ran(ran)
+    if doctor == DOCTOR_FAILS:
+        if ran.check == "passed":
+            return Outcome.MISMATCH, "doctor said it fails on this GPU, and its GPU check passed"
+        return Outcome.FAILED, "as doctor predicted" if broke else "doctor predicts it fails on this GPU"
+    if broke:
+        return Outcome.MISMATCH, "doctor said it runs on this GPU, and its kernels failed"
+    return _ran(ran)
+
+
+def _ran(ran: Ran) -> tuple[Outcome, str]:
+    if ran.check == "skipped":
+        return Outcome.SKIPPED, "every test of its GPU check was skipped"
+    if ran.check is None:
+        return Outcome.PASSED, "imported; its recipe has no GPU check"
+    return Outcome.PASSED, "its GPU check passed"
+
+
+def worst(outcomes: Iterable[Outcome]) -> Outcome:
+    found = set(outcomes)
+    return next((o for o in WORST_FIRST if o in found), Outcome.PASSED)
