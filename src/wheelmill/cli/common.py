@@ -9,20 +9,23 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import NoReturn, TypeAlias, TypeVar
 
 from rich.console import Console
 
 from wheelmill.build.plan import REBUILD_ALL, ContainerSetup, Options, plan
-from wheelmill.errors import UsageError
+from wheelmill.errors import EnvError, UsageError
 from wheelmill.index.store import usage
 from wheelmill.inputs.matrix import Matrix, load_matrix
 from wheelmill.inputs.recipes import Recipe, check_cells, load_recipes
+from wheelmill.inputs.variants import Cell
 from wheelmill.inputs.versions import Release
 from wheelmill.machine import envs
 from wheelmill.machine.engine import Engine, detect
 from wheelmill.machine.pins import load_pins
 from wheelmill.machine.process import HostRunner, StepLog
+from wheelmill.machine.toolchain import NotFound, find_python
 from wheelmill.output.layout import CellLayout
 from wheelmill.planning.spec import CellPlan
 from wheelmill.settings import ENGINE_CHOICES, Settings
@@ -205,3 +208,12 @@ def mirror_cells(cells: Sequence[str], settings: Settings, console: Console) -> 
 
 def print_error(text: str) -> None:
     print(f"wheelmill: error: {' '.join(text.split())}", file=sys.stderr, flush=True)
+
+
+def cell_python(cell: Cell, *, command: str, fix: str) -> Path:
+    """The CPython of ``cell`` on this machine, or an ``EnvError`` naming where ``command``
+    looked (``fix``: what else the user may give)."""
+    found = find_python(cell.python, HostRunner())
+    if isinstance(found, NotFound):
+        raise EnvError(f"{command}: no CPython {cell.python} on this machine ({'; '.join(found.looked)})", fix=fix)
+    return found.path

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from wheelmill.cli.common import Commands, load_inputs, prepare
+from wheelmill.cli.common import Commands, cell_python, load_inputs, prepare
 from wheelmill.conda import envspec
 from wheelmill.conda.channel import CondaChannel, conda_channel_root, configured_channels, local_channels
 from wheelmill.conda.envspec import read_lock
@@ -31,7 +31,6 @@ from wheelmill.machine.envs import UvBackend, package_name
 from wheelmill.machine.net import download
 from wheelmill.machine.package_sources import machine_sources
 from wheelmill.machine.process import HostRunner, StepLog, base_environment
-from wheelmill.machine.toolchain import NotFound, find_python
 from wheelmill.output.layout import CellLayout
 from wheelmill.planning.locks import target
 from wheelmill.settings import Settings
@@ -141,7 +140,7 @@ def cmd_seed(args: argparse.Namespace, settings: Settings, console: Console) -> 
         python = (
             args.python
             or (_image_python(args, settings, Path(work), console) if args.build_env else None)
-            or _cell_python(cell)
+            or cell_python(cell, command="conda seed", fix="install it (pyenv install) or give --python")
         )
         interpreter = probe_interpreter(python)
         if interpreter.minor != cell.python:
@@ -227,16 +226,6 @@ def _image_python(args: argparse.Namespace, settings: Settings, work: Path, cons
             what, fix="give --python a CPython that runs on the image's glibc, installed in a prefix of its own"
         )
     return executable
-
-
-def _cell_python(cell: Cell) -> Path:
-    found = find_python(cell.python, HostRunner())
-    if isinstance(found, NotFound):
-        raise EnvError(
-            f"conda seed: no CPython {cell.python} on this machine ({'; '.join(found.looked)})",
-            fix="install it (pyenv install) or give --python",
-        )
-    return found.path
 
 
 def cmd_package(args: argparse.Namespace, settings: Settings, console: Console) -> int:

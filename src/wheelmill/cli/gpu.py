@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from wheelmill.cli.common import Commands, load_inputs
+from wheelmill.cli.common import Commands, cell_python, load_inputs
 from wheelmill.errors import (
     FetchError,
     GpuCheckError,
@@ -35,13 +35,13 @@ from wheelmill.inputs.recipes import ResolvedRecipe, resolve_all
 from wheelmill.inputs.variants import Cell, Family
 from wheelmill.inputs.versions import Track
 from wheelmill.machine.net import IndexFile, project_files
-from wheelmill.machine.process import HostRunner, StepLog
-from wheelmill.machine.toolchain import NotFound, find_python
+from wheelmill.machine.process import StepLog
 from wheelmill.output.layout import CellLayout
 from wheelmill.planning.gpu_stage import GpuStagePlan, plan_stage, source_of
 from wheelmill.retry import TransientError, with_retries
 from wheelmill.settings import Settings
 
+_NO_PYTHON = "install it (pyenv install), or give --python an interpreter that has the cell's torch"
 # The stage's exit codes, by the error that carries each.
 _FAILURES: dict[int, type[WheelmillError]] = {22: NoGpuError, 23: GpuCheckError, 24: GpuVerdictMismatch}
 
@@ -104,7 +104,7 @@ def cmd_test_gpu(args: argparse.Namespace, settings: Settings, console: Console)
         recipes_dir=settings.recipes.resolve(),
         sources={name: source_of(recipe) for name, recipe in resolved.items()},
         python=_given(args.python),
-        fresh_python=None if args.python else _cell_python(cell),
+        fresh_python=None if args.python else cell_python(cell, command="test-gpu", fix=_NO_PYTHON),
         capability=args.capability,
         test_requires=_test_requires(plan, matrix.test_requires, resolved)
         if any(w.gpu_smoke for w in plan.wheels)
@@ -161,16 +161,6 @@ def _given(python: Path | None) -> Path | None:
             fix="give the path of an interpreter that has the cell's torch",
         )
     return python
-
-
-def _cell_python(cell: Cell) -> Path:
-    found = find_python(cell.python, HostRunner())
-    if isinstance(found, NotFound):
-        raise UsageError(
-            f"test-gpu: no CPython {cell.python} on this machine ({'; '.join(found.looked)})",
-            fix="install it, or give --python an interpreter that has the cell's torch",
-        )
-    return found.path
 
 
 def _say_plan(plan: GpuStagePlan, console: Console) -> None:
