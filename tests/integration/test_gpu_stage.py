@@ -26,6 +26,9 @@ import pytest
 
 from tests.wheels import make_wheel
 from wheelmill.errors import EnvError, GpuVerdictMismatch, NoGpuError, PrecheckError
+from wheelmill.index.release import Manifest, ReleasedFile, record
+from wheelmill.inputs.versions import Track, VersionRule
+from wheelmill.machine.net import sha256_of
 from wheelmill.machine.package_sources import machine_sources
 from wheelmill.machine.tools import uv_bin
 from wheelmill.settings import Settings
@@ -298,3 +301,31 @@ def test_no_gpu_visible_is_its_own_exit_and_a_report(project: Path, tmp_path: Pa
     )
     assert bare.returncode == EnvError.exit_code, bare.stderr
     assert "import torch: ModuleNotFoundError: No module named 'torch'" in bare.stderr
+
+
+def test_a_release_is_tested_on_the_files_its_record_names(project: Path, tmp_path: Path) -> None:
+    """--release: the record's file of each recipe, not the channel's newest."""
+    (project / "wm-good.toml").write_text(recipe("wm-good", "wm_good", check=None))
+    first = make_wheel(tmp_path / "a", "wm-good", "1.0+cu130", tag=TAG, gpu_archs=archs("9.0"))
+    publish(project, first, make_wheel(tmp_path / "b", "wm-good", "1.1+cu130", tag=TAG, gpu_archs=archs("9.0")))
+    released = ReleasedFile(
+        channel="cu130",
+        cell=CELL,
+        recipe="wm-good",
+        filename=first.name,
+        sha256=sha256_of(first),
+        rule=VersionRule.REPO,
+    )
+    manifest = Manifest(version="1.0", track=Track.RELEASE, commit="0" * 40, tag="v1.0", files=(released,))
+    record(project.parent / "index", manifest)
+    empty = tmp_path / "no-tools"
+    empty.mkdir()
+    done = wheelmill(project, "test-gpu", "--cell", CELL, "--release", "1.0", path=empty)
+    assert done.returncode == NoGpuError.exit_code, done.stderr
+    assert f"wm-good: {first.name}; no GPU check in its recipe" in done.stdout
+    done = wheelmill(project, "test-gpu", "--cell", CELL, path=empty)
+    assert "wm-good: wm_good-1.1+cu130-" in done.stdout  # without it, the channel's newest
+    missing = wheelmill(project, "test-gpu", "--cell", CELL, "--release", "2.0", path=empty)
+    assert missing.returncode == 2 and "the release track has no release 2.0 (there: 1.0)" in missing.stderr, (
+        missing.stderr
+    )

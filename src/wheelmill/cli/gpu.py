@@ -29,7 +29,7 @@ from wheelmill.errors import (
 from wheelmill.gpu.report import GpuReport, table
 from wheelmill.gpu.stage import GpuStage, StageInputs, channel_location
 from wheelmill.index.consumer import base_url
-from wheelmill.index.release import load_manifest, manifest_path
+from wheelmill.index.release import load_manifest, manifest_path, manifests
 from wheelmill.index.store import Channel
 from wheelmill.inputs.recipes import ResolvedRecipe, resolve_all
 from wheelmill.inputs.variants import Cell, Family
@@ -145,7 +145,13 @@ def _test_requires(
 
 def _named(settings: Settings, track: Track, version: str, cell: Cell) -> dict[str, str]:
     """Each recipe's file that the release's record names for the cell."""
-    manifest = load_manifest(manifest_path(settings.index, track, version))
+    path = manifest_path(settings.index, track, version)
+    if not path.is_file():
+        known = ", ".join(m.version for m in manifests(settings.index, track)) or "none"
+        raise UsageError(
+            f"test-gpu: the {track} track has no release {version} (there: {known})", fix="give a recorded release"
+        )
+    manifest = load_manifest(path)
     named = {f.recipe: f.filename for f in manifest.files if f.cell == cell.id}
     if not named:
         raise UsageError(
