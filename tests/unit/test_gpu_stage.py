@@ -21,9 +21,16 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 MATRIX = load_matrix(ROOT / "recipes" / "matrix.toml")
 
 
-def listed(*names: str, yanked: tuple[str, ...] = ()) -> list[IndexFile]:
+def listed(*names: str, yanked: tuple[str, ...] = (), mirrored: tuple[str, ...] = ()) -> list[IndexFile]:
     return [
-        IndexFile(filename=n, url=f"file:///index/cu130/files/{n}", sha256="0" * 64, yanked=n in yanked) for n in names
+        IndexFile(
+            filename=n,
+            url=f"file:///index/cu130/files/{n}",
+            sha256="0" * 64,
+            yanked=n in yanked,
+            mirrored=n in mirrored,
+        )
+        for n in names
     ]
 
 
@@ -45,6 +52,8 @@ def test_the_newest_fitting_unyanked_file_of_the_cells_label_is_chosen() -> None
     best = choose(both, "3.11", labels={"cu130"})
     assert best is not None and "cp311-cp311" in best.filename  # the more specific tag, as pip picks
     assert choose(listed("ops-1.0+cu130-cp312-abi3-linux_x86_64.whl"), "3.11", labels={"cu130"}) is None
+    torch = "torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl"  # the closure's copy: not wheelmill's build
+    assert choose(listed(torch, mirrored=(torch,)), "3.11", labels={"cu130"}) is None
 
 
 def test_another_torchs_cell_takes_its_per_torch_wheels_and_the_ones_built_once() -> None:
@@ -85,8 +94,10 @@ def test_the_plan_tests_each_recipe_with_a_wheel_and_names_the_rest() -> None:
         ("fails", Ran(imported=True, check="passed"), True, Outcome.MISMATCH),
         ("unknown", Ran(imported=True, check="failed"), False, Outcome.FAILED),
         ("ok", Ran(imported=True, check="failed"), False, Outcome.FAILED),  # CPU only: no arch promise
-        ("ok", Ran(imported=True, check=None, torch_sees_gpu=False), True, Outcome.NOT_RUN),
-        ("ok", Ran(imported=False, check=None, torch_sees_gpu=False), True, Outcome.MISMATCH),
+        ("ok", Ran(imported=True, check="not-run"), True, Outcome.NOT_RUN),
+        ("fails", Ran(imported=True, check="not-run"), True, Outcome.FAILED),  # on doctor's word
+        ("ok", Ran(imported=False, check="not-run"), True, Outcome.MISMATCH),  # it did not even load
+        ("ok", Ran(imported=True, check=None), False, Outcome.PASSED),  # no GPU check: nothing left to run
     ],
 )
 def test_a_wheel_is_judged_by_doctors_verdict_and_what_ran(

@@ -35,6 +35,7 @@ from wheelmill.inputs.recipes import ResolvedRecipe, resolve_all
 from wheelmill.inputs.variants import Cell, Family
 from wheelmill.inputs.versions import Track
 from wheelmill.machine.net import IndexFile, project_files
+from wheelmill.machine.package_sources import PackageSources, default_index_url, machine_sources
 from wheelmill.machine.process import StepLog
 from wheelmill.output.layout import CellLayout
 from wheelmill.planning.gpu_stage import GpuStagePlan, plan_stage, source_of
@@ -106,6 +107,7 @@ def cmd_test_gpu(args: argparse.Namespace, settings: Settings, console: Console)
         python=_given(args.python),
         fresh_python=None if args.python else cell_python(cell, command="test-gpu", fix=_NO_PYTHON),
         capability=args.capability,
+        test_sources=_test_sources(pages, settings),
         test_requires=_test_requires(plan, matrix.test_requires, resolved)
         if any(w.gpu_smoke for w in plan.wheels)
         else (),
@@ -117,7 +119,9 @@ def cmd_test_gpu(args: argparse.Namespace, settings: Settings, console: Console)
     written = report.write(layout.root)
     _summary(report, written, console)
     if report.exit_code:
-        raise _FAILURES[report.exit_code](f"test-gpu: {cell.id}: {report.error}", fix=_fix(report))
+        raise _FAILURES[report.exit_code](
+            f"test-gpu: {cell.id}: {report.error}", fix=_fix(report, layout.logs / "gpu-stage.log")
+        )
     return 0
 
 
@@ -133,6 +137,20 @@ def _listing(pages: str, name: str, settings: Settings, console: Console) -> lis
         raise FetchError(
             f"test-gpu: cannot read the channel: {exc}", fix="check --index-url and that the index is served"
         ) from None
+
+
+def _test_sources(pages: str, settings: Settings) -> PackageSources:
+    """Where the GPU checks' own requirements come from: the channel, and this machine's
+    package sources (a GPU runner's, where the channel does not mirror pytest)."""
+    machine = machine_sources(settings)
+    default = machine.index_url or default_index_url()  # uv reads no configuration: pip's default, named
+    return PackageSources(
+        index_url=pages,
+        extra_index_urls=(*machine.extra_index_urls, *([default] if default else [])),
+        find_links=machine.find_links,
+        origin=f"the channel, then {machine.origin}",
+        index_strategy="unsafe-best-match",
+    )
 
 
 def _test_requires(
@@ -191,7 +209,7 @@ def _summary(report: GpuReport, written: Path, console: Console) -> None:
     )
 
 
-def _fix(report: GpuReport) -> str:
+def _fix(report: GpuReport, log: Path) -> str:
     if report.exit_code == 22:
         return "run the stage on a machine with a GPU its driver and torch can use (nvidia-smi lists it)"
     if report.exit_code == 24:
@@ -199,4 +217,4 @@ def _fix(report: GpuReport) -> str:
             "the wheel's arch record or doctor's rules are wrong: compare its device code (cuobjdump) "
             "with its gpu-archs.json"
         )
-    return f"read {report.cell}'s gpu-stage log; install a build whose arch list includes this GPU where doctor said so"
+    return f"read {log}; where doctor predicted it, install a build whose arch list includes this GPU"

@@ -80,7 +80,9 @@ class WheelResult:
     def side_by_side(self) -> str:
         """doctor's prediction and what the kernels did, for the error line."""
         failed = [run for run in self.runs if run.result == "failed"]
-        said = "; ".join(f"{run.name}: {run.detail}" for run in failed) or "its checks passed"
+        not_run = [run for run in self.runs if run.result == "not-run"]
+        said = "; ".join(f"{run.name}: {run.detail}" for run in failed)
+        said = said or (f"not run ({not_run[0].detail})" if not_run else "its checks passed")
         return f"{self.recipe} ({self.filename}): doctor: {self.doctor} ({self.doctor_detail}); kernels: {said}"
 
 

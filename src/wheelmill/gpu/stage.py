@@ -35,6 +35,7 @@ from wheelmill.errors import CommandFailed, EnvError, FetchError, IntegrityError
 from wheelmill.gpu.report import NO_GPU, CheckRun, GpuReport, WheelResult
 from wheelmill.images import doctor
 from wheelmill.machine.net import download, sha256_of
+from wheelmill.machine.package_sources import PackageSources
 from wheelmill.machine.probes import IMPORTS, parse
 from wheelmill.machine.process import HostRunner, StepLog, base_environment
 from wheelmill.machine.tools import uv_bin
@@ -71,7 +72,8 @@ class StageInputs:
     python: Path | None  # an interpreter that has the cell's torch; None: a fresh env
     fresh_python: Path | None  # the cell's Python for a fresh env
     capability: str | None  # declared GPUs (doctor's --capability), where nvidia-smi gives none
-    test_requires: tuple[str, ...]  # what the GPU checks run with (pytest): from the channel, or given
+    test_requires: tuple[str, ...]  # what the GPU checks run with (pytest); not under test
+    test_sources: PackageSources  # where they come from: the channel, then this machine's sources
     work: Path  # the stage's scratch directory (removed after)
 
 
@@ -121,7 +123,8 @@ class GpuStage:
         results = [
             self._wheel(env, wheel, verdicts, sees_gpu=bool(torch["devices"])) for wheel in self.inputs.plan.wheels
         ]
-        status = worst(r.outcome for r in results)
+        # Where torch sees no GPU nothing was proven, whatever the wheels' own outcomes.
+        status = worst([*(r.outcome for r in results), *([] if torch["devices"] else [Outcome.NOT_RUN])])
         code, error = _ending(status, results, gpus=labels, torch=torch)
         return self._report(gpus, torch, results, status=status.value, error=error, code=code, env=env)
 
@@ -207,18 +210,32 @@ class GpuStage:
         return files
 
     def _install(self, env: _Env, files: Sequence[Path]) -> None:
-        """The wheels, and what they require from the channel alone; over a given interpreter,
-        what it has is taken as given (its torch above all), never installed again."""
+        """The wheels, and what they require, from the channel alone; then what the GPU checks
+        run with (pytest), which is not under test: from the channel or this machine's package
+        sources, nothing installed before changing. Over a given interpreter, what it has is
+        taken as given (its torch above all), never installed again."""
         if not files:
             return
-        argv = self._install_argv(env, [*(str(f) for f in files), *self.inputs.test_requires])
+        given: list[str] = []
         if env.pythonpath is not None:
             names = json.loads(self._python(env, ["-c", LISTING], what="list the interpreter's packages", alone=True))
             excludes = self.inputs.work / "given.txt"
             excludes.write_text("".join(f"{name}\n" for name in names), encoding="utf-8")
-            argv += ["--target", str(env.pythonpath), "--excludes", str(excludes)]
+            given = ["--target", str(env.pythonpath), "--excludes", str(excludes)]
         self.say(f"installing {len(files)} wheel(s) of channel {self.inputs.plan.channel}")
-        self._uv(argv, what="install the channel's wheels")
+        self._uv([*self._install_argv(env, [str(f) for f in files]), *given], what="install the channel's wheels")
+        if not self.inputs.test_requires:
+            return
+        installed = self.inputs.work / "installed.txt"
+        freeze = [uv_bin(), "pip", "freeze", "--no-config", "--python", str(env.python)]
+        freeze += ["--path", str(env.pythonpath)] if env.pythonpath is not None else []
+        pins = [line for line in self._uv(freeze, what="list the env").splitlines() if "==" in line]  # not uv's notes
+        installed.write_text("".join(f"{pin}\n" for pin in pins), encoding="utf-8")
+        sources = self.inputs.test_sources
+        argv = [uv_bin(), "pip", "install", "--no-config", "--python", str(env.python), *sources.uv_args()]
+        argv += ["--constraint", str(installed), *given, *self.inputs.test_requires]
+        self.say(f"installing the GPU checks' {', '.join(self.inputs.test_requires)} ({sources.describe()})")
+        self._uv(argv, what=f"install the GPU checks' {', '.join(self.inputs.test_requires)}")
 
     def _install_argv(self, env: _Env, what: Sequence[str]) -> list[str]:
         return [
@@ -252,9 +269,7 @@ class GpuStage:
             runs.append(self._check(env, wheel) if sees_gpu else _not_run("torch sees no GPU"))
             check = runs[-1].result
         gpu_code = finding is not None and finding.record is not None and finding.record.family != "cpu"
-        ran = Ran(
-            imported=runs[0].result == "passed", check=check if check != "not-run" else None, torch_sees_gpu=sees_gpu
-        )
+        ran = Ran(imported=runs[0].result == "passed", check=check)
         outcome, why = judge(status, ran, gpu_code=gpu_code)
         self.say(f"{wheel.recipe}: {outcome.value}: {why}")
         return WheelResult(
@@ -332,12 +347,13 @@ class GpuStage:
                 raise EnvError(f"{what}: {failed.last_line()}", fix=f"read {self.log.path}") from None
         return done.output
 
-    def _uv(self, argv: Sequence[str], *, what: str) -> None:
+    def _uv(self, argv: Sequence[str], *, what: str) -> str:
+        """What uv printed; an ``EnvError`` saying what it could not do."""
         env = base_environment([], {"UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1"})
         if "UV_CACHE_DIR" in os.environ:
             env["UV_CACHE_DIR"] = os.environ["UV_CACHE_DIR"]
         try:
-            self.runner.run(argv, env=env, log=self.log)
+            return self.runner.run(argv, env=env, log=self.log, keep_output=True).output
         except CommandFailed as failed:
             raise EnvError(f"test-gpu: cannot {what}: {failed.last_line()}", fix=f"read {self.log.path}") from None
 

@@ -61,6 +61,7 @@ class IndexFile:
     url: str
     sha256: str | None
     yanked: bool = False  # PEP 592: an installer skips it unless pinned to it
+    mirrored: bool = False  # a wheelmill channel's copy of an upstream file, not one it built
 
 
 def _open(
@@ -214,6 +215,7 @@ def _parse_json(body: str, page: str) -> list[IndexFile]:
             url=urllib.parse.urljoin(page, f["url"]),
             sha256=f.get("hashes", {}).get("sha256"),
             yanked=f.get("yanked", False) not in (False, None),
+            mirrored="_mirrored-from" in f,
         )
         for f in data.get("files", [])
     ]
@@ -222,22 +224,23 @@ def _parse_json(body: str, page: str) -> list[IndexFile]:
 class _Links(html.parser.HTMLParser):
     def __init__(self) -> None:
         super().__init__()
-        self.hrefs: list[tuple[str, bool]] = []  # each link, and whether it is yanked
+        self.hrefs: list[tuple[str, dict[str, str | None]]] = []  # each link, and its attributes
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag == "a":
             named = dict(attrs)
             if named.get("href"):
-                self.hrefs.append((str(named["href"]), "data-yanked" in named))
+                self.hrefs.append((str(named["href"]), named))
 
 
 def _parse_html(body: str, page: str) -> list[IndexFile]:
     parser = _Links()
     parser.feed(body)
     files = []
-    for href, yanked in parser.hrefs:
+    for href, attributes in parser.hrefs:
         url, _, fragment = urllib.parse.urljoin(page, href).partition("#")
         sha = fragment.removeprefix("sha256=") if fragment.startswith("sha256=") else None
         filename = urllib.parse.unquote(url.rsplit("/", 1)[-1])
-        files.append(IndexFile(filename=filename, url=url, sha256=sha, yanked=yanked))
+        yanked, mirrored = "data-yanked" in attributes, "data-mirrored-from" in attributes
+        files.append(IndexFile(filename=filename, url=url, sha256=sha, yanked=yanked, mirrored=mirrored))
     return files

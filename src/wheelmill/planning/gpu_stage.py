@@ -15,6 +15,8 @@ A wheel's verdict is doctor's prediction and the kernels' fact side by side:
     fails on this GPU    pass                           mismatch: the promise is wrong
     no record, CPU only  pass / fail                    passed / failed
     any                  every test skipped             skipped: proven nothing
+    runs, or no record   not run (torch sees no GPU)    not-run
+    fails on this GPU    not run (torch sees no GPU)    failed, on doctor's word alone
 """
 
 from __future__ import annotations
@@ -94,9 +96,10 @@ def cell_tags(python: str) -> list[Tag]:
 
 
 def choose(files: Iterable[IndexFile], python: str, *, labels: Collection[str]) -> IndexFile | None:
-    """The file of a project the cell installs: not yanked, its local label one of the
-    variant's (``cu130.torch2.12``, or ``cu130`` for a wheel built once for every torch),
-    the newest version, the best tag."""
+    """The file of a project the cell installs: built by wheelmill (not a mirrored copy of an
+    upstream file, such as torch's), not yanked, its local label one of the variant's
+    (``cu130.torch2.12``, or ``cu130`` for a wheel built once for every torch), the newest
+    version, the best tag."""
     ranks = {tag: rank for rank, tag in enumerate(cell_tags(python))}
     best: tuple[Version, int, IndexFile] | None = None
     for entry in files:
@@ -105,7 +108,7 @@ def choose(files: Iterable[IndexFile], python: str, *, labels: Collection[str]) 
         except InvalidWheelFilename:
             continue  # an sdist or another file: not an installable wheel
         fitting = [ranks[tag] for tag in tags if tag in ranks]
-        if entry.yanked or not fitting or (version.local or "") not in {*labels, ""}:
+        if entry.yanked or entry.mirrored or not fitting or (version.local or "") not in {*labels, ""}:
             continue
         candidate = (version, -min(fitting), entry)
         if best is None or candidate[:2] > best[:2]:
@@ -160,16 +163,19 @@ class Ran:
     """What ran for a wheel on the GPU machine."""
 
     imported: bool  # its modules imported and its operators were found
-    check: str | None  # its GPU check: "passed", "failed", "skipped" (every test), or None: it has none
-    torch_sees_gpu: bool = True
+    # its GPU check: "passed", "failed", "skipped" (every test), "not-run" (torch sees no GPU),
+    # or None: its recipe has none
+    check: str | None
 
 
 def judge(doctor: str, ran: Ran, *, gpu_code: bool) -> tuple[Outcome, str]:
     """A wheel's outcome from doctor's status and what ran (the table in this module's
     docstring), and a few words on why."""
     broke = not ran.imported or ran.check == "failed"
-    if not ran.torch_sees_gpu and not broke:
-        return Outcome.NOT_RUN, "torch sees no GPU: no kernel ran"
+    if ran.check == "not-run" and gpu_code and doctor == DOCTOR_FAILS:
+        return Outcome.FAILED, "doctor predicts it fails on this GPU (its GPU check did not run: torch sees no GPU)"
+    if ran.check == "not-run" and not broke:
+        return Outcome.NOT_RUN, "torch sees no GPU: its GPU check did not run"
     if not gpu_code or doctor not in DOCTOR_RUNS | {DOCTOR_FAILS}:
         return (Outcome.FAILED, "failed") if broke else _ran(ran)
     if doctor == DOCTOR_FAILS:
