@@ -129,8 +129,9 @@ def test_runtime_and_extras_images_install_from_the_channel_alone_and_pass_every
             )
             assert pulled.returncode == 0, pulled.stderr
             remove(pushed)
-    finally:
-        remove(*(str(i["reference"]) for i in made.values()))
+    finally:  # every name the images got here, also where an assertion stopped the test midway
+        tags = [str(i["reference"]).rsplit(":", 1)[1] for i in made.values()]
+        remove(*(str(i["reference"]) for i in made.values()), *(f"{registry}/wheelmill:{tag}" for tag in tags))
 
 
 def wheelmill_image(output: Path, *args: str) -> subprocess.CompletedProcess[str]:
