@@ -13,8 +13,12 @@ from wheelmill.wheel.elf import DynamicInfo, ElfSummary
 _PROGBITS, _STRTAB = 1, 3
 
 
-def make_elf(path: Path, sections: Mapping[str, bytes]) -> Path:
-    """An x86-64 ET_DYN file whose sections are ``sections`` (name -> contents)."""
+EM_X86_64, EM_AARCH64, EM_CUDA = 62, 183, 190
+
+
+def make_elf(path: Path, sections: Mapping[str, bytes], *, machine: int = EM_X86_64) -> Path:
+    """A 64-bit little-endian ET_DYN file of ``machine`` (x86-64 unless told) whose sections
+    are ``sections`` (name -> contents)."""
     names = [".shstrtab", *sections]
     shstrtab = b"\0" + b"".join(n.encode() + b"\0" for n in names)
     offsets = {name: shstrtab.index(b"\0" + name.encode() + b"\0") + 1 for name in names}
@@ -33,7 +37,7 @@ def make_elf(path: Path, sections: Mapping[str, bytes]) -> Path:
             "<IIQQQQIIQQ", offsets[name], kind, 0, 0, placed[index], len(contents[index]), 0, 0, 1, 0
         )
     ident = b"\x7fELF" + bytes([2, 1, 1, 0]) + b"\0" * 8
-    header = ident + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, shoff, 0, 64, 56, 0, 64, len(names) + 1, 1)
+    header = ident + struct.pack("<HHIQQQIHHHHHH", 3, machine, 1, 0, 0, shoff, 0, 64, 56, 0, 64, len(names) + 1, 1)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(header + body + headers)
     return path

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CliRunner
-from tests.elves import make_elf
+from tests.elves import EM_AARCH64, EM_CUDA, make_elf
 from tests.sandbox import TAG, Sandbox, assert_recorded, build, dist_info, script
 from wheelmill.build.steps import BY_KIND
 from wheelmill.errors import CheckError, EnvError, InternalError, InvalidWheel, PrecheckError
@@ -87,6 +87,25 @@ def test_the_device_code_scanner_fed_damaged_device_code(
     result = build(cli, monkeypatch, sandbox, variant)
     assert_recorded(result, sandbox, variant, step="thing/post-build-checks", code=CheckError.exit_code, says=says)
     assert list((sandbox.output / sandbox.cell(variant) / "rejected").glob("thing-*.whl")), "the failed wheel is kept"
+
+
+def test_a_library_of_another_machine_planted_in_a_wheel_is_refused_with_one_line(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """An AArch64 library in an x86_64 wheel (a prebuilt one a build picked up) would never
+    load: the post-build checks name it, the wheel is kept in rejected/, nothing published."""
+    native = make_elf(tmp_path / "x86" / "_C.so", {".text": b"\xc3"}).read_bytes()
+    planted = make_elf(tmp_path / "arm" / "_kernels.so", {".text": b"\xc0\x03\x5f\xd6"}, machine=EM_AARCH64)
+    cubin = make_elf(
+        tmp_path / "gpu" / "k.cubin", {".text": b"\0" * 8}, machine=EM_CUDA
+    ).read_bytes()  # GPU code: allowed
+    files = {"thing/_C.so": native, "thing/_kernels.so": planted.read_bytes(), "thing/k.cubin": cubin}
+    files |= dist_info("thing", "1.0")
+    sandbox.recipe("thing", files, wheel=f"thing-1.0-{TAG}.whl")
+    result = build(cli, monkeypatch, sandbox, "cpu")
+    says = "elf-machine: 1 ELF file(s) are not x86_64 code: thing/_kernels.so (AARCH64)"
+    assert_recorded(result, sandbox, "cpu", step="thing/post-build-checks", code=CheckError.exit_code, says=says)
+    assert list((sandbox.output / sandbox.cell("cpu") / "rejected").glob("thing-*.whl")), "the failed wheel is kept"
 
 
 def test_the_container_runner_fed_a_container_that_is_not_running(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from pathlib import Path
 
 from wheelmill.checks import CheckResult
 from wheelmill.inputs.manylinux import MANYLINUX_TAG, normalize_platform, oldest_glibc, policies, version_key
@@ -29,6 +30,35 @@ def highest_needs(elves: Sequence[ElfSummary]) -> dict[str, str]:
             if ns not in best or version_key(version) > version_key(best[ns]):
                 best[ns] = version
     return best
+
+
+# A machine (as wheel tags and uname say it) and the ELF e_machine of its code, as pyelftools names it.
+ELF_MACHINES = {"x86_64": "EM_X86_64", "aarch64": "EM_AARCH64"}
+# GPU code objects shipped as files of their own (a .cubin, a .hsaco): the device-code check's business.
+DEVICE_MACHINES = frozenset({"EM_CUDA", "EM_AMDGPU"})
+
+
+def judge_machine(elves: Sequence[ElfSummary], machine: str, *, root: Path) -> CheckResult:
+    """Every ELF file of the wheel is code for the machine the wheel is for: a library of
+    another architecture (a prebuilt one a build picked up) would fail to load, and auditwheel
+    tags a wheel by the first file it reads."""
+    name = "elf-machine"
+    wanted = ELF_MACHINES[machine]
+    wrong = [elf for elf in elves if elf.machine not in {wanted, *DEVICE_MACHINES}]
+    if wrong:
+        shown = ", ".join(f"{_inside(elf.path, root)} ({elf.machine.removeprefix('EM_')})" for elf in wrong[:5])
+        more = f" and {len(wrong) - 5} more" if len(wrong) > 5 else ""
+        return CheckResult.failed(
+            name,
+            f"{len(wrong)} ELF file(s) are not {machine} code: {shown}{more}",
+            f"build them for {machine}, or keep another machine's files out of the wheel",
+        )
+    return CheckResult.passed(name, f"{len(elves)} ELF file(s), all {machine} (or GPU code objects)")
+
+
+def _inside(path: Path, root: Path) -> str:
+    """A file of the wheel as the wheel names it (``thing/_C.so``), not where it was unpacked."""
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
 
 def judge_platform(elves: Sequence[ElfSummary], platforms: frozenset[str]) -> CheckResult:

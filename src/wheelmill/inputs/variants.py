@@ -22,6 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+# The machine every cell builds for: x86_64 (an aarch64 platform axis is yet to come).
+MACHINE = "x86_64"
+
 
 class Family(StrEnum):
     CPU = "cpu"

@@ -50,6 +50,7 @@ class ElfSummary:
     defined: frozenset[str]
     version_needs: tuple[tuple[str, str], ...]  # (library file, version name): ("libc.so.6", "GLIBC_2.34")
     sections: frozenset[str]
+    machine: str = "EM_X86_64"  # the header's e_machine, as pyelftools names it: EM_X86_64, EM_AARCH64
 
     @property
     def path(self) -> Path:
@@ -94,6 +95,7 @@ def summarize_stream(path: Path, stream: IO[bytes]) -> ElfSummary:
         defined=frozenset(defined),
         version_needs=tuple(_version_needs(elf)),
         sections=frozenset(s.name for s in elf.iter_sections()),
+        machine=str(elf["e_machine"]),
     )
 
 

@@ -18,12 +18,12 @@ from wheelmill.checks.abi import describe as describe_abi
 from wheelmill.checks.abi import judge_abi, judge_cuda_runtime, judge_serving
 from wheelmill.checks.contents import judge_arch_record, judge_bundled, judge_label, judge_pins, judge_size
 from wheelmill.checks.device import find_cuobjdump, judge_cuda, judge_rocm, scan_cuda, scan_rocm
-from wheelmill.checks.platform import judge_baseline, judge_platform
+from wheelmill.checks.platform import judge_baseline, judge_machine, judge_platform
 from wheelmill.checks.symbols import interpreter_libraries, judge_required, judge_undefined, unresolved_symbols
 from wheelmill.config import format_size
 from wheelmill.errors import CheckError, CommandFailed, PrecheckError, RepairError
 from wheelmill.inputs.archs import CudaArchs, RocmArchs
-from wheelmill.inputs.variants import Family
+from wheelmill.inputs.variants import MACHINE, Family
 from wheelmill.machine.builder_images import BaseKind
 from wheelmill.machine.probes import TorchInfo
 from wheelmill.machine.process import Runner, base_environment
@@ -49,6 +49,7 @@ def post_build_checks(ctx: StepContext, spec: RecipeSpec) -> Outcome:
             elves, root=root, finder=finder, interpreter=interpreter_libraries(where(python), finder)
         )
         results = [
+            judge_machine(elves, MACHINE, root=root),
             judge_undefined(report),
             judge_required(elves, spec.symbols),
             _device(runner, checked.toolkit, spec, root, elves),
