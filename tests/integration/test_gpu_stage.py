@@ -301,6 +301,9 @@ def test_no_gpu_visible_is_its_own_exit_and_a_report(project: Path, tmp_path: Pa
     )
     assert bare.returncode == EnvError.exit_code, bare.stderr
     assert "import torch: ModuleNotFoundError: No module named 'torch'" in bare.stderr
+    stopped = report(project)  # written whatever stopped the stage
+    assert stopped["status"] == "stopped" and stopped["exit_code"] == EnvError.exit_code
+    assert "No module named 'torch'" in stopped["error"]
 
 
 def test_a_release_is_tested_on_the_files_its_record_names(project: Path, tmp_path: Path) -> None:

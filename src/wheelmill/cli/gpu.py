@@ -115,9 +115,12 @@ def cmd_test_gpu(args: argparse.Namespace, settings: Settings, console: Console)
     )
     _say_plan(plan, console)
     with StepLog(layout.logs / "gpu-stage.log") as log:
-        report = GpuStage(inputs, log=log, say=lambda line: console.print(line, highlight=False)).run()
+        stage = GpuStage(inputs, log=log, say=lambda line: console.print(line, highlight=False))
+        report = stage.run()
     written = report.write(layout.root)
     _summary(report, written, console)
+    if stage.failure is not None:
+        raise stage.failure
     if report.exit_code:
         raise _FAILURES[report.exit_code](
             f"test-gpu: {cell.id}: {report.error}", fix=_fix(report, layout.logs / "gpu-stage.log")

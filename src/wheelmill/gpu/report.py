@@ -24,6 +24,7 @@ from wheelmill.planning.gpu_stage import Outcome
 GPU_REPORT = "gpu-report.json"
 SCHEMA = 1
 NO_GPU = "no-gpu"  # the stage's status where nothing could run: no GPU visible
+STOPPED = "stopped"  # the stage's status where an error stopped it before it judged the wheels
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -31,8 +31,18 @@ from typing import Any
 from wheelmill.checks import Verdict
 from wheelmill.checks.tally import tally
 from wheelmill.checks.torchenv import judge_located
-from wheelmill.errors import CommandFailed, EnvError, FetchError, IntegrityError, PrecheckError
-from wheelmill.gpu.report import NO_GPU, CheckRun, GpuReport, WheelResult
+from wheelmill.errors import (
+    CommandFailed,
+    EnvError,
+    FetchError,
+    GpuCheckError,
+    GpuVerdictMismatch,
+    IntegrityError,
+    NoGpuError,
+    PrecheckError,
+    WheelmillError,
+)
+from wheelmill.gpu.report import NO_GPU, STOPPED, CheckRun, GpuReport, WheelResult
 from wheelmill.images import doctor
 from wheelmill.machine.net import download, sha256_of
 from wheelmill.machine.package_sources import PackageSources
@@ -98,16 +108,24 @@ class GpuStage:
         self.say = say
         self.runner = HostRunner()
         self.started = time.monotonic()
+        self.failure: WheelmillError | None = None  # what stopped the stage before it judged the wheels
 
     def run(self) -> GpuReport:
+        """The stage's report, whatever happened: where an error stopped it (an env that
+        cannot be made, another torch), the report says so and ``failure`` holds the error."""
         gpus = self._gpus()
         if not gpus.found:
             why = "; ".join(gpus.notes) or "none found"
-            return self._report(gpus, None, (), status=NO_GPU, error=f"no GPU visible ({why})", code=22)
+            return self._report(
+                gpus, None, (), status=NO_GPU, error=f"no GPU visible ({why})", code=NoGpuError.exit_code
+            )
         shutil.rmtree(self.inputs.work, ignore_errors=True)
         self.inputs.work.mkdir(parents=True)
         try:
             return self._on(gpus)
+        except WheelmillError as exc:
+            self.failure = exc
+            return self._report(gpus, None, (), status=STOPPED, error=exc.one_line(), code=exc.exit_code)
         finally:
             shutil.rmtree(self.inputs.work, ignore_errors=True)
 
@@ -400,12 +418,14 @@ def _ending(
     """The stage's exit code and error line, from its worst outcome."""
     if status is Outcome.MISMATCH:
         bad = [r for r in results if r.outcome is Outcome.MISMATCH]
-        return 24, "doctor's verdict and the kernels disagree on " + " | ".join(r.side_by_side() for r in bad)
+        said = "doctor's verdict and the kernels disagree on " + " | ".join(r.side_by_side() for r in bad)
+        return GpuVerdictMismatch.exit_code, said
     if status is Outcome.FAILED:
         bad = [r for r in results if r.outcome is Outcome.FAILED]
-        return 23, f"{len(bad)} wheel(s) failed on {gpus}: " + " | ".join(r.side_by_side() for r in bad)
+        said = f"{len(bad)} wheel(s) failed on {gpus}: " + " | ".join(r.side_by_side() for r in bad)
+        return GpuCheckError.exit_code, said
     if status is Outcome.NOT_RUN:
-        return 22, f"nvidia-smi lists {gpus}, but torch {torch['version']} sees no GPU: no kernel ran"
+        return NoGpuError.exit_code, f"nvidia-smi lists {gpus}, but torch {torch['version']} sees no GPU: no kernel ran"
     return 0, None
 
 
