@@ -98,6 +98,7 @@ def cmd_test_gpu(args: argparse.Namespace, settings: Settings, console: Console)
         )
     layout = CellLayout(output=settings.output.resolve(), cell=cell.id)
     layout.logs.mkdir(parents=True, exist_ok=True)
+    test_requires = _test_requires(plan, matrix.test_requires, resolved)
     inputs = StageInputs(
         plan=plan,
         index=index,
@@ -107,10 +108,9 @@ def cmd_test_gpu(args: argparse.Namespace, settings: Settings, console: Console)
         python=_given(args.python),
         fresh_python=None if args.python else cell_python(cell, command="test-gpu", fix=_NO_PYTHON),
         capability=args.capability,
-        test_sources=_test_sources(pages, settings),
-        test_requires=_test_requires(plan, matrix.test_requires, resolved)
-        if any(w.gpu_smoke for w in plan.wheels)
-        else (),
+        test_requires=test_requires,
+        # Asked of pip's configuration (a subprocess) only where a GPU check needs something.
+        test_sources=_test_sources(pages, settings) if test_requires else None,
         work=layout.root / "gpu-stage",
     )
     _say_plan(plan, console)
@@ -159,9 +159,11 @@ def _test_sources(pages: str, settings: Settings) -> PackageSources:
 def _test_requires(
     plan: GpuStagePlan, common: tuple[str, ...], resolved: Mapping[str, ResolvedRecipe]
 ) -> tuple[str, ...]:
-    """What the GPU checks run with: the matrix's test env and each tested recipe's own."""
-    own = [req for wheel in plan.wheels if wheel.gpu_smoke for req in resolved[wheel.recipe].test_requires]
-    return tuple(dict.fromkeys([*common, *own]))
+    """What the GPU checks run with: the matrix's test env and each tested recipe's own;
+    nothing where no wheel has a GPU check."""
+    checked = [wheel for wheel in plan.wheels if wheel.gpu_smoke]
+    own = [req for wheel in checked for req in resolved[wheel.recipe].test_requires]
+    return tuple(dict.fromkeys([*common, *own])) if checked else ()
 
 
 def _named(settings: Settings, track: Track, version: str, cell: Cell) -> dict[str, str]:

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.utils import canonicalize_name
+
 from wheelmill.checks import Verdict
 from wheelmill.checks.tally import tally
 from wheelmill.checks.torchenv import judge_located
@@ -44,6 +46,7 @@ from wheelmill.errors import (
 )
 from wheelmill.gpu.report import NO_GPU, STOPPED, CheckRun, GpuReport, WheelResult
 from wheelmill.images import doctor
+from wheelmill.machine.envs import uv_environment
 from wheelmill.machine.net import download, sha256_of
 from wheelmill.machine.package_sources import PackageSources
 from wheelmill.machine.probes import IMPORTS, parse
@@ -51,7 +54,6 @@ from wheelmill.machine.process import HostRunner, StepLog, base_environment
 from wheelmill.machine.tools import uv_bin
 from wheelmill.planning.gpu_stage import GpuStagePlan, Outcome, Ran, WheelUnderTest, judge, worst
 
-CHECK_TIMEOUT = 1800.0  # seconds a GPU check may take
 # What a GPU check needs of the caller's environment besides base_environment's: which GPUs.
 GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "LD_LIBRARY_PATH")
 # What the env's torch says of itself and the GPUs it sees: one JSON line.
@@ -62,8 +64,7 @@ devices = []
 for i in range(torch.cuda.device_count() if cuda else 0):
     major, minor = torch.cuda.get_device_capability(i)
     devices.append("GPU %d (%s, %d.%d)" % (i, torch.cuda.get_device_name(i), major, minor))
-print(json.dumps({"version": torch.__version__, "cuda": torch.version.cuda, "hip": getattr(torch.version, "hip", None),
-                  "devices": devices, "arch_list": torch.cuda.get_arch_list() if cuda else []}))
+print(json.dumps({"version": torch.__version__, "devices": devices}))
 """
 # The distributions an interpreter has: taken as given in an env over it, never installed again.
 LISTING = (
@@ -83,7 +84,7 @@ class StageInputs:
     fresh_python: Path | None  # the cell's Python for a fresh env
     capability: str | None  # declared GPUs (doctor's --capability), where nvidia-smi gives none
     test_requires: tuple[str, ...]  # what the GPU checks run with (pytest); not under test
-    test_sources: PackageSources  # where they come from: the channel, then this machine's sources
+    test_sources: PackageSources | None  # where they come from: the channel, then this machine's sources
     work: Path  # the stage's scratch directory (removed after)
 
 
@@ -242,14 +243,14 @@ class GpuStage:
             given = ["--target", str(env.pythonpath), "--excludes", str(excludes)]
         self.say(f"installing {len(files)} wheel(s) of channel {self.inputs.plan.channel}")
         self._uv([*self._install_argv(env, [str(f) for f in files]), *given], what="install the channel's wheels")
-        if not self.inputs.test_requires:
+        sources = self.inputs.test_sources
+        if not self.inputs.test_requires or sources is None:
             return
         installed = self.inputs.work / "installed.txt"
         freeze = [uv_bin(), "pip", "freeze", "--no-config", "--python", str(env.python)]
         freeze += ["--path", str(env.pythonpath)] if env.pythonpath is not None else []
         pins = [line for line in self._uv(freeze, what="list the env").splitlines() if "==" in line]  # not uv's notes
         installed.write_text("".join(f"{pin}\n" for pin in pins), encoding="utf-8")
-        sources = self.inputs.test_sources
         argv = [uv_bin(), "pip", "install", "--no-config", "--python", str(env.python), *sources.uv_args()]
         argv += ["--constraint", str(installed), *given, *self.inputs.test_requires]
         self.say(f"installing the GPU checks' {', '.join(self.inputs.test_requires)} ({sources.describe()})")
@@ -273,12 +274,12 @@ class GpuStage:
         found = doctor.report(gpus, doctor.installed([str(env.site)]), list_all=True)
         for finding in found.findings:
             self.log.note(f"doctor: {finding.line()}")
-        return {_canonical(f.name): f for f in found.findings}
+        return {canonicalize_name(f.name): f for f in found.findings}
 
     def _wheel(
         self, env: _Env, wheel: WheelUnderTest, verdicts: Mapping[str, doctor.Finding], *, sees_gpu: bool
     ) -> WheelResult:
-        finding = verdicts.get(_canonical(wheel.recipe))
+        finding = verdicts.get(canonicalize_name(wheel.recipe))
         status = finding.status if finding else doctor.UNKNOWN_STATUS
         detail = finding.detail if finding else "not among the installed distributions"
         runs = [self._import(env, wheel)]
@@ -367,11 +368,8 @@ class GpuStage:
 
     def _uv(self, argv: Sequence[str], *, what: str) -> str:
         """What uv printed; an ``EnvError`` saying what it could not do."""
-        env = base_environment([], {"UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1"})
-        if "UV_CACHE_DIR" in os.environ:
-            env["UV_CACHE_DIR"] = os.environ["UV_CACHE_DIR"]
         try:
-            return self.runner.run(argv, env=env, log=self.log, keep_output=True).output
+            return self.runner.run(argv, env=uv_environment(), log=self.log, keep_output=True).output
         except CommandFailed as failed:
             raise EnvError(f"test-gpu: cannot {what}: {failed.last_line()}", fix=f"read {self.log.path}") from None
 
@@ -397,7 +395,7 @@ class GpuStage:
             cell=plan.cell.id,
             channel=plan.channel,
             index=self.inputs.index,
-            env=env.described if env else "not made: no GPU",
+            env=env.described if env else "not made",
             python=plan.cell.python,
             torch=str(torch["version"]) if torch else None,
             gpus=tuple(g.label for g in gpus.found),
@@ -439,10 +437,6 @@ def _error_of(lines: Sequence[str]) -> str:
     said = [line.strip() for line in lines if line.strip()]
     errors = [line for line in said if "Error" in line.split(":", 1)[0] or line.lower().startswith("error")]
     return ((errors or said or ["(no output)"])[-1])[:300]
-
-
-def _canonical(name: str) -> str:
-    return name.lower().replace("_", "-").replace(".", "-")
 
 
 def channel_location(index: str, channel: str) -> str:

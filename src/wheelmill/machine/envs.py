@@ -187,21 +187,25 @@ class EnvBackend(ABC):
         """Add packages (requirements or wheel paths) to ``env``."""
 
 
+def uv_environment(*, cache_dir: Path | None = None, retries: int = 3) -> dict[str, str]:
+    """The environment every uv command runs with: uv reads no config file and no UV_*
+    variable of the caller (sources are explicit), downloads no Python, shows no progress."""
+    env = base_environment([], {"UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1", "UV_HTTP_RETRIES": str(retries)})
+    if cache_dir is not None:
+        env["UV_CACHE_DIR"] = str(cache_dir)
+    elif "UV_CACHE_DIR" in os.environ:
+        # Where the cache lives changes no result, so the caller's choice of it is kept.
+        env["UV_CACHE_DIR"] = os.environ["UV_CACHE_DIR"]
+    return env
+
+
 class UvBackend(EnvBackend):
     """uv venvs, resolved with ``uv pip compile`` and made with ``uv pip sync``."""
 
     name = "uv"
 
     def _env(self, *, fail_fast: bool = False) -> dict[str, str]:
-        # uv reads no config file and no UV_* variable of the caller: sources are explicit.
-        retries = "1" if fail_fast else "3"
-        env = base_environment([], {"UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1", "UV_HTTP_RETRIES": retries})
-        if self.cache_dir is not None:
-            env["UV_CACHE_DIR"] = str(self.cache_dir)
-        elif "UV_CACHE_DIR" in os.environ:
-            # Where the cache lives changes no result, so the caller's choice of it is kept.
-            env["UV_CACHE_DIR"] = os.environ["UV_CACHE_DIR"]
-        return env
+        return uv_environment(cache_dir=self.cache_dir, retries=1 if fail_fast else 3)
 
     def _uv(self, *args: str | Path) -> list[str]:
         return [uv_bin(), *[str(a) for a in args], "--no-config", *(["--offline"] if self.offline else [])]
