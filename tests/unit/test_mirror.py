@@ -80,6 +80,7 @@ def inputs(sandbox: Sandbox, channel: Channel, wheel: Path, sources: str) -> Clo
         channel=channel,
         python=PYTHON,
         glibc="manylinux_2_28",
+        machine="x86_64",
         torch="2.13.0+cpu",
         wheels=(wheel,),
         sources=PackageSources(index_url=sources, origin="test"),

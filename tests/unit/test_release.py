@@ -290,13 +290,15 @@ def test_matrix_json_is_golden(capsys: pytest.CaptureFixture[str]) -> None:
     produced = json.loads(capsys.readouterr().out)
     golden = json.loads((ROOT / "tests" / "golden" / "matrix.json").read_text())
     assert produced == golden
-    assert len(produced["include"]) == 59 and set(produced["include"][0]) == {
+    assert len(produced["include"]) == 79 and set(produced["include"][0]) == {
         "cell",
         "variant",
         "python",
         "family",
         "label",
         "channel",
+        "platform",
+        "runner",
     }
     slim = next(entry for entry in produced["include"] if entry["cell"] == "cuda130-sm90-py311")
     assert slim == {
@@ -306,6 +308,8 @@ def test_matrix_json_is_golden(capsys: pytest.CaptureFixture[str]) -> None:
         "family": "cuda",
         "label": "cu130",
         "channel": "cu130-sm90",
+        "platform": "x86_64",
+        "runner": "ubuntu-24.04",
         "slim-of": "cuda130",
     }
     other = next(entry for entry in produced["include"] if entry["cell"] == "cuda130-sm90-torch2.12-py311")
@@ -316,10 +320,14 @@ def test_matrix_json_is_golden(capsys: pytest.CaptureFixture[str]) -> None:
         "family": "cuda",
         "label": "cu130",
         "channel": "cu130-sm90-torch2.12",
+        "platform": "x86_64",
+        "runner": "ubuntu-24.04",
         "slim-of": "cuda130",
         "torch": "2.12.0",
         "torch-of": "cuda130-sm90",
     }
+    arm = next(entry for entry in produced["include"] if entry["cell"] == "cuda130-sm90-aarch64-py311")
+    assert (arm["channel"], arm["platform"], arm["runner"]) == ("cu130-sm90", "aarch64", "ubuntu-24.04-arm")
 
 
 def test_a_change_picks_slim_cells_only_where_named(tmp_path: Path) -> None:
@@ -359,9 +367,16 @@ def test_a_release_builds_slim_cells_into_their_channels_in_its_track() -> None:
 def test_matrix_json_without_slim_cells(capsys: pytest.CaptureFixture[str]) -> None:
     """build.yml's fallback when no diff can be computed: every cell but the slim ones."""
     assert main(["--recipes", str(ROOT / "recipes"), "matrix", "--json", "--no-slim"]) == 0
-    cells = [c["cell"] for c in json.loads(capsys.readouterr().out)["include"]]
-    assert len(cells) == 47 and "cuda130-py311" in cells and not [c for c in cells if "-sm" in c or "-gfx" in c]
+    entries = {c["cell"]: c for c in json.loads(capsys.readouterr().out)["include"]}
+    cells = list(entries)
+    assert len(cells) == 59 and "cuda130-py311" in cells and not [c for c in cells if "-sm" in c or "-gfx" in c]
     assert "cuda130-torch2.12-py311" in cells, "a cell of another torch is built like its parent's"
+    # each platform's cells run on a runner of that platform: natively, no emulation in CI
+    assert {(e["platform"], e["runner"]) for e in entries.values()} == {
+        ("x86_64", "ubuntu-24.04"),
+        ("aarch64", "ubuntu-24.04-arm"),
+    }
+    assert entries["cpu-aarch64-py311"]["channel"] == entries["cpu-py311"]["channel"] == "cpu"
 
 
 def test_matrix_json_for_changed_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -256,6 +256,8 @@ def matrix_problems(workflow: Workflow, plan_command: str) -> list[str]:
         problems.append("fail-fast is not false: one failing cell would cancel the others")
     if "max-parallel" in strategy:
         problems.append("max-parallel serializes cells")
+    if build.get("runs-on") != "${{ matrix.runner }}":
+        problems.append(f"build runs on {build.get('runs-on')!r}, not its cell's platform's runner (matrix.runner)")
     return problems
 
 

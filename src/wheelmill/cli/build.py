@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
@@ -74,7 +75,7 @@ def cmd_matrix(args: argparse.Namespace, settings: Settings, console: Console) -
             chosen = affected_cells(matrix, recipes, _changed(args.changed_files), root=settings.root)
         if not args.slim:
             chosen = tuple(c for c in chosen if not c.variant.slim_of)
-        print(json.dumps(github_matrix(chosen), separators=(",", ":")))
+        print(json.dumps(github_matrix(chosen, matrix.runners), separators=(",", ":")))
         return 0
     if args.markdown:
         print(matrix_markdown(matrix))
@@ -89,11 +90,13 @@ def cmd_matrix(args: argparse.Namespace, settings: Settings, console: Console) -
 
 
 def _count(matrix: Matrix) -> str:
-    """``59 cells, 12 of them slim, 8 of another torch``"""
+    """``59 cells, 12 of them slim, 8 of another torch, 20 for aarch64``"""
     slim = sum(1 for c in matrix.cells if c.variant.slim_of)
     other = sum(1 for c in matrix.cells if c.variant.torch_of)
     kinds = [f"{slim} of them slim"] if slim else []
     kinds += [f"{other} of another torch"] if other else []
+    platforms = Counter(c.variant.platform_tag for c in matrix.cells if c.variant.platform_tag)
+    kinds += [f"{n} for {platform}" for platform, n in platforms.items()]
     return ", ".join((f"{len(matrix.cells)} cells", *kinds))
 
 

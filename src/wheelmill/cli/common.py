@@ -189,7 +189,11 @@ def mirror_cells(cells: Sequence[str], settings: Settings, console: Console) -> 
     for cell in matrix.select(list(cells)):
         layout = CellLayout(output=settings.output.resolve(), cell=cell.id)
         inputs = inputs_of_report(
-            layout, index=settings.index, glibc=cell.variant.glibc, toolkit=cell.variant.toolkit_wheels
+            layout,
+            index=settings.index,
+            glibc=cell.variant.glibc,
+            machine=cell.variant.platform,
+            toolkit=cell.variant.toolkit_wheels,
         )
         with StepLog(layout.logs / "mirror.log") as log:
             found = resolve(inputs, backend=backend, log=log, work=layout.build / "closure", lock=layout.closure_lock)

@@ -238,7 +238,7 @@ def release_json(release: Release, plans: tuple[CellPlan, ...], matrix: Matrix) 
         "action": release.action.value,
         "promote-from": release.promote_from,
         "commit": release.commit,
-        "matrix": github_matrix(p.cell for p in plans if release.action is Action.BUILD),
+        "matrix": github_matrix((p.cell for p in plans if release.action is Action.BUILD), matrix.runners),
         "gpu-matrix": {"include": gpu_jobs},
     }
 

@@ -40,6 +40,7 @@ from wheelmill.files import Linked, write_all, write_atomic
 from wheelmill.index.blobs import Blobs
 from wheelmill.index.store import Channel, Published, now_rfc3339, publish
 from wheelmill.inputs.manylinux import oldest_glibc
+from wheelmill.inputs.variants import X86_64
 from wheelmill.machine.envs import EnvBackend, Target
 from wheelmill.machine.net import download, is_transient, sha256_of, split_credentials
 from wheelmill.machine.package_sources import PackageSources
@@ -59,6 +60,7 @@ class ClosureInputs:
     channel: Channel
     python: str  # 3.11
     glibc: str  # the variant's baseline, manylinux_2_28
+    machine: str  # the variant's platform, x86_64 or aarch64
     torch: str  # the exact version the cell built against
     wheels: tuple[Path, ...]  # what the cell published (or would)
     sources: PackageSources  # what the build resolved its env from
@@ -128,7 +130,9 @@ class Mirrored:
         )
 
 
-def inputs_of_report(layout: CellLayout, *, index: Path, glibc: str, toolkit: tuple[str, ...] = ()) -> ClosureInputs:
+def inputs_of_report(
+    layout: CellLayout, *, index: Path, glibc: str, machine: str, toolkit: tuple[str, ...] = ()
+) -> ClosureInputs:
     """The closure inputs of a cell built earlier, from its report: the wheels it delivered
     (found beside the report, still the bytes it tested), the torch it built against, the
     sources it used."""
@@ -159,6 +163,7 @@ def inputs_of_report(layout: CellLayout, *, index: Path, glibc: str, toolkit: tu
         channel=Channel(index, built.channel),
         python=built.python,
         glibc=glibc,
+        machine=machine,
         torch=torch,
         wheels=tuple(paths),
         sources=PackageSources.from_uv_args(list(args), f"the sources of {report}"),
@@ -166,23 +171,23 @@ def inputs_of_report(layout: CellLayout, *, index: Path, glibc: str, toolkit: tu
     )
 
 
-def platform_of(glibc: str, wheels: Iterable[Path]) -> str:
-    """uv's platform for the closure: the variant's glibc baseline, raised to what the
-    most demanding of the cell's wheels needs (a consumer needs that glibc anyway).
+def platform_of(glibc: str, wheels: Iterable[Path], machine: str = X86_64) -> str:
+    """uv's platform for the closure: the variant's machine and glibc baseline, raised to
+    what the most demanding of the cell's wheels needs (a consumer needs that glibc anyway).
 
     >>> platform_of("manylinux_2_28", [Path("t-1-cp311-cp311-manylinux_2_31_x86_64.whl")])
     'x86_64-manylinux_2_31'
-    >>> platform_of("manylinux_2_28", [Path("t-1-cp311-cp311-manylinux2014_x86_64.whl")])
-    'x86_64-manylinux_2_28'
+    >>> platform_of("manylinux_2_28", [Path("t-1-cp311-cp311-manylinux2014_aarch64.whl")], "aarch64")
+    'aarch64-manylinux_2_28'
     """
-    needs = [oldest_glibc([glibc + "_x86_64"]) or (2, 17)]
+    needs = [oldest_glibc([f"{glibc}_{machine}"]) or (2, 17)]
     needs += [
         found
         for wheel in wheels
         if (found := oldest_glibc(tag.platform for tag in parse_wheel_filename(wheel.name)[3]))
     ]
     major, minor = max(needs)
-    return f"x86_64-manylinux_{major}_{minor}"
+    return f"{machine}-manylinux_{major}_{minor}"
 
 
 def requirements(inputs: ClosureInputs) -> list[str]:
@@ -233,7 +238,7 @@ def resolve(inputs: ClosureInputs, *, backend: EnvBackend, log: StepLog, work: P
     wanted = work / "closure.in"
     wanted.write_text("\n".join(pins) + "\n", encoding="utf-8")
     resolved = work / "pylock.resolved.toml"
-    target = Target(python=inputs.python, platform=platform_of(inputs.glibc, inputs.wheels))
+    target = Target(python=inputs.python, platform=platform_of(inputs.glibc, inputs.wheels, inputs.machine))
     log.note(f"resolving {', '.join(pins)} for Python {target.python} on {target.platform} from {sources.describe()}")
     try:
         backend.lock_wheels(wanted, resolved, target=target, sources=sources, log=log, interpreter=Path(sys.executable))

@@ -6,7 +6,10 @@ variant, ``<variant>-<arch>`` (``cuda130-sm90``), and its ``other-torch`` releas
 of each torch, ``<variant>-torch<major>.<minor>`` (``cuda130-torch2.12``, and for each slim
 one ``cuda130-sm90-torch2.12``), placed right after what they derive from, whose cells
 (``cuda130-sm90-py311``, ``cuda130-torch2.12-py311``) are cells like any other. The cells
-of the variant's own ``torch`` keep the plain names.
+of the variant's own ``torch`` keep the plain names. A variant's ``platforms`` beyond x86_64
+derive a twin of it and of each variant derived from it, ``<name>-aarch64``
+(``cpu-aarch64-py311``, ``cuda130-sm90-aarch64-py311``), placed after them, with what the
+variant's ``[variants.<name>.aarch64]`` table says differs on that machine.
 """
 
 from __future__ import annotations
@@ -23,11 +26,11 @@ from wheelmill.errors import ConfigError, SelectionError, did_you_mean
 from wheelmill.inputs import SCHEMAS
 from wheelmill.inputs.archs import CudaArchs, RocmArchs, arch_tag
 from wheelmill.inputs.manylinux import policies
-from wheelmill.inputs.variants import Cell, Family, Variant
+from wheelmill.inputs.variants import AARCH64, PLATFORMS, X86_64, Cell, Family, Variant
 
 SCHEMA = "matrix.schema.json"
 _CELL_ID = re.compile(
-    r"^(?P<variant>[a-z0-9]+(?:-[a-z0-9]+)?(?:-torch[0-9]+\.[0-9]+)?)-py(?P<major>3)(?P<minor>[0-9]{1,2})$"
+    r"^(?P<variant>[a-z0-9]+(?:-[a-z0-9]+)?(?:-torch[0-9]+\.[0-9]+)?(?:-aarch64)?)-py(?P<major>3)(?P<minor>[0-9]{1,2})$"
 )
 
 
@@ -46,6 +49,7 @@ class Matrix:
     memory_per_job: Mapping[str, int]
     canary: tuple[str, ...] = ()
     gpu_runners: Mapping[str, str] = field(default_factory=dict)  # variant glob -> CI runner label of GPU machines
+    runners: Mapping[str, str] = field(default_factory=dict)  # platform -> CI runner label building it natively
 
     @property
     def cells(self) -> tuple[Cell, ...]:
@@ -71,7 +75,8 @@ class Matrix:
             raise SelectionError(
                 f"'{cell_id}' is not a cell id{did_you_mean(cell_id, known)}",
                 fix="write <variant>-py<XY>, e.g. cuda118-py311, cuda130-sm90-py311 for a slim variant, "
-                "cuda130-torch2.12-py311 for another torch (`wheelmill matrix` lists them)",
+                "cuda130-torch2.12-py311 for another torch, cpu-aarch64-py311 for aarch64 "
+                "(`wheelmill matrix` lists them)",
             )
         variant = self.variant(match.group("variant"))
         python = f"{match.group('major')}.{match.group('minor')}"
@@ -94,12 +99,19 @@ class Matrix:
             raise self._unknown_variant(name) from None
 
     def _unknown_variant(self, name: str) -> SelectionError:
+        twin, _, platform = name.rpartition("-")
+        if platform in PLATFORMS and twin in self.variants:
+            return SelectionError(
+                f"variant {twin} is not built for {platform}, so there is no variant '{name}'",
+                fix=f'add "{platform}" to variants.{self.variants[twin].base_name}.platforms in {self.path} '
+                f"(where the toolkit and torch exist for it)",
+            )
         stem, _, torch = name.rpartition("-torch")
         if stem in self.variants and re.fullmatch(r"[0-9]+\.[0-9]+", torch):
             return self._unknown_torch(self.variants[stem], torch, name)
         parent, _, tag = name.partition("-")
         if tag and parent in self.variants and self.variants[parent].family is not Family.CPU:
-            slims = [v.name for v in self.variants.values() if v.slim_of == parent and not v.torch_of]
+            slims = [v.name for v in self.variants.values() if v.slim_of == parent and not v.torch_of and not v.platform_tag]
             others = f"use one of its slim variants ({', '.join(slims)}), or " if slims else ""
             return SelectionError(
                 f"variant {parent} has no slim variant '{name}'{did_you_mean(name, slims)}",
@@ -131,12 +143,13 @@ class Matrix:
         return tuple(chosen.values())
 
 
-def github_matrix(cells: Iterable[Cell]) -> dict[str, list[dict[str, str]]]:
-    """GitHub Actions' ``{"include": [...]}``: one entry per cell; a slim cell's says whose."""
-    return {"include": [_entry(c) for c in cells]}
+def github_matrix(cells: Iterable[Cell], runners: Mapping[str, str]) -> dict[str, list[dict[str, str]]]:
+    """GitHub Actions' ``{"include": [...]}``: one entry per cell, with the runner label of
+    its platform (an aarch64 cell builds natively on an arm runner); a slim cell's says whose."""
+    return {"include": [_entry(c, runners) for c in cells]}
 
 
-def _entry(cell: Cell) -> dict[str, str]:
+def _entry(cell: Cell, runners: Mapping[str, str]) -> dict[str, str]:
     v = cell.variant
     entry = {
         "cell": cell.id,
@@ -145,12 +158,14 @@ def _entry(cell: Cell) -> dict[str, str]:
         "family": v.family.value,
         "label": v.label,
         "channel": v.channel,
+        "platform": v.platform,
+        "runner": runners[v.platform],
     }
     entry |= {"slim-of": v.slim_of} if v.slim_of else {}
     return entry | ({"torch": v.torch, "torch-of": v.torch_of} if v.torch_of else {})
 
 
-MATRIX_COLUMNS = ("variant", "slim of", "toolkit", "torch", "arch list", "channel", "glibc")
+MATRIX_COLUMNS = ("variant", "platform", "slim of", "toolkit", "torch", "arch list", "channel", "glibc")
 
 
 def matrix_row(v: Variant, pythons: Sequence[str], *, code: Callable[[str], str] = str) -> list[str]:
@@ -158,6 +173,7 @@ def matrix_row(v: Variant, pythons: Sequence[str], *, code: Callable[[str], str]
     marks up the arch list (Markdown's backticks)."""
     head = [
         v.name,
+        v.platform,
         v.slim_of or "-",
         v.toolkit or "-",
         f"{v.torch}+{v.label}",
@@ -183,9 +199,12 @@ def load_matrix(path: Path) -> Matrix:
     variants: dict[str, Variant] = {}
     for name, raw in data["variants"].items():
         variant = _variant(name, raw, file=path, pythons=pythons)
-        for each in (variant, *slim_variants(variant)):
-            variants |= {v.name: v for v in (each, *torch_variants(each))}
+        family = [v for each in (variant, *slim_variants(variant)) for v in (each, *torch_variants(each))]
+        for platform in variant.platforms[1:]:
+            family += platform_variants(family, platform, raw.get(platform, {}), where=f"{path}: variants.{name}")
+        variants |= {v.name: v for v in family}
     checks = data["checks"]
+    ci = data.get("ci", {})
     return Matrix(
         path=path,
         pythons=pythons,
@@ -198,9 +217,20 @@ def load_matrix(path: Path) -> Matrix:
         max_wheel_size=parse_size(checks.get("max-wheel-size", "300MiB")),
         min_free_disk={k: parse_size(v) for k, v in checks.get("min-free-disk", {}).items()},
         memory_per_job={k: parse_size(v) for k, v in checks.get("memory-per-job", {}).items()},
-        canary=_canary(data.get("ci", {}).get("canary", ()), variants, file=path),
-        gpu_runners=_gpu_runners(data.get("ci", {}).get("gpu-runners", {}), variants, file=path),
+        canary=_canary(ci.get("canary", ()), variants, file=path),
+        gpu_runners=_gpu_runners(ci.get("gpu-runners", {}), variants, file=path),
+        runners=_runners(ci.get("runners", {})),
     )
+
+
+# GitHub's hosted runners of each platform: what ci.runners replaces.
+DEFAULT_RUNNERS = {X86_64: "ubuntu-24.04", AARCH64: "ubuntu-24.04-arm"}
+
+
+def _runners(runners: Mapping[str, str]) -> dict[str, str]:
+    """The CI runner label of each platform: GitHub's hosted ones, unless ci.runners names
+    others (a self-hosted arm pool, say)."""
+    return DEFAULT_RUNNERS | dict(runners)
 
 
 def _gpu_runners(runners: Mapping[str, str], variants: Mapping[str, Variant], *, file: Path) -> dict[str, str]:
@@ -243,9 +273,58 @@ def _variant(name: str, raw: Mapping[str, Any], *, file: Path, pythons: tuple[st
         toolkit_wheels=tuple(raw.get("toolkit-wheels", ())),
         slim=tuple(raw.get("slim", ())),
         other_torch=tuple(raw.get("other-torch", ())),
+        platforms=tuple(raw.get("platforms", (X86_64,))),
     )
     _check_variant(variant, file=file, pythons=pythons)
     return variant
+
+
+def platform_variants(
+    family: Sequence[Variant], platform: str, differs: Mapping[str, Any], *, where: str
+) -> list[Variant]:
+    """A twin for ``platform`` of each variant of a declared one's ``family`` (it, its slim
+    variants and those of other torch releases), with what ``differs`` on that machine: its
+    own arch list (a slim arch it lacks has no twin) and its own torch, and whether PyPI's
+    torch is the variant's build there. Channel and wheel label stay the twin's: the wheels'
+    platform tags keep the two apart."""
+    declared = family[0]
+    arch_list = differs.get("arch-list", declared.arch_list)
+    twins = []
+    for v in family:
+        if v.slim_tag and not _lists(arch_list, v.arch_list):
+            continue
+        twin = replace(
+            v,
+            name=f"{v.name}-{platform}",
+            platform=platform,
+            platform_of=v.base_name if v is declared else None,
+            arch_list=v.arch_list if v.slim_tag else arch_list,
+            torch=v.torch if v.torch_tag else differs.get("torch", v.torch),
+            torch_on_pypi=differs.get("torch-on-pypi", v.torch_on_pypi),
+            glibc=differs.get("glibc", v.glibc),
+        )
+        _check_platform(twin, where=f"{where}.{platform}")
+        twins.append(twin)
+    return twins
+
+
+def _lists(arch_list: str | None, arch: str | None) -> bool:
+    """Whether ``arch`` (one arch, a slim variant's) is in ``arch_list``."""
+    return arch is not None and arch_list is not None and arch in arch_list.replace("+PTX", "").split(";")
+
+
+def _check_platform(v: Variant, *, where: str) -> None:
+    known = policies(v.platform)
+    if v.glibc not in known:
+        raise ConfigError(
+            f"{where}.glibc: '{v.glibc}' is no manylinux policy of {v.platform}",
+            fix=f"give one of {min(known, key=_glibc)} to {max(known, key=_glibc)}",
+        )
+    if v.arch_list and not v.slim_tag:
+        try:
+            CudaArchs.parse(v.arch_list) if v.family is Family.CUDA else RocmArchs.parse(v.arch_list)
+        except ValueError as exc:
+            raise ConfigError(f"{where}.arch-list: {exc}", fix="list archs separated by ';'") from None
 
 
 def torch_tag(torch: str) -> str:
@@ -299,7 +378,16 @@ def _check_variant(v: Variant, *, file: Path, pythons: tuple[str, ...]) -> None:
             f"{where}.family: '{v.family}' does not match the variant name",
             fix=f"name {v.family} variants {v.family}...",
         )
-    known = policies("x86_64")
+    if v.platforms[0] != X86_64:
+        raise ConfigError(
+            f"{where}.platforms: {', '.join(v.platforms)} does not start with {X86_64}",
+            fix=f'list {X86_64} first: every variant builds for it, e.g. platforms = ["{X86_64}", "{AARCH64}"]',
+        )
+    if v.family is Family.ROCM and AARCH64 in v.platforms:
+        raise ConfigError(
+            f"{where}.platforms: ROCm has no {AARCH64} toolkit or torch", fix=f'remove "{AARCH64}" from its platforms'
+        )
+    known = policies(X86_64)
     if v.glibc not in known:
         raise ConfigError(
             f"{where}.glibc: '{v.glibc}' is no manylinux policy "

@@ -23,7 +23,7 @@ from wheelmill.config import load_toml, parse_size, validate
 from wheelmill.errors import ConfigError, SelectionError, did_you_mean
 from wheelmill.inputs import SCHEMAS
 from wheelmill.inputs.archs import CudaArchs, RocmArchs
-from wheelmill.inputs.variants import Cell, Family
+from wheelmill.inputs.variants import PLATFORMS, Cell, Family
 from wheelmill.inputs.versions import VersionRule
 
 SCHEMA = "recipe.schema.json"
@@ -79,6 +79,7 @@ class Recipe:
     description: str
     cells: tuple[str, ...]
     opt_in: bool  # built only when named, or needed by a recipe that is
+    platforms: tuple[str, ...] = PLATFORMS  # the machines it builds for (of those its cells' variants list)
     abi: AbiPromise | None = None  # what its libraries promise of their ABI; None: nothing
     depends_on: tuple[str, ...]
     after: tuple[str, ...]  # built after (and against) these when the cell builds them too
@@ -89,7 +90,12 @@ class Recipe:
     overrides: tuple[Mapping[str, Any], ...]
 
     def applies_to(self, cell: Cell) -> bool:
-        return any(fnmatch.fnmatchcase(cell.base_id, glob) for glob in self.cells)
+        return cell.variant.platform in self.platforms and matches(cell, self.cells)
+
+
+def matches(cell: Cell, globs: Sequence[str]) -> bool:
+    """Whether a recipe's (or an override's) cell globs select ``cell``, by its recipe ids."""
+    return any(fnmatch.fnmatchcase(each, glob) for each in cell.recipe_ids for glob in globs)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,6 +162,7 @@ def load_recipe(file: Path) -> Recipe:
         description=data.get("description", ""),
         cells=tuple(data.get("cells", ["*"])),
         opt_in=data.get("opt-in", False),
+        platforms=tuple(data.get("platforms", PLATFORMS)),
         abi=AbiPromise(data["abi"]) if "abi" in data else None,
         depends_on=tuple(data.get("depends-on", ())),
         after=tuple(data.get("after", ())),
@@ -300,7 +307,7 @@ def select(recipes: Mapping[str, Recipe], cell: Cell, names: Sequence[str]) -> t
             )
         if not recipes[name].applies_to(cell):
             raise SelectionError(
-                f"recipe '{name}' is not built for cell {cell.id} (its cells: {', '.join(recipes[name].cells)})",
+                f"recipe '{name}' is not built for cell {cell.id} ({_reach(recipes[name])})",
                 fix="pick a cell it applies to, or widen its cells in " + str(recipes[name].file),
             )
     chosen = list(names) or [n for n, r in sorted(recipes.items()) if r.applies_to(cell) and not r.opt_in]
@@ -315,11 +322,17 @@ def select(recipes: Mapping[str, Recipe], cell: Cell, names: Sequence[str]) -> t
     return result
 
 
+def _reach(recipe: Recipe) -> str:
+    """``its cells: cpu*; its platforms: x86_64``: what a recipe is built for."""
+    platforms = f"; its platforms: {', '.join(recipe.platforms)}" if recipe.platforms != PLATFORMS else ""
+    return f"its cells: {', '.join(recipe.cells)}{platforms}"
+
+
 def check_cells(recipes: Mapping[str, Recipe], cells: Sequence[Cell]) -> None:
     """Every recipe, and every override in it, is for some cell of the matrix: a glob that
     matches nothing is a typo that would silently build nothing. Globs match cells by their
     ``base_id``, so one on a slim cell's own id matches nothing and is refused here."""
-    ids = list(dict.fromkeys(c.base_id for c in cells))
+    ids = list(dict.fromkeys(each for c in cells for each in c.recipe_ids))
     for recipe in recipes.values():
         tables = [("cells", recipe.cells)] + [
             (f"override[{i}].cells", tuple(o["cells"])) for i, o in enumerate(recipe.overrides)
@@ -353,7 +366,7 @@ def resolve(recipe: Recipe, cell: Cell) -> ResolvedRecipe:
     tables: dict[str, Any] = _merge({}, dict(recipe.tables))
     source, subdir, patches = recipe.source, recipe.subdir, recipe.patches
     for index, override in enumerate(recipe.overrides):
-        if any(fnmatch.fnmatchcase(cell.base_id, glob) for glob in override["cells"]):
+        if matches(cell, override["cells"]):
             tables = _merge(tables, {k: v for k, v in override.items() if k not in ("cells", "source")})
             # a source is replaced whole: a commit of one tag with the URL of another is no source
             if "source" in override:

@@ -15,6 +15,12 @@ channel per torch, because an extension built per torch pins that torch exactly:
 channel with both, an installer takes the highest version and replaces the machine's torch
 with the other one; the label besides, because two different wheels never share a name,
 wherever they end up side by side (a download directory, a cache, a mirror).
+
+A variant of another platform (``cpu-aarch64``, ``cuda130-sm90-aarch64``) is its twin built
+for that machine: the same channel and wheel label (a wheel's platform tag keeps the two
+apart, and an installer on either machine takes its own), its own lock, builder image and
+build keys, and where the matrix says so its own arch list and torch. A variant's plain name
+means x86_64.
 """
 
 from __future__ import annotations
@@ -22,8 +28,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-# The machine every cell builds for: x86_64 (an aarch64 platform axis is yet to come).
-MACHINE = "x86_64"
+# The machines a cell can build for, as Linux names them (``uname -m``, wheel platform tags):
+# x86_64 is every variant's own; aarch64 is the other (Grace Hopper and Grace Blackwell).
+X86_64 = "x86_64"
+AARCH64 = "aarch64"
+PLATFORMS = (X86_64, AARCH64)
 
 
 class Family(StrEnum):
@@ -55,18 +64,27 @@ class Variant:
     other_torch: tuple[str, ...] = ()  # the other torch releases it builds for, as declared
     torch_of: str | None = None  # a variant of another torch: the variant it derives from
     torch_tag: str | None = None  # a variant of another torch: its torch, short (torch2.12)
+    platform: str = X86_64  # the machine its wheels are code for
+    platforms: tuple[str, ...] = (X86_64,)  # the platforms it builds for, as declared
+    platform_of: str | None = None  # a variant of another platform: its x86_64 twin
 
     @property
     def base_name(self) -> str:
         """The variant as declared, whose recipes, overrides and builder image this one
         shares: the parent of a slim variant or of a variant of another torch, else itself."""
-        return self.slim_of or self.torch_of or self.name
+        return self.slim_of or self.torch_of or self.platform_of or self.name
 
     @property
     def lock_name(self) -> str:
         """The variant whose build env this one shares: a slim variant its parent's (the
-        archs are no input of the env), a variant of another torch one of its own."""
-        return f"{self.base_name}-{self.torch_tag}" if self.torch_tag else self.base_name
+        archs are no input of the env), a variant of another torch or platform one of its own."""
+        return "-".join(tag for tag in (self.base_name, self.torch_tag, self.platform_tag) if tag)
+
+    @property
+    def platform_tag(self) -> str | None:
+        """The platform in the names of a variant of another platform (``aarch64``); None for
+        x86_64, whose names carry none."""
+        return None if self.platform == X86_64 else self.platform
 
     @property
     def toolkit_short(self) -> str | None:
@@ -109,10 +127,11 @@ class Variant:
 
     def describe(self) -> str:
         torch = f"torch {self.torch}+{self.label}"
+        machine = f", {self.platform}" if self.platform_tag else ""
         if self.family is Family.CPU:
-            return f"CPU, {torch}, {self.glibc}"
+            return f"CPU, {torch}, {self.glibc}{machine}"
         kind = "CUDA" if self.family is Family.CUDA else "ROCm"
-        return f"{kind} {self.toolkit}, {torch}, archs {self.arch_list}{self._derived()}, {self.glibc}"
+        return f"{kind} {self.toolkit}, {torch}, archs {self.arch_list}{self._derived()}, {self.glibc}{machine}"
 
     def _derived(self) -> str:
         """What a derived variant is derived from, and its channel ("" for a declared one)."""
@@ -140,6 +159,15 @@ class Cell:
         cell's recipes and overrides (``cuda130-sm90-py311``, ``cuda130-torch2.12-py311`` ->
         ``cuda130-py311``)."""
         return f"{self.variant.base_name}-py{self.python.replace('.', '')}"
+
+    @property
+    def recipe_ids(self) -> tuple[str, ...]:
+        """The ids recipe and override globs match: the base id, and for a cell of another
+        platform that id with the platform too (``cpu-aarch64-py311``), so a glob such as
+        ``*-aarch64-*`` can say what only that platform's builds need."""
+        if not self.variant.platform_tag:
+            return (self.base_id,)
+        return (self.base_id, f"{self.variant.base_name}-{self.variant.platform_tag}-py{self.python.replace('.', '')}")
 
     @property
     def lock_id(self) -> str:

@@ -26,7 +26,7 @@ from wheelmill.errors import CommandFailed, ConfigError, EnvError, FetchError, P
 from wheelmill.files import write_atomic
 from wheelmill.inputs.matrix import Matrix
 from wheelmill.inputs.recipes import Recipe, ResolvedRecipe, resolve_all
-from wheelmill.inputs.variants import MACHINE, Cell, Variant
+from wheelmill.inputs.variants import Cell, Variant
 from wheelmill.machine import envs
 from wheelmill.machine.envs import EnvBackend, Target
 from wheelmill.machine.net import is_transient
@@ -61,7 +61,7 @@ class LockInputs:
 
 
 def target(cell: Cell) -> Target:
-    return Target(python=cell.python, platform=f"{MACHINE}-{cell.variant.glibc}")
+    return Target(python=cell.python, platform=f"{cell.variant.platform}-{cell.variant.glibc}")
 
 
 def inputs(matrix: Matrix, resolved: Mapping[str, ResolvedRecipe], cell: Cell) -> LockInputs:

@@ -45,10 +45,11 @@ class Serving:
         )
 
 
-def group_of(variant: Variant) -> tuple[str, str | None]:
-    """A variant's serving group: the variant it derives from (or itself), and its slim arch.
-    Variants of other torch releases share their parent's; a slim variant's arch set is its own."""
-    return variant.base_name, variant.slim_tag
+def group_of(variant: Variant) -> tuple[str, str | None, str]:
+    """A variant's serving group: the variant it derives from (or itself), its slim arch and
+    its platform. Variants of other torch releases share their parent's; a slim variant's arch
+    set is its own, and so is each platform's (an aarch64 wheel serves aarch64 cells alone)."""
+    return variant.base_name, variant.slim_tag, variant.platform
 
 
 def serves(recipe: ResolvedRecipe, stable: set[str], needs: Sequence[str]) -> bool:

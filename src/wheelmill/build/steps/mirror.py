@@ -26,6 +26,7 @@ def closure_inputs(ctx: StepContext) -> ClosureInputs:
         channel=Channel(ctx.run.settings.index, plan.channel),
         python=plan.cell.python,
         glibc=plan.cell.variant.glibc,
+        machine=plan.cell.variant.platform,
         torch=ctx.done.get(BuildEnv).pins["torch"],
         wheels=tuple(published),
         sources=ctx.done.get(Sources).packages,

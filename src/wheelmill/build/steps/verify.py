@@ -23,7 +23,7 @@ from wheelmill.checks.symbols import interpreter_libraries, judge_required, judg
 from wheelmill.config import format_size
 from wheelmill.errors import CheckError, CommandFailed, PrecheckError, RepairError
 from wheelmill.inputs.archs import CudaArchs, RocmArchs
-from wheelmill.inputs.variants import MACHINE, Family
+from wheelmill.inputs.variants import Family
 from wheelmill.machine.builder_images import BaseKind
 from wheelmill.machine.probes import TorchInfo
 from wheelmill.machine.process import Runner, base_environment
@@ -49,7 +49,7 @@ def post_build_checks(ctx: StepContext, spec: RecipeSpec) -> Outcome:
             elves, root=root, finder=finder, interpreter=interpreter_libraries(where(python), finder)
         )
         results = [
-            judge_machine(elves, MACHINE, root=root),
+            judge_machine(elves, ctx.run.plan.cell.variant.platform, root=root),
             judge_undefined(report),
             judge_required(elves, spec.symbols),
             _device(runner, checked.toolkit, spec, root, elves),
