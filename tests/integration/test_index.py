@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import NoReturn
+from urllib.parse import unquote
 
 import jsonschema
 import pytest
@@ -710,3 +711,54 @@ def test_nginx_serves_the_same_tree(index_root: Path, tmp_path: Path) -> None:
         proc.terminate()
         proc.wait(timeout=10)
         errors.close()
+
+
+def test_a_channel_holding_both_platforms_gives_each_machine_its_own_files(
+    served: Served, index_root: Path, tmp_path: Path
+) -> None:
+    """cpu and its aarch64 twin publish to one channel, each with the torch of its platform
+    mirrored beside its wheel (torch 2.13.0+cpu on x86_64, PyPI's 2.10.0 on aarch64). pip,
+    told the platform and given the channel's URL alone, resolves each machine's own files;
+    uv, told the other platform, too."""
+    matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
+    x86, arm = matrix.variants["cpu"], matrix.variants["cpu-aarch64"]
+    assert x86.channel == arm.channel
+    channel = Channel(index_root, x86.channel)
+    expected = {}
+    for variant, platform in ((x86, "manylinux_2_28_x86_64"), (arm, "manylinux_2_34_aarch64")):
+        place = tmp_path / variant.name
+        torch_version = f"{variant.torch}+cpu" if not variant.torch_on_pypi else variant.torch
+        torch = make_wheel(
+            place, "torch", torch_version, tag=f"cp311-cp311-{platform}", files=_torch_files(torch_version)
+        )
+        ops = make_wheel(
+            place,
+            "wm-ops",
+            f"0.1.0+{variant.wheel_label}",
+            tag=f"cp311-cp311-{platform}",
+            requires=[f"torch=={variant.torch}"],
+            files={"wm_ops/_C.so": variant.platform.encode()},
+        )
+        wheelmill(index_root, "publish", "--channel", variant.channel, str(ops))
+        publish(channel, torch, mirrored_from=f"https://mirror.invalid/{torch.name}")
+        expected[variant.platform] = {"torch": torch.name, "wm-ops": ops.name}
+    index = served.simple(x86.channel)
+    for machine, platform in (("x86_64", "manylinux_2_28_x86_64"), ("aarch64", "manylinux_2_34_aarch64")):
+        report = tmp_path / f"{machine}.json"
+        done = pip(
+            Path(sys.executable),
+            *("install", "--dry-run", "--quiet", "--ignore-installed", "--report", str(report)),
+            *("--only-binary=:all:", "--platform", platform, "--python-version", "3.11"),
+            *("--target", str(tmp_path / f"target-{machine}"), "--index-url", index, "wm-ops"),
+        )
+        assert done.returncode == 0, done.stderr
+        installs = json.loads(report.read_text())["install"]
+        chosen = {i["metadata"]["name"]: unquote(i["download_info"]["url"].rsplit("/", 1)[-1]) for i in installs}
+        assert chosen == expected[machine], (machine, chosen)
+    compiled = uv(
+        "pip", "compile", "--no-config", "--quiet", "--no-header", "--python-version", "3.11",
+        "--python-platform", "aarch64-manylinux_2_34", "--index-url", index, "-",
+        input_text="wm-ops\n",
+    )  # fmt: skip
+    assert compiled.returncode == 0, compiled.stderr
+    assert f"torch=={arm.torch}" in compiled.stdout and f"wm-ops==0.1.0+{arm.wheel_label}" in compiled.stdout

@@ -282,6 +282,30 @@ MATRIX_CASES = [
         ('"nvidia-cuda-nvcc==13.0.88"', '"nvidia-cuda-nvcc==12.8.93"'),
         ["variants.cuda130.toolkit-wheels", "'nvidia-cuda-nvcc==12.8.93' is not of toolkit 13.0"],
     ),
+    (
+        "platforms-not-x86-first",
+        (
+            'platforms = ["x86_64", "aarch64"]\n\n[variants.cpu.aarch64]',
+            'platforms = ["aarch64"]\n\n[variants.cpu.aarch64]',
+        ),
+        ["variants.cpu.platforms", "does not start with x86_64", 'platforms = ["x86_64", "aarch64"]'],
+    ),
+    ("unknown-platform", ('platforms = ["x86_64", "aarch64"]', 'platforms = ["x86_64", "arm64"]'), ["platforms"]),
+    (
+        "platform-arch-list-bad",
+        ('arch-list = "8.0;9.0;10.0;11.0;12.0+PTX"', 'arch-list = "8.0;sm_90"'),
+        ["variants.cuda130.aarch64.arch-list", "'sm_90' is not a CUDA arch"],
+    ),
+    (
+        "platform-glibc-unknown",
+        ('torch = "2.10.0"\ntorch-on-pypi = true', 'torch = "2.10.0"\ntorch-on-pypi = true\nglibc = "manylinux_2_3"'),
+        ["variants.cpu.aarch64.glibc", "'manylinux_2_3' is no manylinux policy of aarch64"],
+    ),
+    (
+        "platform-table-unknown-key",
+        ('torch = "2.10.0"\ntorch-on-pypi = true', 'torch = "2.10.0"\ntorch-on-pypi = true\ntoolkit = "13.0.2"'),
+        ["variants.cpu.aarch64", "unknown key 'toolkit'", "arch-list, glibc, torch, torch-on-pypi"],
+    ),
 ]
 
 

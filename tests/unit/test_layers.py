@@ -109,6 +109,7 @@ THEMED = {
     "ecosystem",
     "index_input",
     "layers",
+    "platforms",
     "plumbing",
     "view",
     "workers",

@@ -42,7 +42,10 @@ def _plans(repo: Path, *cells: str, names: tuple[str, ...] = (STABLE, "example-c
 
 def test_the_corners_are_the_oldest_and_newest_torch_each_with_its_oldest_and_newest_python() -> None:
     matrix = load_matrix(Path(__file__).resolve().parents[2] / "recipes" / "matrix.toml")
-    group = [c for c in matrix.cells if c.variant.base_name == "cuda130" and c.variant.slim_tag is None and not c.variant.platform_tag
+    group = [
+        c
+        for c in matrix.cells
+        if c.variant.base_name == "cuda130" and c.variant.slim_tag is None and not c.variant.platform_tag
     ]
     assert {c.id for c in group} >= {"cuda130-py310", "cuda130-torch2.12-py313"}
     assert corners(group) == ("cuda130-torch2.12-py310", "cuda130-torch2.12-py313", "cuda130-py310", "cuda130-py313")

@@ -19,6 +19,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from wheelmill.checks import CheckResult
 from wheelmill.files import write_atomic
+from wheelmill.machine.emulation import execution
 from wheelmill.output.report import BuiltCell, RecipeRecord, ReleaseRecord, Status, WheelRecord
 from wheelmill.planning.spec import CellPlan, Step
 
@@ -115,7 +116,12 @@ class CellReport:
     @property
     def facts(self) -> dict[str, Any]:
         """Where the cell was built, from what the steps found, later steps winning."""
-        facts: dict[str, Any] = {"engine": self.plan.engine, "machine": os.uname().machine}
+        machine, platform = os.uname().machine, self.plan.cell.variant.platform
+        facts: dict[str, Any] = {
+            "engine": self.plan.engine,
+            "machine": machine,
+            "platform": {"target": platform, "execution": str(execution(platform, machine))},
+        }
         for made in (value for record in self.steps for value in record.made if isinstance(value, Facts)):
             for key, value in made.facts().items():
                 merged = facts.get(key)

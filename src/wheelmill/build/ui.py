@@ -259,7 +259,7 @@ class UI:
         self.console.print(f"{len(reports) + len(not_started)} cells in {_clock(seconds)}: {', '.join(said)}")
 
     def _steps_table(self, report: CellReport) -> Table:
-        table = Table(title=f"{report.plan.cell.id} ({report.plan.engine})", title_justify="left")
+        table = Table(title=f"{report.plan.cell.id} ({_where(report)})", title_justify="left")
         for column in ("recipe", "step", "status", "time", "tries", "checks"):
             table.add_column(column, overflow="fold")
         for record in (r for r in report.steps if r.status is not Status.SKIPPED):
@@ -316,3 +316,10 @@ def step_label(step: Step, index: int, total: int) -> str:
 def _clock(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     return f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
+
+
+def _where(report: CellReport) -> str:
+    """``podman``, or ``podman, aarch64 emulated``: what ran the cell's code."""
+    platform = report.facts["platform"]
+    emulated = f", {platform['target']} emulated" if platform["execution"] == "emulated" else ""
+    return f"{report.plan.engine}{emulated}"

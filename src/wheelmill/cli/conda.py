@@ -17,7 +17,7 @@ from wheelmill.cli.common import Commands, cell_python, load_inputs, prepare
 from wheelmill.conda import envspec
 from wheelmill.conda.channel import CondaChannel, conda_channel_root, configured_channels, local_channels
 from wheelmill.conda.envspec import read_lock
-from wheelmill.conda.package import CondaTarget, describe, package_wheel
+from wheelmill.conda.package import SUBDIRS, CondaTarget, describe, package_wheel
 from wheelmill.conda.seed import fits, probe_interpreter, seed
 from wheelmill.conda.solve import create, find_locked, locked, picked, solve
 from wheelmill.errors import CommandFailed, ConfigError, EnvError, UsageError
@@ -241,15 +241,16 @@ def cmd_package(args: argparse.Namespace, settings: Settings, console: Console) 
 
 
 def _refuse_unfit(wheel: Path, cell: Cell) -> None:
-    """A conda package of a cell's channel installs into that cell's Python on linux-64: a
+    """A conda package of a cell's channel installs into that cell's Python on its machine: a
     wheel for another Python, ABI or platform would be published under the cell's name."""
-    info = read_wheel(wheel)
-    if not fits(info, cell.python):
+    info, machine = read_wheel(wheel), cell.variant.platform
+    if not fits(info, cell.python, machine):
         tags = ", ".join(sorted(str(tag) for tag in info.tags))
         raise UsageError(
-            f"conda package: {wheel.name} is for {tags}, not for cell {cell.id} (CPython {cell.python}, linux-64)",
+            f"conda package: {wheel.name} is for {tags}, not for cell {cell.id} "
+            f"(CPython {cell.python}, {SUBDIRS[machine]})",
             fix=f"give a wheel built for {cell.id}: cp{cell.python.replace('.', '')}, abi3 from an older CPython, "
-            "or pure, on manylinux/linux x86_64",
+            f"or pure, on manylinux/linux {machine}",
         )
 
 

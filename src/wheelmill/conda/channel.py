@@ -20,7 +20,8 @@ from wheelmill.files import Linked, file_lock, write_all
 from wheelmill.index.store import CONDA_DIR
 from wheelmill.machine.net import sha256_of
 
-SUBDIRS = ("linux-64", "noarch")  # a channel indexes noarch even where it has none: solvers read both
+# a channel indexes noarch even where it has none: solvers read it beside their machine's
+SUBDIRS = ("linux-64", "linux-aarch64", "noarch")
 
 
 class AddOutcome(StrEnum):
@@ -86,7 +87,7 @@ class CondaChannel:
         if subdir not in SUBDIRS:
             raise IndexWriteError(
                 f"{package}: not in a subdir of {', '.join(SUBDIRS)}",
-                fix="write packages into <dir>/linux-64 or <dir>/noarch",
+                fix="write packages into <dir>/linux-64, <dir>/linux-aarch64 or <dir>/noarch",
             )
         target = self.root / subdir / package.name
         if target.exists():

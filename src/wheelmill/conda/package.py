@@ -20,7 +20,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from wheelmill.errors import InvalidWheel
-from wheelmill.inputs.variants import Family, Variant
+from wheelmill.inputs.variants import AARCH64, X86_64, Family, Variant
 from wheelmill.wheel.wheelfile import WheelInfo, read_wheel
 
 # Solvers prefer the higher build number among equal versions: a GPU build wins wherever
@@ -28,6 +28,8 @@ from wheelmill.wheel.wheelfile import WheelInfo, read_wheel
 GPU_BUILD_OFFSET = 100
 PURE_BUILD = "py"  # the build string stem of a noarch python package
 SUBDIR = "linux-64"
+# conda's name of each machine's packages.
+SUBDIRS = {X86_64: SUBDIR, AARCH64: "linux-aarch64"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,11 +40,17 @@ class CondaTarget:
     python: str  # 3.11
     cuda: str | None = None  # the toolkit's major.minor, for a CUDA variant
     gpu: bool = False
+    platform: str = X86_64  # the machine: x86_64 packages go to linux-64, aarch64 ones to linux-aarch64
 
     @classmethod
     def of(cls, variant: Variant, python: str) -> CondaTarget:
         cuda = variant.toolkit_short if variant.family is Family.CUDA else None
-        return cls(variant=variant.name, python=python, cuda=cuda, gpu=variant.family is not Family.CPU)
+        gpu = variant.family is not Family.CPU
+        return cls(variant=variant.name, python=python, cuda=cuda, gpu=gpu, platform=variant.platform)
+
+    @property
+    def subdir(self) -> str:
+        return SUBDIRS[self.platform]
 
     @property
     def py_tag(self) -> str:
@@ -62,7 +70,7 @@ class CondaTarget:
             "platform_python_implementation": "CPython",
             "sys_platform": "linux",
             "platform_system": "Linux",
-            "platform_machine": "x86_64",
+            "platform_machine": self.platform,
             "os_name": "posix",
             "extra": "",
         }
@@ -81,10 +89,11 @@ class CondaMeta:
     constrains: tuple[str, ...] = ()
     summary: str = ""
     license: str | None = None
+    arch_subdir: str = SUBDIR  # where it goes unless noarch: its machine's subdir
 
     @property
     def subdir(self) -> str:
-        return "noarch" if self.noarch else SUBDIR
+        return "noarch" if self.noarch else self.arch_subdir
 
     @property
     def filename(self) -> str:
@@ -130,6 +139,7 @@ def conda_meta(info: WheelInfo, target: CondaTarget, *, build_number: int = 0) -
     return CondaMeta(
         name=info.name, version=version, build=build, build_number=number, noarch=False,
         depends=tuple(depends), constrains=tuple(constrains), summary=summary, license=_short(license_),
+        arch_subdir=target.subdir,
     )  # fmt: skip
 
 

@@ -23,6 +23,7 @@ from packaging.tags import Tag
 from wheelmill.conda.channel import AddOutcome, CondaChannel
 from wheelmill.conda.package import CondaTarget, conda_meta, package_wheel
 from wheelmill.errors import EnvError
+from wheelmill.inputs.variants import X86_64
 from wheelmill.machine.process import capture
 from wheelmill.machine.tools import patchelf_bin
 from wheelmill.wheel.elf import is_elf, read_dynamic
@@ -197,8 +198,8 @@ def python_abi_package(minor: str, out_dir: Path, work: Path) -> Path:
     return Path(made.path)
 
 
-def fits(info: WheelInfo, python: str) -> bool:
-    """Whether a wheel installs into CPython ``python`` on x86_64 Linux.
+def fits(info: WheelInfo, python: str, machine: str = X86_64) -> bool:
+    """Whether a wheel installs into CPython ``python`` on Linux on ``machine``.
 
     >>> from packaging.version import Version
     >>> def w(tags):
@@ -211,14 +212,17 @@ def fits(info: WheelInfo, python: str) -> bool:
     (True, True)
     >>> fits(w([Tag("py39", "none", "manylinux_2_24_x86_64")]), "3.11"), fits(w([Tag("py312", "none", "any")]), "3.11")
     (True, False)
+    >>> arm = w([Tag("cp311", "cp311", "manylinux_2_28_aarch64")])
+    >>> fits(arm, "3.11", "aarch64"), fits(arm, "3.11")
+    (True, False)
     """
     nodot = python.replace(".", "")
-    return any(_fits(tag, nodot) for tag in info.tags)
+    return any(_fits(tag, nodot, machine) for tag in info.tags)
 
 
-def _fits(tag: Tag, nodot: str) -> bool:
+def _fits(tag: Tag, nodot: str, machine: str) -> bool:
     platform_ok = tag.platform == "any" or (
-        tag.platform.endswith("x86_64") and tag.platform.startswith(("manylinux", "linux"))
+        tag.platform.endswith(f"_{machine}") and tag.platform.startswith(("manylinux", "linux"))
     )
     if tag.abi == "abi3":
         return platform_ok and tag.interpreter.startswith("cp3") and int(tag.interpreter[3:]) <= int(nodot[1:])
@@ -256,7 +260,7 @@ def seed(
         made += [interpreter_package(interpreter, out, work), python_abi_package(interpreter.minor, out, work)]
     for wheel in sorted(wheels):
         info = read_wheel(wheel)
-        if not fits(info, target.python):
+        if not fits(info, target.python, target.platform):
             skipped.append(wheel.name)
         elif conda_meta(info, target).filename in present:
             already += 1

@@ -111,7 +111,9 @@ class Matrix:
             return self._unknown_torch(self.variants[stem], torch, name)
         parent, _, tag = name.partition("-")
         if tag and parent in self.variants and self.variants[parent].family is not Family.CPU:
-            slims = [v.name for v in self.variants.values() if v.slim_of == parent and not v.torch_of and not v.platform_tag]
+            slims = [
+                v.name for v in self.variants.values() if v.slim_of == parent and not (v.torch_of or v.platform_tag)
+            ]
             others = f"use one of its slim variants ({', '.join(slims)}), or " if slims else ""
             return SelectionError(
                 f"variant {parent} has no slim variant '{name}'{did_you_mean(name, slims)}",

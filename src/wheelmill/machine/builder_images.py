@@ -16,7 +16,8 @@ from enum import StrEnum
 from pathlib import Path
 
 from wheelmill.errors import CommandFailed, ConfigError, PrecheckError
-from wheelmill.inputs.variants import Family, Variant
+from wheelmill.inputs.variants import X86_64, Family, Variant
+from wheelmill.machine.emulation import DEBIAN_ARCH, OCI_PLATFORM
 from wheelmill.machine.engine import Engine
 from wheelmill.machine.pins import Pins, PythonSource, RegistryBase
 from wheelmill.machine.process import HostRunner, StepLog, base_environment, capture
@@ -37,6 +38,7 @@ class Base:
     description: str
     suite: str | None = None  # the Debian suite of a bootstrapped base
     bootstrap_variant: str = "minbase"  # debootstrap --variant
+    platform: str = X86_64  # the machine its programs are code for
     unpinned: str | None = None  # why it cannot be used yet: a registry base without a digest
 
 
@@ -47,6 +49,13 @@ class BuilderImage:
     containerfile: Path
     base: Base
     python: PythonSource
+    platform: str = X86_64  # the machine the image's programs are code for
+
+    @property
+    def oci_platform(self) -> str | None:
+        """``linux/arm64`` for an image of another machine than x86_64 (the engines' own
+        default), which the engine must be told; None for x86_64."""
+        return None if self.platform == X86_64 else OCI_PLATFORM[self.platform]
 
     def build_args(self, mirror: str) -> dict[str, str]:
         return {
@@ -63,13 +72,15 @@ class BuilderImage:
         for key, value in sorted(self.build_args(mirror).items()):
             digest.update(f"\0{key}={value}".encode())
         digest.update(f"\0base={base_identity}".encode())
-        name = self.containerfile.parent.name
+        digest.update(f"\0platform={self.platform}".encode() if self.platform != X86_64 else b"")
+        name = self.containerfile.parent.name + ("" if self.platform == X86_64 else f"-{DEBIAN_ARCH[self.platform]}")
         return f"{BUILDER_REPOSITORY}:{name}-py{self.python.version.replace('.', '')}-{digest.hexdigest()[:12]}"
 
     def describe(self) -> str:
+        machine = f", {self.platform} code" if self.platform != X86_64 else ""
         return (
             f"{self.containerfile.parent.name}/{self.containerfile.name} FROM {self.base.description}, "
-            f"CPython {self.python.version}"
+            f"CPython {self.python.version}{machine}"
         )
 
 
@@ -80,23 +91,29 @@ def choose(pins: Pins, variant: Variant, python: str, *, containers: Path, polic
     registry_key = "rocm" if family is Family.ROCM else "manylinux_2_28"
     registry = pins.bases.get(registry_key)
     use_registry = policy == "registry" or (policy == "auto" and registry is not None and registry.pinned)
-    if family is Family.ROCM or use_registry:
+    # The registry bases are x86_64 images: another platform's cells build on its bootstrapped base.
+    if family is Family.ROCM or (use_registry and variant.platform == X86_64):
         base = _registry(pins, registry_key, registry)
         definition = "rocm" if family is Family.ROCM else "manylinux"
     else:
-        suite = pins.suite_for(variant.base_name)  # a slim variant builds on its parent's base
-        reference = f"{BASE_REPOSITORY}:{suite}-{pins.variant}"
+        # a slim variant, or one of another torch, builds on its parent's base; a platform its own
+        suite = pins.suite_for(variant.base_name, variant.platform_tag)
+        arch = "" if variant.platform == X86_64 else f"-{DEBIAN_ARCH[variant.platform]}"
+        reference = f"{BASE_REPOSITORY}:{suite}-{pins.variant}{arch}"
         base = Base(
             kind=BaseKind.BOOTSTRAP,
             reference=reference,
-            description=f"{reference} (debootstrap of Debian {suite})",
+            description=f"{reference} (debootstrap of Debian {suite}{arch.replace('-', ' for ')})",
             suite=suite,
             bootstrap_variant=pins.variant,
+            platform=variant.platform,
         )
         definition = "builder"
     # A manylinux base holds every CPython of its time: nothing to fetch or pin for it.
     source = PythonSource(version=python) if definition == "manylinux" else pins.python(python)
-    return BuilderImage(containerfile=containers / definition / "Containerfile", base=base, python=source)
+    return BuilderImage(
+        containerfile=containers / definition / "Containerfile", base=base, python=source, platform=variant.platform
+    )
 
 
 def _registry(pins: Pins, key: str, base: RegistryBase | None) -> Base:
@@ -175,13 +192,25 @@ def bootstrap_base(engine: Engine, image: BuilderImage, *, mirror: str, work: Pa
     with tempfile.TemporaryDirectory(prefix="wheelmill-bootstrap-", dir=work) as tmp:
         rootfs, tarball = Path(tmp) / "rootfs", Path(tmp) / "rootfs.tar"
         try:
+            # another machine's suite: debootstrap runs its second stage through qemu-user
             runner.run(
-                [debootstrap, f"--variant={image.base.bootstrap_variant}", str(image.base.suite), str(rootfs), mirror],
+                [
+                    debootstrap,
+                    f"--variant={image.base.bootstrap_variant}",
+                    f"--arch={DEBIAN_ARCH[image.base.platform]}",
+                    str(image.base.suite),
+                    str(rootfs),
+                    mirror,
+                ],
                 env=env,
                 log=log,
             )
             runner.run(["tar", "-C", str(rootfs), "-cf", str(tarball), "."], env=env, log=log)
-            runner.run(engine.import_rootfs(tarball=tarball, tag=image.base.reference), env=env, log=log)
+            runner.run(
+                engine.import_rootfs(tarball=tarball, tag=image.base.reference, platform=image.base.platform),
+                env=env,
+                log=log,
+            )
         except CommandFailed as failed:
             raise PrecheckError(
                 f"bootstrapping {image.base.reference} failed: {failed.last_line()}", fix=f"read {failed.log}"
@@ -233,6 +262,7 @@ def ensure_image(
         containerfile=image.containerfile,
         context=image.containerfile.parent,
         build_args=image.build_args(mirror),
+        platform=image.oci_platform,
     )
     try:
         HostRunner().run(argv, env=base_environment([]), log=log, on_line=on_line)

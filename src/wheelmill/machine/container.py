@@ -49,6 +49,7 @@ class Container:
         same_path: Sequence[Path] = (),
         stable: Mount | None = None,
         network: bool = True,
+        platform: str | None = None,
     ) -> None:
         self.engine = engine
         self.cell = cell
@@ -58,6 +59,7 @@ class Container:
         self.stable = stable  # a host directory mounted a second time, at a fixed path
         self.log = log  # of the step that starts it
         self.network = network
+        self.platform = platform  # an OCI platform (linux/arm64) where the image is another machine's
         self.name = f"wheelmill-{cell}-{os.getpid()}" + ("" if network else "-netless")
         self.environ: Mapping[str, str] = {}  # discovery looks only at the image, not our variables
         self.stale: list[str] = []  # containers of the cell a killed wheelmill left behind
@@ -93,6 +95,7 @@ class Container:
             cell=self.cell,
             network=self.network,
             cpu_shares=shares,
+            platform=self.platform,
         )
         try:
             self._host.run(argv, env=base_environment([]), log=self.log)

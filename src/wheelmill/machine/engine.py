@@ -13,6 +13,8 @@ from enum import StrEnum
 from pathlib import Path
 
 from wheelmill.errors import PrecheckError, UsageError
+from wheelmill.inputs.variants import X86_64
+from wheelmill.machine.emulation import DEBIAN_ARCH, OCI_PLATFORM
 from wheelmill.machine.process import Captured, capture
 from wheelmill.settings import ENGINE_CHOICES
 
@@ -50,6 +52,7 @@ class Engine:
         cell: str,
         network: bool = True,
         cpu_shares: int | None = None,
+        platform: str | None = None,
     ) -> list[str]:
         """A long-lived container of the cell; commands are exec'd into it, each with its own
         explicit environment. With ``network``, the host's (package downloads of the level-2
@@ -67,6 +70,7 @@ class Engine:
             "host" if network else "none",
         ]
         argv += ["--cpu-shares", str(cpu_shares)] if cpu_shares is not None else []
+        argv += ["--platform", platform] if platform else []
         for mount in mounts:
             argv += ["--volume", mount.volume()]
         return [*argv, "--entrypoint", "sleep", image, "infinity"]
@@ -94,8 +98,11 @@ class Engine:
         context: Path,
         build_args: Mapping[str, str],
         labels: Mapping[str, str] | None = None,
+        platform: str | None = None,
     ) -> list[str]:
+        """``platform``: an OCI platform (``linux/arm64``) for an image of another machine."""
         argv = [self.binary, "build", "--tag", tag, "--file", str(containerfile), "--network", "host"]
+        argv += ["--platform", platform] if platform else []
         for key in sorted(build_args):
             argv += ["--build-arg", f"{key}={build_args[key]}"]
         for key in sorted(labels or {}):
@@ -191,8 +198,14 @@ class Engine:
     def image_id(self, tag: str) -> list[str]:
         return [self.binary, "image", "inspect", "--format", "{{.Id}}", tag]
 
-    def import_rootfs(self, *, tarball: Path, tag: str) -> list[str]:
-        return [self.binary, "import", str(tarball), tag]
+    def import_rootfs(self, *, tarball: Path, tag: str, platform: str = X86_64) -> list[str]:
+        """The image records the machine of its files: podman's ``--arch``, docker's
+        ``--platform`` (a foreign image is then run through emulation, not refused)."""
+        if platform == X86_64:
+            return [self.binary, "import", str(tarball), tag]
+        if self.name is EngineName.PODMAN:
+            return [self.binary, "import", "--arch", DEBIAN_ARCH[platform], str(tarball), tag]
+        return [self.binary, "import", "--platform", OCI_PLATFORM[platform], str(tarball), tag]
 
     def pid(self, container: str) -> list[str]:
         return [self.binary, "inspect", "--format", "{{.State.Pid}}", container]

@@ -59,8 +59,11 @@ class Pins:
     runtime_packages: Mapping[str, tuple[str, ...]]  # Debian suite -> the runtime images' packages
     runtime_glibc: Mapping[str, str]  # Debian suite -> its glibc (2.31)
 
-    def suite_for(self, variant: str) -> str:
-        return self.suites.get(variant, self.suite)
+    def suite_for(self, variant: str, platform_tag: str | None = None) -> str:
+        """The Debian suite of a variant's bootstrapped base: its platform's entry
+        (``cpu-aarch64``) where there is one, else the variant's, else the default."""
+        named = f"{variant}-{platform_tag}" if platform_tag else variant
+        return self.suites.get(named, self.suites.get(variant, self.suite))
 
     def python(self, version: str) -> PythonSource:
         if version not in self.pythons:

@@ -22,6 +22,7 @@ from wheelmill.build.compiler_cache import (
 )
 from wheelmill.build.context import Outcome, StepContext
 from wheelmill.checks import CheckResult
+from wheelmill.machine.emulation import Execution, execution, host_machine
 from wheelmill.machine.tools import sccache_bin
 from wheelmill.planning.spec import CellPlan
 from wheelmill.settings import CompilerCacheMode
@@ -39,6 +40,11 @@ def compiler_cache(ctx: StepContext) -> Outcome:
             CheckResult.skipped(CHECK, "off (WHEELMILL_COMPILER_CACHE=off): builds compile without a cache"),
             "WHEELMILL_COMPILER_CACHE=off",
         )
+    platform = ctx.run.plan.cell.variant.platform
+    if execution(platform) is Execution.EMULATED:
+        # sccache's wheel is this machine's code, linked to its loader and libc, which the image lacks
+        why = f"sccache is {host_machine()} code, and {platform} builds run emulated in a {platform} image"
+        return _without(CheckResult.skipped(CHECK, f"off: {why}; builds compile without a cache"), why)
     layout = ctx.run.layout
     # As the runner sees it: in a container, /wheelmill/sccache.sock, short whatever the output root.
     binary, socket = sccache_bin(), ctx.where.runner.stable_path(layout.root / SOCKET)

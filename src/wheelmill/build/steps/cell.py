@@ -20,7 +20,8 @@ from wheelmill.conda import envspec
 from wheelmill.conda.channel import configured_channels
 from wheelmill.config import format_size
 from wheelmill.errors import CommandFailed, FetchError, PrecheckError, UsageError, WheelmillError
-from wheelmill.inputs.variants import Cell, Family
+from wheelmill.inputs.variants import X86_64, Cell, Family
+from wheelmill.machine.emulation import Execution, emulation_fix, emulation_problem, execution, host_machine
 from wheelmill.machine.envs import Env, link_site, pinned_versions, set_venv_home, site_packages, venv_home
 from wheelmill.machine.net import is_transient, sha256_of
 from wheelmill.machine.package_sources import PackageSources, machine_sources
@@ -53,7 +54,7 @@ def pre_checks(ctx: StepContext) -> Outcome:
     lock_result, origin = _lock(plan)
     torch_result, packages, offline = _torch(ctx)
     conda_results, conda = _conda_lock(ctx) if plan.choices.env_backend is EnvBackendName.CONDA else ([], None)
-    checks = [*toolchain_results, _disk(ctx), lock_result, torch_result, *conda_results]
+    checks = [_platform(plan), *toolchain_results, _disk(ctx), lock_result, torch_result, *conda_results]
     # No source reachable, and nothing else wrong: a network failure (retry later), not a cell that cannot build.
     kind = FetchError if offline and failures(checks) == [torch_result] else PrecheckError
     results = require(checks, ctx.log, failure=_failure(plan.cell, "pre-checks", kind))
@@ -67,6 +68,30 @@ def pre_checks(ctx: StepContext) -> Outcome:
         view_result, where = _view(ctx, toolchain)
         results, made = [*results, view_result], (*made, *([where] if where else []))
     return Outcome(checks=results, made=made)
+
+
+def _platform(plan: CellPlan, host: str | None = None) -> CheckResult:
+    """Whether this machine runs the cell's code: natively, or another machine's in the
+    cell's container under qemu-user emulation (never on the host: its tools are its own)."""
+    target, host = plan.cell.variant.platform, host or host_machine()
+    if target != X86_64 and plan.choices.env_backend is EnvBackendName.CONDA:
+        return CheckResult.failed(
+            "platform",
+            f"the conda env backend solves linux-64 envs alone, and {plan.cell.id} is {target}",
+            "set WHEELMILL_ENV_BACKEND=uv",
+        )
+    if execution(target, host) is Execution.NATIVE:
+        return CheckResult.passed("platform", f"{target} code, run natively")
+    if plan.image is None:
+        return CheckResult.failed(
+            "platform",
+            f"{target} code cannot be built on this {host} machine without a container (--engine none)",
+            f"build with an engine (podman or docker), which runs it under emulation; {emulation_fix(target)}",
+        )
+    problem = emulation_problem(target)
+    if problem:
+        return CheckResult.failed("platform", f"{target} code on this {host} machine: {problem}", emulation_fix(target))
+    return CheckResult.passed("platform", f"{target} code, run under qemu-user emulation in the cell's container")
 
 
 def _view(ctx: StepContext, toolchain: Toolchain) -> tuple[CheckResult, Where | None]:
@@ -423,7 +448,8 @@ def describe_pre_checks(plan: CellPlan) -> str:
         conda = (
             f"; {plan.locks_dir.name}/conda/{plan.lock.cell}.txt, if committed, matches its specs (else one solved now)"
         )
-    return f"{here}free disk >= {format_size(plan.min_free_disk)}; {lock}; {torch}{conda}"
+    machine = plan.cell.variant.platform
+    return f"{machine} code runs here; {here}free disk >= {format_size(plan.min_free_disk)}; {lock}; {torch}{conda}"
 
 
 def describe_toolchain_checks(plan: CellPlan) -> str:

@@ -16,9 +16,10 @@ from wheelmill.checks import CheckResult
 from wheelmill.machine import envs
 from wheelmill.machine.builder_images import Ready, debian_mirror, ensure_image
 from wheelmill.machine.container import Container
+from wheelmill.machine.emulation import Execution, execution
 from wheelmill.machine.engine import Engine, Mount
 from wheelmill.machine.package_sources import machine_sources
-from wheelmill.machine.tools import uv_bin
+from wheelmill.machine.tools import uv_bin, uv_static_bin
 from wheelmill.planning.spec import CellPlan
 
 # Where a build sees its cell's root, in every cell: the name compiled into its output.
@@ -74,6 +75,7 @@ def prepare_container(ctx: StepContext) -> Outcome:
                 stable=stable,
                 log=ctx.log,
                 network=network,
+                platform=ctx.run.plan.image.oci_platform if ctx.run.plan.image else None,
             )
         )
         for network in (True, False)
@@ -105,7 +107,10 @@ def mounts(ctx: StepContext) -> list[Mount]:
     output = ctx.run.layout.output
     found = [Mount(source=output, target=output, readonly=False)]
     uv = Path(uv_bin())
-    found.append(Mount(source=uv.resolve(), target=uv))
+    # another machine's image has no loader for this machine's uv: its static build runs there
+    emulated = execution(ctx.run.plan.cell.variant.platform) is Execution.EMULATED
+    source = uv_static_bin(ctx.run.layout.cache / "tools", log=ctx.log) if emulated else uv.resolve()
+    found.append(Mount(source=source, target=uv))
     found += [Mount(source=path, target=path) for path in local_sources(ctx)]
     for key in ("SSL_CERT_DIR", "SSL_CERT_FILE"):
         value = os.environ.get(key)
