@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -172,3 +173,57 @@ def test_an_image_that_cannot_be_built_leaves_none_behind(built: Path, tmp_path:
     (line,) = done.stderr.splitlines()
     assert "failed: ERROR:" in line and "filelock" in line, line
     assert tagged() == before, "the failed build left no image behind"
+
+
+def test_a_cell_and_its_aarch64_twin_are_pushed_as_one_manifest_list(tmp_path: Path, registry: str) -> None:
+    """Two pushed images of one edition, one per platform (small stand-ins imported with their
+    machine, recorded as `image build --push` records them), joined by `wheelmill image
+    manifest` under their shared tag; the registry serves one list with both platforms."""
+    output = tmp_path / "wheels"
+    rootfs = tmp_path / "rootfs.tar"
+    subprocess.run(["tar", "-C", str(ROOT / "containers" / "runtime"), "-cf", str(rootfs), "."], check=True)
+    cells = {"cpu-py311": ("amd64", "torch2.13.0-py3.11"), "cpu-aarch64-py311": ("arm64", "torch2.10.0-py3.11-arm64")}
+    local = []
+    try:
+        for cell, (arch, tail) in cells.items():
+            reference = f"localhost/wheelmill:0123456-runtime-cpu-{tail}"
+            target = f"{registry}/wheelmill:{reference.rsplit(':', 1)[1]}"
+            local += [reference, target]
+            subprocess.run(
+                [podman(), "import", "--arch", arch, str(rootfs), reference], capture_output=True, check=True
+            )
+            subprocess.run([podman(), "tag", reference, target], check=True)
+            digest_file = tmp_path / f"{arch}.digest"
+            subprocess.run(
+                [podman(), "push", "--tls-verify=false", "--digestfile", str(digest_file), target],
+                capture_output=True,
+                check=True,
+            )
+            pushed = f"{registry}/wheelmill@{digest_file.read_text().strip()}"
+            entry = {"kind": "runtime", "reference": reference, "pushed": pushed, "platform": f"linux/{arch}"}
+            (output / cell).mkdir(parents=True)
+            (output / cell / "images.json").write_text(json.dumps({"images": [entry]}))
+        env = {**os.environ, "WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": "podman"}
+        command = [sys.executable, "-m", "wheelmill", "image", "manifest", "--push", registry]
+        command += [arg for cell in cells for arg in ("--cell", cell)]
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        tag = "0123456-runtime-cpu-py3.11"
+        assert f"{registry}/wheelmill:{tag}" in done.stdout
+        (recorded,) = json.loads((output / "manifests.json").read_text())["lists"]
+        assert [m["platform"] for m in recorded["members"]] == ["linux/amd64", "linux/arm64"]
+        request = urllib.request.Request(
+            f"http://{registry}/v2/wheelmill/manifests/{tag}",
+            headers={"Accept": f"{OCI_INDEX}, {DOCKER_LIST}"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            served = json.loads(response.read())
+        platforms = {f"{m['platform']['os']}/{m['platform']['architecture']}" for m in served["manifests"]}
+        assert platforms == {"linux/amd64", "linux/arm64"}
+        assert recorded["reference"].endswith(response.headers["Docker-Content-Digest"])
+    finally:
+        remove(*local)
+
+
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"

@@ -19,6 +19,7 @@ import pytest
 from wheelmill.errors import PrecheckError
 from wheelmill.machine.emulation import emulation_problem, host_machine
 from wheelmill.machine.engine import detect
+from wheelmill.machine.tools import uv_bin
 from wheelmill.wheel.elf import is_elf, summarize
 from wheelmill.wheel.wheelfile import read_wheel
 
@@ -84,28 +85,31 @@ def test_an_aarch64_cell_builds_and_is_install_tested_under_emulation(podman: st
     # the channel it shares with cpu-py311, and conda's subdir of aarch64
     assert (output / "index" / "cpu" / "files" / wheel.name).is_file()
     assert list((output / "index" / "conda" / "cpu" / "linux-aarch64").glob("example-cpp-ops-*.conda"))
-    # an aarch64 machine's pip, given the channel alone, takes this wheel and PyPI's aarch64 torch
-    # (mirrored into the channel): the cell's closure
+    # given the channel alone, resolving for aarch64 takes this wheel and PyPI's aarch64 torch,
+    # mirrored into the channel as the cell's closure: uv (markers evaluated for aarch64), and
+    # pip told aarch64's manylinux tags (pip reads markers as this machine's, so no deps)
+    index = (output / "index" / "cpu" / "simple").as_uri()
+    uv = [uv_bin(), "pip", "compile", "--no-config", "--quiet", "--no-header", "--python-version", "3.11"]
+    compiled = subprocess.run(
+        [*uv, "--python-platform", "aarch64-manylinux_2_34", "--index-url", index, "-"],
+        input="example-cpp-ops\n",
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert compiled.returncode == 0, compiled.stderr[-3000:]
+    assert "torch==2.10.0\n" in compiled.stdout and "example-cpp-ops==0.1.0+cpu\n" in compiled.stdout
     report = tmp_path / "pip.json"
-    pip = [
-        sys.executable,
-        "-m",
-        "pip",
-        "install",
-        "--dry-run",
-        "--quiet",
-        "--ignore-installed",
-        "--report",
-        str(report),
-    ]
-    pip += ["--only-binary=:all:", "--platform", "manylinux_2_34_aarch64", "--python-version", "3.11"]
-    pip += ["--target", str(tmp_path / "target"), "--index-url", (output / "index" / "cpu" / "simple").as_uri()]
+    pip = [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed", "--no-deps"]
+    pip += ["--report", str(report), "--only-binary=:all:", "--python-version", "3.11"]
+    pip += [arg for minor in range(17, 36) for arg in ("--platform", f"manylinux_2_{minor}_aarch64")]
+    pip += ["--target", str(tmp_path / "target"), "--index-url", index, "example-cpp-ops", "torch==2.10.0"]
     isolated = {**os.environ, "PIP_CONFIG_FILE": os.devnull}
-    done = subprocess.run([*pip, "example-cpp-ops"], env=isolated, capture_output=True, text=True, check=False)
+    done = subprocess.run(pip, env=isolated, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     files = {i["metadata"]["name"]: unquote(i["download_info"]["url"].rsplit("/", 1)[-1]) for i in _installs(report)}
     assert files["example-cpp-ops"] == wheel.name
-    assert files["torch"].startswith("torch-2.10.0-") and files["torch"].endswith("_aarch64.whl")
+    assert files["torch"] == "torch-2.10.0-cp311-cp311-manylinux_2_28_aarch64.whl"
 
 
 def _installs(report: Path) -> list[dict[str, Any]]:

@@ -374,3 +374,24 @@ def test_a_released_cell_is_read_from_its_record_and_images_are_recorded_in_it(m
     (other,) = matrix.select(["cpu-py312"])
     with pytest.raises(ReleaseError, match=r"release 0\.1\.0: no files of cpu-py312"):
         read_release_output(root, Track.RELEASE, "0.1.0", other)
+
+
+def test_an_aarch64_cells_images_are_built_for_arm64_and_tagged_apart(matrix: Matrix) -> None:
+    arm = plan_images(
+        output(matrix, "cpu-aarch64-py311", "2.10.0+cpu"),
+        edition=Edition.DEVEL,
+        extras=True,
+        commit=COMMIT,
+        builder="localhost/wheelmill-builder:builder-arm64-py311-0123",
+        base="localhost/wheelmill-base:bookworm-minbase-arm64",
+        runtime_packages=("libssl3",),
+        index_url="http://127.0.0.1:8080/cpu/simple/",
+        containers=ROOT / "containers",
+    )
+    assert [s.platform for s in arm] == ["linux/arm64"] * 3
+    assert all(s.tag.endswith("-py3.11-arm64") for s in arm)
+    # PyPI's aarch64 torch file is 2.10.0, though it reports 2.10.0+cpu: pinned by release
+    assert arm[0].build_args["TORCH"] == "2.10.0" and arm[0].build_args["CONSTRAINTS"].startswith("torch==2.10.0 ")
+    x86 = plan(matrix, Edition.RUNTIME, extras=False)
+    assert not str(x86[0]["tag"]).endswith("-arm64")
+    assert x86[0]["args"] == {**x86[0]["args"], "TORCH": "2.13.0+cpu"}  # type: ignore[dict-item]

@@ -14,11 +14,12 @@ from wheelmill.build.plan import ContainerSetup, Options, plan_cell
 from wheelmill.build.steps.cell import _platform
 from wheelmill.checks import Verdict
 from wheelmill.checks.platform import judge_machine
-from wheelmill.errors import SelectionError
+from wheelmill.errors import SelectionError, UsageError
+from wheelmill.images.manifests import Member, list_tag, plan_lists
 from wheelmill.inputs.matrix import Matrix, load_matrix
 from wheelmill.inputs.recipes import load_recipes, resolve, select
 from wheelmill.machine.builder_images import BaseKind, choose
-from wheelmill.machine.emulation import Execution, emulation_problem, execution
+from wheelmill.machine.emulation import Execution, cpu_standin, emulation_problem, execution
 from wheelmill.machine.engine import Engine, EngineName, Mount
 from wheelmill.machine.pins import load_pins
 from wheelmill.planning.locks import target
@@ -196,3 +197,59 @@ def test_an_x86_64_library_in_an_aarch64_wheel_is_named(tmp_path: Path) -> None:
     assert result.verdict is Verdict.FAIL
     assert result.detail == "1 ELF file(s) are not aarch64 code: thing/_prebuilt.so (X86_64)"
     assert judge_machine(elves[:1] + elves[2:], "aarch64", root=root).verdict is Verdict.PASS
+
+
+def test_the_cpu_standin_gives_aarch64_code_the_registers_it_reads(tmp_path: Path) -> None:
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "online").write_text("0-1\n")
+    (host / "possible").write_text("0-3\n")
+    standin = cpu_standin(tmp_path / "standin", host)
+    assert (standin / "online").read_text() == "0-1\n" and (standin / "possible").read_text() == "0-3\n"
+    for cpu in (0, 1):
+        assert (standin / f"cpu{cpu}/regs/identification/midr_el1").read_text() == "0x00000000410fd4f0\n"
+    assert not (standin / "cpu2").exists()
+
+
+def _member(cell: str, platform: str, tag: str, kind: str = "runtime") -> Member:
+    return Member(cell=cell, kind=kind, platform=platform, tag=tag, pushed=f"127.0.0.1:5000/wheelmill@sha256:{cell}")
+
+
+def test_a_manifest_list_joins_one_image_per_platform_under_their_shared_tag() -> None:
+    members = [
+        _member("cpu-py311", "linux/amd64", "abc1234-runtime-cpu-torch2.13.0-py3.11"),
+        _member("cpu-aarch64-py311", "linux/arm64", "abc1234-runtime-cpu-torch2.10.0-py3.11-arm64"),
+        _member("cpu-py311", "linux/amd64", "abc1234-devel-cpu-torch2.13.0-py3.11", kind="devel"),
+    ]
+    (plan,) = plan_lists(members, "127.0.0.1:5000/")
+    assert plan.kind == "runtime" and plan.target == "127.0.0.1:5000/wheelmill:abc1234-runtime-cpu-py3.11"
+    assert [m.platform for m in plan.members] == ["linux/amd64", "linux/arm64"]
+    with pytest.raises(UsageError, match="not one image for several platforms"):
+        list_tag(
+            [
+                members[0],
+                _member("cuda130-aarch64-py311", "linux/arm64", "abc1234-runtime-cuda13.0.2-torch2.14.1-py3.11-arm64"),
+            ]
+        )
+    with pytest.raises(UsageError, match="two images for one platform"):
+        plan_lists([members[0], _member("cpu-py312", "linux/amd64", "abc1234-runtime-cpu-torch2.13.0-py3.11")], "r")
+
+
+@pytest.mark.parametrize("name", list(EngineName))
+def test_the_engines_make_and_push_a_manifest_list(name: EngineName, tmp_path: Path) -> None:
+    engine = Engine(name=name, binary=name.value)
+    made = engine.manifest_create(
+        "localhost/l:t", "127.0.0.1:5000/wheelmill:t", ["r/w@sha256:a", "r/w@sha256:b"], insecure=True
+    )
+    pushed = engine.manifest_push(
+        "localhost/l:t", "127.0.0.1:5000/wheelmill:t", digest_file=tmp_path / "d", insecure=True
+    )
+    if name is EngineName.PODMAN:
+        assert made[0] == ["podman", "manifest", "create", "localhost/l:t"]
+        assert made[1] == ["podman", "manifest", "add", "--tls-verify=false", "localhost/l:t", "docker://r/w@sha256:a"]
+        assert pushed[-2:] == ["localhost/l:t", "docker://127.0.0.1:5000/wheelmill:t"] and "--digestfile" in pushed
+    else:
+        assert made == [
+            ["docker", "manifest", "create", "--insecure", "127.0.0.1:5000/wheelmill:t", "r/w@sha256:a", "r/w@sha256:b"]
+        ]
+        assert pushed == ["docker", "manifest", "push", "--insecure", "127.0.0.1:5000/wheelmill:t"]

@@ -32,6 +32,7 @@ from wheelmill.images.editions import (
     remove,
     too_new,
 )
+from wheelmill.images.manifests import members_of, plan_lists, push_list
 from wheelmill.images.smoke import Smoke
 from wheelmill.index.release import ReleasedImage, record_images
 from wheelmill.index.serve import make_server
@@ -86,6 +87,18 @@ def register(commands: Commands) -> None:
         "--access-log", type=Path, help="the loopback index's access log (default <cell>/logs/image-index-access.log)"
     )
     build.set_defaults(func=cmd_image_build)
+    manifest = actions.add_parser(
+        "manifest",
+        help="join the pushed images of a cell and its aarch64 twin under one tag: a multi-platform manifest list",
+    )
+    manifest.add_argument(
+        "--cell", action="append", required=True, help="a cell whose images were pushed (repeatable: one per platform)"
+    )
+    manifest.add_argument("--push", metavar="REGISTRY", required=True, help="the registry the images were pushed to")
+    manifest.add_argument(
+        "--engine", choices=("auto", "podman", "docker"), default=None, help="default $WHEELMILL_ENGINE or auto"
+    )
+    manifest.set_defaults(func=cmd_image_manifest)
 
 
 def cmd_image_build(args: argparse.Namespace, settings: Settings, console: Console) -> int:
@@ -303,3 +316,31 @@ def _summary(console: Console, built: list[BuiltImage]) -> None:
     for image in built:
         table.add_row(image.spec.kind, image.spec.reference, format_size(image.size), image.pushed or "-")
     Console(highlight=False, width=max(console.width, 200)).print(table)
+
+
+def cmd_image_manifest(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    """One manifest list per edition the cells pushed, of their images' digests, pushed to
+    the registry; recorded in ``<output>/manifests.json``."""
+    matrix, _recipes = load_inputs(settings)
+    cells = [matrix.cell(cell_id) for cell_id in dict.fromkeys(args.cell)]
+    members = [
+        member
+        for cell in cells
+        for member in members_of(cell.id, CellLayout(output=settings.output.resolve(), cell=cell.id).images)
+        if member.pushed.startswith(args.push.rstrip("/") + "/")
+    ]
+    plans = plan_lists(members, args.push)
+    engine = detect(args.engine or (settings.engine if settings.engine != "none" else "auto"))
+    if engine is None:
+        raise UsageError(
+            "image manifest: no container engine answers", fix="run scripts/setup --system (podman), or start docker"
+        )
+    with StepLog(settings.output.resolve() / "logs" / "image-manifest.log") as log:
+        pushed = [push_list(engine, plan, log=log) for plan in plans]
+    record = settings.output.resolve() / "manifests.json"
+    write_atomic(record, (json.dumps({"lists": [p.as_dict() for p in pushed]}, indent=2) + "\n").encode())
+    for each in pushed:
+        platforms = ", ".join(f"{m.platform} ({m.cell})" for m in each.plan.members)
+        console.print(f"{each.plan.target} ({each.digest[:19]}...): {platforms}", highlight=False)
+    console.print(f"recorded in {record}", highlight=False)
+    return 0

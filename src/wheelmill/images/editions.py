@@ -38,7 +38,8 @@ from wheelmill.inputs.manylinux import oldest_glibc
 from wheelmill.inputs.variants import Cell, Family
 from wheelmill.inputs.versions import Track
 from wheelmill.machine.builder_images import image_id
-from wheelmill.machine.engine import Engine
+from wheelmill.machine.emulation import DEBIAN_ARCH, OCI_PLATFORM
+from wheelmill.machine.engine import Engine, insecure_registry
 from wheelmill.machine.process import HostRunner, StepLog, base_environment, capture
 from wheelmill.output.layout import CellLayout
 from wheelmill.output.report import ReportError, Status, load_report
@@ -154,6 +155,7 @@ class ImageSpec:
     build_args: Mapping[str, str]
     labels: Mapping[str, str] = field(default_factory=dict)
     context_files: Mapping[str, Path] = field(default_factory=dict)  # a name in the build context -> the file it copies
+    platform: str | None = None  # the OCI platform of another machine's image (linux/arm64); None: x86_64
 
     @property
     def tag(self) -> str:
@@ -169,8 +171,11 @@ def toolkit_label(cell: Cell) -> str:
 
 
 def image_tag(commit: str, kind: str, cell: Cell, torch: str) -> str:
-    """What the image holds, as a tag; refused where it would be no valid tag."""
-    tag = f"{commit[:7]}-{kind}-{toolkit_label(cell)}-torch{Version(torch).public}-py{cell.python}"
+    """What the image holds, as a tag; refused where it would be no valid tag. An image of
+    another machine than x86_64 ends in its Debian arch (``-arm64``): the two machines'
+    images of a cell never share a tag."""
+    platform = cell.variant.platform_tag and f"-{DEBIAN_ARCH[cell.variant.platform]}"
+    tag = f"{commit[:7]}-{kind}-{toolkit_label(cell)}-torch{Version(torch).public}-py{cell.python}{platform or ''}"
     if len(tag) > MAX_TAG:
         raise ConfigError(
             f"{cell.id}: the image tag {tag[:40]}... would be {len(tag)} characters, "
@@ -200,7 +205,10 @@ def plan_images(
     """The images to build, each FROM the one before: the runtime edition, the devel edition
     on it, and the extras image on the chosen edition."""
     cell = output.cell
+    platform = OCI_PLATFORM[cell.variant.platform] if cell.variant.platform_tag else None
     built = " ".join(sorted(w.requirement for w in output.wheels))
+    # torch reports its label (2.10.0+cpu), which PyPI's file does not carry: pinned by release there
+    torch = Version(output.torch).public if cell.variant.torch_on_pypi else output.torch
     labels = {
         "org.opencontainers.image.revision": commit,
         f"{LABEL_PREFIX}.cell": cell.id,
@@ -217,11 +225,12 @@ def plan_images(
             "PYTHON_VERSION": cell.python,
             "RUNTIME_PACKAGES": " ".join(runtime_packages),
             "INDEX_URL": index_url,
-            "TORCH": output.torch,
-            "CONSTRAINTS": f"torch=={output.torch} {built}",
+            "TORCH": torch,
+            "CONSTRAINTS": f"torch=={torch} {built}",
         },
         labels={**labels, f"{LABEL_PREFIX}.edition": Edition.RUNTIME.value},
         context_files={"wheelmill-doctor": DOCTOR},
+        platform=platform,
     )
     specs = [runtime]
     if edition is Edition.DEVEL:
@@ -236,6 +245,7 @@ def plan_images(
                     "TOOLKIT": " ".join(cell.variant.toolkit_wheels),
                 },
                 labels={**labels, f"{LABEL_PREFIX}.edition": Edition.DEVEL.value},
+                platform=platform,
             )
         )
     if extras:
@@ -252,6 +262,7 @@ def plan_images(
                 containerfile=containers / "extras" / "Containerfile",
                 build_args={"EDITION": specs[-1].reference, "INDEX_URL": index_url, "WHEELS": built},
                 labels={**labels, **wheels, f"{LABEL_PREFIX}.edition": edition.value},
+                platform=platform,
             )
         )
     return tuple(specs)
@@ -300,6 +311,7 @@ class BuiltImage:
             "labels": dict(self.spec.labels),
             "smoke": list(self.smoke),
             "pushed": self.pushed,
+            "platform": self.spec.platform or "linux/amd64",
         }
 
 
@@ -344,6 +356,7 @@ def _build_one(engine: Engine, spec: ImageSpec, *, log: StepLog, on_line: Callab
                 context=context,
                 build_args=spec.build_args,
                 labels=spec.labels,
+                platform=spec.platform,
             )
             HostRunner().run(argv, env=base_environment([]), log=log, on_line=on_line)
     except CommandFailed as failed:
@@ -371,7 +384,7 @@ def push(engine: Engine, image: BuiltImage, registry: str, *, log: StepLog, atte
     """Push the image to ``registry`` under its own tag; the image, with the pushed
     reference and digest recorded. A registry on loopback is spoken to without TLS."""
     target = f"{registry.rstrip('/')}/wheelmill:{image.spec.tag}"
-    insecure = registry.split("/", 1)[0].rsplit(":", 1)[0] in ("127.0.0.1", "localhost", "[::1]")
+    insecure = insecure_registry(registry)
     runner = HostRunner()
     with tempfile.TemporaryDirectory(prefix="wheelmill-push-") as tmp:
         digest_file = Path(tmp) / "digest"

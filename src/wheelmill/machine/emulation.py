@@ -57,3 +57,41 @@ def emulation_fix(target: str) -> str:
         f"run scripts/setup --system as root (it registers qemu-user-static's {QEMU_ENTRY.get(target, target)}), "
         f"or build on a {target} machine"
     )
+
+
+# Where Linux describes the CPUs, and the identification register of the aarch64 CPU that a
+# stand-in reports: Neoverse V2, the Grace CPU (implementer 0x41 Arm, part 0xd4f).
+CPU_SYSFS = Path("/sys/devices/system/cpu")
+GRACE_MIDR = "0x00000000410fd4f0"
+
+
+def cpu_standin(directory: Path, host: Path = CPU_SYSFS) -> Path:
+    """A stand-in of ``/sys/devices/system/cpu`` for aarch64 code under qemu-user, which
+    sees this machine's sysfs: the host's CPU lists (``online``, ``possible``, ``present``),
+    and each CPU's identification registers as an aarch64 kernel exposes them. Libraries
+    that read MIDR_EL1 there when they load (oneDNN's xbyak_aarch64 in torch 2.11 and newer)
+    crash without it; with it they take the CPU for a Grace's."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in ("online", "possible", "present", "kernel_max"):
+        if (host / name).is_file():
+            (directory / name).write_text((host / name).read_text())
+    online = (host / "online").read_text().strip() if (host / "online").is_file() else "0"
+    for cpu in _cpus(online):
+        registers = directory / f"cpu{cpu}" / "regs" / "identification"
+        registers.mkdir(parents=True, exist_ok=True)
+        (registers / "midr_el1").write_text(GRACE_MIDR + "\n")
+        (registers / "revidr_el1").write_text("0x0000000000000000\n")
+    return directory
+
+
+def _cpus(ranges: str) -> list[int]:
+    """``0-3,6`` -> [0, 1, 2, 3, 6], as sysfs lists CPUs.
+
+    >>> _cpus("0-3,6"), _cpus("0")
+    ([0, 1, 2, 3, 6], [0])
+    """
+    found: list[int] = []
+    for part in filter(None, ranges.split(",")):
+        first, _, last = part.partition("-")
+        found += range(int(first), int(last or first) + 1)
+    return found

@@ -192,6 +192,37 @@ class Engine:
             ]
         return [self.binary, "push", reference]
 
+    def manifest_create(self, local: str, target: str, members: Sequence[str], *, insecure: bool) -> list[list[str]]:
+        """The commands that make a manifest list of ``members`` (pushed references, by
+        digest): podman builds ``local`` and adds each member; docker makes ``target`` at once."""
+        if self.name is EngineName.PODMAN:
+            tls = ["--tls-verify=false"] if insecure else []
+            made = [[self.binary, "manifest", "create", local]]
+            return made + [[self.binary, "manifest", "add", *tls, local, f"docker://{m}"] for m in members]
+        return [[self.binary, "manifest", "create", *(["--insecure"] if insecure else []), target, *members]]
+
+    def manifest_push(self, local: str, target: str, *, digest_file: Path, insecure: bool) -> list[str]:
+        """Push the list to ``target``: podman writes the digest to ``digest_file``, docker prints it."""
+        if self.name is EngineName.PODMAN:
+            tls = ["--tls-verify=false"] if insecure else []
+            return [
+                self.binary,
+                "manifest",
+                "push",
+                *tls,
+                "--digestfile",
+                str(digest_file),
+                local,
+                f"docker://{target}",
+            ]
+        return [self.binary, "manifest", "push", *(["--insecure"] if insecure else []), target]
+
+    def manifest_remove(self, local: str, target: str) -> list[str]:
+        """The local list, gone again (podman's by its local name, docker's by the target)."""
+        if self.name is EngineName.PODMAN:
+            return [self.binary, "manifest", "rm", local]
+        return [self.binary, "manifest", "rm", target]
+
     def repo_digests(self, reference: str) -> list[str]:
         return [self.binary, "image", "inspect", "--format", "{{range .RepoDigests}}{{println .}}{{end}}", reference]
 
@@ -213,6 +244,15 @@ class Engine:
     def containers(self, cell: str | None = None) -> list[str]:
         selector = f"label={LABEL}={cell}" if cell else f"label={LABEL}"
         return [self.binary, "ps", "--all", "--filter", selector, "--format", "{{.Names}}"]
+
+
+def insecure_registry(reference: str) -> bool:
+    """Whether a registry (or a reference into it) is on loopback: spoken to without TLS.
+
+    >>> insecure_registry("127.0.0.1:5000/team"), insecure_registry("registry.internal/wheelmill:t")
+    (True, False)
+    """
+    return reference.split("/", 1)[0].rsplit(":", 1)[0] in ("127.0.0.1", "localhost", "[::1]")
 
 
 def left_behind(names: Sequence[str]) -> list[str]:
