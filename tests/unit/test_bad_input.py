@@ -283,6 +283,11 @@ MATRIX_CASES = [
         ["variants.cuda130.toolkit-wheels", "'nvidia-cuda-nvcc==12.8.93' is not of toolkit 13.0"],
     ),
     (
+        "gpu-runner-of-two-platforms",
+        ('"cuda130*-aarch64" = "linux-gpu-gh200", ', ""),
+        ["ci.gpu-runners", "'cuda130*' sends aarch64 and x86_64 cells to one runner", '"cuda130*-aarch64" = '],
+    ),
+    (
         "platforms-not-x86-first",
         (
             'platforms = ["x86_64", "aarch64"]\n\n[variants.cpu.aarch64]',

@@ -159,10 +159,11 @@ def test_a_gpu_check_of_a_downloaded_source_may_not_name_its_source(tmp_path: Pa
 def test_a_gpu_runner_glob_must_name_a_gpu_variant(tmp_path: Path) -> None:
     text = (ROOT / "recipes" / "matrix.toml").read_text()
     assert MATRIX.gpu_runner(MATRIX.cell("cuda130-sm90-torch2.12-py312")) == "linux-gpu-h100"
+    assert MATRIX.gpu_runner(MATRIX.cell("cuda130-sm90-torch2.12-aarch64-py312")) == "linux-gpu-gh200"
     assert (
         MATRIX.gpu_runner(MATRIX.cell("cpu-py311")) is None and MATRIX.gpu_runner(MATRIX.cell("cuda126-py311")) is None
     )
     broken = tmp_path / "matrix.toml"
-    broken.write_text(text.replace('gpu-runners = { "cuda130*"', 'gpu-runners = { "cpu*"', 1))
+    broken.write_text(text.replace('gpu-runners = { "cuda130*-aarch64"', 'gpu-runners = { "cpu*"', 1))
     with pytest.raises(ConfigError, match=r"ci.gpu-runners: 'cpu\*' matches no CUDA or ROCm variant"):
         load_matrix(broken)

@@ -236,13 +236,27 @@ def _runners(runners: Mapping[str, str]) -> dict[str, str]:
 
 
 def _gpu_runners(runners: Mapping[str, str], variants: Mapping[str, Variant], *, file: Path) -> dict[str, str]:
-    """Each glob must name a variant with GPU code: a glob that matches none is a typo."""
+    """Each glob must name a variant with GPU code: a glob that matches none is a typo. A
+    variant takes the first glob that matches it, and a runner is machines of one platform:
+    a glob that is first for variants of two platforms would test aarch64 wheels on x86_64."""
     gpu = [name for name, v in variants.items() if v.family is not Family.CPU]
     for glob in runners:
         if not fnmatch.filter(gpu, glob):
             raise ConfigError(
                 f"{file}: ci.gpu-runners: '{glob}' matches no CUDA or ROCm variant",
                 fix=f'use a glob on variant names, e.g. "cuda130*" (GPU variants: {", ".join(sorted(gpu)[:6])}, ...)',
+            )
+    served: dict[str, set[str]] = {}
+    for name in gpu:
+        first = next((glob for glob in runners if fnmatch.fnmatchcase(name, glob)), None)
+        if first is not None:
+            served.setdefault(first, set()).add(variants[name].platform)
+    for glob, platforms in served.items():
+        if len(platforms) > 1:
+            raise ConfigError(
+                f"{file}: ci.gpu-runners: '{glob}' sends {' and '.join(sorted(platforms))} cells to one runner "
+                f"({runners[glob]})",
+                fix=f'put a glob of the aarch64 variants first: "{glob.rstrip("*")}*-aarch64" = "<arm GPU runner>"',
             )
     return dict(runners)
 

@@ -30,7 +30,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import Version
 
 from wheelmill.inputs.recipes import PathSource, ResolvedRecipe
-from wheelmill.inputs.variants import Cell
+from wheelmill.inputs.variants import X86_64, Cell
 from wheelmill.machine.net import IndexFile
 
 # doctor's statuses (wheelmill.images.doctor), as its JSON says them
@@ -82,25 +82,31 @@ class GpuStagePlan:
         return {"cell": self.cell.id, "label": variant.wheel_label, "arch_list": variant.arch_list or ""}
 
 
-def cell_tags(python: str) -> list[Tag]:
-    """The tags CPython ``python`` on x86_64 Linux installs, best first (as pip ranks them).
+def cell_tags(python: str, machine: str = X86_64) -> list[Tag]:
+    """The tags CPython ``python`` on Linux on ``machine`` installs, best first (as pip ranks them).
 
     >>> tags = cell_tags("3.11")
     >>> str(tags[0]).startswith("cp311-cp311-manylinux"), Tag("cp39", "abi3", "linux_x86_64") in tags
     (True, True)
+    >>> Tag("cp311", "cp311", "manylinux_2_28_aarch64") in cell_tags("3.11", "aarch64") and not Tag(
+    ...     "cp311", "cp311", "manylinux_2_28_x86_64") in cell_tags("3.11", "aarch64")
+    True
     """
     version = tuple(int(part) for part in python.split("."))
-    platforms = [f"manylinux_2_{minor}_x86_64" for minor in range(40, 4, -1)]
-    platforms += ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "linux_x86_64"]
+    platforms = [f"manylinux_2_{minor}_{machine}" for minor in range(40, 4, -1)]
+    legacy = ["manylinux2014"] + (["manylinux2010", "manylinux1"] if machine == X86_64 else [])
+    platforms += [f"{name}_{machine}" for name in legacy] + [f"linux_{machine}"]
     return [*cpython_tags(version, platforms=platforms), *compatible_tags(version, platforms=platforms)]
 
 
-def choose(files: Iterable[IndexFile], python: str, *, labels: Collection[str]) -> IndexFile | None:
+def choose(
+    files: Iterable[IndexFile], python: str, *, labels: Collection[str], machine: str = X86_64
+) -> IndexFile | None:
     """The file of a project the cell installs: built by wheelmill (not a mirrored copy of an
     upstream file, such as torch's), not yanked, its local label one of the variant's
     (``cu130.torch2.12``, or ``cu130`` for a wheel built once for every torch), the newest
     version, the best tag."""
-    ranks = {tag: rank for rank, tag in enumerate(cell_tags(python))}
+    ranks = {tag: rank for rank, tag in enumerate(cell_tags(python, machine))}
     best: tuple[Version, int, IndexFile] | None = None
     for entry in files:
         try:
@@ -134,7 +140,8 @@ def plan_stage(
             wanted = named.get(name)
             found = next((f for f in files if f.filename == wanted), None) if wanted else None
         else:
-            found = choose(files, cell.python, labels={cell.variant.wheel_label, cell.variant.serving_label})
+            labels = {cell.variant.wheel_label, cell.variant.serving_label}
+            found = choose(files, cell.python, labels=labels, machine=cell.variant.platform)
         if found is None:
             missing.append(name)
             continue
