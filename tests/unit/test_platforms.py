@@ -22,6 +22,7 @@ from wheelmill.machine.builder_images import BaseKind, choose
 from wheelmill.machine.emulation import Execution, cpu_standin, emulation_problem, execution
 from wheelmill.machine.engine import Engine, EngineName, Mount
 from wheelmill.machine.pins import load_pins
+from wheelmill.machine.tools import pinned_hashes
 from wheelmill.planning.locks import target
 from wheelmill.planning.serving import group_of
 from wheelmill.settings import EnvBackendName, Settings
@@ -253,3 +254,18 @@ def test_the_engines_make_and_push_a_manifest_list(name: EngineName, tmp_path: P
             ["docker", "manifest", "create", "--insecure", "127.0.0.1:5000/wheelmill:t", "r/w@sha256:a", "r/w@sha256:b"]
         ]
         assert pushed == ["docker", "manifest", "push", "--insecure", "127.0.0.1:5000/wheelmill:t"]
+
+
+def test_the_static_uv_is_checked_against_the_hashes_wheelmills_requirements_pin(tmp_path: Path) -> None:
+    pinned = pinned_hashes(ROOT / "requirements" / "dev.txt", "uv")
+    assert len(pinned) > 1 and all(len(h) == 64 for h in pinned)
+    path = tmp_path / "dev.txt"
+    path.write_text(
+        "uv==0.1 \\\n    --hash=sha256:aa \\\n    --hash=sha256:bb\n    # via x\nzz==1 \\\n    --hash=sha256:cc\n"
+    )
+    assert (pinned_hashes(path, "uv"), pinned_hashes(path, "zz"), pinned_hashes(path, "nope")) == (
+        ["aa", "bb"],
+        ["cc"],
+        [],
+    )
+    assert pinned_hashes(tmp_path / "missing.txt", "uv") == []

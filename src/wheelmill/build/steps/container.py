@@ -20,7 +20,7 @@ from wheelmill.machine.container import Container
 from wheelmill.machine.emulation import CPU_SYSFS, Execution, cpu_standin, execution
 from wheelmill.machine.engine import Engine, Mount
 from wheelmill.machine.package_sources import machine_sources
-from wheelmill.machine.tools import uv_bin, uv_static_bin
+from wheelmill.machine.tools import pinned_hashes, uv_bin, uv_static_bin
 from wheelmill.planning.spec import CellPlan
 
 # Where a build sees its cell's root, in every cell: the name compiled into its output.
@@ -110,7 +110,8 @@ def mounts(ctx: StepContext) -> list[Mount]:
     uv = Path(uv_bin())
     # another machine's image has no loader for this machine's uv: its static build runs there
     emulated = execution(ctx.run.plan.cell.variant.platform) is Execution.EMULATED
-    source = uv_static_bin(ctx.run.layout.cache / "tools", log=ctx.log) if emulated else uv.resolve()
+    hashes = pinned_hashes(ctx.run.settings.root / "requirements" / "dev.txt", "uv")
+    source = uv_static_bin(ctx.run.layout.cache / "tools", log=ctx.log, hashes=hashes) if emulated else uv.resolve()
     found.append(Mount(source=source, target=uv))
     if emulated and ctx.run.plan.cell.variant.platform == AARCH64:
         # qemu-user shows aarch64 code this machine's sysfs, without the CPU registers it reads
