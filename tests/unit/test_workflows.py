@@ -721,3 +721,15 @@ def test_local_actions_and_the_on_key_are_read_right() -> None:
     assert triggers(workflow) == {"push": None, "pull_request": None}
     assert pinning_problems(workflow) == []
     assert triggers(parse("on: push\n")) == {"push": None}
+
+
+def test_each_aarch64_cells_images_are_joined_with_its_twins_under_one_tag() -> None:
+    """Both image steps of the release (the rc's and the final's) register qemu-user first
+    and end by joining each aarch64 cell's images with its x86_64 twin's."""
+    steps_of = [step for job in jobs(load("release")).values() for step in steps(job)]
+    building = [i for i, step in enumerate(steps_of) if "wheelmill image build" in str(step.get("run", ""))]
+    assert len(building) == 2
+    for index in building:
+        run = str(steps_of[index]["run"])
+        assert run.index("wheelmill image build") < run.index("wheelmill image manifest --cell")
+        assert "qemu-user-static" in str(steps_of[index - 1].get("run", ""))
