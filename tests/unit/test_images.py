@@ -32,7 +32,7 @@ from wheelmill.index.release import Manifest, ReleasedFile, ReleasedImage, load_
 from wheelmill.index.store import Channel, publish
 from wheelmill.inputs.matrix import Matrix, load_matrix
 from wheelmill.inputs.versions import Track, VersionRule
-from wheelmill.machine.engine import Engine, EngineName
+from wheelmill.machine.engine import Engine, EngineName, Mount
 from wheelmill.machine.process import StepLog
 from wheelmill.output.layout import CellLayout
 
@@ -395,3 +395,18 @@ def test_an_aarch64_cells_images_are_built_for_arm64_and_tagged_apart(matrix: Ma
     x86 = plan(matrix, Edition.RUNTIME, extras=False)
     assert not str(x86[0]["tag"]).endswith("-arm64")
     assert x86[0]["args"] == {**x86[0]["args"], "TORCH": "2.13.0+cpu"}  # type: ignore[dict-item]
+
+
+def test_every_smoke_container_gets_the_mounts_the_image_always_needs(tmp_path: Path) -> None:
+    """An emulated aarch64 image's tiers run with the CPU stand-in in every container."""
+    calls = tmp_path / "calls"
+    engine_bin = tmp_path / "podman"
+    engine_bin.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
+    engine_bin.chmod(0o755)
+    standin = Mount(source=tmp_path / "cpu", target=Path("/sys/devices/system/cpu"))
+    with StepLog(tmp_path / "smoke.log") as log:
+        smoke = Smoke(
+            Engine(name=EngineName.PODMAN, binary=str(engine_bin)), "img", log=log, on_line=print, always=[standin]
+        )
+        smoke._run("a/pip-check", ["pip", "check"])
+    assert f"--volume {standin.volume()} img pip check" in calls.read_text()

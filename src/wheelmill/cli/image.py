@@ -37,10 +37,11 @@ from wheelmill.images.smoke import Smoke
 from wheelmill.index.release import ReleasedImage, record_images
 from wheelmill.index.serve import make_server
 from wheelmill.index.store import Channel
-from wheelmill.inputs.variants import Family
+from wheelmill.inputs.variants import AARCH64, Family
 from wheelmill.inputs.versions import Track
 from wheelmill.machine import builder_images as images
-from wheelmill.machine.engine import Engine, detect
+from wheelmill.machine.emulation import CPU_SYSFS, Execution, cpu_standin, execution
+from wheelmill.machine.engine import Engine, Mount, detect
 from wheelmill.machine.pins import load_pins
 from wheelmill.machine.process import StepLog, capture
 from wheelmill.output.layout import CellLayout
@@ -167,7 +168,8 @@ def cmd_image_build(args: argparse.Namespace, settings: Settings, console: Conso
         )
         try:
             built = [
-                _smoked(engine, image, output=output, channel=channel, log=log, console=console) for image in built
+                _smoked(engine, image, output=output, channel=channel, log=log, console=console, work=layout.cache)
+                for image in built
             ]
             if args.push:
                 built = [push(engine, image, args.push, log=log) for image in built]
@@ -254,15 +256,27 @@ def _build(
 
 
 def _smoked(
-    engine: Engine, image: BuiltImage, *, output: CellOutput, channel: Channel, log: StepLog, console: Console
+    engine: Engine,
+    image: BuiltImage,
+    *,
+    output: CellOutput,
+    channel: Channel,
+    log: StepLog,
+    console: Console,
+    work: Path,
 ) -> BuiltImage:
     """Every tier on the image; the lines they printed, kept with it."""
     console.print(f"smoke-testing {image.spec.reference}", highlight=False)
+    platform = output.cell.variant.platform
+    # as in the build's container: emulated aarch64 code reads CPU registers sysfs lacks here
+    emulated = platform == AARCH64 and execution(platform) is Execution.EMULATED
+    always = [Mount(source=cpu_standin(work / "emulation" / "cpu"), target=CPU_SYSFS)] if emulated else []
     smoke = Smoke(
         engine,
         image.spec.reference,
         log=log,
         on_line=lambda line: console.print(f"  {line}", highlight=False, markup=False),
+        always=always,
     )
     extras = image.spec.kind.endswith("-extras")
     modules = sorted({m for w in output.wheels for m in top_level(channel.files / w.filename)}) if extras else []

@@ -84,8 +84,19 @@ NO_COMPILER = (
 class Smoke:
     """The tiers, run against one image with one engine; every line they print is kept."""
 
-    def __init__(self, engine: Engine, image: str, *, log: StepLog, on_line: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        image: str,
+        *,
+        log: StepLog,
+        on_line: Callable[[str], None],
+        always: Sequence[Mount] = (),
+    ) -> None:
+        """``always``: mounted into every container of the image (an emulated aarch64
+        image's stand-in of the CPU's sysfs)."""
         self.engine, self.image, self.log, self.on_line = engine, image, log, on_line
+        self.always = tuple(always)
         self.said: list[str] = []
 
     def _run(
@@ -106,7 +117,7 @@ class Smoke:
                 image=self.image,
                 argv=argv,
                 env_keys=sorted(env or {}),
-                mounts=[Mount(source=files, target=SMOKE), *mounts],
+                mounts=[Mount(source=files, target=SMOKE), *mounts, *self.always],
                 gpus=gpus,
             )
             done = subprocess.run(
@@ -210,7 +221,7 @@ class Smoke:
             network=network,
             ip=ip,
             env_keys=sorted(env),
-            mounts=[mount],
+            mounts=[mount, *self.always],
         )
         return subprocess.Popen(
             argv, env={**base_environment([]), **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
