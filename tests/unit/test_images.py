@@ -19,6 +19,7 @@ from wheelmill.images.editions import (
     CellOutput,
     Delivered,
     Edition,
+    ImageSpec,
     build_context,
     image_tag,
     missing_from_channel,
@@ -64,10 +65,10 @@ def output(matrix: Matrix, cell: str = "cpu-py311", torch: str = "2.13.0+cpu") -
     return CellOutput(cell=found, channel="cpu", torch=torch, wheels=wheels, closure=None)
 
 
-def plan(
+def specs_of(
     matrix: Matrix, edition: Edition, *, extras: bool, cell: str = "cpu-py311", torch: str = "2.13.0+cpu"
-) -> list[dict[str, object]]:
-    specs = plan_images(
+) -> tuple[ImageSpec, ...]:
+    return plan_images(
         output(matrix, cell, torch),
         edition=edition,
         extras=extras,
@@ -78,6 +79,12 @@ def plan(
         index_url="http://127.0.0.1:8080/cpu/simple/",
         containers=ROOT / "containers",
     )
+
+
+def plan(
+    matrix: Matrix, edition: Edition, *, extras: bool, cell: str = "cpu-py311", torch: str = "2.13.0+cpu"
+) -> list[dict[str, object]]:
+    specs = specs_of(matrix, edition, extras=extras, cell=cell, torch=torch)
     return [
         {
             "kind": s.kind,
@@ -377,17 +384,7 @@ def test_a_released_cell_is_read_from_its_record_and_images_are_recorded_in_it(m
 
 
 def test_an_aarch64_cells_images_are_built_for_arm64_and_tagged_apart(matrix: Matrix) -> None:
-    arm = plan_images(
-        output(matrix, "cpu-aarch64-py311", "2.10.0+cpu"),
-        edition=Edition.DEVEL,
-        extras=True,
-        commit=COMMIT,
-        builder="localhost/wheelmill-builder:builder-arm64-py311-0123",
-        base="localhost/wheelmill-base:bookworm-minbase-arm64",
-        runtime_packages=("libssl3",),
-        index_url="http://127.0.0.1:8080/cpu/simple/",
-        containers=ROOT / "containers",
-    )
+    arm = specs_of(matrix, Edition.DEVEL, extras=True, cell="cpu-aarch64-py311", torch="2.10.0+cpu")
     assert [s.platform for s in arm] == ["linux/arm64"] * 3
     assert all(s.tag.endswith("-py3.11-arm64") for s in arm)
     # PyPI's aarch64 torch file is 2.10.0, though it reports 2.10.0+cpu: pinned by release

@@ -37,10 +37,10 @@ from wheelmill.images.smoke import Smoke
 from wheelmill.index.release import ReleasedImage, record_images
 from wheelmill.index.serve import make_server
 from wheelmill.index.store import Channel
-from wheelmill.inputs.variants import AARCH64, Family
+from wheelmill.inputs.variants import Family
 from wheelmill.inputs.versions import Track
 from wheelmill.machine import builder_images as images
-from wheelmill.machine.emulation import CPU_SYSFS, Execution, cpu_standin, execution
+from wheelmill.machine.emulation import CPU_SYSFS, emulated_cpu
 from wheelmill.machine.engine import Engine, Mount, detect
 from wheelmill.machine.pins import load_pins
 from wheelmill.machine.process import StepLog, capture
@@ -267,10 +267,9 @@ def _smoked(
 ) -> BuiltImage:
     """Every tier on the image; the lines they printed, kept with it."""
     console.print(f"smoke-testing {image.spec.reference}", highlight=False)
-    platform = output.cell.variant.platform
     # as in the build's container: emulated aarch64 code reads CPU registers sysfs lacks here
-    emulated = platform == AARCH64 and execution(platform) is Execution.EMULATED
-    always = [Mount(source=cpu_standin(work / "emulation" / "cpu"), target=CPU_SYSFS)] if emulated else []
+    standin = emulated_cpu(output.cell.variant.platform, work / "emulation" / "cpu")
+    always = [Mount(source=standin, target=CPU_SYSFS)] if standin else []
     smoke = Smoke(
         engine,
         image.spec.reference,

@@ -38,7 +38,7 @@ from wheelmill.inputs.manylinux import oldest_glibc
 from wheelmill.inputs.variants import Cell, Family
 from wheelmill.inputs.versions import Track
 from wheelmill.machine.builder_images import image_id
-from wheelmill.machine.emulation import DEBIAN_ARCH, OCI_PLATFORM
+from wheelmill.machine.emulation import DEBIAN_ARCH, foreign_platform
 from wheelmill.machine.engine import Engine, insecure_registry
 from wheelmill.machine.process import HostRunner, StepLog, base_environment, capture
 from wheelmill.output.layout import CellLayout
@@ -205,7 +205,7 @@ def plan_images(
     """The images to build, each FROM the one before: the runtime edition, the devel edition
     on it, and the extras image on the chosen edition."""
     cell = output.cell
-    platform = OCI_PLATFORM[cell.variant.platform] if cell.variant.platform_tag else None
+    platform = foreign_platform(cell.variant.platform)
     built = " ".join(sorted(w.requirement for w in output.wheels))
     # torch reports its label (2.10.0+cpu), which PyPI's file does not carry: pinned by release there
     torch = Version(output.torch).public if cell.variant.torch_on_pypi else output.torch

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from wheelmill.errors import CommandFailed, ConfigError, PrecheckError
 from wheelmill.inputs.variants import X86_64, Family, Variant
-from wheelmill.machine.emulation import DEBIAN_ARCH, OCI_PLATFORM
+from wheelmill.machine.emulation import DEBIAN_ARCH, foreign_platform
 from wheelmill.machine.engine import Engine
 from wheelmill.machine.pins import Pins, PythonSource, RegistryBase
 from wheelmill.machine.process import HostRunner, StepLog, base_environment, capture
@@ -55,7 +55,7 @@ class BuilderImage:
     def oci_platform(self) -> str | None:
         """``linux/arm64`` for an image of another machine than x86_64 (the engines' own
         default), which the engine must be told; None for x86_64."""
-        return None if self.platform == X86_64 else OCI_PLATFORM[self.platform]
+        return foreign_platform(self.platform)
 
     def build_args(self, mirror: str) -> dict[str, str]:
         return {

@@ -19,6 +19,12 @@ BINFMT = Path("/proc/sys/fs/binfmt_misc")
 QEMU_ENTRY = {X86_64: "qemu-x86_64", AARCH64: "qemu-aarch64"}
 
 
+def foreign_platform(machine: str) -> str | None:
+    """The OCI platform (``linux/arm64``) an engine must be told for an image of ``machine``;
+    None for x86_64, the engines' own default."""
+    return None if machine == X86_64 else OCI_PLATFORM[machine]
+
+
 class Execution(StrEnum):
     NATIVE = "native"
     EMULATED = "emulated"  # qemu-user, through binfmt_misc
@@ -82,6 +88,14 @@ def cpu_standin(directory: Path, host: Path = CPU_SYSFS) -> Path:
         (registers / "midr_el1").write_text(GRACE_MIDR + "\n")
         (registers / "revidr_el1").write_text("0x0000000000000000\n")
     return directory
+
+
+def emulated_cpu(target: str, directory: Path) -> Path | None:
+    """The CPU stand-in (made in ``directory``) that ``target`` code run here needs: for
+    aarch64 under emulation; None where the code runs natively."""
+    if target != AARCH64 or execution(target) is Execution.NATIVE:
+        return None
+    return cpu_standin(directory)
 
 
 def _cpus(ranges: str) -> list[int]:

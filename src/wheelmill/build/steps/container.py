@@ -13,11 +13,10 @@ from pathlib import Path
 
 from wheelmill.build.context import Outcome, StepContext, Where
 from wheelmill.checks import CheckResult
-from wheelmill.inputs.variants import AARCH64
 from wheelmill.machine import envs
 from wheelmill.machine.builder_images import Ready, debian_mirror, ensure_image
 from wheelmill.machine.container import Container
-from wheelmill.machine.emulation import CPU_SYSFS, Execution, cpu_standin, execution
+from wheelmill.machine.emulation import CPU_SYSFS, Execution, emulated_cpu, execution
 from wheelmill.machine.engine import Engine, Mount
 from wheelmill.machine.package_sources import machine_sources
 from wheelmill.machine.tools import pinned_hashes, uv_bin, uv_static_bin
@@ -113,10 +112,9 @@ def mounts(ctx: StepContext) -> list[Mount]:
     hashes = pinned_hashes(ctx.run.settings.root / "requirements" / "dev.txt", "uv")
     source = uv_static_bin(ctx.run.layout.cache / "tools", log=ctx.log, hashes=hashes) if emulated else uv.resolve()
     found.append(Mount(source=source, target=uv))
-    if emulated and ctx.run.plan.cell.variant.platform == AARCH64:
-        # qemu-user shows aarch64 code this machine's sysfs, without the CPU registers it reads
-        standin = cpu_standin(ctx.run.layout.cache / "emulation" / "cpu")
-        found.append(Mount(source=standin, target=CPU_SYSFS))
+    # qemu-user shows aarch64 code this machine's sysfs, without the CPU registers it reads
+    standin = emulated_cpu(ctx.run.plan.cell.variant.platform, ctx.run.layout.cache / "emulation" / "cpu")
+    found += [Mount(source=standin, target=CPU_SYSFS)] if standin else []
     found += [Mount(source=path, target=path) for path in local_sources(ctx)]
     for key in ("SSL_CERT_DIR", "SSL_CERT_FILE"):
         value = os.environ.get(key)
