@@ -73,6 +73,15 @@ def remove(*references: str) -> None:
         subprocess.run([podman(), "rmi", "--force", reference], capture_output=True, check=False)
 
 
+def remove_images(made: list[dict[str, object]]) -> None:
+    """By id, with every name each got, the last built first: the extras image is built on the
+    runtime one, and removing a parent before its child only untags it, left behind nameless."""
+    ids = [str(image["id"]) for image in reversed(made)]
+    remove(*ids)
+    left = [i for i in ids if subprocess.run([podman(), "image", "exists", i], check=False).returncode == 0]
+    assert not left, f"images left behind: {left}"
+
+
 def tagged() -> set[str]:
     listed = subprocess.run(
         [podman(), "images", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True, check=True
@@ -130,9 +139,8 @@ def test_runtime_and_extras_images_install_from_the_channel_alone_and_pass_every
             )
             assert pulled.returncode == 0, pulled.stderr
             remove(pushed)
-    finally:  # every name the images got here, also where an assertion stopped the test midway
-        tags = [str(i["reference"]).rsplit(":", 1)[1] for i in made.values()]
-        remove(*(str(i["reference"]) for i in made.values()), *(f"{registry}/wheelmill:{tag}" for tag in tags))
+    finally:  # every image made here, also where an assertion stopped the test midway
+        remove_images(list(made.values()))
 
 
 def wheelmill_image(output: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -143,12 +151,12 @@ def wheelmill_image(output: Path, *args: str) -> subprocess.CompletedProcess[str
 
 def test_the_devel_image_compiles_an_extension_inside_itself(built: Path) -> None:
     done = wheelmill_image(built, "--edition", "devel")
-    made = [str(i["reference"]) for i in images(built)] if (built / "cpu-py311" / "images.json").is_file() else []
+    made = images(built) if (built / "cpu-py311" / "images.json").is_file() else []
     try:
         assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
         assert "extension built in the image: twice([1, 2]) = [2, 4]" in done.stdout
     finally:
-        remove(*made)
+        remove_images(made)
 
 
 def test_an_image_that_cannot_be_built_leaves_none_behind(built: Path, tmp_path: Path) -> None:
