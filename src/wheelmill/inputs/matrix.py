@@ -330,17 +330,28 @@ def _lists(arch_list: str | None, arch: str | None) -> bool:
 
 
 def _check_platform(v: Variant, *, where: str) -> None:
+    """A twin's own glibc and arch list, checked as its variant's are."""
+    _check_glibc(v, where=where)
+    if v.arch_list and not v.slim_tag:
+        _check_arch_list(v, where=where)
+
+
+def _check_glibc(v: Variant, *, where: str) -> None:
     known = policies(v.platform)
     if v.glibc not in known:
         raise ConfigError(
-            f"{where}.glibc: '{v.glibc}' is no manylinux policy of {v.platform}",
-            fix=f"give one of {min(known, key=_glibc)} to {max(known, key=_glibc)}",
+            f"{where}.glibc: '{v.glibc}' is no manylinux policy of {v.platform} "
+            f"(auditwheel knows {min(known, key=_glibc)} to {max(known, key=_glibc)})",
+            fix="give the oldest glibc the variant's wheels must run on, as a PEP 600 tag prefix, e.g. manylinux_2_28",
         )
-    if v.arch_list and not v.slim_tag:
-        try:
-            CudaArchs.parse(v.arch_list) if v.family is Family.CUDA else RocmArchs.parse(v.arch_list)
-        except ValueError as exc:
-            raise ConfigError(f"{where}.arch-list: {exc}", fix="list archs separated by ';'") from None
+
+
+def _check_arch_list(v: Variant, *, where: str) -> None:
+    assert v.arch_list is not None
+    try:
+        CudaArchs.parse(v.arch_list) if v.family is Family.CUDA else RocmArchs.parse(v.arch_list)
+    except ValueError as exc:
+        raise ConfigError(f"{where}.arch-list: {exc}", fix="list archs separated by ';'") from None
 
 
 def torch_tag(torch: str) -> str:
@@ -403,13 +414,7 @@ def _check_variant(v: Variant, *, file: Path, pythons: tuple[str, ...]) -> None:
         raise ConfigError(
             f"{where}.platforms: ROCm has no {AARCH64} toolkit or torch", fix=f'remove "{AARCH64}" from its platforms'
         )
-    known = policies(X86_64)
-    if v.glibc not in known:
-        raise ConfigError(
-            f"{where}.glibc: '{v.glibc}' is no manylinux policy "
-            f"(auditwheel knows {min(known, key=_glibc)} to {max(known, key=_glibc)})",
-            fix="give the oldest glibc the variant's wheels must run on, as a PEP 600 tag prefix, e.g. manylinux_2_28",
-        )
+    _check_glibc(v, where=where)
     _check_other_torch(v, where=f"{where}.other-torch")
     if v.family is Family.CPU:
         if v.toolkit or v.arch_list:
@@ -458,10 +463,7 @@ def _check_accelerator(v: Variant, *, where: str) -> None:
             f"{where}.toolkit: {v.toolkit} does not match the variant name",
             fix=f"name it {expected_name} or fix the toolkit version",
         )
-    try:
-        CudaArchs.parse(v.arch_list) if v.family is Family.CUDA else RocmArchs.parse(v.arch_list)
-    except ValueError as exc:
-        raise ConfigError(f"{where}.arch-list: {exc}", fix="list archs separated by ';'") from None
+    _check_arch_list(v, where=where)
     _check_slim(v, where=f"{where}.slim")
     for wheel in v.toolkit_wheels:
         _, _, version = wheel.partition("==")
