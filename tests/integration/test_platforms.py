@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -47,8 +48,10 @@ def repo(tmp_path: Path) -> Path:
         shutil.copytree(ROOT / part, tmp_path / "repo" / part, ignore=shutil.ignore_patterns("build", "*.egg-info"))
     pins = tmp_path / "repo" / "containers" / "pins.toml"
     text = pins.read_text()
-    entry = 'cpu-aarch64 = "bookworm"'
-    pins.write_text(text if entry in text else text.replace("[bootstrap.suites]\n", f"[bootstrap.suites]\n{entry}\n"))
+    if "cpu-aarch64" not in tomllib.loads(text)["bootstrap"]["suites"]:  # parsed: a comment may quote the entry
+        text = text.replace("[bootstrap.suites]\n", '[bootstrap.suites]\ncpu-aarch64 = "bookworm"\n')
+    assert tomllib.loads(text)["bootstrap"]["suites"]["cpu-aarch64"] == "bookworm"
+    pins.write_text(text)
     return tmp_path / "repo"
 
 
@@ -69,6 +72,7 @@ def test_an_aarch64_cell_builds_and_is_install_tested_under_emulation(podman: st
     data: dict[str, Any] = json.loads((output / CELL / "report.json").read_text())
     assert data["facts"]["platform"] == {"target": "aarch64", "execution": "emulated"}
     assert ":builder-arm64-py311-" in data["facts"]["image"]["tag"]
+    assert data["facts"]["image"]["base"].endswith(":bookworm-minbase-arm64"), data["facts"]["image"]
     checks = {(s["step"], c["name"]): c for s in data["steps"] for c in s["checks"]}
     assert "run under qemu-user emulation" in checks[("pre-checks", "platform")]["detail"]
     assert checks[("compiler-cache", "compiler-cache")]["verdict"] == "skip"
