@@ -39,7 +39,7 @@ from statistics import median_high
 
 import runs
 
-from wheelmill.build.steps.build import available_memory, max_jobs, nvcc_threads
+from wheelmill.building.steps.build import available_memory, max_jobs, nvcc_threads
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.inputs.recipes import PathSource, load_recipes, resolve
 from wheelmill.machine.process import HostRunner, base_environment

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from wheelmill.build.compiler_cache import CompilerCache, Server, read_stats, server_environment, zero_stats
+from wheelmill.building.compiler_cache import CompilerCache, Server, read_stats, server_environment, zero_stats
 from wheelmill.machine.process import HostRunner, StepLog, base_environment
 from wheelmill.machine.tools import sccache_bin
 

@@ -24,12 +24,12 @@ from pathlib import Path
 
 import pytest
 
-from wheelmill.build.context import RunContext
-from wheelmill.build.pipeline import host, run_step
-from wheelmill.build.plan import StepKind, plan_cell
-from wheelmill.build.products import Sources
-from wheelmill.build.report import CellReport, StepRecord
-from wheelmill.build.ui import UI, make_console
+from wheelmill.building.context import RunContext
+from wheelmill.building.pipeline import host, run_step
+from wheelmill.building.plan import StepKind, plan_cell
+from wheelmill.building.products import Sources
+from wheelmill.building.report import CellReport, StepRecord
+from wheelmill.building.ui import UI, make_console
 from wheelmill.errors import ConfigError, FetchError, IntegrityError
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.inputs.recipes import load_recipes

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from wheelmill.build.headers import pin_header_times
+from wheelmill.building.headers import pin_header_times
 
 pytestmark = pytest.mark.integration
 EMPTY_NATIVE = "#pragma once\nnamespace at { namespace native { } }\n"

@@ -21,7 +21,7 @@ import pytest
 
 from tests.integration.test_cells import ROOT, report
 from tests.integration.test_containers import containers_of
-from wheelmill.build.compiler_cache import SOCKET_PATH_MAX
+from wheelmill.building.compiler_cache import SOCKET_PATH_MAX
 from wheelmill.machine.engine import detect
 from wheelmill.machine.process import make_view
 

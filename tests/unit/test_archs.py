@@ -20,11 +20,11 @@ from tests.conftest import CliRunner
 from tests.elves import make_elf
 from tests.sandbox import PY, Sandbox, assert_recorded, build, dist_info
 from tests.wheels import make_wheel
-from wheelmill.build.context import Outcome, StepContext
-from wheelmill.build.plan import plan
-from wheelmill.build.products import Repaired, Stamped
-from wheelmill.build.steps import BY_KIND
-from wheelmill.build.steps.build import arch_record
+from wheelmill.building.context import Outcome, StepContext
+from wheelmill.building.plan import plan
+from wheelmill.building.products import Repaired, Stamped
+from wheelmill.building.steps import BY_KIND
+from wheelmill.building.steps.build import arch_record
 from wheelmill.checks import Verdict
 from wheelmill.checks.contents import judge_arch_record
 from wheelmill.errors import CheckError, InvalidWheel

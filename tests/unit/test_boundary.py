@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import CliRunner
 from tests.elves import EM_AARCH64, EM_CUDA, make_elf
 from tests.sandbox import TAG, Sandbox, assert_recorded, build, dist_info, script
-from wheelmill.build.steps import BY_KIND
+from wheelmill.building.steps import BY_KIND
 from wheelmill.errors import CheckError, EnvError, InternalError, InvalidWheel, PrecheckError
 from wheelmill.planning.spec import StepKind
 

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from tests.wheels import make_wheel
-from wheelmill.build.context import RunContext, StepContext
-from wheelmill.build.pipeline import blocked, host
-from wheelmill.build.plan import REBUILD_ALL, Options, plan_cell
-from wheelmill.build.products import BuildKeys, PublishedBuild
-from wheelmill.build.report import CellReport, Done, StepRecord
-from wheelmill.build.steps.keys import build_keys_step
+from wheelmill.building.context import RunContext, StepContext
+from wheelmill.building.pipeline import blocked, host
+from wheelmill.building.plan import REBUILD_ALL, Options, plan_cell
+from wheelmill.building.products import BuildKeys, PublishedBuild
+from wheelmill.building.report import CellReport, Done, StepRecord
+from wheelmill.building.steps.keys import build_keys_step
 from wheelmill.errors import FetchError, SelectionError
 from wheelmill.index.store import Channel, built_by_key, publish, set_yanked
 from wheelmill.index.verify import verify
@@ -26,7 +26,7 @@ from wheelmill.machine.process import StepLog
 from wheelmill.output.layout import CellLayout
 from wheelmill.output.report import Status, WheelRecord
 from wheelmill.planning import buildkey
-from wheelmill.planning.buildkey import build_keys, plain, tree_hash
+from wheelmill.planning.buildkey import build_keys, left_out, plain, tree_hash
 from wheelmill.planning.spec import CellPlan, Step, StepKind
 from wheelmill.settings import Settings
 
@@ -85,6 +85,20 @@ def test_what_fetch_leaves_out_is_no_part_of_the_key(project: Path) -> None:
     assert tree_hash(tree) != before, "the executable bit is part of a tree"
 
 
+def test_a_build_folder_below_the_root_is_source(project: Path) -> None:
+    """``build`` and ``dist`` are outputs at the source's root only: a package of that name
+    deeper down is code, part of the key and of what fetch copies."""
+    tree = project / "extensions" / "cpp-ops"
+    before = tree_hash(tree)
+    (tree / "example_cpp_ops" / "build").mkdir(parents=True)
+    (tree / "example_cpp_ops" / "build" / "__init__.py").write_text("STEPS = 1\n")
+    assert tree_hash(tree) != before
+    copied = project / "copied"
+    shutil.copytree(tree, copied, ignore=left_out(tree))
+    assert (copied / "example_cpp_ops" / "build" / "__init__.py").is_file()
+    assert tree_hash(copied) == tree_hash(tree)
+
+
 def test_every_input_changes_the_key(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     plan = cell_plan(project)
     base = digests(plan)["example-cpp-ops"]
@@ -112,7 +126,7 @@ def test_every_input_changes_the_key(project: Path, monkeypatch: pytest.MonkeyPa
     code = shutil.copytree(
         Path(buildkey.__file__).parents[1], project / "wheelmill-changed", ignore=shutil.ignore_patterns("__pycache__")
     )
-    step = code / "build" / "steps" / "build.py"
+    step = code / "building" / "steps" / "build.py"
     step.write_text(step.read_text() + "# a changed flag\n")
     with monkeypatch.context() as m:
         m.setattr(buildkey, "__file__", str(code / "planning" / "buildkey.py"))

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from wheelmill.build.bytecode import BytecodeStore, recorded_sources
+from wheelmill.building.bytecode import BytecodeStore, recorded_sources
 
 
 def install(site: Path, dist: str, files: dict[str, str]) -> None:

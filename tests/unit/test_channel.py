@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from tests.wheels import make_wheel
-from wheelmill.build.context import RunContext, StepContext
-from wheelmill.build.pipeline import host
-from wheelmill.build.plan import plan_cell
-from wheelmill.build.report import CellReport, StepRecord
-from wheelmill.build.steps.channel import channel_checks
+from wheelmill.building.context import RunContext, StepContext
+from wheelmill.building.pipeline import host
+from wheelmill.building.plan import plan_cell
+from wheelmill.building.report import CellReport, StepRecord
+from wheelmill.building.steps.channel import channel_checks
 from wheelmill.errors import IndexStoreError
 from wheelmill.index.store import Channel, publish
 from wheelmill.inputs.matrix import load_matrix

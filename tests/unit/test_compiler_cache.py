@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from wheelmill.build.compiler_cache import (
+from wheelmill.building.compiler_cache import (
     SOCKET_PATH_MAX,
     STARTUP_SECONDS,
     CacheStats,
@@ -25,8 +25,8 @@ from wheelmill.build.compiler_cache import (
     server_environment,
     socket_problem,
 )
-from wheelmill.build.plan import plan
-from wheelmill.build.steps.build import build_environment
+from wheelmill.building.plan import plan
+from wheelmill.building.steps.build import build_environment
 from wheelmill.checks import Verdict
 from wheelmill.errors import ConfigError
 from wheelmill.inputs.matrix import load_matrix

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from wheelmill.build.plan import plan_cell
-from wheelmill.build.steps.build import build_environment
+from wheelmill.building.plan import plan_cell
+from wheelmill.building.steps.build import build_environment
 from wheelmill.cli import main
 from wheelmill.errors import CommandFailed, ConfigError, PrecheckError, UsageError
 from wheelmill.inputs.matrix import Matrix, load_matrix

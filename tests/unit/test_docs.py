@@ -19,8 +19,8 @@ from tests.conftest import CliRunner
 from tests.elves import summary
 from tests.wheels import install
 from wheelmill import errors
-from wheelmill.build.plan import plan_cell
-from wheelmill.build.steps import REGISTRY, CellStep
+from wheelmill.building.plan import plan_cell
+from wheelmill.building.steps import REGISTRY, CellStep
 from wheelmill.checks.abi import judge_abi, judge_cuda_runtime
 from wheelmill.cli import main
 from wheelmill.inputs.archs import ArchRecord, arch_tag

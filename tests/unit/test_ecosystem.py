@@ -13,10 +13,10 @@ import pytest
 
 from tests.conftest import CliRunner
 from tests.wheels import make_wheel
-from wheelmill.build.plan import plan
-from wheelmill.build.report import Done, StepRecord
-from wheelmill.build.steps.build import describe_build, describe_stamp, expected_pins
-from wheelmill.build.steps.fetch import git_config, mirrored_url
+from wheelmill.building.plan import plan
+from wheelmill.building.report import Done, StepRecord
+from wheelmill.building.steps.build import describe_build, describe_stamp, expected_pins
+from wheelmill.building.steps.fetch import git_config, mirrored_url
 from wheelmill.errors import ConfigError, SelectionError
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.inputs.recipes import GitSource, load_recipes, select

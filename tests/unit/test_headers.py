@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from wheelmill.build.headers import EPOCH, pin_header_times
+from wheelmill.building.headers import EPOCH, pin_header_times
 
 EMPTY_NATIVE = "#pragma once\nnamespace at { namespace native { } }\n"
 

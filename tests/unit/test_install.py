@@ -13,9 +13,9 @@ import pytest
 
 from tests.conftest import CliRunner
 from tests.sandbox import Sandbox, assert_recorded, build
-from wheelmill.build.context import Outcome, StepContext
-from wheelmill.build.products import Repaired, Stamped
-from wheelmill.build.steps import BY_KIND
+from wheelmill.building.context import Outcome, StepContext
+from wheelmill.building.products import Repaired, Stamped
+from wheelmill.building.steps import BY_KIND
 from wheelmill.errors import InstallTestError
 from wheelmill.planning.spec import RecipeSpec, StepKind
 

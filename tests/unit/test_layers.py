@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -81,7 +83,7 @@ def test_the_top_level_is_the_foundation_and_at_most_eight_modules() -> None:
 @pytest.mark.parametrize(
     ("where", "line", "layer"),
     [
-        ("inputs/matrix.py", "from wheelmill.build.report import CellReport\n", "inputs"),
+        ("inputs/matrix.py", "from wheelmill.building.report import CellReport\n", "inputs"),
         ("machine/process.py", "    from wheelmill.cli import main\n", "machine"),
         ("settings.py", "from wheelmill.machine.engine import Engine\n", "wheelmill"),
     ],
@@ -131,3 +133,19 @@ def test_the_readme_names_the_layers_in_their_order() -> None:
     named = re.search(r"`inputs`(\s*→\s*`[a-z]+`)+", readme)
     assert named is not None
     assert re.findall(r"`([a-z]+)`", named.group(0)) == documented_layers()[1:]
+
+
+def test_pytest_collects_every_module_that_holds_a_doctest() -> None:
+    """No package is named so that a tool's default skips it (pytest's ``norecursedirs`` holds
+    ``build`` and ``dist``): every module with an example is collected and so run."""
+    with_examples = {path.relative_to(ROOT).as_posix() for path in PACKAGE.rglob("*.py") if ">>> " in path.read_text()}
+    listed = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", str(PACKAGE)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    collected = {line.split("::")[0] for line in listed.splitlines() if "::" in line}
+    assert with_examples, "the package has doctests"
+    assert with_examples - collected == set()

@@ -19,11 +19,11 @@ import pytest
 
 from tests.conftest import CliResult, CliRunner
 from tests.sandbox import OTHER_PYTHON, PYTHON, Sandbox
-from wheelmill.build.context import Outcome, StepContext
-from wheelmill.build.products import Repaired
-from wheelmill.build.steps import BY_KIND
-from wheelmill.build.steps.build import wheel_of
-from wheelmill.build.ui import UI
+from wheelmill.building.context import Outcome, StepContext
+from wheelmill.building.products import Repaired
+from wheelmill.building.steps import BY_KIND
+from wheelmill.building.steps.build import wheel_of
+from wheelmill.building.ui import UI
 from wheelmill.errors import BuildError, ConfigError, InstallTestError, Interrupted
 from wheelmill.machine.process import base_environment
 from wheelmill.output.report import WheelRecord

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CliRunner
-from wheelmill.build.plan import CELL_STEPS, RECIPE_STEPS, Options, StepKind, plan
+from wheelmill.building.plan import CELL_STEPS, RECIPE_STEPS, Options, StepKind, plan
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.inputs.recipes import load_recipes
 from wheelmill.settings import Settings

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.elves import EM_AARCH64, EM_CUDA, make_elf
-from wheelmill.build.plan import ContainerSetup, Options, plan_cell
-from wheelmill.build.steps.cell import _platform
+from wheelmill.building.plan import ContainerSetup, Options, plan_cell
+from wheelmill.building.steps.cell import _platform
 from wheelmill.checks import Verdict
 from wheelmill.checks.platform import judge_machine
 from wheelmill.errors import SelectionError, UsageError
@@ -170,11 +170,11 @@ def test_the_pre_checks_say_how_the_cells_code_runs_here(matrix: Matrix, monkeyp
     contained = plan_cell(
         matrix, recipes, arm, ["example-cpp-ops"], Settings(), Options(engine="podman", containers=setup)
     )
-    monkeypatch.setattr("wheelmill.build.steps.cell.emulation_problem", lambda _: "binfmt_misc is not mounted at /x")
+    monkeypatch.setattr("wheelmill.building.steps.cell.emulation_problem", lambda _: "binfmt_misc is not mounted at /x")
     result = _platform(contained, "x86_64")
     assert result.verdict is Verdict.FAIL and "binfmt_misc is not mounted" in result.detail
     assert "scripts/setup --system" in (result.fix or "")
-    monkeypatch.setattr("wheelmill.build.steps.cell.emulation_problem", lambda _: None)
+    monkeypatch.setattr("wheelmill.building.steps.cell.emulation_problem", lambda _: None)
     assert "under qemu-user emulation" in _platform(contained, "x86_64").detail
     assert _platform(contained, "aarch64").detail == "aarch64 code, run natively"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from wheelmill.build.steps.build import first_error, max_jobs
+from wheelmill.building.steps.build import first_error, max_jobs
 from wheelmill.errors import CommandFailed, PublishError
 from wheelmill.index.remote import Remote, upload_failure
 from wheelmill.inputs.matrix import load_matrix

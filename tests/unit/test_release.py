@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.wheels import make_wheel
-from wheelmill.build.plan import Options, plan
+from wheelmill.building.plan import Options, plan
 from wheelmill.cli import main
 from wheelmill.cli.release import release_json
 from wheelmill.errors import IndexStoreError, IntegrityError, ReleaseError
@@ -266,7 +266,7 @@ SELECTION_CASES = [
     (["locks/cpu-py311.txt"], ["cpu-py311"]),
     (["containers/rocm/Containerfile"], "rocm*"),
     (["containers/manylinux/Containerfile"], "cpu* cuda*"),
-    (["src/wheelmill/build/plan.py", "README.md"], ["cpu-py311", "cuda130-py311"]),
+    (["src/wheelmill/building/plan.py", "README.md"], ["cpu-py311", "cuda130-py311"]),
     ([], ["cpu-py311", "cuda130-py311"]),
     (["locks/cpu-py311.txt", "locks/rocm63-py312.txt"], ["cpu-py311", "rocm63-py312"]),
 ]

@@ -1,4 +1,4 @@
-"""A cell's report: what the build writes (wheelmill.build.report) is what the one reader
+"""A cell's report: what the build writes (wheelmill.building.report) is what the one reader
 (wheelmill.output.report) gives back, and a file that is not such a report is named so."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from tests.wheels import make_wheel
-from wheelmill.build.plan import plan_cell
-from wheelmill.build.report import CellReport, StepRecord
+from wheelmill.building.plan import plan_cell
+from wheelmill.building.report import CellReport, StepRecord
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.inputs.recipes import load_recipes
 from wheelmill.output.layout import CellLayout, built_cells

@@ -14,10 +14,10 @@ from packaging.tags import parse_tag
 
 from tests.unit.test_buildkey import HOST, _run_keys_step, _step, cell_plan, project  # noqa: F401 - a fixture
 from tests.wheels import make_wheel
-from wheelmill.build.pipeline import blocked
-from wheelmill.build.plan import plan
-from wheelmill.build.products import Repaired, ShippedAbi
-from wheelmill.build.report import CellReport, StepRecord
+from wheelmill.building.pipeline import blocked
+from wheelmill.building.plan import plan
+from wheelmill.building.products import Repaired, ShippedAbi
+from wheelmill.building.report import CellReport, StepRecord
 from wheelmill.checks import Verdict
 from wheelmill.checks.abi import judge_serving
 from wheelmill.conda.channel import conda_channel_root

@@ -1,4 +1,4 @@
-"""The step registry (wheelmill.build.steps): what each entry needs is made before it, in
+"""The step registry (wheelmill.building.steps): what each entry needs is made before it, in
 the registry's order (the plan's), and a step sees only the products its entry declares."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from wheelmill.build.products import PRODUCTS, Fetched, Sources
-from wheelmill.build.report import Done
-from wheelmill.build.steps import BY_KIND, REGISTRY, RecipeStep, unmet_needs
+from wheelmill.building.products import PRODUCTS, Fetched, Sources
+from wheelmill.building.report import Done
+from wheelmill.building.steps import BY_KIND, REGISTRY, RecipeStep, unmet_needs
 from wheelmill.planning.spec import StepKind
 
 

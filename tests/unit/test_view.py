@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.unit.test_containers import ROOT
-from wheelmill.build.plan import plan_cell
-from wheelmill.build.steps.build import build_environment
-from wheelmill.build.steps.cell import home_as_seen
+from wheelmill.building.plan import plan_cell
+from wheelmill.building.steps.build import build_environment
+from wheelmill.building.steps.cell import home_as_seen
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.inputs.recipes import load_recipes
 from wheelmill.inputs.variants import Family

@@ -23,7 +23,7 @@ from types import FrameType
 from typing import NoReturn
 
 from wheelmill import __version__
-from wheelmill.build.ui import make_console
+from wheelmill.building.ui import make_console
 from wheelmill.cli import build, conda, doctor, gpu, image, index, release
 from wheelmill.cli.common import Parser, print_error
 from wheelmill.errors import InternalError, Interrupted, WheelmillError

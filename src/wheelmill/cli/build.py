@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from wheelmill.build.plan import Options, plan_cell
+from wheelmill.building.plan import Options, plan_cell
 from wheelmill.cli.common import Commands, add_cell_options, build_cells, load_inputs, mirror_cells, prepare
 from wheelmill.errors import UsageError
 from wheelmill.inputs.matrix import MATRIX_COLUMNS, Matrix, github_matrix, matrix_markdown, matrix_row

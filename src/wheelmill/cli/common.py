@@ -14,7 +14,7 @@ from typing import NoReturn, TypeAlias, TypeVar
 
 from rich.console import Console
 
-from wheelmill.build.plan import REBUILD_ALL, ContainerSetup, Options, plan
+from wheelmill.building.plan import REBUILD_ALL, ContainerSetup, Options, plan
 from wheelmill.errors import EnvError, UsageError
 from wheelmill.index.store import usage
 from wheelmill.inputs.matrix import Matrix, load_matrix
@@ -168,9 +168,9 @@ def prepare(args: argparse.Namespace, settings: Settings, *, probe: bool, releas
 
 
 def build_cells(prepared: Prepared, console: Console) -> int:
-    """Run every cell's plan (``wheelmill.build.cells``); the exit status of the first failed
+    """Run every cell's plan (``wheelmill.building.cells``); the exit status of the first failed
     cell, else 0."""
-    from wheelmill.build.cells import RunOfCells  # noqa: PLC0415 - the build machinery loads only to build
+    from wheelmill.building.cells import RunOfCells  # noqa: PLC0415 - the build machinery loads only to build
 
     run = RunOfCells(
         prepared.plans, settings=prepared.settings, engine=prepared.engine, console=console, say_error=print_error

@@ -1,6 +1,6 @@
 """``report.json`` read back as typed values, checked against its version: the one reader of
 what a build of a cell said, for the index, the images, releases and the command line.
-``wheelmill.build.report`` writes it."""
+``wheelmill.building.report`` writes it."""
 
 from __future__ import annotations
 

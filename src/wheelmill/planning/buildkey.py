@@ -38,7 +38,7 @@ import hashlib
 import json
 import os
 import platform
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from enum import Enum
 from pathlib import Path
@@ -57,10 +57,11 @@ from wheelmill.planning.locks import path_of
 from wheelmill.planning.spec import CellPlan, RecipeSpec
 
 # What fetch never copies from a path source (build outputs, VCS and tool state): no part
-# of the source, so no part of its key either.
-NOT_SOURCE = ("build", "dist", "*.egg-info", "__pycache__", ".git", ".nox", ".pytest_cache", "*.so")
-# wheelmill's own package has a build/ layer of code: of it, only the bytecode caches are left out.
-NOT_CODE = ("__pycache__",)
+# of the source, so no part of its key either. These, at any depth:
+NOT_SOURCE = ("*.egg-info", "__pycache__", ".git", ".nox", ".pytest_cache", "*.so")
+# These at the source's root only, where setuptools writes its outputs: a package or folder of
+# that name deeper down is source (issue 42: an unanchored "build" dropped any build/ package).
+NOT_SOURCE_AT_ROOT = ("build", "dist")
 # Where the source, its patches and the recipe file are: parts of the key by content instead.
 _LOCATIONS = frozenset({"file", "source", "patches"})
 
@@ -160,7 +161,8 @@ def _source(source: Source) -> dict[str, Any]:
 @functools.cache
 def wheelmill_identity() -> dict[str, str]:
     """wheelmill itself: its version, and its package's files, every layer (once per process)."""
-    return {"version": __version__, "code": tree_hash(Path(__file__).parents[1], ignore=NOT_CODE)}
+    package = Path(__file__).parents[1]
+    return {"version": __version__, "code": tree_hash(package, ignore=left_out(package, anywhere=("__pycache__",)))}
 
 
 def recipe_identity(spec: RecipeSpec) -> dict[str, Any]:
@@ -212,26 +214,45 @@ def plain(value: object) -> Any:
     return value
 
 
-def tree_hash(root: Path, *, ignore: tuple[str, ...] = NOT_SOURCE) -> str:
-    """The files fetch copies from ``root``: relative name, kind, executable bit and bytes
-    (a link's target), in name order; the same tree anywhere gives the same hash."""
+Ignore = Callable[[str, list[str]], set[str]]
+
+
+def left_out(
+    root: Path, *, anywhere: tuple[str, ...] = NOT_SOURCE, at_root: tuple[str, ...] = NOT_SOURCE_AT_ROOT
+) -> Ignore:
+    """What is no part of the tree at ``root``, in the form of ``shutil.copytree``'s ``ignore``:
+    of a directory's names, those matching ``anywhere``, and in ``root`` itself ``at_root`` too.
+
+    >>> ignore = left_out(Path("/src"))
+    >>> sorted(ignore("/src", ["build", "setup.py", "x.so"])), sorted(ignore("/src/pkg/build", ["build", "x.py"]))
+    (['build', 'x.so'], [])
+    """
+    top = os.path.normpath(root)
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        patterns = anywhere + at_root if os.path.normpath(directory) == top else anywhere
+        return {name for name in names if any(fnmatch.fnmatch(name, pattern) for pattern in patterns)}
+
+    return ignore
+
+
+def tree_hash(root: Path, *, ignore: Ignore | None = None) -> str:
+    """The files fetch copies from ``root`` (all but what ``left_out(root)`` names, unless told
+    otherwise): relative name, kind, executable bit and bytes (a link's target), in name order;
+    the same tree anywhere gives the same hash."""
     digest = hashlib.sha256()
-    for relative, identity in sorted(_tree(root, ignore)):
+    for relative, identity in sorted(_tree(root, ignore or left_out(root))):
         digest.update(f"{relative}\0{identity}\0".encode())
     return digest.hexdigest()
 
 
-def _tree(root: Path, ignore: tuple[str, ...]) -> Iterator[tuple[str, str]]:
+def _tree(root: Path, ignore: Ignore) -> Iterator[tuple[str, str]]:
     for top, dirs, files in os.walk(root):
-        dirs[:] = [name for name in dirs if not _ignored(name, ignore)]
+        dirs[:] = sorted(set(dirs) - ignore(top, dirs))
         here = Path(top)
         linked = [name for name in dirs if (here / name).is_symlink()]  # copied as links, not walked
-        for name in (*(f for f in files if not _ignored(f, ignore)), *linked):
+        for name in (*sorted(set(files) - ignore(top, files)), *linked):
             yield (here / name).relative_to(root).as_posix(), _identity(here / name)
-
-
-def _ignored(name: str, ignore: tuple[str, ...]) -> bool:
-    return any(fnmatch.fnmatch(name, pattern) for pattern in ignore)
 
 
 def _identity(path: Path) -> str:

@@ -7,7 +7,7 @@ published, the same file, into each channel of the group.
 Pure planning: which cells a recipe serves, which of them install-test it (the oldest and
 the newest torch, each with the oldest and the newest Python: the range's corners), the
 channels it is looked up in, and which cell of a run builds it where no channel has it. The
-build-keys step does the looking up (``wheelmill.build.steps.keys``).
+build-keys step does the looking up (``wheelmill.building.steps.keys``).
 """
 
 from __future__ import annotations

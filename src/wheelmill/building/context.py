@@ -3,7 +3,7 @@
 - ``RunContext``: fixed for the cell's run: its plan, the settings, where its files go.
 - ``Where``: where commands run now: this machine, or the cell's container once the
   ``prepare-container`` step made it. Replaced as one value, never patched.
-- ``Done``: what earlier steps made (``wheelmill.build.report``), read by type.
+- ``Done``: what earlier steps made (``wheelmill.building.report``), read by type.
 
 A step returns an ``Outcome``: its check verdicts and the values it made, which the
 pipeline records for later steps and the report.
@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from wheelmill.build.report import Done
+from wheelmill.building.report import Done
 from wheelmill.checks import CheckResult
 from wheelmill.machine.engine import Engine
 from wheelmill.machine.envs import EnvBackend

@@ -20,10 +20,10 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from wheelmill.build.compiler_cache import CompilerCache, cache_check, read_stats, zero_stats
-from wheelmill.build.context import Outcome, StepContext
-from wheelmill.build.products import BuildEnv, Built, CheckedEnv, Fetched, Repaired, Sources, Stamped
-from wheelmill.build.report import Done
+from wheelmill.building.compiler_cache import CompilerCache, cache_check, read_stats, zero_stats
+from wheelmill.building.context import Outcome, StepContext
+from wheelmill.building.products import BuildEnv, Built, CheckedEnv, Fetched, Repaired, Sources, Stamped
+from wheelmill.building.report import Done
 from wheelmill.checks import CheckResult
 from wheelmill.checks.device import carries_device_code
 from wheelmill.config import format_size

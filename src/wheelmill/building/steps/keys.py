@@ -13,9 +13,9 @@ from typing import Any
 
 from packaging.requirements import Requirement
 
-from wheelmill.build.context import Outcome, StepContext
-from wheelmill.build.products import BuildKeys, PublishedBuild, ServedBuild, Toolchain
-from wheelmill.build.steps.install import deliver
+from wheelmill.building.context import Outcome, StepContext
+from wheelmill.building.products import BuildKeys, PublishedBuild, ServedBuild, Toolchain
+from wheelmill.building.steps.install import deliver
 from wheelmill.checks import CheckResult
 from wheelmill.conda.channel import conda_channel_root
 from wheelmill.conda.package import CondaTarget, conda_meta

@@ -11,7 +11,7 @@ import time
 import urllib.parse
 from pathlib import Path
 
-from wheelmill.build.context import Outcome, StepContext, Where
+from wheelmill.building.context import Outcome, StepContext, Where
 from wheelmill.checks import CheckResult
 from wheelmill.machine import envs
 from wheelmill.machine.builder_images import Ready, debian_mirror, ensure_image

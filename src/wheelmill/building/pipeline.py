@@ -10,7 +10,7 @@ report.
 
 ``execute`` runs a cell alone, its steps in the plan's order. Where the plan says so (its
 install-tests choice), a recipe's install test runs on a thread beside the next steps
-(``Beside``). In a run of several cells (``wheelmill.build.cells``), a cell runs beside the
+(``Beside``). In a run of several cells (``wheelmill.building.cells``), a cell runs beside the
 cells before and after it: its ``CellRun`` is given ``Neighbours`` to wait for and to tell.
 Ctrl-C reaches the main thread only: it stops the others' commands, and their steps end
 interrupted too.
@@ -32,11 +32,11 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import NoReturn, Protocol, TypeVar
 
-from wheelmill.build.context import Hold, Outcome, RunContext, StepContext, Where
-from wheelmill.build.products import BuildKeys, ShippedAbi
-from wheelmill.build.report import CellReport, StepRecord
-from wheelmill.build.steps import BY_KIND, CellStep, RecipeStep, StepDefinition
-from wheelmill.build.ui import UI, step_label
+from wheelmill.building.context import Hold, Outcome, RunContext, StepContext, Where
+from wheelmill.building.products import BuildKeys, ShippedAbi
+from wheelmill.building.report import CellReport, StepRecord
+from wheelmill.building.steps import BY_KIND, CellStep, RecipeStep, StepDefinition
+from wheelmill.building.ui import UI, step_label
 from wheelmill.conda.channel import configured_channels
 from wheelmill.errors import BusyError, CommandFailed, InternalError, Interrupted, UsageError, WheelmillError
 from wheelmill.files import file_lock
@@ -54,7 +54,7 @@ T = TypeVar("T")
 
 
 class Neighbours(Protocol):
-    """The cells a cell runs beside, in a run of several (``wheelmill.build.cells``)."""
+    """The cells a cell runs beside, in a run of several (``wheelmill.building.cells``)."""
 
     def builds_before(self) -> int:
         """How many builds the cell before this one has ended (0 where none runs)."""

@@ -23,9 +23,9 @@ from functools import partial
 
 from rich.console import Console
 
-from wheelmill.build.pipeline import CellRun, execute, first_build, in_this_context
-from wheelmill.build.report import CellReport
-from wheelmill.build.ui import UI, held_console
+from wheelmill.building.pipeline import CellRun, execute, first_build, in_this_context
+from wheelmill.building.report import CellReport
+from wheelmill.building.ui import UI, held_console
 from wheelmill.errors import Interrupted, WheelmillError
 from wheelmill.machine.engine import Engine
 from wheelmill.machine.process import stop_running, yielding

@@ -6,7 +6,7 @@ sha256 it was locked with."""
 
 from __future__ import annotations
 
-from wheelmill.build.context import Outcome, StepContext
+from wheelmill.building.context import Outcome, StepContext
 from wheelmill.checks import CheckResult, require
 from wheelmill.errors import IndexStoreError
 from wheelmill.index.closure import Closure

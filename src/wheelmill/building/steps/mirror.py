@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from wheelmill.build.context import Outcome, StepContext
-from wheelmill.build.products import BuildEnv, Sources
+from wheelmill.building.context import Outcome, StepContext
+from wheelmill.building.products import BuildEnv, Sources
 from wheelmill.checks import CheckResult
 from wheelmill.index.closure import Closure, ClosureInputs, mirror, resolve
 from wheelmill.index.store import Channel, Published, PublishOutcome

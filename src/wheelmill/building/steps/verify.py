@@ -10,9 +10,9 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from wheelmill.build.context import Outcome, StepContext
-from wheelmill.build.products import BuildEnv, CheckedEnv, Repaired, ShippedAbi, Stamped, Toolchain
-from wheelmill.build.steps.build import arch_record, expected_pins
+from wheelmill.building.context import Outcome, StepContext
+from wheelmill.building.products import BuildEnv, CheckedEnv, Repaired, ShippedAbi, Stamped, Toolchain
+from wheelmill.building.steps.build import arch_record, expected_pins
 from wheelmill.checks import CheckResult, require
 from wheelmill.checks.abi import describe as describe_abi
 from wheelmill.checks.abi import judge_abi, judge_cuda_runtime, judge_serving

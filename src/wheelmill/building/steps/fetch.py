@@ -16,21 +16,18 @@ from pathlib import Path
 from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
 from packaging.version import Version
 
-from wheelmill.build.context import Outcome, StepContext
-from wheelmill.build.headers import pin_header_times
-from wheelmill.build.products import Fetched, Sources
+from wheelmill.building.context import Outcome, StepContext
+from wheelmill.building.headers import pin_header_times
+from wheelmill.building.products import Fetched, Sources
 from wheelmill.checks import CheckResult
 from wheelmill.config import format_size
 from wheelmill.errors import CommandFailed, ConfigError, FetchError, IntegrityError, PrecheckError
 from wheelmill.inputs.recipes import GitSource, PathSource, SdistSource, UrlSource
 from wheelmill.machine.net import IndexFile, download, is_transient, project_files, sha256_of
 from wheelmill.machine.process import HostRunner, base_environment
-from wheelmill.planning.buildkey import NOT_SOURCE
+from wheelmill.planning.buildkey import left_out
 from wheelmill.planning.spec import CellPlan, RecipeSpec, describe_source
 from wheelmill.retry import TransientError
-
-# Never copied from a local source tree: build outputs and VCS/tool state.
-_IGNORE = shutil.ignore_patterns(*NOT_SOURCE)
 
 
 def fetch(ctx: StepContext, spec: RecipeSpec) -> Outcome:
@@ -40,7 +37,7 @@ def fetch(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     dest.parent.mkdir(parents=True, exist_ok=True)
     match spec.source:
         case PathSource(path=path):
-            shutil.copytree(path, dest, ignore=_IGNORE, symlinks=True)
+            shutil.copytree(path, dest, ignore=left_out(path), symlinks=True)
             root, detail = dest, f"copied {path}"
         case SdistSource() as sdist:
             archive = _fetch_sdist(ctx, sdist)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from wheelmill.build.context import Outcome, StepContext
-from wheelmill.build.products import BuildKeys
+from wheelmill.building.context import Outcome, StepContext
+from wheelmill.building.products import BuildKeys
 from wheelmill.checks import CheckResult
 from wheelmill.conda.channel import conda_channel_root
 from wheelmill.errors import CommandFailed, IndexConflict

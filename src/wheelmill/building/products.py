@@ -1,6 +1,6 @@
 """What the steps of a build make, by type, in one place: a step returns these in its
 Outcome, and a later step looks them up on the cell's board (``Done``) by type. Each entry
-of the registry (``wheelmill.build.steps``) declares which of them it makes and which it
+of the registry (``wheelmill.building.steps``) declares which of them it makes and which it
 needs; a unit test checks that every need is made by an entry before it.
 
 The types a lower layer defines and a step makes as they are: ``Ready`` (a builder image),
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wheelmill.build.compiler_cache import CacheStats, CompilerCache
-from wheelmill.build.context import Where
+from wheelmill.building.compiler_cache import CacheStats, CompilerCache
+from wheelmill.building.context import Where
 from wheelmill.index.closure import Closure, Mirrored
 from wheelmill.index.pages import FileEntry
 from wheelmill.index.store import Published, PublishOutcome

@@ -4,7 +4,7 @@ retries, and what a failed command in it means. The registry's order is the plan
 a run of cell steps happens once, a run of recipe steps for every recipe in turn.
 
 Adding a step is one entry here and its functions; the plan lays it out and the pipeline
-runs it without knowing its kind. Each entry declares the products (``wheelmill.build.products``)
+runs it without knowing its kind. Each entry declares the products (``wheelmill.building.products``)
 it needs, makes and reads; a step sees on the board only what its entry declares.
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from wheelmill.build.context import Outcome, StepContext, Where
-from wheelmill.build.products import (
+from wheelmill.building.context import Outcome, StepContext, Where
+from wheelmill.building.products import (
     BuildEnv,
     BuildKeys,
     Built,
@@ -33,7 +33,19 @@ from wheelmill.build.products import (
     Toolchain,
     WheelRecord,
 )
-from wheelmill.build.steps import build, cache, cell, channel, container, fetch, install, keys, mirror, publish, verify
+from wheelmill.building.steps import (
+    build,
+    cache,
+    cell,
+    channel,
+    container,
+    fetch,
+    install,
+    keys,
+    mirror,
+    publish,
+    verify,
+)
 from wheelmill.errors import (
     BuildError,
     CheckError,
@@ -57,7 +69,7 @@ class CellStep:
     describe: Callable[[CellPlan], str]
     error: type[WheelmillError]  # what a failed command in it means
     needs: tuple[type, ...] = ()  # products of earlier steps it gets: the cell's, or its own recipe's
-    makes: tuple[type, ...] = ()  # products it may make (wheelmill.build.products)
+    makes: tuple[type, ...] = ()  # products it may make (wheelmill.building.products)
     reads: tuple[type, ...] = ()  # products it looks up where they exist: optional ones, other recipes'
     retries: bool = False  # network-bound: transient failures are tried again
     network: bool = True  # False: its commands run where no network is (a build must not download)
@@ -76,7 +88,7 @@ class RecipeStep:
     describe: Callable[[CellPlan, RecipeSpec], str]
     error: type[WheelmillError]
     needs: tuple[type, ...] = ()  # products of earlier steps it gets: the cell's, or its own recipe's
-    makes: tuple[type, ...] = ()  # products it may make (wheelmill.build.products)
+    makes: tuple[type, ...] = ()  # products it may make (wheelmill.building.products)
     reads: tuple[type, ...] = ()  # products it looks up where they exist: optional ones, other recipes'
     retries: bool = False
     network: bool = True

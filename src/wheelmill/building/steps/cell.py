@@ -10,10 +10,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from wheelmill.build.bytecode import BytecodeStore
-from wheelmill.build.context import Outcome, StepContext, Where
-from wheelmill.build.headers import pin_header_times
-from wheelmill.build.products import BuildEnv, CheckedEnv, CondaLock, Sources, Toolchain
+from wheelmill.building.bytecode import BytecodeStore
+from wheelmill.building.context import Outcome, StepContext, Where
+from wheelmill.building.headers import pin_header_times
+from wheelmill.building.products import BuildEnv, CheckedEnv, CondaLock, Sources, Toolchain
 from wheelmill.checks import CheckResult, failures, require
 from wheelmill.checks.torchenv import judge_torch
 from wheelmill.conda import envspec
@@ -372,7 +372,7 @@ def home_as_seen(runner: Runner, env: Env, python: Path) -> None:
 
 
 def keep_bytecode(ctx: StepContext, env: Env, what: str) -> None:
-    """Keep ``env``'s compiled modules in the output root's bytecode store (``wheelmill.build.bytecode``)."""
+    """Keep ``env``'s compiled modules in the output root's bytecode store (``wheelmill.building.bytecode``)."""
     for site in site_packages(ctx.where.runner.host_path(env.root))[:1]:
         ctx.log.note(f"{_bytecode_store(ctx).keep(site)} compiled modules {what}")
 

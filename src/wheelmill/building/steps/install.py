@@ -15,10 +15,10 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from wheelmill.build.context import Outcome, StepContext
-from wheelmill.build.products import BuildEnv, Fetched, Repaired, ShippedAbi, Sources, Toolchain
-from wheelmill.build.steps.build import fill
-from wheelmill.build.steps.cell import keep_bytecode, lend_bytecode
+from wheelmill.building.context import Outcome, StepContext
+from wheelmill.building.products import BuildEnv, Fetched, Repaired, ShippedAbi, Sources, Toolchain
+from wheelmill.building.steps.build import fill
+from wheelmill.building.steps.cell import keep_bytecode, lend_bytecode
 from wheelmill.checks import CheckResult, Verdict
 from wheelmill.checks.tally import tally
 from wheelmill.errors import CommandFailed, InstallTestError

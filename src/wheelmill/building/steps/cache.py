@@ -11,7 +11,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from wheelmill.build.compiler_cache import (
+from wheelmill.building.compiler_cache import (
     CHECK,
     CompilerCache,
     Server,
@@ -20,7 +20,7 @@ from wheelmill.build.compiler_cache import (
     server_environment,
     socket_problem,
 )
-from wheelmill.build.context import Outcome, StepContext
+from wheelmill.building.context import Outcome, StepContext
 from wheelmill.checks import CheckResult
 from wheelmill.machine.emulation import Execution, execution, host_machine
 from wheelmill.machine.tools import sccache_bin

@@ -2,7 +2,7 @@
 ordered steps of each cell. Nothing here touches the machine; ``wheelmill plan`` prints it
 and ``wheelmill build`` executes it, step by step.
 
-The steps and their order come from the step registry (``wheelmill.build.steps``); each step's
+The steps and their order come from the step registry (``wheelmill.building.steps``); each step's
 line is its registry entry describing the spec it will consume.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from itertools import groupby, takewhile
 from pathlib import Path
 
-from wheelmill.build.steps import REGISTRY, CellStep, RecipeStep, StepDefinition
+from wheelmill.building.steps import REGISTRY, CellStep, RecipeStep, StepDefinition
 from wheelmill.errors import SelectionError
 from wheelmill.inputs.matrix import Matrix
 from wheelmill.inputs.recipes import AbiPromise, Recipe, cell_dependencies, closure, resolve_all, select

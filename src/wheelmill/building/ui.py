@@ -21,7 +21,7 @@ from rich.markup import escape
 from rich.status import Status as Spinner
 from rich.table import Table
 
-from wheelmill.build.report import CellReport, StepRecord
+from wheelmill.building.report import CellReport, StepRecord
 from wheelmill.checks import Verdict
 from wheelmill.config import format_size
 from wheelmill.inputs.variants import Family
