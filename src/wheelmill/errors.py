@@ -193,17 +193,26 @@ class NoGpuError(WheelmillError):
 
 class GpuCheckError(WheelmillError):
     """The GPU stage: a wheel's GPU checks (or its import on the GPU machine) failed, where
-    doctor predicted it or had no verdict."""
+    doctor predicted it or the error is not a missing kernel image (an import error, a wrong
+    number), or the wheel could not be judged (not the channel's file, no arch record)."""
 
     exit_code = 23
 
 
 class GpuVerdictMismatch(GpuCheckError):
     """The GPU stage: doctor's verdict and the kernels disagree: doctor said a wheel runs on
-    this GPU and its kernels failed, or said it fails and its kernels ran. Either way a
-    promise wheelmill makes (its arch records, doctor's rules) is wrong."""
+    this GPU and its kernels found no kernel image for it, or said it fails and its kernels
+    ran. Either way a promise wheelmill makes (its arch records, doctor's rules) is wrong."""
 
     exit_code = 24
+
+
+class GpuUnproven(WheelmillError):
+    """The GPU stage proved nothing of a wheel: its recipe has no GPU check (it only
+    imported), or its check's tests were skipped, expected to fail, or none ran. Not a pass,
+    so promotion refuses it too."""
+
+    exit_code = 25
 
 
 class InternalError(WheelmillError):

@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 
 from tests.wheels import make_wheel
-from wheelmill.errors import EnvError, GpuVerdictMismatch, NoGpuError, PrecheckError
-from wheelmill.index.release import Manifest, ReleasedFile, record
+from wheelmill.errors import EnvError, GpuCheckError, GpuUnproven, GpuVerdictMismatch, NoGpuError, PrecheckError
+from wheelmill.index.records import Manifest, ReleasedFile, record
 from wheelmill.inputs.versions import Track, VersionRule
 from wheelmill.machine.net import sha256_of
 from wheelmill.machine.package_sources import machine_sources
@@ -85,6 +85,8 @@ class T(unittest.TestCase):
         pass
 """
 NO_IMAGE = 'raise RuntimeError("CUDA error: no kernel image is available for execution on the device")\n'
+WRONG = 'raise AssertionError("Tensor-likes are not close! Mismatched elements: 3 / 4096")\n'
+NO_TESTS = "import unittest\n"
 
 
 def archs(arch_list: str, cell: str = CELL) -> bytes:
@@ -162,21 +164,29 @@ def broken_wheel(tmp_path: Path, name: str, arch_list: str) -> Path:
 
 def test_fresh_env_from_the_channel_alone_judges_each_wheel_against_doctor(project: Path, tmp_path: Path) -> None:
     """The env is made from the channel alone (its torch a stand-in that reports the stand-in
-    GPU); each check's outcome is judged against doctor: one passes, one skips every test
-    (skipped, never passed), one fails as doctor predicted (sm_80 only on a 9.0 GPU), one
-    fails where doctor said it runs (a mismatch: the worst, exit 24); the report says all."""
+    GPU); each check's outcome is judged against doctor: one passes, one skips every test and
+    one runs none (skipped, never passed), one fails as doctor predicted (sm_80 only on a 9.0
+    GPU), one with a wrong number where doctor said it runs (failed: not doctor's error), one
+    with no kernel image where doctor said it runs (a mismatch: the worst, exit 24); a wheel
+    with GPU code and no check only imported, a CPU-only one passed on its import, and one
+    whose arch record cannot be read failed; the report says all."""
     checks = project / "gpu-checks"
     (checks / "test_good.py").write_text(PASSES.format(module="wm_good"))
     (checks / "test_skips.py").write_text(SKIPS)
+    (checks / "test_none.py").write_text(NO_TESTS)
     (checks / "no_image.py").write_text(NO_IMAGE)
+    (checks / "wrong.py").write_text(WRONG)
     unit = ["-m", "unittest", "discover", "-v", "-s", "{recipes}/gpu-checks", "-p"]
-    for name, check in (("wm-good", "test_good.py"), ("wm-skips", "test_skips.py")):
+    for name, check in (("wm-good", "test_good.py"), ("wm-skips", "test_skips.py"), ("wm-none", "test_none.py")):
         command = ", ".join(f'"{part}"' for part in ["{python}", *unit, check])
         (project / f"{name}.toml").write_text(
             recipe(name, name.replace("-", "_"), check=None) + f"gpu-smoke = [{command}]\n"
         )
     (project / "wm-sm80.toml").write_text(recipe("wm-sm80", "wm_sm80", check="no_image.py"))
     (project / "wm-lies.toml").write_text(recipe("wm-lies", "wm_lies", check="no_image.py"))
+    (project / "wm-wrong.toml").write_text(recipe("wm-wrong", "wm_wrong", check="wrong.py"))
+    for name in ("wm-nocheck", "wm-cpu", "wm-norecord"):
+        (project / f"{name}.toml").write_text(recipe(name, name.replace("-", "_"), check=None))
     wheels = tmp_path / "wheels"
     torch = make_wheel(
         wheels, "torch", "2.14.1+cu130", tag="py3-none-any", files={"torch/__init__.py": STAND_IN_TORCH.encode()}
@@ -191,8 +201,21 @@ def test_fresh_env_from_the_channel_alone_judges_each_wheel_against_doctor(proje
             files={f"{name.replace('-', '_')}/__init__.py": b""},
             gpu_archs=archs(arch),
         )
-        for name, arch in (("wm-good", "9.0"), ("wm-skips", "8.0;9.0"), ("wm-sm80", "8.0"), ("wm-lies", "9.0"))
+        for name, arch in (
+            ("wm-good", "9.0"),
+            ("wm-skips", "8.0;9.0"),
+            ("wm-none", "9.0"),
+            ("wm-sm80", "8.0"),
+            ("wm-lies", "9.0"),
+            ("wm-wrong", "9.0"),
+            ("wm-nocheck", "9.0"),
+        )
     ]
+    cpu_only = json.dumps({"arch_list": None, "cell": CELL, "family": "cpu"}).encode()
+    # (publishing refuses an unreadable record; a wheel with none is as far as a channel goes)
+    for name, arch_record in (("wm-cpu", cpu_only), ("wm-norecord", None)):
+        files = {f"{name.replace('-', '_')}/__init__.py": b""}
+        made.append(make_wheel(wheels, name, "1.0+cu130", tag=TAG, files=files, gpu_archs=arch_record))
     older = make_wheel(
         wheels / "old", "wm-good", "0.9+cu130", tag=TAG, files={"wm_good/__init__.py": b""}, gpu_archs=archs("9.0")
     )
@@ -206,15 +229,38 @@ def test_fresh_env_from_the_channel_alone_judges_each_wheel_against_doctor(proje
     assert "doctor: ok (sm_90 SASS on GPU 0 (NVIDIA H100 80GB HBM3, 9.0))" in line
     assert "kernels: gpu-smoke: RuntimeError: CUDA error: no kernel image is available" in line
     data = report(project)
-    assert outcomes(data) == {"wm-good": "passed", "wm-skips": "skipped", "wm-sm80": "failed", "wm-lies": "mismatch"}
+    assert outcomes(data) == {
+        "wm-good": "passed",
+        "wm-skips": "skipped",
+        "wm-none": "skipped",
+        "wm-sm80": "failed",
+        "wm-lies": "mismatch",
+        "wm-wrong": "failed",
+        "wm-nocheck": "import-only",
+        "wm-cpu": "passed",
+        "wm-norecord": "failed",
+    }
     by_recipe = {w["recipe"]: w for w in data["wheels"]}
     assert by_recipe["wm-good"]["filename"].startswith("wm_good-1.0+cu130-")  # the newest, not 0.9
     assert by_recipe["wm-skips"]["runs"][1]["counts"] == {"passed": 0, "failed": 0, "skipped": 1}
-    assert by_recipe["wm-sm80"]["doctor"]["status"] == "fails" and by_recipe["wm-sm80"]["why"] == "as doctor predicted"
+    assert by_recipe["wm-none"]["runs"][1]["detail"] == "no tests ran"
+    assert by_recipe["wm-sm80"]["doctor"]["status"] == "fails"
+    assert by_recipe["wm-sm80"]["why"] == "no kernel image for this GPU, as doctor predicted"
+    assert by_recipe["wm-wrong"]["why"] == "its GPU check failed"
+    assert by_recipe["wm-norecord"]["why"].startswith("doctor cannot judge it: unknown (not built by wheelmill")
     assert data["gpus"] == ["GPU 0 (NVIDIA H100 80GB HBM3, 9.0)"] and data["torch"] == "2.14.1+cu130"
     assert data["env"].startswith("fresh") and data["status"] == "mismatch" and data["exit_code"] == 24
-    assert "1 passed, 1 skipped, 1 failed, 1 mismatch" in done.stdout
+    assert "2 passed, 1 import-only, 2 skipped, 3 failed, 1 mismatch" in done.stdout
     assert not (project.parent / "out" / CELL / "gpu-stage").exists()  # the env is gone, the report stays
+
+    # What proved nothing, alone beside a pass: not a pass either, its own exit (25), one line.
+    for name in ("wm-skips", "wm-sm80", "wm-lies", "wm-wrong", "wm-cpu", "wm-norecord"):
+        (project / f"{name}.toml").unlink()
+    done = wheelmill(project, "test-gpu", "--cell", CELL, path=stand_in_nvidia_smi(tmp_path / "bin"), gpus="0")
+    assert done.returncode == GpuUnproven.exit_code, done.stdout[-3000:] + done.stderr
+    (line,) = done.stderr.splitlines()
+    assert "proved nothing of 2 wheel(s)" in line and "wm-nocheck" in line and "import-only" in line, line
+    assert report(project)["status"] == "skipped"
 
 
 @pytest.fixture(scope="module")
@@ -250,11 +296,12 @@ def test_over_real_torch_a_wheel_that_cannot_load_is_judged_and_no_kernel_is_pre
         project, "test-gpu", "--cell", CELL, "--python", str(real_torch), path=stand_in_nvidia_smi(tmp_path / "bin")
     )
 
-    assert done.returncode == GpuVerdictMismatch.exit_code, done.stdout[-3000:] + done.stderr
+    # An import that fails is the wheel's failure, not doctor's: only a missing kernel image is.
+    assert done.returncode == GpuCheckError.exit_code, done.stdout[-3000:] + done.stderr
     (line,) = done.stderr.splitlines()
     assert "wm-broken" in line and "undefined symbol: wm_kernel_image_for_sm_90" in line, line
     data = report(project)
-    assert outcomes(data) == {"wm-good": "not-run", "wm-broken": "mismatch", "wm-old-arch": "failed"}
+    assert outcomes(data) == {"wm-good": "not-run", "wm-broken": "failed", "wm-old-arch": "failed"}
     good_runs = next(w for w in data["wheels"] if w["recipe"] == "wm-good")["runs"]
     assert [(r["name"], r["result"]) for r in good_runs] == [("import", "passed"), ("gpu-smoke", "not-run")]
     assert data["torch"].startswith("2.14.1") and data["torch_gpus"] == [] and data["env"].startswith("over ")
@@ -268,6 +315,25 @@ def test_over_real_torch_a_wheel_that_cannot_load_is_judged_and_no_kernel_is_pre
     assert done.returncode == NoGpuError.exit_code, done.stdout[-3000:] + done.stderr
     assert "but torch 2.14.1+cu130 sees no GPU: no kernel ran" in done.stderr
     assert report(project)["status"] == "not-run"
+
+    # The interpreter holds an older build of the project under test (as a runtime image
+    # does), one that cannot import: the channel's file is installed before it and tested.
+    old = make_wheel(
+        tmp_path / "old", "wm-good", "0.9+cu130", tag=TAG, gpu_archs=archs("9.0"),
+        files={"wm_good/__init__.py": b"raise ImportError('the old build of the interpreter was imported')\n"},
+    )  # fmt: skip
+    uv = [uv_bin(), "pip", "install", "--quiet", "--no-deps", "--python", str(real_torch), str(old)]
+    subprocess.run(uv, check=True, env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"})
+    try:
+        done = wheelmill(
+            project, "test-gpu", "--cell", CELL, "--python", str(real_torch), path=stand_in_nvidia_smi(tmp_path / "bin")
+        )
+    finally:
+        uninstall = [uv_bin(), "pip", "uninstall", "--quiet", "--python", str(real_torch), "wm-good"]
+        subprocess.run(uninstall, check=True, env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"})
+    assert done.returncode == NoGpuError.exit_code, done.stdout[-3000:] + done.stderr
+    (tested,) = report(project)["wheels"]
+    assert tested["filename"] == good.name and tested["runs"][0]["result"] == "passed", tested
 
     # The cell of another torch over the same interpreter: not its torch, exit 5, one line.
     other = "cuda130-torch2.12-py311"

@@ -110,7 +110,7 @@ def test_ptx_is_jit_compiled_on_a_newer_gpu_never_an_older_one(cli: CliRunner, s
 )
 def test_cuda_compatibility_rules(arch_list: str, gpu: str, status: str) -> None:
     (declared,) = doctor.declared(gpu, "--capability").found
-    assert doctor.judge(doctor.parse_record(cuda(arch_list).to_bytes().decode()), declared).status == status
+    assert doctor.predict(doctor.parse_record(cuda(arch_list).to_bytes().decode()), declared).status == status
 
 
 def test_arch_specific_code_runs_only_on_exactly_its_arch(cli: CliRunner, site: Path) -> None:

@@ -1,20 +1,32 @@
 """The GPU stage's pure parts: which file of the channel it tests for each recipe, how a
-wheel's result is judged against doctor's verdict, what a test run counted, the report's
-round trip, and the recipe key's templates."""
+wheel's result is judged against doctor's verdict (``wheelmill.checks.gpu``'s table, a row a
+case), what a test run counted, the report's round trip, and the recipe key's templates."""
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import pytest
 
-from wheelmill.checks.tally import tally
+from tests.conftest import CliRunner
+from tests.wheels import make_wheel
+from wheelmill.checks.gpu import (
+    GpuOutcome,
+    Ran,
+    judge_check,
+    judge_wheel,
+    no_kernel_image,
+    not_the_channels_file,
+    worst,
+)
+from wheelmill.checks.tally import Tally, tally
 from wheelmill.errors import ConfigError
 from wheelmill.gpu.report import CheckRun, GpuReport, WheelResult, load_gpu_report
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.inputs.recipes import load_recipes, resolve_all
 from wheelmill.machine.net import IndexFile
-from wheelmill.planning.gpu_stage import Outcome, Ran, choose, judge, plan_stage, worst
+from wheelmill.planning.gpu_stage import file_for_cell, plan_stage
 from wheelmill.planning.spec import recipe_spec
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -44,16 +56,16 @@ def test_the_newest_fitting_unyanked_file_of_the_cells_label_is_chosen() -> None
         "ops-1.1.tar.gz",
         yanked=("ops-1.2+cu130-cp311-cp311-manylinux_2_28_x86_64.whl",),
     )
-    chosen = choose(files, "3.11", labels={"cu130"})
+    chosen = file_for_cell(files, "3.11", labels={"cu130"})
     assert chosen is not None and chosen.filename == "ops-1.0+cu130-cp311-cp311-manylinux_2_28_x86_64.whl"
     both = listed(
         "ops-1.0+cu130-cp39-abi3-manylinux_2_28_x86_64.whl", "ops-1.0+cu130-cp311-cp311-manylinux_2_28_x86_64.whl"
     )
-    best = choose(both, "3.11", labels={"cu130"})
+    best = file_for_cell(both, "3.11", labels={"cu130"})
     assert best is not None and "cp311-cp311" in best.filename  # the more specific tag, as pip picks
-    assert choose(listed("ops-1.0+cu130-cp312-abi3-linux_x86_64.whl"), "3.11", labels={"cu130"}) is None
+    assert file_for_cell(listed("ops-1.0+cu130-cp312-abi3-linux_x86_64.whl"), "3.11", labels={"cu130"}) is None
     torch = "torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl"  # the closure's copy: not wheelmill's build
-    assert choose(listed(torch, mirrored=(torch,)), "3.11", labels={"cu130"}) is None
+    assert file_for_cell(listed(torch, mirrored=(torch,)), "3.11", labels={"cu130"}) is None
 
 
 def test_another_torchs_cell_takes_its_per_torch_wheels_and_the_ones_built_once() -> None:
@@ -61,8 +73,11 @@ def test_another_torchs_cell_takes_its_per_torch_wheels_and_the_ones_built_once(
     labels = {variant.wheel_label, variant.serving_label}
     per_torch = listed("ops-1.0+cu130.torch2.12-cp311-cp311-manylinux_2_28_x86_64.whl")
     stable = listed("stable-1.0+cu130-cp39-abi3-manylinux_2_28_x86_64.whl")
-    assert choose(per_torch, "3.11", labels=labels) is not None and choose(stable, "3.11", labels=labels) is not None
-    assert choose(listed("ops-1.0+cu130.torch2.13-cp311-cp311-linux_x86_64.whl"), "3.11", labels=labels) is None
+    assert (
+        file_for_cell(per_torch, "3.11", labels=labels) is not None
+        and file_for_cell(stable, "3.11", labels=labels) is not None
+    )
+    assert file_for_cell(listed("ops-1.0+cu130.torch2.13-cp311-cp311-linux_x86_64.whl"), "3.11", labels=labels) is None
 
 
 def test_the_plan_tests_each_recipe_with_a_wheel_and_names_the_rest() -> None:
@@ -80,36 +95,97 @@ def test_the_plan_tests_each_recipe_with_a_wheel_and_names_the_rest() -> None:
     assert named.wheels == () and "example-cuda-ops" in named.missing  # the record's file, or none
 
 
+def ran(
+    *,
+    installed: str | None = None,
+    record: str | None = "cuda",
+    sees_gpu: bool = True,
+    imported: bool = True,
+    check: GpuOutcome | None = GpuOutcome.PASSED,
+    no_kernel_image: bool = False,
+) -> Ran:
+    """What ran for a wheel: by default, a CUDA wheel that imported and whose check passed."""
+    return Ran(
+        installed=installed,
+        record=record,
+        record_problem="unknown (its gpu-archs.json is unreadable: not JSON)",
+        sees_gpu=sees_gpu,
+        imported=imported,
+        check=check,
+        no_kernel_image=no_kernel_image,
+    )
+
+
+P, F, S, N = GpuOutcome.PASSED, GpuOutcome.FAILED, GpuOutcome.SKIPPED, GpuOutcome.NOT_RUN
+
+
+# A row of the table in wheelmill.checks.gpu each: doctor's status, what ran, the outcome.
 @pytest.mark.parametrize(
-    ("doctor", "ran", "gpu_code", "outcome"),
+    ("doctor", "what", "outcome", "why"),
     [
-        ("ok", Ran(imported=True, check="passed"), True, Outcome.PASSED),
-        ("jit", Ran(imported=True, check=None), True, Outcome.PASSED),
-        ("ok", Ran(imported=True, check="skipped"), True, Outcome.SKIPPED),
-        ("ok", Ran(imported=True, check="failed"), True, Outcome.MISMATCH),
-        ("ok", Ran(imported=False, check=None), True, Outcome.MISMATCH),
-        ("fails", Ran(imported=True, check="failed"), True, Outcome.FAILED),
-        ("fails", Ran(imported=False, check=None), True, Outcome.FAILED),
-        ("fails", Ran(imported=True, check=None), True, Outcome.FAILED),
-        ("fails", Ran(imported=True, check="passed"), True, Outcome.MISMATCH),
-        ("unknown", Ran(imported=True, check="failed"), False, Outcome.FAILED),
-        ("ok", Ran(imported=True, check="failed"), False, Outcome.FAILED),  # CPU only: no arch promise
-        ("ok", Ran(imported=True, check="not-run"), True, Outcome.NOT_RUN),
-        ("fails", Ran(imported=True, check="not-run"), True, Outcome.FAILED),  # on doctor's word
-        ("ok", Ran(imported=False, check="not-run"), True, Outcome.MISMATCH),  # it did not even load
-        ("ok", Ran(imported=True, check=None), False, Outcome.PASSED),  # no GPU check: nothing left to run
+        ("ok", ran(installed="the env imports ops from /usr/lib/python3/dist-packages"), F, "the env imports"),
+        ("unknown", ran(record=None), F, "doctor cannot judge it: unknown (its gpu-archs.json is unreadable"),
+        ("fails", ran(sees_gpu=False, check=N), F, "on this GPU (its GPU check did not run"),
+        ("ok", ran(sees_gpu=False, check=N), N, "torch sees no GPU"),
+        ("ok", ran(record="cpu", sees_gpu=False, check=None), N, "torch sees no GPU"),
+        ("ok", ran(check=F, no_kernel_image=True), GpuOutcome.MISMATCH, "found no kernel image"),
+        ("jit", ran(imported=False, check=None, no_kernel_image=True), GpuOutcome.MISMATCH, "no kernel image"),
+        ("ok", ran(check=F), F, "its GPU check failed"),  # a wrong number is the kernel's fault, not doctor's
+        ("ok", ran(imported=False, check=None), F, "its import failed"),
+        ("fails", ran(check=F, no_kernel_image=True), F, "as doctor predicted"),
+        ("fails", ran(imported=False, check=None, no_kernel_image=True), F, "as doctor predicted"),
+        ("fails", ran(check=F), F, "the error is not the kernel image's"),
+        ("fails", ran(check=P), GpuOutcome.MISMATCH, "its GPU check passed"),
+        ("fails", ran(check=None), F, "doctor predicts it fails"),
+        ("ok", ran(check=P), P, "its GPU check passed"),
+        ("ok", ran(record="cpu", check=P), P, "its GPU check passed"),
+        ("ok", ran(check=S), S, "proved nothing"),
+        ("jit", ran(check=None), GpuOutcome.IMPORT_ONLY, "no GPU check"),
+        ("ok", ran(record="cpu", check=None), P, "no GPU code; imported"),
+        ("ok", ran(record="cpu", check=F), F, "its GPU check failed"),
     ],
 )
 def test_a_wheel_is_judged_by_doctors_verdict_and_what_ran(
-    doctor: str, ran: Ran, gpu_code: bool, outcome: Outcome
+    doctor: str, what: Ran, outcome: GpuOutcome, why: str
 ) -> None:
-    assert judge(doctor, ran, gpu_code=gpu_code)[0] is outcome
+    assert judge_wheel(doctor, what)[0] is outcome
+    assert why in judge_wheel(doctor, what)[1]
+
+
+@pytest.mark.parametrize(
+    ("counted", "exit_ok", "outcome"),
+    [
+        (Tally(passed=9), True, P),
+        (Tally(passed=4, skipped=1), True, S),  # a partial skip proved less: a skip, as in the install test
+        (Tally(), True, S),  # unittest's "Ran 0 tests ... OK"
+        (tally(["2 passed, 1 xfailed in 0.3s"]), True, S),  # an expected failure is not a pass
+        (Tally(passed=3, failed=1), True, F),
+        (None, True, P),  # a script: its exit status says
+        (None, False, F),
+        (Tally(passed=9), False, F),
+    ],
+)
+def test_a_gpu_checks_result_passes_only_where_every_test_ran_and_passed(
+    counted: Tally | None, exit_ok: bool, outcome: GpuOutcome
+) -> None:
+    assert judge_check(counted, exit_ok=exit_ok) is outcome
+
+
+def test_only_a_missing_kernel_image_contradicts_doctor() -> None:
+    assert no_kernel_image(["torch.AcceleratorError: CUDA error: no kernel image is available for execution"])
+    assert no_kernel_image(["RuntimeError: HIP error: invalid device function"])
+    assert no_kernel_image(["hipErrorNoBinaryForGpu: Unable to find code object for all current devices!"])
+    assert not no_kernel_image(["AssertionError: Tensor-likes are not close!"])
+    assert not no_kernel_image(["ImportError: libcudart.so.13: cannot open shared object file"])
 
 
 def test_the_stage_is_its_worst_wheel() -> None:
-    assert worst([Outcome.PASSED, Outcome.SKIPPED]) is Outcome.SKIPPED
-    assert worst([Outcome.FAILED, Outcome.MISMATCH, Outcome.NOT_RUN]) is Outcome.MISMATCH
-    assert worst([]) is Outcome.PASSED
+    assert worst([GpuOutcome.PASSED, GpuOutcome.SKIPPED]) is GpuOutcome.SKIPPED
+    assert worst([GpuOutcome.PASSED, GpuOutcome.IMPORT_ONLY]) is GpuOutcome.IMPORT_ONLY
+    assert worst([GpuOutcome.IMPORT_ONLY, GpuOutcome.SKIPPED]) is GpuOutcome.SKIPPED
+    assert worst([GpuOutcome.FAILED, GpuOutcome.MISMATCH, GpuOutcome.NOT_RUN]) is GpuOutcome.MISMATCH
+    assert worst([]) is GpuOutcome.PASSED
+    assert [o for o in GpuOutcome if o.passed] == [GpuOutcome.PASSED], "one outcome passes, and no other"
 
 
 def test_a_test_run_counts_skips_apart_from_passes() -> None:
@@ -124,20 +200,18 @@ def test_a_test_run_counts_skips_apart_from_passes() -> None:
 
 
 def test_a_report_reads_back_as_written(tmp_path: Path) -> None:
-    run = CheckRun(
-        name="gpu-smoke", result="skipped", seconds=1.5, detail="1 skipped", tally=tally(["1 skipped in 0.1s"])
-    )
+    run = CheckRun(name="gpu-smoke", result=S, seconds=1.5, detail="1 skipped", tally=tally(["1 skipped in 0.1s"]))
     wheel = WheelResult(
         recipe="ops", filename="ops.whl", sha256="0" * 64, doctor="ok", doctor_detail="sm_90 SASS",
-        runs=(run,), outcome=Outcome.SKIPPED, why="every test of its GPU check was skipped",
+        runs=(run,), outcome=S, why="its GPU check proved nothing",
     )  # fmt: skip
     report = GpuReport(
-        cell="cuda130-py311", channel="cu130", index="/index", env="fresh", python="3.11", torch="2.14.1+cu130",
-        gpus=("GPU 0 (H100, 9.0)",), torch_gpus=("GPU 0 (H100, 9.0)",), notes=(), wheels=(wheel,), missing=("apex",),
-        status="skipped", exit_code=0, error=None, seconds=3.0,
+        cell="cuda130-py311", channel="cu130", index="/index", env="fresh", python="3.11", runner="linux-gpu-h100",
+        torch="2.14.1+cu130", gpus=("GPU 0 (H100, 9.0)",), torch_gpus=("GPU 0 (H100, 9.0)",), notes=(),
+        wheels=(wheel,), missing=("apex",), status=S, exit_code=25, error="proved nothing", seconds=3.0,
     )  # fmt: skip
     assert load_gpu_report(report.write(tmp_path)) == report
-    assert report.counts() == "1 skipped"
+    assert report.counts() == "1 skipped" and not report.passed
 
 
 def test_a_gpu_check_of_a_downloaded_source_may_not_name_its_source(tmp_path: Path) -> None:
@@ -158,12 +232,52 @@ def test_a_gpu_check_of_a_downloaded_source_may_not_name_its_source(tmp_path: Pa
 
 def test_a_gpu_runner_glob_must_name_a_gpu_variant(tmp_path: Path) -> None:
     text = (ROOT / "recipes" / "matrix.toml").read_text()
-    assert MATRIX.gpu_runner(MATRIX.cell("cuda130-sm90-torch2.12-py312")) == "linux-gpu-h100"
-    assert MATRIX.gpu_runner(MATRIX.cell("cuda130-sm90-torch2.12-aarch64-py312")) == "linux-gpu-gh200"
-    assert (
-        MATRIX.gpu_runner(MATRIX.cell("cpu-py311")) is None and MATRIX.gpu_runner(MATRIX.cell("cuda126-py311")) is None
-    )
+    assert MATRIX.gpu_runners_of(MATRIX.cell("cuda130-sm90-torch2.12-py312")) == ("linux-gpu-h100",)
+    assert MATRIX.gpu_runners_of(MATRIX.cell("cuda130-sm90-torch2.12-aarch64-py312")) == ("linux-gpu-gh200",)
+    assert MATRIX.gpu_runners_of(MATRIX.cell("cpu-py311")) == MATRIX.gpu_runners_of(MATRIX.cell("cuda126-py311")) == ()
     broken = tmp_path / "matrix.toml"
     broken.write_text(text.replace('gpu-runners = { "cuda130*-aarch64"', 'gpu-runners = { "cpu*"', 1))
     with pytest.raises(ConfigError, match=r"ci.gpu-runners: 'cpu\*' matches no CUDA or ROCm variant"):
         load_matrix(broken)
+
+
+def test_a_gpu_runner_glob_may_name_a_runner_per_gpu_kind(tmp_path: Path) -> None:
+    text = (ROOT / "recipes" / "matrix.toml").read_text()
+    kinds = tmp_path / "matrix.toml"
+    kinds.write_text(
+        text.replace('"cuda130*" = "linux-gpu-h100"', '"cuda130*" = ["linux-gpu-h100", "linux-gpu-b200"]', 1)
+    )
+    matrix = load_matrix(kinds)
+    assert matrix.gpu_runners_of(matrix.cell("cuda130-py311")) == ("linux-gpu-h100", "linux-gpu-b200")
+    kinds.write_text(text.replace('"cuda130*" = "linux-gpu-h100"', '"cuda130*" = []', 1))
+    with pytest.raises(ConfigError, match=r"ci.gpu-runners"):
+        load_matrix(kinds)
+
+
+def test_a_wheel_is_tested_only_where_the_env_imports_the_channels_file(tmp_path: Path) -> None:
+    """The env must find the project in the wheels' own directory, every file of the wheel's
+    RECORD there with its hash: else the stage would test some other copy and record this one."""
+    wheel = make_wheel(tmp_path / "w", "ops", "1.0+cu130", files={"ops/__init__.py": b"KERNELS = 1\n"})
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(site)
+    assert not_the_channels_file("ops", wheel, str(site), site) is None
+    elsewhere = not_the_channels_file("ops", wheel, "/usr/lib/python3/dist-packages", site)
+    assert elsewhere is not None and elsewhere.startswith("the env imports ops from /usr/lib/python3/dist-packages")
+    assert not_the_channels_file("ops", wheel, None, site) == (
+        f"ops is not among the env's distributions after installing {wheel.name}"
+    )
+    (site / "ops" / "__init__.py").write_bytes(b"KERNELS = 0  # an older build's\n")
+    assert not_the_channels_file("ops", wheel, str(site), site) == (
+        f"ops/__init__.py in the env is not the one {wheel.name} records"
+    )
+
+
+def test_a_runner_the_matrix_does_not_map_the_cell_to_is_refused_first(cli: CliRunner) -> None:
+    """`--runner` names the GPU kind a release records the report under: a label the matrix
+    does not give the cell is a usage error, before any channel is read."""
+    done = cli("--recipes", str(ROOT / "recipes"), "test-gpu", "--cell", "cuda130-py311", "--runner", "linux-gpu-b200")
+    assert done.code == 2 and done.err.count("\n") == 1, done.err
+    assert (
+        "--runner linux-gpu-b200: not a GPU runner of cuda130-py311 (ci.gpu-runners names: linux-gpu-h100)" in done.err
+    )

@@ -29,7 +29,7 @@ from wheelmill.images.editions import (
     too_new,
 )
 from wheelmill.images.smoke import Smoke
-from wheelmill.index.release import Manifest, ReleasedFile, ReleasedImage, load_manifest, record, record_images
+from wheelmill.index.records import Manifest, ReleasedFile, ReleasedImage, load_manifest, record, record_images
 from wheelmill.index.store import Channel, publish
 from wheelmill.inputs.matrix import Matrix, load_matrix
 from wheelmill.inputs.versions import Track, VersionRule

@@ -16,6 +16,7 @@ from tests.sandbox import Sandbox, assert_recorded, build
 from wheelmill.building.context import Outcome, StepContext
 from wheelmill.building.products import Repaired, Stamped
 from wheelmill.building.steps import BY_KIND
+from wheelmill.building.steps.install import _smoke_passed
 from wheelmill.errors import InstallTestError
 from wheelmill.planning.spec import RecipeSpec, StepKind
 
@@ -100,7 +101,7 @@ def test_a_smoke_that_skipped_tests_is_a_skip_counted_apart_from_passes(
     result = build(cli, monkeypatch, sandbox, "cpu")
     assert result.code == 0, (result.out + result.err)[-3000:]
     checks = {c["name"]: (c["verdict"], c["detail"]) for c in install_step(sandbox)["checks"]}
-    said = "1 passed, 8 skipped (no CUDA device): the skipped tests proved nothing here"
+    said = "1 passed, 8 skipped (no CUDA device): what did not run proved nothing here"
     assert checks["smoke"] == ("skip", said), checks
     assert f"skip thing/install-test: smoke: {said}" in " ".join(result.out.split())
 
@@ -144,3 +145,18 @@ def test_a_failed_import_is_the_error_and_the_smoke_does_not_run(
         says="import thing.missing: ModuleNotFoundError",
     )
     assert "stdout before the last line" not in log
+
+
+@pytest.mark.parametrize(
+    ("output", "verdict"),
+    [
+        (["....", "4 passed in 0.10s"], "pass"),
+        (["Ran 0 tests in 0.000s", "", "OK"], "skip"),
+        (["3 passed, 1 xfailed in 0.20s"], "skip"),
+        (["1 deselected in 0.01s"], "skip"),
+        (["all good"], "pass"),
+    ],
+)
+def test_a_smoke_that_ran_no_test_or_only_expected_failures_is_a_skip(output: list[str], verdict: str) -> None:
+    """Zero tests, or a test expected to fail, proved nothing: the same meaning as the GPU stage's."""
+    assert _smoke_passed(output).verdict.value == verdict

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from wheelmill.building.steps.build import first_error, max_jobs
-from wheelmill.errors import CommandFailed, PublishError
+from wheelmill.errors import CommandFailed, FetchError, PublishError
 from wheelmill.index.remote import Remote, upload_failure
 from wheelmill.inputs.matrix import load_matrix
+from wheelmill.machine import net
 from wheelmill.machine.envs import Target, UvBackend, pinned_versions
-from wheelmill.machine.net import is_transient, upload_refusal
+from wheelmill.machine.net import is_transient, project_files, upload_refusal
 from wheelmill.machine.package_sources import PackageSources, machine_sources, sources_from_pip_config
 from wheelmill.machine.process import HostRunner, StepLog, base_environment
 from wheelmill.planning import locks
@@ -181,6 +182,48 @@ def test_an_upload_refusal_is_told_by_asking_without_the_file(upload_endpoint: s
     assert upload_refusal(upload_endpoint, ("user", "secret")) is None
     # nothing listens: not a refusal
     assert upload_refusal("http://127.0.0.1:9/", ("user", "secret"), timeout=2) is None
+
+
+@pytest.fixture
+def project_pages() -> Iterator[str]:
+    """An index whose answer for a project is in its name: ``/simple/404/`` answers 404, and
+    so on; ``/simple/huge/`` sends a page past the bound, without a length."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            name = self.path.strip("/").rsplit("/", 1)[-1]
+            if name.isdigit():
+                self.send_response(int(name))
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            chunk = b"<a href='x-1.0-py3-none-any.whl'>x</a>" * 1000
+            for _ in range((net.PAGE_LIMIT // len(chunk)) + 2):
+                self.wfile.write(chunk)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/simple"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_project_page_that_is_absent_refused_or_unbounded_is_told_apart(project_pages: str) -> None:
+    """404 and 410 say the project is not there; 401 and 403 say nothing of it (credentials)
+    and are errors, never "not on this index"; a page is read to a bound and no further."""
+    assert project_files(project_pages, "404") == [] and project_files(project_pages, "410") == []
+    for code in ("401", "403"):
+        with pytest.raises(FetchError, match=rf"HTTP {code} .*: the index refused access") as refused:
+            project_files(project_pages, code)
+        assert "credentials" in (refused.value.fix or "")
+    with pytest.raises(FetchError, match="larger than 64 MiB; not read further"):
+        project_files(project_pages, "huge")
 
 
 def test_retries_back_off_and_stop_at_the_budget() -> None:

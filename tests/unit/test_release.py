@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import re
+import shutil
 import subprocess
 import zipfile
 from dataclasses import replace
@@ -13,24 +15,25 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import CliResult, CliRunner
 from tests.wheels import make_wheel
 from wheelmill.building.plan import Options, plan
+from wheelmill.checks.gpu import GpuOutcome
 from wheelmill.cli import main
 from wheelmill.cli.release import release_json
 from wheelmill.errors import IndexStoreError, IntegrityError, ReleaseError
-from wheelmill.index.release import (
+from wheelmill.gpu.report import GpuReport, WheelResult
+from wheelmill.index.records import (
     GpuRecord,
     Manifest,
     ReleasedFile,
     load_manifest,
     manifest_path,
     manifests,
-    promote,
-    prune,
     record,
     record_gpu,
-    same_payload,
 )
+from wheelmill.index.release import collect_built, promote, prune, same_payload
 from wheelmill.index.store import Channel, channel_names, publish
 from wheelmill.index.verify import verify
 from wheelmill.inputs.matrix import load_matrix
@@ -39,6 +42,8 @@ from wheelmill.inputs.selection import affected_cells
 from wheelmill.inputs.versions import Action, GitState, Release, Track, VersionRule, for_nightly, for_tag, stamp_version
 from wheelmill.machine.git import read_state
 from wheelmill.machine.net import sha256_of
+from wheelmill.output.layout import CellLayout
+from wheelmill.output.report import BuiltCell, RecipeRecord, ReleaseRecord, Status, WheelRecord
 from wheelmill.settings import Settings
 from wheelmill.wheel.wheelfile import read_wheel
 
@@ -54,7 +59,8 @@ def state(tags: dict[str, str] | None = None, *, dirty: bool = False) -> GitStat
 # (case, tags, dirty, what: a tag name or "nightly", expected version, track, action, promote-from,
 # or the error's words)
 VERSION_CASES = [
-    ("final tag", {"v2.4.0": HEAD}, False, "v2.4.0", "2.4.0", Track.RELEASE, Action.BUILD, None),
+    # A release reaches the release channels from its tested rc only, never built straight there.
+    ("final tag, no rc", {"v2.4.0": HEAD}, False, "v2.4.0", "no release candidate of 2.4.0", None, None, None),
     ("rc tag", {"v2.4.0-rc1": HEAD}, False, "v2.4.0-rc1", "2.4.0rc1", Track.TEST, Action.BUILD, None),
     (
         "second rc",
@@ -77,13 +83,13 @@ VERSION_CASES = [
         "2.4.0rc2",
     ),
     (
-        "final, its rc on another commit: build",
+        "final, its rc on another commit",
         {"v2.4.0-rc1": OTHER, "v2.4.0": HEAD},
         False,
         "v2.4.0",
-        "2.4.0",
-        Track.RELEASE,
-        Action.BUILD,
+        "(v2.4.0-rc1 on other commits)",
+        None,
+        None,
         None,
     ),
     (
@@ -91,9 +97,9 @@ VERSION_CASES = [
         {"v2.3.0-rc1": HEAD, "v2.4.0": HEAD},
         False,
         "v2.4.0",
-        "2.4.0",
-        Track.RELEASE,
-        Action.BUILD,
+        "no release candidate of 2.4.0 is tagged on this commit",
+        None,
+        None,
         None,
     ),
     ("two-digit parts", {"v10.12.3-rc11": HEAD}, False, "v10.12.3-rc11", "10.12.3rc11", Track.TEST, Action.BUILD, None),
@@ -187,6 +193,12 @@ def test_versions_from_git(
         action,
         promote_from,
     )
+
+
+def test_a_preview_of_a_final_tag_without_its_rc_says_a_real_run_stops() -> None:
+    release = for_tag(state({"v2.4.0": HEAD}), "v2.4.0", preview=True)
+    assert release.action is Action.PROMOTE and release.promote_from is None
+    assert len(release.notes) == 1 and "no release candidate of 2.4.0" in release.notes[0]
 
 
 def test_a_preview_takes_a_missing_tag_as_made_on_head_and_says_so() -> None:
@@ -361,6 +373,9 @@ def test_a_release_builds_slim_cells_into_their_channels_in_its_track() -> None:
     gpu_jobs = {e["cell"]: e["runner"] for e in built["gpu-matrix"]["include"]}
     assert gpu_jobs["cuda130-py311"] == gpu_jobs["cuda130-torch2.12-py313"] == "linux-gpu-h100"
     assert "cpu-py311" not in gpu_jobs and "cuda126-py311" not in gpu_jobs and "rocm64-py311" not in gpu_jobs
+    kinds = replace(matrix, gpu_runners={"cuda130-sm90*": ("linux-gpu-h100", "linux-gpu-b200")})
+    jobs = [(e["cell"], e["runner"]) for e in release_json(RC, plans, kinds)["gpu-matrix"]["include"]]
+    assert ("cuda130-sm90-py311", "linux-gpu-h100") in jobs and ("cuda130-sm90-py311", "linux-gpu-b200") in jobs
     assert Track.NIGHTLY.channel(matrix.variants["cuda130-sm90"].channel) == "nightly/cu130-sm90"
 
 
@@ -390,16 +405,31 @@ def test_matrix_json_for_changed_files(tmp_path: Path, capsys: pytest.CaptureFix
 # --- release records, promotion, retention ------------------------------------------------
 
 
-def _release_rc(root: Path, tmp_path: Path) -> Manifest:
+def _release_rc(
+    root: Path,
+    tmp_path: Path,
+    *,
+    runners: tuple[str, ...] = (),
+    version: str = "2.4.0rc1",
+    commit: str = HEAD,
+) -> Manifest:
     """An rc in the test track as a release build leaves it: two in-house wheels (one pins
-    the other) and a third-party one, in test/cu118, recorded."""
-    built = tmp_path / "built"
-    so = b"\x7fELF" + bytes(range(256)) * 64
-    ops = make_wheel(built, "wm-ops", "2.4.0rc1+cu118", files={"wm_ops/_C.so": so}, requires=["torch==2.7.1+cu118"])
+    the other) and a third-party one, in test/cu118, recorded, with ``runners`` as the GPU
+    runners of its cell."""
+    built = tmp_path / f"built-{version}"
+    so = b"\x7fELF" + version.encode() + bytes(range(256)) * 64
+    ops = make_wheel(built, "wm-ops", f"{version}+cu118", files={"wm_ops/_C.so": so}, requires=["torch==2.7.1+cu118"])
     kernels = make_wheel(
-        built, "wm-kernels", "2.4.0rc1+cu118", files={"wm_kernels/_C.so": so[::-1]}, requires=["wm-ops==2.4.0rc1+cu118"]
+        built,
+        "wm-kernels",
+        f"{version}+cu118",
+        files={"wm_kernels/_C.so": so[::-1]},
+        requires=[f"wm-ops=={version}+cu118"],
     )
-    third = make_wheel(built, "thirdparty", "0.1.10+cu118", files={"thirdparty/_C.so": so[:100]})
+    # One third-party file for every rc (a zip's bytes carry the time it was made).
+    third = next((tmp_path / "third").glob("*.whl"), None) or make_wheel(
+        tmp_path / "third", "thirdparty", "0.1.10+cu118", files={"thirdparty/_C.so": bytes(range(100))}
+    )
     channel = Channel(root, "test/cu118")
     files = []
     for wheel, rule in ((ops, VersionRule.REPO), (kernels, VersionRule.REPO), (third, VersionRule.SOURCE)):
@@ -414,7 +444,14 @@ def _release_rc(root: Path, tmp_path: Path) -> Manifest:
                 rule=rule,
             )
         )
-    manifest = Manifest(version="2.4.0rc1", track=Track.TEST, commit=HEAD, tag="v2.4.0-rc1", files=tuple(files))
+    manifest = Manifest(
+        version=version,
+        track=Track.TEST,
+        commit=commit,
+        tag=f"v{version.replace('rc', '-rc')}",
+        files=tuple(files),
+        gpu_runners={"cuda118-py311": runners},
+    )
     record(root, manifest)
     return manifest
 
@@ -422,7 +459,7 @@ def _release_rc(root: Path, tmp_path: Path) -> Manifest:
 def test_promotion_copies_the_tested_files_with_the_final_version(tmp_path: Path) -> None:
     root = tmp_path / "index"
     _release_rc(root, tmp_path)
-    done = promote(root, Track.TEST, Track.RELEASE, "2.4.0", on_file=lambda _p: None)
+    done = promote(root, Track.TEST, Track.RELEASE, "2.4.0", commit=HEAD, on_file=lambda _p: None)
     release = Channel(root, "cu118")
     names = sorted(f.filename for f in done.files)
     assert names == [
@@ -444,44 +481,108 @@ def test_promotion_copies_the_tested_files_with_the_final_version(tmp_path: Path
     )
     for name in names:
         assert (release.files / f"{name}.metadata").is_file()
-    again = promote(root, Track.TEST, Track.RELEASE, "2.4.0", on_file=lambda _p: None)
+    again = promote(root, Track.TEST, Track.RELEASE, "2.4.0", commit=HEAD, on_file=lambda _p: None)
     assert again.files == done.files, "promoting again is a no-op"
     assert [m.version for m in manifests(root, Track.RELEASE)] == ["2.4.0"]
 
 
-def test_promotion_waits_for_a_passed_gpu_stage_of_each_covered_cell(tmp_path: Path) -> None:
-    """A GPU cell a runner covers is promoted only with a recorded, passed GPU stage that
-    tested the rc's files; a cell no runner covers goes with "not covered" in the record."""
+A100, H100 = "linux-gpu-a100", "linux-gpu-h100"
+
+
+def stage(rc: Manifest, runner: str, status: GpuOutcome = GpuOutcome.PASSED, *, files: int = 3) -> GpuRecord:
+    """A GPU stage of the rc's cell on ``runner`` that gave each of its first ``files`` files
+    ``status``."""
+    tested = {f.sha256: status for f in rc.files[:files]}
+    return GpuRecord(cell="cuda118-py311", status=status, runner=runner, gpus=("GPU 0 (NVIDIA, 8.0)",), tested=tested)
+
+
+def promote_rc(root: Path, *, commit: str = HEAD) -> Manifest:
+    return promote(root, Track.TEST, Track.RELEASE, "2.4.0", commit=commit, on_file=lambda _p: None)
+
+
+def test_promotion_waits_for_a_passed_gpu_stage_on_every_runner_of_each_cell(tmp_path: Path) -> None:
+    """The rc's own record names each GPU cell's runners (a GPU kind each): promotion asks
+    for a passed stage on each, recorded there, that passed every file of the cell."""
+    root = tmp_path / "index"
+    rc = _release_rc(root, tmp_path, runners=(A100, H100))
+    with pytest.raises(
+        ReleaseError,
+        match="cuda118-py311 on runner linux-gpu-a100: no GPU stage recorded; "
+        "cuda118-py311 on runner linux-gpu-h100: no GPU stage recorded",
+    ):
+        promote_rc(root)
+    assert not Channel(root, "cu118").exists(), "nothing promoted"
+    record_gpu(root, Track.TEST, "2.4.0rc1", [stage(rc, A100, GpuOutcome.MISMATCH)])
+    with pytest.raises(ReleaseError, match=r"cuda118-py311: mismatch on runner linux-gpu-a100"):
+        promote_rc(root)
+    with pytest.raises(ReleaseError, match=r"tested other files than test 2\.4\.0rc1 names"):
+        record_gpu(root, Track.TEST, "2.4.0rc1", [stage(rc, A100, files=1)])
+    with pytest.raises(ReleaseError, match=r"runner linux-gpu-b200, which the record of test 2\.4\.0rc1 does not name"):
+        record_gpu(root, Track.TEST, "2.4.0rc1", [stage(rc, "linux-gpu-b200")])
+    record_gpu(root, Track.TEST, "2.4.0rc1", [stage(rc, A100)])
+    with pytest.raises(ReleaseError, match=r"on runner linux-gpu-h100: no GPU stage recorded") as one_kind:
+        promote_rc(root)
+    assert "linux-gpu-a100" not in one_kind.value.message, "the A100's pass counts; the H100 has none"
+    record_gpu(root, Track.TEST, "2.4.0rc1", [stage(rc, H100)])
+    done = promote_rc(root)
+    assert done.gpu == (stage(rc, A100), stage(rc, H100))
+    assert load_manifest(manifest_path(root, Track.RELEASE, "2.4.0")).gpu == done.gpu
+
+
+def test_a_file_published_after_the_gpu_stage_ran_is_not_promoted_untested(tmp_path: Path) -> None:
+    """A cell published in two parts (--recipe A, then --recipe B into the same rc): the
+    stage that passed A says nothing of B."""
+    root = tmp_path / "index"
+    rc = _release_rc(root, tmp_path, runners=(A100,))
+    record_gpu(root, Track.TEST, "2.4.0rc1", [stage(rc, A100)])
+    later = make_wheel(tmp_path / "later", "wm-extra", "2.4.0rc1+cu118", files={"wm_extra/_C.so": b"\x7fELF"})
+    publish(Channel(root, "test/cu118"), later)
+    extra = replace(rc.files[0], recipe="wm-extra", filename=later.name, sha256=sha256_of(later))
+    record(root, replace(rc, files=(extra,)))
+    with pytest.raises(ReleaseError, match=rf"not every file passed: {re.escape(later.name)} \(untested\)"):
+        promote_rc(root)
+
+
+def test_an_import_only_stage_is_recorded_as_such_and_promotes_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "index"
+    rc = _release_rc(root, tmp_path, runners=(A100,))
+    record_gpu(root, Track.TEST, "2.4.0rc1", [stage(rc, A100, GpuOutcome.IMPORT_ONLY)])
+    (kept,) = load_manifest(manifest_path(root, Track.TEST, "2.4.0rc1")).gpu
+    assert kept.status is GpuOutcome.IMPORT_ONLY and set(kept.tested.values()) == {GpuOutcome.IMPORT_ONLY}
+    with pytest.raises(ReleaseError, match=r"cuda118-py311: import-only on runner linux-gpu-a100"):
+        promote_rc(root)
+
+
+def test_a_cell_no_runner_covers_is_promoted_and_recorded_as_not_covered(tmp_path: Path) -> None:
+    root = tmp_path / "index"
+    _release_rc(root, tmp_path, runners=())
+    (said,) = promote_rc(root).gpu
+    assert said.status is GpuOutcome.NOT_COVERED
+    assert said.describe() == "cuda118-py311: not-covered: no GPU runner covers its variant"
+
+
+def test_a_final_tag_promotes_the_rc_of_its_own_commit_not_a_newer_one(tmp_path: Path) -> None:
+    root = tmp_path / "index"
+    _release_rc(root, tmp_path, version="2.4.0rc1", commit=HEAD)
+    _release_rc(root, tmp_path, version="2.4.0rc2", commit=OTHER)
+    assert promote_rc(root, commit=HEAD).promoted_from == "test/2.4.0rc1"
+    with pytest.raises(ReleaseError, match=r"no test release of 2\.4\.0 from commit cccccccccccc"):
+        promote_rc(root, commit="c" * 40)
+
+
+def test_a_record_without_gpu_runners_or_a_commit_promotes_nothing(tmp_path: Path) -> None:
     root = tmp_path / "index"
     rc = _release_rc(root, tmp_path)
-    covered = {"cuda118-py311": "linux-gpu-a100", "cuda118-py312": "linux-gpu-a100"}
-    with pytest.raises(ReleaseError, match="no passed GPU stage for cuda118-py311: no GPU stage recorded"):
-        promote(root, Track.TEST, Track.RELEASE, "2.4.0", on_file=lambda _p: None, gpu_runners=covered)
-    assert not Channel(root, "cu118").exists(), "nothing promoted"
-
-    tested = tuple(f.sha256 for f in rc.files)
-    failed = GpuRecord(cell="cuda118-py311", status="mismatch", gpus=("GPU 0 (NVIDIA A100, 8.0)",), tested=tested)
-    record_gpu(root, Track.TEST, "2.4.0rc1", [failed])
-    with pytest.raises(ReleaseError, match=r"cuda118-py311: mismatch on GPU 0 \(NVIDIA A100, 8.0\)"):
-        promote(root, Track.TEST, Track.RELEASE, "2.4.0", on_file=lambda _p: None, gpu_runners=covered)
-
-    stale = GpuRecord(cell="cuda118-py311", status="passed", gpus=("GPU 0 (NVIDIA A100, 8.0)",), tested=tested[:1])
-    with pytest.raises(ReleaseError, match=r"tested other files than test 2\.4\.0rc1 names"):
-        record_gpu(root, Track.TEST, "2.4.0rc1", [stale])
-    passed = GpuRecord(cell="cuda118-py311", status="passed", gpus=("GPU 0 (NVIDIA A100, 8.0)",), tested=tested)
-    record_gpu(root, Track.TEST, "2.4.0rc1", [passed])
-    done = promote(root, Track.TEST, Track.RELEASE, "2.4.0", on_file=lambda _p: None, gpu_runners=covered)
-    assert done.gpu == (passed,), "the cuda118-py312 runner has no cell in this release: nothing asked of it"
-    assert load_manifest(manifest_path(root, Track.RELEASE, "2.4.0")).gpu == (passed,)
-
-    uncovered = promote(
-        root, Track.TEST, Track.RELEASE, "2.4.0", on_file=lambda _p: None, gpu_runners={"cuda118-py311": None}
-    )
-    (said,) = uncovered.gpu
-    assert (
-        said.status == "not-covered"
-        and said.describe() == "cuda118-py311: not-covered (no GPU runner covers its variant)"
-    )
+    path = manifest_path(root, Track.TEST, "2.4.0rc1")
+    old = {**json.loads(path.read_text()), "schema": 1}
+    del old["gpu-runners"]
+    path.write_text(json.dumps(old))
+    assert load_manifest(path).gpu_runners is None
+    with pytest.raises(ReleaseError, match="says no GPU runners"):
+        promote_rc(root)
+    with pytest.raises(ReleaseError, match="from no named commit"):
+        promote(root, Track.TEST, Track.RELEASE, "2.4.0", on_file=lambda _p: None)
+    assert rc.files and not Channel(root, "cu118").exists()
 
 
 def test_a_tampered_file_promotes_nothing(tmp_path: Path) -> None:
@@ -491,13 +592,13 @@ def test_a_tampered_file_promotes_nothing(tmp_path: Path) -> None:
     with zipfile.ZipFile(victim, "a") as zf:
         zf.writestr("extra.txt", "sneaked in")
     with pytest.raises(IntegrityError, match="sha256 differs"):
-        promote(root, Track.TEST, Track.RELEASE, "2.4.0", on_file=lambda _p: None)
+        promote(root, Track.TEST, Track.RELEASE, "2.4.0", commit=HEAD, on_file=lambda _p: None)
     assert not Channel(root, "cu118").exists()
 
 
 def test_nothing_to_promote_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ReleaseError, match=r"no test release of 3\.0\.0"):
-        promote(tmp_path, Track.TEST, Track.RELEASE, "3.0.0", on_file=lambda _p: None)
+        promote(tmp_path, Track.TEST, Track.RELEASE, "3.0.0", commit=HEAD, on_file=lambda _p: None)
 
 
 def test_prune_keeps_the_newest_nightlies_and_what_they_share(tmp_path: Path) -> None:
@@ -539,3 +640,148 @@ def test_channels_of_the_test_and_nightly_tracks(tmp_path: Path) -> None:
     for name in ("cpu", "test/cpu", "nightly/cu130"):
         publish(Channel(tmp_path, name), make_wheel(tmp_path / "w", "wm-x", "1.0"))
     assert channel_names(tmp_path) == ["cpu", "nightly/cu130", "test/cpu"]
+
+
+# --- the release paths through the command line: one line each, and its exit code --------
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
+    """The project's recipes in a git repository of their own, committed (``release`` reads
+    its HEAD), and the index beside it; the repository and its HEAD."""
+    repo = tmp_path / "repo"
+    shutil.copytree(ROOT / "recipes", repo / "recipes")
+    shutil.copytree(ROOT / "extensions", repo / "extensions", ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    git(repo, "init", "-q")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "the project")
+    monkeypatch.setenv("WHEELMILL_INDEX_ROOT", str(tmp_path / "index"))
+    return repo, git(repo, "rev-parse", "HEAD")
+
+
+def one_line(result: CliResult, code: int, *words: str) -> None:
+    assert result.code == code, result.err
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("wheelmill: error: ") and "; fix: " in lines[0], result.err
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+def test_a_final_tag_without_an_rc_on_its_commit_builds_nothing(cli: CliRunner, project: tuple[Path, str]) -> None:
+    repo, _head = project
+    git(repo, "tag", "v2.4.0")
+    recipes = str(repo / "recipes")
+    for command in (
+        ["release", "--tag", "v2.4.0", "--json"],
+        ["release", "--tag", "v2.4.0"],
+        ["release", "publish", "--tag", "v2.4.0"],
+    ):
+        one_line(cli("--recipes", recipes, *command), 17, "no release candidate of 2.4.0", "never built")
+    assert not (repo.parent / "index").exists()
+
+
+def test_promotion_from_the_cli_is_gated_by_the_rcs_own_record(
+    cli: CliRunner, project: tuple[Path, str], tmp_path: Path
+) -> None:
+    """No caller passes the runners: `release promote` reads them from the rc's record, for
+    the rc of the checked-out commit; every way short of a pass on each runner is one line."""
+    repo, head = project
+    index = tmp_path / "index"
+    promote_cli = [
+        "--recipes",
+        str(repo / "recipes"),
+        "release",
+        "promote",
+        "--from",
+        "test",
+        "--to",
+        "release",
+        "2.4.0",
+    ]
+    rc = _release_rc(index, tmp_path, runners=(A100, H100), commit=head)
+    _release_rc(index, tmp_path, version="2.4.0rc2", commit=OTHER)  # newer, from another commit: never promoted
+    one_line(cli(*promote_cli), 17, "on runner linux-gpu-a100: no GPU stage recorded", "wheelmill test-gpu")
+    record_gpu(index, Track.TEST, "2.4.0rc1", [stage(rc, A100)])
+    one_line(cli(*promote_cli), 17, "on runner linux-gpu-h100: no GPU stage recorded")
+    report = GpuReport(
+        cell="cuda118-py311", channel="test/cu118", index=str(index), env="fresh", python="3.11", runner=H100,
+        torch="2.7.1+cu118", gpus=("GPU 0 (NVIDIA H100, 9.0)",), torch_gpus=("GPU 0 (NVIDIA H100, 9.0)",), notes=(),
+        wheels=tuple(
+            WheelResult(recipe=f.recipe, filename=f.filename, sha256=f.sha256, doctor="ok", doctor_detail="sm_90",
+                        runs=(), outcome=GpuOutcome.IMPORT_ONLY, why="no GPU check")
+            for f in rc.files
+        ),
+        missing=(), status=GpuOutcome.IMPORT_ONLY, exit_code=25, error="proved nothing", seconds=1.0,
+    )  # fmt: skip
+    written = report.write(tmp_path / "h100")
+    recorded = cli(
+        "--recipes", str(repo / "recipes"), "release", "record-gpu", "--track", "test", "2.4.0rc1", str(written)
+    )
+    assert recorded.code == 0, recorded.err
+    assert "cuda118-py311: import-only on runner linux-gpu-h100" in recorded.out
+    one_line(cli(*promote_cli), 17, "cuda118-py311: import-only on runner linux-gpu-h100")
+    record_gpu(index, Track.TEST, "2.4.0rc1", [stage(rc, H100)])
+    promoted = cli(*promote_cli)
+    assert promoted.code == 0, promoted.err
+    assert "test/2.4.0rc1 -> release/2.4.0" in promoted.out, "rc1, its commit's, not the newer rc2"
+    git(repo, "commit", "-q", "--allow-empty", "-m", "later")
+    one_line(cli(*promote_cli), 17, "no test release of 2.4.0 from commit")
+
+
+def test_a_cell_published_in_two_parts_is_not_promoted_on_its_first_parts_stage(
+    cli: CliRunner, project: tuple[Path, str], tmp_path: Path
+) -> None:
+    repo, head = project
+    index = tmp_path / "index"
+    rc = _release_rc(index, tmp_path, runners=(A100,), commit=head)
+    record_gpu(index, Track.TEST, "2.4.0rc1", [stage(rc, A100)])
+    later = make_wheel(tmp_path / "later", "wm-extra", "2.4.0rc1+cu118", files={"wm_extra/_C.so": b"\x7fELF"})
+    publish(Channel(index, "test/cu118"), later)
+    record(index, replace(rc, files=(replace(rc.files[0], filename=later.name, sha256=sha256_of(later)),)))
+    promoted = cli(
+        "--recipes", str(repo / "recipes"), "release", "promote", "--from", "test", "--to", "release", "2.4.0"
+    )
+    one_line(promoted, 17, "on runner linux-gpu-a100: not every file passed", f"{later.name} (untested)")
+    assert not Channel(index, "cu118").exists()
+
+
+# --- a release's wheels, collected from its cells' reports ----------------------------------
+
+
+def built_cell(output: Path, cell: str, channel: str, wheel: Path, *, key: str, unpublished: bool = False) -> None:
+    """``<output>/<cell>/`` as a --no-publish release build of example-stable-ops leaves it."""
+    layout = CellLayout(output=output, cell=cell)
+    layout.dist.mkdir(parents=True)
+    shutil.copy(wheel, layout.dist / wheel.name)
+    facts = {"build_keys": {"example-stable-ops": key}}
+    facts |= {"unpublished": {"example-stable-ops": "built to be tested"}} if unpublished else {}
+    report = BuiltCell(
+        cell=cell, variant=cell.rsplit("-", 1)[0], python="3.11", engine="none", channel=channel,
+        release=ReleaseRecord.of(RC), status=Status.OK, exit_code=0, started="", finished="", seconds=1.0,
+        facts=facts, steps=(),
+        recipes=(RecipeRecord(name="example-stable-ops", status=Status.OK, version_rule=VersionRule.REPO,
+                              wheel=WheelRecord.of(layout.dist / wheel.name)),),
+    )  # fmt: skip
+    layout.report.write_text(json.dumps(report.as_dict()))
+
+
+def test_a_newer_torchs_test_build_is_never_published_its_cell_gets_the_one_build(tmp_path: Path) -> None:
+    """A cell of a newer torch built the stable recipe only to test it: the release publishes
+    the one build, the oldest torch's cell's, into that cell's channel too, never its own."""
+    name = "example_stable_ops-2.4.0rc1+cu130-cp310-abi3-linux_x86_64.whl"
+    one = make_wheel(tmp_path / "one", "example-stable-ops", "2.4.0rc1+cu130", tag="cp310-abi3-linux_x86_64")
+    test_only = make_wheel(
+        tmp_path / "test", "example-stable-ops", "2.4.0rc1+cu130", tag="cp310-abi3-linux_x86_64", files={"x": b"2.14"}
+    )
+    assert one.name == test_only.name == name and sha256_of(one) != sha256_of(test_only)
+    output = tmp_path / "out"
+    built_cell(output, "cuda130-torch2.12-py311", "test/cu130-torch2.12", one, key="k" * 64)
+    built_cell(output, "cuda130-py311", "test/cu130", test_only, key="k" * 64, unpublished=True)
+    wheels = {(w.cell, w.channel): w.sha256 for w in collect_built(output, RC)}
+    assert wheels == {
+        ("cuda130-torch2.12-py311", "test/cu130-torch2.12"): sha256_of(one),
+        ("cuda130-py311", "test/cu130"): sha256_of(one),
+    }
+    shutil.rmtree(output / "cuda130-torch2.12-py311")
+    with pytest.raises(ReleaseError, match=r"built there only to be tested .* no cell of this release made its one"):
+        collect_built(output, RC)

@@ -389,15 +389,22 @@ def test_release_runs_on_version_tags_and_builds_or_promotes() -> None:
 
 
 def test_a_release_candidate_is_proven_on_gpu_runners_before_promotion() -> None:
-    """Built on CPU runners, proven on GPU runners: the GPU stage runs per covered cell on its
-    runner label from the plan, reads the served test channel with no secret, and its reports
-    reach the rc's record, which promotion reads."""
+    """Built on CPU runners, proven on GPU runners: the GPU stage runs per covered cell and
+    runner label from the plan, says which runner it ran on, reads the served test channel
+    with no secret, and its reports (one artifact per cell and runner) reach the rc's record,
+    which promotion reads."""
     every = jobs(load("release"))
     gpu = every["gpu"]
     assert gpu["needs"] == ["plan", "publish"] and gpu["runs-on"] == "${{ matrix.runner }}"
     assert gpu["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.gpu-matrix) }}"
     assert gpu["strategy"]["fail-fast"] is False and "environment" not in gpu and not reads_secret(gpu)
-    assert any('wheelmill test-gpu --cell "$CELL" --track test --index-url' in line for line in run_lines(gpu))
+    assert any(
+        'wheelmill test-gpu --cell "$CELL" --runner "$RUNNER" --track test --index-url' in line
+        for line in run_lines(gpu)
+    )
+    assert gpu["env"]["RUNNER"] == "${{ matrix.runner }}"
+    uploads = [step for step in steps(gpu) if "upload-artifact" in step.get("uses", "")]
+    assert [step["with"]["name"] for step in uploads] == ["gpu-report-${{ matrix.cell }}-${{ matrix.runner }}"]
     assert "gpu-matrix" in every["plan"]["outputs"]
     record = every["record-gpu"]
     assert record["needs"] == ["plan", "publish", "gpu"] and record["if"].startswith("always() && ")

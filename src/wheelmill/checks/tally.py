@@ -1,7 +1,9 @@
 """What a test command's output says it ran: pytest's last line, or unittest's ``Ran N
 tests`` and verdict, count what passed, failed and was skipped. A run that skipped tests
 proved less than one that passed them all, so the install test and the GPU stage count
-skips apart from passes and never call them a pass.
+skips apart from passes and never call them a pass; an expected failure (pytest's
+``xfailed``) proved nothing either and counts as a skip, and a run of no test at all is
+complete in nothing (``Tally.complete``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,11 @@ class Tally:
     def ran(self) -> int:
         return self.passed + self.failed
 
+    @property
+    def complete(self) -> bool:
+        """Every test ran and passed, and there was at least one: a pass, and nothing less."""
+        return self.passed > 0 and not self.failed and not self.skipped
+
     def describe(self) -> str:
         """``1 passed, 8 skipped (no CUDA device)``."""
         parts = [f"{n} {word}" for n, word in ((self.passed, "passed"), (self.failed, "failed")) if n]
@@ -52,13 +59,15 @@ def tally(lines: Sequence[str]) -> Tally | None:
     '1 passed, 8 skipped (no CUDA device)'
     >>> tally(["2 failed, 1 passed, 1 error in 3.00s"]).failed, tally(["all good"])
     (3, None)
+    >>> tally(["3 passed, 1 xfailed, 1 xpassed in 1.0s"]).describe()
+    '4 passed, 1 skipped'
     """
     summary = next((line for line in reversed(lines) if _SUMMARY.search(line)), None)
     if summary is None:
         return _unittest(lines)
     counts: dict[str, int] = {}
     for number, word in _COUNT.findall(summary):
-        key = {"error": "failed", "errors": "failed", "xpassed": "passed", "xfailed": "passed"}.get(word, word)
+        key = {"error": "failed", "errors": "failed", "xpassed": "passed", "xfailed": "skipped"}.get(word, word)
         counts[key] = counts.get(key, 0) + int(number)
     reasons = tuple(dict.fromkeys(m.group(1).strip()[:120] for m in map(_SKIP_REASON.match, lines) if m))
     return Tally(
@@ -76,6 +85,10 @@ def _unittest(lines: Sequence[str]) -> Tally | None:
     '1 passed, 2 skipped'
     >>> _unittest(["Ran 2 tests in 0.1s", "FAILED (failures=1, errors=1)"]).describe()
     '2 failed'
+    >>> _unittest(["Ran 0 tests in 0.000s", "OK"]).complete
+    False
+    >>> _unittest(["Ran 2 tests in 0.1s", "OK (expected failures=1)"]).describe()
+    '1 passed, 1 skipped'
     """
     stripped = [line.strip() for line in lines]
     ran_at = next((i for i in range(len(stripped) - 1, -1, -1) if _RAN.match(stripped[i])), None)
@@ -91,5 +104,5 @@ def _unittest(lines: Sequence[str]) -> Tally | None:
     }
     ran = int(_RAN.match(stripped[ran_at]).group(1))  # type: ignore[union-attr]
     failed = counts.get("failures", 0) + counts.get("errors", 0) + counts.get("unexpected successes", 0)
-    skipped = counts.get("skipped", 0)
+    skipped = counts.get("skipped", 0) + counts.get("expected failures", 0)
     return Tally(passed=ran - failed - skipped, failed=failed, skipped=skipped)

@@ -4,6 +4,7 @@
     wheelmill test-gpu --cell cuda130-py311 --index-url URL       a served index (no index root here)
     wheelmill test-gpu --cell cuda130-py311 --python /usr/bin/python3   over an interpreter with the torch
     wheelmill test-gpu --cell cuda130-py311 --track test --release 2.4.0rc1   the release's files
+    wheelmill test-gpu --cell cuda130-py311 --runner linux-gpu-h100   say which GPU runner (kind) it ran on
 
 The report goes to ``<output>/<cell>/gpu-report.json`` whatever the outcome.
 """
@@ -20,6 +21,7 @@ from wheelmill.cli.common import Commands, cell_python, load_inputs
 from wheelmill.errors import (
     FetchError,
     GpuCheckError,
+    GpuUnproven,
     GpuVerdictMismatch,
     NoGpuError,
     SelectionError,
@@ -29,7 +31,7 @@ from wheelmill.errors import (
 from wheelmill.gpu.report import GpuReport, table
 from wheelmill.gpu.stage import GpuStage, StageInputs, channel_location
 from wheelmill.index.consumer import base_url
-from wheelmill.index.release import load_manifest, manifest_path, manifests
+from wheelmill.index.records import load_manifest, manifest_path, manifests
 from wheelmill.index.store import Channel
 from wheelmill.inputs.recipes import ResolvedRecipe, resolve_all
 from wheelmill.inputs.variants import Cell, Family
@@ -44,7 +46,9 @@ from wheelmill.settings import Settings
 
 _NO_PYTHON = "install it (pyenv install), or give --python an interpreter that has the cell's torch"
 # The stage's exit codes, by the error that carries each.
-_FAILURES: dict[int, type[WheelmillError]] = {22: NoGpuError, 23: GpuCheckError, 24: GpuVerdictMismatch}
+_FAILURES: dict[int, type[WheelmillError]] = {
+    error.exit_code: error for error in (NoGpuError, GpuCheckError, GpuVerdictMismatch, GpuUnproven)
+}
 
 
 def register(commands: Commands) -> None:
@@ -68,6 +72,12 @@ def register(commands: Commands) -> None:
         "--python", type=Path, help="an interpreter that has the cell's torch (default: a fresh env from the channel)"
     )
     sub.add_argument("--capability", metavar="ARCH", help="declare the GPU where nvidia-smi cannot say its arch")
+    sub.add_argument(
+        "--runner",
+        metavar="LABEL",
+        help="the CI runner label (a GPU kind of the matrix's ci.gpu-runners) this runs on; a release records the "
+        "report per cell and runner",
+    )
     sub.set_defaults(func=cmd_test_gpu)
 
 
@@ -80,6 +90,12 @@ def cmd_test_gpu(args: argparse.Namespace, settings: Settings, console: Console)
         )
     if args.release and args.index_url:
         raise UsageError("test-gpu: --release reads the index root's records", fix="leave out --index-url")
+    if args.runner is not None and args.runner not in matrix.gpu_runners_of(cell):
+        labels = ", ".join(matrix.gpu_runners_of(cell)) or "none"
+        raise UsageError(
+            f"test-gpu: --runner {args.runner}: not a GPU runner of {cell.id} (ci.gpu-runners names: {labels})",
+            fix="give the runner label the matrix maps the cell to, or leave --runner out",
+        )
     resolved = resolve_all(recipes, cell)
     track = Track(args.track)
     channel = track.channel(cell.variant.channel)
@@ -111,6 +127,7 @@ def cmd_test_gpu(args: argparse.Namespace, settings: Settings, console: Console)
         test_requires=test_requires,
         # Asked of pip's configuration (a subprocess) only where a GPU check needs something.
         test_sources=_test_sources(pages, settings) if test_requires else None,
+        runner=args.runner,
         work=layout.root / "gpu-stage",
     )
     _say_plan(plan, console)
@@ -215,11 +232,16 @@ def _summary(report: GpuReport, written: Path, console: Console) -> None:
 
 
 def _fix(report: GpuReport, log: Path) -> str:
-    if report.exit_code == 22:
+    if report.exit_code == NoGpuError.exit_code:
         return "run the stage on a machine with a GPU its driver and torch can use (nvidia-smi lists it)"
-    if report.exit_code == 24:
+    if report.exit_code == GpuVerdictMismatch.exit_code:
         return (
             "the wheel's arch record or doctor's rules are wrong: compare its device code (cuobjdump) "
             "with its gpu-archs.json"
+        )
+    if report.exit_code == GpuUnproven.exit_code:
+        return (
+            "give each such recipe a GPU check ([checks] gpu-smoke) whose tests run on this GPU; nothing "
+            "less than a pass lets a release through"
         )
     return f"read {log}; where doctor predicted it, install a build whose arch list includes this GPU"

@@ -6,7 +6,8 @@ tracks, and the nightly track's retention.
     wheelmill release --tag v2.4.0-rc1 [--cell GLOB]    build, then publish to test/<channel>
     wheelmill release publish --tag v2.4.0-rc1          publish what was built (CI's publish job)
     wheelmill release record-gpu --track test 2.4.0rc1 wheels/*/gpu-report.json   the GPU stage's reports
-    wheelmill release promote --from test --to release 2.4.0   (waits for each covered GPU cell's stage)
+    wheelmill release promote --from test --to release 2.4.0   the rc of HEAD's commit, once its record
+                                                               has a passed GPU stage per cell and runner
     wheelmill release prune --track nightly --keep 14
 """
 
@@ -32,7 +33,8 @@ from wheelmill.cli.common import (
 )
 from wheelmill.errors import UsageError
 from wheelmill.gpu.report import GpuReport, load_gpu_report
-from wheelmill.index.release import GpuRecord, Manifest, collect_built, promote, prune, publish_release, record_gpu
+from wheelmill.index.records import GpuRecord, Manifest, record_gpu
+from wheelmill.index.release import collect_built, promote, prune, publish_release
 from wheelmill.index.store import Published
 from wheelmill.inputs.matrix import Matrix, github_matrix
 from wheelmill.inputs.variants import Family
@@ -132,9 +134,9 @@ def cmd_release(args: argparse.Namespace, settings: Settings, console: Console) 
             Track.TEST,
             Track.RELEASE,
             release.version,
+            commit=release.commit,
             tag=release.tag,
             on_file=_printer(console),
-            gpu_runners=_gpu_runners(settings),
         )
         _print_gpu(manifest, console)
         return 0
@@ -153,7 +155,10 @@ def _publish(release: Release, settings: Settings, console: Console, *, mirror: 
     """Publish the release's wheels and record it; then each cell's runtime closure into
     its channel, so the track's channels install on their own too."""
     built = collect_built(settings.output, release)
-    record = publish_release(settings.index, release, built, on_file=_printer(console))
+    matrix, _recipes = load_inputs(settings)
+    runners = {cell: matrix.gpu_runners_of(matrix.cell(cell)) for cell in sorted({wheel.cell for wheel in built})}
+    gpu_cells = {cell: labels for cell, labels in runners.items() if matrix.cell(cell).variant.family is not Family.CPU}
+    record = publish_release(settings.index, release, built, gpu_runners=gpu_cells, on_file=_printer(console))
     console.print(f"{release.version}: recorded in {record}", highlight=False)
     if mirror:
         mirror_cells(sorted({wheel.cell for wheel in built}), settings, console)
@@ -162,13 +167,10 @@ def _publish(release: Release, settings: Settings, console: Console, *, mirror: 
 
 def cmd_promote(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     target = Track(args.target)
+    # Into the release track, the rc of the checked-out commit (the final tag's), and no other.
+    commit = read_state(settings.root).commit if target is Track.RELEASE else None
     manifest = promote(
-        settings.index,
-        Track(args.source),
-        target,
-        args.version,
-        on_file=_printer(console),
-        gpu_runners=_gpu_runners(settings) if target is Track.RELEASE else None,
+        settings.index, Track(args.source), target, args.version, commit=commit, on_file=_printer(console)
     )
     console.print(
         f"{manifest.promoted_from} -> {manifest.track}/{manifest.version}: {len(manifest.files)} files, "
@@ -177,12 +179,6 @@ def cmd_promote(args: argparse.Namespace, settings: Settings, console: Console) 
     )
     _print_gpu(manifest, console)
     return 0
-
-
-def _gpu_runners(settings: Settings) -> dict[str, str | None]:
-    """Each GPU cell of the matrix, and the runner label of the GPU machines that test it."""
-    matrix, _recipes = load_inputs(settings)
-    return {cell.id: matrix.gpu_runner(cell) for cell in matrix.cells if cell.variant.family is not Family.CPU}
 
 
 def _print_gpu(manifest: Manifest, console: Console) -> None:
@@ -203,9 +199,10 @@ def _gpu_record(report: GpuReport) -> GpuRecord:
     return GpuRecord(
         cell=report.cell,
         status=report.status,
+        runner=report.runner,
         gpus=report.gpus,
         torch=report.torch,
-        tested=tuple(w.sha256 for w in report.wheels if w.sha256),
+        tested={w.sha256: w.outcome for w in report.wheels if w.sha256},
         note=report.error or report.counts(),
     )
 
@@ -227,10 +224,10 @@ def _printer(console: Console) -> Callable[[Published], None]:
 
 def release_json(release: Release, plans: tuple[CellPlan, ...], matrix: Matrix) -> dict[str, Any]:
     """What CI's jobs take: the cells to build, and the GPU stage's jobs of a release
-    candidate (each GPU cell a runner covers, on that runner)."""
+    candidate (each GPU cell a runner covers, on each of its runners)."""
     building = release.action is Action.BUILD and release.track is Track.TEST
-    runners = {p.cell.id: matrix.gpu_runner(p.cell) for p in plans} if building else {}
-    gpu_jobs = [{"cell": cell, "runner": runner} for cell, runner in sorted(runners.items()) if runner]
+    runners = {p.cell.id: matrix.gpu_runners_of(p.cell) for p in plans} if building else {}
+    gpu_jobs = [{"cell": cell, "runner": runner} for cell, labels in sorted(runners.items()) for runner in labels]
     return {
         "tag": release.tag,
         "version": release.version,
@@ -250,7 +247,8 @@ def _print_plan(release: Release, plans: tuple[CellPlan, ...], console: Console)
         out.print(f"note (a real run stops here): {note}")
     if release.action is Action.PROMOTE:
         out.print(
-            f"{what}: promote test/{release.promote_from} to the release channels as {release.version}; "
+            f"{what}: promote test/{release.promote_from or '(no rc on this commit)'} to the release channels as "
+            f"{release.version}; "
             "nothing is built"
         )
     else:

@@ -2,8 +2,9 @@
 report, and its summary table. Per wheel: the GPU, doctor's verdict, each check's result
 and time, and the outcome; for the run: the GPUs, the env's torch and the status.
 
-The release records a passing report (``wheelmill release record-gpu``) and promotion asks
-for one per GPU cell (``wheelmill.index.release``).
+The release records every report (``wheelmill release record-gpu``), and promotion asks for
+a passed one per GPU cell and runner (``wheelmill.index.release.gpu_gate``); statuses and outcomes are
+``wheelmill.checks.gpu.GpuOutcome``'s.
 """
 
 from __future__ import annotations
@@ -16,15 +17,13 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from wheelmill.checks.gpu import GpuOutcome
 from wheelmill.checks.tally import Tally
 from wheelmill.errors import UsageError
 from wheelmill.files import write_atomic
-from wheelmill.planning.gpu_stage import Outcome
 
 GPU_REPORT = "gpu-report.json"
-SCHEMA = 1
-NO_GPU = "no-gpu"  # the stage's status where nothing could run: no GPU visible
-STOPPED = "stopped"  # the stage's status where an error stopped it before it judged the wheels
+SCHEMA = 2  # 2: the runner, and each wheel's outcome from one set (import-only among them)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,7 +31,7 @@ class CheckRun:
     """One thing run for a wheel: its import probe, or its GPU check."""
 
     name: str  # import | gpu-smoke
-    result: str  # passed | failed | skipped | not-run
+    result: GpuOutcome  # passed | failed | skipped | not-run
     seconds: float
     detail: str
     tally: Tally | None = None
@@ -46,14 +45,14 @@ class CheckRun:
         )
         return {
             "name": self.name,
-            "result": self.result,
+            "result": self.result.value,
             "seconds": round(self.seconds, 2),
             "detail": self.detail,
             "counts": counts,
         }
 
     def shown(self) -> str:
-        return f"{self.result} {self.seconds:.1f}s" + (f" ({self.tally.describe()})" if self.tally else "")
+        return f"{self.result.value} {self.seconds:.1f}s" + (f" ({self.tally.describe()})" if self.tally else "")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,7 +63,7 @@ class WheelResult:
     doctor: str  # doctor's status: ok | jit | fails | unknown | no-gpu
     doctor_detail: str
     runs: tuple[CheckRun, ...]
-    outcome: Outcome
+    outcome: GpuOutcome
     why: str
 
     def as_dict(self) -> dict[str, Any]:
@@ -80,10 +79,10 @@ class WheelResult:
 
     def side_by_side(self) -> str:
         """doctor's prediction and what the kernels did, for the error line."""
-        failed = [run for run in self.runs if run.result == "failed"]
-        not_run = [run for run in self.runs if run.result == "not-run"]
+        failed = [run for run in self.runs if run.result is GpuOutcome.FAILED]
+        not_run = [run for run in self.runs if run.result is GpuOutcome.NOT_RUN]
         said = "; ".join(f"{run.name}: {run.detail}" for run in failed)
-        said = said or (f"not run ({not_run[0].detail})" if not_run else "its checks passed")
+        said = said or (f"not run ({not_run[0].detail})" if not_run else self.why)
         return f"{self.recipe} ({self.filename}): doctor: {self.doctor} ({self.doctor_detail}); kernels: {said}"
 
 
@@ -94,20 +93,21 @@ class GpuReport:
     index: str  # the index root or URL the wheels came from
     env: str  # a fresh env from the channel, or the given interpreter
     python: str
+    runner: str | None  # the CI runner label (a GPU kind) it ran on, as --runner said
     torch: str | None  # the env's torch, as it says (2.14.1+cu130)
     gpus: tuple[str, ...]  # as doctor names them: GPU 0 (NVIDIA H100 80GB HBM3, 9.0)
     torch_gpus: tuple[str, ...]  # what the env's torch sees
     notes: tuple[str, ...]
     wheels: tuple[WheelResult, ...]
     missing: tuple[str, ...]  # recipes of the cell with no wheel in the channel
-    status: str  # the worst outcome, or NO_GPU
+    status: GpuOutcome  # the worst outcome, or no-gpu, or stopped
     exit_code: int
     error: str | None
     seconds: float
 
     @property
     def passed(self) -> bool:
-        return self.exit_code == 0
+        return self.status.passed
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -117,13 +117,14 @@ class GpuReport:
             "index": self.index,
             "env": self.env,
             "python": self.python,
+            "runner": self.runner,
             "torch": self.torch,
             "gpus": list(self.gpus),
             "torch_gpus": list(self.torch_gpus),
             "notes": list(self.notes),
             "wheels": [wheel.as_dict() for wheel in self.wheels],
             "missing": list(self.missing),
-            "status": self.status,
+            "status": self.status.value,
             "exit_code": self.exit_code,
             "error": self.error,
             "seconds": round(self.seconds, 1),
@@ -136,7 +137,7 @@ class GpuReport:
 
     def counts(self) -> str:
         """``2 passed, 1 skipped`` over the wheels."""
-        found = [(o, sum(1 for w in self.wheels if w.outcome is o)) for o in Outcome]
+        found = [(o, sum(1 for w in self.wheels if w.outcome is o)) for o in GpuOutcome]
         return ", ".join(f"{n} {o.value}" for o, n in found if n) or "no wheels"
 
 
@@ -151,13 +152,14 @@ def load_gpu_report(path: Path) -> GpuReport:
             index=data["index"],
             env=data["env"],
             python=data["python"],
+            runner=data.get("runner"),
             torch=data["torch"],
             gpus=tuple(data["gpus"]),
             torch_gpus=tuple(data["torch_gpus"]),
             notes=tuple(data["notes"]),
             wheels=wheels,
             missing=tuple(data["missing"]),
-            status=data["status"],
+            status=GpuOutcome(data["status"]),
             exit_code=int(data["exit_code"]),
             error=data["error"],
             seconds=float(data["seconds"]),
@@ -172,7 +174,7 @@ def _wheel(data: dict[str, Any]) -> WheelResult:
     runs = tuple(
         CheckRun(
             name=r["name"],
-            result=r["result"],
+            result=GpuOutcome(r["result"]),
             seconds=float(r["seconds"]),
             detail=r["detail"],
             tally=Tally(**r["counts"]) if r.get("counts") else None,
@@ -186,17 +188,18 @@ def _wheel(data: dict[str, Any]) -> WheelResult:
         doctor=data["doctor"]["status"],
         doctor_detail=data["doctor"]["detail"],
         runs=runs,
-        outcome=Outcome(data["outcome"]),
+        outcome=GpuOutcome(data["outcome"]),
         why=data["why"],
     )
 
 
 _MARK = {
-    Outcome.PASSED: "[green]passed[/]",
-    Outcome.SKIPPED: "[yellow]skipped[/]",
-    Outcome.NOT_RUN: "[yellow]not run[/]",
-    Outcome.FAILED: "[red]failed[/]",
-    Outcome.MISMATCH: "[red bold]mismatch[/]",
+    GpuOutcome.PASSED: "[green]passed[/]",
+    GpuOutcome.IMPORT_ONLY: "[yellow]import only[/]",
+    GpuOutcome.SKIPPED: "[yellow]skipped[/]",
+    GpuOutcome.NOT_RUN: "[yellow]not run[/]",
+    GpuOutcome.FAILED: "[red]failed[/]",
+    GpuOutcome.MISMATCH: "[red bold]mismatch[/]",
 }
 
 

@@ -5,12 +5,14 @@ report says, per wheel, doctor's prediction and what the kernels did.
 
     find the GPUs          nvidia-smi / rocminfo (doctor's own query); none: stop, exit 22
     make the env           a venv with the cell's torch from the channel alone, or one over a
-                           given interpreter that has the torch (its packages taken as given)
+                           given interpreter that has the torch (its packages taken as given,
+                           but for the projects under test: their channel files go first)
     check torch            the cell's torch, and the GPUs it sees (none: no kernel runs)
-    install the wheels     each recipe's wheel of the channel, its requirements from there too
+    install the wheels     each recipe's wheel of the channel, its requirements from there too;
+                           then each is checked to be what the env imports (its RECORD's files)
     doctor                 each wheel's arch record against the GPUs
     per wheel              its import probe, then its GPU check (``[checks] gpu-smoke``)
-    judge                  ``wheelmill.planning.gpu_stage.judge``; the report, the table
+    judge                  ``wheelmill.checks.gpu.judge_wheel``; the report, the table
 
 The env is removed afterwards, whatever happened; the report and the log stay.
 """
@@ -31,6 +33,15 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from wheelmill.checks import Verdict
+from wheelmill.checks.gpu import (
+    GpuOutcome,
+    Ran,
+    judge_check,
+    judge_wheel,
+    no_kernel_image,
+    not_the_channels_file,
+    worst,
+)
 from wheelmill.checks.tally import tally
 from wheelmill.checks.torchenv import judge_located
 from wheelmill.errors import (
@@ -38,13 +49,14 @@ from wheelmill.errors import (
     EnvError,
     FetchError,
     GpuCheckError,
+    GpuUnproven,
     GpuVerdictMismatch,
     IntegrityError,
     NoGpuError,
     PrecheckError,
     WheelmillError,
 )
-from wheelmill.gpu.report import NO_GPU, STOPPED, CheckRun, GpuReport, WheelResult
+from wheelmill.gpu.report import CheckRun, GpuReport, WheelResult
 from wheelmill.images import doctor
 from wheelmill.machine.envs import uv_environment
 from wheelmill.machine.net import download, sha256_of
@@ -52,7 +64,7 @@ from wheelmill.machine.package_sources import PackageSources
 from wheelmill.machine.probes import IMPORTS, parse
 from wheelmill.machine.process import HostRunner, StepLog, base_environment
 from wheelmill.machine.tools import uv_bin
-from wheelmill.planning.gpu_stage import GpuStagePlan, Outcome, Ran, WheelUnderTest, judge, worst
+from wheelmill.planning.gpu_stage import GpuStagePlan, WheelUnderTest
 
 # What a GPU check needs of the caller's environment besides base_environment's: which GPUs.
 GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "LD_LIBRARY_PATH")
@@ -66,10 +78,22 @@ for i in range(torch.cuda.device_count() if cuda else 0):
     devices.append("GPU %d (%s, %d.%d)" % (i, torch.cuda.get_device_name(i), major, minor))
 print(json.dumps({"version": torch.__version__, "devices": devices}))
 """
-# The distributions an interpreter has: taken as given in an env over it, never installed again.
+# The distributions an interpreter has: taken as given in an env over it, never installed again
+# (but for the projects under test, whose channel files are installed before its own).
 LISTING = (
     "import importlib.metadata as m, json; "
     "print(json.dumps(sorted({d.metadata['Name'] for d in m.distributions() if d.metadata['Name']})))"
+)
+# Where the env finds each named distribution (its directory on the path), as JSON.
+LOCATING = (
+    "import importlib.metadata as m, json, sys\n"
+    "found = {}\n"
+    "for name in sys.argv[1:]:\n"
+    "    try:\n"
+    "        found[name] = str(m.distribution(name).locate_file(''))\n"
+    "    except m.PackageNotFoundError:\n"
+    "        found[name] = None\n"
+    "print(json.dumps(found))\n"
 )
 
 
@@ -85,6 +109,7 @@ class StageInputs:
     capability: str | None  # declared GPUs (doctor's --capability), where nvidia-smi gives none
     test_requires: tuple[str, ...]  # what the GPU checks run with (pytest); not under test
     test_sources: PackageSources | None  # where they come from: the channel, then this machine's sources
+    runner: str | None  # the CI runner label (the GPU kind) this runs on, where told
     work: Path  # the stage's scratch directory (removed after)
 
 
@@ -118,7 +143,7 @@ class GpuStage:
         if not gpus.found:
             why = "; ".join(gpus.notes) or "none found"
             return self._report(
-                gpus, None, (), status=NO_GPU, error=f"no GPU visible ({why})", code=NoGpuError.exit_code
+                gpus, None, (), status=GpuOutcome.NO_GPU, error=f"no GPU visible ({why})", code=NoGpuError.exit_code
             )
         shutil.rmtree(self.inputs.work, ignore_errors=True)
         self.inputs.work.mkdir(parents=True)
@@ -126,7 +151,7 @@ class GpuStage:
             return self._on(gpus)
         except WheelmillError as exc:
             self.failure = exc
-            return self._report(gpus, None, (), status=STOPPED, error=exc.one_line(), code=exc.exit_code)
+            return self._report(gpus, None, (), status=GpuOutcome.STOPPED, error=exc.one_line(), code=exc.exit_code)
         finally:
             shutil.rmtree(self.inputs.work, ignore_errors=True)
 
@@ -138,14 +163,16 @@ class GpuStage:
         self.say(f"env: {env.described}; torch {torch['version']} sees {len(torch['devices'])} GPU(s)")
         files = self._fetch()
         self._install(env, files)
+        installed = self._installed(env, files)
         verdicts = self._doctor(env, gpus)
         results = [
-            self._wheel(env, wheel, verdicts, sees_gpu=bool(torch["devices"])) for wheel in self.inputs.plan.wheels
+            self._wheel(env, wheel, verdicts, installed=installed[wheel.recipe], sees_gpu=bool(torch["devices"]))
+            for wheel in self.inputs.plan.wheels
         ]
         # Where torch sees no GPU nothing was proven, whatever the wheels' own outcomes.
-        status = worst([*(r.outcome for r in results), *([] if torch["devices"] else [Outcome.NOT_RUN])])
+        status = worst([*(r.outcome for r in results), *([] if torch["devices"] else [GpuOutcome.NOT_RUN])])
         code, error = _ending(status, results, gpus=labels, torch=torch)
-        return self._report(gpus, torch, results, status=status.value, error=error, code=code, env=env)
+        return self._report(gpus, torch, results, status=status, error=error, code=code, env=env)
 
     def _gpus(self) -> doctor.Gpus:
         """The GPUs, as doctor finds them (a declared capability stands in where the tool
@@ -238,8 +265,12 @@ class GpuStage:
         given: list[str] = []
         if env.pythonpath is not None:
             names = json.loads(self._python(env, ["-c", LISTING], what="list the interpreter's packages", alone=True))
+            # Its own copy of a project under test (an older build, in a runtime image) is no
+            # stand-in for the channel's file: that one is installed, first on the path.
+            tested = {canonicalize_name(wheel.recipe) for wheel in self.inputs.plan.wheels}
             excludes = self.inputs.work / "given.txt"
-            excludes.write_text("".join(f"{name}\n" for name in names), encoding="utf-8")
+            kept = [name for name in names if canonicalize_name(name) not in tested]
+            excludes.write_text("".join(f"{name}\n" for name in kept), encoding="utf-8")
             given = ["--target", str(env.pythonpath), "--excludes", str(excludes)]
         self.say(f"installing {len(files)} wheel(s) of channel {self.inputs.plan.channel}")
         self._uv([*self._install_argv(env, [str(f) for f in files]), *given], what="install the channel's wheels")
@@ -255,6 +286,24 @@ class GpuStage:
         argv += ["--constraint", str(installed), *given, *self.inputs.test_requires]
         self.say(f"installing the GPU checks' {', '.join(self.inputs.test_requires)} ({sources.describe()})")
         self._uv(argv, what=f"install the GPU checks' {', '.join(self.inputs.test_requires)}")
+
+    def _installed(self, env: _Env, files: Sequence[Path]) -> dict[str, str | None]:
+        """Each wheel under test, and why the env does not import the channel's file where it
+        does not (None where it does): the env must find the project in the wheels' own
+        directory, and every file of the wheel's RECORD there, with its hash."""
+        wheels = self.inputs.plan.wheels
+        names = [wheel.recipe for wheel in wheels]
+        said = self._python(env, ["-c", LOCATING, *names], what="locate the installed wheels")
+        try:
+            located: dict[str, str | None] = json.loads(said.splitlines()[-1])
+        except (ValueError, IndexError):
+            raise EnvError(f"test-gpu: locating the wheels said {said[-200:]!r}", fix=f"read {self.log.path}") from None
+        problems = {}
+        for wheel, file in zip(wheels, files, strict=True):
+            problems[wheel.recipe] = not_the_channels_file(wheel.recipe, file, located.get(wheel.recipe), env.site)
+            if problems[wheel.recipe]:
+                self.log.note(f"{wheel.recipe}: {problems[wheel.recipe]}")
+        return problems
 
     def _install_argv(self, env: _Env, what: Sequence[str]) -> list[str]:
         return [
@@ -277,19 +326,33 @@ class GpuStage:
         return {canonicalize_name(f.name): f for f in found.findings}
 
     def _wheel(
-        self, env: _Env, wheel: WheelUnderTest, verdicts: Mapping[str, doctor.Finding], *, sees_gpu: bool
+        self,
+        env: _Env,
+        wheel: WheelUnderTest,
+        verdicts: Mapping[str, doctor.Finding],
+        *,
+        installed: str | None,
+        sees_gpu: bool,
     ) -> WheelResult:
         finding = verdicts.get(canonicalize_name(wheel.recipe))
         status = finding.status if finding else doctor.UNKNOWN_STATUS
         detail = finding.detail if finding else "not among the installed distributions"
         runs = [self._import(env, wheel)]
         check = None
-        if runs[0].result == "passed" and wheel.gpu_smoke is not None:
+        if runs[0].result is GpuOutcome.PASSED and wheel.gpu_smoke is not None:
             runs.append(self._check(env, wheel) if sees_gpu else _not_run("torch sees no GPU"))
             check = runs[-1].result
-        gpu_code = finding is not None and finding.record is not None and finding.record.family != "cpu"
-        ran = Ran(imported=runs[0].result == "passed", check=check)
-        outcome, why = judge(status, ran, gpu_code=gpu_code)
+        record = finding.record if finding is not None else None
+        ran = Ran(
+            installed=installed,
+            record=record.family if record is not None else None,
+            record_problem=detail,
+            sees_gpu=sees_gpu,
+            imported=runs[0].result is GpuOutcome.PASSED,
+            check=check,
+            no_kernel_image=any(no_kernel_image([run.detail]) for run in runs if run.result is GpuOutcome.FAILED),
+        )
+        outcome, why = judge_wheel(status, ran)
         self.say(f"{wheel.recipe}: {outcome.value}: {why}")
         return WheelResult(
             recipe=wheel.recipe,
@@ -305,17 +368,19 @@ class GpuStage:
     def _import(self, env: _Env, wheel: WheelUnderTest) -> CheckRun:
         """Its modules imported and its operators found, on the GPU machine."""
         if not wheel.imports and not wheel.torch_ops:
-            return CheckRun(name="import", result="passed", seconds=0.0, detail="the recipe names no module")
+            return CheckRun(name="import", result=GpuOutcome.PASSED, seconds=0.0, detail="the recipe names no module")
         request = json.dumps({"imports": list(wheel.imports), "ops": list(wheel.torch_ops), "then": None})
         started = time.monotonic()
         try:
             said = self._python(env, ["-c", IMPORTS, request], what=f"import {wheel.recipe}")
         except EnvError as exc:
-            return CheckRun(name="import", result="failed", seconds=time.monotonic() - started, detail=exc.message)
+            return CheckRun(
+                name="import", result=GpuOutcome.FAILED, seconds=time.monotonic() - started, detail=exc.message
+            )
         results = parse(said) or []
         wrong = [r for r in results if not r["ok"]]
         detail = "; ".join(f"{r['name']}: {r['detail']}" for r in wrong) or f"{len(results)} checks passed"
-        result = "failed" if wrong or not results else "passed"
+        result = GpuOutcome.FAILED if wrong or not results else GpuOutcome.PASSED
         return CheckRun(name="import", result=result, seconds=time.monotonic() - started, detail=detail[:400])
 
     def _check(self, env: _Env, wheel: WheelUnderTest) -> CheckRun:
@@ -336,20 +401,17 @@ class GpuStage:
                 failed = exc
         seconds = time.monotonic() - started
         counted = tally([line.rstrip() for line in lines])
-        if failed is not None or (counted is not None and counted.failed):
-            return CheckRun(name="gpu-smoke", result="failed", seconds=seconds, detail=_error_of(lines), tally=counted)
-        if counted is not None and counted.skipped and not counted.ran:
-            return CheckRun(
-                name="gpu-smoke", result="skipped", seconds=seconds, detail=counted.describe(), tally=counted
-            )
-        said = [line.strip() for line in lines if line.strip()]
-        return CheckRun(
-            name="gpu-smoke",
-            result="passed",
-            seconds=seconds,
-            detail=(said[-1] if said else "passed")[:300],
-            tally=counted,
-        )
+        result = judge_check(counted, exit_ok=failed is None)
+        if result is GpuOutcome.FAILED:
+            # The kernel's own error where the output has one, so the judge can tell a missing
+            # kernel image from any other failure.
+            detail = _error_of(lines, prefer=no_kernel_image)
+        elif result is GpuOutcome.SKIPPED:
+            detail = counted.describe() if counted is not None else "no test ran"
+        else:
+            said = [line.strip() for line in lines if line.strip()]
+            detail = (said[-1] if said else "passed")[:300]
+        return CheckRun(name="gpu-smoke", result=result, seconds=seconds, detail=detail, tally=counted)
 
     def _python(self, env: _Env, args: Sequence[str], *, what: str, alone: bool = False) -> str:
         """What the env's Python printed (``alone``: without the wheels' directory); an
@@ -385,7 +447,7 @@ class GpuStage:
         torch: Mapping[str, Any] | None,
         results: Sequence[WheelResult],
         *,
-        status: str,
+        status: GpuOutcome,
         error: str | None,
         code: int,
         env: _Env | None = None,
@@ -397,6 +459,7 @@ class GpuStage:
             index=self.inputs.index,
             env=env.described if env else "not made",
             python=plan.cell.python,
+            runner=self.inputs.runner,
             torch=str(torch["version"]) if torch else None,
             gpus=tuple(g.label for g in gpus.found),
             torch_gpus=tuple(torch["devices"]) if torch else (),
@@ -411,32 +474,43 @@ class GpuStage:
 
 
 def _ending(
-    status: Outcome, results: Sequence[WheelResult], *, gpus: str, torch: Mapping[str, Any]
+    status: GpuOutcome, results: Sequence[WheelResult], *, gpus: str, torch: Mapping[str, Any]
 ) -> tuple[int, str | None]:
-    """The stage's exit code and error line, from its worst outcome."""
-    if status is Outcome.MISMATCH:
-        bad = [r for r in results if r.outcome is Outcome.MISMATCH]
-        said = "doctor's verdict and the kernels disagree on " + " | ".join(r.side_by_side() for r in bad)
-        return GpuVerdictMismatch.exit_code, said
-    if status is Outcome.FAILED:
-        bad = [r for r in results if r.outcome is Outcome.FAILED]
-        said = f"{len(bad)} wheel(s) failed on {gpus}: " + " | ".join(r.side_by_side() for r in bad)
-        return GpuCheckError.exit_code, said
-    if status is Outcome.NOT_RUN:
-        return NoGpuError.exit_code, f"nvidia-smi lists {gpus}, but torch {torch['version']} sees no GPU: no kernel ran"
-    return 0, None
+    """The stage's exit code and error line, from its worst outcome: 0 for a pass alone."""
+
+    def of(outcome: GpuOutcome) -> str:
+        return " | ".join(r.side_by_side() for r in results if r.outcome is outcome)
+
+    match status:
+        case GpuOutcome.MISMATCH:
+            return GpuVerdictMismatch.exit_code, f"doctor's verdict and the kernels disagree on {of(status)}"
+        case GpuOutcome.FAILED:
+            count = sum(1 for r in results if r.outcome is status)
+            return GpuCheckError.exit_code, f"{count} wheel(s) failed on {gpus}: {of(status)}"
+        case GpuOutcome.NOT_RUN:
+            said = f"nvidia-smi lists {gpus}, but torch {torch['version']} sees no GPU: no kernel ran"
+            return NoGpuError.exit_code, said
+        case GpuOutcome.SKIPPED | GpuOutcome.IMPORT_ONLY:
+            unproven = [r for r in results if r.outcome in (GpuOutcome.SKIPPED, GpuOutcome.IMPORT_ONLY)]
+            said = " | ".join(f"{r.recipe} ({r.filename}): {r.outcome.value}: {r.why}" for r in unproven)
+            return GpuUnproven.exit_code, f"proved nothing of {len(unproven)} wheel(s): {said}"
+        case GpuOutcome.PASSED:
+            return 0, None
+        case _:
+            raise AssertionError(f"a judged stage is never {status}")
 
 
 def _not_run(why: str) -> CheckRun:
-    return CheckRun(name="gpu-smoke", result="not-run", seconds=0.0, detail=why)
+    return CheckRun(name="gpu-smoke", result=GpuOutcome.NOT_RUN, seconds=0.0, detail=why)
 
 
-def _error_of(lines: Sequence[str]) -> str:
-    """The kernel's own error where the output has one (``RuntimeError: CUDA error: no kernel
-    image is available ...``), else its last line."""
+def _error_of(lines: Sequence[str], *, prefer: Callable[[Sequence[str]], bool]) -> str:
+    """The line that says most of a failure: one ``prefer`` picks (a missing kernel image),
+    else the last error the output names (``RuntimeError: ...``), else its last line."""
     said = [line.strip() for line in lines if line.strip()]
+    preferred = [line for line in said if prefer([line])]
     errors = [line for line in said if "Error" in line.split(":", 1)[0] or line.lower().startswith("error")]
-    return ((errors or said or ["(no output)"])[-1])[:300]
+    return ((preferred or errors or said or ["(no output)"])[-1])[:300]
 
 
 def channel_location(index: str, channel: str) -> str:

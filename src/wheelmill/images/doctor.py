@@ -299,52 +299,53 @@ def rocm_targets(arch_list: str) -> set[str]:
 
 
 @dataclass(frozen=True)
-class Verdict:
-    """One wheel on one GPU."""
+class Prediction:
+    """What doctor predicts of one wheel on one GPU (the GPU stage checks it against what the
+    kernels do)."""
 
     status: str  # OK | JIT | FAILS
     detail: str
 
 
-def judge(record: Record, gpu: Gpu) -> Verdict:
+def predict(record: Record, gpu: Gpu) -> Prediction:
     if record.family == "cpu":
-        return Verdict(status=OK, detail="no GPU code: runs anywhere")
+        return Prediction(status=OK, detail="no GPU code: runs anywhere")
     if record.family != gpu.family:
-        return Verdict(
+        return Prediction(
             status=FAILS, detail=f"{gpu.label} is a {gpu.family.upper()} GPU; the wheel carries {record.describe()}"
         )
     if gpu.family == "cuda":
-        return _judge_cuda(record, gpu)
-    return _judge_rocm(record, gpu)
+        return _predict_cuda(record, gpu)
+    return _predict_rocm(record, gpu)
 
 
-def _judge_cuda(record: Record, gpu: Gpu) -> Verdict:
+def _predict_cuda(record: Record, gpu: Gpu) -> Prediction:
     major, minor = (int(part) for part in gpu.arch.split("."))
     codes = cuda_codes(record.arch_list or "")
     sass = [c for c in codes if not c.ptx and c.runs_on(major, minor)]
     if sass:
         best = max(sass, key=lambda c: (c.minor, c.suffix))  # the nearest: sm_86 over sm_80 on 8.6
-        return Verdict(status=OK, detail=f"{best.name} SASS on {gpu.label}")
+        return Prediction(status=OK, detail=f"{best.name} SASS on {gpu.label}")
     ptx = [c for c in codes if c.ptx and c.runs_on(major, minor)]
     if ptx:
         best = max(ptx, key=lambda c: (c.major, c.minor))
-        return Verdict(
+        return Prediction(
             status=JIT,
             detail=f"no SASS for {gpu.arch}: the driver JIT-compiles its {best.name} PTX on {gpu.label}, "
             "a slower first start",
         )
     other = f"SASS for {major}.0 to {gpu.arch} or " if minor else ""
-    return Verdict(
+    return Prediction(
         status=FAILS,
         detail=f"{gpu.label}: the wheel carries {record.describe()}, which lacks sm_{major}{minor} "
         f"({other}PTX for {gpu.arch} or lower would also run)",
     )
 
 
-def _judge_rocm(record: Record, gpu: Gpu) -> Verdict:
+def _predict_rocm(record: Record, gpu: Gpu) -> Prediction:
     if gpu.arch in rocm_targets(record.arch_list or ""):
-        return Verdict(status=OK, detail=f"{gpu.arch} code object on {gpu.label}")
-    return Verdict(
+        return Prediction(status=OK, detail=f"{gpu.arch} code object on {gpu.label}")
+    return Prediction(
         status=FAILS,
         detail=f"{gpu.label}: the wheel carries {record.describe()}, which lacks {gpu.arch} "
         "(a ROCm code object runs only on its exact gfx target)",
@@ -423,7 +424,7 @@ def examine(wheel: Installed, gpus: Sequence[Gpu]) -> Finding:
     if not gpus:
         detail = "no GPU code: runs anywhere" if record.family == "cpu" else f"carries {record.describe()}"
         return Finding(name=wheel.name, version=wheel.version, status=NO_GPU, detail=detail, fix=None, record=record)
-    verdicts = [(gpu, judge(record, gpu)) for gpu in gpus]
+    verdicts = [(gpu, predict(record, gpu)) for gpu in gpus]
     status = next(s for s in (FAILS, JIT, OK) if any(v.status == s for _, v in verdicts))
     chosen = [(gpu, v) for gpu, v in verdicts if v.status == status]
     fix = FIX.format(arch=" and ".join(gpu.arch for gpu, _ in chosen)) if status == FAILS else None

@@ -32,7 +32,7 @@ from packaging.version import Version
 from wheelmill.errors import CommandFailed, ConfigError, ImageError, PrecheckError, ReleaseError
 from wheelmill.images import doctor
 from wheelmill.index.closure import read
-from wheelmill.index.release import load_manifest, manifest_path
+from wheelmill.index.records import load_manifest, manifest_path
 from wheelmill.index.store import Channel
 from wheelmill.inputs.manylinux import oldest_glibc
 from wheelmill.inputs.variants import Cell, Family

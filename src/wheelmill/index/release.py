@@ -1,35 +1,44 @@
-"""Releases in the index: what a tag or a nightly published, promotion between tracks
-without rebuilding, and the nightly track's retention.
-
-    <index root>/releases/<track>/<version>.json   one record per release: every file it
-                                                   put in a channel, with its sha256
+"""Releases in the index: publishing what a tag or a nightly built, promotion between
+tracks without rebuilding, and the nightly track's retention; the records they write are
+``wheelmill.index.records``.
 
 A release publishes the cells built for it (their report.json says for which release) into
-the track's channels and records them. Promotion (``test`` -> ``release``) reads the rc's
-record, re-verifies every file against the index's pages and its own bytes, and publishes
-it to the release channels: files of third-party versions as they are, files carrying the
-repo's version with the final version stamped into their metadata (the compiled payload is
-copied byte for byte, and checked to be). Nothing is compiled.
+the track's channels and records them, with the GPU runners the matrix of its commit names
+for each GPU cell (a runner label per GPU kind). Each GPU stage's report is recorded beside
+them, per cell and runner. Promotion (``test`` -> ``release``) takes the rc of the final
+tag's commit, asks its record for a passed GPU stage of every file of each covered cell on
+every runner the record names for it (``gpu_gate``), re-verifies every file against the
+index's pages and its own bytes, and publishes it to the release channels: files of
+third-party versions as they are, files carrying the repo's version with the final version
+stamped into their metadata (the compiled payload is copied byte for byte, and checked to
+be). Nothing is compiled.
 """
 
 from __future__ import annotations
 
-import json
 import tempfile
 import zipfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from wheelmill.errors import IndexWriteError, IntegrityError, ReleaseError, UsageError
-from wheelmill.files import file_lock, write_atomic
-from wheelmill.index.store import RECORDS_DIR, Channel, Published, publish, remove_files
+from wheelmill.checks.gpu import GpuOutcome
+from wheelmill.errors import IntegrityError, ReleaseError
+from wheelmill.index.records import (
+    GpuRecord,
+    Manifest,
+    ReleasedFile,
+    load_manifest,
+    manifest_path,
+    manifests,
+    record,
+    records_lock,
+)
+from wheelmill.index.store import Channel, Published, publish, remove_files
 from wheelmill.inputs.versions import Release, Track, VersionRule
 from wheelmill.machine.net import sha256_of
 from wheelmill.output.layout import CellLayout, built_cells
@@ -44,225 +53,52 @@ from wheelmill.output.report import (
 )
 from wheelmill.wheel.wheelfile import read_wheel, rewrite_metadata
 
-MANIFEST_SCHEMA = 1
 
-
-@dataclass(frozen=True, kw_only=True)
-class ReleasedFile:
-    channel: str
-    cell: str
-    recipe: str
-    filename: str
-    sha256: str
-    rule: VersionRule
-
-
-@dataclass(frozen=True, kw_only=True)
-class ReleasedImage:
-    """An image of a release's cell, as pushed: installs from the release's channel."""
-
-    cell: str
-    kind: str  # runtime | devel | runtime-extras | devel-extras
-    reference: str  # registry/wheelmill@sha256:...
-
-
-@dataclass(frozen=True, kw_only=True)
-class GpuRecord:
-    """A cell's GPU stage, as a release records it: its status, the GPUs it ran on and the
-    files it tested (by sha256); or that no GPU runner covers the cell."""
-
-    cell: str
-    status: str  # the stage's: passed | skipped | not-run | failed | mismatch | no-gpu; or not-covered
-    gpus: tuple[str, ...] = ()
-    torch: str | None = None
-    tested: tuple[str, ...] = ()  # the sha256 of each file it tested
-    note: str = ""
-
-    @property
-    def passed(self) -> bool:
-        return self.status == PASSED
-
-    def describe(self) -> str:
-        where = f" on {', '.join(self.gpus)}" if self.gpus else ""
-        return f"{self.cell}: {self.status}{where}" + (f" ({self.note})" if self.note else "")
-
-
-PASSED = "passed"
-NOT_COVERED = "not-covered"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Manifest:
-    version: str
-    track: Track
-    commit: str
-    tag: str | None
-    files: tuple[ReleasedFile, ...]
-    promoted_from: str | None = None
-    images: tuple[ReleasedImage, ...] = ()
-    gpu: tuple[GpuRecord, ...] = ()
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "schema": MANIFEST_SCHEMA,
-            "version": self.version,
-            "track": self.track.value,
-            "commit": self.commit,
-            "tag": self.tag,
-            "promoted_from": self.promoted_from,
-            "files": [{**vars(f), "rule": f.rule.value} for f in self.files],
-            "images": [vars(i) for i in self.images],
-            "gpu": [{**vars(g), "gpus": list(g.gpus), "tested": list(g.tested)} for g in self.gpu],
-        }
-
-
-def manifest_path(root: Path, track: Track, version: str) -> Path:
-    """Where a release's record is: a version names a file there and nothing else (``..``,
-    a ``/`` or anything but a PEP 440 version, which has neither, never reaches a path outside
-    the records)."""
-    try:
-        Version(version)
-    except InvalidVersion:
-        raise UsageError(
-            f"'{version}' is not a release version", fix="give the version as the release records it, e.g. 1.4.0"
-        ) from None
-    return root / RECORDS_DIR / track.value / f"{version}.json"
-
-
-def load_manifest(path: Path) -> Manifest:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        files = tuple(ReleasedFile(**{**f, "rule": VersionRule(f["rule"])}) for f in data["files"])
-        images = tuple(ReleasedImage(**i) for i in data.get("images", []))
-        gpu = tuple(
-            GpuRecord(**{**g, "gpus": tuple(g["gpus"]), "tested": tuple(g["tested"])}) for g in data.get("gpu", [])
+def gpu_gate(origin: Manifest) -> tuple[GpuRecord, ...]:
+    """What promotion carries of the GPU stage, from the release's own record: for each GPU
+    cell and each runner the record names for it, a passed stage that passed every file the
+    cell has in the record now; "not covered" where the record names no runner for a cell.
+    Anything short of that stops promotion, naming each cell and runner."""
+    what = f"{origin.track.value} {origin.version}"
+    if origin.gpu_runners is None:
+        raise ReleaseError(
+            f"promote: the record of {what} says no GPU runners (made before they were recorded)",
+            fix=f"publish {origin.version} again with this wheelmill, run its GPU stage, then promote",
         )
-        return Manifest(
-            version=data["version"],
-            track=Track(data["track"]),
-            commit=data["commit"],
-            tag=data["tag"],
-            files=files,
-            promoted_from=data.get("promoted_from"),
-            images=images,
-            gpu=gpu,
-        )
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ReleaseError(f"{path}: not a release record ({exc})", fix="restore it from the index's storage") from None
-
-
-def manifests(root: Path, track: Track) -> list[Manifest]:
-    """The track's releases, newest version first."""
-    found = [load_manifest(p) for p in sorted((root / RECORDS_DIR / track.value).glob("*.json"))]
-    return sorted(found, key=lambda m: Version(m.version), reverse=True)
-
-
-@contextmanager
-def _records_lock(root: Path, track: Track) -> Iterator[Path]:
-    """The one writer of a track's records; an OS error while writing them is one line
-    (every record is written atomically, so the records are as they were)."""
-    directory = root / RECORDS_DIR / track.value
-    try:
-        with file_lock(directory / ".lock"):
-            yield directory
-    except OSError as exc:
-        raise IndexWriteError(
-            f"{directory}: cannot write the release records: {exc.strerror or exc} ({exc.filename or directory})",
-            fix="free space, or make the index root writable (WHEELMILL_INDEX_ROOT); the records are as they were",
-        ) from None
-
-
-def record(root: Path, manifest: Manifest) -> Path:
-    """Write (or extend: cells of one release may be published apart) a release's record."""
-    path = manifest_path(root, manifest.track, manifest.version)
-    with _records_lock(root, manifest.track) as directory:
-        if path.is_file():
-            old = load_manifest(path)
-            if old.commit != manifest.commit:
-                raise ReleaseError(
-                    f"{path}: {manifest.version} was released from commit {old.commit[:12]}, "
-                    f"not {manifest.commit[:12]}",
-                    fix="a version names one commit: tag a new version",
-                )
-            known = {(f.channel, f.filename) for f in old.files}
-            manifest = replace(
-                old,
-                files=old.files + tuple(f for f in manifest.files if (f.channel, f.filename) not in known),
-                gpu=manifest.gpu or old.gpu,  # a promotion again says what its gate found now
-            )
-        write_atomic(directory / path.name, (json.dumps(manifest.as_dict(), indent=2) + "\n").encode())
-    return path
-
-
-def record_images(root: Path, track: Track, version: str, images: Sequence[ReleasedImage]) -> Path:
-    """Add pushed images to a release's record (a newer push of a cell's kind replaces the
-    older one)."""
-    path = manifest_path(root, track, version)
-    with _records_lock(root, track) as directory:
-        if not path.is_file():
-            raise ReleaseError(
-                f"{path}: no record of {track.value} {version}", fix="publish the release before its images"
-            )
-        old = load_manifest(path)
-        kept = tuple(i for i in old.images if (i.cell, i.kind) not in {(n.cell, n.kind) for n in images})
-        write_atomic(
-            directory / path.name,
-            (json.dumps(replace(old, images=kept + tuple(images)).as_dict(), indent=2) + "\n").encode(),
-        )
-    return path
-
-
-def record_gpu(root: Path, track: Track, version: str, found: Sequence[GpuRecord]) -> Path:
-    """Add GPU stage results to a release's record (a newer one of a cell replaces the older).
-    A passed one must have tested every file the record names for its cell: a stage that ran
-    on another state of the channel proves nothing about this release."""
-    path = manifest_path(root, track, version)
-    with _records_lock(root, track) as directory:
-        if not path.is_file():
-            raise ReleaseError(f"{path}: no record of {track.value} {version}", fix="publish the release first")
-        old = load_manifest(path)
-        for result in found:
-            named = {f.sha256 for f in old.files if f.cell == result.cell}
-            if not named:
-                raise ReleaseError(
-                    f"{track.value} {version} has no file of {result.cell}", fix="record reports of the release's cells"
-                )
-            if result.passed and not named <= set(result.tested):
-                raise ReleaseError(
-                    f"{result.cell}: its GPU stage tested other files than {track.value} {version} names "
-                    f"({len(named - set(result.tested))} of its {len(named)} untested)",
-                    fix=f"run `wheelmill test-gpu --cell {result.cell} --track {track.value}` on the release's channel",
-                )
-        kept = tuple(g for g in old.gpu if g.cell not in {r.cell for r in found})
-        write_atomic(
-            directory / path.name,
-            (json.dumps(replace(old, gpu=kept + tuple(found)).as_dict(), indent=2) + "\n").encode(),
-        )
-    return path
-
-
-def gpu_gate(origin: Manifest, runners: Mapping[str, str | None]) -> tuple[GpuRecord, ...]:
-    """What promotion carries of the GPU stage: each GPU cell's passed record, or "not
-    covered" where no GPU runner covers its variant (``runners``: each GPU cell of the
-    release, and its runner label). A covered cell without a passed stage stops promotion."""
-    recorded = {g.cell: g for g in origin.gpu}
-    missing = [
-        recorded[cell].describe() if cell in recorded else f"{cell}: no GPU stage recorded"
-        for cell, runner in sorted(runners.items())
-        if runner is not None and not (cell in recorded and recorded[cell].passed)
-    ]
+    recorded = {(g.cell, g.runner): g for g in origin.gpu}
+    carried, missing = [], []
+    for cell, runners in sorted(origin.gpu_runners.items()):
+        files = {f.sha256: f.filename for f in origin.files if f.cell == cell}
+        if not runners:
+            carried.append(GpuRecord(cell=cell, status=GpuOutcome.NOT_COVERED, note="no GPU runner covers its variant"))
+        for runner in runners:
+            found = recorded.get((cell, runner))
+            problem = _not_passed(found, files) if found else f"{cell} on runner {runner}: no GPU stage recorded"
+            missing += [problem] if problem else []
+            carried += [found] if found and not problem else []
     if missing:
         raise ReleaseError(
             f"promote: {origin.version} has no passed GPU stage for {'; '.join(missing)}",
-            fix="run the GPU stage of each cell on its GPU runner (`wheelmill test-gpu --track test`), record it "
-            f"(`wheelmill release record-gpu --track {origin.track.value} {origin.version} REPORT...`), promote again",
+            fix="run the GPU stage of each cell on each of its GPU runners (`wheelmill test-gpu --track test "
+            f"--runner LABEL`), record it (`wheelmill release record-gpu --track {origin.track.value} "
+            f"{origin.version} REPORT...`), promote again",
         )
-    return tuple(
-        recorded[cell]
-        if runner is not None
-        else GpuRecord(cell=cell, status=NOT_COVERED, note="no GPU runner covers its variant")
-        for cell, runner in sorted(runners.items())
-    )
+    return tuple(carried)
+
+
+def _not_passed(found: GpuRecord, files: Mapping[str, str]) -> str | None:
+    """Why a cell's recorded stage on a runner does not let it through, or None: it passed, and
+    every file of the cell passed in it (a file published after it ran was never tested)."""
+    if not found.passed:
+        return found.describe()
+    unproven = [
+        f"{name} ({found.tested[sha].value if sha in found.tested else 'untested'})"
+        for sha, name in sorted(files.items(), key=lambda item: item[1])
+        if found.tested.get(sha) is not GpuOutcome.PASSED
+    ]
+    if unproven:
+        return f"{found.cell} on runner {found.runner}: not every file passed: {', '.join(unproven)}"
+    return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -273,41 +109,74 @@ class BuiltWheel:
     rule: VersionRule
     path: Path
     sha256: str
+    key: str | None = None  # its build key, where the report names one
 
 
 def collect_built(output: Path, release: Release) -> list[BuiltWheel]:
     """The wheels built for ``release`` under ``output`` (``<cell>/report.json`` and
     ``<cell>/dist/``): every such cell must have passed, and nothing built for another
-    release may be mixed in."""
+    release may be mixed in. A stable recipe that a cell of a newer torch built only to test
+    it (its report's ``unpublished``) is not its to publish: the cell gets the one build a
+    cell of the group's oldest torch made (the same build key), which this release must have."""
     wheels: list[BuiltWheel] = []
+    borrowed: list[tuple[BuiltCell, RecipeRecord]] = []
     for layout in built_cells(output):
-        try:
-            built = load_report(layout.report, cell=layout.cell)
-        except (OSError, ReportError) as exc:
-            raise ReleaseError(
-                f"{layout.report}: not a report of a built cell ({exc})", fix=f"remove {layout.root} or build it again"
-            ) from None
-        built_for = built.release
-        if built_for is None:
+        built = _release_cell(layout, release)
+        if built is None:
             continue  # a plain build; not part of any release
-        if (built_for.version, built_for.track, built_for.commit) != (release.version, release.track, release.commit):
-            raise ReleaseError(
-                f"{layout.root}: built for {built_for.version} ({built_for.commit[:12]}), "
-                f"not {release.version} ({release.commit[:12]})",
-                fix=f"remove {layout.root} or rebuild it for this release",
-            )
-        if built.status is not Status.OK:
-            raise ReleaseError(
-                f"{layout.root}: the cell's build {built.status}; a release publishes complete cells only",
-                fix="fix and rebuild it",
-            )
-        wheels += [_built_wheel(layout, built, r, r.wheel) for r in built.recipes if r.wheel is not None]
+        unpublished = built.facts.get("unpublished", {})
+        wheels += [
+            _built_wheel(layout, built, r, r.wheel)
+            for r in built.recipes
+            if r.wheel is not None and r.name not in unpublished
+        ]
+        borrowed += [(built, r) for r in built.recipes if r.name in unpublished]
+    wheels += [_one_build(built, recipe, wheels) for built, recipe in borrowed]
     if not wheels:
         raise ReleaseError(
             f"{output}: no wheels built for {release.version}",
             fix="build the cells first: wheelmill release ... --cell CELL --no-publish",
         )
     return wheels
+
+
+def _release_cell(layout: CellLayout, release: Release) -> BuiltCell | None:
+    """The cell's report, where it was built for ``release``; None for a plain build."""
+    try:
+        built = load_report(layout.report, cell=layout.cell)
+    except (OSError, ReportError) as exc:
+        raise ReleaseError(
+            f"{layout.report}: not a report of a built cell ({exc})", fix=f"remove {layout.root} or build it again"
+        ) from None
+    built_for = built.release
+    if built_for is None:
+        return None
+    if (built_for.version, built_for.track, built_for.commit) != (release.version, release.track, release.commit):
+        raise ReleaseError(
+            f"{layout.root}: built for {built_for.version} ({built_for.commit[:12]}), "
+            f"not {release.version} ({release.commit[:12]})",
+            fix=f"remove {layout.root} or rebuild it for this release",
+        )
+    if built.status is not Status.OK:
+        raise ReleaseError(
+            f"{layout.root}: the cell's build {built.status}; a release publishes complete cells only",
+            fix="fix and rebuild it",
+        )
+    return built
+
+
+def _one_build(built: BuiltCell, recipe: RecipeRecord, wheels: Sequence[BuiltWheel]) -> BuiltWheel:
+    """The one build of a stable recipe, made by a cell of its group's oldest torch with the
+    same build key, for a cell that built it only to test it."""
+    key = built.facts.get("build_keys", {}).get(recipe.name)
+    found = next((w for w in wheels if w.recipe == recipe.name and key is not None and w.key == key), None)
+    if found is None:
+        raise ReleaseError(
+            f"{built.cell}: {recipe.name} was built there only to be tested (its torch is newer than its serving "
+            f"group's oldest), and no cell of this release made its one build (build key {str(key)[:12]})",
+            fix="build the cells of its serving group's oldest torch for this release too",
+        )
+    return replace(found, cell=built.cell, channel=built.channel)
 
 
 def _built_wheel(layout: CellLayout, built: BuiltCell, recipe: RecipeRecord, wheel: WheelRecord) -> BuiltWheel:
@@ -325,13 +194,20 @@ def _built_wheel(layout: CellLayout, built: BuiltCell, recipe: RecipeRecord, whe
         rule=recipe.version_rule,
         path=path,
         sha256=wheel.sha256,
+        key=built.facts.get("build_keys", {}).get(recipe.name),
     )
 
 
 def publish_release(
-    root: Path, release: Release, wheels: Sequence[BuiltWheel], *, on_file: Callable[[Published], None]
+    root: Path,
+    release: Release,
+    wheels: Sequence[BuiltWheel],
+    *,
+    gpu_runners: Mapping[str, tuple[str, ...]],
+    on_file: Callable[[Published], None],
 ) -> Path:
-    """Publish the built wheels into their channels, then record the release."""
+    """Publish the built wheels into their channels, then record the release, with the GPU
+    runners of each of its GPU cells (``gpu_runners``: the matrix's, at the release's commit)."""
     files = []
     for wheel in wheels:
         done = publish(Channel(root, wheel.channel), wheel.path)
@@ -346,20 +222,34 @@ def publish_release(
                 rule=wheel.rule,
             )
         )
+    cells = {wheel.cell for wheel in wheels}
     return record(
         root,
         Manifest(
-            version=release.version, track=release.track, commit=release.commit, tag=release.tag, files=tuple(files)
+            version=release.version,
+            track=release.track,
+            commit=release.commit,
+            tag=release.tag,
+            files=tuple(files),
+            gpu_runners={cell: labels for cell, labels in gpu_runners.items() if cell in cells},
         ),
     )
 
 
-def source_release(root: Path, source: Track, version: str) -> Manifest:
+def source_release(root: Path, source: Track, version: str, *, commit: str | None = None) -> Manifest:
     """The release to promote: ``version`` itself, or for a final version the newest of its
-    release candidates."""
+    release candidates; with ``commit``, only a release recorded from that commit (a final tag
+    promotes the rc of its own commit, never a newer one made elsewhere)."""
     exact = manifest_path(root, source, version)
     if exact.is_file():
-        return load_manifest(exact)
+        found = load_manifest(exact)
+        if commit is not None and found.commit != commit:
+            raise ReleaseError(
+                f"nothing to promote: {source} {version} was released from commit {found.commit[:12]}, "
+                f"not {commit[:12]}",
+                fix="promote from a checkout of the release's own commit",
+            )
+        return found
     try:
         final = Version(version)
     except InvalidVersion:
@@ -369,13 +259,15 @@ def source_release(root: Path, source: Track, version: str) -> Manifest:
         for m in manifests(root, source)
         if Version(m.version).pre and Version(m.version).base_version == final.base_version
     ]
-    if not candidates:
-        known = ", ".join(m.version for m in manifests(root, source)) or "none"
+    mine = [m for m in candidates if commit is None or m.commit == commit]
+    if not mine:
+        known = ", ".join(f"{m.version} ({m.commit[:12]})" for m in manifests(root, source)) or "none"
+        at = f" from commit {commit[:12]}" if commit is not None else ""
         raise ReleaseError(
-            f"nothing to promote: no {source} release of {version} (there: {known})",
-            fix=f"tag and publish a release candidate first (v{version}-rc1)",
+            f"nothing to promote: no {source} release of {version}{at} (there: {known})",
+            fix=f"tag and publish a release candidate of this commit first (v{version}-rc1)",
         )
-    return candidates[0]
+    return mine[0]
 
 
 def promote(
@@ -384,24 +276,26 @@ def promote(
     target: Track,
     version: str,
     *,
+    commit: str | None = None,
     tag: str | None = None,
     on_file: Callable[[Published], None],
-    gpu_runners: Mapping[str, str | None] | None = None,
 ) -> Manifest:
     """Copy a release's files from one track's channels to another's, re-verified; the
-    repo's files get ``version`` stamped in when it differs from theirs. ``gpu_runners``
-    (each GPU cell, and the runner that covers it): promotion waits for their GPU stage."""
+    repo's files get ``version`` stamped in when it differs from theirs. ``commit``: promote
+    only what was released from it. Into the release track, promotion waits for the GPU stage
+    the origin's own record asks for (``gpu_gate``): no caller can leave it out."""
     if source == target:
         raise ReleaseError(
             f"promote: --from and --to are both {source}",
             fix="promote between two tracks, e.g. --from test --to release",
         )
-    origin = source_release(root, source, version)
-    gpu = (
-        gpu_gate(origin, {c: r for c, r in gpu_runners.items() if any(f.cell == c for f in origin.files)})
-        if gpu_runners
-        else origin.gpu
-    )
+    if target is Track.RELEASE and commit is None:
+        raise ReleaseError(
+            f"promote: {version} into the release track from no named commit",
+            fix="promote from a checkout of the final tag's commit: its rc is the one promoted",
+        )
+    origin = source_release(root, source, version, commit=commit)
+    gpu = gpu_gate(origin) if target is Track.RELEASE else origin.gpu
     # The repo's own projects, by their version in the origin; they get ``version`` instead.
     repo_files = [parse_wheel_filename(f.filename) for f in origin.files if f.rule is VersionRule.REPO]
     renames: dict[str, str] = (
@@ -430,6 +324,7 @@ def promote(
         files=tuple(files),
         promoted_from=f"{source}/{origin.version}",
         gpu=gpu,
+        gpu_runners=origin.gpu_runners,
     )
     record(root, manifest)
     return manifest
@@ -530,7 +425,7 @@ def prune(root: Path, track: Track, keep: int) -> list[str]:
                 by_project.setdefault((f.channel, str(parse_wheel_filename(f.filename)[0])), set()).add(f.filename)
     for (channel, project), names in sorted(by_project.items()):
         removed += [f"{channel}/{name}" for name in remove_files(Channel(root, channel), project, names)]
-    with _records_lock(root, track):
+    with records_lock(root, track):
         for manifest in dropped:
             manifest_path(root, track, manifest.version).unlink(missing_ok=True)
     return removed

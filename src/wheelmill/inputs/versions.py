@@ -1,6 +1,7 @@
 """Every version wheelmill stamps, decided from git in one place.
 
-    tag vX.Y.Z at HEAD        X.Y.Z        the release channels (cpu, cu118, ...)
+    tag vX.Y.Z at HEAD        X.Y.Z        the release channels (cpu, cu118, ...), promoted from
+                                           the rc tagged on the same commit, never built
     tag vX.Y.Z-rcN at HEAD    X.Y.ZrcN     the test channels (test/cpu, test/cu118, ...)
     a nightly                 X.Y.Z.devYYYYMMDD, X.Y.Z the next release, the date HEAD's
                                            commit date: the nightly channels (nightly/...)
@@ -10,9 +11,11 @@ the version above) or ``source`` (a third-party sdist or tag: that project's own
 way the variant's local label (``+cu118``) is appended where the recipe wants it. A plain
 build, not a release, keeps every source's own version.
 
-A final tag on the commit of an rc tag of the same version is a promotion: the rc's tested
-artifacts are copied to the release channels, not rebuilt. Reading git is ``wheelmill.machine.git.read_state``;
-everything here is pure.
+A final tag is a promotion: the tested artifacts of the rc tagged on its commit (the newest,
+where several are) are copied to the release channels, not rebuilt. A final tag on a commit
+with no rc of its version is refused: what reaches the release channels has passed the rc's
+GPU stage, and a build straight to them would have none. Reading git is
+``wheelmill.machine.git.read_state``; everything here is pure.
 """
 
 from __future__ import annotations
@@ -121,19 +124,30 @@ def for_tag(state: GitState, name: str, *, preview: bool = False) -> Release:
         for t in _release_tags(state)
         if t.base == tag.base and t.rc is not None and state.tags[t.name] == state.commit
     ]
-    if candidates:
-        rc = max(candidates, key=lambda t: t.rc or 0)
-        return Release(
-            version=str(tag.version),
-            track=Track.RELEASE,
-            action=Action.PROMOTE,
-            commit=state.commit,
-            tag=name,
-            promote_from=str(rc.version),
-            notes=notes,
-        )
+    if not candidates:
+        problem = _no_candidate(state, tag)
+        if not preview:
+            raise problem
+        notes = (*notes, problem.one_line())
+    rc = max(candidates, key=lambda t: t.rc or 0) if candidates else None
     return Release(
-        version=str(tag.version), track=Track.RELEASE, action=Action.BUILD, commit=state.commit, tag=name, notes=notes
+        version=str(tag.version),
+        track=Track.RELEASE,
+        action=Action.PROMOTE,
+        commit=state.commit,
+        tag=name,
+        promote_from=str(rc.version) if rc else None,
+        notes=notes,
+    )
+
+
+def _no_candidate(state: GitState, tag: ReleaseTag) -> ReleaseError:
+    elsewhere = sorted(t.name for t in _release_tags(state) if t.base == tag.base and t.rc is not None)
+    there = f" ({', '.join(elsewhere)} on other commits)" if elsewhere else ""
+    return ReleaseError(
+        f"tag {tag.name}: no release candidate of {tag.base} is tagged on this commit ({state.commit[:12]}){there}; "
+        "a release is promoted from its tested rc, never built straight into the release channels",
+        fix=f"tag v{tag.base}-rcN on this commit, let its build and GPU stage pass, then tag {tag.name} on it",
     )
 
 

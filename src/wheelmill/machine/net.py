@@ -2,7 +2,9 @@
 
 Connection errors, timeouts, 5xx, 408 and 429 are transient (``TransientError``: the
 caller's retry policy decides); 404 and other 4xx are final (``FetchError``); a sha256
-mismatch is an ``IntegrityError`` and the bad bytes are deleted, never kept.
+mismatch is an ``IntegrityError`` and the bad bytes are deleted, never kept. Asked for a
+project's page, an index that answers 404 or 410 does not have it; one that answers 401 or
+403 refused to say, which is an error, never "not there".
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from wheelmill.retry import TransientError
 
 TIMEOUT = 60.0
 CHUNK = 1 << 20
+# A project's page: PyPI's torch page, the largest an index here reads, is a few MB of JSON.
+PAGE_LIMIT = 64 << 20
+_ABSENT_STATUS = {404, 410}
 PEP691_JSON = "application/vnd.pypi.simple.v1+json"
 _TRANSIENT_STATUS = {408, 425, 429, 500, 502, 503, 504}
 # Output of a failed command (uv, git) that means "try again later", not "this cannot work".
@@ -76,15 +81,30 @@ def _open(
     try:
         response: urllib.response.addinfourl = urllib.request.urlopen(request, timeout=timeout)  # noqa: S310
     except urllib.error.HTTPError as exc:
-        if exc.code in _TRANSIENT_STATUS:
-            raise TransientError(f"{url}: HTTP {exc.code} {exc.reason}") from None
-        raise FetchError(
-            f"{url}: HTTP {exc.code} {exc.reason}", fix="check the URL, or the project and version"
-        ) from None
+        exc.close()
+        raise _http_error(url, exc.code, str(exc.reason)) from None
     except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
         reason = getattr(exc, "reason", exc)
         raise TransientError(f"{url}: {reason}") from None
     return response
+
+
+class _Absent(FetchError):
+    """A page the index says it does not have (404, 410): a project not on it. Caught where
+    that is an answer (``project_files``); anywhere else, the ``FetchError`` it is."""
+
+
+def _http_error(url: str, code: int, reason: str) -> Exception:
+    if code in _TRANSIENT_STATUS:
+        return TransientError(f"{url}: HTTP {code} {reason}")
+    if code in _ABSENT_STATUS:
+        return _Absent(f"{url}: HTTP {code} {reason}", fix="check the URL, or the project and version")
+    if code in (401, 403):
+        return FetchError(
+            f"{url}: HTTP {code} {reason}: the index refused access",
+            fix="give credentials the index accepts (user:token in the index URL), or check their rights",
+        )
+    return FetchError(f"{url}: HTTP {code} {reason}", fix="check the URL, or the project and version")
 
 
 def upload_refusal(url: str, auth: tuple[str, str] | None, *, timeout: float = TIMEOUT) -> str | None:
@@ -198,13 +218,29 @@ def project_files(
     page = location if flat else location.rstrip("/") + f"/{name}/"
     try:
         with _open(page, accept=f"{PEP691_JSON}, text/html;q=0.1", auth=auth) as response:
-            body = response.read().decode("utf-8", errors="replace")
+            raw = _read_page(response, page)
             content_type = response.headers.get("Content-Type", "")
-    except FetchError:
-        return []  # 404: the project is not on this index
+    except _Absent:
+        return []  # the project is not on this index
+    body = raw.decode("utf-8", errors="replace")
     if content_type.startswith(PEP691_JSON):
         return _parse_json(body, page)
     return _parse_html(body, page)
+
+
+def _read_page(response: urllib.response.addinfourl, page: str) -> bytes:
+    """A page's bytes, at most ``PAGE_LIMIT`` of them: an index that sends more is not serving
+    a project's page, and is not read to the end."""
+    try:
+        raw: bytes = response.read(PAGE_LIMIT + 1)
+    except (TimeoutError, ConnectionError, urllib.error.URLError) as exc:
+        raise TransientError(f"{page}: connection lost while reading the page: {exc}") from None
+    if len(raw) > PAGE_LIMIT:
+        raise FetchError(
+            f"{page}: the page is larger than {PAGE_LIMIT >> 20} MiB; not read further",
+            fix="check that the URL is a package index's project page",
+        )
+    return raw
 
 
 def _parse_json(body: str, page: str) -> list[IndexFile]:

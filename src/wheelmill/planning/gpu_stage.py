@@ -1,29 +1,17 @@
 """The GPU stage of a cell, as pure planning: which wheels of the channel it tests and with
-which checks, and how each wheel's result is judged against what ``wheelmill doctor`` said.
+which checks.
 
 Builds run on machines without a GPU; the GPU stage runs on one, from the channel alone.
 Each recipe of the cell that has a wheel in the channel is tested: the newest wheel of its
 project (the project is the recipe's name, as every recipe's wheel is called) that the
-cell's Python installs, or the one a release's record names for the cell.
-
-A wheel's verdict is doctor's prediction and the kernels' fact side by side:
-
-    doctor says          its import and GPU check       the wheel's outcome
-    runs (or by JIT)     pass                           passed
-    runs (or by JIT)     fail                           mismatch: the promise is wrong
-    fails on this GPU    fail (or no check ran)         failed, as doctor predicted
-    fails on this GPU    pass                           mismatch: the promise is wrong
-    no record, CPU only  pass / fail                    passed / failed
-    any                  every test skipped             skipped: proven nothing
-    runs, or no record   not run (torch sees no GPU)    not-run
-    fails on this GPU    not run (torch sees no GPU)    failed, on doctor's word alone
+cell's Python installs, or the one a release's record names for the cell. How each wheel's
+result is judged against what ``wheelmill doctor`` said is a check: ``wheelmill.checks.gpu``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
@@ -32,23 +20,6 @@ from packaging.version import Version
 from wheelmill.inputs.recipes import PathSource, ResolvedRecipe
 from wheelmill.inputs.variants import X86_64, Cell
 from wheelmill.machine.net import IndexFile
-
-# doctor's statuses (wheelmill.images.doctor), as its JSON says them
-DOCTOR_RUNS = frozenset({"ok", "jit"})
-DOCTOR_FAILS = "fails"
-
-
-class Outcome(StrEnum):
-    """One wheel's result on the GPU machine; the order is the stage's, worst last."""
-
-    PASSED = "passed"
-    SKIPPED = "skipped"  # its GPU check ran, and every test of it was skipped
-    NOT_RUN = "not-run"  # torch saw no GPU: no kernel could run
-    FAILED = "failed"  # failed, where doctor predicted it or had no verdict on kernels
-    MISMATCH = "mismatch"  # doctor's verdict and the kernels disagree
-
-
-WORST_FIRST = (Outcome.MISMATCH, Outcome.FAILED, Outcome.NOT_RUN, Outcome.SKIPPED, Outcome.PASSED)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,7 +70,7 @@ def cell_tags(python: str, machine: str = X86_64) -> list[Tag]:
     return [*cpython_tags(version, platforms=platforms), *compatible_tags(version, platforms=platforms)]
 
 
-def choose(
+def file_for_cell(
     files: Iterable[IndexFile], python: str, *, labels: Collection[str], machine: str = X86_64
 ) -> IndexFile | None:
     """The file of a project the cell installs: built by wheelmill (not a mirrored copy of an
@@ -141,7 +112,7 @@ def plan_stage(
             found = next((f for f in files if f.filename == wanted), None) if wanted else None
         else:
             labels = {cell.variant.wheel_label, cell.variant.serving_label}
-            found = choose(files, cell.python, labels=labels, machine=cell.variant.platform)
+            found = file_for_cell(files, cell.python, labels=labels, machine=cell.variant.platform)
         if found is None:
             missing.append(name)
             continue
@@ -163,45 +134,3 @@ def source_of(recipe: ResolvedRecipe) -> str | None:
     """A path source is part of the repository, so the GPU machine has it; a downloaded one
     it has not (its checks live beside the recipes)."""
     return str(recipe.source.path) if isinstance(recipe.source, PathSource) else None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Ran:
-    """What ran for a wheel on the GPU machine."""
-
-    imported: bool  # its modules imported and its operators were found
-    # its GPU check: "passed", "failed", "skipped" (every test), "not-run" (torch sees no GPU),
-    # or None: its recipe has none
-    check: str | None
-
-
-def judge(doctor: str, ran: Ran, *, gpu_code: bool) -> tuple[Outcome, str]:
-    """A wheel's outcome from doctor's status and what ran (the table in this module's
-    docstring), and a few words on why."""
-    broke = not ran.imported or ran.check == "failed"
-    if ran.check == "not-run" and gpu_code and doctor == DOCTOR_FAILS:
-        return Outcome.FAILED, "doctor predicts it fails on this GPU (its GPU check did not run: torch sees no GPU)"
-    if ran.check == "not-run" and not broke:
-        return Outcome.NOT_RUN, "torch sees no GPU: its GPU check did not run"
-    if not gpu_code or doctor not in DOCTOR_RUNS | {DOCTOR_FAILS}:
-        return (Outcome.FAILED, "failed") if broke else _ran(ran)
-    if doctor == DOCTOR_FAILS:
-        if ran.check == "passed":
-            return Outcome.MISMATCH, "doctor said it fails on this GPU, and its GPU check passed"
-        return Outcome.FAILED, "as doctor predicted" if broke else "doctor predicts it fails on this GPU"
-    if broke:
-        return Outcome.MISMATCH, "doctor said it runs on this GPU, and its kernels failed"
-    return _ran(ran)
-
-
-def _ran(ran: Ran) -> tuple[Outcome, str]:
-    if ran.check == "skipped":
-        return Outcome.SKIPPED, "every test of its GPU check was skipped"
-    if ran.check is None:
-        return Outcome.PASSED, "imported; its recipe has no GPU check"
-    return Outcome.PASSED, "its GPU check passed"
-
-
-def worst(outcomes: Iterable[Outcome]) -> Outcome:
-    found = set(outcomes)
-    return next((o for o in WORST_FIRST if o in found), Outcome.PASSED)

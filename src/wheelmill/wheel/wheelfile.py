@@ -8,6 +8,7 @@ Names and versions go through ``packaging``; nothing PEP-defined is parsed by re
 from __future__ import annotations
 
 import base64
+import csv
 import hashlib
 import tempfile
 import zipfile
@@ -213,6 +214,24 @@ def _summary(wheel: Path, root: Path, path: Path) -> ElfSummary:
             f"{wheel.name}: {path.relative_to(root)} starts like an ELF file but cannot be read as one ({exc})",
             fix="rebuild the wheel",
         ) from None
+
+
+MAX_RECORD = 16 * 2**20  # RECORD: a line per file; a wheel of 100,000 files stays under this
+
+
+def recorded_hashes(path: Path) -> dict[str, str]:
+    """What a wheel's RECORD says of each file that has a hash: its path in the wheel, and its
+    hash as RECORD writes it (``sha256=...``); ``InvalidWheel`` for a wheel without one."""
+    info = read_wheel(path)
+    try:
+        with zipfile.ZipFile(path) as zf:
+            text = _read_bounded(zf, f"{info.dist_info}/RECORD", path, MAX_RECORD).decode("utf-8")
+    except (KeyError, UnicodeDecodeError, zipfile.BadZipFile, OSError) as exc:
+        raise InvalidWheel(
+            f"{path}: no readable RECORD ({exc})", fix="rebuild it with a standard build backend"
+        ) from None
+    rows = csv.reader(text.splitlines())
+    return {row[0]: row[1] for row in rows if len(row) >= 2 and row[1].startswith("sha256=")}
 
 
 def record_hash(data: bytes) -> str:
