@@ -172,7 +172,8 @@ def test_a_plan_with_an_unpinned_registry_base_says_so_and_runs(cli: CliRunner, 
 
 def test_a_run_of_both_torches_plans_the_stable_example_once_golden(cli: CliRunner, repo_root: Path) -> None:
     """cuda130 on its two torches in one run: the per-torch example is planned in each cell
-    under its own label, the stable one is built by the first cell and served to the second."""
+    under its own label, the stable one is built by the cell of the older torch, which the run
+    builds first although it is listed second, and served to the other."""
     cells = ("--cell", "cuda130-py311", "--cell", "cuda130-torch2.12-py311")
     recipes = ("--recipe", "example-cpp-ops", "--recipe", "example-stable-ops")
     result = cli("--recipes", str(repo_root / "recipes"), "plan", *cells, *recipes, "--engine", "none")
@@ -181,7 +182,11 @@ def test_a_run_of_both_torches_plans_the_stable_example_once_golden(cli: CliRunn
     if os.environ.get("WHEELMILL_UPDATE_GOLDEN"):
         golden.write_text(result.out)
     assert result.out == golden.read_text(), f"plan changed; rerun with WHEELMILL_UPDATE_GOLDEN=1 and review {golden}"
-    served = "serves: example-stable-ops built once for cu130 (torch stable ABI, abi3) and served to 8 cells"
+    served = (
+        "serves: example-stable-ops built once for cu130 (torch stable ABI, abi3) against torch 2.12.0, "
+        "the oldest of the 8 cells it serves"
+    )
     assert result.out.count(served) == 2
-    assert "built by cuda130-py311 earlier in this run where none has it" in result.out
+    assert result.out.index("plan for cuda130-torch2.12-py311") < result.out.index("plan for cuda130-py311")
+    assert "where none has it, built by cuda130-torch2.12-py311 earlier in this run;" in result.out
     assert "example-cpp-ops/stamp" in result.out and "version +cu130.torch2.12;" in result.out

@@ -380,7 +380,7 @@ def blocked(step: Step, plan: CellPlan, report: CellReport) -> Blocked | None:
     builds), or it cannot (a cell step failed, or its recipe, or one it needs, failed). A
     published or served step is no failure: what depends on it goes on."""
     keys = report.done.find(BuildKeys)
-    found = _published(step, keys) or _served(step, plan, report, keys)
+    found = _skip_published(step, keys) or _skip_served(step, plan, report, keys) or _skip_test_build(step, keys)
     if found is not None:
         return found
     needs = {step.recipe, *plan.recipe(step.recipe).needs} if step.recipe else set()
@@ -394,7 +394,7 @@ def blocked(step: Step, plan: CellPlan, report: CellReport) -> Blocked | None:
     return None
 
 
-def _published(step: Step, keys: BuildKeys | None) -> Blocked | None:
+def _skip_published(step: Step, keys: BuildKeys | None) -> Blocked | None:
     if keys is None:
         return None
     if step.recipe is not None:
@@ -413,7 +413,7 @@ def _published(step: Step, keys: BuildKeys | None) -> Blocked | None:
 _NOT_SERVED = frozenset({StepKind.BUILD, StepKind.STAMP, StepKind.POST_BUILD_CHECKS, StepKind.REPAIR})
 
 
-def _served(step: Step, plan: CellPlan, report: CellReport, keys: BuildKeys | None) -> Blocked | None:
+def _skip_served(step: Step, plan: CellPlan, report: CellReport, keys: BuildKeys | None) -> Blocked | None:
     """A served recipe's steps: its build's do not run (repair's record holds the wheel);
     fetch and the install test run only where the plan tests it; its checks after repair
     and its publishing run."""
@@ -421,16 +421,25 @@ def _served(step: Step, plan: CellPlan, report: CellReport, keys: BuildKeys | No
     if found is None:
         return None
     serving = plan.recipe(found.recipe).serving
-    tested = serving is not None and serving.tests_in(plan.cell.id)
     if step.kind is StepKind.REPAIR:
         return Blocked(status=Status.SERVED, reason=found.describe(), made=(found.repaired(),))
-    if step.kind in _NOT_SERVED or (step.kind is StepKind.FETCH and not tested):
+    if step.kind in _NOT_SERVED or (step.kind is StepKind.FETCH and not found.tested):
         return Blocked(status=Status.SERVED, reason=found.describe())
-    if step.kind is StepKind.INSTALL_TEST and not tested:
+    if step.kind is StepKind.INSTALL_TEST and not found.tested:
         abi = report.done.find(ShippedAbi, found.recipe)
-        reason = f"{found.describe()}; install-tested in {', '.join(serving.tested) if serving else '-'}, not here"
+        corners = ", ".join(serving.tested) if serving else "-"
+        reason = (
+            f"{found.describe()}; not install-tested here: its channel lists it, published after a test with "
+            f"this torch (the corners: {corners})"
+        )
         return Blocked(status=Status.SERVED, reason=reason, made=(found.delivered_record(abi.text if abi else None),))
     return None
+
+
+def _skip_test_build(step: Step, keys: BuildKeys | None) -> Blocked | None:
+    """A served recipe built in a cell not of its group's oldest torch is never published."""
+    why = keys.unpublished.get(step.recipe) if keys is not None and step.recipe else None
+    return Blocked(status=Status.SKIPPED, reason=why) if why and step.kind is StepKind.PUBLISH else None
 
 
 def run_step(

@@ -23,7 +23,7 @@ from wheelmill.machine import builder_images as images
 from wheelmill.machine.package_sources import torch_index_url
 from wheelmill.machine.pins import Pins
 from wheelmill.planning import locks
-from wheelmill.planning.serving import channel_of, serves, serving
+from wheelmill.planning.serving import building_order, channel_of, serves, serving
 from wheelmill.planning.spec import CellPlan, EnvPlace, RunChoices, Step, StepKind, recipe_spec
 from wheelmill.settings import Settings
 
@@ -70,7 +70,10 @@ def plan(  # noqa: PLR0917 - the inputs of the pure function, in their order
     settings: Settings,
     options: Options | None = None,
 ) -> tuple[CellPlan, ...]:
-    return tuple(plan_cell(matrix, recipes, cell, names, settings, options or Options(), run=cells) for cell in cells)
+    """Each cell's plan, in the order the run builds them: as given, but for the cells of a
+    serving group's oldest torch, which go before the group's others (``building_order``)."""
+    run = building_order(matrix, cells)
+    return tuple(plan_cell(matrix, recipes, cell, names, settings, options or Options(), run=run) for cell in run)
 
 
 def plan_cell(  # noqa: PLR0917 - the inputs of the pure function, in their order
@@ -85,7 +88,8 @@ def plan_cell(  # noqa: PLR0917 - the inputs of the pure function, in their orde
 ) -> CellPlan:
     """The ordered steps of one cell: its own, then each recipe's, dependencies first.
     With ``options.publish``, each wheel that passes everything goes into the local index.
-    ``run``: the cells built with it, in their order (a stable recipe is built by the first)."""
+    ``run``: the cells built with it, in their order (a stable recipe is built by the first of
+    its serving group's oldest torch)."""
     options = options or Options()
     chosen = select(recipes, cell, names)
     resolved = resolve_all(recipes, cell)

@@ -172,6 +172,7 @@ class ServedBuild:
     project: str
     entry: FileEntry
     wheel: Path  # that channel's file, linked into the cell's build tree
+    tested: bool  # its install test runs here: a corner, or a cell whose own channel does not list it yet
     delivered: Path | None  # linked into dist/ where no install test runs here (the test delivers it)
 
     def describe(self) -> str:
@@ -193,18 +194,23 @@ class BuildKeys:
     keys: Mapping[str, BuildKey]  # every recipe's, by name
     published: Mapping[str, PublishedBuild]  # the recipes not built again
     served: Mapping[str, ServedBuild] = field(default_factory=dict)  # built in a sibling channel: served here
+    # Served recipes this cell builds although not of their group's oldest torch (no channel has
+    # the one build, or --rebuild): checked and tested here, never published; why, by recipe.
+    unpublished: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def nothing_to_build(self) -> bool:
         return set(self.published) == set(self.keys)
 
     def facts(self) -> Mapping[str, Any]:
-        """The keys; and the torch the published wheels pin, which the env checks say
-        instead where a build runs (later facts win)."""
+        """The keys; the torch the published wheels pin, which the env checks say instead
+        where a build runs (later facts win); and the recipes built only to be tested, which
+        no publisher of this cell's wheels may publish (a --no-publish run has no publish step)."""
         pinned = next((p.torch for p in self.published.values() if p.torch), None)
         return {
             "build_keys": {name: key.digest for name, key in self.keys.items()},
             **({"torch": {"version": pinned}} if pinned else {}),
+            **({"unpublished": dict(self.unpublished)} if self.unpublished else {}),
         }
 
 

@@ -215,7 +215,8 @@ class UI:
         if served:
             self.console.print(
                 f"not built here, served from their one build in another channel of their serving group: "
-                f"{', '.join(served)} (checked, tested where the plan says, and published in {report.plan.channel})"
+                f"{', '.join(served)} (checked, tested in a corner or where this torch's channel lacked it, "
+                f"and published in {report.plan.channel})"
             )
         caches = report.compiler_cache
         if caches:

@@ -23,7 +23,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.tags import Tag
 from packaging.utils import canonicalize_name
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from wheelmill.checks import CheckResult
 from wheelmill.inputs.recipes import AbiPromise
@@ -32,6 +32,7 @@ from wheelmill.wheel.elf import ElfSummary
 
 NAME = "abi"
 CUDA_RUNTIME = "cuda-runtime"
+SERVES = "serves"
 _SHOWN = 3  # offending symbols named in a failure
 # The CUDA libraries whose SONAME carries the toolkit's major (cuFFT, cuSPARSE and others
 # carry versions of their own).
@@ -110,32 +111,75 @@ def judge_cuda_runtime(libraries: Sequence[ElfSummary], root: Path, torch_cuda: 
     return CheckResult.passed(CUDA_RUNTIME, f"CUDA {major}, as its torch's ({torch_cuda})")
 
 
-def judge_serving(tags: frozenset[Tag], requires: Sequence[str], *, python: str, torch: str) -> CheckResult:
+def judge_serving(
+    tags: frozenset[Tag], requires: Sequence[str], abi: WheelAbi, *, python: str, torch: str
+) -> CheckResult:
     """A wheel built once for every torch and Python, in one cell of its range: tagged for
-    every Python (``abi3``, or no Python at all), from one no newer than the cell's, and
-    requiring a torch the cell's satisfies. A wheel that fails this is never published here."""
-    name = "serves"
+    every Python (``abi3``, or no Python at all), from one no newer than the cell's; its
+    libraries calling no stable shim newer than the cell's torch (``abi.torch_minimum``, the
+    release that added the newest one they call); and requiring a torch the cell's satisfies.
+    Its floor must be known: from its libraries' shims, else its ``Requires-Dist: torch``. A
+    wheel that fails this is never published here."""
     every = [tag for tag in tags if tag.abi in ("abi3", "none")]
     fix = 'build it with the limited API (py_limited_api, an abi3 tag), or remove abi = "stable" from its recipe'
     if not every:
         shown = ", ".join(sorted(f"{t.interpreter}-{t.abi}" for t in tags))
-        return CheckResult.failed(name, f"built once for every Python, but tagged {shown}", fix)
+        return CheckResult.failed(SERVES, f"built once for every Python, but tagged {shown}", fix)
     oldest = _abi3_python(tags)
     if oldest is not None and Version(oldest) > Version(python):
         return CheckResult.failed(
-            name, f"tagged abi3 from Python {oldest}: no wheel for this cell's Python {python}", "leave this cell out"
+            SERVES, f"tagged abi3 from Python {oldest}: no wheel for this cell's Python {python}", "leave this cell out"
         )
-    wanted = [r for r in map(Requirement, requires) if canonicalize_name(r.name) == "torch"]
-    if wanted and not wanted[0].specifier.contains(torch, prereleases=True):
-        return CheckResult.failed(
-            name,
-            f"requires {wanted[0]}, which this cell's torch {torch} does not satisfy",
-            "set TORCH_TARGET_VERSION no newer than the oldest torch it serves, or leave this cell out",
-        )
+    wanted = next((r for r in map(Requirement, requires) if canonicalize_name(r.name) == "torch"), None)
+    problem = _torch_floor_problem(abi, wanted, torch)
+    if problem is not None:
+        return CheckResult.failed(SERVES, *problem)
     needs = f"Python >= {oldest}" if oldest else "any Python"
-    return CheckResult.passed(
-        name, f"{needs}, {wanted[0] if wanted else 'any torch'}: fits Python {python}, torch {torch}"
-    )
+    return CheckResult.passed(SERVES, f"{needs}, {_torch_floor(abi, wanted)}: fits Python {python}, torch {torch}")
+
+
+def _torch_floor_problem(abi: WheelAbi, wanted: Requirement | None, torch: str) -> tuple[str, str] | None:
+    """Why the wheel does not run on the cell's ``torch``, and the fix; None where it does."""
+    floor = abi.torch_minimum
+    if abi.torch is TorchUse.UNSTABLE:
+        what = "its libraries use libtorch's C++ API: built for one torch, it serves no other"
+        fix = 'call torch only through torch/csrc/stable, or remove abi = "stable" from its recipe'
+    elif floor is not None and Version(floor) > Version(torch):
+        what = f"its libraries call a stable shim of torch {floor}, which this cell's torch {torch} lacks"
+        fix = (
+            f"build it against the oldest torch it serves, no newer than {torch}, with its code kept to that "
+            "torch's shims (TORCH_TARGET_VERSION), or leave this cell out"
+        )
+    elif wanted is not None and not wanted.specifier.contains(torch, prereleases=True):
+        what = f"requires {wanted}, which this cell's torch {torch} does not satisfy"
+        fix = "require no newer torch than the oldest it serves (Requires-Dist: torch>=...), or leave this cell out"
+    elif floor is None and (wanted is None or _lower_bound(wanted) is None):
+        said = "names no torch" if wanted is None else f"{wanted} has no lower bound"
+        what = f"says no oldest torch it runs on: its libraries call no stable shim and its Requires-Dist {said}"
+        fix = 'require the oldest torch it serves (Requires-Dist: torch>=...), or remove abi = "stable" from its recipe'
+    else:
+        return None
+    return what, fix
+
+
+def _torch_floor(abi: WheelAbi, wanted: Requirement | None) -> str:
+    """What the wheel says of the oldest torch it runs on: ``stable shims of torch >= 2.10.0,
+    requires torch>=2.10``."""
+    said = [f"stable shims of torch >= {abi.torch_minimum}"] if abi.torch_minimum else []
+    said += [f"requires {wanted}"] if wanted is not None else []
+    return ", ".join(said)
+
+
+def _lower_bound(requirement: Requirement) -> Version | None:
+    """The oldest release ``requirement`` admits, where one of its clauses bounds it from below."""
+    bounds = []
+    for clause in requirement.specifier:
+        if clause.operator in (">=", ">", "==", "~=", "==="):
+            try:
+                bounds.append(Version(clause.version.removesuffix(".*")))
+            except InvalidVersion:  # an arbitrary string (===): no release to bound by
+                continue
+    return max(bounds, default=None)
 
 
 def describe(promise: AbiPromise | None) -> str:

@@ -20,11 +20,14 @@ The inputs, each a part of the key:
   the keys of what depends on it, and of nothing else.
 
 A recipe built once for every torch and Python (``wheelmill.planning.serving``) has a key
-that says neither: its ``lock`` part is the cell's requirements but torch (on the platform,
-not the committed lock, which pins both), its ``builder`` leaves out the Python, its
+that says neither the cell's torch nor its Python, but the torch it is built against: its
+``lock`` part is the cell's requirements but torch (on the platform), the building torch
+(the group's oldest) and the committed locks of the cells that may build it (that torch's,
+every Python: re-locking one builds again); its ``builder`` leaves out the Python, its
 ``variant`` part is its serving group (family, label, toolkit, arch list, glibc) and its
 ``recipe`` part leaves out the cell. Every cell of the group computes the same key, so each
-finds the one build in any of the group's channels.
+finds the one build in any of the group's channels, and only a cell of that torch builds
+what is published under it: one key, one file.
 
 A key costs reading files and, on this machine, asking the compiler its version: nothing is
 built, cloned or downloaded to know it.
@@ -54,6 +57,7 @@ from wheelmill.inputs.variants import Variant
 from wheelmill.machine.builder_images import BuilderImage
 from wheelmill.machine.net import sha256_of
 from wheelmill.planning.locks import path_of
+from wheelmill.planning.serving import Serving
 from wheelmill.planning.spec import CellPlan, RecipeSpec
 
 # What fetch never copies from a path source (build outputs, VCS and tool state): no part
@@ -89,24 +93,29 @@ def build_keys(plan: CellPlan, builder: Mapping[str, Any]) -> dict[str, BuildKey
         "variant": plain(plan.cell.variant),
         "wheelmill": wheelmill_identity(),
     }
-    served = {
-        "lock": served_lock_identity(plan),
-        "builder": without_python(builder),
-        "variant": serving_identity(plan.cell.variant),
-        "wheelmill": shared["wheelmill"],
-    }
     found: dict[str, BuildKey] = {}
     for spec in plan.recipes:
         dependencies = {name: found[name].digest for name in spec.depends_on}
         recipe = recipe_identity(spec)
         inputs = {
-            **(served if spec.serving else shared),
+            **(served_parts(plan, spec.serving, builder) if spec.serving else shared),
             "source": source_identity(spec),
             "recipe": {k: v for k, v in recipe.items() if k not in _CELL_FIELDS} if spec.serving else recipe,
             "dependencies": dependencies,
         }
         found[spec.name] = BuildKey(recipe=spec.name, inputs=inputs)
     return found
+
+
+def served_parts(plan: CellPlan, serving: Serving, builder: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of a served recipe's key besides its source, recipe and dependencies: the
+    same in every cell of its serving group."""
+    return {
+        "lock": served_lock_identity(plan, serving),
+        "builder": without_python(builder),
+        "variant": serving_identity(plan.cell.variant),
+        "wheelmill": wheelmill_identity(),
+    }
 
 
 # What a served recipe's spec says of the cell it was planned in, not of its build.
@@ -133,10 +142,17 @@ def serving_identity(variant: Variant) -> dict[str, Any]:
     return {key: value for key, value in plain(variant).items() if key not in _NOT_SERVING}
 
 
-def served_lock_identity(plan: CellPlan) -> dict[str, Any]:
-    """What the build env installs but torch, on its platform: the same in every cell of the group."""
+def served_lock_identity(plan: CellPlan, serving: Serving) -> dict[str, Any]:
+    """What the build env of the one build installs, the same in every cell of the group: the
+    requirements but torch, on its platform; the torch it is built against; and the committed
+    lock of each cell that may build it (a slim cell's is its parent's)."""
     requirements = [r for r in plan.lock.requirements if canonicalize_name(Requirement(r).name) != "torch"]
-    return {"requirements": sorted(requirements), "platform": plan.lock.target.platform}
+    return {
+        "requirements": sorted(requirements),
+        "platform": plan.lock.target.platform,
+        "torch": serving.torch,
+        "committed": {lock: committed_identity(plan.locks_dir, lock) for lock in serving.locks},
+    }
 
 
 def without_python(builder: Mapping[str, Any]) -> dict[str, Any]:
@@ -173,8 +189,13 @@ def recipe_identity(spec: RecipeSpec) -> dict[str, Any]:
 
 
 def lock_identity(plan: CellPlan) -> dict[str, Any]:
-    committed = path_of(plan.locks_dir, plan.lock.cell)
-    return {"inputs": plan.lock.digest, "committed": sha256_of(committed) if committed.is_file() else None}
+    return {"inputs": plan.lock.digest, "committed": committed_identity(plan.locks_dir, plan.lock.cell)}
+
+
+def committed_identity(locks: Path, cell: str) -> str | None:
+    """The bytes of the lock committed for ``cell`` (a lock id), by sha256; None: none is."""
+    committed = path_of(locks, cell)
+    return sha256_of(committed) if committed.is_file() else None
 
 
 def image_identity(image: BuilderImage) -> dict[str, Any]:

@@ -4,10 +4,16 @@ on and every Python from its tag's on. It is built once for its toolkit and arch
 *serving group*: a variant, its variants of other torch releases, every Python of them) and
 published, the same file, into each channel of the group.
 
-Pure planning: which cells a recipe serves, which of them install-test it (the oldest and
-the newest torch, each with the oldest and the newest Python: the range's corners), the
-channels it is looked up in, and which cell of a run builds it where no channel has it. The
-build-keys step does the looking up (``wheelmill.building.steps.keys``).
+The one build is made against the group's oldest torch (issue 42): the stable shims a
+library can call are those of the torch it compiles against, and a shim exists in every
+torch from the release that added it on, so a build against the oldest torch runs on every
+torch the group serves; a build against a newer one may call a shim the older ones lack.
+
+Pure planning: which cells a recipe serves, which of them may build it (the oldest torch's)
+and which install-test it (each torch's oldest and newest Python: the range's corners), the
+channels it is looked up in, the order a run builds a group's cells in, and which cell of
+the run builds it where no channel has it. The build-keys step does the looking up
+(``wheelmill.building.steps.keys``).
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from wheelmill.inputs.recipes import AbiPromise, ResolvedRecipe
 from wheelmill.inputs.variants import Cell, Variant
 from wheelmill.inputs.versions import Release
 
+Group = tuple[str, str | None, str]
+
 
 @dataclass(frozen=True, kw_only=True)
 class Serving:
@@ -30,22 +38,39 @@ class Serving:
     group: str  # the label of its toolkit and arch set: cu130, cu130.sm90, cpu
     cells: tuple[str, ...]  # every cell of the matrix it serves, this one among them
     channels: tuple[str, ...]  # where it is looked up and published: this cell's first, then the group's others
-    tested: tuple[str, ...]  # the cells whose install test runs where it is served: the corners of the range
-    first: str  # the cell of this run that builds it where no channel has it (this one, where it comes first)
+    tested: tuple[str, ...]  # the cells whose install test runs where it is served: each torch's corners
+    torch: str  # the group's oldest torch, which the one build is made against: its floor is every cell's
+    builders: tuple[str, ...]  # the group's cells of that torch: the only ones that build it to publish
+    locks: tuple[str, ...]  # the locks of their build envs, by lock id: what the build installs
+    first: str | None  # the run's first cell of that torch, which builds it where no channel has it; None: none
 
     def tests_in(self, cell: str) -> bool:
         return cell in self.tested
 
+    def builds_in(self, cell: str) -> bool:
+        """Whether ``cell`` may build the one build: a cell of the group's oldest torch."""
+        return cell in self.builders
+
     def describe(self, cell: str) -> str:
-        built = "built here" if self.first == cell else f"built by {self.first} earlier in this run"
         return (
-            f"built once for {self.group} (torch stable ABI, abi3) and served to {len(self.cells)} cells; "
-            f"looked up in channels {', '.join(self.channels)}, {built} where none has it; "
-            f"install-tested where served in {', '.join(self.tested)}"
+            f"built once for {self.group} (torch stable ABI, abi3) against torch {self.torch}, the oldest of the "
+            f"{len(self.cells)} cells it serves; looked up in channels {', '.join(self.channels)}; "
+            f"where none has it, {self._built(cell)}; install-tested where served in {', '.join(self.tested)}, "
+            "and in a cell whose own channel does not list it yet"
+        )
+
+    def _built(self, cell: str) -> str:
+        if self.first == cell:
+            return "built here"
+        if self.first is not None:
+            return f"built by {self.first} earlier in this run"
+        return (
+            f"built here only to be checked and tested, and not published "
+            f"(no cell of torch {self.torch} in this run, such as {self.builders[0]})"
         )
 
 
-def group_of(variant: Variant) -> tuple[str, str | None, str]:
+def group_of(variant: Variant) -> Group:
     """A variant's serving group: the variant it derives from (or itself), its slim arch and
     its platform. Variants of other torch releases share their parent's; a slim variant's arch
     set is its own, and so is each platform's (an aarch64 wheel serves aarch64 cells alone)."""
@@ -59,10 +84,13 @@ def serves(recipe: ResolvedRecipe, stable: set[str], needs: Sequence[str]) -> bo
 
 
 def serving(matrix: Matrix, cell: Cell, run: Sequence[Cell], release: Release | None) -> Serving:
-    """The serving of a stable recipe in ``cell``, a run of ``run``'s cells."""
+    """The serving of a stable recipe in ``cell``, a run of ``run``'s cells (in the order they
+    build: ``building_order``; none: ``cell`` alone)."""
     group = group_of(cell.variant)
     members = [c for c in matrix.cells if group_of(c.variant) == group]
-    in_run = [c for c in run if group_of(c.variant) == group]
+    oldest = oldest_torch(members)
+    builders = [c for c in members if c.variant.torch == oldest]
+    building = tuple(c.id for c in builders)
     siblings = dict.fromkeys(channel_of(c.variant, release) for c in members)
     own = channel_of(cell.variant, release)
     return Serving(
@@ -70,19 +98,39 @@ def serving(matrix: Matrix, cell: Cell, run: Sequence[Cell], release: Release | 
         cells=tuple(c.id for c in members),
         channels=(own, *(name for name in siblings if name != own)),
         tested=corners(members),
-        first=(in_run[0] if in_run else cell).id,
+        torch=oldest,
+        builders=building,
+        locks=tuple(sorted({c.lock_id for c in builders})),
+        first=next((c.id for c in (run or (cell,)) if c.id in building), None),
     )
 
 
+def oldest_torch(cells: Sequence[Cell]) -> str:
+    return min((c.variant.torch for c in cells), key=Version)
+
+
 def corners(cells: Sequence[Cell]) -> tuple[str, ...]:
-    """The cells of the oldest and the newest torch, each with its oldest and newest Python."""
-    torches = sorted({c.variant.torch for c in cells}, key=Version)
+    """The cells of each torch with its oldest and its newest Python: every torch served has
+    its own install tests, whichever of its cells a run builds."""
     picked: list[str] = []
-    for torch in dict.fromkeys((torches[0], torches[-1])):
+    for torch in sorted({c.variant.torch for c in cells}, key=Version):
         pythons = sorted({c.python for c in cells if c.variant.torch == torch}, key=Version)
         for python in dict.fromkeys((pythons[0], pythons[-1])):
             picked += [c.id for c in cells if c.variant.torch == torch and c.python == python]
     return tuple(dict.fromkeys(picked))
+
+
+def building_order(matrix: Matrix, cells: Sequence[Cell]) -> tuple[Cell, ...]:
+    """``cells`` in the order a run builds them: in the places a serving group's cells take in
+    the run, its cells of the group's oldest torch come first (they build what the others are
+    served, which then wait for them), the rest in the order given."""
+    queues: dict[Group, list[Cell]] = {}
+    for cell in cells:
+        queues.setdefault(group_of(cell.variant), []).append(cell)
+    for group, queue in queues.items():
+        floor = oldest_torch([c for c in matrix.cells if group_of(c.variant) == group])
+        queue[:] = [c for c in queue if c.variant.torch == floor] + [c for c in queue if c.variant.torch != floor]
+    return tuple(queues[group_of(cell.variant)].pop(0) for cell in cells)
 
 
 def channel_of(variant: Variant, release: Release | None) -> str:

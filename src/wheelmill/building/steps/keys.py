@@ -37,7 +37,7 @@ def build_keys_step(ctx: StepContext) -> Outcome:
     channel = Channel(ctx.run.settings.index, plan.channel)
     listed = {} if plan.rebuilds_all else built_by_key(channel)
     published = {
-        spec.name: _published(ctx, channel, keys[spec.name], *hit)
+        spec.name: _found_published(ctx, channel, keys[spec.name], *hit)
         for spec in plan.recipes
         if spec.name not in plan.rebuild and (hit := listed.get(keys[spec.name].digest)) is not None
         if spec.serving is None or _published_for_this_cell(ctx, channel, hit[1])
@@ -47,14 +47,34 @@ def build_keys_step(ctx: StepContext) -> Outcome:
         spec.name: found
         for spec in plan.recipes
         if spec.serving and spec.name not in published and spec.name not in plan.rebuild
-        if (found := _served(ctx, spec, keys[spec.name], listings)) is not None
+        if (found := _find_served(ctx, spec, keys[spec.name], listings)) is not None
     }
+    unpublished = {
+        spec.name: unpublished_reason(spec, plan)
+        for spec in plan.recipes
+        if spec.serving and not spec.serving.builds_in(plan.cell.id)
+        if spec.name not in published and spec.name not in served
+    }
+    hits: dict[str, PublishedBuild | ServedBuild] = {**published, **served}
     checks = [
-        _verdict(key, published.get(name) or served.get(name), rebuild=name in plan.rebuild)
+        _verdict(key, hits.get(name), rebuild=name in plan.rebuild, to_test=unpublished.get(name))
         for name, key in keys.items()
     ]
-    made = BuildKeys(channel=channel.name, keys=keys, published=published, served=served)
+    made = BuildKeys(channel=channel.name, keys=keys, published=published, served=served, unpublished=unpublished)
     return Outcome(checks=checks, made=(made,))
+
+
+def unpublished_reason(spec: RecipeSpec, plan: CellPlan) -> str:
+    """Why a served recipe that a cell of a newer torch builds (no channel of its group has the
+    one build, or --rebuild) is never published: the one build is made against the group's
+    oldest torch, whose stable shims every torch it serves has; this cell's torch may add some."""
+    assert spec.serving is not None, "only a served recipe has one build elsewhere"
+    why = "--rebuild" if spec.name in plan.rebuild else "no channel of its serving group has its one build"
+    return (
+        f"built here against torch {plan.cell.variant.torch} to be checked and tested, not published ({why}): "
+        f"its one build is made against torch {spec.serving.torch}, the oldest it serves, by a cell of that torch "
+        f"({spec.serving.builders[0]} or another Python's), and served to this cell once published"
+    )
 
 
 def _published_for_this_cell(ctx: StepContext, channel: Channel, entry: FileEntry) -> bool:
@@ -72,7 +92,7 @@ def _published_for_this_cell(ctx: StepContext, channel: Channel, entry: FileEntr
     return (conda_channel_root(ctx.run.settings.index, channel.name) / meta.subdir / meta.filename).is_file()
 
 
-def _served(
+def _find_served(
     ctx: StepContext, spec: RecipeSpec, key: BuildKey, listings: dict[str, dict[str, tuple[str, FileEntry]]]
 ) -> ServedBuild | None:
     """The recipe's one build, where a channel of its serving group has it: this cell's own
@@ -90,7 +110,9 @@ def _served(
             # too, which sees the cell and not the index): linked, the published bytes.
             wheel = ctx.run.layout.build / spec.name / "served" / entry.filename
             write_all({wheel: Linked(Channel(index, name).files / entry.filename)})
-            tested = spec.serving.tests_in(cell)
+            # Tested where a corner, and where this cell's own channel (its torch's) does not list
+            # it yet: no cell of this torch has tested it, so none is published untested with it.
+            tested = spec.serving.tests_in(cell) or name != ctx.run.plan.channel
             # Untested here, it is delivered now, as a published one is; tested, its test delivers it.
             delivered = None if tested else deliver(ctx.run.layout.dist, wheel, link=True)
             return ServedBuild(
@@ -100,12 +122,15 @@ def _served(
                 project=project,
                 entry=entry,
                 wheel=wheel,
+                tested=tested,
                 delivered=delivered,
             )
     return None
 
 
-def _published(ctx: StepContext, channel: Channel, key: BuildKey, project: str, entry: FileEntry) -> PublishedBuild:
+def _found_published(
+    ctx: StepContext, channel: Channel, key: BuildKey, project: str, entry: FileEntry
+) -> PublishedBuild:
     wheel = channel.files / entry.filename
     pins = [
         str(r.specifier).removeprefix("==")
@@ -124,9 +149,13 @@ def _published(ctx: StepContext, channel: Channel, key: BuildKey, project: str, 
     )
 
 
-def _verdict(key: BuildKey, published: PublishedBuild | ServedBuild | None, *, rebuild: bool) -> CheckResult:
+def _verdict(
+    key: BuildKey, published: PublishedBuild | ServedBuild | None, *, rebuild: bool, to_test: str | None
+) -> CheckResult:
     if published is not None:
         return CheckResult.passed(key.recipe, published.describe())
+    if to_test is not None:
+        return CheckResult.passed(key.recipe, f"to build: {to_test}")
     why = "--rebuild" if rebuild else "not published"
     return CheckResult.passed(key.recipe, f"to build ({why}): build key {key.short}...")
 
@@ -160,8 +189,8 @@ def describe(plan: CellPlan) -> str:
         )
     served = [r.name for r in plan.recipes if r.serving]
     others = (
-        f"; {', '.join(served)} (built once for every torch and Python: no torch or Python in its key) "
-        "in the other channels of its serving group too, and served from there"
+        f"; {', '.join(served)} (built once for every torch and Python, against the oldest torch: that torch "
+        "in its key, no Python) in the other channels of its serving group too, and served from there"
         if served
         else ""
     )
