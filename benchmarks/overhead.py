@@ -24,7 +24,9 @@ compiled again in the build env and the first test env, as the baseline compiles
 its venv. Each round prints both times and the CPU time they took (a shared machine's
 neighbours move a single run by 10 %); the median of the rounds' ratios, up to tested
 wheels, is the figure (target: <= 1.15), the ratio with publishing beside it.
-Usage: ``.venv/bin/python benchmarks/overhead.py [--cell cuda130-py311] [--fresh-output]``.
+``--smoke`` runs the least that goes through all of it (one round, no warm-up): a check that
+the script works, not a figure.
+Usage: ``.venv/bin/python benchmarks/overhead.py [--cell cuda130-py311] [--fresh-output] [--smoke]``.
 """
 
 from __future__ import annotations
@@ -180,7 +182,10 @@ def main() -> int:
         action="store_true",
         help="a new output root each round: wheelmill's bytecode store starts empty",
     )
+    parser.add_argument("--smoke", action="store_true", help="one round, no warm-up: the script checked, no figure")
     args = parser.parse_args()
+    if args.smoke:
+        args.rounds, args.warm_up = 1, False
     rounds: list[tuple[float, float, float]] = []  # wheelmill, of which publishing, baseline
     with runs.workspace("wheelmill-bench-") as root:
         log = root / "bench.log"

@@ -23,9 +23,10 @@ what the run takes longer does. The median of the rounds' figures is the result.
 Then the extra cells are built once more, alone, every compile a cache hit: what an extra
 Python's cell does that no compiler cache takes away (its env, the frontends importing
 torch, the cache's lookups, repair, the install tests), as a fraction of the first, and
-the CPU time that rebuild's processes used. Usage:
+the CPU time that rebuild's processes used. ``--smoke`` runs the least that goes through all
+of it (one round, no warm-up): a check that the script works, not a figure. Usage:
 ``.venv/bin/python benchmarks/pythons.py [--variant cuda130] [--recipe example-cuda-ops]
-[--pythons 3.11,3.12] [--rounds 3]``
+[--pythons 3.11,3.12] [--rounds 3] [--smoke]``
 """
 
 from __future__ import annotations
@@ -141,7 +142,10 @@ def main() -> int:
         "--rounds", type=int, default=3, help="rounds of the two runs; the median of the rounds' figures is the result"
     )
     parser.add_argument("--no-warm-up", dest="warm_up", action="store_false", help="start with the caches as they are")
+    parser.add_argument("--smoke", action="store_true", help="one round, no warm-up: the script checked, no figure")
     args = parser.parse_args()
+    if args.smoke:
+        args.rounds, args.warm_up = 1, False
     pythons = list(dict.fromkeys(python.strip() for python in args.pythons.split(",") if python.strip()))
     if len(pythons) < 2:
         parser.error(

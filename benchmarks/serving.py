@@ -1,7 +1,10 @@
 """What every extra torch and Python costs a recipe built once for all of them (the stable
 example, ``abi = "stable"``): one cell built alone, then the serving group's cells in one
 run, where the first builds it and the others are served (no compile: their checks after
-repair, their install test in the group's corners, and publishing).
+repair, their install test in the group's corners, and publishing). The group is the
+variant and its variants of other torch releases on the variant's own platform (an aarch64
+twin is another machine's group), its oldest torch first: that torch's cells build the one
+build (issue 42), so the first cell is one of them.
 
 After an untimed warm-up (every cell's lock and env made once, nothing published), both runs
 happen here, one after the other, in this process tree, in the warm-up's output root, each
@@ -16,8 +19,10 @@ is built; it is no cost of serving):
 Each round prints both wall times, each cell's own steps (its time but the wait for the cell
 that builds, from its report) and the cost of each extra cell as a fraction of the first:
 the difference of the two runs over the extra cells (target: <= 0.05; the per-torch example's
-extra Python costs 0.13, see ``pythons.py``). The median of the rounds is the result. Usage:
-``.venv/bin/python benchmarks/serving.py [--variant cuda130] [--pythons 3.10,3.13] [--rounds 3]``
+extra Python costs 0.13, see ``pythons.py``). The median of the rounds is the result.
+``--smoke`` runs the least that goes through all of it (one round, no warm-up): a check that
+the script works, not a figure. Usage:
+``.venv/bin/python benchmarks/serving.py [--variant cuda130] [--pythons 3.10,3.13] [--rounds 3] [--smoke]``
 """
 
 from __future__ import annotations
@@ -31,8 +36,9 @@ from statistics import median_high
 from typing import Any
 
 import runs
+from packaging.version import Version
 
-from wheelmill.inputs.matrix import load_matrix
+from wheelmill.inputs.matrix import Matrix, load_matrix
 
 TARGET = 0.05
 RECIPE = "example-stable-ops"
@@ -54,6 +60,16 @@ def fresh_build(cells: list[str], output: Path, log: Path) -> tuple[float, dict[
     return seconds, {cell: json.loads((output / cell / "report.json").read_text()) for cell in cells}
 
 
+def group_cells(matrix: Matrix, name: str, pythons: list[str]) -> list[str]:
+    """The cells of variant ``name``'s serving group for ``pythons`` (``311``): the variant and
+    its variants of other torch releases on its platform, the oldest torch's first."""
+    variant = matrix.variants[name]
+    declared = name.removesuffix(f"-{variant.platform_tag}") if variant.platform_tag else name
+    others = [v for v in matrix.variants.values() if v.torch_of == declared and v.platform == variant.platform]
+    variants = sorted([variant, *others], key=lambda v: Version(v.torch))
+    return [f"{v.name}-py{python}" for v in variants for python in pythons]
+
+
 def own_seconds(report: dict[str, Any]) -> float:
     """A cell's steps but its waiting for the cell that builds what it is served (the steps'
     sum: the wait is before its build-keys step, in no step)."""
@@ -70,22 +86,26 @@ def main() -> int:
     parser.add_argument("--variant", default="cuda130")
     parser.add_argument("--pythons", default="3.10,3.13", help="comma-separated; the first is the first cell's")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--smoke", action="store_true", help="one round, no warm-up: the script checked, no figure")
     args = parser.parse_args()
     pythons = [p.strip().replace(".", "") for p in args.pythons.split(",") if p.strip()]
-    if args.rounds < 1 or not pythons:
+    rounds = 1 if args.smoke else args.rounds
+    if rounds < 1 or not pythons:
         parser.error("give one Python or more and one round or more")
     matrix = load_matrix(runs.ROOT / "recipes" / "matrix.toml")
-    variants = [args.variant, *(v.name for v in matrix.variants.values() if v.torch_of == args.variant)]
-    cells = [f"{variant}-py{python}" for variant in variants for python in pythons]
+    if args.variant not in matrix.variants:
+        parser.error(f"--variant {args.variant}: not a variant of recipes/matrix.toml")
+    cells = group_cells(matrix, args.variant, pythons)
     if len(cells) < 2:
         parser.error(f"{args.variant} with --pythons {args.pythons} is one cell: nothing is served")
-    print(f"recipe {RECIPE}, cells {', '.join(cells)}; {cells[0]} builds, the rest are served; {args.rounds} round(s)")
+    print(f"recipe {RECIPE}, cells {', '.join(cells)}; {cells[0]} builds, the rest are served; {rounds} round(s)")
     with runs.workspace("wheelmill-bench-serving-") as tmp:
         output, log = tmp / "wheels", tmp / "bench.log"
-        warm = build(cells, output, log, index=None, publish=False)
-        print(f"warm-up (untimed, every cell built, nothing published): {warm:.1f} s", flush=True)
+        if not args.smoke:
+            warm = build(cells, output, log, index=None, publish=False)
+            print(f"warm-up (untimed, every cell built, nothing published): {warm:.1f} s", flush=True)
         figures = []
-        for number in range(1, args.rounds + 1):
+        for number in range(1, rounds + 1):
             alone, first = fresh_build(cells[:1], output, log)
             together, reports = fresh_build(cells, output, log)
             extra = (together - alone) / alone / (len(cells) - 1)

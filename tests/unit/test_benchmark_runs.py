@@ -4,6 +4,7 @@ traceback, and keeps what it made."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -13,6 +14,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import pythons
 import runs
+
+from tests.integration.test_benchmarks import SMOKES
 
 
 def test_a_passing_benchmark_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -80,3 +83,14 @@ def test_a_broken_result_is_an_exit_status_not_a_line(capsys: pytest.CaptureFixt
     assert capsys.readouterr().err == "benchmark broken: the re-run compiled example-cpp-ops: nothing was to be built\n"
     for script in ("noop.py", "publish.py", "serving.py"):
         assert "runs.broken(" in (Path(runs.__file__).parent / script).read_text(), script
+
+
+def test_every_benchmark_has_a_smoke_run_and_the_docs_show_it() -> None:
+    """tests/integration/test_benchmarks.py runs each benchmark's smallest case; the table of
+    docs/benchmarks.md says which."""
+    scripts = {path.name for path in Path(runs.__file__).parent.glob("*.py")} - {"runs.py"}
+    assert set(SMOKES) == scripts
+    text = (runs.ROOT / "docs" / "benchmarks.md").read_text()
+    table = text[text.index("## Smoke runs") : text.index("## Overhead against the raw build")]
+    rows = dict(re.findall(r"^\| `([a-z]+\.py)` \| `([^`]+)`", table, flags=re.MULTILINE))
+    assert rows == {script: " ".join(args) for script, args in SMOKES.items()}

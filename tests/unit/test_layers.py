@@ -109,6 +109,7 @@ THEMED = {
     "data",
     "docs",
     "ecosystem",
+    "gpu_checks",
     "index_input",
     "layers",
     "platforms",

@@ -1,0 +1,99 @@
+"""Every benchmark (benchmarks/*.py) run in its smallest case, so that none rots: the least
+work that still goes through its whole path (one round, no warm-up, the cheapest cell), its
+exit status 0 and the lines it promises printed. A smoke of the script, not a timing: the
+figures in docs/benchmarks.md come from full runs.
+
+Cells are built on this machine (engine none), into the benchmark's own work directory, kept
+under the test's temporary directory where a benchmark fails. The CUDA cells are the slim
+cuda130-sm90 ones (one arch to compile) on Python 3.10 and 3.11, whose torch the serving and
+cell tests install too."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parent.parent.parent
+NVCC = ("/usr/local/cuda-13.0/bin", os.environ.get("CUDA_HOME", "") + "/bin")
+# Each benchmark's smallest case, as docs/benchmarks.md's table of smoke runs shows it.
+SMOKES = {
+    "publish.py": ("--projects", "2", "--files", "2", "--rounds", "2"),
+    "noop.py": ("--cell", "cpu-py311", "--recipe", "example-cpp-ops"),
+    "cache.py": ("--case", "torchsort"),
+    "pythons.py": ("--variant", "cuda130-sm90", "--pythons", "3.10,3.11", "--recipe", "example-cpp-ops", "--smoke"),
+    "serving.py": ("--variant", "cuda130-sm90", "--pythons", "3.10", "--smoke"),
+    "overhead.py": ("--cell", "cuda130-sm90-py311", "--smoke"),
+}
+
+
+def benchmark(tmp_path: Path, script: str, timeout: float = 1800) -> str:
+    """What ``benchmarks/SCRIPT`` printed in its smallest case; it must exit 0."""
+    env = {**os.environ, "WHEELMILL_ENGINE": "none", "TMPDIR": str(tmp_path)}  # a kept work directory lands here
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *SMOKES[script]],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert not list(tmp_path.glob("*bench*")), "a passing benchmark removes its work directory"
+    return done.stdout
+
+
+def needs_cuda() -> None:
+    if shutil.which("nvcc", path=os.pathsep.join(NVCC)) is None:
+        pytest.skip("no CUDA 13.0 toolkit")
+
+
+def test_publish_into_a_small_index(tmp_path: Path) -> None:
+    out = benchmark(tmp_path, "publish.py")
+    assert "index: 4 files in 2 projects" in out
+    assert "publish one wheel, median of 2:" in out and "  API " in out and "  CLI " in out
+    assert "index valid afterwards: True" in out
+
+
+def test_noop_builds_a_cell_twice_and_the_second_time_builds_nothing(tmp_path: Path) -> None:
+    out = benchmark(tmp_path, "noop.py")
+    assert "first run (built example-cpp-ops): " in out
+    assert "re-run (compiled: nothing; example-cpp-ops published): " in out
+    assert "ratio re-run / first run: " in out
+
+
+def test_cache_rebuilds_torchsort_warm(tmp_path: Path) -> None:
+    out = benchmark(tmp_path, "cache.py")
+    assert "torchsort: torchsort in cpu-py311" in out
+    assert "cold (empty cache)" in out and "warm (same cache)" in out
+    assert "ratio cold/warm: build step " in out
+
+
+def test_pythons_builds_one_python_then_two(tmp_path: Path) -> None:
+    out = benchmark(tmp_path, "pythons.py")
+    assert "round 1: cuda130-sm90-py310 alone " in out and "  cuda130-sm90-py311 in the run: " in out
+    assert "each extra Python costs " in out and "the median of 1 rounds" in out
+    assert "each extra Python's cell alone, every compile from the cache" in out
+
+
+def test_serving_builds_the_stable_example_once_for_its_group(tmp_path: Path) -> None:
+    """The group of cuda130-sm90 on this machine's platform: the aarch64 twin stays out."""
+    out = benchmark(tmp_path, "serving.py")
+    assert "cells cuda130-sm90-torch2.12-py310, cuda130-sm90-py310; cuda130-sm90-torch2.12-py310 builds" in out
+    assert "aarch64" not in out
+    assert "  cuda130-sm90-py310: its steps " in out and "(build served, install-test ok)" in out
+    assert "each extra torch or Python cost " in out and "the median of 1 rounds" in out
+
+
+@pytest.mark.cuda
+def test_overhead_against_the_raw_build(tmp_path: Path) -> None:
+    needs_cuda()
+    out = benchmark(tmp_path, "overhead.py")
+    assert "round 1: wheelmill " in out and ", baseline " in out
+    assert "median of the rounds' ratios " in out and "with publishing " in out
