@@ -57,16 +57,30 @@ ABI = r"python (none|full|limited>=3\.\d+); torch (none|unstable|stable>=2\.\d+\
 
 
 def assert_cell_built(
-    output: Path, cell: str, recipes: set[str], label: str, torch: str, *, channel_name: str | None = None
+    output: Path,
+    cell: str,
+    recipes: set[str],
+    label: str,
+    torch: str,
+    *,
+    channel_name: str | None = None,
+    unpublished: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
+    """``unpublished``: stable recipes a cell of a newer torch than its group's oldest built
+    only to test them (no channel had their one build): their publish step is skipped."""
     data = report(output, cell)
     assert data["status"] == "ok", json.dumps(data["steps"], indent=1)
     assert {r["name"] for r in data["recipes"]} == recipes
-    assert all(step["status"] == "ok" for step in data["steps"])
+    skipped = {(s["recipe"], s["step"]) for s in data["steps"] if s["status"] == "skipped"}
+    assert skipped == {(name, "publish") for name in unpublished}, skipped
+    assert all(step["status"] in ("ok", "skipped") for step in data["steps"])
     checks = all_checks(data)
     assert not [c for c in checks if c["verdict"] == "fail"]
-    # On the host the only acceptable warning is the glibc baseline (containers fix it).
-    assert {c["name"] for c in checks if c["verdict"] == "warn"} <= {"glibc-baseline"}
+    assert not [c for c in checks if c["verdict"] == "warn"]
+    # each wheel held to the glibc it was built on (this machine's here), and within it
+    baselines = [c for c in checks if c["name"] == "glibc-baseline"]
+    assert baselines and all(c["verdict"] == "pass" for c in baselines)
+    assert all("the baseline of this machine (glibc " in c["detail"] for c in baselines)
     channel = Channel(output / "index", channel_name or label)
     assert verify(channel) == []
     published = {
@@ -76,7 +90,9 @@ def assert_cell_built(
     }
     for recipe in data["recipes"]:
         wheel = Path(recipe["wheel"]["path"])
-        assert wheel.name in published, "the publish step put it in the local index"
+        assert (wheel.name in published) is (recipe["name"] not in unpublished), "the publish step put it in the index"
+        if recipe["name"] in unpublished:
+            continue
         assert published[wheel.name].abi == recipe["wheel"]["abi"], "the report and the index say the same ABI"
         assert wheel.parent == output / cell / "dist"
         info = read_wheel(wheel)
@@ -250,12 +266,15 @@ def test_cuda130_cell_builds_end_to_end(tmp_path: Path) -> None:
         pytest.skip("no CUDA 13.0 toolkit")
     result = nox("build-cuda130-py311", tmp_path)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    # The stable example is built once against cuda130's oldest torch (2.12), by a cell of
+    # that torch: this cell of 2.14.1, alone, builds and tests it, and publishes none of it.
     data = assert_cell_built(
         tmp_path,
         "cuda130-py311",
         {"example-cpp-ops", "example-cuda-ops", "example-stable-ops", "torchsort"},
         "cu130",
         "2.14.1",
+        unpublished=frozenset({"example-stable-ops"}),
     )
     device = {step["recipe"]: c for step in data["steps"] for c in step["checks"] if c["name"] == "device-code"}
     assert device["example-cuda-ops"]["verdict"] == "pass"

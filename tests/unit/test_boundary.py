@@ -7,6 +7,7 @@ expect at all is an internal error, exit 70, its traceback in a log."""
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,11 @@ import pytest
 from tests.conftest import CliRunner
 from tests.elves import EM_AARCH64, EM_CUDA, make_elf
 from tests.sandbox import TAG, Sandbox, assert_recorded, build, dist_info, script
+from wheelmill.building.context import Outcome, StepContext
+from wheelmill.building.products import Repaired, Stamped
 from wheelmill.building.steps import BY_KIND
 from wheelmill.errors import CheckError, EnvError, InternalError, InvalidWheel, PrecheckError
-from wheelmill.planning.spec import StepKind
+from wheelmill.planning.spec import RecipeSpec, StepKind
 
 
 @pytest.fixture
@@ -106,6 +109,39 @@ def test_a_library_of_another_machine_planted_in_a_wheel_is_refused_with_one_lin
     says = "elf-machine: 1 ELF file(s) are not x86_64 code: thing/_kernels.so (AARCH64)"
     assert_recorded(result, sandbox, "cpu", step="thing/post-build-checks", code=CheckError.exit_code, says=says)
     assert list((sandbox.output / sandbox.cell("cpu") / "rejected").glob("thing-*.whl")), "the failed wheel is kept"
+
+
+def test_a_wheel_tagged_newer_than_its_baseline_fails_the_post_repair_checks_with_one_line(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """A library that needs GLIBC_2.34 in a cell built on glibc 2.31 (a prebuilt one the build
+    picked up), tagged manylinux_2_34 by its repair: the promise of what it was built on is
+    broken, so the post-repair checks fail, naming the tag, the baseline and the file; nothing
+    is published."""
+    monkeypatch.setattr("wheelmill.building.steps.verify.host_glibc", lambda: "2.31")
+    library = make_elf(tmp_path / "_C.so", {".text": b"\xc3"}, version_needs={"libc.so.6": ["GLIBC_2.34"]})
+
+    def retag(ctx: StepContext, spec: RecipeSpec) -> Outcome:
+        """auditwheel, as it tags such a wheel: by the newest glibc its libraries need."""
+        stamped = ctx.done.get(Stamped, spec.name).wheel
+        out = ctx.run.layout.build / spec.name / "repaired" / stamped.name.replace("linux_", "manylinux_2_34_")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(stamped, out)
+        return Outcome(made=(Repaired(wheel=out),))
+
+    monkeypatch.setitem(BY_KIND, StepKind.REPAIR, dataclasses.replace(BY_KIND[StepKind.REPAIR], run=retag))  # type: ignore[arg-type]
+    files = {"thing/_C.so": library.read_bytes(), **dist_info("thing", "1.0")}
+    sandbox.recipe("thing", files, wheel=f"thing-1.0-{TAG}.whl")
+    result = build(cli, monkeypatch, sandbox, "cpu")
+    says = (
+        "thing: glibc-baseline: manylinux_2_34_x86_64 is newer than manylinux_2_31, the baseline of this machine "
+        "(glibc 2.31, no container): _C.so needs GLIBC_2.34 from libc.so.6 (wheel kept in "
+    )
+    assert_recorded(result, sandbox, "cpu", step="thing/post-repair-checks", code=CheckError.exit_code, says=says)
+    assert "; fix: glibc-baseline: build that file on this machine (glibc 2.31, no container)" in result.err
+    assert result.err.count("glibc-baseline") == 2, "the one failure, its what and its fix"
+    assert list((sandbox.output / sandbox.cell("cpu") / "rejected").glob("thing-*manylinux_2_34_x86_64.whl"))
+    assert not (sandbox.output / "index" / "cpu").exists(), "nothing published"
 
 
 def test_the_container_runner_fed_a_container_that_is_not_running(

@@ -12,7 +12,7 @@ from tests.elves import summary
 from wheelmill.checks import Verdict
 from wheelmill.checks.contents import judge_bundled, judge_size, unhashed
 from wheelmill.checks.device import DeviceCode, bundle_targets, judge_cuda, judge_rocm, parse_listing
-from wheelmill.checks.platform import judge_baseline, judge_platform
+from wheelmill.checks.platform import Baseline, judge_baseline, judge_platform
 from wheelmill.checks.symbols import SymbolReport, judge_required, judge_undefined
 from wheelmill.checks.torchenv import judge_located, judge_torch
 from wheelmill.inputs.archs import CudaArchs, RocmArchs
@@ -152,15 +152,57 @@ class TestPlatform:
     def test_linux_tag_fails(self) -> None:
         assert judge_platform([], frozenset({"linux_x86_64"})).verdict is Verdict.FAIL
 
-    def test_baseline_warns_on_a_stand_in_and_fails_on_the_real_base(self) -> None:
-        tags = frozenset({"manylinux_2_34_x86_64"})
-        warned = judge_baseline(tags, "manylinux_2_28", fallback="this machine's glibc")
-        assert warned.verdict is Verdict.WARN and "this machine's glibc" in warned.detail
-        assert judge_baseline(tags, "manylinux_2_28", fallback=None).verdict is Verdict.FAIL
+    BULLSEYE = Baseline(
+        tag="manylinux_2_31", built_on="the bootstrapped Debian bullseye base", newer="give cpu a newer suite"
+    )
+
+    def test_a_wheel_within_its_bases_baseline_passes_and_says_so(self) -> None:
+        elves = [elf("_C.so", needs=(("libc.so.6", "GLIBC_2.17"),))]
+        result = judge_baseline(frozenset({"manylinux_2_17_x86_64", "manylinux2014_x86_64"}), elves, self.BULLSEYE)
+        assert (result.verdict, result.fix) == (Verdict.PASS, None)
         assert (
-            judge_baseline(frozenset({"manylinux_2_28_x86_64"}), "manylinux_2_28", fallback=None).verdict
-            is Verdict.PASS
+            result.detail
+            == "manylinux_2_17_x86_64 is within manylinux_2_31, the baseline of the bootstrapped Debian bullseye base"
         )
+        at_it = judge_baseline(frozenset({"manylinux_2_31_aarch64"}), [], self.BULLSEYE)
+        assert at_it.verdict is Verdict.PASS
+
+    def test_a_wheel_tagged_newer_than_its_bases_baseline_fails_naming_what_needs_more(self) -> None:
+        elves = [
+            elf("_ok.so", needs=(("libc.so.6", "GLIBC_2.17"),)),
+            elf("_C.so", needs=(("libc.so.6", "GLIBC_2.32"), ("libc.so.6", "GLIBC_2.34"))),
+        ]
+        result = judge_baseline(frozenset({"manylinux_2_34_x86_64"}), elves, self.BULLSEYE)
+        assert result.verdict is Verdict.FAIL, "a promise the wheel breaks is a failure, never a warning"
+        assert result.detail == (
+            "manylinux_2_34_x86_64 is newer than manylinux_2_31, the baseline of the bootstrapped Debian bullseye "
+            "base: _C.so needs GLIBC_2.34 from libc.so.6"
+        )
+        assert result.fix == (
+            "build that file on the bootstrapped Debian bullseye base (a prebuilt library keeps the glibc it was "
+            "built on), or give cpu a newer suite"
+        )
+
+    def test_a_libstdcxx_too_new_for_the_baseline_is_named(self) -> None:
+        elves = [elf("_C.so", needs=(("libstdc++.so.6", "GLIBCXX_3.4.30"),))]
+        result = judge_baseline(frozenset({"manylinux_2_35_x86_64"}), elves, self.BULLSEYE)
+        assert result.verdict is Verdict.FAIL and result.detail.endswith(
+            "_C.so needs GLIBCXX_3.4.30 from libstdc++.so.6"
+        )
+
+    def test_a_tag_newer_than_its_files_need_fails_with_the_tag_to_take(self) -> None:
+        elves = [elf("_C.so", needs=(("libc.so.6", "GLIBC_2.17"),))]
+        result = judge_baseline(frozenset({"manylinux_2_34_x86_64"}), elves, self.BULLSEYE)
+        assert result.verdict is Verdict.FAIL and result.detail.endswith("its files need at most GLIBC_2.17")
+        assert result.fix == "leave the tag to auditwheel repair (no --plat): manylinux_2_31 holds them"
+
+    def test_a_baseline_of_no_manylinux_policy_still_names_the_newer_need(self) -> None:
+        """This machine's glibc (2.30 here) need not be a policy of auditwheel's."""
+        here = Baseline(tag="manylinux_2_30", built_on="this machine (glibc 2.30, no container)", newer="n")
+        elves = [elf("_C.so", needs=(("libc.so.6", "GLIBC_2.34"),))]
+        result = judge_baseline(frozenset({"manylinux_2_34_x86_64"}), elves, here)
+        assert result.verdict is Verdict.FAIL and result.detail.endswith("_C.so needs GLIBC_2.34 from libc.so.6")
+        assert judge_baseline(frozenset({"linux_x86_64"}), [], here).verdict is Verdict.FAIL
 
 
 class TestTorchEnv:

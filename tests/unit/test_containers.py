@@ -17,7 +17,16 @@ from wheelmill.errors import CommandFailed, ConfigError, PrecheckError, UsageErr
 from wheelmill.inputs.matrix import Matrix, load_matrix
 from wheelmill.inputs.recipes import Recipe, load_recipes, resolve_all
 from wheelmill.inputs.variants import Cell, Family
-from wheelmill.machine.builder_images import BaseKind, choose, debian_mirror, image_build_failure, require_pinned
+from wheelmill.machine.builder_images import (
+    BaseKind,
+    Baselines,
+    baselines,
+    choose,
+    choose_base,
+    debian_mirror,
+    image_build_failure,
+    require_pinned,
+)
 from wheelmill.machine.container import Container
 from wheelmill.machine.engine import Engine, EngineName, Mount, Probe, detect
 from wheelmill.machine.envs import Env, link_site
@@ -232,6 +241,12 @@ def test_debian_mirror_comes_from_settings_or_apt(tmp_path: Path) -> None:
             r'pythons\."3\.10"\.url: .* is not an http\(s\) URL',
         ),
         ('sha256 = "3c2034c5', 'sha256 = "3c2034c', r'pythons\."3\.9"\.sha256: not 64 hex digits'),
+        (
+            '\nglibc = "2.28"',
+            '\nglibc = "manylinux_2_28"',
+            r"bases\.manylinux_2_28\.glibc: 'manylinux_2_28' is not a glibc",
+        ),
+        ('bookworm = "2.36"', 'bookworm = "2.36.1"', r"bootstrap\.glibc\.bookworm: '2\.36\.1' is not a glibc"),
     ],
 )
 def test_bad_pins_are_one_line_errors(tmp_path: Path, old: str, new: str, says: str) -> None:
@@ -242,6 +257,35 @@ def test_bad_pins_are_one_line_errors(tmp_path: Path, old: str, new: str, says: 
     with pytest.raises(ConfigError, match=says) as caught:
         load_pins(bad)
     assert str(caught.value).startswith(str(bad)) and caught.value.fix
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "variant", "says"),
+    [
+        ('\nglibc = "2.28"\n', "\n", "cpu", r"bases\.manylinux_2_28\.glibc: missing"),
+        ('bookworm = "2.36"\n', "", "cuda130", r"bootstrap\.glibc: no glibc for Debian bookworm"),
+    ],
+)
+def test_a_base_without_its_glibc_is_refused_not_guessed(
+    tmp_path: Path, matrix: Matrix, old: str, new: str, variant: str, says: str
+) -> None:
+    """The glibc of a base is the promise of every wheel built on it: none is assumed."""
+    text = (ROOT / "containers" / "pins.toml").read_text()
+    assert old in text
+    (tmp_path / "pins.toml").write_text(text.replace(old, new, 1))
+    pins = load_pins(tmp_path / "pins.toml")
+    with pytest.raises(ConfigError, match=says) as caught:
+        baselines(pins, matrix.variants[variant])
+    assert caught.value.fix and "glibc" in caught.value.fix
+
+
+def test_a_base_gives_the_baseline_of_its_glibc(pins: Pins, matrix: Matrix) -> None:
+    cpu, rocm, arm = (matrix.variants[name] for name in ("cpu", "rocm62", "cpu-aarch64"))
+    assert choose_base(pins, cpu, policy="bootstrap").baseline == "manylinux_2_31"  # bullseye
+    assert choose_base(pins, cpu, policy="registry").baseline == "manylinux_2_28"  # the manylinux_2_28 image
+    assert choose_base(pins, rocm, policy="auto").baseline == "manylinux_2_35"  # Ubuntu 22.04
+    assert baselines(pins, rocm) == Baselines(registry="manylinux_2_35", bootstrap=None)
+    assert baselines(pins, arm) == Baselines(registry=None, bootstrap="manylinux_2_36")
 
 
 def test_an_image_build_failure_says_what_the_containerfile_said() -> None:

@@ -8,11 +8,15 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
+from tests.matrix_table import table_block
+from wheelmill.cli import main
 from wheelmill.errors import SelectionError
 from wheelmill.inputs.archs import CudaArchs
 from wheelmill.inputs.matrix import load_matrix, matrix_markdown
 from wheelmill.inputs.recipes import SdistSource, load_recipes, resolve, select
 from wheelmill.inputs.variants import Family
+from wheelmill.machine.builder_images import baselines
+from wheelmill.machine.pins import load_pins
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -186,8 +190,10 @@ def test_a_slim_cell_resolves_recipes_as_its_parent(recipes, matrix) -> None:  #
     )
 
 
-def test_docs_matrix_table_is_in_sync(matrix) -> None:  # type: ignore[no-untyped-def]
-    page = (ROOT / "docs" / "matrix.md").read_text()
-    start = page.index("<!-- matrix:start")
-    block = page[page.index("\n", start) + 1 : page.index("<!-- matrix:end -->")]
-    assert block.strip() == matrix_markdown(matrix), "regenerate with `wheelmill matrix --markdown`"
+def test_docs_matrix_table_is_in_sync(matrix, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    assert main(["--recipes", str(ROOT / "recipes"), "matrix", "--markdown"]) == 0
+    generated = capsys.readouterr().out.strip()
+    assert table_block() == generated, "regenerate with `wheelmill matrix --markdown`"
+    pins = load_pins(ROOT / "containers" / "pins.toml")
+    promised = {name: (b.registry, b.bootstrap) for name, v in matrix.variants.items() for b in [baselines(pins, v)]}
+    assert generated == matrix_markdown(matrix, promised)

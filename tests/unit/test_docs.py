@@ -19,14 +19,20 @@ from tests.conftest import CliRunner
 from tests.elves import summary
 from tests.wheels import install
 from wheelmill import errors
-from wheelmill.building.plan import plan_cell
+from wheelmill.building.plan import ContainerSetup, Options, plan_cell
 from wheelmill.building.steps import REGISTRY, CellStep
-from wheelmill.checks.abi import judge_abi, judge_cuda_runtime
+from wheelmill.building.steps.keys import unpublished_reason
+from wheelmill.building.steps.verify import baseline_of
+from wheelmill.checks import Verdict
+from wheelmill.checks import gpu as gpu_checks
+from wheelmill.checks.abi import judge_abi, judge_cuda_runtime, judge_serving
+from wheelmill.checks.platform import judge_baseline
 from wheelmill.cli import main
 from wheelmill.inputs.archs import ArchRecord, arch_tag
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.inputs.recipes import AbiPromise, GitSource, SdistSource, load_recipes
 from wheelmill.inputs.variants import Family
+from wheelmill.machine.pins import load_pins
 from wheelmill.planning.buildkey import build_keys
 from wheelmill.settings import Settings
 from wheelmill.wheel.abi import WheelAbi, classify
@@ -272,7 +278,7 @@ def test_the_plans_choices_line_is_the_golden_plans() -> None:
 
 def test_the_abi_pages_error_line_is_the_checks_own() -> None:
     text = section("design/abi.md", "# ABI")
-    (line,) = [row.strip() for row in text.splitlines() if row.strip().startswith("wheelmill: error:")]
+    (line,) = [row.strip() for row in text.splitlines() if row.strip().startswith("wheelmill: error: example-cpp")]
     name = "example_cpp_ops/_C.cpython-311-x86_64-linux-gnu.so"
     symbols = frozenset({"_ZNK2at10TensorBase21__dispatch_contiguousEN3c1012MemoryFormatE"})
     library = summary(Path("/x") / name, undefined=symbols)
@@ -286,8 +292,99 @@ def test_the_abi_pages_error_line_is_the_checks_own() -> None:
     assert 'abi = "stable"' in text and "`_abi`" in text and "`data-abi`" in text
 
 
+def test_the_matrix_pages_glibc_lines_are_the_checks_own() -> None:
+    """The failure and the pass docs/matrix.md shows are what the glibc-baseline check says of
+    a cpu-py311 wheel built on its bootstrapped base."""
+    text = section("matrix.md", "## The glibc a cell's wheels promise", "## Slim channels")
+    matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
+    pins = load_pins(ROOT / "containers" / "pins.toml")
+    setup = ContainerSetup(pins=pins, directory=ROOT / "containers", base_policy="bootstrap")
+    plan = plan_cell(matrix, {}, matrix.cell("cpu-py311"), [], Settings(), Options(engine="podman", containers=setup))
+    baseline = baseline_of(plan)
+    needy = summary(Path("/x/thing/_C.so"), version_needs=(("libc.so.6", "GLIBC_2.34"),))
+    failed = judge_baseline(frozenset({"manylinux_2_34_x86_64"}), [needy], baseline)
+    (line,) = [row.strip() for row in text.splitlines() if row.strip().startswith("wheelmill: error:")]
+    assert line.startswith(f"wheelmill: error: thing/post-repair-checks: thing: glibc-baseline: {failed.detail} (")
+    assert line.endswith(f"; fix: glibc-baseline: {failed.fix}")
+    passed = judge_baseline(frozenset({"manylinux_2_28_x86_64"}), [], baseline)
+    assert passed.verdict is Verdict.PASS and f"({passed.detail})" in " ".join(text.split()).replace("`", "")
+
+
 def test_the_abi_pages_cuda_major_example_is_the_checks_own() -> None:
     text = section("design/abi.md", "- **The CUDA major.**", "## The stable example")
     library = summary(Path("/x/ops/_C.abi3.so"), needed=("libcudart.so.13",))
     result = judge_cuda_runtime([library], Path("/x"), "12.8")
     assert f"`{result.detail}`" in " ".join(text.split())
+
+
+def test_the_abi_pages_serving_line_is_what_the_plan_prints(cli: CliRunner) -> None:
+    """The `serves:` line docs/design/abi.md shows, for the command it names, and the order
+    of that run: the cell of the oldest torch first, whichever the command lists first."""
+    text = section("design/abi.md", "## Build once, serve many")
+    (shown,) = [row for row in text.splitlines() if row.startswith("serves: ")]
+    command = re.search(r"for `(--cell [^`]+)`, the line of `([^`]+)`", " ".join(text.split()))
+    assert command is not None
+    result = cli("--recipes", str(ROOT / "recipes"), "plan", *command.group(1).split(), "--engine", "none")
+    assert result.code == 0, result.err
+    plans = result.out.split("plan for ")[1:]
+    assert [p.split(":")[0] for p in plans] == ["cuda130-sm90-torch2.12-py311", command.group(2)]
+    assert f"\n{shown}\n" in plans[1]
+
+
+def test_the_abi_pages_serves_error_line_is_the_checks_own() -> None:
+    """A library calling a shim torch 2.13 added, served to a cell of torch 2.12: the line the
+    page shows is the `serves` check's."""
+    text = section("design/abi.md", "## Build once, serve many")
+    (line,) = [row.strip() for row in text.splitlines() if row.strip().startswith("wheelmill: error:")]
+    name = "example_stable_ops/_C.abi3.so"
+    library = summary(Path("/x") / name, undefined=("aoti_torch_cpu_grid_sampler_3d", "PyModule_Create2"))
+    abi = WheelAbi(libraries=(classify(library, name),))
+    tags = frozenset(parse_tag("cp310-abi3-manylinux_2_28_x86_64"))
+    result = judge_serving(tags, ["torch>=2.10"], abi, python="3.11", torch="2.12.0")
+    prefix = "wheelmill: error: example-stable-ops/post-repair-checks: example-stable-ops: serves:"
+    assert line.startswith(f"{prefix} {result.detail} (wheel kept in ...); fix: serves: {result.fix}")
+    assert line.endswith(f"fix: serves: {result.fix}")
+
+
+def test_the_serving_sections_skip_line_is_the_build_keys_steps_own() -> None:
+    """What a cell of a newer torch says where no channel has the one build, as the page quotes it."""
+    text = " ".join(section("design/abi.md", "- **No cell of the oldest torch.**", "- **No `TORCH").split())
+    matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
+    recipes = load_recipes(ROOT / "recipes")
+    cell_plan = plan_cell(matrix, recipes, matrix.cell("cuda130-py311"), ["example-stable-ops"], Settings())
+    said = unpublished_reason(cell_plan.recipe("example-stable-ops"), cell_plan)
+    shown = said.split("): ")[0] + "): ..."
+    assert f"saying `{shown}`" in text
+    assert "`facts.unpublished`" in text
+
+
+def test_the_serving_section_says_no_recipe_must_set_torch_target_version() -> None:
+    """wheelmill sets no TORCH_TARGET_VERSION and builds against the oldest torch; the
+    example sets it to 2.10, below cuda130's oldest torch, as the page says."""
+    text = " ".join(section("design/abi.md", "## Build once, serve many").split())
+    assert "wheelmill neither sets `TORCH_TARGET_VERSION` nor requires a recipe to" in text
+    assert "the example targets 2.10, below cuda130's 2.12" in text
+    matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
+    recipes = load_recipes(ROOT / "recipes")
+    cell_plan = plan_cell(matrix, recipes, matrix.cell("cuda130-py311"), ["example-stable-ops"], Settings())
+    spec = cell_plan.recipe("example-stable-ops")
+    assert spec.serving is not None and spec.serving.torch == "2.12.0" == min(matrix.variants["cuda130"].other_torch)
+    assert not any("TORCH_TARGET_VERSION" in key or "TORCH_TARGET_VERSION" in value for key, value in spec.env.items())
+    assert "TORCH_TARGET_VERSION" not in spec.build_variables()
+    setup = (ROOT / "extensions" / "stable-ops" / "setup.py").read_text()
+    assert 'TORCH_TARGET = "0x020A000000000000"  # torch 2.10' in setup
+
+
+def test_the_gpu_stages_judging_table_is_the_codes() -> None:
+    """docs/gpu-stage.md's table of outcomes and ``wheelmill.checks.gpu``'s, which its unit
+    tests take a row a case, say the same rows."""
+
+    def row(doctor: str, what: str, outcome: str) -> tuple[str, str, str]:
+        return doctor.strip(), what.strip().replace("`", ""), re.split(r"[ ,:(]", outcome.strip())[0].strip("`")
+
+    text = section("gpu-stage.md", "<!-- judging:start", "<!-- judging:end")
+    documented = {row(*cells.split(" | ")) for cells in re.findall(r"^\s*\| (.+) \|$", text, flags=re.MULTILINE)[1:]}
+    table = gpu_checks.__doc__.split("outcome\n", 1)[1].split("\n\n", 1)[0]
+    coded = {row(*re.split(r"\s{2,}", line.strip())) for line in table.splitlines() if re.match(r"^ {4}\S", line)}
+    assert documented == coded
+    assert len(coded) == 13

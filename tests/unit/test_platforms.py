@@ -5,26 +5,32 @@ machine can run its code (qemu-user through binfmt_misc)."""
 from __future__ import annotations
 
 import shutil
+from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from tests.elves import EM_AARCH64, EM_CUDA, make_elf
+from tests.matrix_table import BOOTSTRAP, REGISTRY, table_rows
 from wheelmill.building.plan import ContainerSetup, Options, plan_cell
 from wheelmill.building.steps.cell import _platform
+from wheelmill.building.steps.verify import baseline_of
 from wheelmill.checks import Verdict
 from wheelmill.checks.platform import judge_machine
 from wheelmill.errors import SelectionError, UsageError
 from wheelmill.images.manifests import Member, list_tag, plan_lists
+from wheelmill.inputs.manylinux import manylinux_of
 from wheelmill.inputs.matrix import Matrix, load_matrix
 from wheelmill.inputs.recipes import load_recipes, resolve, select
 from wheelmill.machine.builder_images import BaseKind, choose
 from wheelmill.machine.emulation import Execution, cpu_standin, emulation_problem, execution
 from wheelmill.machine.engine import Engine, EngineName, Mount
-from wheelmill.machine.pins import load_pins
+from wheelmill.machine.pins import Pins, load_pins
 from wheelmill.machine.tools import pinned_hashes
 from wheelmill.planning.locks import target
 from wheelmill.planning.serving import group_of
+from wheelmill.planning.spec import StepKind
 from wheelmill.settings import EnvBackendName, Settings
 from wheelmill.wheel.elf import summarize
 
@@ -115,6 +121,51 @@ def test_an_aarch64_builder_image_is_bootstrapped_for_arm64_and_tagged_apart(mat
     # the registry bases are x86_64 images: an aarch64 cell keeps to its bootstrapped base
     forced = choose(pins, matrix.variant("cuda130-aarch64"), "3.11", containers=containers, policy="registry")
     assert forced.base.kind is BaseKind.BOOTSTRAP and forced.platform == "aarch64"
+
+
+def _pinned(pins: Pins) -> Pins:
+    """The pins with every registry base pinned by digest, as scripts/update_pins.py leaves them."""
+    digest = "sha256:" + "0" * 64
+    return replace(pins, bases={key: replace(base, digest=digest) for key, base in pins.bases.items()})
+
+
+@pytest.mark.parametrize(
+    ("policy", "registry_pinned"), [("auto", False), ("auto", True), ("bootstrap", False), ("registry", False)]
+)
+def test_every_cells_wheels_are_held_to_the_glibc_the_matrix_table_promises(
+    matrix: Matrix, policy: str, registry_pinned: bool
+) -> None:
+    """docs/matrix.md's glibc columns are the baselines the post-repair checks hold each cell's
+    wheels to: for every cell, aarch64 and x86_64, under each base policy (and with the
+    registry bases pinned or not), the column of the kind of base its plan builds on."""
+    shipped = load_pins(ROOT / "containers" / "pins.toml")
+    pins = _pinned(shipped) if registry_pinned else shipped
+    setup = ContainerSetup(pins=pins, directory=ROOT / "containers", base_policy=policy)
+    recipes, rows = load_recipes(ROOT / "recipes"), table_rows()
+    held: Counter[tuple[str, str]] = Counter()
+    for cell in matrix.cells:
+        plan = plan_cell(matrix, recipes, cell, [], Settings(), Options(engine="podman", containers=setup))
+        assert plan.image is not None
+        column = REGISTRY if plan.image.base.kind is BaseKind.REGISTRY else BOOTSTRAP
+        promised = rows[cell.variant.name][column]
+        assert baseline_of(plan).tag == promised, (cell.id, column)
+        described = [s.detail for s in plan.steps if s.kind is StepKind.POST_REPAIR_CHECKS]
+        assert described and all(f"; baseline {promised};" in detail for detail in described), cell.id
+        held[cell.variant.platform, column] += 1
+    arm = {column for platform, column in held if platform == "aarch64"}
+    assert arm == {BOOTSTRAP}, "an aarch64 cell builds on its bootstrapped base alone"
+    assert sum(n for (platform, _), n in held.items() if platform == "x86_64") > sum(held.values()) / 2
+    assert all(rows[v.name][REGISTRY] == "-" for v in matrix.variants.values() if v.platform == "aarch64")
+
+
+def test_the_aarch64_cells_promise_their_bootstrapped_suites_glibc(matrix: Matrix) -> None:
+    """cpu-aarch64 builds on bookworm (packaged CPython 3.11): its promise is bookworm's glibc."""
+    pins, rows = load_pins(ROOT / "containers" / "pins.toml"), table_rows()
+    for v in matrix.variants.values():
+        if v.platform == "aarch64":
+            suite = pins.suite_for(v.base_name, v.platform_tag)
+            assert rows[v.name][BOOTSTRAP] == manylinux_of(pins.glibc_of(suite)), v.name
+    assert pins.suite_for("cpu", "aarch64") == "bookworm" and rows["cpu-aarch64"][BOOTSTRAP] == "manylinux_2_36"
 
 
 @pytest.mark.parametrize("name", list(EngineName))

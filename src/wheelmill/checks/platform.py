@@ -9,10 +9,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from wheelmill.checks import CheckResult
-from wheelmill.inputs.manylinux import MANYLINUX_TAG, normalize_platform, oldest_glibc, policies, version_key
+from wheelmill.inputs.manylinux import (
+    MANYLINUX_TAG,
+    glibc_of,
+    normalize_platform,
+    oldest_glibc,
+    policies,
+    version_key,
+)
 from wheelmill.wheel.elf import ElfSummary
 
 _VERSIONED = re.compile(r"^([A-Z]+)_(\d+(?:\.\d+)*)$")
@@ -68,11 +76,7 @@ def judge_platform(elves: Sequence[ElfSummary], platforms: frozenset[str]) -> Ch
         return CheckResult.failed(
             name, f"platform {', '.join(sorted(platforms))} is not a manylinux tag", "repair the wheel with auditwheel"
         )
-    needs = highest_needs(elves)
-    shown = (
-        ", ".join(f"{ns}_{v}" for ns, v in sorted(needs.items()) if ns in ("GLIBC", "GLIBCXX"))
-        or "no versioned symbols"
-    )
+    shown = _shown(elves)
     for platform in manylinux:
         problem = _violations(elves, platform)
         if problem:
@@ -100,24 +104,65 @@ def _violations(elves: Sequence[ElfSummary], platform: str) -> str | None:
     return None
 
 
-def judge_baseline(platforms: frozenset[str], baseline: str, *, fallback: str | None) -> CheckResult:
-    """Is the wheel as portable as the variant promises (``manylinux_2_28``)?
+@dataclass(frozen=True, kw_only=True)
+class Baseline:
+    """What a cell's wheels promise: at most the manylinux tag of the glibc they were built on
+    (a bootstrapped Debian suite's, a registry base's, this machine's)."""
 
-    Built on the variant's own base, a newer tag is a defect. Built on a stand-in (this
-    machine, or a bootstrapped Debian base when the manylinux base is not pinned yet), it is
-    a warning that names the stand-in: the promise needs the real base."""
+    tag: str  # manylinux_2_31
+    built_on: str  # the bootstrapped Debian bullseye base
+    newer: str  # how to build the cell on a newer glibc, which the baseline then follows
+
+
+def judge_baseline(platforms: frozenset[str], elves: Sequence[ElfSummary], baseline: Baseline) -> CheckResult:
+    """Is the wheel tagged within the baseline of what it was built on? A wheel built there
+    needs no newer glibc than that base has; one tagged newer carries a library from elsewhere
+    (a prebuilt one, another machine's), or a tag its files do not need: either way it would
+    break the promise docs/matrix.md makes for the cell, so it fails."""
     name = "glibc-baseline"
-    tags = [normalize_platform(p) for p in platforms]
+    tags = sorted(normalize_platform(p) for p in platforms if MANYLINUX_TAG.match(normalize_platform(p)))
     oldest = oldest_glibc(tags)
-    want = tuple(int(x) for x in baseline.removeprefix("manylinux_").split("_"))
-    if oldest and oldest <= want:
-        return CheckResult.passed(name, f"{min(tags)} is within the variant's {baseline}")
-    have = f"manylinux_{oldest[0]}_{oldest[1]}" if oldest else "no manylinux tag"
-    detail = f"{have} is newer than the variant's {baseline}"
-    if fallback is not None:
-        return CheckResult.warned(
+    if oldest is None:
+        shown = ", ".join(sorted(platforms))
+        return CheckResult.failed(name, f"{shown} is no manylinux tag", "repair the wheel with auditwheel")
+    tag = next(t for t in tags if glibc_of(t) == oldest)
+    if oldest <= glibc_of(baseline.tag):
+        return CheckResult.passed(name, f"{tag} is within {baseline.tag}, the baseline of {baseline.built_on}")
+    detail = f"{tag} is newer than {baseline.tag}, the baseline of {baseline.built_on}"
+    needs = _beyond(elves, baseline.tag, arch=tag.split("_", 3)[3])
+    if needs is None:
+        return CheckResult.failed(
             name,
-            f"{detail} (built on {fallback})",
-            "pin the manylinux base (scripts/update_pins.py) and build in its container",
+            f"{detail}; its files need at most {_shown(elves)}",
+            f"leave the tag to auditwheel repair (no --plat): {baseline.tag} holds them",
         )
-    return CheckResult.failed(name, detail, "build on the variant's base image: its glibc is the baseline")
+    return CheckResult.failed(
+        name,
+        f"{detail}: {needs}",
+        f"build that file on {baseline.built_on} (a prebuilt library keeps the glibc it was built on), "
+        f"or {baseline.newer}",
+    )
+
+
+def _beyond(elves: Sequence[ElfSummary], baseline: str, *, arch: str) -> str | None:
+    """What of the wheel's files the baseline does not meet: the newest GLIBC version past its
+    glibc, else a symbol its manylinux policy (where there is one) leaves out."""
+    glibc = glibc_of(baseline)
+    past = [
+        (version_key(match.group(2)), f"{elf.path.name} needs {version} from {lib}")
+        for elf in elves
+        for lib, version in elf.version_needs
+        if (match := _VERSIONED.match(version)) and match.group(1) == "GLIBC"
+        if version_key(match.group(2))[:2] > glibc
+    ]
+    if past:
+        return max(past)[1]
+    return _violations(elves, f"{baseline}_{arch}") if baseline in policies(arch) else None
+
+
+def _shown(elves: Sequence[ElfSummary]) -> str:
+    needs = highest_needs(elves)
+    return (
+        ", ".join(f"{ns}_{v}" for ns, v in sorted(needs.items()) if ns in ("GLIBC", "GLIBCXX"))
+        or "no versioned symbols"
+    )

@@ -15,6 +15,8 @@ from wheelmill.cli.common import Commands, add_cell_options, build_cells, load_i
 from wheelmill.errors import UsageError
 from wheelmill.inputs.matrix import MATRIX_COLUMNS, Matrix, github_matrix, matrix_markdown, matrix_row
 from wheelmill.inputs.selection import affected_cells
+from wheelmill.machine.builder_images import baselines
+from wheelmill.machine.pins import load_pins
 from wheelmill.planning.locks import check_lock, write_lock
 from wheelmill.planning.spec import CellPlan
 from wheelmill.settings import Settings
@@ -77,16 +79,25 @@ def cmd_matrix(args: argparse.Namespace, settings: Settings, console: Console) -
             chosen = tuple(c for c in chosen if not c.variant.slim_of)
         print(json.dumps(github_matrix(chosen, matrix.runners), separators=(",", ":")))
         return 0
+    promised = _baselines(matrix, settings)
     if args.markdown:
-        print(matrix_markdown(matrix))
+        print(matrix_markdown(matrix, promised))
         return 0
     table = Table(title=f"matrix ({_count(matrix)})", title_justify="left")
     for column in (*MATRIX_COLUMNS, *matrix.pythons):
         table.add_column(column, overflow="fold")
     for v in matrix.variants.values():
-        table.add_row(*matrix_row(v, matrix.pythons))
+        table.add_row(*matrix_row(v, matrix.pythons, baselines=promised[v.name]))
     Console(highlight=False, width=max(console.width, 180)).print(table)
     return 0
+
+
+def _baselines(matrix: Matrix, settings: Settings) -> dict[str, tuple[str | None, str | None]]:
+    """Each variant's promise on its registry base and on its bootstrapped one: the glibc of
+    the base, as the repository's containers/pins.toml makes it."""
+    pins = load_pins(settings.root / "containers" / "pins.toml")
+    promised = {name: baselines(pins, variant) for name, variant in matrix.variants.items()}
+    return {name: (b.registry, b.bootstrap) for name, b in promised.items()}
 
 
 def _count(matrix: Matrix) -> str:

@@ -34,7 +34,7 @@ from wheelmill.images.editions import (
 )
 from wheelmill.images.manifests import members_of, plan_lists, push_list
 from wheelmill.images.smoke import Smoke
-from wheelmill.index.release import ReleasedImage, record_images
+from wheelmill.index.records import ReleasedImage, record_images
 from wheelmill.index.serve import make_server
 from wheelmill.index.store import Channel
 from wheelmill.inputs.variants import Family
@@ -120,11 +120,11 @@ def cmd_image_build(args: argparse.Namespace, settings: Settings, console: Conso
     pins = load_pins(containers / "pins.toml")
     builder = images.choose(pins, cell.variant, cell.python, containers=containers, policy="bootstrap")
     suite = str(builder.base.suite)
-    packages, glibc = pins.runtime_packages.get(suite), pins.runtime_glibc.get(suite)
-    if packages is None or glibc is None:
+    packages, glibc = pins.runtime_packages.get(suite), pins.glibc_of(suite)
+    if packages is None:
         raise ConfigError(
-            f"{pins.file}: runtime: no packages or glibc for Debian {suite}",
-            fix="add the suite to [runtime.packages] and [runtime.glibc]",
+            f"{pins.file}: runtime.packages: no packages for Debian {suite}",
+            fix="add the suite to [runtime.packages]",
         )
     newer = too_new(output, glibc)
     if newer:

@@ -69,5 +69,26 @@ def oldest_glibc(platforms: Iterable[str]) -> tuple[int, int] | None:
     return min(glibcs) if glibcs else None
 
 
+def manylinux_of(glibc: str) -> str:
+    """The PEP 600 tag prefix a glibc gives: what a wheel built against it can promise at most.
+
+    >>> manylinux_of("2.31")
+    'manylinux_2_31'
+    """
+    return "manylinux_" + "_".join(glibc.split(".")[:2])
+
+
+def glibc_of(tag: str) -> tuple[int, int]:
+    """The glibc a PEP 600 tag prefix or tag names.
+
+    >>> glibc_of("manylinux_2_36"), glibc_of("manylinux_2_34_aarch64")
+    ((2, 36), (2, 34))
+    """
+    match = re.match(r"^manylinux_(\d+)_(\d+)", tag)
+    if not match:
+        raise ValueError(f"{tag!r} is not a PEP 600 tag")
+    return int(match.group(1)), int(match.group(2))
+
+
 def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in version.split("."))

@@ -48,20 +48,22 @@ class Matrix:
     min_free_disk: Mapping[str, int]
     memory_per_job: Mapping[str, int]
     canary: tuple[str, ...] = ()
-    gpu_runners: Mapping[str, str] = field(default_factory=dict)  # variant glob -> CI runner label of GPU machines
+    # variant glob -> the CI runner labels of GPU machines, one per GPU kind that must pass its stage
+    gpu_runners: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     runners: Mapping[str, str] = field(default_factory=dict)  # platform -> CI runner label building it natively
 
     @property
     def cells(self) -> tuple[Cell, ...]:
         return tuple(Cell(variant=v, python=p) for v in self.variants.values() for p in v.pythons)
 
-    def gpu_runner(self, cell: Cell) -> str | None:
-        """The CI runner label of the GPU machines that run the cell's GPU stage; None where no
-        GPU runner covers its variant (or it has no GPU code)."""
+    def gpu_runners_of(self, cell: Cell) -> tuple[str, ...]:
+        """The CI runner labels of the GPU machines that run the cell's GPU stage, a label per
+        GPU kind (the first glob that matches its variant); none where no GPU runner covers it
+        (or it has no GPU code)."""
         if cell.variant.family is Family.CPU:
-            return None
+            return ()
         return next(
-            (label for glob, label in self.gpu_runners.items() if fnmatch.fnmatchcase(cell.variant.name, glob)), None
+            (labels for glob, labels in self.gpu_runners.items() if fnmatch.fnmatchcase(cell.variant.name, glob)), ()
         )
 
     def excludes_for(self, variant: Variant) -> tuple[str, ...]:
@@ -167,12 +169,26 @@ def _entry(cell: Cell, runners: Mapping[str, str]) -> dict[str, str]:
     return entry | ({"torch": v.torch, "torch-of": v.torch_of} if v.torch_of else {})
 
 
-MATRIX_COLUMNS = ("variant", "platform", "slim of", "toolkit", "torch", "arch list", "channel", "glibc")
+MATRIX_COLUMNS = (
+    "variant",
+    "platform",
+    "slim of",
+    "toolkit",
+    "torch",
+    "arch list",
+    "channel",
+    "glibc, registry base",
+    "glibc, bootstrapped base",
+)
 
 
-def matrix_row(v: Variant, pythons: Sequence[str], *, code: Callable[[str], str] = str) -> list[str]:
-    """A variant as a row under ``MATRIX_COLUMNS``, then one column per Python; ``code``
-    marks up the arch list (Markdown's backticks)."""
+def matrix_row(
+    v: Variant, pythons: Sequence[str], *, baselines: tuple[str | None, str | None], code: Callable[[str], str] = str
+) -> list[str]:
+    """A variant as a row under ``MATRIX_COLUMNS``, then one column per Python. ``baselines``:
+    its promise on its registry base and on its bootstrapped one (the manylinux tag its wheels
+    are held to there, as containers/pins.toml makes it; None where it never builds on one);
+    ``code`` marks up the arch list (Markdown's backticks)."""
     head = [
         v.name,
         v.platform,
@@ -181,15 +197,19 @@ def matrix_row(v: Variant, pythons: Sequence[str], *, code: Callable[[str], str]
         f"{v.torch}+{v.label}",
         code(v.arch_list) if v.arch_list else "-",
         v.channel,
-        v.glibc,
+        *(baseline or "-" for baseline in baselines),
     ]
     return head + ["yes" if p in v.pythons else "-" for p in pythons]
 
 
-def matrix_markdown(matrix: Matrix) -> str:
-    """The variants and their Pythons as a Markdown table (the copy in docs/matrix.md)."""
+def matrix_markdown(matrix: Matrix, baselines: Mapping[str, tuple[str | None, str | None]]) -> str:
+    """The variants and their Pythons as a Markdown table (the copy in docs/matrix.md), with
+    each variant's ``baselines`` (by name)."""
     head = [*MATRIX_COLUMNS, *matrix.pythons]
-    rows = [matrix_row(v, matrix.pythons, code=lambda text: f"`{text}`") for v in matrix.variants.values()]
+    rows = [
+        matrix_row(v, matrix.pythons, baselines=baselines[v.name], code=lambda text: f"`{text}`")
+        for v in matrix.variants.values()
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
@@ -235,10 +255,16 @@ def _runners(runners: Mapping[str, str]) -> dict[str, str]:
     return DEFAULT_RUNNERS | dict(runners)
 
 
-def _gpu_runners(runners: Mapping[str, str], variants: Mapping[str, Variant], *, file: Path) -> dict[str, str]:
+def _gpu_runners(
+    given: Mapping[str, str | list[str]], variants: Mapping[str, Variant], *, file: Path
+) -> dict[str, tuple[str, ...]]:
     """Each glob must name a variant with GPU code: a glob that matches none is a typo. A
     variant takes the first glob that matches it, and a runner is machines of one platform:
-    a glob that is first for variants of two platforms would test aarch64 wheels on x86_64."""
+    a glob that is first for variants of two platforms would test aarch64 wheels on x86_64.
+    A glob names one runner label, or several: a GPU kind each, every one of which must pass."""
+    runners = {
+        glob: (labels,) if isinstance(labels, str) else tuple(dict.fromkeys(labels)) for glob, labels in given.items()
+    }
     gpu = [name for name, v in variants.items() if v.family is not Family.CPU]
     for glob in runners:
         if not fnmatch.filter(gpu, glob):
@@ -255,10 +281,10 @@ def _gpu_runners(runners: Mapping[str, str], variants: Mapping[str, Variant], *,
         if len(platforms) > 1:
             raise ConfigError(
                 f"{file}: ci.gpu-runners: '{glob}' sends {' and '.join(sorted(platforms))} cells to one runner "
-                f"({runners[glob]})",
+                f"({', '.join(runners[glob])})",
                 fix=f'put a glob of the aarch64 variants first: "{glob.rstrip("*")}*-aarch64" = "<arm GPU runner>"',
             )
-    return dict(runners)
+    return runners
 
 
 def _canary(ids: Sequence[str], variants: Mapping[str, Variant], *, file: Path) -> tuple[str, ...]:

@@ -126,12 +126,14 @@ class Variant:
         return f"torch=={self.torch}" if self.torch_on_pypi else f"torch=={self.torch}+{self.label}"
 
     def describe(self) -> str:
-        torch = f"torch {self.torch}+{self.label}"
+        """The variant in a line; ``glibc`` is its torch build's (what locks resolve for), not a
+        promise of the wheels built here, which their builder base's glibc bounds."""
+        torch = f"torch {self.torch}+{self.label} (a {self.glibc} build)"
         machine = f", {self.platform}" if self.platform_tag else ""
         if self.family is Family.CPU:
-            return f"CPU, {torch}, {self.glibc}{machine}"
+            return f"CPU, {torch}{machine}"
         kind = "CUDA" if self.family is Family.CUDA else "ROCm"
-        return f"{kind} {self.toolkit}, {torch}, archs {self.arch_list}{self._derived()}, {self.glibc}{machine}"
+        return f"{kind} {self.toolkit}, {torch}, archs {self.arch_list}{self._derived()}{machine}"
 
     def _derived(self) -> str:
         """What a derived variant is derived from, and its channel ("" for a declared one)."""

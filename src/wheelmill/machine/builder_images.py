@@ -16,6 +16,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from wheelmill.errors import CommandFailed, ConfigError, PrecheckError
+from wheelmill.inputs.manylinux import manylinux_of
 from wheelmill.inputs.variants import X86_64, Family, Variant
 from wheelmill.machine.emulation import DEBIAN_ARCH, foreign_platform
 from wheelmill.machine.engine import Engine
@@ -36,10 +37,16 @@ class Base:
     kind: BaseKind
     reference: str
     description: str
+    glibc: str  # 2.31: the newest glibc a wheel built on it can need
     suite: str | None = None  # the Debian suite of a bootstrapped base
     bootstrap_variant: str = "minbase"  # debootstrap --variant
     platform: str = X86_64  # the machine its programs are code for
     unpinned: str | None = None  # why it cannot be used yet: a registry base without a digest
+
+    @property
+    def baseline(self) -> str:
+        """The manylinux tag its wheels promise at most (``manylinux_2_31``): its glibc's."""
+        return manylinux_of(self.glibc)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,32 +94,58 @@ class BuilderImage:
 def choose(pins: Pins, variant: Variant, python: str, *, containers: Path, policy: str) -> BuilderImage:
     """The builder image of a cell. ``policy``: ``auto`` uses a registry base once pinned,
     else the bootstrapped one; ``bootstrap`` or ``registry`` force one."""
-    family = variant.family
-    registry_key = "rocm" if family is Family.ROCM else "manylinux_2_28"
-    registry = pins.bases.get(registry_key)
-    use_registry = policy == "registry" or (policy == "auto" and registry is not None and registry.pinned)
-    # The registry bases are x86_64 images: another platform's cells build on its bootstrapped base.
-    if family is Family.ROCM or (use_registry and variant.platform == X86_64):
-        base = _registry(pins, registry_key, registry)
-        definition = "rocm" if family is Family.ROCM else "manylinux"
-    else:
-        # a slim variant, or one of another torch, builds on its parent's base; a platform its own
-        suite = pins.suite_for(variant.base_name, variant.platform_tag)
-        arch = "" if variant.platform == X86_64 else f"-{DEBIAN_ARCH[variant.platform]}"
-        reference = f"{BASE_REPOSITORY}:{suite}-{pins.variant}{arch}"
-        base = Base(
-            kind=BaseKind.BOOTSTRAP,
-            reference=reference,
-            description=f"{reference} (debootstrap of Debian {suite}{arch.replace('-', ' for ')})",
-            suite=suite,
-            bootstrap_variant=pins.variant,
-            platform=variant.platform,
-        )
+    base = choose_base(pins, variant, policy=policy)
+    if base.kind is BaseKind.BOOTSTRAP:
         definition = "builder"
+    else:
+        definition = "rocm" if variant.family is Family.ROCM else "manylinux"
     # A manylinux base holds every CPython of its time: nothing to fetch or pin for it.
     source = PythonSource(version=python) if definition == "manylinux" else pins.python(python)
     return BuilderImage(
         containerfile=containers / definition / "Containerfile", base=base, python=source, platform=variant.platform
+    )
+
+
+def choose_base(pins: Pins, variant: Variant, *, policy: str) -> Base:
+    """The base a variant's builder images are made FROM, under a base policy (see ``choose``)."""
+    registry_key = "rocm" if variant.family is Family.ROCM else "manylinux_2_28"
+    registry = pins.bases.get(registry_key)
+    use_registry = policy == "registry" or (policy == "auto" and registry is not None and registry.pinned)
+    # The registry bases are x86_64 images: another platform's cells build on its bootstrapped base.
+    if variant.family is Family.ROCM or (use_registry and variant.platform == X86_64):
+        return _registry(pins, registry_key, registry)
+    # a slim variant, or one of another torch, builds on its parent's base; a platform its own
+    suite = pins.suite_for(variant.base_name, variant.platform_tag)
+    arch = "" if variant.platform == X86_64 else f"-{DEBIAN_ARCH[variant.platform]}"
+    reference = f"{BASE_REPOSITORY}:{suite}-{pins.variant}{arch}"
+    return Base(
+        kind=BaseKind.BOOTSTRAP,
+        reference=reference,
+        description=f"{reference} (debootstrap of Debian {suite}{arch.replace('-', ' for ')})",
+        glibc=pins.glibc_of(suite),
+        suite=suite,
+        bootstrap_variant=pins.variant,
+        platform=variant.platform,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Baselines:
+    """The manylinux tag a variant's wheels promise on each kind of base: on its registry base
+    (pinned and reachable) and on its bootstrapped one; None where it never builds on that kind
+    (an aarch64 cell on a registry base, a ROCm one on a bootstrapped base)."""
+
+    registry: str | None
+    bootstrap: str | None
+
+
+def baselines(pins: Pins, variant: Variant) -> Baselines:
+    """What ``choose_base`` gives under each forced policy: the promises docs/matrix.md shows."""
+    registry = choose_base(pins, variant, policy="registry")
+    bootstrap = choose_base(pins, variant, policy="bootstrap")
+    return Baselines(
+        registry=registry.baseline if registry.kind is BaseKind.REGISTRY else None,
+        bootstrap=bootstrap.baseline if bootstrap.kind is BaseKind.BOOTSTRAP else None,
     )
 
 
@@ -121,7 +154,12 @@ def _registry(pins: Pins, key: str, base: RegistryBase | None) -> Base:
     if base is None:
         raise ConfigError(
             f"{pins.file}: bases.{key}: missing",
-            fix=f"add [bases.{key}] with image, tag and digest (see the other bases)",
+            fix=f"add [bases.{key}] with image, tag, digest and glibc (see the other bases)",
+        )
+    if not base.glibc:
+        raise ConfigError(
+            f"{pins.file}: bases.{key}.glibc: missing (its wheels' baseline follows from it)",
+            fix='add the glibc of the image\'s distribution, e.g. glibc = "2.28" for a manylinux_2_28 image',
         )
     if not base.pinned:
         problem = f"{pins.file}: bases.{key}: not pinned by digest"
@@ -129,10 +167,14 @@ def _registry(pins: Pins, key: str, base: RegistryBase | None) -> Base:
             kind=BaseKind.REGISTRY,
             reference=f"{base.image}:{base.tag}",
             description=f"{base.image}:{base.tag} (not pinned by digest: the build stops here until it is)",
+            glibc=base.glibc,
             unpinned=problem,
         )
     return Base(
-        kind=BaseKind.REGISTRY, reference=base.reference, description=f"{base.image}:{base.tag} ({base.digest[:19]}...)"
+        kind=BaseKind.REGISTRY,
+        reference=base.reference,
+        description=f"{base.image}:{base.tag} ({base.digest[:19]}...)",
+        glibc=base.glibc,
     )
 
 

@@ -14,6 +14,7 @@ from wheelmill.errors import ConfigError
 
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_GLIBC = re.compile(r"^2\.[0-9]+$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -22,6 +23,7 @@ class RegistryBase:
     image: str
     tag: str
     digest: str  # "" until pinned
+    glibc: str = ""  # the base's glibc (2.28): the newest its wheels can need; "" where not given
 
     @property
     def pinned(self) -> bool:
@@ -57,13 +59,22 @@ class Pins:
     variant: str
     pythons: Mapping[str, PythonSource]
     runtime_packages: Mapping[str, tuple[str, ...]]  # Debian suite -> the runtime images' packages
-    runtime_glibc: Mapping[str, str]  # Debian suite -> its glibc (2.31)
+    suite_glibc: Mapping[str, str]  # Debian suite -> its glibc (2.31)
 
     def suite_for(self, variant: str, platform_tag: str | None = None) -> str:
         """The Debian suite of a variant's bootstrapped base: its platform's entry
         (``cpu-aarch64``) where there is one, else the variant's, else the default."""
         named = f"{variant}-{platform_tag}" if platform_tag else variant
         return self.suites.get(named, self.suites.get(variant, self.suite))
+
+    def glibc_of(self, suite: str) -> str:
+        """The glibc of a Debian suite (``2.31``): what every wheel built on its base can need at most."""
+        if suite not in self.suite_glibc:
+            raise ConfigError(
+                f"{self.file}: bootstrap.glibc: no glibc for Debian {suite}",
+                fix=f'add {suite} = "<its glibc, e.g. 2.36>" under [bootstrap.glibc]',
+            )
+        return self.suite_glibc[suite]
 
     def python(self, version: str) -> PythonSource:
         if version not in self.pythons:
@@ -90,7 +101,10 @@ def load_pins(file: Path) -> Pins:
             runtime_packages={
                 suite: tuple(map(str, names)) for suite, names in data.get("runtime", {}).get("packages", {}).items()
             },
-            runtime_glibc={suite: str(version) for suite, version in data.get("runtime", {}).get("glibc", {}).items()},
+            suite_glibc={
+                suite: _glibc(f"bootstrap.glibc.{suite}", version, file)
+                for suite, version in bootstrap.get("glibc", {}).items()
+            },
         )
     except KeyError as exc:
         raise ConfigError(f"{file}: missing key {exc}", fix="see the keys at the top of containers/pins.toml") from None
@@ -103,7 +117,15 @@ def _base(key: str, raw: Mapping[str, Any], file: Path) -> RegistryBase:
             f"{file}: bases.{key}.digest: {digest!r} is not sha256:<64 hex>",
             fix='run scripts/update_pins.py, or set it to ""',
         )
-    return RegistryBase(key=key, image=str(raw["image"]), tag=str(raw["tag"]), digest=digest)
+    glibc = _glibc(f"bases.{key}.glibc", raw["glibc"], file) if "glibc" in raw else ""
+    return RegistryBase(key=key, image=str(raw["image"]), tag=str(raw["tag"]), digest=digest, glibc=glibc)
+
+
+def _glibc(key: str, value: object, file: Path) -> str:
+    """A glibc version as its suite or distribution ships it: ``2.31``."""
+    if not _GLIBC.match(str(value)):
+        raise ConfigError(f"{file}: {key}: {value!r} is not a glibc version", fix='write it as "2.31"')
+    return str(value)
 
 
 def _python(version: str, raw: Mapping[str, Any], file: Path) -> PythonSource:

@@ -133,7 +133,6 @@ class RecipeSpec:
     forbid: tuple[str, ...]  # never inside a wheel, besides the excludes
     provides: tuple[str, ...]  # libraries the wheel ships itself: excluded for others, not for it
     max_wheel_size: int
-    glibc: str
     test_requires: tuple[str, ...]
     imports: tuple[str, ...]
     torch_ops: tuple[str, ...]
@@ -276,7 +275,6 @@ def recipe_spec(
         forbid=matrix.forbid,
         provides=recipe.provides,
         max_wheel_size=recipe.max_wheel_size or matrix.max_wheel_size,
-        glibc=variant.glibc,
         test_requires=(*matrix.test_requires, *recipe.test_requires),
         imports=recipe.imports,
         torch_ops=recipe.torch_ops,

@@ -6,6 +6,7 @@ to, against what its tag and its recipe promise)."""
 
 from __future__ import annotations
 
+import platform
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,11 +19,12 @@ from wheelmill.checks.abi import describe as describe_abi
 from wheelmill.checks.abi import judge_abi, judge_cuda_runtime, judge_serving
 from wheelmill.checks.contents import judge_arch_record, judge_bundled, judge_label, judge_pins, judge_size
 from wheelmill.checks.device import find_cuobjdump, judge_cuda, judge_rocm, scan_cuda, scan_rocm
-from wheelmill.checks.platform import judge_baseline, judge_machine, judge_platform
+from wheelmill.checks.platform import Baseline, judge_baseline, judge_machine, judge_platform
 from wheelmill.checks.symbols import interpreter_libraries, judge_required, judge_undefined, unresolved_symbols
 from wheelmill.config import format_size
 from wheelmill.errors import CheckError, CommandFailed, PrecheckError, RepairError
 from wheelmill.inputs.archs import CudaArchs, RocmArchs
+from wheelmill.inputs.manylinux import manylinux_of
 from wheelmill.inputs.variants import Family
 from wheelmill.machine.builder_images import BaseKind
 from wheelmill.machine.probes import TorchInfo
@@ -129,41 +131,69 @@ def repair(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     return Outcome(checks=[check], made=(Repaired(wheel=wheels[0]),))
 
 
-def _stand_in(plan: CellPlan) -> str | None:
-    """What the cell is built on instead of the variant's own base, if anything."""
+def host_glibc() -> str:
+    """This machine's glibc (``2.36``): what a cell built without a container links against."""
+    name, version = platform.libc_ver()
+    return version if name == "glibc" and version else "0.0"
+
+
+_PINS = "containers/pins.toml"
+_SHOWN = "docs/matrix.md's table then promises its glibc"
+
+
+def baseline_of(plan: CellPlan) -> Baseline:
+    """The baseline a cell's wheels are held to: the glibc of the base its builder image is
+    made FROM (the one docs/matrix.md shows for the variant and that kind of base), or of this
+    machine where it builds without a container."""
     image = plan.image
     if image is None:
-        return "this machine's glibc, not in a container"
-    if image.base.kind is BaseKind.BOOTSTRAP:
-        return f"the bootstrapped Debian {image.base.suite} base, not the manylinux one"
-    return None
+        glibc = host_glibc()
+        return Baseline(
+            tag=manylinux_of(glibc),
+            built_on=f"this machine (glibc {glibc}, no container)",
+            newer="build the cell on a machine with a newer glibc",
+        )
+    base, variant = image.base, plan.cell.variant
+    if base.kind is BaseKind.BOOTSTRAP:
+        entry = "-".join(part for part in (variant.base_name, variant.platform_tag) if part)
+        arch = "" if variant.platform_tag is None else f" for {variant.platform}"
+        return Baseline(
+            tag=base.baseline,
+            built_on=f"the bootstrapped Debian {base.suite} base{arch}",
+            newer=f"give {entry} a newer suite under [bootstrap.suites] in {_PINS} ({_SHOWN})",
+        )
+    return Baseline(
+        tag=base.baseline,
+        built_on=f"the registry base {base.reference}",
+        newer=f"pin a base of a newer glibc under [bases] in {_PINS}, with its glibc ({_SHOWN})",
+    )
 
 
 def post_repair_checks(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     wheel, torch = ctx.done.get(Repaired, spec.name).wheel, ctx.done.get(CheckedEnv).torch
     info = read_wheel(wheel)
-    fallback = _stand_in(ctx.run.plan)
+    baseline = baseline_of(ctx.run.plan)
 
     def judge(root: Path, elves: list[ElfSummary]) -> tuple[list[CheckResult], WheelAbi]:
         abi = abi_of(root, elves)
         return [
             judge_platform(elves, info.platforms),
-            judge_baseline(info.platforms, spec.glibc, fallback=fallback),
+            judge_baseline(info.platforms, elves, baseline),
             judge_bundled(elves, spec.forbidden),
             judge_size(wheel.stat().st_size, spec.max_wheel_size),
             judge_arch_record(info, arch_record(spec, elves)),  # as shipped: repair must have kept it
             judge_abi(abi, info.tags, spec.abi, recipe_file=str(spec.file)),
             judge_cuda_runtime(elves, root, torch.cuda),
-            *([_serves(ctx, info)] if spec.serving else []),
+            *([_serves(ctx, info, abi)] if spec.serving else []),
         ], abi
 
     results, abi = inspect_wheel(wheel, judge)
     return Outcome(checks=_verdict(ctx, spec, wheel, results), made=(ShippedAbi(text=abi.listed),))
 
 
-def _serves(ctx: StepContext, info: WheelInfo) -> CheckResult:
+def _serves(ctx: StepContext, info: WheelInfo, abi: WheelAbi) -> CheckResult:
     cell = ctx.run.plan.cell
-    return judge_serving(info.tags, info.requires_dist, python=cell.python, torch=cell.variant.torch)
+    return judge_serving(info.tags, info.requires_dist, abi, python=cell.python, torch=cell.variant.torch)
 
 
 def describe_post_build(_plan: CellPlan, spec: RecipeSpec) -> str:
@@ -189,14 +219,17 @@ def describe_repair(_plan: CellPlan, spec: RecipeSpec) -> str:
     return f"auditwheel repair, {len(spec.repair_excludes)} torch/runtime libraries excluded"
 
 
-def describe_post_repair(_plan: CellPlan, spec: RecipeSpec) -> str:
+def describe_post_repair(plan: CellPlan, spec: RecipeSpec) -> str:
     bundled = f"nothing bundled from: {', '.join(spec.forbid)} or the excludes"
+    # this machine's glibc is known when the step runs; a printed plan is the same everywhere
+    baseline = "this machine's glibc" if plan.image is None else baseline_of(plan).tag
     return (
-        f"manylinux tag vs GLIBC/GLIBCXX; baseline {spec.glibc}; {bundled}; "
+        f"manylinux tag vs GLIBC/GLIBCXX; baseline {baseline}; {bundled}; "
         f"size <= {format_size(spec.max_wheel_size)}; gpu-archs.json as stamped; {describe_abi(spec.abi)}; "
         "CUDA runtimes of its torch's major"
         + (
-            "; for every Python and torch it serves: abi3 (or no Python), this cell's in its range"
+            "; for every Python and torch it serves: abi3 (or no Python), this cell's Python and torch in its range "
+            "(its libraries' stable shims and its Requires-Dist)"
             if spec.serving
             else ""
         )
