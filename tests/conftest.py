@@ -1,5 +1,6 @@
-"""Shared fixtures: the repository's own data, copies of it to break, and the CLI run
-in-process (so a test sees the exit code and the exact stderr a user would)."""
+"""Shared fixtures: the repository's own data, copies of it to break, the CLI run
+in-process (so a test sees the exit code and the exact stderr a user would), and a real S3
+server (one per worker, started where a test first asks for it)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,13 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.objectstore import ObjectStore, running_object_store
 from wheelmill.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -149,6 +151,13 @@ def _slow_first(item: pytest.Item) -> int:
     if item.get_closest_marker("engine"):
         return 0
     return 1 if item.get_closest_marker("integration") else 2
+
+
+@pytest.fixture(scope="session")
+def object_store() -> Iterator[ObjectStore]:
+    """SeaweedFS's S3 server on loopback, with an empty bucket of its own."""
+    with running_object_store() as store:
+        yield store
 
 
 @pytest.fixture

@@ -76,6 +76,26 @@ def write_all(contents: Mapping[Path, Content], *, tmp_dir: Path | None = None) 
             tmp.unlink(missing_ok=True)
 
 
+def write_once(path: Path, data: Content, *, tmp_dir: Path | None = None) -> bool:
+    """``path`` created with ``data``, whole, unless it exists: True where this call made it.
+    The bytes are written and synced under a temporary name, which is then linked to
+    ``path``: a link never replaces a name, so of writers racing for one path one wins and
+    the others leave it as the winner wrote it."""
+    tmp = _temporary(path, tmp_dir)
+    try:
+        if not (isinstance(data, Linked) and _linked(data.source, tmp)):
+            _copy(data.source if isinstance(data, Linked) else data, tmp)
+            _sync(tmp)
+        tmp.chmod(tmp.stat().st_mode | 0o444)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def _copy(data: bytes | Path, tmp: Path) -> None:
     if isinstance(data, Path):
         with data.open("rb") as src, tmp.open("wb") as out:

@@ -1,0 +1,183 @@
+"""The storage protocol's guarantees, the same test for both implementations: a directory
+tree, and a real S3 server (SeaweedFS, conditional writes). Create-once, compare-and-swap,
+server-side copy, listing, and of sixteen processes racing to create each of thirty keys,
+exactly one winner a key, whose bytes the key holds."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+from botocore.config import Config
+
+from tests.objectstore import ObjectStore
+from tests.ports import free_port
+from wheelmill.errors import ConfigError, FetchError, IndexStoreError, IndexWriteError
+from wheelmill.index.s3 import BucketPath, S3Storage
+from wheelmill.index.storage import Storage, TreeStorage
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parent.parent.parent
+RACERS, KEYS = 16, 30
+# One racer: waits for the start, then tries to create every key with its own bytes, and
+# prints the keys it made.
+RACER = """
+import json, os, sys, time
+from pathlib import Path
+from wheelmill.index.s3 import S3Storage
+from wheelmill.index.storage import TreeStorage
+kind, where, name, start, keys = sys.argv[1], sys.argv[2], sys.argv[3], Path(sys.argv[4]), int(sys.argv[5])
+storage = TreeStorage(Path(where)) if kind == "tree" else S3Storage.of(where)
+while not start.exists():
+    time.sleep(0.005)
+won = [f"race/{k}" for k in range(keys) if storage.create(f"race/{k}", name.encode())]
+print(json.dumps(won))
+"""
+
+
+@pytest.fixture(params=["tree", "s3"])
+def storage(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Storage, str, dict[str, str]]]:
+    """A storage of each kind, empty: a directory, or a prefix of the bucket of its own; its
+    location, and the environment that reaches it."""
+    if request.param == "tree":
+        yield TreeStorage(tmp_path / "index"), str(tmp_path / "index"), {}
+        return
+    store: ObjectStore = request.getfixturevalue("object_store")
+    for name, value in store.environ().items():
+        monkeypatch.setenv(name, value)
+    url = store.url(f"{uuid.uuid4().hex}/")
+    s3 = S3Storage.of(url)
+    yield s3, url, store.environ()
+    for key in s3.keys_under():
+        s3.delete(key)
+
+
+def test_an_object_is_created_once_and_swapped_only_from_the_version_read(
+    storage: tuple[Storage, str, dict[str, str]],
+) -> None:
+    store, _, _ = storage
+    assert store.get("cu130/simple/index.json") is None
+    assert store.create("cu130/simple/index.json", b"one", cache_control="no-cache")
+    assert not store.create("cu130/simple/index.json", b"two"), "a second create finds it there"
+    first = store.get("cu130/simple/index.json")
+    assert first is not None and first.data == b"one"
+    assert store.swap("cu130/simple/index.json", b"three", version=first.version)
+    assert not store.swap("cu130/simple/index.json", b"four", version=first.version), "a stale version loses"
+    now = store.get("cu130/simple/index.json")
+    assert now is not None and now.data == b"three" and now.version != first.version
+    assert not store.swap("cu130/simple/none.json", b"x", version=first.version), "nothing there to swap"
+    assert store.get("cu130/simple/none.json") is None
+
+
+def test_a_copy_is_made_once_from_another_object_and_keys_list_by_prefix(
+    storage: tuple[Storage, str, dict[str, str]], tmp_path: Path
+) -> None:
+    store, _, _ = storage
+    wheel = tmp_path / "w.whl"
+    wheel.write_bytes(os.urandom(3 << 20))  # a file, streamed, not read whole by the caller
+    assert store.create("blobs/sha256/ab/w.whl", wheel)
+    assert store.copy("blobs/sha256/ab/w.whl", "cu130/files/w.whl")
+    assert not store.copy("blobs/sha256/ab/w.whl", "cu130/files/w.whl"), "the copy is there already"
+    fetched = tmp_path / "fetched.whl"
+    assert store.fetch("cu130/files/w.whl", fetched) and fetched.read_bytes() == wheel.read_bytes()
+    assert not store.fetch("cu130/files/none.whl", tmp_path / "none.whl")
+    with pytest.raises(IndexStoreError, match="no object blobs/none to copy"):
+        store.copy("blobs/none", "cu130/files/none.whl")
+    assert store.create("cu130/simple/index.json", b"{}")
+    assert store.keys_under("cu130/") == ["cu130/files/w.whl", "cu130/simple/index.json"]
+    assert store.keys_under() == ["blobs/sha256/ab/w.whl", "cu130/files/w.whl", "cu130/simple/index.json"]
+    store.delete("cu130/files/w.whl")
+    store.delete("cu130/files/w.whl")  # gone already: no error
+    assert store.keys_under("cu130/") == ["cu130/simple/index.json"]
+    with pytest.raises(IndexStoreError, match=r"'\.\./x' is not a storage key"):
+        store.get("../x")
+
+
+def test_of_sixteen_processes_racing_to_create_a_key_exactly_one_wins(
+    storage: tuple[Storage, str, dict[str, str]], tmp_path: Path
+) -> None:
+    store, where, environ = storage
+    start = tmp_path / "start"
+    racers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                RACER,
+                "tree" if isinstance(store, TreeStorage) else "s3",
+                where,
+                f"racer-{n}",
+                str(start),
+                str(KEYS),
+            ],
+            cwd=ROOT,
+            env={**os.environ, **environ},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in range(RACERS)
+    ]
+    time.sleep(2.0)  # every racer imported and waiting
+    start.touch()
+    won: dict[str, list[str]] = {}
+    for n, racer in enumerate(racers):
+        out, err = racer.communicate(timeout=300)
+        assert racer.returncode == 0, err[-2000:]
+        won[f"racer-{n}"] = json.loads(out)
+    winners = Counter(key for keys in won.values() for key in keys)
+    assert winners == dict.fromkeys((f"race/{k}" for k in range(KEYS)), 1), "each key made once"
+    for name, keys in won.items():
+        for key in keys:
+            stored = store.get(key)
+            assert stored is not None and stored.data == name.encode(), "the key holds its winner's bytes"
+
+
+def test_a_bucket_location_is_parsed_or_refused_in_one_line() -> None:
+    assert str(BucketPath.parse("s3://wheels/index")) == "s3://wheels/index/"
+    for bad in ("s3:///index", "https://wheels/index", "s3://wheels/../x", "s3://wheels/x?y=1"):
+        with pytest.raises(Exception, match="is not") as refused:
+            BucketPath.parse(bad)
+        assert "fix" not in str(refused.value)
+
+
+def test_a_bucket_that_is_not_there_wrong_credentials_or_no_server_are_one_error_each(
+    object_store: ObjectStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The exit codes docs/design/storage.md gives: no bucket or no credentials 3, a read the
+    store refuses or cannot answer 6, such a write 19; each names the object."""
+    for name, value in object_store.environ().items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match="the bucket does not exist") as missing:
+        S3Storage.of(f"s3://no-such-bucket-{uuid.uuid4().hex[:8]}/x/").get("a")
+    assert missing.value.exit_code == 3
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+    wrong = S3Storage.of(object_store.url("x/"))
+    with pytest.raises(FetchError, match=r"refused access to a \(SignatureDoesNotMatch\)") as read:
+        wrong.get("a")
+    with pytest.raises(IndexWriteError, match=r"refused access to a ") as written:
+        wrong.create("a", b"1")
+    assert (read.value.exit_code, written.value.exit_code) == (6, 19)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    with pytest.raises(ConfigError, match="no credentials for the object store"):
+        S3Storage.of(object_store.url("x/")).get("a")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "wheelmill")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    once = boto3.client("s3", config=Config(retries={"max_attempts": 1}, s3={"addressing_style": "path"}))
+    with pytest.raises(FetchError, match="the object store did not answer"):
+        S3Storage(BucketPath.parse(object_store.url("x/")), once).get("a")
