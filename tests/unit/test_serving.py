@@ -285,7 +285,7 @@ def _abi(*symbols: str) -> WheelAbi:
     [
         ("cp310-abi3-linux_x86_64", ["torch>=2.10"], (), "3.12", "2.12.0", None),
         ("py3-none-linux_x86_64", ["torch>=2.10"], (), "3.9", "2.14.1", None),
-        ("cp310-abi3-linux_x86_64", [], SHIMS_OF_2_13, "3.11", "2.14.1", None),
+        ("cp310-abi3-linux_x86_64", ["torch>=2.13"], SHIMS_OF_2_13, "3.11", "2.14.1", None),
         ("cp311-cp311-linux_x86_64", [], (), "3.11", "2.14.1", "built once for every Python, but tagged cp311-cp311"),
         ("cp312-abi3-linux_x86_64", [], (), "3.11", "2.14.1", "tagged abi3 from Python 3.12: no wheel for this cell's"),
         (
@@ -336,10 +336,10 @@ def test_a_wheel_whose_shims_need_a_newer_torch_says_the_floor_and_the_fix() -> 
     assert refused.verdict is Verdict.FAIL
     assert "torch 2.13.0" in refused.detail and "2.12.0" in refused.detail
     assert refused.fix is not None and "the oldest torch it serves, no newer than 2.12.0" in refused.fix
-    fits = judge_serving(tags, ["torch>=2.10"], _abi(*SHIMS_OF_2_13), python="3.12", torch="2.14.1")
+    fits = judge_serving(tags, ["torch>=2.13"], _abi(*SHIMS_OF_2_13), python="3.12", torch="2.14.1")
     assert fits.verdict is Verdict.PASS
     assert fits.detail == (
-        "Python >= 3.10, stable shims of torch >= 2.13.0, requires torch>=2.10: fits Python 3.12, torch 2.14.1"
+        "Python >= 3.10, stable shims of torch >= 2.13.0, requires torch>=2.13: fits Python 3.12, torch 2.14.1"
     )
 
 
@@ -362,3 +362,25 @@ def test_in_its_own_channel_a_stable_build_is_published_for_the_cell_whose_conda
     package.write_bytes(b"")
     keys = _run_keys_step(cell, tmp_path)
     assert set(keys.published) == {STABLE} and keys.served == {}, "this cell published it: nothing to do"
+
+
+@pytest.mark.parametrize(
+    ("requires", "verdict"),
+    [
+        (["torch>=2.13"], Verdict.PASS),
+        (["torch>=2.13.0,<3"], Verdict.PASS),
+        (["torch>=2.10"], Verdict.FAIL),  # admits 2.10 to 2.12, which lack a shim it calls
+        ([], Verdict.FAIL),  # admits any torch
+    ],
+)
+def test_a_wheels_requires_dist_admits_no_torch_older_than_its_libraries_need(
+    requires: list[str], verdict: Verdict
+) -> None:
+    """Where its libraries say the oldest torch they load on, its metadata must too: an
+    installer reads the metadata, never the libraries."""
+    tags = frozenset(parse_tag("cp310-abi3-manylinux_2_28_x86_64"))
+    judged = judge_serving(tags, requires, _abi(*SHIMS_OF_2_13), python="3.12", torch="2.14.1")
+    assert judged.verdict is verdict, judged
+    if verdict is Verdict.FAIL:
+        assert "its libraries need torch 2.13.0 or newer" in judged.detail
+        assert judged.fix == "require torch>=2.13.0 (Requires-Dist), the oldest torch its libraries run on"

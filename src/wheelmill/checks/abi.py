@@ -118,8 +118,9 @@ def judge_serving(
     every Python (``abi3``, or no Python at all), from one no newer than the cell's; its
     libraries calling no stable shim newer than the cell's torch (``abi.torch_minimum``, the
     release that added the newest one they call); and requiring a torch the cell's satisfies.
-    Its floor must be known: from its libraries' shims, else its ``Requires-Dist: torch``. A
-    wheel that fails this is never published here."""
+    Its floor must be known: from its libraries' shims, else its ``Requires-Dist: torch``; and
+    where its libraries say it, its ``Requires-Dist`` must admit no older torch, or installers
+    would pair it with one it cannot load on. A wheel that fails this is never published here."""
     every = [tag for tag in tags if tag.abi in ("abi3", "none")]
     fix = 'build it with the limited API (py_limited_api, an abi3 tag), or remove abi = "stable" from its recipe'
     if not every:
@@ -153,6 +154,13 @@ def _torch_floor_problem(abi: WheelAbi, wanted: Requirement | None, torch: str) 
     elif wanted is not None and not wanted.specifier.contains(torch, prereleases=True):
         what = f"requires {wanted}, which this cell's torch {torch} does not satisfy"
         fix = "require no newer torch than the oldest it serves (Requires-Dist: torch>=...), or leave this cell out"
+    elif floor is not None and (wanted is None or (_lower_bound(wanted) or Version("0")) < Version(floor)):
+        said = "names no torch" if wanted is None else f"admits older ones ({wanted})"
+        what = (
+            f"its libraries need torch {floor} or newer, but its Requires-Dist {said}: an installer would put it "
+            "beside a torch it cannot load on"
+        )
+        fix = f"require torch>={floor} (Requires-Dist), the oldest torch its libraries run on"
     elif floor is None and (wanted is None or _lower_bound(wanted) is None):
         said = "names no torch" if wanted is None else f"{wanted} has no lower bound"
         what = f"says no oldest torch it runs on: its libraries call no stable shim and its Requires-Dist {said}"
