@@ -27,6 +27,7 @@ import pytest
 from tests.wheels import make_wheel
 from wheelmill.errors import EnvError, GpuCheckError, GpuUnproven, GpuVerdictMismatch, NoGpuError, PrecheckError
 from wheelmill.index.records import Manifest, ReleasedFile, record
+from wheelmill.index.storage import TreeStorage
 from wheelmill.inputs.versions import Track, VersionRule
 from wheelmill.machine.net import sha256_of
 from wheelmill.machine.package_sources import machine_sources
@@ -386,7 +387,7 @@ def test_a_release_is_tested_on_the_files_its_record_names(project: Path, tmp_pa
         rule=VersionRule.REPO,
     )
     manifest = Manifest(version="1.0", track=Track.RELEASE, commit="0" * 40, tag="v1.0", files=(released,))
-    record(project.parent / "index", manifest)
+    record(TreeStorage(project.parent / "index"), manifest)
     empty = tmp_path / "no-tools"
     empty.mkdir()
     done = wheelmill(project, "test-gpu", "--cell", CELL, "--release", "1.0", path=empty)

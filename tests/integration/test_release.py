@@ -109,7 +109,9 @@ def test_an_rc_is_built_to_the_test_track_and_its_final_tag_promoted_without_a_b
     test_channel = Channel(index, "test/cpu")
     (rc_wheel,) = test_channel.files.glob("example_cpp_ops-*.whl")  # beside it: the mirrored closure
     assert rc_wheel.name.startswith("example_cpp_ops-0.1.0rc1+cpu-") and verify(test_channel) == []
-    rc_record = json.loads((index / "releases" / "test" / "0.1.0rc1.json").read_text())
+    shown = wheelmill(repo, output, "show", "--track", "test", "0.1.0rc1", "--json")
+    assert shown.returncode == 0, shown.stderr
+    rc_record = json.loads(shown.stdout)
     assert [f["filename"] for f in rc_record["files"]] == [rc_wheel.name]
 
     # The final tag on the rc's commit: a promotion. Nothing under the cell's output changes.
@@ -135,7 +137,7 @@ def test_an_rc_is_built_to_the_test_track_and_its_final_tag_promoted_without_a_b
     assert final.name == rc_wheel.name.replace("0.1.0rc1+cpu", "0.1.0+cpu")
     assert verify(release_channel) == [] and (release_channel.files / f"{final.name}.metadata").is_file()
     assert payload(final) == payload(rc_wheel), "the compiled files are the tested ones"
-    record = json.loads((index / "releases" / "release" / "0.1.0.json").read_text())
+    record = json.loads(wheelmill(repo, output, "show", "--track", "release", "0.1.0", "--json").stdout)
     assert record["promoted_from"] == "test/0.1.0rc1" and record["files"][0]["sha256"] == sha256_of(final)
 
     # pip, from the served channels, gets exactly those files: the release's and the rc's.

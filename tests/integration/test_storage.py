@@ -1,7 +1,8 @@
 """The storage protocol's guarantees, the same test for both implementations: a directory
 tree, and a real S3 server (SeaweedFS, conditional writes). Create-once, compare-and-swap,
 server-side copy, listing, and of sixteen processes racing to create each of thirty keys,
-exactly one winner a key, whose bytes the key holds."""
+exactly one winner a key, whose bytes the key holds; and release records written on it by
+eight jobs at once, none lost."""
 
 from __future__ import annotations
 
@@ -22,8 +23,10 @@ from botocore.config import Config
 from tests.objectstore import ObjectStore
 from tests.ports import free_port
 from wheelmill.errors import ConfigError, FetchError, IndexStoreError, IndexWriteError
+from wheelmill.index.records import load_manifest
 from wheelmill.index.s3 import BucketPath, S3Storage
 from wheelmill.index.storage import Storage, TreeStorage
+from wheelmill.inputs.versions import Track
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -181,3 +184,49 @@ def test_a_bucket_that_is_not_there_wrong_credentials_or_no_server_are_one_error
     once = boto3.client("s3", config=Config(retries={"max_attempts": 1}, s3={"addressing_style": "path"}))
     with pytest.raises(FetchError, match="the object store did not answer"):
         S3Storage(BucketPath.parse(object_store.url("x/")), once).get("a")
+
+
+# One job of a release: records its own cell's file, and a GPU result of it, with no lock.
+RECORDER = """
+import sys
+from pathlib import Path
+from wheelmill.checks.gpu import GpuOutcome
+from wheelmill.index.records import GpuRecord, Manifest, ReleasedFile, record, record_gpu
+from wheelmill.index.s3 import S3Storage
+from wheelmill.index.storage import TreeStorage
+from wheelmill.inputs.versions import Track, VersionRule
+kind, where, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+storage = TreeStorage(Path(where)) if kind == "tree" else S3Storage.of(where)
+cell = f"cuda130-job{n}-py311"
+released = ReleasedFile(channel="test/cu130", cell=cell, recipe="ops", filename=f"ops-{n}.whl", sha256=f"{n:064x}",
+                        rule=VersionRule.REPO)
+record(storage, Manifest(version="2.4.0rc1", track=Track.TEST, commit="a" * 40, tag="v2.4.0-rc1",
+                         files=(released,), gpu_runners={cell: ("linux-gpu-h100",)}))
+tested = {released.sha256: GpuOutcome.PASSED}
+passed = GpuRecord(cell=cell, status=GpuOutcome.PASSED, runner="linux-gpu-h100", tested=tested)
+record_gpu(storage, Track.TEST, "2.4.0rc1", [passed])
+"""
+
+
+def test_jobs_recording_one_release_at_once_lose_nothing(storage: tuple[Storage, str, dict[str, str]]) -> None:
+    """Eight jobs of one rc, each publishing its cell and recording its GPU stage, at once:
+    the record read afterwards holds every one of them (objects made once, never rewritten)."""
+    store, where, environ = storage
+    kind = "tree" if isinstance(store, TreeStorage) else "s3"
+    jobs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RECORDER, kind, where, str(n)],
+            cwd=ROOT,
+            env={**os.environ, **environ},
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in range(8)
+    ]
+    for job in jobs:
+        _, err = job.communicate(timeout=300)
+        assert job.returncode == 0, err[-2000:]
+    read = load_manifest(store, Track.TEST, "2.4.0rc1")
+    assert sorted(f.filename for f in read.files) == [f"ops-{n}.whl" for n in range(8)]
+    assert sorted(g.cell for g in read.gpu if g.passed) == sorted(f"cuda130-job{n}-py311" for n in range(8))
+    assert read.gpu_runners == {f"cuda130-job{n}-py311": ("linux-gpu-h100",) for n in range(8)}

@@ -30,6 +30,7 @@ from wheelmill.images.editions import (
 )
 from wheelmill.images.smoke import Smoke
 from wheelmill.index.records import Manifest, ReleasedFile, ReleasedImage, load_manifest, record, record_images
+from wheelmill.index.storage import TreeStorage
 from wheelmill.index.store import Channel, publish
 from wheelmill.inputs.matrix import Matrix, load_matrix
 from wheelmill.inputs.versions import Track, VersionRule
@@ -364,7 +365,7 @@ def test_a_released_cell_is_read_from_its_record_and_images_are_recorded_in_it(m
             rule=VersionRule.REPO,
         ),
     )
-    record(root, Manifest(version="0.1.0", track=Track.RELEASE, commit=COMMIT, tag="v0.1.0", files=files))
+    record(TreeStorage(root), Manifest(version="0.1.0", track=Track.RELEASE, commit=COMMIT, tag="v0.1.0", files=files))
     (cell,) = matrix.select(["cpu-py311"])
     released = read_release_output(root, Track.RELEASE, "0.1.0", cell)
     assert (released.channel, released.torch, [w.requirement for w in released.wheels]) == (
@@ -373,11 +374,12 @@ def test_a_released_cell_is_read_from_its_record_and_images_are_recorded_in_it(m
         ["example-cpp-ops==0.1.0+cpu"],
     )
     image = ReleasedImage(cell="cpu-py311", kind="runtime", reference="registry.example/wheelmill@sha256:" + "e" * 64)
-    path = record_images(root, Track.RELEASE, "0.1.0", [image])
-    assert load_manifest(path).images == (image,)
+    record_images(TreeStorage(root), Track.RELEASE, "0.1.0", [image])
+    assert load_manifest(TreeStorage(root), Track.RELEASE, "0.1.0").images == (image,)
     again = ReleasedImage(cell="cpu-py311", kind="runtime", reference="registry.example/wheelmill@sha256:" + "f" * 64)
     # a newer push replaces it
-    assert load_manifest(record_images(root, Track.RELEASE, "0.1.0", [again])).images == (again,)
+    record_images(TreeStorage(root), Track.RELEASE, "0.1.0", [again])
+    assert load_manifest(TreeStorage(root), Track.RELEASE, "0.1.0").images == (again,)
     (other,) = matrix.select(["cpu-py312"])
     with pytest.raises(ReleaseError, match=r"release 0\.1\.0: no files of cpu-py312"):
         read_release_output(root, Track.RELEASE, "0.1.0", other)

@@ -28,12 +28,12 @@ from wheelmill.index.records import (
     Manifest,
     ReleasedFile,
     load_manifest,
-    manifest_path,
     manifests,
     record,
     record_gpu,
 )
 from wheelmill.index.release import collect_built, promote, prune, same_payload
+from wheelmill.index.storage import TreeStorage
 from wheelmill.index.store import Channel, channel_names, publish
 from wheelmill.index.verify import verify
 from wheelmill.inputs.matrix import load_matrix
@@ -452,7 +452,7 @@ def _release_rc(
         files=tuple(files),
         gpu_runners={"cuda118-py311": runners},
     )
-    record(root, manifest)
+    record(TreeStorage(root), manifest)
     return manifest
 
 
@@ -483,7 +483,7 @@ def test_promotion_copies_the_tested_files_with_the_final_version(tmp_path: Path
         assert (release.files / f"{name}.metadata").is_file()
     again = promote(root, Track.TEST, Track.RELEASE, "2.4.0", commit=HEAD, on_file=lambda _p: None)
     assert again.files == done.files, "promoting again is a no-op"
-    assert [m.version for m in manifests(root, Track.RELEASE)] == ["2.4.0"]
+    assert [m.version for m in manifests(TreeStorage(root), Track.RELEASE)] == ["2.4.0"]
 
 
 A100, H100 = "linux-gpu-a100", "linux-gpu-h100"
@@ -512,21 +512,21 @@ def test_promotion_waits_for_a_passed_gpu_stage_on_every_runner_of_each_cell(tmp
     ):
         promote_rc(root)
     assert not Channel(root, "cu118").exists(), "nothing promoted"
-    record_gpu(root, Track.TEST, "2.4.0rc1", [stage(rc, A100, GpuOutcome.MISMATCH)])
+    record_gpu(TreeStorage(root), Track.TEST, "2.4.0rc1", [stage(rc, A100, GpuOutcome.MISMATCH)])
     with pytest.raises(ReleaseError, match=r"cuda118-py311: mismatch on runner linux-gpu-a100"):
         promote_rc(root)
     with pytest.raises(ReleaseError, match=r"tested other files than test 2\.4\.0rc1 names"):
-        record_gpu(root, Track.TEST, "2.4.0rc1", [stage(rc, A100, files=1)])
+        record_gpu(TreeStorage(root), Track.TEST, "2.4.0rc1", [stage(rc, A100, files=1)])
     with pytest.raises(ReleaseError, match=r"runner linux-gpu-b200, which the record of test 2\.4\.0rc1 does not name"):
-        record_gpu(root, Track.TEST, "2.4.0rc1", [stage(rc, "linux-gpu-b200")])
-    record_gpu(root, Track.TEST, "2.4.0rc1", [stage(rc, A100)])
+        record_gpu(TreeStorage(root), Track.TEST, "2.4.0rc1", [stage(rc, "linux-gpu-b200")])
+    record_gpu(TreeStorage(root), Track.TEST, "2.4.0rc1", [stage(rc, A100)])
     with pytest.raises(ReleaseError, match=r"on runner linux-gpu-h100: no GPU stage recorded") as one_kind:
         promote_rc(root)
     assert "linux-gpu-a100" not in one_kind.value.message, "the A100's pass counts; the H100 has none"
-    record_gpu(root, Track.TEST, "2.4.0rc1", [stage(rc, H100)])
+    record_gpu(TreeStorage(root), Track.TEST, "2.4.0rc1", [stage(rc, H100)])
     done = promote_rc(root)
     assert done.gpu == (stage(rc, A100), stage(rc, H100))
-    assert load_manifest(manifest_path(root, Track.RELEASE, "2.4.0")).gpu == done.gpu
+    assert load_manifest(TreeStorage(root), Track.RELEASE, "2.4.0").gpu == done.gpu
 
 
 def test_a_file_published_after_the_gpu_stage_ran_is_not_promoted_untested(tmp_path: Path) -> None:
@@ -534,11 +534,11 @@ def test_a_file_published_after_the_gpu_stage_ran_is_not_promoted_untested(tmp_p
     stage that passed A says nothing of B."""
     root = tmp_path / "index"
     rc = _release_rc(root, tmp_path, runners=(A100,))
-    record_gpu(root, Track.TEST, "2.4.0rc1", [stage(rc, A100)])
+    record_gpu(TreeStorage(root), Track.TEST, "2.4.0rc1", [stage(rc, A100)])
     later = make_wheel(tmp_path / "later", "wm-extra", "2.4.0rc1+cu118", files={"wm_extra/_C.so": b"\x7fELF"})
     publish(Channel(root, "test/cu118"), later)
     extra = replace(rc.files[0], recipe="wm-extra", filename=later.name, sha256=sha256_of(later))
-    record(root, replace(rc, files=(extra,)))
+    record(TreeStorage(root), replace(rc, files=(extra,)))
     with pytest.raises(ReleaseError, match=rf"not every file passed: {re.escape(later.name)} \(untested\)"):
         promote_rc(root)
 
@@ -546,8 +546,8 @@ def test_a_file_published_after_the_gpu_stage_ran_is_not_promoted_untested(tmp_p
 def test_an_import_only_stage_is_recorded_as_such_and_promotes_nothing(tmp_path: Path) -> None:
     root = tmp_path / "index"
     rc = _release_rc(root, tmp_path, runners=(A100,))
-    record_gpu(root, Track.TEST, "2.4.0rc1", [stage(rc, A100, GpuOutcome.IMPORT_ONLY)])
-    (kept,) = load_manifest(manifest_path(root, Track.TEST, "2.4.0rc1")).gpu
+    record_gpu(TreeStorage(root), Track.TEST, "2.4.0rc1", [stage(rc, A100, GpuOutcome.IMPORT_ONLY)])
+    (kept,) = load_manifest(TreeStorage(root), Track.TEST, "2.4.0rc1").gpu
     assert kept.status is GpuOutcome.IMPORT_ONLY and set(kept.tested.values()) == {GpuOutcome.IMPORT_ONLY}
     with pytest.raises(ReleaseError, match=r"cuda118-py311: import-only on runner linux-gpu-a100"):
         promote_rc(root)
@@ -570,19 +570,42 @@ def test_a_final_tag_promotes_the_rc_of_its_own_commit_not_a_newer_one(tmp_path:
         promote_rc(root, commit="c" * 40)
 
 
-def test_a_record_without_gpu_runners_or_a_commit_promotes_nothing(tmp_path: Path) -> None:
+def test_a_record_an_older_wheelmill_wrote_whole_is_read_and_promotes_nothing_without_runners(
+    tmp_path: Path,
+) -> None:
+    """Records were one JSON file per release (releases/<track>/<version>.json): read still,
+    as the release's objects are; one of schema 1 says no GPU runners, and no gate lets it
+    through. Nor does a promotion into the release track that names no commit."""
     root = tmp_path / "index"
     rc = _release_rc(root, tmp_path)
-    path = manifest_path(root, Track.TEST, "2.4.0rc1")
-    old = {**json.loads(path.read_text()), "schema": 1}
+    shutil.rmtree(root / "releases" / "test" / "2.4.0rc1")  # only the whole file of before is left
+    old = {**rc.as_dict(), "schema": 1}
     del old["gpu-runners"]
-    path.write_text(json.dumps(old))
-    assert load_manifest(path).gpu_runners is None
+    (root / "releases" / "test" / "2.4.0rc1.json").write_text(json.dumps(old))
+    read = load_manifest(TreeStorage(root), Track.TEST, "2.4.0rc1")
+    assert read.files == rc.files and read.gpu_runners is None
+    assert [m.version for m in manifests(TreeStorage(root), Track.TEST)] == ["2.4.0rc1"]
     with pytest.raises(ReleaseError, match="says no GPU runners"):
         promote_rc(root)
     with pytest.raises(ReleaseError, match="from no named commit"):
         promote(root, Track.TEST, Track.RELEASE, "2.4.0", on_file=lambda _p: None)
-    assert rc.files and not Channel(root, "cu118").exists()
+    assert not Channel(root, "cu118").exists()
+
+
+def test_publishers_of_one_release_at_once_lose_nothing_and_another_commit_is_refused(tmp_path: Path) -> None:
+    """A release's record is objects made once each, never read and rewritten: parts of it
+    recorded at once all count, and a version recorded from another commit is refused."""
+    root = tmp_path / "index"
+    rc = _release_rc(root, tmp_path, runners=(A100,))
+    storage = TreeStorage(root)
+    for n in range(3):  # three more jobs' parts, of another cell each
+        part = replace(rc.files[0], cell=f"cuda118-py31{n + 2}", filename=f"part{n}.whl")
+        record(storage, replace(rc, files=(part,), gpu_runners={part.cell: (A100,)}))
+    read = load_manifest(storage, Track.TEST, "2.4.0rc1")
+    assert len(read.files) == 6 and read.gpu_runners == {f"cuda118-py31{n}": (A100,) for n in range(1, 5)}
+    with pytest.raises(ReleaseError, match="was released from commit aaaaaaaaaaaa, not bbbbbbbbbbbb"):
+        record(storage, replace(rc, commit=OTHER))
+    assert len(load_manifest(storage, Track.TEST, "2.4.0rc1").files) == 6, "nothing of the refused one"
 
 
 def test_a_tampered_file_promotes_nothing(tmp_path: Path) -> None:
@@ -620,10 +643,16 @@ def test_prune_keeps_the_newest_nightlies_and_what_they_share(tmp_path: Path) ->
             )
             for w in (wheel, shared)
         )
-        record(root, Manifest(version=f"2.4.1.dev{day}", track=Track.NIGHTLY, commit=HEAD, tag=None, files=files))
+        record(
+            TreeStorage(root),
+            Manifest(version=f"2.4.1.dev{day}", track=Track.NIGHTLY, commit=HEAD, tag=None, files=files),
+        )
     removed = prune(root, Track.NIGHTLY, 2)
     assert removed == ["nightly/cpu/wm_ops-2.4.1.dev20261120+cpu-cp311-cp311-linux_x86_64.whl"]
-    assert [m.version for m in manifests(root, Track.NIGHTLY)] == ["2.4.1.dev20261122", "2.4.1.dev20261121"]
+    assert [m.version for m in manifests(TreeStorage(root), Track.NIGHTLY)] == [
+        "2.4.1.dev20261122",
+        "2.4.1.dev20261121",
+    ]
     assert verify(channel) == [] and (channel.files / shared.name).is_file()
     project = channel.project("wm-ops")
     assert project is not None and project.versions == ["2.4.1.dev20261121+cpu", "2.4.1.dev20261122+cpu"]
@@ -701,7 +730,7 @@ def test_promotion_from_the_cli_is_gated_by_the_rcs_own_record(
     rc = _release_rc(index, tmp_path, runners=(A100, H100), commit=head)
     _release_rc(index, tmp_path, version="2.4.0rc2", commit=OTHER)  # newer, from another commit: never promoted
     one_line(cli(*promote_cli), 17, "on runner linux-gpu-a100: no GPU stage recorded", "wheelmill test-gpu")
-    record_gpu(index, Track.TEST, "2.4.0rc1", [stage(rc, A100)])
+    record_gpu(TreeStorage(index), Track.TEST, "2.4.0rc1", [stage(rc, A100)])
     one_line(cli(*promote_cli), 17, "on runner linux-gpu-h100: no GPU stage recorded")
     report = GpuReport(
         cell="cuda118-py311", channel="test/cu118", index=str(index), env="fresh", python="3.11", runner=H100,
@@ -720,7 +749,7 @@ def test_promotion_from_the_cli_is_gated_by_the_rcs_own_record(
     assert recorded.code == 0, recorded.err
     assert "cuda118-py311: import-only on runner linux-gpu-h100" in recorded.out
     one_line(cli(*promote_cli), 17, "cuda118-py311: import-only on runner linux-gpu-h100")
-    record_gpu(index, Track.TEST, "2.4.0rc1", [stage(rc, H100)])
+    record_gpu(TreeStorage(index), Track.TEST, "2.4.0rc1", [stage(rc, H100)])
     promoted = cli(*promote_cli)
     assert promoted.code == 0, promoted.err
     assert "test/2.4.0rc1 -> release/2.4.0" in promoted.out, "rc1, its commit's, not the newer rc2"
@@ -734,10 +763,10 @@ def test_a_cell_published_in_two_parts_is_not_promoted_on_its_first_parts_stage(
     repo, head = project
     index = tmp_path / "index"
     rc = _release_rc(index, tmp_path, runners=(A100,), commit=head)
-    record_gpu(index, Track.TEST, "2.4.0rc1", [stage(rc, A100)])
+    record_gpu(TreeStorage(index), Track.TEST, "2.4.0rc1", [stage(rc, A100)])
     later = make_wheel(tmp_path / "later", "wm-extra", "2.4.0rc1+cu118", files={"wm_extra/_C.so": b"\x7fELF"})
     publish(Channel(index, "test/cu118"), later)
-    record(index, replace(rc, files=(replace(rc.files[0], filename=later.name, sha256=sha256_of(later)),)))
+    record(TreeStorage(index), replace(rc, files=(replace(rc.files[0], filename=later.name, sha256=sha256_of(later)),)))
     promoted = cli(
         "--recipes", str(repo / "recipes"), "release", "promote", "--from", "test", "--to", "release", "2.4.0"
     )

@@ -386,6 +386,10 @@ def test_release_runs_on_version_tags_and_builds_or_promotes() -> None:
     assert any(
         'wheelmill release promote --from test --to release "$VERSION"' in line for line in run_lines(every["promote"])
     )
+    # the record is read through wheelmill (its objects, read whole), never as a file of the tree
+    promote_lines = " ".join(run_lines(every["promote"]))
+    assert 'wheelmill release show --track release "$VERSION" --json' in promote_lines
+    assert "releases/release/" not in promote_lines
 
 
 def test_a_release_candidate_is_proven_on_gpu_runners_before_promotion() -> None:

@@ -31,7 +31,8 @@ from wheelmill.errors import (
 from wheelmill.gpu.report import GpuReport, table
 from wheelmill.gpu.stage import GpuStage, StageInputs, channel_location
 from wheelmill.index.consumer import base_url
-from wheelmill.index.records import load_manifest, manifest_path, manifests
+from wheelmill.index.records import find_manifest, manifests
+from wheelmill.index.storage import TreeStorage
 from wheelmill.index.store import Channel
 from wheelmill.inputs.recipes import ResolvedRecipe, resolve_all
 from wheelmill.inputs.variants import Cell, Family
@@ -185,13 +186,13 @@ def _test_requires(
 
 def _named(settings: Settings, track: Track, version: str, cell: Cell) -> dict[str, str]:
     """Each recipe's file that the release's record names for the cell."""
-    path = manifest_path(settings.index, track, version)
-    if not path.is_file():
-        known = ", ".join(m.version for m in manifests(settings.index, track)) or "none"
+    records = TreeStorage(settings.index)
+    manifest = find_manifest(records, track, version)
+    if manifest is None:
+        known = ", ".join(m.version for m in manifests(records, track)) or "none"
         raise UsageError(
             f"test-gpu: the {track} track has no release {version} (there: {known})", fix="give a recorded release"
         )
-    manifest = load_manifest(path)
     named = {f.recipe: f.filename for f in manifest.files if f.cell == cell.id}
     if not named:
         raise UsageError(

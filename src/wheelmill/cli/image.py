@@ -36,6 +36,7 @@ from wheelmill.images.manifests import members_of, plan_lists, push_list
 from wheelmill.images.smoke import Smoke
 from wheelmill.index.records import ReleasedImage, record_images
 from wheelmill.index.serve import make_server
+from wheelmill.index.storage import TreeStorage
 from wheelmill.index.store import Channel
 from wheelmill.inputs.variants import Family
 from wheelmill.inputs.versions import Track
@@ -179,7 +180,7 @@ def cmd_image_build(args: argparse.Namespace, settings: Settings, console: Conso
     _record(layout.images, built)
     if released is not None and args.push:
         path = record_images(
-            settings.index,
+            TreeStorage(settings.index),
             *released,
             [ReleasedImage(cell=cell.id, kind=b.spec.kind, reference=str(b.pushed)) for b in built],
         )

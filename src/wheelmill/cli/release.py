@@ -8,6 +8,7 @@ tracks, and the nightly track's retention.
     wheelmill release record-gpu --track test 2.4.0rc1 wheels/*/gpu-report.json   the GPU stage's reports
     wheelmill release promote --from test --to release 2.4.0   the rc of HEAD's commit, once its record
                                                                has a passed GPU stage per cell and runner
+    wheelmill release show --track release 2.4.0 [--json]     a release's record, read whole
     wheelmill release prune --track nightly --keep 14
 """
 
@@ -33,8 +34,9 @@ from wheelmill.cli.common import (
 )
 from wheelmill.errors import UsageError
 from wheelmill.gpu.report import GpuReport, load_gpu_report
-from wheelmill.index.records import GpuRecord, Manifest, record_gpu
+from wheelmill.index.records import GpuRecord, Manifest, load_manifest, record_gpu
 from wheelmill.index.release import collect_built, promote, prune, publish_release
+from wheelmill.index.storage import TreeStorage
 from wheelmill.index.store import Published
 from wheelmill.inputs.matrix import Matrix, github_matrix
 from wheelmill.inputs.variants import Family
@@ -84,6 +86,12 @@ def register(commands: Commands) -> None:
     gpu.add_argument("version", help="the release whose cells the reports tested, e.g. 2.4.0rc1")
     gpu.add_argument("reports", nargs="+", type=Path, metavar="REPORT", help="gpu-report.json files")
     gpu.set_defaults(func=cmd_record_gpu)
+
+    show = actions.add_parser("show", help="a release's record: its files, GPU stages and images, read whole")
+    show.add_argument("--track", required=True, choices=[t.value for t in Track])
+    show.add_argument("version", help="the release, e.g. 2.4.0rc1")
+    show.add_argument("--json", action="store_true", help="the record as JSON (for CI's steps)")
+    show.set_defaults(func=cmd_show)
 
     retention = actions.add_parser("prune", help="keep a track's newest releases, remove older ones' files")
     retention.add_argument("--track", required=True, choices=[Track.NIGHTLY.value, Track.TEST.value])
@@ -188,7 +196,7 @@ def _print_gpu(manifest: Manifest, console: Console) -> None:
 
 def cmd_record_gpu(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     found = [_gpu_record(load_gpu_report(path)) for path in args.reports]
-    path = record_gpu(settings.index, Track(args.track), args.version, found)
+    path = record_gpu(TreeStorage(settings.index), Track(args.track), args.version, found)
     for record in found:
         console.print(f"GPU stage: {record.describe()}", highlight=False)
     console.print(f"{args.version}: {len(found)} GPU stage report(s) recorded in {path}", highlight=False)
@@ -205,6 +213,21 @@ def _gpu_record(report: GpuReport) -> GpuRecord:
         tested={w.sha256: w.outcome for w in report.wheels if w.sha256},
         note=report.error or report.counts(),
     )
+
+
+def cmd_show(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    manifest = load_manifest(TreeStorage(settings.index), Track(args.track), args.version)
+    if args.json:
+        print(json.dumps(manifest.as_dict(), indent=2))
+        return 0
+    where = f"promoted from {manifest.promoted_from}" if manifest.promoted_from else f"tag {manifest.tag or '-'}"
+    console.print(f"{manifest.track}/{manifest.version}: commit {manifest.commit[:12]}, {where}", highlight=False)
+    for released in manifest.files:
+        console.print(f"  {released.cell}: {released.channel}/{released.filename}", highlight=False)
+    _print_gpu(manifest, console)
+    for image in manifest.images:
+        console.print(f"image {image.cell} {image.kind}: {image.reference}", highlight=False)
+    return 0
 
 
 def cmd_prune(args: argparse.Namespace, settings: Settings, console: Console) -> int:

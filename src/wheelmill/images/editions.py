@@ -32,7 +32,8 @@ from packaging.version import Version
 from wheelmill.errors import CommandFailed, ConfigError, ImageError, PrecheckError, ReleaseError
 from wheelmill.images import doctor
 from wheelmill.index.closure import read
-from wheelmill.index.records import load_manifest, manifest_path
+from wheelmill.index.records import load_manifest
+from wheelmill.index.storage import TreeStorage
 from wheelmill.index.store import Channel
 from wheelmill.inputs.manylinux import oldest_glibc
 from wheelmill.inputs.variants import Cell, Family
@@ -114,7 +115,7 @@ def read_cell_output(layout: CellLayout, cell: Cell) -> CellOutput:
 def read_release_output(root: Path, track: Track, version: str, cell: Cell) -> CellOutput:
     """A released cell's output from the release's record and channel (what a promoted
     final release has: no build of its own): its files there, and the torch they pin."""
-    manifest = load_manifest(manifest_path(root, track, version))
+    manifest = load_manifest(TreeStorage(root), track, version)
     files = [f for f in manifest.files if f.cell == cell.id]
     if not files:
         raise ReleaseError(

@@ -1,27 +1,38 @@
 """Release records in the index: what a tag or a nightly published, the GPU runners each
 of its GPU cells needs, the GPU stages run on them, and the images pushed from it.
 
-    <index root>/releases/<track>/<version>.json   one record per release: every file it
-                                                   put in a channel, with its sha256
+A release's record is a set of objects, each created once and never changed, read together
+(issue 43: many jobs write one release at once, on many machines, with no lock):
 
-One writer at a time per track (a lock beside the records), every record written
-atomically: a failure leaves the records as they were.
+    releases/<track>/<version>/release.json                 the version, its commit and tag
+    releases/<track>/<version>/files/<cell>/<stamp>.json     the files one publish put in a
+                                                             channel for the cell, and its
+                                                             GPU runners
+    releases/<track>/<version>/gpu/<cell>/<runner>/<stamp>.json    a GPU stage's result
+    releases/<track>/<version>/images/<cell>/<kind>/<stamp>.json   an image pushed
+
+A stamp orders the objects of one thing by when they were made: the newest GPU result of a
+cell on a runner, and the newest image of a kind, are the ones that count. A record an
+older wheelmill wrote whole (``releases/<track>/<version>.json``) is read as one more part.
+Writes go through the index's storage (``wheelmill.index.storage``), so the records hold
+on a tree and in a bucket alike.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+import os
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
 from wheelmill.checks.gpu import GpuOutcome
-from wheelmill.errors import IndexWriteError, ReleaseError, UsageError
-from wheelmill.files import file_lock, write_atomic
+from wheelmill.errors import ReleaseError, UsageError
+from wheelmill.index.storage import Storage
 from wheelmill.index.store import RECORDS_DIR
 from wheelmill.inputs.versions import Track, VersionRule
 
@@ -97,6 +108,8 @@ def _gpu_record(data: Mapping[str, Any]) -> GpuRecord:
 
 @dataclass(frozen=True, kw_only=True)
 class Manifest:
+    """A release's record, read whole from its objects."""
+
     version: str
     track: Track
     commit: str
@@ -117,7 +130,7 @@ class Manifest:
             "commit": self.commit,
             "tag": self.tag,
             "promoted_from": self.promoted_from,
-            "files": [{**vars(f), "rule": f.rule.value} for f in self.files],
+            "files": [_file_dict(f) for f in self.files],
             "images": [vars(i) for i in self.images],
             "gpu-runners": None
             if self.gpu_runners is None
@@ -126,133 +139,117 @@ class Manifest:
         }
 
 
-def manifest_path(root: Path, track: Track, version: str) -> Path:
-    """Where a release's record is: a version names a file there and nothing else (``..``,
-    a ``/`` or anything but a PEP 440 version, which has neither, never reaches a path outside
-    the records)."""
+def record_prefix(track: Track, version: str) -> str:
+    """Where a release's objects are: a version names a place there and nothing else (``..``,
+    a ``/`` or anything but a PEP 440 version, which has neither, never reaches outside the
+    records)."""
     try:
         Version(version)
     except InvalidVersion:
         raise UsageError(
             f"'{version}' is not a release version", fix="give the version as the release records it, e.g. 1.4.0"
         ) from None
-    return root / RECORDS_DIR / track.value / f"{version}.json"
+    return f"{RECORDS_DIR}/{track.value}/{version}/"
 
 
-def load_manifest(path: Path) -> Manifest:
+def find_manifest(storage: Storage, track: Track, version: str) -> Manifest | None:
+    """The release's record, read from its objects; None where it has none."""
+    prefix = record_prefix(track, version)
+    keys = storage.keys_under(prefix)
+    legacy = _json(storage, f"{prefix.removesuffix('/')}.json")
+    head = _json(storage, f"{prefix}release.json") or legacy
+    if head is None:
+        if keys:
+            raise ReleaseError(
+                f"{storage.location}: {track.value} {version} has objects but no release.json",
+                fix="restore it from the index's storage, or publish the release again",
+            )
+        return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        files = tuple(ReleasedFile(**{**f, "rule": VersionRule(f["rule"])}) for f in data["files"])
-        images = tuple(ReleasedImage(**i) for i in data.get("images", []))
-        # A record of schema 1 kept no runner and no outcome per file: none of it passes a gate.
-        gpu = tuple(_gpu_record(g) for g in data.get("gpu", [])) if data.get("schema", 1) >= 2 else ()
-        runners = data.get("gpu-runners")
-        return Manifest(
-            version=data["version"],
-            track=Track(data["track"]),
-            commit=data["commit"],
-            tag=data["tag"],
-            files=files,
-            promoted_from=data.get("promoted_from"),
-            images=images,
-            gpu=gpu,
-            gpu_runners=None if runners is None else {cell: tuple(labels) for cell, labels in runners.items()},
-        )
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ReleaseError(f"{path}: not a release record ({exc})", fix="restore it from the index's storage") from None
-
-
-def manifests(root: Path, track: Track) -> list[Manifest]:
-    """The track's releases, newest version first."""
-    found = [load_manifest(p) for p in sorted((root / RECORDS_DIR / track.value).glob("*.json"))]
-    return sorted(found, key=lambda m: Version(m.version), reverse=True)
-
-
-@contextmanager
-def records_lock(root: Path, track: Track) -> Iterator[Path]:
-    """The one writer of a track's records; an OS error while writing them is one line
-    (every record is written atomically, so the records are as they were)."""
-    directory = root / RECORDS_DIR / track.value
-    try:
-        with file_lock(directory / ".lock"):
-            yield directory
-    except OSError as exc:
-        raise IndexWriteError(
-            f"{directory}: cannot write the release records: {exc.strerror or exc} ({exc.filename or directory})",
-            fix="free space, or make the index root writable (WHEELMILL_INDEX_ROOT); the records are as they were",
+        return _assembled(storage, head, legacy, keys, prefix)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ReleaseError(
+            f"{storage.location}: {track.value} {version}: not a release record ({exc})",
+            fix="restore it from the index's storage",
         ) from None
 
 
-def record(root: Path, manifest: Manifest) -> Path:
-    """Write (or extend: cells of one release may be published apart) a release's record."""
-    path = manifest_path(root, manifest.track, manifest.version)
-    with records_lock(root, manifest.track) as directory:
-        if path.is_file():
-            old = load_manifest(path)
-            if old.commit != manifest.commit:
-                raise ReleaseError(
-                    f"{path}: {manifest.version} was released from commit {old.commit[:12]}, "
-                    f"not {manifest.commit[:12]}",
-                    fix="a version names one commit: tag a new version",
-                )
-            known = {(f.channel, f.filename) for f in old.files}
-            manifest = replace(
-                old,
-                files=old.files + tuple(f for f in manifest.files if (f.channel, f.filename) not in known),
-                gpu=manifest.gpu or old.gpu,  # a promotion again says what its gate found now
-                gpu_runners=_merged_runners(old.gpu_runners, manifest.gpu_runners),
-            )
-        write_atomic(directory / path.name, (json.dumps(manifest.as_dict(), indent=2) + "\n").encode())
-    return path
-
-
-def _merged_runners(
-    old: Mapping[str, tuple[str, ...]] | None, new: Mapping[str, tuple[str, ...]] | None
-) -> Mapping[str, tuple[str, ...]] | None:
-    """The GPU runners of a release published in parts: every part's cells (one commit, one
-    matrix, so a cell's runners are the same in each)."""
-    if old is None or new is None:
-        return new if old is None else old
-    return {**old, **new}
-
-
-def record_images(root: Path, track: Track, version: str, images: Sequence[ReleasedImage]) -> Path:
-    """Add pushed images to a release's record (a newer push of a cell's kind replaces the
-    older one)."""
-    path = manifest_path(root, track, version)
-    with records_lock(root, track) as directory:
-        if not path.is_file():
-            raise ReleaseError(
-                f"{path}: no record of {track.value} {version}", fix="publish the release before its images"
-            )
-        old = load_manifest(path)
-        kept = tuple(i for i in old.images if (i.cell, i.kind) not in {(n.cell, n.kind) for n in images})
-        write_atomic(
-            directory / path.name,
-            (json.dumps(replace(old, images=kept + tuple(images)).as_dict(), indent=2) + "\n").encode(),
+def load_manifest(storage: Storage, track: Track, version: str) -> Manifest:
+    """The release's record; a ``ReleaseError`` that lists the track's releases where it has none."""
+    found = find_manifest(storage, track, version)
+    if found is None:
+        known = ", ".join(m.version for m in manifests(storage, track)) or "none"
+        raise ReleaseError(
+            f"the {track} track has no release {version} (there: {known})", fix="give a recorded release"
         )
-    return path
+    return found
 
 
-def record_gpu(root: Path, track: Track, version: str, found: Sequence[GpuRecord]) -> Path:
+def manifests(storage: Storage, track: Track) -> list[Manifest]:
+    """The track's releases, newest version first."""
+    versions = {key.split("/")[2].removesuffix(".json") for key in storage.keys_under(f"{RECORDS_DIR}/{track.value}/")}
+    found = [find_manifest(storage, track, v) for v in versions if _is_version(v)]
+    return sorted((m for m in found if m is not None), key=lambda m: Version(m.version), reverse=True)
+
+
+def record(storage: Storage, manifest: Manifest) -> str:
+    """Record (or extend: cells of one release may be published apart, by many jobs at once)
+    a release: its head once, the files of this publish and its GPU results as new objects.
+    Where the release is recorded from another commit, nothing is written."""
+    prefix = record_prefix(manifest.track, manifest.version)
+    existing = _json(storage, f"{prefix}release.json") or _json(storage, f"{prefix.removesuffix('/')}.json")
+    head = {k: v for k, v in manifest.as_dict().items() if k in _HEAD}
+    head["gpu-runners-recorded"] = manifest.gpu_runners is not None
+    if existing is None and not storage.create(f"{prefix}release.json", _encoded(head)):
+        existing = _json(storage, f"{prefix}release.json")  # another writer made it first
+    if existing is not None and existing.get("commit") != manifest.commit:
+        raise ReleaseError(
+            f"{storage.location}: {manifest.version} was released from commit {str(existing.get('commit'))[:12]}, "
+            f"not {manifest.commit[:12]}",
+            fix="a version names one commit: tag a new version",
+        )
+    runners = manifest.gpu_runners or {}
+    for cell in sorted({f.cell for f in manifest.files}):
+        part = {
+            "files": [_file_dict(f) for f in manifest.files if f.cell == cell],
+            "gpu-runners": list(runners[cell]) if cell in runners else None,  # None: a CPU cell
+        }
+        storage.create(f"{prefix}files/{cell}/{_stamp()}.json", _encoded(part))
+    for result in manifest.gpu:
+        _create_gpu(storage, prefix, result)
+    return f"{storage.location.rstrip('/')}/{prefix}"
+
+
+def record_images(storage: Storage, track: Track, version: str, images: Sequence[ReleasedImage]) -> str:
+    """Add pushed images to a release's record (a newer push of a cell's kind counts over
+    the older one)."""
+    load_manifest(storage, track, version)  # the release is there
+    prefix = record_prefix(track, version)
+    for image in images:
+        storage.create(f"{prefix}images/{image.cell}/{image.kind}/{_stamp()}.json", _encoded(vars(image)))
+    return f"{storage.location.rstrip('/')}/{prefix}"
+
+
+def record_gpu(storage: Storage, track: Track, version: str, found: Sequence[GpuRecord]) -> str:
     """Add GPU stage results to a release's record, passed or not (a newer one of a cell on a
-    runner replaces the older). Each must be of a runner the record names for its cell, and a
-    passed one must have tested every file the record names for its cell: a stage that ran on
-    another state of the channel proves nothing about this release."""
-    path = manifest_path(root, track, version)
-    with records_lock(root, track) as directory:
-        if not path.is_file():
-            raise ReleaseError(f"{path}: no record of {track.value} {version}", fix="publish the release first")
-        old = load_manifest(path)
-        for result in found:
-            _check_recordable(old, result)
-        replaced = {(r.cell, r.runner) for r in found}
-        kept = tuple(g for g in old.gpu if (g.cell, g.runner) not in replaced)
-        write_atomic(
-            directory / path.name,
-            (json.dumps(replace(old, gpu=kept + tuple(found)).as_dict(), indent=2) + "\n").encode(),
-        )
-    return path
+    runner counts over the older). Each must be of a runner the record names for its cell,
+    and a passed one must have tested every file the record names for its cell: a stage that
+    ran on another state of the channel proves nothing about this release."""
+    manifest = load_manifest(storage, track, version)
+    for result in found:
+        _check_recordable(manifest, result)
+    prefix = record_prefix(track, version)
+    for result in found:
+        _create_gpu(storage, prefix, result)
+    return f"{storage.location.rstrip('/')}/{prefix}"
+
+
+def forget(storage: Storage, track: Track, version: str) -> None:
+    """Every object of a release's record gone (its files are the caller's)."""
+    prefix = record_prefix(track, version)
+    for key in storage.keys_under(prefix):
+        storage.delete(key)
+    storage.delete(f"{prefix.removesuffix('/')}.json")
 
 
 def _check_recordable(manifest: Manifest, result: GpuRecord) -> None:
@@ -274,3 +271,113 @@ def _check_recordable(manifest: Manifest, result: GpuRecord) -> None:
             f"({len(named - set(result.tested))} of its {len(named)} untested)",
             fix=f"run `wheelmill test-gpu --cell {result.cell} --track {manifest.track.value}` on its channel now",
         )
+
+
+# What release.json holds; the rest of a record is in its other objects.
+_HEAD = ("schema", "version", "track", "commit", "tag", "promoted_from")  # and gpu-runners-recorded
+
+
+def _assembled(
+    storage: Storage, head: Mapping[str, Any], legacy: Mapping[str, Any] | None, keys: Sequence[str], prefix: str
+) -> Manifest:
+    """A record from its head and its objects, and the whole record an older wheelmill wrote."""
+    parts = [_json(storage, key) or {} for key in keys if key.startswith(f"{prefix}files/")]
+    files: dict[tuple[str, str], ReleasedFile] = {}
+    for part in [*([legacy] if legacy else []), *parts]:
+        for data in part.get("files", []):
+            released = ReleasedFile(**{**data, "rule": VersionRule(data["rule"])})
+            files.setdefault((released.channel, released.filename), released)
+    gpu = {(g.cell, g.runner): g for g in _legacy_gpu(legacy)}
+    gpu |= {
+        (g.cell, g.runner): g for g in (_gpu_record(_json(storage, k) or {}) for k in _newest(keys, prefix, "gpu/"))
+    }
+    images = {(i["cell"], i["kind"]): ReleasedImage(**i) for i in (legacy or {}).get("images", [])}
+    for key in _newest(keys, prefix, "images/"):
+        image = ReleasedImage(**(_json(storage, key) or {}))
+        images[image.cell, image.kind] = image
+    return Manifest(
+        version=head["version"],
+        track=Track(head["track"]),
+        commit=head["commit"],
+        tag=head["tag"],
+        files=tuple(files.values()),
+        promoted_from=head.get("promoted_from"),
+        images=tuple(images.values()),
+        gpu=tuple(gpu.values()),
+        gpu_runners=_runners(head, legacy, parts),
+    )
+
+
+def _runners(
+    head: Mapping[str, Any], legacy: Mapping[str, Any] | None, parts: Sequence[Mapping[str, Any]]
+) -> dict[str, tuple[str, ...]] | None:
+    """Each GPU cell's runners, from every part that says them; None where the release was
+    recorded without them (by an older wheelmill): no gate lets such a record through."""
+    recorded = head.get("gpu-runners-recorded", head.get("gpu-runners") is not None)
+    if not recorded or (legacy is not None and legacy.get("gpu-runners") is None):
+        return None
+    runners = {cell: tuple(labels) for cell, labels in ((legacy or {}).get("gpu-runners") or {}).items()}
+    for part in parts:
+        if part.get("gpu-runners") is not None and part.get("files"):
+            runners[part["files"][0]["cell"]] = tuple(part["gpu-runners"])
+    return runners
+
+
+def _legacy_gpu(legacy: Mapping[str, Any] | None) -> list[GpuRecord]:
+    """The GPU results of a whole record; a schema 1 one kept no runner or outcome: none counts."""
+    if legacy is None or legacy.get("schema", 1) < 2:
+        return []
+    return [_gpu_record(g) for g in legacy.get("gpu", [])]
+
+
+def _newest(keys: Sequence[str], prefix: str, kind: str) -> list[str]:
+    """Of the stamped objects under ``kind`` (``gpu/<cell>/<runner>/<stamp>.json``), the newest
+    of each thing (each cell and runner), in key order."""
+    newest: dict[str, str] = {}
+    for key in sorted(k for k in keys if k.startswith(prefix + kind)):
+        thing = key.rpartition("/")[0]
+        newest[thing] = key  # sorted: the last is the newest stamp
+    return sorted(newest.values())
+
+
+def _create_gpu(storage: Storage, prefix: str, result: GpuRecord) -> None:
+    runner = result.runner or "-"  # no runner: a promoted release's "not covered" (a label starts alphanumeric)
+    storage.create(f"{prefix}gpu/{result.cell}/{runner}/{_stamp()}.json", _encoded(result.as_dict()))
+
+
+def _stamp() -> str:
+    """A name that sorts by when it was made, unique across processes and machines."""
+    return f"{time.time_ns():020d}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def _file_dict(released: ReleasedFile) -> dict[str, Any]:
+    return {**vars(released), "rule": released.rule.value}
+
+
+def _json(storage: Storage, key: str) -> dict[str, Any] | None:
+    found = storage.get(key)
+    if found is None:
+        return None
+    try:
+        data = json.loads(found.data)
+    except ValueError as exc:
+        raise ReleaseError(
+            f"{storage.location}: {key}: not a release record ({exc})", fix="restore it from the index's storage"
+        ) from None
+    if not isinstance(data, dict):
+        raise ReleaseError(
+            f"{storage.location}: {key}: not a release record", fix="restore it from the index's storage"
+        )
+    return data
+
+
+def _encoded(data: Mapping[str, Any]) -> bytes:
+    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
+
+
+def _is_version(text: str) -> bool:
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return True

@@ -32,12 +32,12 @@ from wheelmill.index.records import (
     GpuRecord,
     Manifest,
     ReleasedFile,
-    load_manifest,
-    manifest_path,
+    find_manifest,
+    forget,
     manifests,
     record,
-    records_lock,
 )
+from wheelmill.index.storage import TreeStorage
 from wheelmill.index.store import Channel, Published, publish, remove_files
 from wheelmill.inputs.versions import Release, Track, VersionRule
 from wheelmill.machine.net import sha256_of
@@ -205,9 +205,21 @@ def publish_release(
     *,
     gpu_runners: Mapping[str, tuple[str, ...]],
     on_file: Callable[[Published], None],
-) -> Path:
+) -> str:
     """Publish the built wheels into their channels, then record the release, with the GPU
-    runners of each of its GPU cells (``gpu_runners``: the matrix's, at the release's commit)."""
+    runners of each of its GPU cells (``gpu_runners``: the matrix's, at the release's commit).
+    A version recorded from another commit is refused before anything is published."""
+    cells = {wheel.cell for wheel in wheels}
+    manifest = Manifest(
+        version=release.version,
+        track=release.track,
+        commit=release.commit,
+        tag=release.tag,
+        files=(),
+        gpu_runners={cell: labels for cell, labels in gpu_runners.items() if cell in cells},
+    )
+    records = TreeStorage(root)
+    record(records, manifest)  # the release's head, or the refusal of another commit's version
     files = []
     for wheel in wheels:
         done = publish(Channel(root, wheel.channel), wheel.path)
@@ -222,27 +234,16 @@ def publish_release(
                 rule=wheel.rule,
             )
         )
-    cells = {wheel.cell for wheel in wheels}
-    return record(
-        root,
-        Manifest(
-            version=release.version,
-            track=release.track,
-            commit=release.commit,
-            tag=release.tag,
-            files=tuple(files),
-            gpu_runners={cell: labels for cell, labels in gpu_runners.items() if cell in cells},
-        ),
-    )
+    return record(records, replace(manifest, files=tuple(files)))
 
 
 def source_release(root: Path, source: Track, version: str, *, commit: str | None = None) -> Manifest:
     """The release to promote: ``version`` itself, or for a final version the newest of its
     release candidates; with ``commit``, only a release recorded from that commit (a final tag
     promotes the rc of its own commit, never a newer one made elsewhere)."""
-    exact = manifest_path(root, source, version)
-    if exact.is_file():
-        found = load_manifest(exact)
+    records = TreeStorage(root)
+    found = find_manifest(records, source, version)
+    if found is not None:
         if commit is not None and found.commit != commit:
             raise ReleaseError(
                 f"nothing to promote: {source} {version} was released from commit {found.commit[:12]}, "
@@ -256,12 +257,12 @@ def source_release(root: Path, source: Track, version: str, *, commit: str | Non
         raise ReleaseError(f"'{version}' is not a version", fix="give a version such as 2.4.0 or 2.4.0rc1") from None
     candidates = [
         m
-        for m in manifests(root, source)
+        for m in manifests(records, source)
         if Version(m.version).pre and Version(m.version).base_version == final.base_version
     ]
     mine = [m for m in candidates if commit is None or m.commit == commit]
     if not mine:
-        known = ", ".join(f"{m.version} ({m.commit[:12]})" for m in manifests(root, source)) or "none"
+        known = ", ".join(f"{m.version} ({m.commit[:12]})" for m in manifests(records, source)) or "none"
         at = f" from commit {commit[:12]}" if commit is not None else ""
         raise ReleaseError(
             f"nothing to promote: no {source} release of {version}{at} (there: {known})",
@@ -326,7 +327,7 @@ def promote(
         gpu=gpu,
         gpu_runners=origin.gpu_runners,
     )
-    record(root, manifest)
+    record(TreeStorage(root), manifest)
     return manifest
 
 
@@ -414,7 +415,8 @@ def prune(root: Path, track: Track, keep: int) -> list[str]:
         raise ReleaseError("prune: the release track is never pruned", fix="yank a release instead (wheelmill yank)")
     if keep < 1:
         raise ReleaseError(f"prune: --keep {keep}", fix="keep at least 1 release")
-    ordered = manifests(root, track)
+    records = TreeStorage(root)
+    ordered = manifests(records, track)
     kept, dropped = ordered[:keep], ordered[keep:]
     needed = {(f.channel, f.filename) for m in kept for f in m.files}
     removed = []
@@ -425,7 +427,6 @@ def prune(root: Path, track: Track, keep: int) -> list[str]:
                 by_project.setdefault((f.channel, str(parse_wheel_filename(f.filename)[0])), set()).add(f.filename)
     for (channel, project), names in sorted(by_project.items()):
         removed += [f"{channel}/{name}" for name in remove_files(Channel(root, channel), project, names)]
-    with records_lock(root, track):
-        for manifest in dropped:
-            manifest_path(root, track, manifest.version).unlink(missing_ok=True)
+    for manifest in dropped:
+        forget(records, track, manifest.version)
     return removed
