@@ -164,12 +164,12 @@ def _publish(release: Release, settings: Settings, console: Console, *, mirror: 
     its channel, so the track's channels install on their own too."""
     built = collect_built(settings.output, release)
     matrix, _recipes = load_inputs(settings)
-    runners = {cell: matrix.gpu_runners_of(matrix.cell(cell)) for cell in sorted({wheel.cell for wheel in built})}
-    gpu_cells = {cell: labels for cell, labels in runners.items() if matrix.cell(cell).variant.family is not Family.CPU}
+    cells = [matrix.cell(cell) for cell in sorted({wheel.cell for wheel in built})]
+    gpu_cells = {cell.id: matrix.gpu_runners_of(cell) for cell in cells if cell.variant.family is not Family.CPU}
     record = publish_release(settings.index, release, built, gpu_runners=gpu_cells, on_file=_printer(console))
     console.print(f"{release.version}: recorded in {record}", highlight=False)
     if mirror:
-        mirror_cells(sorted({wheel.cell for wheel in built}), settings, console)
+        mirror_cells([cell.id for cell in cells], settings, console)
     return 0
 
 

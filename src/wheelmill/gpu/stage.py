@@ -216,13 +216,9 @@ class GpuStage:
 
     def _torch(self, env: _Env) -> dict[str, Any]:
         """The env's torch, which must be the cell's; the GPUs it sees."""
-        said = self._python(env, ["-c", TORCH_PROBE], what="import torch")
-        try:
-            torch: dict[str, Any] = json.loads(said.splitlines()[-1])
-        except (ValueError, IndexError):
-            raise EnvError(
-                f"test-gpu: torch's probe said no result: {said[-200:]!r}", fix=f"read {self.log.path}"
-            ) from None
+        torch: dict[str, Any] = self._result(
+            self._python(env, ["-c", TORCH_PROBE], what="import torch"), probe="torch's probe"
+        )
         judged = judge_located(str(torch["version"]), self.inputs.plan.cell.variant)
         if judged.verdict is not Verdict.PASS:
             variant = self.inputs.plan.cell.variant
@@ -294,16 +290,20 @@ class GpuStage:
         wheels = self.inputs.plan.wheels
         names = [wheel.recipe for wheel in wheels]
         said = self._python(env, ["-c", LOCATING, *names], what="locate the installed wheels")
-        try:
-            located: dict[str, str | None] = json.loads(said.splitlines()[-1])
-        except (ValueError, IndexError):
-            raise EnvError(f"test-gpu: locating the wheels said {said[-200:]!r}", fix=f"read {self.log.path}") from None
+        located: dict[str, str | None] = self._result(said, probe="the wheels' locating probe")
         problems = {}
         for wheel, file in zip(wheels, files, strict=True):
             problems[wheel.recipe] = not_the_channels_file(wheel.recipe, file, located.get(wheel.recipe), env.site)
             if problems[wheel.recipe]:
                 self.log.note(f"{wheel.recipe}: {problems[wheel.recipe]}")
         return problems
+
+    def _result(self, said: str, *, probe: str) -> Any:
+        """The JSON line a probe printed last; an ``EnvError`` where it printed none."""
+        try:
+            return json.loads(said.splitlines()[-1])
+        except (ValueError, IndexError):
+            raise EnvError(f"test-gpu: {probe} said no result: {said[-200:]!r}", fix=f"read {self.log.path}") from None
 
     def _install_argv(self, env: _Env, what: Sequence[str]) -> list[str]:
         return [

@@ -154,9 +154,13 @@ def record_prefix(track: Track, version: str) -> str:
 
 def find_manifest(storage: Storage, track: Track, version: str) -> Manifest | None:
     """The release's record, read from its objects; None where it has none."""
+    return _found(storage, track, version, storage.keys_under(record_prefix(track, version)))
+
+
+def _found(storage: Storage, track: Track, version: str, keys: Sequence[str]) -> Manifest | None:
+    """The release's record from its objects' keys, listed already."""
     prefix = record_prefix(track, version)
-    keys = storage.keys_under(prefix)
-    legacy = _json(storage, f"{prefix.removesuffix('/')}.json")
+    legacy = _json(storage, _legacy_key(prefix))
     head = _json(storage, f"{prefix}release.json") or legacy
     if head is None:
         if keys:
@@ -187,8 +191,14 @@ def load_manifest(storage: Storage, track: Track, version: str) -> Manifest:
 
 def manifests(storage: Storage, track: Track) -> list[Manifest]:
     """The track's releases, newest version first."""
-    versions = {key.split("/")[2].removesuffix(".json") for key in storage.keys_under(f"{RECORDS_DIR}/{track.value}/")}
-    found = [find_manifest(storage, track, v) for v in versions if _is_version(v)]
+    by_version: dict[str, list[str]] = {}
+    for key in storage.keys_under(f"{RECORDS_DIR}/{track.value}/"):  # listed once, for every release
+        _, _, name, *inside = key.split("/")
+        # an object of the release's own (releases/<track>/<version>/...), or the whole record
+        # an older wheelmill wrote beside them (releases/<track>/<version>.json)
+        keys = by_version.setdefault(name.removesuffix(".json") if not inside else name, [])
+        keys += [key] if inside else []
+    found = [_found(storage, track, version, keys) for version, keys in by_version.items() if _is_version(version)]
     return sorted((m for m in found if m is not None), key=lambda m: Version(m.version), reverse=True)
 
 
@@ -197,7 +207,7 @@ def record(storage: Storage, manifest: Manifest) -> str:
     a release: its head once, the files of this publish and its GPU results as new objects.
     Where the release is recorded from another commit, nothing is written."""
     prefix = record_prefix(manifest.track, manifest.version)
-    existing = _json(storage, f"{prefix}release.json") or _json(storage, f"{prefix.removesuffix('/')}.json")
+    existing = _json(storage, f"{prefix}release.json") or _json(storage, _legacy_key(prefix))
     head = {k: v for k, v in manifest.as_dict().items() if k in _HEAD}
     head["gpu-runners-recorded"] = manifest.gpu_runners is not None
     if existing is None and not storage.create(f"{prefix}release.json", _encoded(head)):
@@ -217,7 +227,7 @@ def record(storage: Storage, manifest: Manifest) -> str:
         storage.create(f"{prefix}files/{cell}/{_stamp()}.json", _encoded(part))
     for result in manifest.gpu:
         _create_gpu(storage, prefix, result)
-    return f"{storage.location.rstrip('/')}/{prefix}"
+    return _where(storage, prefix)
 
 
 def record_images(storage: Storage, track: Track, version: str, images: Sequence[ReleasedImage]) -> str:
@@ -227,7 +237,7 @@ def record_images(storage: Storage, track: Track, version: str, images: Sequence
     prefix = record_prefix(track, version)
     for image in images:
         storage.create(f"{prefix}images/{image.cell}/{image.kind}/{_stamp()}.json", _encoded(vars(image)))
-    return f"{storage.location.rstrip('/')}/{prefix}"
+    return _where(storage, prefix)
 
 
 def record_gpu(storage: Storage, track: Track, version: str, found: Sequence[GpuRecord]) -> str:
@@ -241,7 +251,7 @@ def record_gpu(storage: Storage, track: Track, version: str, found: Sequence[Gpu
     prefix = record_prefix(track, version)
     for result in found:
         _create_gpu(storage, prefix, result)
-    return f"{storage.location.rstrip('/')}/{prefix}"
+    return _where(storage, prefix)
 
 
 def forget(storage: Storage, track: Track, version: str) -> None:
@@ -249,7 +259,7 @@ def forget(storage: Storage, track: Track, version: str) -> None:
     prefix = record_prefix(track, version)
     for key in storage.keys_under(prefix):
         storage.delete(key)
-    storage.delete(f"{prefix.removesuffix('/')}.json")
+    storage.delete(_legacy_key(prefix))
 
 
 def _check_recordable(manifest: Manifest, result: GpuRecord) -> None:
@@ -343,6 +353,16 @@ def _newest(keys: Sequence[str], prefix: str, kind: str) -> list[str]:
 def _create_gpu(storage: Storage, prefix: str, result: GpuRecord) -> None:
     runner = result.runner or "-"  # no runner: a promoted release's "not covered" (a label starts alphanumeric)
     storage.create(f"{prefix}gpu/{result.cell}/{runner}/{_stamp()}.json", _encoded(result.as_dict()))
+
+
+def _legacy_key(prefix: str) -> str:
+    """Where an older wheelmill wrote the release's whole record: ``releases/<track>/<version>.json``."""
+    return f"{prefix.removesuffix('/')}.json"
+
+
+def _where(storage: Storage, prefix: str) -> str:
+    """A release's record as a person names it: ``<index root>/releases/<track>/<version>/``."""
+    return f"{storage.location.rstrip('/')}/{prefix}"
 
 
 def _stamp() -> str:

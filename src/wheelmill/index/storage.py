@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Protocol
 
 from wheelmill.errors import IndexStoreError, IndexWriteError
-from wheelmill.files import Linked, file_lock, write_all, write_once
+from wheelmill.files import Content, Linked, file_lock, write_all, write_once
 
 _SEGMENT = re.compile(r"^[A-Za-z0-9_+=@,-][A-Za-z0-9._+=@,-]*$")
 # The tree's own directories beside the objects; no key starts with a dot, so none is one.
@@ -133,10 +132,7 @@ class TreeStorage:
 
     # A tree's headers are its server's (deploy/nginx-index.conf): no object carries them.
     def create(self, key: str, source: bytes | Path, *, cache_control: str | None = None) -> bool:  # noqa: ARG002
-        path = self.path(key)
-        with _writing(self.location, key):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            return write_once(path, source, tmp_dir=self._tmp)
+        return self._write_once(key, source)
 
     def swap(self, key: str, data: bytes, *, version: str, cache_control: str | None = None) -> bool:  # noqa: ARG002
         path = self.path(key)
@@ -151,10 +147,13 @@ class TreeStorage:
         origin = self.path(source)
         if not origin.is_file():
             raise IndexStoreError(f"{self.location}: no object {source} to copy", fix="copy an object that is there")
+        return self._write_once(key, Linked(origin))
+
+    def _write_once(self, key: str, content: Content) -> bool:
         path = self.path(key)
         with _writing(self.location, key):
             path.parent.mkdir(parents=True, exist_ok=True)
-            return write_once(path, Linked(origin), tmp_dir=self._tmp)
+            return write_once(path, content, tmp_dir=self._tmp)
 
     def keys_under(self, prefix: str = "") -> list[str]:
         checked_key(prefix, prefix=True)
@@ -172,10 +171,6 @@ class TreeStorage:
     def delete(self, key: str) -> None:
         with _writing(self.location, key):
             self.path(key).unlink(missing_ok=True)
-
-    def clear(self) -> None:
-        """Everything under the root gone (a test's bucket emptied)."""
-        shutil.rmtree(self.root, ignore_errors=True)
 
 
 @contextmanager
