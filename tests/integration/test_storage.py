@@ -25,7 +25,7 @@ from tests.ports import free_port
 from wheelmill.errors import ConfigError, FetchError, IndexStoreError, IndexWriteError
 from wheelmill.index.records import load_manifest
 from wheelmill.index.s3 import BucketPath, S3Storage
-from wheelmill.index.storage import Storage, TreeStorage
+from wheelmill.index.storage import Headers, Storage, TreeStorage
 from wheelmill.inputs.versions import Track
 
 pytestmark = pytest.mark.integration
@@ -71,7 +71,7 @@ def test_an_object_is_created_once_and_swapped_only_from_the_version_read(
 ) -> None:
     store, _, _ = storage
     assert store.get("cu130/simple/index.json") is None
-    assert store.create("cu130/simple/index.json", b"one", cache_control="no-cache")
+    assert store.create("cu130/simple/index.json", b"one", headers=Headers(cache_control="no-cache"))
     assert not store.create("cu130/simple/index.json", b"two"), "a second create finds it there"
     first = store.get("cu130/simple/index.json")
     assert first is not None and first.data == b"one"
@@ -100,6 +100,8 @@ def test_a_copy_is_made_once_from_another_object_and_keys_list_by_prefix(
     assert store.create("cu130/simple/index.json", b"{}")
     assert store.keys_under("cu130/") == ["cu130/files/w.whl", "cu130/simple/index.json"]
     assert store.keys_under() == ["blobs/sha256/ab/w.whl", "cu130/files/w.whl", "cu130/simple/index.json"]
+    assert store.children("") == ["blobs", "cu130"] and store.children("cu130/") == ["files", "simple"]
+    assert store.children("none/") == []
     store.delete("cu130/files/w.whl")
     store.delete("cu130/files/w.whl")  # gone already: no error
     assert store.keys_under("cu130/") == ["cu130/simple/index.json"]

@@ -52,6 +52,9 @@ class FileEntry:
     # The build keys whose build gave these bytes: more than one where inputs changed and the
     # bytes did not (a reproducible build of an edited comment); empty for a mirrored file.
     build_keys: tuple[str, ...] = ()
+    # Where the file is, relative to its project page; None: the tree's channel's own files
+    # (``../../files/<filename>``). An object store's channel names its content-addressed blob.
+    href: str | None = None
 
     @property
     def built(self) -> bool:
@@ -60,7 +63,11 @@ class FileEntry:
     @property
     def url(self) -> str:
         """Relative to a project page (``<channel>/simple/<project>/``)."""
-        return "../../files/" + urllib.parse.quote(self.filename, safe="")
+        return self.href or self.files_url(self.filename)
+
+    @staticmethod
+    def files_url(filename: str) -> str:
+        return "../../files/" + urllib.parse.quote(filename, safe="")
 
     def as_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -100,6 +107,7 @@ class FileEntry:
             gpu_archs=data.get("_gpu-archs"),
             abi=data.get("_abi"),
             build_keys=tuple(data.get("_build-keys", ())),
+            href=None if data["url"] == cls.files_url(data["filename"]) else data["url"],
         )
 
 

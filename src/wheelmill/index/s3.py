@@ -29,7 +29,7 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
 from wheelmill.errors import ConfigError, FetchError, IndexStoreError, IndexWriteError, WheelmillError
 from wheelmill.files import atomic_path
-from wheelmill.index.storage import Stored, checked_key
+from wheelmill.index.storage import Headers, Stored, checked_key
 
 if TYPE_CHECKING:
     from types_boto3_s3.client import S3Client
@@ -115,28 +115,30 @@ class S3Storage:
 
         return self._call(download, key, writing=False)
 
-    def create(self, key: str, source: bytes | Path, *, cache_control: str | None = None) -> bool:
+    def create(self, key: str, source: bytes | Path, *, headers: Headers | None = None) -> bool:
         def put() -> None:
             if isinstance(source, Path):
                 with source.open("rb") as body:  # opened for each try: a retried one sends it whole again
-                    self._put(key, body, cache_control, None)
+                    self._put(key, body, headers, None)
             else:
-                self._put(key, source, cache_control, None)
+                self._put(key, source, headers, None)
 
         return self._conditional(put, key)
 
-    def swap(self, key: str, data: bytes, *, version: str, cache_control: str | None = None) -> bool:
-        return self._conditional(lambda: self._put(key, data, cache_control, version), key)
+    def swap(self, key: str, data: bytes, *, version: str, headers: Headers | None = None) -> bool:
+        return self._conditional(lambda: self._put(key, data, headers, version), key)
 
-    def _put(self, key: str, body: bytes | BinaryIO, cache_control: str | None, version: str | None) -> None:
+    def _put(self, key: str, body: bytes | BinaryIO, headers: Headers | None, version: str | None) -> None:
         """A conditional PUT: create-once where ``version`` is None, else compare-and-swap."""
         request: PutObjectRequestTypeDef = {"Bucket": self.where.bucket, "Key": self.where.key(key), "Body": body}
         if version is None:
             request["IfNoneMatch"] = "*"
         else:
             request["IfMatch"] = version
-        if cache_control:
-            request["CacheControl"] = cache_control
+        if headers is not None and headers.cache_control:
+            request["CacheControl"] = headers.cache_control
+        if headers is not None and headers.content_type:
+            request["ContentType"] = headers.content_type
         self.client.put_object(**request)
 
     def copy(self, source: str, key: str) -> bool:
@@ -166,6 +168,18 @@ class S3Storage:
             )
             found = [item["Key"] for page in pages for item in page.get("Contents", [])]
             return sorted(key.removeprefix(self.where.prefix) for key in found)
+
+        return self._call(listed, prefix or "(all)", writing=False)
+
+    def children(self, prefix: str) -> list[str]:
+        checked_key(prefix, prefix=True)
+
+        def listed() -> list[str]:
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.where.bucket, Prefix=self.where.prefix + prefix, Delimiter="/"
+            )
+            found = [item["Prefix"] for page in pages for item in page.get("CommonPrefixes", [])]
+            return sorted(name.removeprefix(self.where.prefix + prefix).rstrip("/") for name in found)
 
         return self._call(listed, prefix or "(all)", writing=False)
 

@@ -12,6 +12,8 @@ never through a lock of their own (issue 43). Both implementations give the same
     copy(source, key)         create-once, from another object (S3: CopyObject, no byte
                               through the caller)
     keys_under(prefix)        every key under a prefix, sorted; delete(key)
+    children(prefix)          the names one level below a prefix that hold objects (S3: a
+                              listing with a delimiter), sorted
 
 A version is opaque: compare it, never read it. Keys are ``/``-separated relative names of
 plain segments (``cu130/simple/torch/index.json``): the same key means the same object in
@@ -44,6 +46,15 @@ class Stored:
     version: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class Headers:
+    """What a server in front of the store sends with an object: a bucket keeps them with
+    the object; a tree's server (deploy/nginx-index.conf) sets its own by path."""
+
+    content_type: str | None = None
+    cache_control: str | None = None
+
+
 class Storage(Protocol):
     """What the index is written on; see the module's docstring for the guarantees."""
 
@@ -58,13 +69,15 @@ class Storage(Protocol):
         """The object's bytes into ``dest`` (replaced whole), streamed; False where it is not."""
         ...
 
-    def create(self, key: str, source: bytes | Path, *, cache_control: str | None = None) -> bool: ...
+    def create(self, key: str, source: bytes | Path, *, headers: Headers | None = None) -> bool: ...
 
-    def swap(self, key: str, data: bytes, *, version: str, cache_control: str | None = None) -> bool: ...
+    def swap(self, key: str, data: bytes, *, version: str, headers: Headers | None = None) -> bool: ...
 
     def copy(self, source: str, key: str) -> bool: ...
 
     def keys_under(self, prefix: str = "") -> list[str]: ...
+
+    def children(self, prefix: str) -> list[str]: ...
 
     def delete(self, key: str) -> None: ...
 
@@ -131,10 +144,10 @@ class TreeStorage:
         return True
 
     # A tree's headers are its server's (deploy/nginx-index.conf): no object carries them.
-    def create(self, key: str, source: bytes | Path, *, cache_control: str | None = None) -> bool:  # noqa: ARG002
+    def create(self, key: str, source: bytes | Path, *, headers: Headers | None = None) -> bool:  # noqa: ARG002
         return self._write_once(key, source)
 
-    def swap(self, key: str, data: bytes, *, version: str, cache_control: str | None = None) -> bool:  # noqa: ARG002
+    def swap(self, key: str, data: bytes, *, version: str, headers: Headers | None = None) -> bool:  # noqa: ARG002
         path = self.path(key)
         with _writing(self.location, key), file_lock(self.root / _WORK / "locks" / version_of(key.encode())):
             current = self.get(key)
@@ -159,6 +172,12 @@ class TreeStorage:
         checked_key(prefix, prefix=True)
         top = self.root / prefix.rpartition("/")[0] if "/" in prefix else self.root
         return sorted(key for key in self._walk(top) if key.startswith(prefix))
+
+    def children(self, prefix: str) -> list[str]:
+        top = self.root / checked_key(prefix, prefix=True)
+        if not top.is_dir():
+            return []
+        return sorted(p.name for p in top.iterdir() if not p.name.startswith(".") and any(self._walk(p)))
 
     def _walk(self, top: Path) -> Iterator[str]:
         if not top.is_dir():

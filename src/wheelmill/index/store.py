@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
@@ -55,7 +55,8 @@ from wheelmill.wheel.wheelfile import WheelInfo, read_wheel
 TRACK_DIRS = tuple(t.value for t in Track if t is not Track.RELEASE)
 RECORDS_DIR = "releases"
 CONDA_DIR = "conda"  # the conda channels beside the wheel channels (wheelmill.conda.channel)
-RESERVED = (*TRACK_DIRS, RECORDS_DIR, CONDA_DIR)
+BLOBS_DIR = "blobs"  # an object store's content-addressed bytes (wheelmill.index.objects)
+RESERVED = (*TRACK_DIRS, RECORDS_DIR, CONDA_DIR, BLOBS_DIR)
 T = TypeVar("T")
 _CHANNEL = re.compile(rf"^(?:(?:{'|'.join(TRACK_DIRS)})/)?[a-z0-9][a-z0-9.+_-]*$")
 
@@ -112,6 +113,17 @@ def usage(root: Path) -> Usage:
     )
 
 
+def checked_channel(name: str) -> str:
+    """``name`` where it names a channel; an ``IndexStoreError`` saying what one is otherwise."""
+    if not _CHANNEL.match(name) or name.rpartition("/")[2] in RESERVED:
+        raise IndexStoreError(
+            f"'{name}' is not a channel name",
+            fix="use lower-case letters, digits, '.', '+', '_' and '-', e.g. cu118, "
+            "optionally in a track: test/cu118, nightly/cu118",
+        )
+    return name
+
+
 def now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -128,14 +140,8 @@ class Channel:
     """
 
     def __init__(self, root: Path, name: str) -> None:
-        if not _CHANNEL.match(name) or name.rpartition("/")[2] in RESERVED:
-            raise IndexStoreError(
-                f"'{name}' is not a channel name",
-                fix="use lower-case letters, digits, '.', '+', '_' and '-', e.g. cu118, "
-                "optionally in a track: test/cu118, nightly/cu118",
-            )
         self.root = root
-        self.name = name
+        self.name = checked_channel(name)
         self.path = root / name
 
     @property
@@ -316,7 +322,7 @@ class Channel:
         return sorted(p.name for p in self.simple.iterdir() if (p / "index.json").is_file())
 
 
-def _agreeing(wheel: Path) -> WheelInfo:
+def agreeing(wheel: Path) -> WheelInfo:
     """The wheel, read; the index refuses one whose METADATA names another project or version,
     or carries into the pages more than a listing holds (every client downloads the pages)."""
     info = read_wheel(wheel)
@@ -372,7 +378,7 @@ def publish(
     listing lacks, which it learns. A built wheel replaces the mirrored files of its
     project; a mirrored one is not added where the project is built. The arch record is
     wheelmill's own: only a built wheel's is read (and must be valid)."""
-    info = _agreeing(wheel)
+    info = agreeing(wheel)
     archs = gpu_archs(info) if mirrored_from is None else None
     sha256 = sha256 or sha256_of(wheel)
     with channel.lock():
@@ -441,7 +447,21 @@ def _add_key(channel: Channel, project: Project, listed: FileEntry, key: str) ->
     channel.update(replace(project, files=files))
 
 
-def built_by_key(channel: Channel) -> dict[str, tuple[str, FileEntry]]:
+class Listing(Protocol):
+    """What reading a channel's pages needs, whatever it is written on."""
+
+    name: str
+
+    def exists(self) -> bool: ...
+
+    def project(self, name: str) -> Project | None: ...
+
+    def projects(self) -> Iterator[Project]: ...
+
+    def project_names(self) -> list[str]: ...
+
+
+def built_by_key(channel: Listing) -> dict[str, tuple[str, FileEntry]]:
     """Every build key of the channel's built wheels, with the project and the listing of
     its wheel: a build whose key is here made those bytes already. A yanked wheel answers
     for no key: whoever yanked it wanted another."""

@@ -98,11 +98,20 @@ def _file(
         yield f"{where}: sha256 differs from the page"
     if hashlib.sha256(sidecar.read_bytes()).hexdigest() != entry.metadata_sha256:
         yield f"{where}: .metadata sha256 differs from the page"
-    if anchor is not None and (anchor.get("href") or "").split("#sha256=")[-1] != entry.sha256:
+    yield from agreement(where, entry, anchor)
+
+
+def agreement(where: str, entry: pages.FileEntry, anchor: dict[str, str | None] | None) -> Iterator[str]:
+    """What the HTML link of a file says that its JSON listing does not."""
+    if anchor is None:
+        return
+    if (anchor.get("href") or "").split("#sha256=")[-1] != entry.sha256:
         yield f"{where}: the HTML link carries another sha256"
-    if anchor is not None and anchor.get("data-gpu-archs") != entry.gpu_archs:
+    if anchor.get("data-gpu-archs") != entry.gpu_archs:
         yield f"{where}: the HTML link and the JSON page show different GPU archs"
-    if anchor is not None and anchor.get("data-abi") != entry.abi:
+    if anchor.get("data-abi") != entry.abi:
         yield f"{where}: the HTML link and the JSON page show different ABIs"
-    if anchor is not None and pages.build_keys_of(anchor.get("data-build-keys")) != entry.build_keys:
+    if pages.build_keys_of(anchor.get("data-build-keys")) != entry.build_keys:
         yield f"{where}: the HTML link and the JSON page show different build keys"
+    if anchor.get("data-yanked") != entry.yanked:
+        yield f"{where}: the HTML link and the JSON page show different yanks"

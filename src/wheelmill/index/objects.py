@@ -1,0 +1,575 @@
+"""A channel written as objects on any ``Storage`` (an S3 bucket, or a tree), by any number
+of writers on any number of machines at once, with no lock of wheelmill's own:
+
+    blobs/sha256/<hex>/<filename>                        a file's bytes, once for every channel
+    blobs/sha256/<hex>/<filename>.metadata               its core metadata (PEP 658)
+    <channel>/entries/<project>/<filename>/built.json    the listing of a file built here,
+                                                         or mirrored.json: one mirrored; made once
+    <channel>/entries/<project>/<filename>/keys/<key>    a build key it answers for; made once
+    <channel>/entries/<project>/<filename>/yanked        its yank reason, while it is yanked
+    <channel>/simple/index.json, index.html              the project list
+    <channel>/simple/<project>/index.json, index.html    a project's files
+
+A writer writes the bytes, then the entry, then the pages: no page lists a file that is not
+there, whatever request a writer dies after. The pages are a function of the entries alone
+(``render_project``, ``render_root``), written by compare-and-swap: a renderer reads the
+pages with their versions, then lists the entries, then replaces each page only where it is
+still the version read, and starts again where it is not. So the last page written comes
+from a listing taken after every entry whose writer had finished creating it, and racing
+writers converge on the pages of every entry. A writer killed after its entry and before
+the pages leaves the file unlisted until the next render of its project: the next publish
+there, or ``wheelmill index render``. Blobs are never removed here: other channels and
+tracks may name the same bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import random
+import tempfile
+import time
+import urllib.parse
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from wheelmill.errors import IndexConflict, IndexStoreError, IndexWriteError
+from wheelmill.index import pages
+from wheelmill.index.pages import FileEntry, Project
+from wheelmill.index.storage import Headers, Storage, Stored
+from wheelmill.index.store import (
+    BLOBS_DIR,
+    Published,
+    PublishOutcome,
+    abi_of_wheel,
+    agreeing,
+    checked_channel,
+    gpu_archs,
+    now_rfc3339,
+)
+from wheelmill.machine.net import sha256_of
+
+BUILT, MIRRORED, KEYS, YANKED = "built.json", "mirrored.json", "keys", "yanked"
+IMMUTABLE = "public, max-age=31536000, immutable"
+T = TypeVar("T")
+RENDER_TRIES = 30  # renders of one page that another writer's change may interrupt
+READERS = 16  # objects read at once where a render or a check meets many
+
+
+def page_cache(channel: str) -> str:
+    """The release track's pages may be kept ten minutes; the test and nightly tracks' change
+    with every build, so a client asks each time (the ETag makes that a 304)."""
+    return "no-cache" if "/" in channel else "max-age=600, must-revalidate"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Listed:
+    """What the entries' keys say of one file, without reading an object."""
+
+    kinds: frozenset[str] = frozenset()  # BUILT and/or MIRRORED
+    keys: tuple[str, ...] = ()
+    yanked: bool = False
+
+    @property
+    def kind(self) -> str | None:
+        """Built beats mirrored: the listing of a file built here wins."""
+        return BUILT if BUILT in self.kinds else (MIRRORED if MIRRORED in self.kinds else None)
+
+
+class ObjectChannel:
+    """One channel (``cu130``, ``test/cu130``) of an index on ``storage``."""
+
+    def __init__(self, storage: Storage, name: str) -> None:
+        self.storage = storage
+        self.name = checked_channel(name)
+
+    def __repr__(self) -> str:
+        return f"ObjectChannel({self.storage.location!r}, {self.name!r})"
+
+    def page_key(self, project: str | None, form: str) -> str:
+        """``form``: json or html."""
+        return "/".join((self.name, "simple", *([project] if project else []), f"index.{form}"))
+
+    def entries(self, project: str | None = None, filename: str | None = None) -> str:
+        """The prefix of the entries of the channel, a project, or one file."""
+        return "/".join((self.name, "entries", *(x for x in (project, filename) if x))) + "/"
+
+    def href(self, sha256: str, filename: str) -> str:
+        """The blob, relative to a project page (``<channel>/simple/<project>/``)."""
+        up = "../" * (self.name.count("/") + 3)
+        return f"{up}{BLOBS_DIR}/sha256/{sha256}/{urllib.parse.quote(filename, safe='')}"
+
+    @property
+    def headers(self) -> Headers:
+        return Headers(content_type=pages.JSON_TYPE, cache_control=page_cache(self.name))
+
+    def exists(self) -> bool:
+        return self.storage.get(self.page_key(None, "json")) is not None
+
+    def project(self, name: str) -> Project | None:
+        found = self.storage.get(self.page_key(canonicalize_name(name), "json"))
+        return _parsed(found, pages.parse_project_json, f"{self.name}/{name}") if found else None
+
+    def project_names(self) -> list[str]:
+        found = self.storage.get(self.page_key(None, "json"))
+        return _parsed(found, pages.parse_root_json, self.name) if found else []
+
+    def projects(self) -> Iterator[Project]:
+        return (p for p in (self.project(n) for n in self.project_names()) if p is not None)
+
+    def listing(self, project: str) -> dict[str, Listed]:
+        """Every file of ``project`` its entries name, by the keys alone."""
+        prefix = self.entries(project)
+        found: dict[str, Listed] = {}
+        for key in self.storage.keys_under(prefix):
+            filename, _, rest = key.removeprefix(prefix).partition("/")
+            now = found.get(filename, Listed())
+            if rest in (BUILT, MIRRORED):
+                now = replace(now, kinds=now.kinds | {rest})
+            elif rest == YANKED:
+                now = replace(now, yanked=True)
+            elif rest.startswith(f"{KEYS}/"):
+                now = replace(now, keys=tuple(sorted({*now.keys, rest.removeprefix(f"{KEYS}/")})))
+            found[filename] = now
+        return found
+
+    def fetch(self, entry: FileEntry, dest: Path) -> bool:
+        """A listed file's bytes into ``dest``."""
+        return self.storage.fetch(blob_key(entry.sha256, entry.filename), dest)
+
+
+def blob_key(sha256: str, filename: str) -> str:
+    return f"{BLOBS_DIR}/sha256/{sha256}/{filename}"
+
+
+def _parsed(found: Stored, parse: Callable[[str], T], where: str) -> T:
+    try:
+        return parse(found.data.decode())
+    except (ValueError, KeyError, TypeError) as exc:
+        raise IndexStoreError(
+            f"{where}: not a valid index page ({type(exc).__name__}: {str(exc)[:120]})",
+            fix="run `wheelmill index render`: it writes the pages again from the entries",
+        ) from None
+
+
+def entry_bytes(project: str, entry: FileEntry) -> bytes:
+    """What an entry object holds: the file's listing, but for what other objects say (its
+    build keys, its yank) and where its bytes are (the channel's to say)."""
+    data = {
+        "project": project,
+        "filename": entry.filename,
+        "version": entry.version,
+        "sha256": entry.sha256,
+        "size": entry.size,
+        "upload-time": entry.upload_time,
+        "requires-python": entry.requires_python,
+        "metadata-sha256": entry.metadata_sha256,
+        "mirrored-from": entry.mirrored_from,
+        "gpu-archs": entry.gpu_archs,
+        "abi": entry.abi,
+    }
+    return (json.dumps(data, indent=1) + "\n").encode()
+
+
+def entry_of(data: bytes) -> FileEntry:
+    found: dict[str, Any] = json.loads(data)
+    return FileEntry(
+        filename=found["filename"],
+        version=found["version"],
+        sha256=found["sha256"],
+        size=found["size"],
+        upload_time=found["upload-time"],
+        requires_python=found["requires-python"],
+        metadata_sha256=found["metadata-sha256"],
+        mirrored_from=found["mirrored-from"],
+        gpu_archs=found["gpu-archs"],
+        abi=found["abi"],
+    )
+
+
+def _read_all(storage: Storage, keys: Sequence[str]) -> dict[str, Stored | None]:
+    if len(keys) < 4:
+        return {key: storage.get(key) for key in keys}
+    with ThreadPoolExecutor(READERS) as pool:
+        return dict(zip(keys, pool.map(storage.get, keys), strict=True))
+
+
+def _assembled(
+    channel: ObjectChannel, project: str, listing: Mapping[str, Listed], known: Mapping[str, FileEntry]
+) -> tuple[FileEntry, ...]:
+    """The project's files from its entries: an entry the page lists already is taken from
+    the page (entries never change), the others read; the keys and yanks from the listing."""
+    kinds = {name: listed.kind for name, listed in listing.items() if listed.kind is not None}
+
+    def trusted(name: str) -> bool:
+        return name in known and known[name].built == (kinds[name] == BUILT)
+
+    reads = [f"{channel.entries(project, n)}{k}" for n, k in kinds.items() if not trusted(n)]
+    reads += [f"{channel.entries(project, n)}{YANKED}" for n in kinds if listing[n].yanked]
+    read = _read_all(channel.storage, reads)
+    files = []
+    for name, kind in kinds.items():
+        found = known[name] if trusted(name) else read.get(f"{channel.entries(project, name)}{kind}")
+        base = entry_of(found.data) if isinstance(found, Stored) else found
+        if base is None:  # removed since the listing
+            continue
+        yank = read.get(f"{channel.entries(project, name)}{YANKED}")
+        files.append(
+            replace(
+                base,
+                yanked=yank.data.decode() if yank is not None else None,
+                build_keys=listing[name].keys if kind == BUILT else (),
+                href=channel.href(base.sha256, name),
+            )
+        )
+    built_here = any(f.built for f in files)
+    kept = [f for f in files if f.built or not built_here]  # built beats mirrored
+    return tuple(sorted(kept, key=lambda f: (f.upload_time, f.filename)))
+
+
+def _put_page(storage: Storage, key: str, now: Stored | None, data: bytes, headers: Headers) -> bool:
+    """The page is ``data`` now: it was, or this write made it; False where another writer
+    changed it since ``now`` was read."""
+    if now is not None and now.data == data:
+        return True
+    if now is None:
+        return storage.create(key, data, headers=headers)
+    return storage.swap(key, data, version=now.version, headers=headers)
+
+
+def _converging(what: str, channel: ObjectChannel, attempt: Callable[[], bool]) -> None:
+    """``attempt`` again until it writes over no other writer's change; each wait longer,
+    and at random, so racing renderers fall apart."""
+    for tries in range(RENDER_TRIES):
+        if attempt():
+            return
+        time.sleep(random.uniform(0, min(1.0, 0.01 * 2**tries)))  # noqa: S311 - a pause, not a secret
+    raise IndexWriteError(
+        f"{channel.storage.location}: {channel.name}: {what} changed under each of {RENDER_TRIES} renders",
+        fix=f"run `wheelmill index render --channel {channel.name}` once the other writers are done",
+    )
+
+
+def render_project(channel: ObjectChannel, project: str) -> Project:
+    """The project's pages written from its entries (read the pages, then the entries, then
+    compare-and-swap each page); what they list."""
+    keys = {form: channel.page_key(project, form) for form in ("json", "html")}
+    rendered: list[Project] = []
+
+    def attempt() -> bool:
+        now = {form: channel.storage.get(key) for form, key in keys.items()}
+        try:
+            known = {f.filename: f for f in pages.parse_project_json(_text(now["json"])).files}
+        except (ValueError, KeyError, TypeError):  # none yet, or damaged: every entry is read
+            known = {}
+        result = Project(name=project, files=_assembled(channel, project, channel.listing(project), known))
+        rendered[:] = [result]
+        headers = channel.headers
+        return _put_page(
+            channel.storage, keys["json"], now["json"], pages.project_json(result).encode(), headers
+        ) and _put_page(
+            channel.storage,
+            keys["html"],
+            now["html"],
+            pages.project_html(result).encode(),
+            replace(headers, content_type="text/html; charset=utf-8"),
+        )
+
+    _converging(f"the pages of {project}", channel, attempt)
+    return rendered[0]
+
+
+def render_root(channel: ObjectChannel) -> list[str]:
+    """The project list written from the projects that have entries; the names."""
+    keys = {form: channel.page_key(None, form) for form in ("json", "html")}
+    names: list[str] = []
+
+    def attempt() -> bool:
+        now = {form: channel.storage.get(key) for form, key in keys.items()}
+        names[:] = channel.storage.children(channel.entries())
+        headers = channel.headers
+        return _put_page(
+            channel.storage, keys["json"], now["json"], pages.root_json(names).encode(), headers
+        ) and _put_page(
+            channel.storage,
+            keys["html"],
+            now["html"],
+            pages.root_html(names).encode(),
+            replace(headers, content_type="text/html; charset=utf-8"),
+        )
+
+    _converging("the project list", channel, attempt)
+    return list(names)
+
+
+def _listed(channel: ObjectChannel, project: str) -> None:
+    """The project's pages, and the project list where it lacks the project."""
+    render_project(channel, project)
+    try:
+        names = channel.project_names()
+    except IndexStoreError:
+        names = []
+    if project not in names:
+        render_root(channel)
+
+
+def publish(
+    channel: ObjectChannel,
+    wheel: Path,
+    *,
+    upload_time: str | None = None,
+    mirrored_from: str | None = None,
+    sha256: str | None = None,
+    build_key: str | None = None,
+) -> Published:
+    """Add ``wheel`` to ``channel``: the same rules as the tree's ``store.publish`` (immutable
+    files, built beats mirrored, build keys learnt), as objects: the bytes, the entry, the
+    pages, each made once or swapped, never locked."""
+    info = agreeing(wheel)
+    sha256 = sha256 or sha256_of(wheel)
+    kind = MIRRORED if mirrored_from is not None else BUILT
+    listing = channel.listing(info.name)
+    there = listing.get(wheel.name, Listed())
+
+    def done(outcome: PublishOutcome, replaced: Sequence[str] = ()) -> Published:
+        return Published(
+            channel=channel.name, project=info.name, filename=wheel.name, outcome=outcome, replaced=tuple(replaced)
+        )
+
+    if there.kind is not None:
+        _same_bytes(channel, info.name, wheel.name, there.kind, sha256)
+    if kind == MIRRORED and any(listed.kind == BUILT for listed in listing.values()):
+        return done(PublishOutcome.BUILT_HERE)
+    entry = FileEntry(
+        filename=wheel.name,
+        version=str(info.version),
+        sha256=sha256,
+        size=wheel.stat().st_size,
+        upload_time=upload_time or now_rfc3339(),
+        requires_python=info.requires_python,
+        metadata_sha256=hashlib.sha256(info.metadata).hexdigest(),
+        mirrored_from=mirrored_from,
+        gpu_archs=gpu_archs(info) if kind == BUILT else None,
+        abi=abi_of_wheel(wheel) if kind == BUILT else None,
+    )
+    made = kind not in there.kinds and _store(channel, wheel, info.metadata, project=info.name, entry=entry, kind=kind)
+    learnt = build_key is not None and build_key not in there.keys
+    if learnt and build_key is not None:
+        channel.storage.create(f"{channel.entries(info.name, wheel.name)}{KEYS}/{build_key}", b"")
+    page = channel.project(info.name)
+    shown = next((f for f in page.files if f.filename == wheel.name), None) if page else None
+    if made or learnt or shown is None or shown.built != (kind == BUILT):
+        _listed(channel, info.name)
+    mirrored = any(MIRRORED in listed.kinds for listed in listing.values())
+    replaced = _drop_mirrored(channel, info.name) if kind == BUILT and mirrored else []
+    return done(PublishOutcome.ADDED if made else PublishOutcome.UNCHANGED, replaced)
+
+
+def _same_bytes(channel: ObjectChannel, project: str, filename: str, kind: str, sha256: str) -> None:
+    """A published name keeps its bytes: other bytes under it are refused (exit 14)."""
+    found = channel.storage.get(f"{channel.entries(project, filename)}{kind}")
+    listed = entry_of(found.data).sha256 if found is not None else sha256
+    if listed != sha256:
+        raise IndexConflict(
+            f"{channel.name}: {filename} is already published with other bytes "
+            f"(sha256 {listed[:16]}..., this one {sha256[:16]}...)",
+            fix="published files are immutable: bump the version (or the build tag) instead",
+        )
+
+
+def _store(channel: ObjectChannel, wheel: Path, metadata: bytes, *, project: str, entry: FileEntry, kind: str) -> bool:
+    """The bytes and the sidecar (each once, wherever other channels have them already), then
+    the entry; False where another writer made the same entry first."""
+    blob = blob_key(entry.sha256, wheel.name)
+    there = set(channel.storage.keys_under(blob.rpartition("/")[0] + "/"))
+    immutable = Headers(content_type="application/octet-stream", cache_control=IMMUTABLE)
+    if blob not in there:
+        channel.storage.create(blob, wheel, headers=immutable)
+    if f"{blob}.metadata" not in there:
+        channel.storage.create(f"{blob}.metadata", metadata, headers=immutable)
+    key = f"{channel.entries(project, wheel.name)}{kind}"
+    if channel.storage.create(key, entry_bytes(project, entry)):
+        return True
+    _same_bytes(channel, project, wheel.name, kind, entry.sha256)  # a racing writer's: the same bytes, or refused
+    return False
+
+
+def _drop_mirrored(channel: ObjectChannel, project: str) -> list[str]:
+    """The mirrored entries of a project built here, after its pages stopped listing them."""
+    gone = []
+    for filename, listed in channel.listing(project).items():
+        if MIRRORED in listed.kinds:
+            channel.storage.delete(f"{channel.entries(project, filename)}{MIRRORED}")
+            gone.append(filename)
+    return gone
+
+
+def set_yanked(channel: ObjectChannel, project_name: str, version: str, reason: str | None) -> list[str]:
+    """Yank (``reason`` a string, maybe empty) or unyank (None) every file of a version."""
+    try:
+        wanted = Version(version)
+    except InvalidVersion:
+        raise IndexStoreError(
+            f"'{version}' is not a version", fix="give the version as the index lists it (`wheelmill index list`)"
+        ) from None
+    project = channel.project(project_name)
+    if project is None:
+        raise IndexStoreError(
+            f"{channel.name}: no project '{project_name}'",
+            fix=f"`wheelmill index list --channel {channel.name}` shows what is there",
+        )
+    hits = [f for f in project.files if Version(f.version) == wanted]
+    if not hits:
+        raise IndexStoreError(
+            f"{channel.name}: {project.name} has no version {version}",
+            fix=f"published versions: {', '.join(project.versions)}",
+        )
+    for entry in hits:
+        _set_yank(channel.storage, f"{channel.entries(project.name, entry.filename)}{YANKED}", reason)
+    render_project(channel, project.name)
+    return [f.filename for f in hits]
+
+
+def _set_yank(storage: Storage, key: str, reason: str | None) -> None:
+    if reason is None:
+        storage.delete(key)
+        return
+    data = reason.encode()
+    for _ in range(RENDER_TRIES):
+        now = storage.get(key)
+        if now is not None and now.data == data:
+            return
+        if storage.create(key, data) if now is None else storage.swap(key, data, version=now.version):
+            return
+    raise IndexWriteError(f"{storage.location}: {key} changed under each try", fix="yank it again")
+
+
+def remove_files(channel: ObjectChannel, project_name: str, filenames: Collection[str]) -> list[str]:
+    """Drop these files of a project (a nightly track's retention): their entries, then the
+    pages; their bytes stay, as other channels may list them."""
+    project = canonicalize_name(project_name)
+    listing = channel.listing(project)
+    gone = sorted(name for name in filenames if name in listing)
+    for filename in gone:
+        for key in channel.storage.keys_under(channel.entries(project, filename)):
+            channel.storage.delete(key)
+    if gone:
+        render_project(channel, project)
+        render_root(channel)
+    return gone
+
+
+def render(channel: ObjectChannel) -> list[str]:
+    """Every project's pages and the project list written again from the entries (what a
+    scheduled job, or anyone after a writer died, runs); what changed, in words."""
+    before = {p.name: {f.filename for f in p.files} for p in _readable_projects(channel)}
+    names = render_root(channel)
+    said = []
+    for name in names:
+        now = {f.filename for f in render_project(channel, name).files}
+        said += [f"{name}: listed {f} (unlisted before)" for f in sorted(now - before.get(name, set()))]
+        said += [f"{name}: no longer lists {f} (its entry is gone)" for f in sorted(before.get(name, set()) - now)]
+    for gone in sorted(set(before) - set(names)):  # every entry of the project removed
+        for form in ("json", "html"):
+            channel.storage.delete(channel.page_key(gone, form))
+        said.append(f"{gone}: removed its pages (it has no files)")
+    return said
+
+
+def _readable_projects(channel: ObjectChannel) -> Iterator[Project]:
+    """Every project that has pages, listed or not, whose JSON page reads (a damaged one as
+    a project without files)."""
+    for name in channel.storage.children(f"{channel.name}/simple/"):
+        found: Project | None = Project(name=name, files=())
+        with contextlib.suppress(IndexStoreError):
+            found = channel.project(name)
+        if found is not None:
+            yield found
+
+
+def verify(channel: ObjectChannel, *, hashes: bool = True) -> list[str]:
+    """Every problem found (none: the channel is a valid index): the pages parse and agree,
+    every listed file and sidecar is stored (with the listed sha256 where ``hashes``), and
+    every entry is listed."""
+    from wheelmill.index.verify import agreement  # noqa: PLC0415 - verify imports the tree's channel
+
+    root = {form: channel.storage.get(channel.page_key(None, form)) for form in ("json", "html")}
+    if root["json"] is None:
+        return [f"{channel.name}: no simple/index.json"]
+    try:
+        names = channel.project_names()
+    except IndexStoreError as exc:
+        return [exc.message]
+    problems = []
+    with_entries = channel.storage.children(channel.entries())
+    if sorted(names) != with_entries:
+        problems.append(f"{channel.name}: the project list {sorted(names)} differs from the projects {with_entries}")
+    linked = sorted(urllib.parse.unquote(a["href"] or "").rstrip("/") for a in pages.links(_text(root["html"])))
+    if linked != sorted(names):
+        problems.append(f"{channel.name}: index.html links {linked}, index.json lists {sorted(names)}")
+    for name in names:
+        problems += _project_problems(channel, name, agreement, hashes=hashes)
+    return problems
+
+
+def _text(found: Stored | None) -> str:
+    return found.data.decode(errors="replace") if found is not None else ""
+
+
+def _project_problems(
+    channel: ObjectChannel, name: str, agreement: Callable[..., Iterator[str]], *, hashes: bool
+) -> list[str]:
+    where = f"{channel.name}/{name}"
+    try:
+        project = channel.project(name)
+    except IndexStoreError as exc:
+        return [exc.message]
+    if project is None:
+        return [f"{where}: listed but has no index.json"]
+    problems = []
+    anchors = {
+        urllib.parse.unquote((a["href"] or "").split("#")[0].rsplit("/", 1)[-1]): a
+        for a in pages.links(_text(channel.storage.get(channel.page_key(name, "html"))))
+    }
+    if sorted(anchors) != sorted(f.filename for f in project.files):
+        problems.append(f"{where}: index.html and index.json list different files")
+    listing = channel.listing(name)
+    shown = {f.filename for f in project.files}
+    unlisted = sorted(n for n, listed in listing.items() if listed.kind is not None and n not in shown)
+    built_here = any(f.built for f in project.files)
+    unlisted = [n for n in unlisted if listing[n].kind == BUILT or not built_here]
+    problems += [
+        f"{channel.name}/{n}: not listed (an interrupted publish): `wheelmill index render` lists it" for n in unlisted
+    ]
+    for entry in project.files:
+        problems += list(agreement(f"{channel.name}/{entry.filename}", entry, anchors.get(entry.filename)))
+    with ThreadPoolExecutor(READERS) as pool:
+        for found in pool.map(lambda e: _stored_problems(channel, e, hashes=hashes), project.files):
+            problems += found
+    return problems
+
+
+def _stored_problems(channel: ObjectChannel, entry: FileEntry, *, hashes: bool) -> list[str]:
+    where = f"{channel.name}/{entry.filename}"
+    blob = blob_key(entry.sha256, entry.filename)
+    there = set(channel.storage.keys_under(blob.rpartition("/")[0] + "/"))
+    if blob not in there or f"{blob}.metadata" not in there:
+        return [f"{where}: listed but the file or its .metadata is missing"]
+    sidecar = channel.storage.get(f"{blob}.metadata")
+    if sidecar is None or hashlib.sha256(sidecar.data).hexdigest() != entry.metadata_sha256:
+        return [f"{where}: .metadata sha256 differs from the page"]
+    if hashes:
+        with tempfile.TemporaryDirectory(prefix="wheelmill-verify-") as scratch:
+            copy = Path(scratch) / "file"
+            if not channel.storage.fetch(blob, copy) or sha256_of(copy) != entry.sha256:
+                return [f"{where}: sha256 differs from the page"]
+            if copy.stat().st_size != entry.size:
+                return [f"{where}: size {copy.stat().st_size}, the page says {entry.size}"]
+    return []
