@@ -55,6 +55,8 @@ class Settings:
     env_backend: EnvBackendName = EnvBackendName.UV
     conda_channels: tuple[str, ...] = ()  # () : the local conda channels under <index>/conda
     index_root: Path | None = None  # None: <output>/index
+    # s3://bucket/prefix: the index is an object store's (wheelmill.index.objects), not a tree.
+    index_bucket: str | None = None
     engine: str = "auto"  # where commands run: auto | podman | docker | none
     base_policy: str = "auto"  # auto | bootstrap | registry: the builder images' base
     debian_mirror: str | None = None  # None: the mirror apt is configured with
@@ -87,7 +89,8 @@ class Settings:
             ),
             env_backend=_enum(env, "WHEELMILL_ENV_BACKEND", EnvBackendName),
             conda_channels=tuple(env.get("WHEELMILL_CONDA_CHANNELS", "").split()),
-            index_root=Path(env["WHEELMILL_INDEX_ROOT"]) if env.get("WHEELMILL_INDEX_ROOT") else None,
+            index_root=Path(root) if (root := env.get("WHEELMILL_INDEX_ROOT")) and not _is_bucket(root) else None,
+            index_bucket=root if root and _is_bucket(root) else None,
             engine=_choice(env, "WHEELMILL_ENGINE", ENGINE_CHOICES),
             base_policy=_choice(env, "WHEELMILL_BASE", BASE_POLICIES),
             debian_mirror=env.get("WHEELMILL_DEBIAN_MIRROR") or None,
@@ -108,7 +111,15 @@ class Settings:
 
     @property
     def index(self) -> Path:
-        """The local index's storage root."""
+        """The local index's storage root: a tree. Where the index is an object store, a
+        command that works on a tree only says so (exit 3)."""
+        if self.index_bucket is not None:
+            raise ConfigError(
+                f"WHEELMILL_INDEX_ROOT is an object store ({self.index_bucket}), and this command works on an "
+                "index tree only",
+                fix="run it with WHEELMILL_INDEX_ROOT set to a directory (or unset: <output>/index); publish, "
+                "yank, `index verify|render|list` and `release publish|promote|prune|record-gpu|show` work on both",
+            )
         return self.index_root or self.output / "index"
 
     @property
@@ -119,6 +130,10 @@ class Settings:
     def root(self) -> Path:
         """The repository: the directory that holds the recipes directory."""
         return self.recipes.resolve().parent
+
+
+def _is_bucket(root: str) -> bool:
+    return root.startswith("s3://")
 
 
 def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:

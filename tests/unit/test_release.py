@@ -33,6 +33,7 @@ from wheelmill.index.records import (
     record_gpu,
 )
 from wheelmill.index.release import collect_built, promote, prune, same_payload
+from wheelmill.index.roots import Index
 from wheelmill.index.storage import TreeStorage
 from wheelmill.index.store import Channel, channel_names, publish
 from wheelmill.index.verify import verify
@@ -459,7 +460,7 @@ def _release_rc(
 def test_promotion_copies_the_tested_files_with_the_final_version(tmp_path: Path) -> None:
     root = tmp_path / "index"
     _release_rc(root, tmp_path)
-    done = promote(root, Track.TEST, Track.RELEASE, "2.4.0", commit=HEAD, on_file=lambda _p: None)
+    done = promote(Index(tree=root), Track.TEST, Track.RELEASE, "2.4.0", commit=HEAD, on_file=lambda _p: None)
     release = Channel(root, "cu118")
     names = sorted(f.filename for f in done.files)
     assert names == [
@@ -481,7 +482,7 @@ def test_promotion_copies_the_tested_files_with_the_final_version(tmp_path: Path
     )
     for name in names:
         assert (release.files / f"{name}.metadata").is_file()
-    again = promote(root, Track.TEST, Track.RELEASE, "2.4.0", commit=HEAD, on_file=lambda _p: None)
+    again = promote(Index(tree=root), Track.TEST, Track.RELEASE, "2.4.0", commit=HEAD, on_file=lambda _p: None)
     assert again.files == done.files, "promoting again is a no-op"
     assert [m.version for m in manifests(TreeStorage(root), Track.RELEASE)] == ["2.4.0"]
 
@@ -497,7 +498,7 @@ def stage(rc: Manifest, runner: str, status: GpuOutcome = GpuOutcome.PASSED, *, 
 
 
 def promote_rc(root: Path, *, commit: str = HEAD) -> Manifest:
-    return promote(root, Track.TEST, Track.RELEASE, "2.4.0", commit=commit, on_file=lambda _p: None)
+    return promote(Index(tree=root), Track.TEST, Track.RELEASE, "2.4.0", commit=commit, on_file=lambda _p: None)
 
 
 def test_promotion_waits_for_a_passed_gpu_stage_on_every_runner_of_each_cell(tmp_path: Path) -> None:
@@ -588,7 +589,7 @@ def test_a_record_an_older_wheelmill_wrote_whole_is_read_and_promotes_nothing_wi
     with pytest.raises(ReleaseError, match="says no GPU runners"):
         promote_rc(root)
     with pytest.raises(ReleaseError, match="from no named commit"):
-        promote(root, Track.TEST, Track.RELEASE, "2.4.0", on_file=lambda _p: None)
+        promote(Index(tree=root), Track.TEST, Track.RELEASE, "2.4.0", on_file=lambda _p: None)
     assert not Channel(root, "cu118").exists()
 
 
@@ -615,13 +616,13 @@ def test_a_tampered_file_promotes_nothing(tmp_path: Path) -> None:
     with zipfile.ZipFile(victim, "a") as zf:
         zf.writestr("extra.txt", "sneaked in")
     with pytest.raises(IntegrityError, match="sha256 differs"):
-        promote(root, Track.TEST, Track.RELEASE, "2.4.0", commit=HEAD, on_file=lambda _p: None)
+        promote(Index(tree=root), Track.TEST, Track.RELEASE, "2.4.0", commit=HEAD, on_file=lambda _p: None)
     assert not Channel(root, "cu118").exists()
 
 
 def test_nothing_to_promote_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ReleaseError, match=r"no test release of 3\.0\.0"):
-        promote(tmp_path, Track.TEST, Track.RELEASE, "3.0.0", commit=HEAD, on_file=lambda _p: None)
+        promote(Index(tree=tmp_path), Track.TEST, Track.RELEASE, "3.0.0", commit=HEAD, on_file=lambda _p: None)
 
 
 def test_prune_keeps_the_newest_nightlies_and_what_they_share(tmp_path: Path) -> None:
@@ -647,7 +648,7 @@ def test_prune_keeps_the_newest_nightlies_and_what_they_share(tmp_path: Path) ->
             TreeStorage(root),
             Manifest(version=f"2.4.1.dev{day}", track=Track.NIGHTLY, commit=HEAD, tag=None, files=files),
         )
-    removed = prune(root, Track.NIGHTLY, 2)
+    removed = prune(Index(tree=root), Track.NIGHTLY, 2)
     assert removed == ["nightly/cpu/wm_ops-2.4.1.dev20261120+cpu-cp311-cp311-linux_x86_64.whl"]
     assert [m.version for m in manifests(TreeStorage(root), Track.NIGHTLY)] == [
         "2.4.1.dev20261122",
@@ -657,7 +658,7 @@ def test_prune_keeps_the_newest_nightlies_and_what_they_share(tmp_path: Path) ->
     project = channel.project("wm-ops")
     assert project is not None and project.versions == ["2.4.1.dev20261121+cpu", "2.4.1.dev20261122+cpu"]
     with pytest.raises(ReleaseError, match="never pruned"):
-        prune(root, Track.RELEASE, 1)
+        prune(Index(tree=root), Track.RELEASE, 1)
 
 
 def test_channels_of_the_test_and_nightly_tracks(tmp_path: Path) -> None:

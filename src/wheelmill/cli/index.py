@@ -1,4 +1,6 @@
-"""The index commands: ``publish``, ``yank``, ``unyank`` and ``index serve|config|verify|list``."""
+"""The index commands: ``publish``, ``yank``, ``unyank`` and ``index serve|config|verify|repair|render|list``.
+Publishing, yanking, checking, rendering and listing work on a tree and on an object store
+alike (``wheelmill.index.roots``); serving and the store's upkeep are a tree's."""
 
 from __future__ import annotations
 
@@ -15,11 +17,13 @@ from wheelmill.config import format_size
 from wheelmill.errors import IndexStoreError, SelectionError, UsageError, did_you_mean
 from wheelmill.index import consumer
 from wheelmill.index.blobs import Blobs
+from wheelmill.index.objects import ObjectChannel, render
 from wheelmill.index.pages import FileEntry
 from wheelmill.index.remote import Remote, upload
+from wheelmill.index.roots import AnyChannel, Index, problems, publish, set_yanked
 from wheelmill.index.serve import IDLE_TIMEOUT, PER_CLIENT, IndexServer, make_server
-from wheelmill.index.store import Channel, channel_dirs, channel_names, publish, repair, set_yanked, usage
-from wheelmill.index.verify import leftovers, verify
+from wheelmill.index.store import Channel, channel_dirs, checked_channel, repair, usage
+from wheelmill.index.verify import leftovers
 from wheelmill.inputs.versions import Track
 from wheelmill.machine.process import HostRunner, StepLog
 from wheelmill.settings import Settings
@@ -78,17 +82,23 @@ def register(commands: Commands) -> None:
     )
     mend.add_argument("--channel", action="append", help="default: every channel")
     mend.set_defaults(func=cmd_repair)
+    draw = actions.add_parser(
+        "render", help="an object store's pages written again from its entries (what a writer killed midway left)"
+    )
+    draw.add_argument("--channel", action="append", help="default: every channel")
+    draw.set_defaults(func=cmd_render)
     listing = actions.add_parser("list", help="projects and versions of a channel")
     listing.add_argument("--channel", required=True)
     listing.set_defaults(func=cmd_list)
 
 
-def _channel(args: argparse.Namespace, settings: Settings, *, existing: bool = True) -> Channel:
-    channel = Channel(settings.index, args.channel)
+def _channel(args: argparse.Namespace, settings: Settings, *, existing: bool = True) -> AnyChannel:
+    index = Index.of(settings)
+    channel = index.channel(args.channel)
     if existing and not channel.exists():
-        known = ", ".join(channel_names(settings.index)) or "none"
+        known = ", ".join(index.channel_names()) or "none"
         raise IndexStoreError(
-            f"{channel.path}: no channel '{args.channel}' in the index",
+            f"{index.location}: no channel '{args.channel}' in the index",
             fix=f"publish to it first; channels here: {known}",
         )
     return channel
@@ -98,12 +108,13 @@ def _defined(name: str, settings: Settings) -> None:
     """A channel is a variant's (in some track): publishing never makes up another one. On an
     index host without the repository (no matrix), a channel the index has is one."""
     if not (settings.recipes / "matrix.toml").is_file():
-        existing = channel_names(settings.index)
+        index = Index.of(settings)
+        existing = index.channel_names()
         if name in existing:
             return
         raise UsageError(
             f"publish: no matrix.toml in {settings.recipes.resolve()} to define channel '{name}', "
-            f"and the index {settings.index} has no such channel{did_you_mean(name, existing)}",
+            f"and the index {index.location} has no such channel{did_you_mean(name, existing)}",
             fix=f"publish into a channel the index has ({', '.join(existing) or 'none yet'}), "
             "or run from the repository (--recipes DIR)",
         )
@@ -222,43 +233,67 @@ def _access_log(path: Path) -> IO[str]:
         ) from None
 
 
-def cmd_config(args: argparse.Namespace, settings: Settings, _console: Console) -> int:
-    Channel(settings.index, args.channel)  # validates the name
+def cmd_config(args: argparse.Namespace, _settings: Settings, _console: Console) -> int:
+    checked_channel(args.channel)
     sys.stdout.write(consumer.render(consumer.base_url(args.url), args.channel, args.form))
     return 0
 
 
-def _channels(args: argparse.Namespace, settings: Settings) -> list[Channel]:
-    names = args.channel or channel_dirs(settings.index)
+def _channels(args: argparse.Namespace, settings: Settings) -> list[AnyChannel]:
+    index = Index.of(settings)
+    names = args.channel or (index.channel_names() if index.bucket else channel_dirs(index.storage_root))
     if not names:
-        raise IndexStoreError(f"{settings.index}: no channels", fix="publish a wheel first")
-    return [Channel(settings.index, name) for name in names]
+        raise IndexStoreError(f"{index.location}: no channels", fix="publish a wheel first")
+    return [index.channel(name) for name in names]
 
 
 def cmd_verify(args: argparse.Namespace, settings: Settings, console: Console) -> int:
-    problems = []
+    found_all = []
     for channel in _channels(args, settings):
-        found, notes = verify(channel), leftovers(channel)
-        problems += found
+        found = problems(channel)
+        found_all += found
         verdict = f"{len(found)} problem(s)" if found else "ok"
         console.print(f"{channel.name}: {verdict}", highlight=False)
-        for note in notes:
+        for note in leftovers(channel) if isinstance(channel, Channel) else []:
             console.print(f"  note: {note} (the next write, or `wheelmill index repair`, removes it)", highlight=False)
-    for leftover in Blobs(settings.index).stale_downloads():
+    for leftover in Blobs(settings.index).stale_downloads() if not settings.index_bucket else []:
         console.print(
             f"  note: store: {leftover.name}, left by an interrupted mirror (`wheelmill index repair` removes it)",
             highlight=False,
         )
-    if problems:
-        more = f" and {len(problems) - 5} more" if len(problems) > 5 else ""
+    if found_all:
+        more = f" and {len(found_all) - 5} more" if len(found_all) > 5 else ""
+        mend = "render" if settings.index_bucket else "repair"
         raise IndexStoreError(
-            "index verify: " + "; ".join(problems[:5]) + more,
-            fix="run `wheelmill index repair`, then republish what it reports",
+            "index verify: " + "; ".join(found_all[:5]) + more,
+            fix=f"run `wheelmill index {mend}`, then republish what it reports",
         )
     return 0
 
 
+def cmd_render(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    """Every page of an object store's channels from their entries; a tree's pages are
+    written with each change (its own ``repair`` mends them)."""
+    if not settings.index_bucket:
+        return cmd_repair(args, settings, console)
+    for channel in _channels(args, settings):
+        assert isinstance(channel, ObjectChannel)
+        said = render(channel)
+        for done in said:
+            console.print(f"{channel.name}: {done}", highlight=False)
+        found = problems(channel, hashes=False)
+        console.print(f"{channel.name}: rendered, {'ok' if not found else '; '.join(found[:5])}", highlight=False)
+        if found:
+            raise IndexStoreError(
+                f"index render: {channel.name} is still not valid: {found[0]}",
+                fix="publish again what it names (its bytes are missing from the bucket)",
+            )
+    return 0
+
+
 def cmd_repair(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    if settings.index_bucket:
+        return cmd_render(args, settings, console)
     blobs = Blobs(settings.index)
     for leftover in blobs.stale_downloads():
         leftover.unlink(missing_ok=True)
@@ -272,13 +307,14 @@ def cmd_repair(args: argparse.Namespace, settings: Settings, console: Console) -
             f"store: removed {len(orphans)} stored files no channel holds ({format_size(freed)})", highlight=False
         )
     for channel in _channels(args, settings):
+        assert isinstance(channel, Channel)
         for done in repair(channel):
             console.print(f"{channel.name}: {done}", highlight=False)
-        problems = verify(channel)
-        console.print(f"{channel.name}: {'ok' if not problems else '; '.join(problems)}", highlight=False)
-        if problems:
+        found = problems(channel)
+        console.print(f"{channel.name}: {'ok' if not found else '; '.join(found)}", highlight=False)
+        if found:
             raise IndexStoreError(
-                f"index repair: {channel.name} is still not valid: {problems[0]}",
+                f"index repair: {channel.name} is still not valid: {found[0]}",
                 fix="restore the files it names from the index's storage",
             )
     return 0
@@ -293,7 +329,8 @@ def cmd_list(args: argparse.Namespace, settings: Settings, _console: Console) ->
         versions = [f"{v} (yanked)" if v in yanked else v for v in project.versions]
         origins = sorted({_origin(f) for f in project.files})
         print(f"{project.name}: {', '.join(versions)}  [{'; '.join(origins)}]")
-    print(usage(settings.index).describe())
+    if not settings.index_bucket:
+        print(usage(settings.index).describe())
     return 0
 
 

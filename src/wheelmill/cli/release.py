@@ -10,12 +10,17 @@ tracks, and the nightly track's retention.
                                                                has a passed GPU stage per cell and runner
     wheelmill release show --track release 2.4.0 [--json]     a release's record, read whole
     wheelmill release prune --track nightly --keep 14
+
+Each works on the index WHEELMILL_INDEX_ROOT names: a tree, or an object store
+(``s3://bucket/prefix``) that every build job of a fleet publishes its own cell into.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,8 +41,8 @@ from wheelmill.errors import UsageError
 from wheelmill.gpu.report import GpuReport, load_gpu_report
 from wheelmill.index.records import GpuRecord, Manifest, load_manifest, record_gpu
 from wheelmill.index.release import collect_built, promote, prune, publish_release
-from wheelmill.index.storage import TreeStorage
-from wheelmill.index.store import Published
+from wheelmill.index.roots import Index, publish
+from wheelmill.index.store import Channel, Published, channel_names
 from wheelmill.inputs.matrix import Matrix, github_matrix
 from wheelmill.inputs.variants import Family
 from wheelmill.inputs.versions import Action, Release, Track, VersionRule, for_nightly, for_tag
@@ -138,7 +143,7 @@ def cmd_release(args: argparse.Namespace, settings: Settings, console: Console) 
             highlight=False,
         )
         manifest = promote(
-            settings.index,
+            Index.of(settings),
             Track.TEST,
             Track.RELEASE,
             release.version,
@@ -166,11 +171,36 @@ def _publish(release: Release, settings: Settings, console: Console, *, mirror: 
     matrix, _recipes = load_inputs(settings)
     cells = [matrix.cell(cell) for cell in sorted({wheel.cell for wheel in built})]
     gpu_cells = {cell.id: matrix.gpu_runners_of(cell) for cell in cells if cell.variant.family is not Family.CPU}
-    record = publish_release(settings.index, release, built, gpu_runners=gpu_cells, on_file=_printer(console))
-    console.print(f"{release.version}: recorded in {record}", highlight=False)
-    if mirror:
+    index = Index.of(settings)
+    record = publish_release(index, release, built, gpu_runners=gpu_cells, on_file=_printer(console))
+    console.print(f"{release.version}: recorded in {index.location}: {record}", highlight=False)
+    if mirror and index.bucket:
+        _mirror_into(index, [cell.id for cell in cells], settings, console)
+    elif mirror:
         mirror_cells([cell.id for cell in cells], settings, console)
     return 0
+
+
+def _mirror_into(index: Index, cells: list[str], settings: Settings, console: Console) -> None:
+    """Each cell's runtime closure into an object store's channels: fetched and verified into
+    a scratch tree under the output root, as for a tree, then each file published from there
+    (the bucket's existing blobs are not sent again; projects built there are left out)."""
+    settings.output.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".mirror-", dir=settings.output) as scratch:
+        local = dataclasses.replace(settings, index_root=Path(scratch), index_bucket=None)
+        mirror_cells(cells, local, console)
+        for name in channel_names(Path(scratch)):
+            target = index.channel(name)
+            for project in Channel(Path(scratch), name).projects():
+                for entry in project.files:
+                    done = publish(
+                        target,
+                        Path(scratch) / name / "files" / entry.filename,
+                        upload_time=entry.upload_time,
+                        mirrored_from=entry.mirrored_from,
+                        sha256=entry.sha256,
+                    )
+                    console.print(f"{done.outcome}: {index.location} {name}/{done.filename}", highlight=False)
 
 
 def cmd_promote(args: argparse.Namespace, settings: Settings, console: Console) -> int:
@@ -178,7 +208,7 @@ def cmd_promote(args: argparse.Namespace, settings: Settings, console: Console) 
     # Into the release track, the rc of the checked-out commit (the final tag's), and no other.
     commit = read_state(settings.root).commit if target is Track.RELEASE else None
     manifest = promote(
-        settings.index, Track(args.source), target, args.version, commit=commit, on_file=_printer(console)
+        Index.of(settings), Track(args.source), target, args.version, commit=commit, on_file=_printer(console)
     )
     console.print(
         f"{manifest.promoted_from} -> {manifest.track}/{manifest.version}: {len(manifest.files)} files, "
@@ -196,7 +226,7 @@ def _print_gpu(manifest: Manifest, console: Console) -> None:
 
 def cmd_record_gpu(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     found = [_gpu_record(load_gpu_report(path)) for path in args.reports]
-    path = record_gpu(TreeStorage(settings.index), Track(args.track), args.version, found)
+    path = record_gpu(Index.of(settings).storage, Track(args.track), args.version, found)
     for record in found:
         console.print(f"GPU stage: {record.describe()}", highlight=False)
     console.print(f"{args.version}: {len(found)} GPU stage report(s) recorded in {path}", highlight=False)
@@ -216,7 +246,7 @@ def _gpu_record(report: GpuReport) -> GpuRecord:
 
 
 def cmd_show(args: argparse.Namespace, settings: Settings, console: Console) -> int:
-    manifest = load_manifest(TreeStorage(settings.index), Track(args.track), args.version)
+    manifest = load_manifest(Index.of(settings).storage, Track(args.track), args.version)
     if args.json:
         print(json.dumps(manifest.as_dict(), indent=2))
         return 0
@@ -231,7 +261,7 @@ def cmd_show(args: argparse.Namespace, settings: Settings, console: Console) -> 
 
 
 def cmd_prune(args: argparse.Namespace, settings: Settings, console: Console) -> int:
-    removed = prune(settings.index, Track(args.track), args.keep)
+    removed = prune(Index.of(settings), Track(args.track), args.keep)
     for name in removed:
         console.print(f"removed: {name}", highlight=False)
     console.print(f"{args.track}: kept the {args.keep} newest releases; removed {len(removed)} files", highlight=False)

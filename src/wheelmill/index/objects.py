@@ -556,6 +556,12 @@ def _project_problems(
     return problems
 
 
+def verify_file(channel: ObjectChannel, entry: FileEntry) -> list[str]:
+    """A listed file's blob and sidecar are stored, the sidecar with the listed hash (the
+    blob's key is its sha256; ``verify`` with hashes reads its bytes)."""
+    return _stored_problems(channel, entry, hashes=False)
+
+
 def _stored_problems(channel: ObjectChannel, entry: FileEntry, *, hashes: bool) -> list[str]:
     where = f"{channel.name}/{entry.filename}"
     blob = blob_key(entry.sha256, entry.filename)
@@ -573,3 +579,31 @@ def _stored_problems(channel: ObjectChannel, entry: FileEntry, *, hashes: bool) 
             if copy.stat().st_size != entry.size:
                 return [f"{where}: size {copy.stat().st_size}, the page says {entry.size}"]
     return []
+
+
+def promote_file(source: ObjectChannel, target: ObjectChannel, project: str, filename: str) -> Published:
+    """A file of ``source`` listed in ``target`` too, as the same bytes: its entry copied
+    server-side (the blob is the same object; no byte passes through this machine), then the
+    target's pages. A mirrored file is not added where the target has the project built."""
+    kind = source.listing(project).get(filename, Listed()).kind
+    if kind is None:
+        raise IndexStoreError(
+            f"{source.name}: {filename} has no entry to promote", fix="publish it again, or `wheelmill index render`"
+        )
+    found = source.storage.get(f"{source.entries(project, filename)}{kind}")
+    sha256 = entry_of(found.data).sha256 if found is not None else ""
+    listing = target.listing(project)
+    there = listing.get(filename, Listed())
+
+    def done(outcome: PublishOutcome) -> Published:
+        return Published(channel=target.name, project=project, filename=filename, outcome=outcome)
+
+    if there.kind is not None:
+        _same_bytes(target, project, filename, there.kind, sha256)
+    if kind == MIRRORED and any(listed.kind == BUILT for listed in listing.values()):
+        return done(PublishOutcome.BUILT_HERE)
+    made = kind not in there.kinds and target.storage.copy(
+        f"{source.entries(project, filename)}{kind}", f"{target.entries(project, filename)}{kind}"
+    )
+    _listed(target, project)
+    return done(PublishOutcome.ADDED if made else PublishOutcome.UNCHANGED)

@@ -11,7 +11,9 @@ every runner the record names for it (``gpu_gate``), re-verifies every file agai
 index's pages and its own bytes, and publishes it to the release channels: files of
 third-party versions as they are, files carrying the repo's version with the final version
 stamped into their metadata (the compiled payload is copied byte for byte, and checked to
-be). Nothing is compiled.
+be). Nothing is compiled. On an object store a file promoted as it is keeps its bytes where
+they are: its entry is copied server-side, and no byte passes through the promoting machine;
+only the repo's own wheels, re-stamped, are fetched and published anew.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ from packaging.version import InvalidVersion, Version
 
 from wheelmill.checks.gpu import GpuOutcome
 from wheelmill.errors import IntegrityError, ReleaseError
+from wheelmill.index import objects
+from wheelmill.index.objects import ObjectChannel
+from wheelmill.index.pages import FileEntry
 from wheelmill.index.records import (
     GpuRecord,
     Manifest,
@@ -37,8 +42,9 @@ from wheelmill.index.records import (
     manifests,
     record,
 )
-from wheelmill.index.storage import TreeStorage
-from wheelmill.index.store import Channel, Published, publish, remove_files
+from wheelmill.index.roots import AnyChannel, Index, file_of, publish, remove_files
+from wheelmill.index.storage import Storage
+from wheelmill.index.store import Channel, Published
 from wheelmill.inputs.versions import Release, Track, VersionRule
 from wheelmill.machine.net import sha256_of
 from wheelmill.output.layout import CellLayout, built_cells
@@ -199,7 +205,7 @@ def _built_wheel(layout: CellLayout, built: BuiltCell, recipe: RecipeRecord, whe
 
 
 def publish_release(
-    root: Path,
+    index: Index,
     release: Release,
     wheels: Sequence[BuiltWheel],
     *,
@@ -218,11 +224,11 @@ def publish_release(
         files=(),
         gpu_runners={cell: labels for cell, labels in gpu_runners.items() if cell in cells},
     )
-    records = TreeStorage(root)
+    records = index.storage
     record(records, manifest)  # the release's head, or the refusal of another commit's version
     files = []
     for wheel in wheels:
-        done = publish(Channel(root, wheel.channel), wheel.path)
+        done = publish(index.channel(wheel.channel), wheel.path)
         on_file(done)
         files.append(
             ReleasedFile(
@@ -237,11 +243,10 @@ def publish_release(
     return record(records, replace(manifest, files=tuple(files)))
 
 
-def source_release(root: Path, source: Track, version: str, *, commit: str | None = None) -> Manifest:
+def source_release(records: Storage, source: Track, version: str, *, commit: str | None = None) -> Manifest:
     """The release to promote: ``version`` itself, or for a final version the newest of its
     release candidates; with ``commit``, only a release recorded from that commit (a final tag
     promotes the rc of its own commit, never a newer one made elsewhere)."""
-    records = TreeStorage(root)
     found = find_manifest(records, source, version)
     if found is not None:
         if commit is not None and found.commit != commit:
@@ -272,7 +277,7 @@ def source_release(root: Path, source: Track, version: str, *, commit: str | Non
 
 
 def promote(
-    root: Path,
+    index: Index,
     source: Track,
     target: Track,
     version: str,
@@ -295,28 +300,33 @@ def promote(
             f"promote: {version} into the release track from no named commit",
             fix="promote from a checkout of the final tag's commit: its rc is the one promoted",
         )
-    origin = source_release(root, source, version, commit=commit)
+    origin = source_release(index.storage, source, version, commit=commit)
     gpu = gpu_gate(origin) if target is Track.RELEASE else origin.gpu
     # The repo's own projects, by their version in the origin; they get ``version`` instead.
     repo_files = [parse_wheel_filename(f.filename) for f in origin.files if f.rule is VersionRule.REPO]
     renames: dict[str, str] = (
         {} if version == origin.version else {canonicalize_name(name): str(v) for name, v, _build, _tags in repo_files}
     )
-    # Every file is checked before the first is published: a bad one promotes nothing.
-    checked = [(entry, verified(root, entry)) for entry in origin.files]
     files = []
     with tempfile.TemporaryDirectory(prefix="wheelmill-promote-") as scratch:
-        for entry, wheel in checked:
-            channel = Channel(root, target.channel(entry.channel.rpartition("/")[2]))
-            if canonicalize_name(parse_wheel_filename(entry.filename)[0]) in renames:
-                wheel = restamp(wheel, Path(scratch), version=version, renames=renames)  # noqa: PLW2901 - the file to publish
-            done = publish(channel, wheel)
-            on_file(done)
-            files.append(
-                replace(entry, channel=channel.name, filename=wheel.name, sha256=sha256_of(channel.files / wheel.name))
+        # Every file is checked before the first is published: a bad one promotes nothing.
+        checked = [(entry, verified(index, entry)) for entry in origin.files]
+        for entry, listed in checked:
+            channel = index.channel(target.channel(entry.channel.rpartition("/")[2]))
+            renamed = canonicalize_name(parse_wheel_filename(entry.filename)[0]) in renames
+            done, sha256 = _promote_file(
+                index.channel(entry.channel),
+                channel,
+                listed,
+                Path(scratch),
+                renamed=renamed,
+                version=version,
+                renames=renames,
             )
+            on_file(done)
+            files.append(replace(entry, channel=channel.name, filename=done.filename, sha256=sha256))
     for pair in sorted({(entry.channel, file.channel) for entry, file in zip(origin.files, files, strict=True)}):
-        promote_mirrored(Channel(root, pair[0]), Channel(root, pair[1]), on_file=on_file)
+        promote_mirrored(index.channel(pair[0]), index.channel(pair[1]), on_file=on_file)
     manifest = Manifest(
         version=version,
         track=target,
@@ -327,16 +337,44 @@ def promote(
         gpu=gpu,
         gpu_runners=origin.gpu_runners,
     )
-    record(TreeStorage(root), manifest)
+    record(index.storage, manifest)
     return manifest
 
 
-def promote_mirrored(source: Channel, target: Channel, *, on_file: Callable[[Published], None]) -> None:
+def _promote_file(
+    source: AnyChannel,
+    target: AnyChannel,
+    entry: FileEntry,
+    scratch: Path,
+    *,
+    renamed: bool,
+    version: str,
+    renames: Mapping[str, str],
+) -> tuple[Published, str]:
+    """One checked file into the target track's channel, and the sha256 it is listed with
+    there: re-stamped where it carries the repo's version, else the same bytes (on an object
+    store, its entry copied server-side)."""
+    if isinstance(source, ObjectChannel) and isinstance(target, ObjectChannel) and not renamed:
+        project = str(canonicalize_name(parse_wheel_filename(entry.filename)[0]))
+        return objects.promote_file(source, target, project, entry.filename), entry.sha256
+    with file_of(source, entry, scratch) as wheel:
+        assert wheel is not None  # verified
+        if renamed:
+            wheel = restamp(wheel, scratch, version=version, renames=renames)  # noqa: PLW2901 - the file to publish
+        return publish(target, wheel), sha256_of(wheel)
+
+
+def promote_mirrored(source: AnyChannel, target: AnyChannel, *, on_file: Callable[[Published], None]) -> None:
     """The mirrored runtime closure goes with the wheels: every mirrored file of the source
     channel into the target (another name of the same stored bytes), so the target installs
     on its own too; projects built in the target are never mirrored there."""
     for project in source.projects():
         for entry in project.files:
+            if isinstance(source, ObjectChannel) and isinstance(target, ObjectChannel):
+                if not entry.built and entry.yanked is None:
+                    on_file(objects.promote_file(source, target, project.name, entry.filename))
+                continue
+            assert isinstance(source, Channel)
             if not entry.built and entry.yanked is None:
                 on_file(
                     publish(
@@ -349,27 +387,40 @@ def promote_mirrored(source: Channel, target: Channel, *, on_file: Callable[[Pub
                 )
 
 
-def verified(root: Path, entry: ReleasedFile) -> Path:
-    """The file of a release record, after checking it against the record, the channel's
-    page and its own bytes, and its metadata sidecar against the page."""
-    channel = Channel(root, entry.channel)
-    path = channel.files / entry.filename
+def verified(index: Index, entry: ReleasedFile) -> FileEntry:
+    """The listing of a release record's file, after checking it against the record, the
+    channel's page and the stored bytes (a tree's file hashed; an object store's blob is named
+    by its sha256, so its name is checked, and its sidecar hashed), and its metadata sidecar
+    against the page."""
+    channel = index.channel(entry.channel)
     project = channel.project(str(parse_wheel_filename(entry.filename)[0]))
     listed = next((f for f in project.files if f.filename == entry.filename), None) if project else None
-    sidecar = channel.files / f"{entry.filename}.metadata"
-    problems = []
-    if listed is None or not path.is_file():
-        problems.append("not in the channel")
-    elif not (entry.sha256 == listed.sha256 == sha256_of(path)):
-        problems.append("sha256 differs between the release record, the index page and the file")
-    elif not sidecar.is_file() or sha256_of(sidecar) != listed.metadata_sha256:
-        problems.append("its .metadata sidecar is missing or differs from the page's hash")
+    problems = [] if listed is not None else ["not in the channel"]
+    if listed is not None:
+        problems += _stored(channel, entry, listed)
     if problems:
         raise IntegrityError(
             f"{entry.channel}/{entry.filename}: {problems[0]}",
             fix="restore the channel from the index's storage; nothing was promoted from it",
         )
-    return path
+    assert listed is not None
+    return listed
+
+
+def _stored(channel: AnyChannel, entry: ReleasedFile, listed: FileEntry) -> list[str]:
+    if isinstance(channel, ObjectChannel):
+        found = objects.verify_file(channel, listed)
+        if entry.sha256 != listed.sha256:
+            return ["sha256 differs between the release record and the index page"]
+        return [f"the stored file: {found[0]}"] if found else []
+    path, sidecar = channel.files / entry.filename, channel.files / f"{entry.filename}.metadata"
+    if not path.is_file():
+        return ["not in the channel"]
+    if not (entry.sha256 == listed.sha256 == sha256_of(path)):
+        return ["sha256 differs between the release record, the index page and the file"]
+    if not sidecar.is_file() or sha256_of(sidecar) != listed.metadata_sha256:
+        return ["its .metadata sidecar is missing or differs from the page's hash"]
+    return []
 
 
 def restamp(wheel: Path, scratch: Path, *, version: str, renames: Mapping[str, str]) -> Path:
@@ -409,13 +460,13 @@ def same_payload(a: Path, b: Path) -> bool:
     return payload(a) == payload(b)
 
 
-def prune(root: Path, track: Track, keep: int) -> list[str]:
+def prune(index: Index, track: Track, keep: int) -> list[str]:
     """Keep the track's ``keep`` newest releases; remove the files only older ones name."""
     if track is Track.RELEASE:
         raise ReleaseError("prune: the release track is never pruned", fix="yank a release instead (wheelmill yank)")
     if keep < 1:
         raise ReleaseError(f"prune: --keep {keep}", fix="keep at least 1 release")
-    records = TreeStorage(root)
+    records = index.storage
     ordered = manifests(records, track)
     kept, dropped = ordered[:keep], ordered[keep:]
     needed = {(f.channel, f.filename) for m in kept for f in m.files}
@@ -426,7 +477,7 @@ def prune(root: Path, track: Track, keep: int) -> list[str]:
             if (f.channel, f.filename) not in needed:
                 by_project.setdefault((f.channel, str(parse_wheel_filename(f.filename)[0])), set()).add(f.filename)
     for (channel, project), names in sorted(by_project.items()):
-        removed += [f"{channel}/{name}" for name in remove_files(Channel(root, channel), project, names)]
+        removed += [f"{channel}/{name}" for name in remove_files(index.channel(channel), project, names)]
     for manifest in dropped:
         forget(records, track, manifest.version)
     return removed

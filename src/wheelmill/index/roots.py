@@ -1,0 +1,103 @@
+"""Where the index is: a directory tree (the embedded default: one machine, nothing to run)
+or an object store (``WHEELMILL_INDEX_ROOT=s3://bucket/prefix``: every runner of a fleet
+writes it at once). A command asks for the index and its channels here, and publishes,
+yanks, removes and checks through these few functions, whichever it is."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from wheelmill.index import objects, store
+from wheelmill.index.objects import ObjectChannel
+from wheelmill.index.pages import FileEntry
+from wheelmill.index.storage import Storage, TreeStorage
+from wheelmill.index.store import Channel, Published
+from wheelmill.index.verify import verify
+from wheelmill.settings import Settings
+
+AnyChannel = Channel | ObjectChannel
+
+
+@dataclass(frozen=True)
+class Index:
+    """A tree (``tree``) or a bucket (``bucket``: ``s3://bucket/prefix``), never both."""
+
+    tree: Path | None = None
+    bucket: str | None = None
+
+    @classmethod
+    def of(cls, settings: Settings) -> Index:
+        return cls(bucket=settings.index_bucket) if settings.index_bucket else cls(tree=settings.index)
+
+    @property
+    def location(self) -> str:
+        return self.bucket or str(self.tree)
+
+    @functools.cached_property
+    def storage(self) -> Storage:
+        if self.bucket is not None:
+            from wheelmill.index.s3 import S3Storage  # noqa: PLC0415 - the SDK loads only for a bucket
+
+            return S3Storage.of(self.bucket)
+        assert self.tree is not None
+        return TreeStorage(self.tree)
+
+    def channel(self, name: str) -> AnyChannel:
+        return ObjectChannel(self.storage, name) if self.bucket else Channel(self.storage_root, name)
+
+    @property
+    def storage_root(self) -> Path:
+        assert self.tree is not None
+        return self.tree
+
+    def channel_names(self) -> list[str]:
+        """Every channel with pages."""
+        if self.bucket is None:
+            return store.channel_names(self.storage_root)
+        top = [n for n in self.storage.children("") if n not in store.RESERVED]
+        tracks = [f"{t}/{n}" for t in store.TRACK_DIRS for n in self.storage.children(f"{t}/")]
+        return sorted(n for n in (*top, *tracks) if self.channel(n).exists())
+
+
+def publish(channel: AnyChannel, wheel: Path, **given: str | None) -> Published:
+    """``store.publish`` or ``objects.publish``: the same rules, on a tree or as objects."""
+    if isinstance(channel, ObjectChannel):
+        return objects.publish(channel, wheel, **given)
+    return store.publish(channel, wheel, **given)
+
+
+def set_yanked(channel: AnyChannel, project: str, version: str, reason: str | None) -> list[str]:
+    if isinstance(channel, ObjectChannel):
+        return objects.set_yanked(channel, project, version, reason)
+    return store.set_yanked(channel, project, version, reason)
+
+
+def remove_files(channel: AnyChannel, project: str, filenames: Collection[str]) -> list[str]:
+    if isinstance(channel, ObjectChannel):
+        return objects.remove_files(channel, project, filenames)
+    return store.remove_files(channel, project, filenames)
+
+
+def problems(channel: AnyChannel, *, hashes: bool = True) -> list[str]:
+    if isinstance(channel, ObjectChannel):
+        return objects.verify(channel, hashes=hashes)
+    return verify(channel, hashes=hashes)
+
+
+@contextmanager
+def file_of(channel: AnyChannel, entry: FileEntry, scratch: Path) -> Iterator[Path | None]:
+    """A listed file's bytes as a path while the block runs (a bucket's, fetched into
+    ``scratch``); None where the file is not there."""
+    if isinstance(channel, Channel):
+        path = channel.files / entry.filename
+        yield path if path.is_file() else None
+        return
+    copy = scratch / entry.filename
+    try:
+        yield copy if channel.fetch(entry, copy) else None
+    finally:
+        copy.unlink(missing_ok=True)
