@@ -114,7 +114,7 @@ def test_the_index_commands_work_on_a_bucket(cli: CliRunner, bucket: str, tmp_pa
     assert listed.code == 0 and "demo: 1.0  [built]" in listed.out, listed.err
     yanked = cli("--recipes", recipes, "yank", "--channel", "test/cpu", "demo", "1.0", "--reason", "broken")
     assert yanked.code == 0, yanked.err
-    checked = cli("--recipes", recipes, "index", "verify")
+    checked = cli("--recipes", recipes, "index", "verify", "--hashes")
     assert checked.code == 0 and "test/cpu: ok" in checked.out, checked.err
     rendered = cli("--recipes", recipes, "index", "render", "--channel", "test/cpu")
     assert rendered.code == 0 and "test/cpu: rendered, ok" in rendered.out, rendered.err

@@ -76,6 +76,12 @@ def register(commands: Commands) -> None:
     config.set_defaults(func=cmd_config)
     check = actions.add_parser("verify", help="check that channels are valid indexes")
     check.add_argument("--channel", action="append", help="default: every channel")
+    check.add_argument(
+        "--hashes",
+        action="store_true",
+        help="on an object store, read every file back and hash it too (a tree's are always hashed; "
+        "a bucket's blobs are named by their sha256, and their sidecars are always checked)",
+    )
     check.set_defaults(func=cmd_verify)
     mend = actions.add_parser(
         "repair", help="make channels valid again after a kill, a full disk or damage, and say what was done"
@@ -250,7 +256,7 @@ def _channels(args: argparse.Namespace, settings: Settings) -> list[AnyChannel]:
 def cmd_verify(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     found_all = []
     for channel in _channels(args, settings):
-        found = problems(channel)
+        found = problems(channel, hashes=args.hashes or isinstance(channel, Channel))
         found_all += found
         verdict = f"{len(found)} problem(s)" if found else "ok"
         console.print(f"{channel.name}: {verdict}", highlight=False)
