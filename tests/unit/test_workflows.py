@@ -1,5 +1,7 @@
-"""The GitHub Actions workflows as data: what triggers them, what each job may touch, and
-that nothing a pull request reaches publishes or reads a secret.
+"""The GitHub Actions workflows as data: what triggers them, what each job may touch, that
+nothing a pull request reaches publishes, reads a secret or asks for an OIDC token, and that
+every job that writes the index writes its object store directly, with credentials it gets
+by OIDC, and no lock around it.
 
 Each rule is a function that returns the problems it finds. The tests run every rule on
 the real files (no problems) and on a copy broken in one place (that problem found), so a
@@ -30,11 +32,21 @@ SHA_PINNED = re.compile(r"[^@\s]+@[0-9a-f]{40}")
 USES_LINE = re.compile(r"^\s*(?:-\s+)?uses:\s*(?P<ref>\S+)(?P<rest>.*)$", re.MULTILINE)
 # What writes an index or uploads anywhere: never reachable from a pull request.
 PUBLISHES = re.compile(
-    r"wheelmill\s+(?:publish|yank|unyank|release\s+(?:publish|promote|prune))\b|\baws\s+s3\b|\btwine\b|\buv\s+publish\b"
+    r"wheelmill\s+(?:publish|yank|unyank|index\s+render|release\s+(?:publish|promote|prune|record-gpu))\b"
+    r"|\baws\s+s3\b|\btwine\b|\buv\s+publish\b"
+)
+# What changes an index: where the job's WHEELMILL_INDEX_ROOT is the bucket, it changes the bucket.
+WRITES_INDEX = re.compile(
+    r"wheelmill\s+(?:publish|yank|unyank|index\s+(?:render|repair)|release\s+(?:publish|promote|prune|record-gpu))\b"
 )
 PUBLISHING_ACTION = re.compile(r"pypi-publish|upload-release|release-action|s3-sync", re.IGNORECASE)
 LOCAL_BUILD = re.compile(r"wheelmill\s+build\b")  # publishes to the runner's local index unless --no-publish
-INDEX_GROUP = "index-publish"
+BUILDS_A_CELL = re.compile(r"wheelmill\s+(?:build|release)\b.*--cell")
+SYNC = re.compile(r"\baws\s+s3\s+sync\b")
+INDEX_GROUP = "index-publish"  # the lock the index once needed: no workflow has it now
+BUCKET_ROOT = "s3://${{ vars.WHEELMILL_INDEX_BUCKET }}/index"
+OIDC_ACTION = "aws-actions/configure-aws-credentials@"
+STATIC_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "aws-access-key-id", "aws-secret-access-key")
 
 
 def parse(text: str) -> Workflow:
@@ -101,6 +113,32 @@ def publishing_jobs(workflow: Workflow) -> dict[str, Job]:
     }
 
 
+def env_of(node: dict[str, Any]) -> dict[str, Any]:
+    return dict(node.get("env") or {})
+
+
+def bucket_steps(job: Job) -> list[int]:
+    """The steps that reach the index's object store: wheelmill run where WHEELMILL_INDEX_ROOT
+    (the step's, else its job's) is an s3:// location, or the AWS CLI's s3 commands."""
+    job_root = env_of(job).get("WHEELMILL_INDEX_ROOT", "")
+    found = []
+    for index, step in enumerate(steps(job)):
+        root = str(env_of(step).get("WHEELMILL_INDEX_ROOT", job_root))
+        run = str(step.get("run", ""))
+        if (root.startswith("s3://") and "wheelmill" in run) or re.search(r"\baws\s+s3\b", run):
+            found.append(index)
+    return found
+
+
+def index_jobs(workflow: Workflow) -> dict[str, Job]:
+    """The jobs that read or write the index's object store, so need its credentials."""
+    return {name: job for name, job in jobs(workflow).items() if bucket_steps(job)}
+
+
+def oidc_steps(job: Job) -> list[int]:
+    return [i for i, step in enumerate(steps(job)) if str(step.get("uses", "")).startswith(OIDC_ACTION)]
+
+
 # --- the rules --------------------------------------------------------------------------
 
 
@@ -111,19 +149,29 @@ def _read_only(permissions: object) -> bool:
 
 
 def permission_problems(workflow: Workflow) -> list[str]:
-    """Top level grants at most read; every job says what it gets, and none gets a write.
-    (No job here needs one: the index storage is S3, reached with the environments' secrets.)"""
+    """Top level grants at most read; every job says what it gets, and none gets a write to
+    GitHub. (No job here needs one: the index is an object store. `id-token: write` only
+    lets a job ask for its OIDC token; oidc_problems says which jobs may.)"""
     problems = []
     if "permissions" not in workflow:
         problems.append("no top-level permissions: the token gets the repository's default")
     elif not _read_only(workflow["permissions"]):
         problems.append(f"top-level permissions grant more than read: {workflow['permissions']!r}")
     for name, job in jobs(workflow).items():
+        granted = job.get("permissions")
         if "permissions" not in job:
             problems.append(f"{name}: no permissions block")
-        elif not _read_only(job["permissions"]):
-            problems.append(f"{name}: permissions grant a write: {job['permissions']!r}")
+        elif not _read_only(
+            {k: v for k, v in granted.items() if k != "id-token"} if isinstance(granted, dict) else granted
+        ):
+            problems.append(f"{name}: permissions grant a write: {granted!r}")
     return problems
+
+
+def _asks_for_a_token(permissions: object) -> bool:
+    if permissions == "write-all":
+        return True
+    return isinstance(permissions, dict) and permissions.get("id-token", "none") != "none"
 
 
 def pull_request_problems(workflow: Workflow) -> list[str]:
@@ -138,9 +186,13 @@ def pull_request_problems(workflow: Workflow) -> list[str]:
         return problems
     if reads_secret({key: value for key, value in workflow.items() if key != "jobs"}):
         problems.append("workflow: reads a secret")
+    if _asks_for_a_token(workflow.get("permissions")):
+        problems.append("workflow: asks for an OIDC token (id-token), which could assume the index's role")
     for name, job in jobs(workflow).items():
         if reads_secret(job):
             problems.append(f"{name}: reads a secret")
+        if _asks_for_a_token(job.get("permissions")):
+            problems.append(f"{name}: asks for an OIDC token (id-token), which could assume the index's role")
         if "secrets" in job:
             problems.append(f"{name}: passes secrets to a reusable workflow")
         if "environment" in job:
@@ -160,8 +212,8 @@ def pull_request_problems(workflow: Workflow) -> list[str]:
 
 
 def secret_scope_problems(workflow: Workflow) -> list[str]:
-    """A secret reaches only the steps that talk to the index storage or log in to the image
-    registry, through their env."""
+    """A secret reaches only the steps that log in to the image registry, through their env
+    (the index's credentials are no secret: they come by OIDC)."""
     problems = (
         ["workflow: a secret at workflow level reaches every job"]
         if reads_secret({k: v for k, v in workflow.items() if k != "jobs"})
@@ -174,9 +226,9 @@ def secret_scope_problems(workflow: Workflow) -> list[str]:
             if reads_secret({key: value for key, value in step.items() if key != "env"}):
                 problems.append(f"{name}: {label(step)}: a secret outside the step's env")
             if reads_secret(step.get("env")) and not re.search(
-                r"aws s3 |docker login |podman login ", str(step.get("run", ""))
+                r"docker login |podman login ", str(step.get("run", ""))
             ):
-                problems.append(f"{name}: {label(step)}: gets a secret but does not sync the index")
+                problems.append(f"{name}: {label(step)}: gets a secret but does not log in to a registry")
     return problems
 
 
@@ -197,22 +249,111 @@ def pr_cancel_problems(workflow: Workflow) -> list[str]:
     return problems
 
 
-def publish_cancel_problems(workflow: Workflow) -> list[str]:
-    """Publishing jobs run one at a time per index and are never cancelled halfway."""
+def ordering_problems(workflow: Workflow) -> list[str]:
+    """No concurrency group is a lock around the index: jobs write it at once, each its own
+    objects. What stays is ordering: a workflow that writes the index may queue its runs, but
+    never cancels one, running or pending (a third queued run waits too: queue: max)."""
     problems = []
     concurrency = workflow.get("concurrency")
-    if (
-        publishing_jobs(workflow)
-        and isinstance(concurrency, dict)
-        and concurrency.get("cancel-in-progress") is not False
-    ):
-        problems.append(f"workflow-level concurrency may cancel a publishing run: {concurrency!r}")
-    for name, job in publishing_jobs(workflow).items():
-        concurrency = job.get("concurrency")
-        if not isinstance(concurrency, dict) or concurrency.get("group") != INDEX_GROUP:
-            problems.append(f"{name}: publishes outside the {INDEX_GROUP} concurrency group")
-        elif concurrency.get("cancel-in-progress") is not False:
-            problems.append(f"{name}: a publishing run may be cancelled: {concurrency!r}")
+    groups = [("workflow", concurrency)] + [(name, job.get("concurrency")) for name, job in jobs(workflow).items()]
+    problems += [
+        f"{where}: concurrency group {INDEX_GROUP}, a lock around the index"
+        for where, found in groups
+        if (isinstance(found, dict) and found.get("group") == INDEX_GROUP) or found == INDEX_GROUP
+    ]
+    problems += [
+        f"{name}: a concurrency group around a job that writes the index: {job['concurrency']!r}"
+        for name, job in index_jobs(workflow).items()
+        if "concurrency" in job
+    ]
+    if publishing_jobs(workflow) and isinstance(concurrency, dict):
+        if concurrency.get("cancel-in-progress") is not False:
+            problems.append(f"workflow-level concurrency may cancel a publishing run: {concurrency!r}")
+        if concurrency.get("queue") != "max":
+            problems.append(f"workflow-level concurrency keeps one pending run (no queue: max): {concurrency!r}")
+    return problems
+
+
+def oidc_problems(workflow: Workflow) -> list[str]:
+    """Every job that reaches the index's object store gets its credentials by OIDC: it may
+    ask for the token (id-token: write, and contents: read, nothing else), it assumes the
+    role vars.WHEELMILL_INDEX_ROLE with the pinned configure-aws-credentials action before
+    its first step that reaches the store, in an environment (whose name is what the role's
+    trust policy checks), and nothing anywhere names a static key. No other job may ask for
+    the token."""
+    problems = [
+        f"workflow: names a static key ({key})" for key in STATIC_KEYS if any(key in text for text in strings(workflow))
+    ]
+    reaching = index_jobs(workflow)
+    for name, job in jobs(workflow).items():
+        if name not in reaching:
+            if _asks_for_a_token(job.get("permissions")) or oidc_steps(job):
+                problems.append(f"{name}: asks for an OIDC token but never reaches the index")
+            continue
+        if job.get("permissions") != {"contents": "read", "id-token": "write"}:
+            problems.append(f"{name}: reaches the index without exactly contents: read, id-token: write")
+        if not job.get("environment"):
+            problems.append(f"{name}: reaches the index in no environment (the role trusts the environment)")
+        assumed = oidc_steps(job)
+        if not assumed:
+            problems.append(f"{name}: no OIDC step ({OIDC_ACTION}...)")
+            continue
+        given = dict(steps(job)[assumed[0]].get("with") or {})
+        if given.get("role-to-assume") != "${{ vars.WHEELMILL_INDEX_ROLE }}":
+            problems.append(
+                f"{name}: the OIDC step assumes {given.get('role-to-assume')!r}, not vars.WHEELMILL_INDEX_ROLE"
+            )
+        if "vars.WHEELMILL_INDEX_REGION" not in str(given.get("aws-region", "")):
+            problems.append(f"{name}: the OIDC step's region is not vars.WHEELMILL_INDEX_REGION")
+        problems += [
+            f"{name}: {label(steps(job)[i])}: reaches the index before the OIDC step"
+            for i in bucket_steps(job)
+            if i < assumed[0]
+        ]
+    return problems
+
+
+def index_root_problems(workflow: Workflow) -> list[str]:
+    """The bucket is named one way, from the variable; and a job that builds nothing writes
+    the bucket, never the runner's own tree (gone when the job ends)."""
+    problems = []
+    for name, job in jobs(workflow).items():
+        roots = [env_of(job).get("WHEELMILL_INDEX_ROOT")] + [env_of(s).get("WHEELMILL_INDEX_ROOT") for s in steps(job)]
+        problems += [
+            f"{name}: WHEELMILL_INDEX_ROOT is {root!r}, not {BUCKET_ROOT}"
+            for root in roots
+            if root not in (None, BUCKET_ROOT)
+        ]
+        if any(BUILDS_A_CELL.search(line) for line in run_lines(job)):
+            continue
+        reaching = set(bucket_steps(job))
+        problems += [
+            f"{name}: {label(step)}: writes the runner's own index, not the bucket"
+            for index, step in enumerate(steps(job))
+            if WRITES_INDEX.search(str(step.get("run", ""))) and index not in reaching
+        ]
+    return problems
+
+
+def sync_problems(workflow: Workflow) -> list[str]:
+    """Nothing copies the index down or up whole: every job writes its own objects."""
+    return [
+        f"{name}: syncs the index: {line.strip()}"
+        for name, job in jobs(workflow).items()
+        for line in run_lines(job)
+        if SYNC.search(line)
+    ]
+
+
+def apt_problems(workflow: Workflow) -> list[str]:
+    """A runner's package lists may be stale: apt-get update comes before any apt-get install."""
+    problems = []
+    for name, job in jobs(workflow).items():
+        updated = False
+        for line in run_lines(job):
+            if re.search(r"\bapt-get\s+(?:-\S+\s+)*install\b", line) and not updated:
+                problems.append(f"{name}: apt-get install before apt-get update: {line.strip()}")
+            updated = updated or bool(re.search(r"\bapt-get\s+(?:-\S+\s+)*update\b", line))
     return problems
 
 
@@ -294,7 +435,11 @@ EVERY_WORKFLOW_CHECK: list[Check] = [
     permission_problems,
     pull_request_problems,
     secret_scope_problems,
-    publish_cancel_problems,
+    ordering_problems,
+    oidc_problems,
+    index_root_problems,
+    sync_problems,
+    apt_problems,
     pinning_problems,
     timeout_problems,
     checkout_problems,
@@ -367,41 +512,103 @@ def test_build_runs_on_pull_requests_and_main_and_never_publishes() -> None:
     assert on["pull_request"] is None  # every pull request, forks included
     assert pr_cancel_problems(workflow) == []
     assert publishing_jobs(workflow) == {}
+    # read-only: no job can ask for the OIDC token the index's role trusts
+    assert not any("id-token" in text for text in strings(workflow))
+    assert index_jobs(workflow) == {}
     plan = " ".join(run_lines(jobs(workflow)["plan"]))
     assert "--changed-files changed.txt" in plan
     assert 'git diff --name-only "$range"' in plan
 
 
+def publish_step(job: Job, command: str) -> int:
+    """The step that runs ``command`` against the bucket (its WHEELMILL_INDEX_ROOT)."""
+    found = [i for i in bucket_steps(job) if command in str(steps(job)[i].get("run", ""))]
+    assert len(found) == 1, f"one step runs {command!r} against the bucket"
+    return found[0]
+
+
+def build_step(job: Job) -> int:
+    return next(i for i, step in enumerate(steps(job)) if BUILDS_A_CELL.search(str(step.get("run", ""))))
+
+
+@pytest.mark.parametrize(
+    ("name", "command"), [("release", 'release publish --tag "$TAG"'), ("nightly", "release publish --nightly")]
+)
+def test_each_build_job_publishes_its_own_cell_into_the_bucket(name: str, command: str) -> None:
+    """After its cell is built, in the same job: credentials by OIDC, then the one cell under
+    the runner's output root published straight into the bucket. Nothing syncs the index."""
+    build = jobs(load(name))["build"]
+    built, assumed, published = build_step(build), oidc_steps(build)[0], publish_step(build, command)
+    assert "--no-publish" in str(steps(build)[built]["run"])  # the build itself writes no index
+    assert built < assumed < published
+    assert env_of(steps(build)[published])["WHEELMILL_INDEX_ROOT"] == BUCKET_ROOT
+    assert "WHEELMILL_INDEX_ROOT" not in env_of(build)  # the build and the images use the runner's tree
+    assert env_of(steps(build)[published])["AWS_ENDPOINT_URL_S3"] == "${{ vars.WHEELMILL_INDEX_ENDPOINT }}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_no_workflow_syncs_the_index_or_locks_it(name: str) -> None:
+    text = (WORKFLOWS / f"{name}.yml").read_text(encoding="utf-8")
+    assert not SYNC.search(text) and "--delete" not in text
+    assert INDEX_GROUP not in text
+    assert not any(key in text for key in STATIC_KEYS)
+    assert sync_problems(load(name)) == ordering_problems(load(name)) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("build", set()),
+        ("release", {"build", "images", "render", "record-gpu", "promote", "final-images"}),
+        ("nightly", {"build", "prune"}),
+    ],
+)
+def test_every_job_that_reaches_the_index_gets_credentials_by_oidc(name: str, expected: set[str]) -> None:
+    workflow = load(name)
+    assert index_jobs(workflow).keys() == expected
+    assert oidc_problems(workflow) == []
+    for job in index_jobs(workflow).values():
+        (assumed,) = oidc_steps(job)
+        assert SHA_PINNED.fullmatch(str(steps(job)[assumed]["uses"]))
+        assert not {"aws-access-key-id", "aws-secret-access-key"} & set(steps(job)[assumed]["with"])
+
+
 def test_release_runs_on_version_tags_and_builds_or_promotes() -> None:
     workflow = load("release")
     assert triggers(workflow) == {"push": {"tags": ["v*"]}}
+    assert workflow["concurrency"] == {"group": "release", "cancel-in-progress": False, "queue": "max"}
     every = jobs(workflow)
     assert every["build"]["if"] == "needs.plan.outputs.action == 'build'"
     assert every["promote"]["if"] == "needs.plan.outputs.action == 'promote'"
-    assert every["publish"]["needs"] == ["plan", "build"]
-    assert publishing_jobs(workflow).keys() == {"publish", "promote", "record-gpu"}
     assert {job["environment"] for job in publishing_jobs(workflow).values()} == {"release"}
-    assert "environment" not in every["build"]
-    assert any('wheelmill release publish --tag "$TAG"' in line for line in run_lines(every["publish"]))
-    assert any(
-        'wheelmill release promote --from test --to release "$VERSION"' in line for line in run_lines(every["promote"])
-    )
+    # the publish job is gone: what is left after the cells is render, then verify, of the bucket
+    assert "publish" not in every
+    render = every["render"]
+    assert render["needs"] == ["plan", "build"]
+    assert env_of(render)["WHEELMILL_INDEX_ROOT"] == BUCKET_ROOT
+    lines = [line for line in run_lines(render) if "wheelmill" in line]
+    assert re.findall(r"wheelmill index (\w+)", " ".join(lines)) == ["render", "verify"]
+    assert all('"${args[@]}"' in line for line in lines)  # the run's channels, not every channel
+    assert 'wheelmill release promote --from test --to release "$VERSION"' in " ".join(run_lines(every["promote"]))
+    assert env_of(every["promote"])["WHEELMILL_INDEX_ROOT"] == BUCKET_ROOT
     # the record is read through wheelmill (its objects, read whole), never as a file of the tree
     promote_lines = " ".join(run_lines(every["promote"]))
     assert 'wheelmill release show --track release "$VERSION" --json' in promote_lines
     assert "releases/release/" not in promote_lines
+    assert "download-artifact" not in str(every["promote"])  # nothing of the rc passes through the runner
 
 
 def test_a_release_candidate_is_proven_on_gpu_runners_before_promotion() -> None:
     """Built on CPU runners, proven on GPU runners: the GPU stage runs per covered cell and
     runner label from the plan, says which runner it ran on, reads the served test channel
-    with no secret, and its reports (one artifact per cell and runner) reach the rc's record,
-    which promotion reads."""
+    with no secret, and its reports (one artifact per cell and runner) reach the rc's record
+    in the bucket, which promotion reads."""
     every = jobs(load("release"))
     gpu = every["gpu"]
-    assert gpu["needs"] == ["plan", "publish"] and gpu["runs-on"] == "${{ matrix.runner }}"
+    assert gpu["needs"] == ["plan", "render"] and gpu["runs-on"] == "${{ matrix.runner }}"
     assert gpu["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.gpu-matrix) }}"
     assert gpu["strategy"]["fail-fast"] is False and "environment" not in gpu and not reads_secret(gpu)
+    assert gpu["permissions"] == {"contents": "read"}
     assert any(
         'wheelmill test-gpu --cell "$CELL" --runner "$RUNNER" --track test --index-url' in line
         for line in run_lines(gpu)
@@ -411,8 +618,10 @@ def test_a_release_candidate_is_proven_on_gpu_runners_before_promotion() -> None
     assert [step["with"]["name"] for step in uploads] == ["gpu-report-${{ matrix.cell }}-${{ matrix.runner }}"]
     assert "gpu-matrix" in every["plan"]["outputs"]
     record = every["record-gpu"]
-    assert record["needs"] == ["plan", "publish", "gpu"] and record["if"].startswith("always() && ")
-    assert any('wheelmill release record-gpu --track test "$VERSION"' in line for line in run_lines(record))
+    assert record["needs"] == ["plan", "render", "gpu"] and record["if"].startswith("always() && ")
+    assert "needs.render.result == 'success'" in record["if"]
+    assert env_of(record)["WHEELMILL_INDEX_ROOT"] == BUCKET_ROOT
+    publish_step(record, 'wheelmill release record-gpu --track test "$VERSION"')
 
 
 def test_nightly_runs_daily_publishes_and_prunes() -> None:
@@ -420,22 +629,22 @@ def test_nightly_runs_daily_publishes_and_prunes() -> None:
     on = triggers(workflow)
     assert on.keys() == {"schedule", "workflow_dispatch"}
     assert len(on["schedule"][0]["cron"].split()) == 5
-    assert publishing_jobs(workflow).keys() == {"publish"}
-    publish = " ".join(run_lines(jobs(workflow)["publish"]))
-    assert "wheelmill release publish --nightly" in publish
-    assert "wheelmill release prune --track nightly --keep 14" in publish
-    assert workflow["concurrency"]["cancel-in-progress"] is False
-
-
-@pytest.mark.parametrize("name", ["release", "nightly"])
-def test_publishing_syncs_the_index_down_publishes_verifies_and_syncs_up(name: str) -> None:
-    for job in publishing_jobs(load(name)).values():
-        lines = [line for line in run_lines(job) if "aws s3" in line or "wheelmill" in line]
-        assert "aws s3 sync" in lines[0]
-        assert lines[0].index("s3://") < lines[0].index("wheels/index/")
-        assert "wheelmill index verify" in lines[-2]
-        assert "aws s3 sync" in lines[-1]
-        assert lines[-1].index("wheels/index/") < lines[-1].index("s3://")
+    assert publishing_jobs(workflow).keys() == {"build", "prune"}
+    every = jobs(workflow)
+    # only main publishes: a manual run elsewhere builds and tests, in no environment
+    build = every["build"]
+    assert build["environment"] == "${{ github.ref == 'refs/heads/main' && 'nightly' || '' }}"
+    for index in (oidc_steps(build)[0], publish_step(build, "wheelmill release publish --nightly")):
+        assert steps(build)[index]["if"] == "github.ref == 'refs/heads/main'"
+    prune = every["prune"]
+    assert prune["needs"] == ["plan", "build"] and prune["if"] == "github.ref == 'refs/heads/main'"
+    assert env_of(prune)["WHEELMILL_INDEX_ROOT"] == BUCKET_ROOT
+    assert re.findall(r"wheelmill (release prune --track nightly --keep 14|index \w+)", " ".join(run_lines(prune))) == [
+        "release prune --track nightly --keep 14",
+        "index render",
+        "index verify",
+    ]
+    assert workflow["concurrency"] == {"group": "nightly", "cancel-in-progress": False, "queue": "max"}
 
 
 def test_actionlint_finds_nothing() -> None:
@@ -510,9 +719,9 @@ BROKEN: list[Any] = [
     ),
     pytest.param(
         "release",
-        lambda w: job_in(w, "publish")["permissions"].update(contents="write"),
+        lambda w: job_in(w, "render")["permissions"].update(contents="write"),
         permission_problems,
-        "publish: permissions grant a write",
+        "render: permissions grant a write",
         id="job-write",
     ),
     # pull requests
@@ -569,52 +778,161 @@ BROKEN: list[Any] = [
         "release",
         lambda w: w["on"].update(pull_request=None),
         pull_request_problems,
-        "publish: deploys to environment 'release'",
+        "render: deploys to environment 'release'",
         id="pr-reaches-release",
     ),
     # secrets
     pytest.param(
         "release",
-        lambda w: job_in(w, "publish")["env"].update(KEY=READS_X),
+        lambda w: job_in(w, "render")["env"].update(KEY=READS_X),
         secret_scope_problems,
-        "publish: a secret at job level",
+        "render: a secret at job level",
         id="job-level-secret",
     ),
     pytest.param(
         "release",
-        lambda w: step_in(w, "publish", "Verify the index").update(env={"KEY": READS_X}),
+        lambda w: step_in(w, "render", "Verify the index").update(env={"KEY": READS_X}),
         secret_scope_problems,
-        "does not sync",
+        "does not log in",
         id="secret-unused",
     ),
     pytest.param(
         "nightly",
-        lambda w: step_in(w, "publish", "Keep the 14 newest nightlies").update(run=READS_X),
+        lambda w: step_in(w, "prune", "Keep the 14 newest nightlies").update(run=READS_X),
         secret_scope_problems,
         "outside",
         id="secret-in-run",
     ),
-    # concurrency
+    # concurrency: ordering only, never a lock around the index
     pytest.param(
         "release",
-        lambda w: job_in(w, "promote")["concurrency"].update({"cancel-in-progress": True}),
-        publish_cancel_problems,
-        "promote: a publishing run may",
-        id="publish-cancels",
+        lambda w: job_in(w, "promote").update(concurrency={"group": INDEX_GROUP, "cancel-in-progress": False}),
+        ordering_problems,
+        "promote: concurrency group index-publish",
+        id="index-lock",
     ),
     pytest.param(
         "nightly",
-        lambda w: job_in(w, "publish").pop("concurrency"),
-        publish_cancel_problems,
-        "outside the index-publish",
-        id="publish-unserialized",
+        lambda w: job_in(w, "prune").update(concurrency={"group": "prune"}),
+        ordering_problems,
+        "prune: a concurrency group around a job that writes the index",
+        id="lock-around-a-writer",
     ),
     pytest.param(
         "nightly",
         lambda w: w["concurrency"].update({"cancel-in-progress": True}),
-        publish_cancel_problems,
-        "workflow-level",
+        ordering_problems,
+        "workflow-level concurrency may cancel",
         id="workflow-cancels-publish",
+    ),
+    pytest.param(
+        "release",
+        lambda w: w["concurrency"].pop("queue"),
+        ordering_problems,
+        "no queue: max",
+        id="third-run-cancels-the-pending-one",
+    ),
+    # OIDC
+    pytest.param(
+        "build",
+        lambda w: job_in(w, "build")["permissions"].update({"id-token": "write"}),
+        pull_request_problems,
+        "build: asks for an OIDC token",
+        id="pr-id-token",
+    ),
+    pytest.param(
+        "build",
+        lambda w: w.update(permissions={"id-token": "write"}),
+        pull_request_problems,
+        "workflow: asks for an OIDC token",
+        id="pr-workflow-id-token",
+    ),
+    pytest.param(
+        "release",
+        lambda w: job_in(w, "render")["permissions"].pop("id-token"),
+        oidc_problems,
+        "render: reaches the index without exactly",
+        id="no-id-token",
+    ),
+    pytest.param(
+        "release",
+        lambda w: job_in(w, "promote")["steps"].remove(step_in(w, "promote", OIDC_ACTION)),
+        oidc_problems,
+        "promote: no OIDC step",
+        id="no-oidc-step",
+    ),
+    pytest.param(
+        "release",
+        lambda w: step_in(w, "record-gpu", OIDC_ACTION)["with"].update({"aws-access-key-id": READS_X}),
+        oidc_problems,
+        "static key (aws-access-key-id)",
+        id="static-key-input",
+    ),
+    pytest.param(
+        "nightly",
+        lambda w: step_in(w, "prune", "Keep the 14 newest nightlies").update(env={"AWS_SECRET_ACCESS_KEY": READS_X}),
+        oidc_problems,
+        "static key (AWS_SECRET_ACCESS_KEY)",
+        id="static-key-env",
+    ),
+    pytest.param(
+        "release",
+        lambda w: step_in(w, "final-images", OIDC_ACTION)["with"].update({"role-to-assume": "arn:aws:iam::1:role/x"}),
+        oidc_problems,
+        "final-images: the OIDC step assumes 'arn:aws:iam::1:role/x'",
+        id="another-role",
+    ),
+    pytest.param(
+        "release",
+        lambda w: job_in(w, "build")["steps"].append(
+            job_in(w, "build")["steps"].pop(oidc_steps(job_in(w, "build"))[0])
+        ),
+        oidc_problems,
+        "build: Publish the cell into the index: reaches the index before the OIDC step",
+        id="oidc-too-late",
+    ),
+    pytest.param(
+        "release",
+        lambda w: job_in(w, "images").pop("environment"),
+        oidc_problems,
+        "images: reaches the index in no environment",
+        id="no-environment",
+    ),
+    pytest.param(
+        "nightly",
+        lambda w: job_in(w, "plan")["permissions"].update({"id-token": "write"}),
+        oidc_problems,
+        "plan: asks for an OIDC token but never reaches the index",
+        id="idle-id-token",
+    ),
+    # the bucket
+    pytest.param(
+        "release",
+        lambda w: job_in(w, "promote")["env"].pop("WHEELMILL_INDEX_ROOT"),
+        index_root_problems,
+        "promote: Promote the rc's wheels from test to release: writes the runner's own index",
+        id="promote-into-the-runners-tree",
+    ),
+    pytest.param(
+        "nightly",
+        lambda w: job_in(w, "prune")["env"].update(WHEELMILL_INDEX_ROOT="s3://wheels/index"),
+        index_root_problems,
+        "prune: WHEELMILL_INDEX_ROOT is 's3://wheels/index'",
+        id="literal-bucket",
+    ),
+    pytest.param(
+        "release",
+        lambda w: job_in(w, "render")["steps"].append({"run": "aws s3 sync wheels/index/ s3://b/index/"}),
+        sync_problems,
+        "render: syncs the index",
+        id="sync",
+    ),
+    pytest.param(
+        "nightly",
+        lambda w: job_in(w, "prune")["steps"].insert(2, {"run": "sudo apt-get install -y -qq jq\nsudo apt-get update"}),
+        apt_problems,
+        "prune: apt-get install before apt-get update",
+        id="apt-install-first",
     ),
     pytest.param(
         "build",
@@ -734,13 +1052,55 @@ def test_local_actions_and_the_on_key_are_read_right() -> None:
     assert triggers(parse("on: push\n")) == {"push": None}
 
 
-def test_each_aarch64_cells_images_are_joined_with_its_twins_under_one_tag() -> None:
-    """Both image steps of the release (the rc's and the final's) register qemu-user first
-    and end by joining each aarch64 cell's images with its x86_64 twin's."""
-    steps_of = [step for job in jobs(load("release")).values() for step in steps(job)]
-    building = [i for i, step in enumerate(steps_of) if "wheelmill image build" in str(step.get("run", ""))]
-    assert len(building) == 2
-    for index in building:
-        run = str(steps_of[index]["run"])
-        assert run.index("wheelmill image build") < run.index("wheelmill image manifest --cell")
-        assert "qemu-user-static" in str(steps_of[index - 1].get("run", ""))
+@pytest.mark.parametrize(
+    ("building", "joining", "artifact"),
+    [
+        ("build", "images", "images-${{ matrix.cell }}"),
+        ("final-images", "final-manifests", "final-images-${{ matrix.cell }}"),
+    ],
+)
+def test_images_are_built_per_cell_and_each_aarch64_cells_joined_with_its_twins(
+    building: str, joining: str, artifact: str
+) -> None:
+    """The rc's images and the final's are each built in a job per cell on the cell's own
+    runner (an aarch64 cell's natively: no emulation), outside any lock; a job after all of
+    them joins each aarch64 cell's images with its x86_64 twin's under one tag."""
+    every = jobs(load("release"))
+    cell_job, join_job = every[building], every[joining]
+    assert cell_job["runs-on"] == "${{ matrix.runner }}" and "concurrency" not in cell_job
+    assert cell_job["strategy"]["fail-fast"] is False
+    images = [line for line in run_lines(cell_job) if "wheelmill image build" in line]
+    assert re.findall(r"--edition (\w+)", " ".join(images)) == ["runtime", "devel"]
+    assert all('--cell "$CELL"' in line and '--push "$REGISTRY"' in line for line in images)
+    uploads = [step["with"]["name"] for step in steps(cell_job) if "upload-artifact" in step.get("uses", "")]
+    assert artifact in uploads
+    needs = join_job["needs"]
+    assert building in ([needs] if isinstance(needs, str) else needs)
+    assert any("wheelmill image manifest --cell" in line for line in run_lines(join_job))
+    assert not any("qemu" in line for line in run_lines(cell_job))
+
+
+def test_the_rc_images_come_from_the_runners_own_tree_and_their_records_reach_the_bucket() -> None:
+    """`wheelmill image build` reads an index tree: the build job publishes its cell once
+    more into the runner's tree (no WHEELMILL_INDEX_ROOT) before building its images, and the
+    images job copies the images' record objects (only those) into the bucket's record."""
+    every = jobs(load("release"))
+    build = every["build"]
+    local = [
+        i
+        for i, step in enumerate(steps(build))
+        if 'wheelmill release publish --tag "$TAG"' in str(step.get("run", "")) and i not in bucket_steps(build)
+    ]
+    first_image = next(i for i, step in enumerate(steps(build)) if "wheelmill image build" in str(step.get("run", "")))
+    assert len(local) == 1 and publish_step(build, 'release publish --tag "$TAG"') < local[0] < first_image
+    copy = " ".join(run_lines(every["images"]))
+    assert "aws s3 cp --recursive" in copy and '--exclude "*" --include "*/images/*"' in copy
+    assert '"$WHEELMILL_INDEX_ROOT/releases/"' in copy
+
+
+def test_apt_rule_reads_the_order() -> None:
+    job = {"steps": [{"run": "sudo apt-get update"}, {"run": "sudo apt-get install -y -qq jq"}]}
+    assert apt_problems({"jobs": {"a": job}}) == []
+    assert apt_problems({"jobs": {"a": {"steps": job["steps"][::-1]}}}) == [
+        "a: apt-get install before apt-get update: sudo apt-get install -y -qq jq"
+    ]
