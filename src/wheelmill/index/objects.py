@@ -310,14 +310,12 @@ def render_root(channel: ObjectChannel) -> list[str]:
 
 
 def _listed(channel: ObjectChannel, project: str) -> None:
-    """The project's pages, and the project list where it lacks the project."""
+    """The project's pages, and the project list: each rendered, and written only where it
+    differs. Both, and both forms of each, every time: a writer killed between its JSON page
+    and its HTML one leaves the JSON listing the file and the HTML not, and only a render
+    mends that (the same publish again, as a job's retry does, included)."""
     render_project(channel, project)
-    try:
-        names = channel.project_names()
-    except IndexStoreError:
-        names = []
-    if project not in names:
-        render_root(channel)
+    render_root(channel)
 
 
 def publish(
@@ -363,10 +361,7 @@ def publish(
     learnt = build_key is not None and build_key not in there.keys
     if learnt and build_key is not None:
         channel.storage.create(f"{channel.entries(info.name, wheel.name)}{KEYS}/{build_key}", b"")
-    page = channel.project(info.name)
-    shown = next((f for f in page.files if f.filename == wheel.name), None) if page else None
-    if made or learnt or shown is None or shown.built != (kind == BUILT):
-        _listed(channel, info.name)
+    _listed(channel, info.name)
     mirrored = any(MIRRORED in listed.kinds for listed in listing.values())
     replaced = _drop_mirrored(channel, info.name) if kind == BUILT and mirrored else []
     return done(PublishOutcome.ADDED if made else PublishOutcome.UNCHANGED, replaced)
@@ -470,12 +465,13 @@ def render(channel: ObjectChannel) -> list[str]:
     """Every project's pages and the project list written again from the entries (what a
     scheduled job, or anyone after a writer died, runs); what changed, in words."""
     before = {p.name: {f.filename for f in p.files} for p in _readable_projects(channel)}
-    names = render_root(channel)
+    names = channel.storage.children(channel.entries())
     said = []
-    for name in names:
+    for name in names:  # the projects' pages before the list that links them: no link leads nowhere
         now = {f.filename for f in render_project(channel, name).files}
         said += [f"{name}: listed {f} (unlisted before)" for f in sorted(now - before.get(name, set()))]
         said += [f"{name}: no longer lists {f} (its entry is gone)" for f in sorted(before.get(name, set()) - now)]
+    names = render_root(channel)
     for gone in sorted(set(before) - set(names)):  # every entry of the project removed
         for form in ("json", "html"):
             channel.storage.delete(channel.page_key(gone, form))
