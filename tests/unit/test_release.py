@@ -32,10 +32,10 @@ from wheelmill.index.records import (
     record,
     record_gpu,
 )
-from wheelmill.index.release import collect_built, promote, prune, same_payload
+from wheelmill.index.release import collect_built, promote, prune, publish_release, same_payload
 from wheelmill.index.roots import Index
 from wheelmill.index.storage import TreeStorage
-from wheelmill.index.store import Channel, channel_names, publish
+from wheelmill.index.store import Channel, built_by_key, channel_names, publish
 from wheelmill.index.verify import verify
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.inputs.recipes import load_recipes
@@ -815,3 +815,35 @@ def test_a_newer_torchs_test_build_is_never_published_its_cell_gets_the_one_buil
     shutil.rmtree(output / "cuda130-torch2.12-py311")
     with pytest.raises(ReleaseError, match=r"built there only to be tested .* no cell of this release made its one"):
         collect_built(output, RC)
+
+
+def test_a_cell_alone_on_its_runner_lists_the_one_build_another_job_published(tmp_path: Path) -> None:
+    """Each job publishes its own cell: the newer torch's job finds the one build its group's
+    oldest cell's job published (by build key, in a channel of the same track), lists those
+    bytes in its own channel and records them as its cell's; never its own test build."""
+    one = make_wheel(tmp_path / "one", "example-stable-ops", "2.4.0rc1+cu130", tag="cp310-abi3-linux_x86_64")
+    test_only = make_wheel(
+        tmp_path / "test", "example-stable-ops", "2.4.0rc1+cu130", tag="cp310-abi3-linux_x86_64", files={"x": b"2.14"}
+    )
+    index = Index(tree=tmp_path / "index")
+    oldest, newer = tmp_path / "runner-a", tmp_path / "runner-b"
+    built_cell(oldest, "cuda130-torch2.12-py311", "test/cu130-torch2.12", one, key="k" * 64)
+    built_cell(newer, "cuda130-py311", "test/cu130", test_only, key="k" * 64, unpublished=True)
+
+    def served(channel: str, key: str) -> tuple[str, str, str] | None:
+        found = built_by_key(index.channel("test/cu130-torch2.12")).get(key)
+        return ("test/cu130-torch2.12", found[1].filename, found[1].sha256) if found else None
+
+    with pytest.raises(ReleaseError, match="no cell of this release made its one build"):
+        collect_built(newer, RC, served=served)  # the other job has not published yet
+    publish_release(index, RC, collect_built(oldest, RC), gpu_runners={}, on_file=lambda _p: None)
+    wheels = collect_built(newer, RC, served=served)
+    assert [(w.path, w.listed_in, w.sha256) for w in wheels] == [(None, "test/cu130-torch2.12", sha256_of(one))]
+    publish_release(index, RC, wheels, gpu_runners={}, on_file=lambda _p: None)
+    listed = Channel(index.storage_root, "test/cu130").project("example-stable-ops")
+    assert listed is not None and [f.sha256 for f in listed.files] == [sha256_of(one)]
+    recorded = load_manifest(TreeStorage(index.storage_root), Track.TEST, "2.4.0rc1")
+    assert {(f.cell, f.sha256) for f in recorded.files} == {
+        ("cuda130-torch2.12-py311", sha256_of(one)),
+        ("cuda130-py311", sha256_of(one)),
+    }

@@ -21,6 +21,7 @@ import argparse
 import dataclasses
 import json
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,9 +41,9 @@ from wheelmill.cli.common import (
 from wheelmill.errors import UsageError
 from wheelmill.gpu.report import GpuReport, load_gpu_report
 from wheelmill.index.records import GpuRecord, Manifest, load_manifest, record_gpu
-from wheelmill.index.release import collect_built, promote, prune, publish_release
+from wheelmill.index.release import Served, collect_built, promote, prune, publish_release
 from wheelmill.index.roots import Index, publish
-from wheelmill.index.store import Channel, Published, channel_names
+from wheelmill.index.store import Channel, Published, built_by_key, channel_names
 from wheelmill.inputs.matrix import Matrix, github_matrix
 from wheelmill.inputs.variants import Family
 from wheelmill.inputs.versions import Action, Release, Track, VersionRule, for_nightly, for_tag
@@ -73,6 +74,14 @@ def register(commands: Commands) -> None:
         action="store_false",
         default=argparse.SUPPRESS,
         help="the built wheels only, not the runtime closure",
+    )
+    pub.add_argument(
+        "--wait",
+        type=positive,
+        default=0,
+        metavar="SECONDS",
+        help="a cell of a newer torch waits this long for its serving group's one build, which the job of the "
+        "group's oldest torch publishes (default: look once)",
     )
     pub.set_defaults(func=cmd_publish)
 
@@ -161,13 +170,14 @@ def cmd_release(args: argparse.Namespace, settings: Settings, console: Console) 
 
 
 def cmd_publish(args: argparse.Namespace, settings: Settings, console: Console) -> int:
-    return _publish(_release(args, settings), settings, console, mirror=getattr(args, "mirror", True))
+    release = _release(args, settings)
+    return _publish(release, settings, console, mirror=getattr(args, "mirror", True), wait=args.wait)
 
 
-def _publish(release: Release, settings: Settings, console: Console, *, mirror: bool) -> int:
+def _publish(release: Release, settings: Settings, console: Console, *, mirror: bool, wait: float = 0) -> int:
     """Publish the release's wheels and record it; then each cell's runtime closure into
     its channel, so the track's channels install on their own too."""
-    built = collect_built(settings.output, release)
+    built = collect_built(settings.output, release, served=_served(Index.of(settings), wait, console))
     matrix, _recipes = load_inputs(settings)
     cells = [matrix.cell(cell) for cell in sorted({wheel.cell for wheel in built})]
     gpu_cells = {cell.id: matrix.gpu_runners_of(cell) for cell in cells if cell.variant.family is not Family.CPU}
@@ -179,6 +189,28 @@ def _publish(release: Release, settings: Settings, console: Console, *, mirror: 
     elif mirror:
         mirror_cells([cell.id for cell in cells], settings, console)
     return 0
+
+
+def _served(index: Index, wait: float, console: Console) -> Served:
+    """The one build of a serving group, by its build key, as a channel of the same track
+    lists it: looked up once, or every few seconds for ``wait`` seconds (the job of the group's
+    oldest torch runs beside this one, and publishes it when its build passed)."""
+
+    def lookup(channel: str, key: str) -> tuple[str, str, str] | None:
+        track = channel.rpartition("/")[0]
+        deadline = time.monotonic() + wait
+        while True:
+            for name in (n for n in index.channel_names() if n.rpartition("/")[0] == track):
+                found = built_by_key(index.channel(name)).get(key)
+                if found is not None:
+                    console.print(f"{channel}: the one build {name}/{found[1].filename}", highlight=False)
+                    return name, found[1].filename, found[1].sha256
+            if time.monotonic() >= deadline:
+                return None
+            console.print(f"{channel}: waiting for the one build with key {key[:12]}...", highlight=False)
+            time.sleep(min(15.0, max(0.0, deadline - time.monotonic())))
+
+    return lookup
 
 
 def _mirror_into(index: Index, cells: list[str], settings: Settings, console: Console) -> None:

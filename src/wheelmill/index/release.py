@@ -32,7 +32,7 @@ from wheelmill.checks.gpu import GpuOutcome
 from wheelmill.errors import IntegrityError, ReleaseError
 from wheelmill.index import objects
 from wheelmill.index.objects import ObjectChannel
-from wheelmill.index.pages import FileEntry
+from wheelmill.index.pages import FileEntry, Project
 from wheelmill.index.records import (
     GpuRecord,
     Manifest,
@@ -42,7 +42,7 @@ from wheelmill.index.records import (
     manifests,
     record,
 )
-from wheelmill.index.roots import AnyChannel, Index, file_of, publish, remove_files
+from wheelmill.index.roots import AnyChannel, Index, copy_file, file_of, publish, remove_files
 from wheelmill.index.storage import Storage
 from wheelmill.index.store import Channel, Published
 from wheelmill.inputs.versions import Release, Track, VersionRule
@@ -113,17 +113,31 @@ class BuiltWheel:
     channel: str
     recipe: str
     rule: VersionRule
-    path: Path
+    path: Path | None  # None: the one build of a serving group, published by another job already
     sha256: str
     key: str | None = None  # its build key, where the report names one
+    filename: str = ""  # where ``path`` is None
+    listed_in: str = ""  # where ``path`` is None: the channel another job published it into
+
+    @property
+    def name(self) -> str:
+        return self.path.name if self.path is not None else self.filename
 
 
-def collect_built(output: Path, release: Release) -> list[BuiltWheel]:
+# Where a serving group's one build is listed when this output root lacks it: (channel, build
+# key) -> the channel of the track that lists it, its filename and sha256; or None. Each build
+# job of a fleet publishes its own cell, and a cell of a newer torch finds the one build its
+# group's oldest cell published.
+Served = Callable[[str, str], tuple[str, str, str] | None]
+
+
+def collect_built(output: Path, release: Release, *, served: Served | None = None) -> list[BuiltWheel]:
     """The wheels built for ``release`` under ``output`` (``<cell>/report.json`` and
     ``<cell>/dist/``): every such cell must have passed, and nothing built for another
     release may be mixed in. A stable recipe that a cell of a newer torch built only to test
     it (its report's ``unpublished``) is not its to publish: the cell gets the one build a
-    cell of the group's oldest torch made (the same build key), which this release must have."""
+    cell of the group's oldest torch made (the same build key), which this release must have:
+    under ``output``, or (``served``) in the index, where that cell's own job published it."""
     wheels: list[BuiltWheel] = []
     borrowed: list[tuple[BuiltCell, RecipeRecord]] = []
     for layout in built_cells(output):
@@ -137,7 +151,7 @@ def collect_built(output: Path, release: Release) -> list[BuiltWheel]:
             if r.wheel is not None and r.name not in unpublished
         ]
         borrowed += [(built, r) for r in built.recipes if r.name in unpublished]
-    wheels += [_one_build(built, recipe, wheels) for built, recipe in borrowed]
+    wheels += [_one_build(built, recipe, wheels, served) for built, recipe in borrowed]
     if not wheels:
         raise ReleaseError(
             f"{output}: no wheels built for {release.version}",
@@ -171,16 +185,33 @@ def _release_cell(layout: CellLayout, release: Release) -> BuiltCell | None:
     return built
 
 
-def _one_build(built: BuiltCell, recipe: RecipeRecord, wheels: Sequence[BuiltWheel]) -> BuiltWheel:
+def _one_build(
+    built: BuiltCell, recipe: RecipeRecord, wheels: Sequence[BuiltWheel], served: Served | None
+) -> BuiltWheel:
     """The one build of a stable recipe, made by a cell of its group's oldest torch with the
     same build key, for a cell that built it only to test it."""
     key = built.facts.get("build_keys", {}).get(recipe.name)
     found = next((w for w in wheels if w.recipe == recipe.name and key is not None and w.key == key), None)
+    listed = served(built.channel, key) if found is None and served is not None and key is not None else None
+    if listed is not None:
+        listed_in, filename, sha256 = listed
+        return BuiltWheel(
+            cell=built.cell,
+            channel=built.channel,
+            recipe=recipe.name,
+            rule=recipe.version_rule,
+            path=None,
+            filename=filename,
+            listed_in=listed_in,
+            sha256=sha256,
+            key=key,
+        )
     if found is None:
         raise ReleaseError(
             f"{built.cell}: {recipe.name} was built there only to be tested (its torch is newer than its serving "
             f"group's oldest), and no cell of this release made its one build (build key {str(key)[:12]})",
-            fix="build the cells of its serving group's oldest torch for this release too",
+            fix="build the cells of its serving group's oldest torch for this release too (where each job "
+            "publishes its own cell, `release publish --wait SECONDS` waits for that job's)",
         )
     return replace(found, cell=built.cell, channel=built.channel)
 
@@ -228,19 +259,37 @@ def publish_release(
     record(records, manifest)  # the release's head, or the refusal of another commit's version
     files = []
     for wheel in wheels:
-        done = publish(index.channel(wheel.channel), wheel.path)
-        on_file(done)
+        if wheel.path is not None:
+            on_file(publish(index.channel(wheel.channel), wheel.path, build_key=wheel.key))
+        else:  # another job published it: listed in this cell's channel too, the same bytes
+            on_file(_listed_too(index, wheel))
         files.append(
             ReleasedFile(
                 channel=wheel.channel,
                 cell=wheel.cell,
                 recipe=wheel.recipe,
-                filename=wheel.path.name,
+                filename=wheel.name,
                 sha256=wheel.sha256,
                 rule=wheel.rule,
             )
         )
     return record(records, replace(manifest, files=tuple(files)))
+
+
+def _listed_too(index: Index, wheel: BuiltWheel) -> Published:
+    source, target = index.channel(wheel.listed_in), index.channel(wheel.channel)
+    project = str(canonicalize_name(parse_wheel_filename(wheel.name)[0]))
+    listed = next(
+        (f for f in (source.project(project) or Project(name=project, files=())).files if f.filename == wheel.name),
+        None,
+    )
+    if listed is None or listed.sha256 != wheel.sha256:
+        raise ReleaseError(
+            f"{wheel.listed_in}: {wheel.name} is no longer listed as the one build it was",
+            fix="publish the cell of its serving group's oldest torch again, then this one",
+        )
+    with tempfile.TemporaryDirectory(prefix="wheelmill-served-") as scratch:
+        return copy_file(source, target, listed, Path(scratch))
 
 
 def source_release(records: Storage, source: Track, version: str, *, commit: str | None = None) -> Manifest:
@@ -354,14 +403,12 @@ def _promote_file(
     """One checked file into the target track's channel, and the sha256 it is listed with
     there: re-stamped where it carries the repo's version, else the same bytes (on an object
     store, its entry copied server-side)."""
-    if isinstance(source, ObjectChannel) and isinstance(target, ObjectChannel) and not renamed:
-        project = str(canonicalize_name(parse_wheel_filename(entry.filename)[0]))
-        return objects.promote_file(source, target, project, entry.filename), entry.sha256
+    if not renamed:
+        return copy_file(source, target, entry, scratch), entry.sha256
     with file_of(source, entry, scratch) as wheel:
         assert wheel is not None  # verified
-        if renamed:
-            wheel = restamp(wheel, scratch, version=version, renames=renames)  # noqa: PLW2901 - the file to publish
-        return publish(target, wheel), sha256_of(wheel)
+        stamped = restamp(wheel, scratch, version=version, renames=renames)
+        return publish(target, stamped), sha256_of(stamped)
 
 
 def promote_mirrored(source: AnyChannel, target: AnyChannel, *, on_file: Callable[[Published], None]) -> None:

@@ -11,6 +11,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
+from wheelmill.errors import IndexStoreError
 from wheelmill.index import objects, store
 from wheelmill.index.objects import ObjectChannel
 from wheelmill.index.pages import FileEntry
@@ -86,6 +89,22 @@ def problems(channel: AnyChannel, *, hashes: bool = True) -> list[str]:
     if isinstance(channel, ObjectChannel):
         return objects.verify(channel, hashes=hashes)
     return verify(channel, hashes=hashes)
+
+
+def copy_file(source: AnyChannel, target: AnyChannel, entry: FileEntry, scratch: Path) -> Published:
+    """A listed file of ``source`` listed in ``target`` too, the same bytes: between two
+    object channels its entry copied server-side (no byte through this machine), else
+    published from the source's file."""
+    if isinstance(source, ObjectChannel) and isinstance(target, ObjectChannel):
+        project = entry.filename.split("-", 1)[0]
+        return objects.promote_file(source, target, str(canonicalize_name(project)), entry.filename)
+    with file_of(source, entry, scratch) as wheel:
+        if wheel is None:
+            raise IndexStoreError(
+                f"{source.name}: {entry.filename} is listed but not stored",
+                fix="`wheelmill index verify` says what is missing; publish it again",
+            )
+        return publish(target, wheel)
 
 
 @contextmanager
