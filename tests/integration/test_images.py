@@ -12,13 +12,24 @@ import shutil
 import subprocess
 import sys
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import boto3
 import pytest
 
+from tests.objectstore import ObjectStore
 from tests.registry import loopback_registry
+from wheelmill.index.objects import ObjectChannel
+from wheelmill.index.roots import copy_file
+from wheelmill.index.s3 import BucketPath, S3Storage
 from wheelmill.index.serve import parse_access_log
+from wheelmill.index.store import Channel
+
+if TYPE_CHECKING:
+    from types_boto3_s3.client import S3Client
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine]
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -157,6 +168,54 @@ def test_the_devel_image_compiles_an_extension_inside_itself(built: Path) -> Non
         assert "extension built in the image: twice([1, 2]) = [2, 4]" in done.stdout
     finally:
         remove_images(made)
+
+
+def test_a_runtime_image_installs_from_a_bucket_alone(built: Path, object_store: ObjectStore, tmp_path: Path) -> None:
+    """The cell's channel copied into a bucket (as its own job would have published it): the
+    image build fetches what the image installs from the bucket into a tree it serves on
+    loopback, installs from that alone, and removes the tree afterwards."""
+    url = object_store.url(f"{uuid.uuid4().hex}/index")
+    env = {**os.environ, **object_store.environ(), "WHEELMILL_INDEX_ROOT": url}
+    target = ObjectChannel(S3Storage(BucketPath.parse(url), _client_of(env)), "cpu")
+    source = Channel(built / "index", "cpu")
+    for entry in (f for project in source.projects() for f in project.files):
+        copy_file(source, target, entry, tmp_path)
+    before = {p.name for p in (built / "index").iterdir()}
+    shutil.move(built / "index", tmp_path / "away")  # the tree is not what it installs from
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "wheelmill", "image", "build", "--cell", "cpu-py311", "--edition", "runtime"],
+            cwd=ROOT,
+            env={**env, "WHEELMILL_OUTPUT": str(built), "WHEELMILL_ENGINE": "podman"},
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            check=False,
+        )
+        made = images(built) if (built / "cpu-py311" / "images.json").is_file() else []
+        try:
+            assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+            assert f"files from {url} for the images" in done.stdout, done.stdout[-2000:]
+            assert "imports: torch 2.13.0+cpu, gloo available" in done.stdout
+            assert not list((built / "cpu-py311").glob(".image-index-*")), "the fetched tree is removed"
+        finally:
+            remove_images(made)
+    finally:
+        shutil.move(tmp_path / "away", built / "index")
+        for key in target.storage.keys_under():
+            target.storage.delete(key)
+    assert {p.name for p in (built / "index").iterdir()} == before
+
+
+def _client_of(env: dict[str, str]) -> S3Client:
+    """A client of the test's server, from its environment (not this process's)."""
+    return boto3.session.Session().client(
+        "s3",
+        endpoint_url=env["AWS_ENDPOINT_URL_S3"],
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        region_name=env["AWS_REGION"],
+    )
 
 
 def test_an_image_that_cannot_be_built_leaves_none_behind(built: Path, tmp_path: Path) -> None:

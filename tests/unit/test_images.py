@@ -367,7 +367,7 @@ def test_a_released_cell_is_read_from_its_record_and_images_are_recorded_in_it(m
     )
     record(TreeStorage(root), Manifest(version="0.1.0", track=Track.RELEASE, commit=COMMIT, tag="v0.1.0", files=files))
     (cell,) = matrix.select(["cpu-py311"])
-    released = read_release_output(root, Track.RELEASE, "0.1.0", cell)
+    released = read_release_output(TreeStorage(root), root, Track.RELEASE, "0.1.0", cell)
     assert (released.channel, released.torch, [w.requirement for w in released.wheels]) == (
         "cpu",
         "2.13.0+cpu",
@@ -382,7 +382,7 @@ def test_a_released_cell_is_read_from_its_record_and_images_are_recorded_in_it(m
     assert load_manifest(TreeStorage(root), Track.RELEASE, "0.1.0").images == (again,)
     (other,) = matrix.select(["cpu-py312"])
     with pytest.raises(ReleaseError, match=r"release 0\.1\.0: no files of cpu-py312"):
-        read_release_output(root, Track.RELEASE, "0.1.0", other)
+        read_release_output(TreeStorage(root), root, Track.RELEASE, "0.1.0", other)
 
 
 def test_an_aarch64_cells_images_are_built_for_arm64_and_tagged_apart(matrix: Matrix) -> None:

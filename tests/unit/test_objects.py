@@ -24,8 +24,10 @@ from wheelmill.index.objects import (
     set_yanked,
     verify,
 )
+from wheelmill.index.roots import export
 from wheelmill.index.storage import Storage, TreeStorage
-from wheelmill.index.store import PublishOutcome, built_by_key
+from wheelmill.index.store import Channel, PublishOutcome, built_by_key
+from wheelmill.index.verify import verify as tree_verify
 
 
 @pytest.fixture
@@ -160,3 +162,22 @@ def test_a_damaged_page_is_an_error_that_names_render_and_render_mends_it(
 def test_a_channel_name_that_is_none_is_refused(tmp_path: Path) -> None:
     with pytest.raises(IndexStoreError, match="is not a channel name"):
         ObjectChannel(TreeStorage(tmp_path), "blobs")
+
+
+def test_an_export_into_a_tree_holds_the_named_builds_and_the_mirrored_closure(
+    channel: ObjectChannel, tmp_path: Path
+) -> None:
+    """What a cell's images install from an object store, as a tree served on loopback: the
+    cell's own builds (not other versions) and every mirrored file, still mirrored."""
+    old, new = wheel(tmp_path, version="1.0"), wheel(tmp_path, version="2.0")
+    dep = wheel(tmp_path, "dep", "3.0")
+    for built in (old, new):
+        publish(channel, built)
+    publish(channel, dep, mirrored_from="https://upstream.example/dep-3.0.whl")
+    target = Channel(tmp_path / "tree", channel.name)
+    done = export(channel, target, built={new.name}, scratch=tmp_path)
+    assert sorted(d.filename for d in done) == sorted([new.name, dep.name])
+    listed = {f.filename: f for p in target.projects() for f in p.files}
+    assert set(listed) == {new.name, dep.name}
+    assert listed[dep.name].mirrored_from == "https://upstream.example/dep-3.0.whl" and listed[new.name].built
+    assert tree_verify(target) == []

@@ -542,7 +542,7 @@ def test_each_build_job_publishes_its_own_cell_into_the_bucket(name: str, comman
     assert "--no-publish" in str(steps(build)[built]["run"])  # the build itself writes no index
     assert built < assumed < published
     assert env_of(steps(build)[published])["WHEELMILL_INDEX_ROOT"] == BUCKET_ROOT
-    assert "WHEELMILL_INDEX_ROOT" not in env_of(build)  # the build and the images use the runner's tree
+    assert "WHEELMILL_INDEX_ROOT" not in env_of(build)  # the build itself uses the runner's tree
     assert env_of(steps(build)[published])["AWS_ENDPOINT_URL_S3"] == "${{ vars.WHEELMILL_INDEX_ENDPOINT }}"
 
 
@@ -559,7 +559,7 @@ def test_no_workflow_syncs_the_index_or_locks_it(name: str) -> None:
     ("name", "expected"),
     [
         ("build", set()),
-        ("release", {"build", "images", "render", "record-gpu", "promote", "final-images"}),
+        ("release", {"build", "render", "record-gpu", "promote", "final-images"}),
         ("nightly", {"build", "prune"}),
     ],
 )
@@ -893,9 +893,9 @@ BROKEN: list[Any] = [
     ),
     pytest.param(
         "release",
-        lambda w: job_in(w, "images").pop("environment"),
+        lambda w: job_in(w, "render").pop("environment"),
         oidc_problems,
-        "images: reaches the index in no environment",
+        "render: reaches the index in no environment",
         id="no-environment",
     ),
     pytest.param(
@@ -1080,22 +1080,17 @@ def test_images_are_built_per_cell_and_each_aarch64_cells_joined_with_its_twins(
     assert not any("qemu" in line for line in run_lines(cell_job))
 
 
-def test_the_rc_images_come_from_the_runners_own_tree_and_their_records_reach_the_bucket() -> None:
-    """`wheelmill image build` reads an index tree: the build job publishes its cell once
-    more into the runner's tree (no WHEELMILL_INDEX_ROOT) before building its images, and the
-    images job copies the images' record objects (only those) into the bucket's record."""
+def test_the_rc_images_install_from_the_bucket_and_are_recorded_there() -> None:
+    """`wheelmill image build` fetches what the cell's images install from the bucket (after
+    the cell's publish, with the job's OIDC credentials) and records them in the rc's record
+    itself: no second publish into the runner's tree, no copy of record objects."""
     every = jobs(load("release"))
     build = every["build"]
-    local = [
-        i
-        for i, step in enumerate(steps(build))
-        if 'wheelmill release publish --tag "$TAG"' in str(step.get("run", "")) and i not in bucket_steps(build)
-    ]
-    first_image = next(i for i, step in enumerate(steps(build)) if "wheelmill image build" in str(step.get("run", "")))
-    assert len(local) == 1 and publish_step(build, 'release publish --tag "$TAG"') < local[0] < first_image
-    copy = " ".join(run_lines(every["images"]))
-    assert "aws s3 cp --recursive" in copy and '--exclude "*" --include "*/images/*"' in copy
-    assert '"$WHEELMILL_INDEX_ROOT/releases/"' in copy
+    image = next(i for i, step in enumerate(steps(build)) if "wheelmill image build" in str(step.get("run", "")))
+    assert publish_step(build, 'release publish --tag "$TAG"') < image and image in bucket_steps(build)
+    assert env_of(steps(build)[image])["WHEELMILL_INDEX_ROOT"] == BUCKET_ROOT
+    assert sum('wheelmill release publish --tag "$TAG"' in str(step.get("run", "")) for step in steps(build)) == 1
+    assert not bucket_steps(every["images"]) and "id-token" not in every["images"]["permissions"]
 
 
 def test_apt_rule_reads_the_order() -> None:

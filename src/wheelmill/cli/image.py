@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 import threading
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
@@ -29,16 +31,17 @@ from wheelmill.images.editions import (
     push,
     read_cell_output,
     read_release_output,
+    released_files,
     remove,
     too_new,
 )
 from wheelmill.images.manifests import members_of, plan_lists, push_list
 from wheelmill.images.smoke import Smoke
 from wheelmill.index.records import ReleasedImage, record_images
+from wheelmill.index.roots import Index, export
 from wheelmill.index.serve import make_server
-from wheelmill.index.storage import TreeStorage
 from wheelmill.index.store import Channel
-from wheelmill.inputs.variants import Family
+from wheelmill.inputs.variants import Cell, Family
 from wheelmill.inputs.versions import Track
 from wheelmill.machine import builder_images as images
 from wheelmill.machine.emulation import CPU_SYSFS, emulated_cpu
@@ -111,8 +114,46 @@ def cmd_image_build(args: argparse.Namespace, settings: Settings, console: Conso
     cell = cells[0]
     layout = CellLayout(output=settings.output.resolve(), cell=cell.id)
     released = _released(args, layout)
+    index = Index.of(settings)
+    with _served_tree(index, args, cell, layout) as root:
+        return _image_build(args, settings, console, cell=cell, layout=layout, released=released, root=root)
+
+
+@contextmanager
+def _served_tree(index: Index, args: argparse.Namespace, cell: Cell, layout: CellLayout) -> Iterator[Path]:
+    """The index tree the images install from: the index itself, or, where it is an object
+    store, a tree under the output root with what the cell's images install (its wheels and
+    the channel's mirrored closure), fetched from the bucket, removed afterwards."""
+    if index.bucket is None:
+        yield index.storage_root
+        return
+    if args.release:
+        files = released_files(index.storage, Track(args.track), args.release, cell)
+        channel, built = files[0].channel, {f.filename for f in files}
+    else:
+        output = read_cell_output(layout, cell)
+        channel, built = output.channel, {w.filename for w in output.wheels}
+    layout.root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".image-index-", dir=layout.root) as scratch:
+        root = Path(scratch) / "index"
+        fetched = export(index.channel(channel), Channel(root, channel), built=built, scratch=Path(scratch))
+        print(f"{channel}: {len(fetched)} files from {index.location} for the images", flush=True)
+        yield root
+
+
+def _image_build(
+    args: argparse.Namespace,
+    settings: Settings,
+    console: Console,
+    *,
+    cell: Cell,
+    layout: CellLayout,
+    released: tuple[Track, str] | None,
+    root: Path,
+) -> int:
+    index = Index.of(settings)
     released_output = (
-        read_release_output(settings.index, Track(args.track), args.release, cell) if args.release else None
+        read_release_output(index.storage, root, Track(args.track), args.release, cell) if args.release else None
     )
     output = released_output or read_cell_output(layout, cell)
     commit = _commit(settings.root)
@@ -142,7 +183,7 @@ def cmd_image_build(args: argparse.Namespace, settings: Settings, console: Conso
         )  # fmt: skip
 
     planned("", "")  # every tag is checked before anything runs
-    channel = Channel(settings.index, output.channel)
+    channel = Channel(root, output.channel)
     missing = missing_from_channel(output, channel)
     if missing:
         more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
@@ -163,6 +204,7 @@ def cmd_image_build(args: argparse.Namespace, settings: Settings, console: Conso
             builder=builder,
             planned=planned,
             settings=settings,
+            root=root,
             log=log,
             console=console,
             access_log=access_log,
@@ -180,7 +222,7 @@ def cmd_image_build(args: argparse.Namespace, settings: Settings, console: Conso
     _record(layout.images, built)
     if released is not None and args.push:
         path = record_images(
-            TreeStorage(settings.index),
+            index.storage,
             *released,
             [ReleasedImage(cell=cell.id, kind=b.spec.kind, reference=str(b.pushed)) for b in built],
         )
@@ -218,6 +260,7 @@ def _build(
     builder: images.BuilderImage,
     planned: Callable[[str, str], tuple[ImageSpec, ...]],
     settings: Settings,
+    root: Path,
     log: StepLog,
     console: Console,
     access_log: Path,
@@ -238,7 +281,7 @@ def _build(
     )
     access_log.parent.mkdir(parents=True, exist_ok=True)
     with access_log.open("a", encoding="utf-8") as handle:
-        server = make_server(settings.index, "127.0.0.1", 0, handle)
+        server = make_server(root, "127.0.0.1", 0, handle)
         thread = threading.Thread(target=server.serve_forever, daemon=True)
         thread.start()
         try:

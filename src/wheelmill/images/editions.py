@@ -32,8 +32,8 @@ from packaging.version import Version
 from wheelmill.errors import CommandFailed, ConfigError, ImageError, PrecheckError, ReleaseError
 from wheelmill.images import doctor
 from wheelmill.index.closure import read
-from wheelmill.index.records import load_manifest
-from wheelmill.index.storage import TreeStorage
+from wheelmill.index.records import ReleasedFile, load_manifest
+from wheelmill.index.storage import Storage
 from wheelmill.index.store import Channel
 from wheelmill.inputs.manylinux import oldest_glibc
 from wheelmill.inputs.variants import Cell, Family
@@ -112,16 +112,23 @@ def read_cell_output(layout: CellLayout, cell: Cell) -> CellOutput:
     )
 
 
-def read_release_output(root: Path, track: Track, version: str, cell: Cell) -> CellOutput:
-    """A released cell's output from the release's record and channel (what a promoted
-    final release has: no build of its own): its files there, and the torch they pin."""
-    manifest = load_manifest(TreeStorage(root), track, version)
+def released_files(records: Storage, track: Track, version: str, cell: Cell) -> list[ReleasedFile]:
+    """The files a release's record names for ``cell``; none is an error naming the cells it has."""
+    manifest = load_manifest(records, track, version)
     files = [f for f in manifest.files if f.cell == cell.id]
     if not files:
         raise ReleaseError(
             f"{track.value} {version}: no files of {cell.id}",
             fix=f"cells released: {', '.join(sorted({f.cell for f in manifest.files}))}",
         )
+    return files
+
+
+def read_release_output(records: Storage, root: Path, track: Track, version: str, cell: Cell) -> CellOutput:
+    """A released cell's output from the release's record (in ``records``) and its channel
+    (in the tree ``root``; what a promoted final release has: no build of its own): its files
+    there, and the torch they pin."""
+    files = released_files(records, track, version, cell)
     channel = Channel(root, files[0].channel)
     wheels, pins = [], set()
     for released in files:

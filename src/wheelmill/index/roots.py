@@ -104,7 +104,24 @@ def copy_file(source: AnyChannel, target: AnyChannel, entry: FileEntry, scratch:
                 f"{source.name}: {entry.filename} is listed but not stored",
                 fix="`wheelmill index verify` says what is missing; publish it again",
             )
-        return publish(target, wheel)
+        if entry.built:
+            return publish(target, wheel, sha256=entry.sha256)
+        return publish(
+            target, wheel, upload_time=entry.upload_time, mirrored_from=entry.mirrored_from, sha256=entry.sha256
+        )
+
+
+def export(source: AnyChannel, target: Channel, *, built: Collection[str], scratch: Path) -> list[Published]:
+    """What a consumer of ``built`` (file names) installs from ``source``, into a tree's
+    channel: those built files, and every mirrored one (the runtime closure): what a cell's
+    images install from an object store, served on loopback as a tree."""
+    wanted = [
+        entry
+        for project in source.projects()
+        for entry in project.files
+        if entry.yanked is None and (not entry.built or entry.filename in built)
+    ]
+    return [copy_file(source, target, entry, scratch) for entry in wanted]
 
 
 @contextmanager
