@@ -702,3 +702,31 @@ def test_a_damaged_conda_package_is_named_not_blamed_on_the_disk(
         expected=["linux-64/ops-0.1.0-cpu_py311_0.conda is not a .conda archive", "publish its wheel again"],
     )
     assert not (channel / "linux-64" / "repodata.json").exists()
+
+
+BUCKET_ROOT_CASES = [
+    (["build", "--cell", "cpu-py311"], ["its publish step writes an index tree", "--no-publish"]),
+    (["mirror", "--cell", "cpu-py311"], ["works on an index tree only"]),
+    (["index", "serve", "--port", "0"], ["works on an index tree only"]),
+    (["conda", "index"], ["works on an index tree only"]),
+]
+
+
+@pytest.mark.parametrize(("args", "expected"), BUCKET_ROOT_CASES, ids=[c[0][0] for c in BUCKET_ROOT_CASES])
+def test_a_command_of_the_tree_refuses_a_bucket_root_before_any_work(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, args: list[str], expected: list[str]
+) -> None:
+    """With WHEELMILL_INDEX_ROOT an s3:// location, what works on a tree only says so in one
+    line (exit 3) before it builds, binds or reaches anything: no server, no compiler run."""
+    monkeypatch.setenv("WHEELMILL_INDEX_ROOT", "s3://wheels/index")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")  # nothing listens: reaching it would fail
+    result = cli("--recipes", str(Path(__file__).resolve().parents[2] / "recipes"), *args)
+    assert_one_line_error(result.err, code=result.code, expected_code=ConfigError.exit_code, expected=expected)
+
+
+def test_an_index_root_that_is_no_s3_location_is_one_line(cli: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WHEELMILL_INDEX_ROOT", "s3://")
+    result = cli("index", "verify")
+    assert_one_line_error(
+        result.err, code=result.code, expected_code=ConfigError.exit_code, expected=["is not an S3 location"]
+    )

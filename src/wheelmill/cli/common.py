@@ -15,7 +15,7 @@ from typing import NoReturn, TypeAlias, TypeVar
 from rich.console import Console
 
 from wheelmill.building.plan import REBUILD_ALL, ContainerSetup, Options, plan
-from wheelmill.errors import EnvError, UsageError
+from wheelmill.errors import ConfigError, EnvError, UsageError
 from wheelmill.index.store import usage
 from wheelmill.inputs.matrix import Matrix, load_matrix
 from wheelmill.inputs.recipes import Recipe, check_cells, load_recipes
@@ -143,6 +143,13 @@ class Prepared:
 def prepare(args: argparse.Namespace, settings: Settings, *, probe: bool, release: Release | None = None) -> Prepared:
     """Load, pick the engine (``probe``: ask it to answer; ``plan`` only looks for it),
     and plan the cells ``args`` selects."""
+    if settings.index_bucket and getattr(args, "publish", False):
+        raise ConfigError(
+            f"build: its publish step writes an index tree, and WHEELMILL_INDEX_ROOT is an object store "
+            f"({settings.index_bucket})",
+            fix="build with --no-publish, then publish the cell into the bucket: `wheelmill release publish` "
+            "(a release's cell) or `wheelmill publish --channel CHANNEL <output>/<cell>/dist/*.whl`",
+        )
     matrix, recipes = load_inputs(settings)
     cells = matrix.select(args.cell)
     engine = detect(settings.engine) if probe else detect(settings.engine, probe=None)
