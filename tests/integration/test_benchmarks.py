@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 NVCC = ("/usr/local/cuda-13.0/bin", os.environ.get("CUDA_HOME", "") + "/bin")
 # Each benchmark's smallest case, as docs/benchmarks.md's table of smoke runs shows it.
 SMOKES = {
-    "publish.py": ("--projects", "2", "--files", "2", "--rounds", "2"),
+    "publish.py": ("--smoke",),
     "noop.py": ("--cell", "cpu-py311", "--recipe", "example-cpp-ops"),
     "cache.py": ("--case", "torchsort"),
     "pythons.py": ("--variant", "cuda130-sm90", "--pythons", "3.10,3.11", "--recipe", "example-cpp-ops", "--smoke"),
@@ -32,11 +32,11 @@ SMOKES = {
 }
 
 
-def benchmark(tmp_path: Path, script: str, timeout: float = 1800) -> str:
-    """What ``benchmarks/SCRIPT`` printed in its smallest case; it must exit 0."""
+def benchmark(tmp_path: Path, script: str, timeout: float = 1800, extra: tuple[str, ...] = ()) -> str:
+    """What ``benchmarks/SCRIPT`` printed in its smallest case (and ``extra``); it must exit 0."""
     env = {**os.environ, "WHEELMILL_ENGINE": "none", "TMPDIR": str(tmp_path)}  # a kept work directory lands here
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / script), *SMOKES[script]],
+        [sys.executable, str(ROOT / "benchmarks" / script), *SMOKES[script], *extra],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -54,11 +54,19 @@ def needs_cuda() -> None:
         pytest.skip("no CUDA 13.0 toolkit")
 
 
-def test_publish_into_a_small_index(tmp_path: Path) -> None:
-    out = benchmark(tmp_path, "publish.py")
-    assert "index: 4 files in 2 projects" in out
-    assert "publish one wheel, median of 2:" in out and "  API " in out and "  CLI " in out
-    assert "index valid afterwards: True" in out
+@pytest.mark.parametrize("store", ["tree", "s3"])
+def test_publish_into_a_small_index_one_at_a_time_and_at_once(tmp_path: Path, store: str) -> None:
+    """The bucket is a SeaweedFS of the benchmark's own, filled in bulk, then checked."""
+    out = benchmark(tmp_path, "publish.py", timeout=300, extra=("--store", store))
+    assert f"store {store}: " in out
+    how = "in bulk" if store == "s3" else "through publish"
+    assert "index: 4 files in 2 projects (filled in " in out and f"{how}; valid)" in out
+    assert "second index: one project of 4 files" in out
+    assert "publish one wheel, median of 2 " in out and "  API " in out and "  CLI " in out
+    assert "  into one project of 4 files: API " in out and "  into one project of 4 files: CLI " in out
+    assert "3 publishers at once, 2 wheels each (3 into one project): all 6 in " in out
+    assert "every file listed: True; index valid afterwards: True" in out
+    assert f"summary ({store}): one wheel " in out
 
 
 def test_noop_builds_a_cell_twice_and_the_second_time_builds_nothing(tmp_path: Path) -> None:
