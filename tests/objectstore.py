@@ -26,6 +26,7 @@ from tests.ports import free_port
 WEED = Path(sys.executable).parent / "weed"
 BUCKET = "wheelmill-tests"
 ACCESS_KEY, SECRET_KEY = "wheelmill", "wheelmill-tests-secret"
+GRPC_SOCKETS = "/tmp"  # where weed puts them, whatever TMPDIR says
 STARTUP = 90.0  # seconds: its components start one after another
 # weed mini's listeners, each given its own free port: nothing falls back to a fixed default.
 _PORTS = (
@@ -91,6 +92,14 @@ def running_object_store() -> Iterator[ObjectStore]:
             process.wait()
         log.close()
         shutil.rmtree(work, ignore_errors=True)
+        for leftover in _grpc_sockets(ports):
+            leftover.unlink(missing_ok=True)
+
+
+def _grpc_sockets(ports: list[int]) -> list[Path]:
+    """The unix sockets weed makes for its gRPC listeners: in /tmp whatever TMPDIR says, each
+    named by its port (seaweedfs-<component>-grpc-<port>.sock), so this server's are known."""
+    return [p for port in ports for p in Path(GRPC_SOCKETS).glob(f"seaweedfs-*-grpc-{port}.sock")]
 
 
 def _distinct_ports(count: int) -> list[int]:
