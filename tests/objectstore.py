@@ -16,12 +16,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tests.ports import free_port
+
+if TYPE_CHECKING:
+    from types_boto3_s3.client import S3Client
 
 WEED = Path(sys.executable).parent / "weed"
 BUCKET = "wheelmill-tests"
@@ -52,6 +56,17 @@ class ObjectStore:
 
     def url(self, prefix: str) -> str:
         return f"s3://{self.bucket}/{prefix}"
+
+    def client(self) -> S3Client:
+        """A client of this server, whatever this process's environment says."""
+        client: S3Client = boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+            region_name="us-east-1",
+        )
+        return client
 
 
 @contextmanager

@@ -36,7 +36,8 @@ import sys, time
 from pathlib import Path
 from tests.wheels import make_wheel
 from wheelmill.checks.gpu import GpuOutcome
-from wheelmill.index.release import BuiltWheel, promote, publish_release
+from wheelmill.index.promotion import promote
+from wheelmill.index.release import BuiltWheel, publish_release
 from wheelmill.index.roots import Index
 from wheelmill.inputs.versions import Action, Release, Track, VersionRule
 from wheelmill.machine.net import sha256_of

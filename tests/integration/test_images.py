@@ -15,9 +15,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-import boto3
 import pytest
 
 from tests.objectstore import ObjectStore
@@ -27,9 +25,6 @@ from wheelmill.index.roots import copy_file
 from wheelmill.index.s3 import BucketPath, S3Storage
 from wheelmill.index.serve import parse_access_log
 from wheelmill.index.store import Channel
-
-if TYPE_CHECKING:
-    from types_boto3_s3.client import S3Client
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine]
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -176,7 +171,7 @@ def test_a_runtime_image_installs_from_a_bucket_alone(built: Path, object_store:
     loopback, installs from that alone, and removes the tree afterwards."""
     url = object_store.url(f"{uuid.uuid4().hex}/index")
     env = {**os.environ, **object_store.environ(), "WHEELMILL_INDEX_ROOT": url}
-    target = ObjectChannel(S3Storage(BucketPath.parse(url), _client_of(env)), "cpu")
+    target = ObjectChannel(S3Storage(BucketPath.parse(url), object_store.client()), "cpu")
     source = Channel(built / "index", "cpu")
     for entry in (f for project in source.projects() for f in project.files):
         copy_file(source, target, entry, tmp_path)
@@ -205,17 +200,6 @@ def test_a_runtime_image_installs_from_a_bucket_alone(built: Path, object_store:
         for key in target.storage.keys_under():
             target.storage.delete(key)
     assert {p.name for p in (built / "index").iterdir()} == before
-
-
-def _client_of(env: dict[str, str]) -> S3Client:
-    """A client of the test's server, from its environment (not this process's)."""
-    return boto3.session.Session().client(
-        "s3",
-        endpoint_url=env["AWS_ENDPOINT_URL_S3"],
-        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-        region_name=env["AWS_REGION"],
-    )
 
 
 def test_an_image_that_cannot_be_built_leaves_none_behind(built: Path, tmp_path: Path) -> None:

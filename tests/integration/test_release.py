@@ -10,13 +10,18 @@ import shutil
 import subprocess
 import sys
 import threading
+import uuid
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.objectstore import ObjectStore
 from tests.ports import free_port
+from wheelmill.index.objects import ObjectChannel
+from wheelmill.index.objects import verify as object_verify
+from wheelmill.index.s3 import BucketPath, S3Storage
 from wheelmill.index.serve import make_server
 from wheelmill.index.store import Channel
 from wheelmill.index.verify import verify
@@ -49,8 +54,10 @@ def repo(tmp_path: Path) -> Path:
     return repo
 
 
-def wheelmill(repo: Path, output: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": "none"}
+def wheelmill(
+    repo: Path, output: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **(env or {}), "WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": "none"}
     command = [sys.executable, "-m", "wheelmill", "--recipes", str(repo / "recipes"), "release", *args]
     return subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=1800, check=False)
 
@@ -155,3 +162,47 @@ def test_an_rc_is_built_to_the_test_track_and_its_final_tag_promoted_without_a_b
         zf.writestr("example_cpp_ops/extra.txt", "changed after testing")
     again = wheelmill(repo, output, "promote", "--from", "test", "--to", "release", "0.1.0rc1")
     assert again.returncode == 7 and "sha256 differs" in again.stderr
+
+
+def test_a_cell_built_alone_publishes_itself_into_a_bucket_and_its_final_is_promoted_there(
+    repo: Path, tmp_path: Path, object_store: ObjectStore
+) -> None:
+    """As a CI build job does it: the cell built with --no-publish (no index written), then
+    `release publish` into the bucket (its wheel, its closure mirrored, its part of the rc's
+    record); the final tag promotes it inside the bucket: the closure's entries copied, the
+    repo's wheel re-stamped."""
+    url = object_store.url(f"{uuid.uuid4().hex}/index")
+    bucket = {**object_store.environ(), "WHEELMILL_INDEX_ROOT": url}
+    output = tmp_path / "out"
+    git(repo, "tag", "v0.1.0-rc1")
+    built = wheelmill(repo, output, "--tag", "v0.1.0-rc1", "--cell", "cpu-py311", "--recipe", "example-cpp-ops",
+                      "--no-publish", env=bucket)  # fmt: skip
+    assert built.returncode == 0, (built.stdout + built.stderr)[-3000:]
+    assert not (output / "index").exists(), "a --no-publish build writes no index"
+    published = wheelmill(repo, output, "publish", "--tag", "v0.1.0-rc1", env=bucket)
+    assert published.returncode == 0, (published.stdout + published.stderr)[-3000:]
+    storage = S3Storage(BucketPath.parse(url), object_store.client())
+    test_channel = ObjectChannel(storage, "test/cpu")
+    assert object_verify(test_channel) == []
+    (rc_wheel,) = test_channel.project("example-cpp-ops").files  # type: ignore[union-attr]
+    assert rc_wheel.filename.startswith("example_cpp_ops-0.1.0rc1+cpu-") and rc_wheel.built
+    torch = test_channel.project("torch")
+    assert torch is not None and not torch.files[0].built, "the cell's closure is mirrored into the bucket"
+    git(repo, "tag", "v0.1.0")
+    promoted = wheelmill(repo, output, "--tag", "v0.1.0", env=bucket)
+    assert promoted.returncode == 0, (promoted.stdout + promoted.stderr)[-3000:]
+    release_channel = ObjectChannel(storage, "cpu")
+    assert object_verify(release_channel) == []
+    (final,) = release_channel.project("example-cpp-ops").files  # type: ignore[union-attr]
+    assert final.filename == rc_wheel.filename.replace("0.1.0rc1+cpu", "0.1.0+cpu")
+    released_torch = release_channel.project("torch")
+    assert released_torch is not None and released_torch.files[0].sha256 == torch.files[0].sha256
+    assert storage.keys_under(f"blobs/sha256/{torch.files[0].sha256}/") == [
+        f"blobs/sha256/{torch.files[0].sha256}/{torch.files[0].filename}",
+        f"blobs/sha256/{torch.files[0].sha256}/{torch.files[0].filename}.metadata",
+    ], "torch is stored once for both tracks"
+    shown = wheelmill(repo, output, "show", "--track", "release", "0.1.0", "--json", env=bucket)
+    record = json.loads(shown.stdout)
+    assert record["promoted_from"] == "test/0.1.0rc1" and record["files"][0]["sha256"] == final.sha256
+    for key in storage.keys_under():
+        storage.delete(key)

@@ -26,7 +26,7 @@ from tests.wheels import make_wheel
 from wheelmill.errors import EnvError
 from wheelmill.index.blobs import Blobs
 from wheelmill.index.closure import Closure, ClosureInputs, Mirrored, mirror, read, resolve
-from wheelmill.index.release import promote_mirrored
+from wheelmill.index.promotion import promote_mirrored
 from wheelmill.index.store import Channel, PublishOutcome, publish, usage
 from wheelmill.index.verify import verify
 from wheelmill.machine import envs

@@ -23,6 +23,7 @@ from wheelmill.cli import main
 from wheelmill.cli.release import release_json
 from wheelmill.errors import IndexStoreError, IntegrityError, ReleaseError
 from wheelmill.gpu.report import GpuReport, WheelResult
+from wheelmill.index.promotion import promote, same_payload
 from wheelmill.index.records import (
     GpuRecord,
     Manifest,
@@ -32,7 +33,7 @@ from wheelmill.index.records import (
     record,
     record_gpu,
 )
-from wheelmill.index.release import collect_built, promote, prune, publish_release, same_payload
+from wheelmill.index.release import collect_built, prune, publish_release
 from wheelmill.index.roots import Index
 from wheelmill.index.storage import TreeStorage
 from wheelmill.index.store import Channel, built_by_key, channel_names, publish

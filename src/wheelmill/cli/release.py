@@ -40,8 +40,9 @@ from wheelmill.cli.common import (
 )
 from wheelmill.errors import UsageError
 from wheelmill.gpu.report import GpuReport, load_gpu_report
+from wheelmill.index.promotion import promote
 from wheelmill.index.records import GpuRecord, Manifest, load_manifest, record_gpu
-from wheelmill.index.release import Served, collect_built, promote, prune, publish_release
+from wheelmill.index.release import Served, collect_built, prune, publish_release
 from wheelmill.index.roots import Index, publish
 from wheelmill.index.store import Channel, Published, built_by_key, channel_names
 from wheelmill.inputs.matrix import Matrix, github_matrix
