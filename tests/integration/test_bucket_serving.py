@@ -54,6 +54,11 @@ DEMO, DEP = "1.0+cu130", "1.2"  # the built wheel has a local version: a "+" in 
 UPSTREAM = "https://upstream.example/packages/dep-1.2-py3-none-any.whl"
 CHANNELS = ("cu130", "test/cu130")
 RECORD = "releases/test/v1.0rc1/record.json"
+# A conda channel beside the wheel channels, as the conda indexer and packager leave it.
+CONDA = {
+    "conda/cu130/linux-64/repodata.json": b'{"info": {"subdir": "linux-64"}, "packages.conda": {}}',
+    "conda/test/cu130/linux-64/demo-1.0-cu130_py311_0.conda": b"PK\x05\x06" + bytes(18),
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -225,6 +230,8 @@ def published(store: ObjectStore, url: str, wheels: Path) -> tuple[Path, Path]:
             publish(channel, demo)
             publish(channel, dep, mirrored_from=UPSTREAM)
         storage.create(RECORD, b"{}")
+        for key, data in CONDA.items():
+            storage.create(key, data)
     return demo, dep
 
 
@@ -423,6 +430,16 @@ def test_only_pages_and_files_are_served(served: Served) -> None:
     assert get(f"{served.base}/cu130/simple/", method="DELETE").status == 405
 
 
+def test_the_conda_channels_beside_are_served_their_repodata_and_packages_alone(served: Served) -> None:
+    for key, data in CONDA.items():
+        answer = get(f"{served.base}/{key}")
+        assert answer.status == 200 and answer.body == data, key
+        wanted = "application/json" if key.endswith(".json") else "application/octet-stream"
+        assert answer.headers["Content-Type"] == wanted, key
+    for path in ("/conda/cu130/", "/conda/cu130/linux-64/", "/conda/cu130/win-64/repodata.json", "/conda/x.txt"):
+        assert get(served.base + path).status == 404, path
+
+
 def test_a_bucket_that_refuses_anonymous_reads_is_404_not_403(object_store: ObjectStore, tmp_path: Path) -> None:
     """S3 answers 403 for a key to a reader it does not let in (and, on AWS, for a missing key
     to a reader who may not list): a client sees 404 either way."""
@@ -451,6 +468,7 @@ def test_the_docs_name_every_placeholder_of_the_config() -> None:
 def test_the_documented_policy_opens_pages_and_files_alone(object_store: ObjectStore, tmp_path: Path) -> None:
     policy = documented_policy().replace("wheels-bucket", "@BUCKET@")
     assert "@BUCKET@/index/blobs/*" in policy and "@BUCKET@/index/*/simple/*" in policy
+    assert "@BUCKET@/index/conda/*" in policy
     with bucket_of_its_own(object_store, policy) as bucket:
         demo, _dep = published(object_store, f"s3://{bucket}/index/", tmp_path / "wheels")
         direct = f"{object_store.endpoint}/{bucket}/index"
@@ -458,6 +476,7 @@ def test_the_documented_policy_opens_pages_and_files_alone(object_store: ObjectS
         assert get(f"{direct}/test/cu130/simple/index.html").status == 200
         assert get(f"{direct}/cu130/entries/demo/{demo.name}/built.json").status == 403
         assert get(f"{direct}/{RECORD}").status == 403
+        assert get(f"{direct}/{next(iter(CONDA))}").status == 200
         with running_nginx(direct, tmp_path / "nginx") as base:
             python = fresh_venv(tmp_path / "env")
             uv_install(python, f"{base}/test/cu130/simple/", tmp_path / "uv-cache")

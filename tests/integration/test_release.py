@@ -116,6 +116,8 @@ def test_an_rc_is_built_to_the_test_track_and_its_final_tag_promoted_without_a_b
     test_channel = Channel(index, "test/cpu")
     (rc_wheel,) = test_channel.files.glob("example_cpp_ops-*.whl")  # beside it: the mirrored closure
     assert rc_wheel.name.startswith("example_cpp_ops-0.1.0rc1+cpu-") and verify(test_channel) == []
+    (conda,) = (index / "conda" / "test" / "cpu" / "linux-64").glob("example-cpp-ops-0.1.0rc1-*.conda")
+    assert conda.name in json.loads((conda.parent / "repodata.json").read_text())["packages.conda"]
     shown = wheelmill(repo, output, "show", "--track", "test", "0.1.0rc1", "--json")
     assert shown.returncode == 0, shown.stderr
     rc_record = json.loads(shown.stdout)
@@ -188,6 +190,15 @@ def test_a_cell_built_alone_publishes_itself_into_a_bucket_and_its_final_is_prom
     assert rc_wheel.filename.startswith("example_cpp_ops-0.1.0rc1+cpu-") and rc_wheel.built
     torch = test_channel.project("torch")
     assert torch is not None and not torch.files[0].built, "the cell's closure is mirrored into the bucket"
+    conda = [k for k in storage.keys_under("conda/test/cpu/linux-64/") if k.endswith(".conda")]
+    assert [k.rsplit("/", 1)[1].split("-0.1.0rc1-")[0] for k in conda] == ["example-cpp-ops"], conda
+    repodata = storage.get("conda/test/cpu/linux-64/repodata.json")
+    assert repodata is not None and conda[0].rsplit("/", 1)[1] in json.loads(repodata.data)["packages.conda"]
+    indexed = subprocess.run(
+        [sys.executable, "-m", "wheelmill", "--recipes", str(repo / "recipes"), "conda", "index"],
+        cwd=repo, env={**os.environ, **bucket}, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert indexed.returncode == 0 and f"{url}/conda/test/cpu: indexed" in indexed.stdout, indexed.stderr
     git(repo, "tag", "v0.1.0")
     promoted = wheelmill(repo, output, "--tag", "v0.1.0", env=bucket)
     assert promoted.returncode == 0, (promoted.stdout + promoted.stderr)[-3000:]

@@ -708,7 +708,7 @@ BUCKET_ROOT_CASES = [
     (["build", "--cell", "cpu-py311"], ["its publish step writes an index tree", "--no-publish"]),
     (["mirror", "--cell", "cpu-py311"], ["works on an index tree only"]),
     (["index", "serve", "--port", "0"], ["works on an index tree only"]),
-    (["conda", "index"], ["works on an index tree only"]),
+    (["conda", "seed", "--cell", "cpu-py311"], ["fills a conda channel directory", "--channel DIR"]),
 ]
 
 

@@ -15,7 +15,14 @@ from rich.console import Console
 
 from wheelmill.cli.common import Commands, cell_python, load_inputs, prepare
 from wheelmill.conda import envspec
-from wheelmill.conda.channel import CondaChannel, conda_channel_root, configured_channels, local_channels
+from wheelmill.conda.channel import (
+    BucketCondaChannel,
+    CondaChannel,
+    bucket_channel_url,
+    conda_channel_root,
+    configured_channels,
+    local_channels,
+)
 from wheelmill.conda.envspec import read_lock
 from wheelmill.conda.package import SUBDIRS, CondaTarget, describe, package_wheel
 from wheelmill.conda.seed import fits, probe_interpreter, seed
@@ -23,7 +30,8 @@ from wheelmill.conda.solve import create, find_locked, locked, picked, solve
 from wheelmill.errors import CommandFailed, ConfigError, EnvError, UsageError
 from wheelmill.files import write_atomic
 from wheelmill.index.closure import read as read_closure
-from wheelmill.index.store import CONDA_DIR, Channel
+from wheelmill.index.roots import Index
+from wheelmill.index.store import CONDA_DIR, TRACK_DIRS, Channel
 from wheelmill.inputs.variants import Cell
 from wheelmill.machine.builder_images import debian_mirror, ensure_image
 from wheelmill.machine.engine import Mount
@@ -110,7 +118,9 @@ def _cell(parser: argparse.ArgumentParser) -> None:
         "--cell", required=True, help="the cell whose Python and variant the packages are for (cpu-py311)"
     )
     parser.add_argument(
-        "--channel", type=Path, help="the conda channel directory (default: <index>/conda/<variant channel>)"
+        "--channel",
+        help="the conda channel: a directory, or s3://bucket/prefix/conda/<channel> "
+        "(default: <index>/conda/<variant channel>)",
     )
 
 
@@ -119,15 +129,32 @@ def _channels(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--channel", action="append", dest="channels", metavar="URL|DIR", help=what)
 
 
-def _target(args: argparse.Namespace, settings: Settings) -> tuple[Cell, CondaTarget, CondaChannel]:
+def _target(
+    args: argparse.Namespace, settings: Settings
+) -> tuple[Cell, CondaTarget, CondaChannel | BucketCondaChannel]:
     matrix, _recipes = load_inputs(settings)
     cell = matrix.cell(args.cell)
-    root = args.channel or conda_channel_root(settings.index, cell.variant.channel)
-    return cell, CondaTarget.of(cell.variant, cell.python), CondaChannel(root)
+    return cell, CondaTarget.of(cell.variant, cell.python), _conda_channel(args.channel, settings, cell)
+
+
+def _conda_channel(given: str | None, settings: Settings, cell: Cell) -> CondaChannel | BucketCondaChannel:
+    """The channel given (a directory, or an s3:// location), else the cell's beside the index."""
+    if given and given.startswith("s3://"):
+        return BucketCondaChannel(given)
+    if given:
+        return CondaChannel(Path(given))
+    if settings.index_bucket:
+        return BucketCondaChannel(bucket_channel_url(settings.index_bucket, cell.variant.channel))
+    return CondaChannel(conda_channel_root(settings.index, cell.variant.channel))
 
 
 def cmd_seed(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     cell, target, channel = _target(args, settings)
+    if isinstance(channel, BucketCondaChannel):
+        raise ConfigError(
+            f"conda seed: it fills a conda channel directory, not an object store's ({channel.url})",
+            fix="seed a directory (--channel DIR), then add its packages with wheelmill conda package",
+        )
     dirs = args.wheels or [Channel(settings.index, cell.variant.channel).files]
     wheels = [] if args.build_env else [w for d in dirs for w in sorted(d.glob("*.whl"))]
     if not wheels and not args.build_env:
@@ -331,10 +358,25 @@ def _readable(path: Path) -> Path:
 
 
 def cmd_index(_args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    if settings.index_bucket:
+        return _index_bucket(settings.index_bucket, console)
     roots = local_channels(settings.index)
     for root in roots:
         CondaChannel(root).reindex()
         console.print(f"{root}: {len(CondaChannel(root).packages())} packages indexed")
     if not roots:
         console.print(f"no conda channels under {settings.index / CONDA_DIR}")
+    return 0
+
+
+def _index_bucket(bucket: str, console: Console) -> int:
+    """Every conda channel of an object store's index, indexed again."""
+    storage = Index(bucket=bucket).storage
+    tracks = [f"{t}/{n}" for t in TRACK_DIRS for n in storage.children(f"{CONDA_DIR}/{t}/")]
+    names = sorted([n for n in storage.children(f"{CONDA_DIR}/") if n not in TRACK_DIRS] + tracks)
+    for name in names:
+        BucketCondaChannel(bucket_channel_url(bucket, name)).reindex()
+        console.print(f"{bucket_channel_url(bucket, name)}: indexed", highlight=False)
+    if not names:
+        console.print(f"no conda channels under {bucket.rstrip('/')}/{CONDA_DIR}", highlight=False)
     return 0

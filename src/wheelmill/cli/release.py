@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -38,17 +39,19 @@ from wheelmill.cli.common import (
     positive,
     prepare,
 )
-from wheelmill.errors import UsageError
+from wheelmill.conda.channel import bucket_channel_url, conda_channel_root
+from wheelmill.errors import CommandFailed, IndexConflict, IndexWriteError, UsageError
 from wheelmill.gpu.report import GpuReport, load_gpu_report
 from wheelmill.index.promotion import promote
 from wheelmill.index.records import GpuRecord, Manifest, load_manifest, record_gpu
-from wheelmill.index.release import Served, collect_built, prune, publish_release
+from wheelmill.index.release import BuiltWheel, Served, collect_built, prune, publish_release
 from wheelmill.index.roots import Index, publish
 from wheelmill.index.store import Channel, Published, built_by_key, channel_names
 from wheelmill.inputs.matrix import Matrix, github_matrix
 from wheelmill.inputs.variants import Family
 from wheelmill.inputs.versions import Action, Release, Track, VersionRule, for_nightly, for_tag
 from wheelmill.machine.git import read_state
+from wheelmill.machine.process import HostRunner, StepLog, base_environment, wheelmill_command
 from wheelmill.planning.spec import CellPlan, RecipeSpec
 from wheelmill.settings import Settings
 
@@ -185,6 +188,7 @@ def _publish(release: Release, settings: Settings, console: Console, *, mirror: 
     index = Index.of(settings)
     record = publish_release(index, release, built, gpu_runners=gpu_cells, on_file=_printer(console))
     console.print(f"{release.version}: recorded in {index.location}: {record}", highlight=False)
+    _conda_packages(built, settings, console)
     if mirror and index.bucket:
         _mirror_into(index, [cell.id for cell in cells], settings, console)
     elif mirror:
@@ -212,6 +216,31 @@ def _served(index: Index, wait: float, console: Console) -> Served:
             time.sleep(min(15.0, max(0.0, deadline - time.monotonic())))
 
     return lookup
+
+
+def _conda_packages(built: list[BuiltWheel], settings: Settings, console: Console) -> None:
+    """Each wheel this job published, as a conda package into its channel's conda channel
+    beside the index (a directory, or the bucket's ``conda/<channel>``), by ``wheelmill
+    conda package`` in a process of its own (py-rattler's threads may outlive a call)."""
+    for wheel in (w for w in built if w.path is not None):
+        target = (
+            bucket_channel_url(settings.index_bucket, wheel.channel)
+            if settings.index_bucket
+            else str(conda_channel_root(settings.index, wheel.channel))
+        )
+        argv = wheelmill_command(
+            "conda", "package", "--cell", wheel.cell, "--channel", target, str(wheel.path), recipes=settings.recipes
+        )
+        aws = {key: value for key, value in os.environ.items() if key.startswith("AWS_")}
+        with StepLog(settings.output / "logs" / "release-conda.log") as log:
+            try:
+                done = HostRunner().run(argv, env=base_environment([], aws), log=log, keep_output=True)
+            except CommandFailed as failed:
+                what, fix = failed.child_error()
+                raise (IndexConflict if failed.returncode == IndexConflict.exit_code else IndexWriteError)(
+                    f"conda package {wheel.name}: {what}", fix=fix or f"read {log.path}"
+                ) from None
+        console.print(f"conda: {done.output.strip().splitlines()[-1]} in {target}", highlight=False)
 
 
 def _mirror_into(index: Index, cells: list[str], settings: Settings, console: Console) -> None:

@@ -8,20 +8,28 @@ writer leaves a package the next write (or ``wheelmill conda index``) lists.
 from __future__ import annotations
 
 import asyncio
+import os
+import tempfile
+import time
 import zipfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from wheelmill.errors import IndexConflict, IndexWriteError, IntegrityError, UsageError
 from wheelmill.files import Linked, file_lock, write_all
 from wheelmill.index.store import CONDA_DIR
 from wheelmill.machine.net import sha256_of
 
+if TYPE_CHECKING:
+    from rattler.index import S3Credentials
+
 # a channel indexes noarch even where it has none: solvers read it beside their machine's
 SUBDIRS = ("linux-64", "linux-aarch64", "noarch")
+INDEX_TRIES = 5  # runs of the S3 indexer, where another job's indexer wrote first
 
 
 class AddOutcome(StrEnum):
@@ -133,3 +141,85 @@ class CondaChannel:
 
     def packages(self) -> list[Path]:
         return sorted(p for subdir in SUBDIRS for p in (self.root / subdir).glob("*.conda"))
+
+
+class BucketCondaChannel:
+    """A conda channel in an object store, beside its wheel channels
+    (``s3://bucket/prefix/conda/cu130``): each package made once (``If-None-Match``: the
+    same bytes again are a no-op, other bytes are refused), then py-rattler's S3 indexer
+    writes each subdir's repodata with conditional writes, so jobs adding packages at once
+    lose none; an indexer that lost a race runs again."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+
+    def add(self, packages: list[Path]) -> list[Added]:
+        added = [self._add_one(package) for package in packages]
+        self._index()
+        return added
+
+    def reindex(self) -> None:
+        self._index()
+
+    def _add_one(self, package: Path) -> Added:
+        from wheelmill.index.s3 import S3Storage  # noqa: PLC0415 - the SDK loads only for a bucket
+        from wheelmill.index.storage import Headers  # noqa: PLC0415
+
+        subdir = package.parent.name
+        if subdir not in SUBDIRS or not zipfile.is_zipfile(package):
+            raise IndexWriteError(
+                f"{package}: not a .conda archive in a subdir of {', '.join(SUBDIRS)}",
+                fix="write packages with wheelmill conda package",
+            )
+        storage = S3Storage.of(self.url)
+        key = f"{subdir}/{package.name}"
+        if storage.create(key, package, headers=Headers(content_type="application/octet-stream")):
+            return Added(path=package, outcome=AddOutcome.ADDED)
+        with tempfile.TemporaryDirectory(prefix="wheelmill-conda-") as scratch:
+            there = Path(scratch) / package.name
+            if storage.fetch(key, there) and sha256_of(there) == sha256_of(package):
+                return Added(path=package, outcome=AddOutcome.UNCHANGED)
+        raise IndexConflict(
+            f"{self.url}/{key}: already published with other bytes",
+            fix="published packages are immutable: raise the build number (or the version) to publish a new build",
+        )
+
+    def _index(self) -> None:
+        from rattler.index import index_s3  # noqa: PLC0415 - a native module: loaded when used
+
+        for tries in range(1, INDEX_TRIES + 1):
+            try:
+                asyncio.run(index_s3(self.url, credentials=_credentials(), write_zst=False, write_shards=False))
+            except Exception as exc:  # noqa: BLE001 - a native indexer's failures carry no common type
+                if tries == INDEX_TRIES:
+                    said = str(exc).splitlines()[0] if str(exc) else repr(exc)
+                    raise IndexWriteError(
+                        f"{self.url}: cannot index the conda channel: {said}",
+                        fix="check the object store's endpoint and credentials; then run wheelmill conda index",
+                    ) from None
+                time.sleep(0.5 * 2**tries)  # another job's indexer wrote first: read its repodata again
+            else:
+                return
+
+
+def _credentials() -> S3Credentials | None:
+    """What rattler's S3 client needs to reach a server other than AWS's (the same variables
+    the AWS SDK reads); None: the SDK's default chain, for AWS itself."""
+    from rattler.index import S3Credentials  # noqa: PLC0415
+
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if not endpoint:
+        return None
+    return S3Credentials(
+        endpoint_url=endpoint,
+        region=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+        access_key_id=os.environ.get("AWS_ACCESS_KEY_ID"),
+        secret_access_key=os.environ.get("AWS_SECRET_ACCESS_KEY"),
+        session_token=os.environ.get("AWS_SESSION_TOKEN"),
+        addressing_style="path",
+    )
+
+
+def bucket_channel_url(index_bucket: str, channel: str) -> str:
+    """A variant's conda channel in an object store's index: ``<index>/conda/<channel>``."""
+    return f"{index_bucket.rstrip('/')}/{CONDA_DIR}/{channel}"

@@ -167,7 +167,8 @@ class S3Storage:
                 Bucket=self.where.bucket, Prefix=self.where.prefix + prefix
             )
             found = [item["Key"] for page in pages for item in page.get("Contents", [])]
-            return sorted(key.removeprefix(self.where.prefix) for key in found)
+            # A key ending in "/" is a folder marker some tools write (the conda indexer's), no object.
+            return sorted(key.removeprefix(self.where.prefix) for key in found if not key.endswith("/"))
 
         return self._call(listed, prefix or "(all)", writing=False)
 
