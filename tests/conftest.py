@@ -153,6 +153,25 @@ def _slow_first(item: pytest.Item) -> int:
     return 1 if item.get_closest_marker("integration") else 2
 
 
+@pytest.fixture(scope="session", autouse=True)
+def temporary_directory() -> Iterator[Path]:
+    """Every temporary file the suite and the processes it starts make without a place of
+    their own (uv's environment locks, a tool's scratch) goes under one directory, removed at
+    the end: nothing is left in the machine's /tmp, whichever test made it."""
+    work = Path(tempfile.mkdtemp(prefix="wheelmill-tests-"))
+    saved = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"], tempfile.tempdir = str(work), str(work)
+    try:
+        yield work
+    finally:
+        if saved[0] is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved[0]
+        tempfile.tempdir = saved[1]
+        shutil.rmtree(work, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def object_store() -> Iterator[ObjectStore]:
     """SeaweedFS's S3 server on loopback, with an empty bucket of its own."""

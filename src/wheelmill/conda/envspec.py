@@ -104,11 +104,13 @@ def lock_text(lock_inputs: CondaEnvInputs, packages: list[LockedPackage]) -> str
 def read_lock(path: Path) -> list[LockedPackage]:
     """The packages of a conda lock (its header is read by ``locks.recorded_digest``).
 
-    >>> p = Path(__import__("tempfile").mkdtemp()) / "l.txt"
+    >>> scratch = __import__("tempfile").TemporaryDirectory()
+    >>> p = Path(scratch.name) / "l.txt"
     >>> header = "# wheelmill conda lock of cpu-py311; inputs sha256:" + "0" * 64
     >>> _ = p.write_text(header + "\\nlinux-64/python-3.11.7-0_cpython.conda sha256:" + "a" * 64 + "\\n")
     >>> [python.spec for python in read_lock(p)]
     ['python ==3.11.7 0_cpython']
+    >>> scratch.cleanup()
     """
     packages = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):

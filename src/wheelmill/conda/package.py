@@ -233,7 +233,8 @@ def console_scripts(entry_points: Path) -> dict[str, str]:
     package carries them). They run the ``python`` first on PATH, the activated env's: no
     prefix in the file, so the package's bytes do not depend on where it was staged.
 
-    >>> p = Path(__import__("tempfile").mkdtemp()) / "entry_points.txt"
+    >>> scratch = __import__("tempfile").TemporaryDirectory()
+    >>> p = Path(scratch.name) / "entry_points.txt"
     >>> _ = p.write_text("[console_scripts]\\ntorchrun = torch.distributed.run:main\\n")
     >>> print(console_scripts(p)["torchrun"])
     #!/usr/bin/env python
@@ -243,6 +244,7 @@ def console_scripts(entry_points: Path) -> dict[str, str]:
         sys.argv[0] = sys.argv[0].removesuffix(".exe")
         sys.exit(main())
     <BLANKLINE>
+    >>> scratch.cleanup()
     """
     if not entry_points.is_file():
         return {}
