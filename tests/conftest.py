@@ -154,10 +154,13 @@ def _slow_first(item: pytest.Item) -> int:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def temporary_directory() -> Iterator[Path]:
+def temporary_directory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Every temporary file the suite and the processes it starts make without a place of
     their own (uv's environment locks, a tool's scratch) goes under one directory, removed at
-    the end: nothing is left in the machine's /tmp, whichever test made it."""
+    the end: nothing is left in the machine's /tmp, whichever test made it. The tests' own
+    directories stay where pytest puts them, decided first (a longer path could outgrow a
+    unix socket's name, 108 bytes)."""
+    tmp_path_factory.getbasetemp()
     work = Path(tempfile.mkdtemp(prefix="wheelmill-tests-"))
     saved = os.environ.get("TMPDIR"), tempfile.tempdir
     os.environ["TMPDIR"], tempfile.tempdir = str(work), str(work)

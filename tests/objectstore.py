@@ -72,7 +72,8 @@ class ObjectStore:
 @contextmanager
 def running_object_store() -> Iterator[ObjectStore]:
     """A ``weed mini`` of its own, with the bucket made, until the block ends."""
-    work = Path(tempfile.mkdtemp(prefix="wheelmill-weed-"))
+    # Under /tmp itself, whatever TMPDIR says: its sockets' paths must stay short (108 bytes).
+    work = Path(tempfile.mkdtemp(prefix="wheelmill-weed-", dir=GRPC_SOCKETS))
     ports = _distinct_ports(len(_PORTS))
     argv = [
         str(WEED),

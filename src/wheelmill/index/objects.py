@@ -124,11 +124,11 @@ class ObjectChannel:
     def projects(self) -> Iterator[Project]:
         return (p for p in (self.project(n) for n in self.project_names()) if p is not None)
 
-    def listing(self, project: str) -> dict[str, Listed]:
-        """Every file of ``project`` its entries name, by the keys alone."""
+    def listing(self, project: str, filename: str | None = None) -> dict[str, Listed]:
+        """Every file of ``project`` its entries name (or only ``filename``), by the keys alone."""
         prefix = self.entries(project)
         found: dict[str, Listed] = {}
-        for key in self.storage.keys_under(prefix):
+        for key in self.storage.keys_under(self.entries(project, filename)):
             filename, _, rest = key.removeprefix(prefix).partition("/")
             now = found.get(filename, Listed())
             if rest in (BUILT, MIRRORED):
@@ -260,8 +260,13 @@ def _converging(what: str, channel: ObjectChannel, attempt: Callable[[], bool]) 
 def render_project(channel: ObjectChannel, project: str) -> Project:
     """The project's pages written from its entries (read the pages, then the entries, then
     compare-and-swap each page); what they list."""
+    return _rendered(channel, project)[0]
+
+
+def _rendered(channel: ObjectChannel, project: str) -> tuple[Project, dict[str, Listed]]:
+    """The project's pages written, what they list, and the listing they were written from."""
     keys = {form: channel.page_key(project, form) for form in ("json", "html")}
-    rendered: list[Project] = []
+    rendered: list[tuple[Project, dict[str, Listed]]] = []
 
     def attempt() -> bool:
         now = {form: channel.storage.get(key) for form, key in keys.items()}
@@ -269,8 +274,9 @@ def render_project(channel: ObjectChannel, project: str) -> Project:
             known = {f.filename: f for f in pages.parse_project_json(_text(now["json"])).files}
         except (ValueError, KeyError, TypeError):  # none yet, or damaged: every entry is read
             known = {}
-        result = Project(name=project, files=_assembled(channel, project, channel.listing(project), known))
-        rendered[:] = [result]
+        listing = channel.listing(project)
+        result = Project(name=project, files=_assembled(channel, project, listing, known))
+        rendered[:] = [(result, listing)]
         headers = channel.headers
         return _put_page(
             channel.storage, keys["json"], now["json"], pages.project_json(result).encode(), headers
@@ -309,13 +315,14 @@ def render_root(channel: ObjectChannel) -> list[str]:
     return list(names)
 
 
-def _listed(channel: ObjectChannel, project: str) -> None:
+def _listed(channel: ObjectChannel, project: str) -> dict[str, Listed]:
     """The project's pages, and the project list: each rendered, and written only where it
     differs. Both, and both forms of each, every time: a writer killed between its JSON page
     and its HTML one leaves the JSON listing the file and the HTML not, and only a render
     mends that (the same publish again, as a job's retry does, included)."""
-    render_project(channel, project)
+    _project, listing = _rendered(channel, project)
     render_root(channel)
+    return listing
 
 
 def publish(
@@ -333,8 +340,7 @@ def publish(
     info = agreeing(wheel)
     sha256 = sha256 or sha256_of(wheel)
     kind = MIRRORED if mirrored_from is not None else BUILT
-    listing = channel.listing(info.name)
-    there = listing.get(wheel.name, Listed())
+    there = channel.listing(info.name, wheel.name).get(wheel.name, Listed())
 
     def done(outcome: PublishOutcome, replaced: Sequence[str] = ()) -> Published:
         return Published(
@@ -343,7 +349,7 @@ def publish(
 
     if there.kind is not None:
         _same_bytes(channel, info.name, wheel.name, there.kind, sha256)
-    if kind == MIRRORED and any(listed.kind == BUILT for listed in listing.values()):
+    if kind == MIRRORED and _built_here(channel, info.name):
         return done(PublishOutcome.BUILT_HERE)
     entry = FileEntry(
         filename=wheel.name,
@@ -361,9 +367,8 @@ def publish(
     learnt = build_key is not None and build_key not in there.keys
     if learnt and build_key is not None:
         channel.storage.create(f"{channel.entries(info.name, wheel.name)}{KEYS}/{build_key}", b"")
-    _listed(channel, info.name)
-    mirrored = any(MIRRORED in listed.kinds for listed in listing.values())
-    replaced = _drop_mirrored(channel, info.name) if kind == BUILT and mirrored else []
+    listing = _listed(channel, info.name)
+    replaced = _drop_mirrored(channel, info.name, listing) if kind == BUILT else []
     return done(PublishOutcome.ADDED if made else PublishOutcome.UNCHANGED, replaced)
 
 
@@ -396,10 +401,21 @@ def _store(channel: ObjectChannel, wheel: Path, metadata: bytes, *, project: str
     return False
 
 
-def _drop_mirrored(channel: ObjectChannel, project: str) -> list[str]:
-    """The mirrored entries of a project built here, after its pages stopped listing them."""
+def _built_here(channel: ObjectChannel, project: str) -> bool:
+    """Whether the project's page lists a file built here (a mirrored file is not added then;
+    one added in a race with the first build is never listed: built beats mirrored)."""
+    try:
+        page = channel.project(project)
+    except IndexStoreError:  # a damaged page: the render after the entry mends it
+        return False
+    return page is not None and any(f.built for f in page.files)
+
+
+def _drop_mirrored(channel: ObjectChannel, project: str, listing: Mapping[str, Listed]) -> list[str]:
+    """The mirrored entries of a project built here, after its pages stopped listing them (by
+    the listing they were rendered from; one a racing mirror adds later is never listed)."""
     gone = []
-    for filename, listed in channel.listing(project).items():
+    for filename, listed in listing.items():
         if MIRRORED in listed.kinds:
             channel.storage.delete(f"{channel.entries(project, filename)}{MIRRORED}")
             gone.append(filename)
