@@ -244,6 +244,20 @@ def _put_page(storage: Storage, key: str, now: Stored | None, data: bytes, heade
     return storage.swap(key, data, version=now.version, headers=headers)
 
 
+def _put_pair(
+    channel: ObjectChannel, keys: Mapping[str, str], now: Mapping[str, Stored | None], json_page: str, html_page: str
+) -> bool:
+    """A page's two forms, JSON first, each compare-and-swapped against the version read."""
+    headers = channel.headers
+    return _put_page(channel.storage, keys["json"], now["json"], json_page.encode(), headers) and _put_page(
+        channel.storage,
+        keys["html"],
+        now["html"],
+        html_page.encode(),
+        replace(headers, content_type="text/html; charset=utf-8"),
+    )
+
+
 def _converging(what: str, channel: ObjectChannel, attempt: Callable[[], bool]) -> None:
     """``attempt`` again until it writes over no other writer's change; each wait longer,
     and at random, so racing renderers fall apart."""
@@ -277,16 +291,7 @@ def _rendered(channel: ObjectChannel, project: str) -> tuple[Project, dict[str, 
         listing = channel.listing(project)
         result = Project(name=project, files=_assembled(channel, project, listing, known))
         rendered[:] = [(result, listing)]
-        headers = channel.headers
-        return _put_page(
-            channel.storage, keys["json"], now["json"], pages.project_json(result).encode(), headers
-        ) and _put_page(
-            channel.storage,
-            keys["html"],
-            now["html"],
-            pages.project_html(result).encode(),
-            replace(headers, content_type="text/html; charset=utf-8"),
-        )
+        return _put_pair(channel, keys, now, pages.project_json(result), pages.project_html(result))
 
     _converging(f"the pages of {project}", channel, attempt)
     return rendered[0]
@@ -300,16 +305,7 @@ def render_root(channel: ObjectChannel) -> list[str]:
     def attempt() -> bool:
         now = {form: channel.storage.get(key) for form, key in keys.items()}
         names[:] = channel.storage.children(channel.entries())
-        headers = channel.headers
-        return _put_page(
-            channel.storage, keys["json"], now["json"], pages.root_json(names).encode(), headers
-        ) and _put_page(
-            channel.storage,
-            keys["html"],
-            now["html"],
-            pages.root_html(names).encode(),
-            replace(headers, content_type="text/html; charset=utf-8"),
-        )
+        return _put_pair(channel, keys, now, pages.root_json(names), pages.root_html(names))
 
     _converging("the project list", channel, attempt)
     return list(names)
