@@ -36,6 +36,35 @@ class CompilerCacheMode(StrEnum):
     OFF = "off"
 
 
+class SharedWrites(StrEnum):
+    """Whether a build writes to what the fleet shares (the compiler cache's remote tiers, the
+    builder images' registry): a pull request's build, which may come from a fork, reads them
+    and writes nothing."""
+
+    AUTO = "auto"  # read-only on a pull request's build (GITHUB_EVENT_NAME), read-write elsewhere
+    READ_WRITE = "read-write"
+    READ_ONLY = "read-only"
+
+
+# GitHub's events whose builds run code the repository has not reviewed.
+PULL_REQUEST_EVENTS = frozenset({"pull_request", "pull_request_target"})
+CACHE_TIERS = ("disk", "redis", "s3")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheTiers:
+    """The compiler cache's tiers, fastest first: local disk under the output root, then the
+    fleet's shared ones (a Redis server, an S3 bucket), as sccache's multi-level chain."""
+
+    chain: tuple[str, ...] = ("disk",)
+    redis: str | None = None  # redis://host:port[/db]
+    s3: str | None = None  # s3://bucket[/prefix]; endpoint and credentials: the AWS SDK's variables
+
+    @property
+    def shared(self) -> tuple[str, ...]:
+        return tuple(tier for tier in self.chain if tier != "disk")
+
+
 class InstallTests(StrEnum):
     BESIDE = "beside"  # a recipe's install test runs beside the next recipe's steps
     AFTER = "after"  # every step waits for the one before
@@ -66,6 +95,15 @@ class Settings:
     # on: every build compiles through sccache (where its cache lives is sccache's own
     # SCCACHE_* configuration; local disk under the output root by default); off: without.
     compiler_cache: CompilerCacheMode = CompilerCacheMode.ON
+    cache_tiers: CacheTiers = field(default_factory=CacheTiers)
+    # Whether this build writes to the shared tiers and the registry (resolved: auto is gone).
+    shared_writes: SharedWrites = SharedWrites.READ_WRITE
+    # The index the team serves (its root URL, channels beneath): the build-keys step looks up
+    # each recipe's key there, and a hit is fetched from it rather than built.
+    served_index: str | None = None
+    # host[:port]/namespace: builder images are pulled from there before they are built, and
+    # pushed there after (read-write only).
+    image_registry: str | None = None
     # beside: a recipe's install test runs beside the next recipe's steps; after: every step
     # waits for the one before (one command at a time: for timing one step alone, or where a
     # test's torch beside a build leaves it too little memory).
@@ -96,6 +134,10 @@ class Settings:
             debian_mirror=env.get("WHEELMILL_DEBIAN_MIRROR") or None,
             git_mirrors=_prefix_pairs(env, "WHEELMILL_GIT_MIRRORS"),
             compiler_cache=_enum(env, "WHEELMILL_COMPILER_CACHE", CompilerCacheMode),
+            cache_tiers=_cache_tiers(env),
+            shared_writes=_shared_writes(env),
+            served_index=(env.get("WHEELMILL_SERVED_INDEX") or "").rstrip("/") or None,
+            image_registry=(env.get("WHEELMILL_IMAGE_REGISTRY") or "").rstrip("/") or None,
             install_tests=_enum(env, "WHEELMILL_INSTALL_TESTS", InstallTests),
             publish_username=env.get("WHEELMILL_PUBLISH_USERNAME") or None,
             publish_password=env.get("WHEELMILL_PUBLISH_PASSWORD") or None,
@@ -130,6 +172,44 @@ class Settings:
     def root(self) -> Path:
         """The repository: the directory that holds the recipes directory."""
         return self.recipes.resolve().parent
+
+
+def _cache_tiers(env: Mapping[str, str]) -> CacheTiers:
+    """``WHEELMILL_COMPILER_CACHE_TIERS=disk,redis,s3`` with each shared tier's location."""
+    name = "WHEELMILL_COMPILER_CACHE_TIERS"
+    chain = tuple(t.strip() for t in env.get(name, "disk").split(",") if t.strip())
+    unknown = [t for t in chain if t not in CACHE_TIERS]
+    if unknown or not chain or len(set(chain)) != len(chain) or list(chain) != sorted(chain, key=CACHE_TIERS.index):
+        raise ConfigError(
+            f"environment: {name}={env.get(name)!r} is not tiers of {', '.join(CACHE_TIERS)}, each once, fastest first",
+            fix=f"set {name} to e.g. disk,redis,s3 or disk,s3 (or unset it: disk)",
+        )
+    tiers = CacheTiers(
+        chain=chain,
+        redis=env.get("WHEELMILL_COMPILER_CACHE_REDIS") or None,
+        s3=(env.get("WHEELMILL_COMPILER_CACHE_S3") or "").rstrip("/") or None,
+    )
+    for tier, where, schemes in (("redis", tiers.redis, ("redis://", "rediss://")), ("s3", tiers.s3, ("s3://",))):
+        variable = f"WHEELMILL_COMPILER_CACHE_{tier.upper()}"
+        if tier in chain and not where:
+            raise ConfigError(
+                f"environment: {name} names {tier} and {variable} is unset", fix=f"set {variable} to {schemes[0]}..."
+            )
+        if where and not where.startswith(schemes):
+            raise ConfigError(
+                f"environment: {variable}={where!r} is not a {' or '.join(schemes)} URL",
+                fix=f"set it to {schemes[0]}...",
+            )
+    return tiers
+
+
+def _shared_writes(env: Mapping[str, str]) -> SharedWrites:
+    """``WHEELMILL_SHARED_WRITES``, auto resolved: read-only for a pull request's build."""
+    chosen = _enum(env, "WHEELMILL_SHARED_WRITES", SharedWrites)
+    if chosen is not SharedWrites.AUTO:
+        return chosen
+    pull_request = env.get("GITHUB_EVENT_NAME", "") in PULL_REQUEST_EVENTS
+    return SharedWrites.READ_ONLY if pull_request else SharedWrites.READ_WRITE
 
 
 def _is_bucket(root: str) -> bool:

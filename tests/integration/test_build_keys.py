@@ -12,12 +12,16 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.integration.test_cells import ROOT
+from wheelmill.index.serve import make_server
 from wheelmill.index.store import Channel, built_by_key
 from wheelmill.index.verify import verify
 
@@ -71,12 +75,26 @@ def project(tmp_path: Path) -> Path:
     return where
 
 
-def build(project: Path, output: Path, *args: str) -> tuple[dict[str, Any], str]:
+def build(project: Path, output: Path, *args: str, served: str | None = None) -> tuple[dict[str, Any], str]:
     env = {**os.environ, "WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": "none"}
+    env |= {"WHEELMILL_SERVED_INDEX": served} if served else {}
     command = [sys.executable, "-m", "wheelmill", "build", "--cell", CELL, "--recipe", "example-dependent", *args]
     done = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=1800, check=False)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     return json.loads((output / CELL / "report.json").read_text()), done.stdout
+
+
+@contextmanager
+def serving(root: Path) -> Iterator[str]:
+    """The index tree at ``root`` served over loopback, as a team serves its index."""
+    server = make_server(root, "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def statuses(report: dict[str, Any], kind: str) -> dict[str | None, str]:
@@ -113,6 +131,20 @@ def test_a_published_build_is_not_built_again_and_a_changed_source_rebuilds_its_
     assert again["facts"]["torch"]["version"] == first["facts"]["torch"]["version"]
     assert "not built again" in out and "published: example_cpp_ops-0.1.0+cpu" in out
     assert files(channel) == published, "nothing published again"
+
+    # Runner B, another output root with an empty index of its own, its build publishing
+    # nothing (a CI job): every wheel is fetched from A's index, served over HTTP.
+    with serving(output / "index") as url:
+        other, out = build(project, tmp_path / "runner-b", "--no-publish", served=url)
+    assert {r["name"]: r["status"] for r in other["recipes"]} == {
+        "example-cpp-ops": "reused",
+        "example-dependent": "reused",
+    }
+    assert {s["step"] for s in other["steps"] if s["status"] == "ok"} == {"pre-checks", "build-keys"}
+    assert {r["wheel"]["sha256"] for r in other["recipes"]} == {r["wheel"]["sha256"] for r in again["recipes"]}
+    assert all(Path(r["wheel"]["path"]).is_file() for r in other["recipes"])
+    assert "reused: example_cpp_ops-0.1.0+cpu" in out and f"from {url}/cpu/simple/" in out
+    assert not (tmp_path / "runner-b" / "index").exists(), "B's own index is not written"
 
     # The dependent's source changed (and its version: published files are immutable): it
     # alone is built, against the channel's example-cpp-ops.

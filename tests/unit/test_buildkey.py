@@ -5,11 +5,14 @@ the channel lists each built wheel's keys; and the pipeline does not run what is
 from __future__ import annotations
 
 import shutil
+import threading
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port
 from tests.wheels import make_wheel
 from wheelmill.building.context import RunContext, StepContext
 from wheelmill.building.pipeline import blocked, host
@@ -17,7 +20,9 @@ from wheelmill.building.plan import REBUILD_ALL, Options, plan_cell
 from wheelmill.building.products import BuildKeys, PublishedBuild
 from wheelmill.building.report import CellReport, Done, StepRecord
 from wheelmill.building.steps.keys import build_keys_step
-from wheelmill.errors import FetchError, SelectionError
+from wheelmill.checks import CheckResult, Verdict
+from wheelmill.errors import FetchError, IntegrityError, SelectionError
+from wheelmill.index.serve import make_server
 from wheelmill.index.store import Channel, built_by_key, publish, set_yanked
 from wheelmill.index.verify import verify
 from wheelmill.inputs.matrix import load_matrix
@@ -28,6 +33,7 @@ from wheelmill.output.report import Status, WheelRecord
 from wheelmill.planning import buildkey
 from wheelmill.planning.buildkey import build_keys, left_out, plain, tree_hash
 from wheelmill.planning.spec import CellPlan, Step, StepKind
+from wheelmill.retry import RetryPolicy
 from wheelmill.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -304,13 +310,21 @@ def test_a_failure_still_blocks_and_rebuild_publishes_nothing_as_found(project: 
     assert rebuild.rebuild == {"example-cpp-ops"} and "--rebuild" in _step(rebuild, StepKind.BUILD_KEYS).detail
 
 
-def test_no_publish_plans_no_build_keys(project: Path) -> None:
-    """A build that publishes nothing (a fork's pull request) asks the channel nothing."""
-    assert StepKind.BUILD_KEYS not in {s.kind for s in cell_plan(project, publish=False).steps}
+def test_a_build_that_publishes_nothing_looks_up_its_keys_too(project: Path) -> None:
+    """A CI job builds with --no-publish and publishes afterwards: it builds nothing that was
+    published before either."""
+    assert StepKind.BUILD_KEYS in {s.kind for s in cell_plan(project, publish=False).steps}
 
 
-def _run_keys_step(plan: CellPlan, tmp_path: Path) -> BuildKeys:
-    settings = Settings(output=tmp_path / "wheels")
+def _run_keys_step(
+    plan: CellPlan,
+    tmp_path: Path,
+    *,
+    served_index: str | None = None,
+    retry: RetryPolicy | None = None,
+    checks: list[CheckResult] | None = None,
+) -> BuildKeys:
+    settings = Settings(output=tmp_path / "wheels", served_index=served_index, retry=retry or RetryPolicy())
     run = RunContext(
         plan=plan,
         settings=settings,
@@ -318,7 +332,8 @@ def _run_keys_step(plan: CellPlan, tmp_path: Path) -> BuildKeys:
         engine=None,
         on_line=lambda _line: None,
     )
-    with StepLog(tmp_path / "build-keys.log") as log:
+    (tmp_path / "logs").mkdir(parents=True, exist_ok=True)
+    with StepLog(tmp_path / "logs" / "build-keys.log") as log:
         ctx = StepContext(
             run=run,
             where=host(settings, settings.env_backend),
@@ -326,8 +341,11 @@ def _run_keys_step(plan: CellPlan, tmp_path: Path) -> BuildKeys:
             log=log,
             hold=lambda manager: manager.__enter__(),
         )
-        (made,) = build_keys_step(ctx).made
+        outcome = build_keys_step(ctx)
+    (made,) = outcome.made
     assert isinstance(made, BuildKeys)
+    if checks is not None:
+        checks.extend(outcome.checks)
     return made
 
 
@@ -373,3 +391,76 @@ def test_rebuild_names_recipes_of_the_build_and_nothing_else(project: Path) -> N
         in raised.value.one_line()
     )
     assert "add --recipe torchsort" in raised.value.one_line()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    """Runner A's index (a tree under its output root) served over loopback by wheelmill's
+    index server: the index the team serves, as runner B reads it."""
+    root = tmp_path / "a" / "index"
+    root.mkdir(parents=True)
+    server = make_server(root, "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_key_listed_in_the_served_index_is_fetched_from_it_not_built(
+    project: Path, tmp_path: Path, served: tuple[Path, str]
+) -> None:
+    """Runner B, with an empty index of its own, finds runner A's wheel by its build key in the
+    served index, fetches it into its dist/ (its own bytes, not a link into A's tree) and says
+    where it came from; its local index stays empty."""
+    root, url = served
+    plan = cell_plan(project, names=("example-cpp-ops", "torchsort"))
+    b = tmp_path / "b"
+    keys = _run_keys_step(plan, b, served_index=url)
+    assert keys.published == {}, "nothing served yet"
+    wheel = make_wheel(tmp_path / "dist", "example-cpp-ops", "0.1.0+cpu", requires=["torch==2.13.0+cpu"])
+    publish(Channel(root, "cpu"), wheel, build_key=keys.keys["example-cpp-ops"].digest)
+    found = _run_keys_step(plan, b, served_index=url).published["example-cpp-ops"]
+    assert found.status is Status.REUSED and found.reused_from == f"{url}/cpu/simple/"
+    assert found.describe().startswith(f"reused: {wheel.name} from {url}/cpu/simple/ (build key ")
+    assert found.path == b / "wheels" / "cpu-py311" / "dist" / wheel.name
+    assert found.path.read_bytes() == wheel.read_bytes() and found.path.stat().st_ino != wheel.stat().st_ino
+    assert [type(m).__name__ for m in found.made()] == ["WheelRecord"], "the local index is not said to have it"
+    assert not (b / "wheels" / "index" / "cpu").exists()
+    assert found.torch == "2.13.0+cpu"
+
+
+def test_a_served_file_whose_bytes_differ_from_its_listed_sha256_is_refused(
+    project: Path, tmp_path: Path, served: tuple[Path, str]
+) -> None:
+    """The page's sha256 is checked: bytes that differ are an integrity error (exit 7), and
+    nothing is left in dist/."""
+    root, url = served
+    plan = cell_plan(project, names=("example-cpp-ops",))
+    b = tmp_path / "b"
+    digest = _run_keys_step(plan, b, served_index=url).keys["example-cpp-ops"].digest
+    wheel = make_wheel(tmp_path / "dist", "example-cpp-ops", "0.1.0+cpu")
+    publish(Channel(root, "cpu"), wheel, build_key=digest)
+    stored = Channel(root, "cpu").files / wheel.name
+    stored.unlink()  # a copy, so that the blob it was linked from stays whole
+    data = bytearray(wheel.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    stored.write_bytes(data)
+    with pytest.raises(IntegrityError, match="sha256 mismatch") as caught:
+        _run_keys_step(plan, b, served_index=url)
+    assert caught.value.exit_code == 7
+    assert not list((b / "wheels" / "cpu-py311").rglob("*.whl"))
+
+
+def test_a_served_index_that_cannot_be_read_warns_and_the_recipes_are_built(project: Path, tmp_path: Path) -> None:
+    plan = cell_plan(project, names=("example-cpp-ops",))
+    checks: list[CheckResult] = []
+    keys = _run_keys_step(
+        plan, tmp_path, served_index=f"http://127.0.0.1:{free_port()}", retry=RetryPolicy(attempts=1), checks=checks
+    )
+    assert keys.published == {}
+    (warning,) = [c for c in checks if c.verdict is Verdict.WARN]
+    assert warning.name == "served-index" and "could not be read" in warning.detail
+    assert "its recipes are built here" in warning.detail

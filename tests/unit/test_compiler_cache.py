@@ -10,6 +10,7 @@ import re
 import socket
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,11 +23,13 @@ from wheelmill.building.compiler_cache import (
     answers,
     cache_check,
     install_client,
+    ptx_only_targets,
     server_environment,
     socket_problem,
+    uncached_nvcc,
 )
 from wheelmill.building.plan import plan
-from wheelmill.building.steps.build import build_environment
+from wheelmill.building.steps.build import build_environment, fill
 from wheelmill.checks import Verdict
 from wheelmill.errors import ConfigError
 from wheelmill.inputs.matrix import load_matrix
@@ -185,6 +188,8 @@ def test_stats_are_counted_by_language_and_in_all() -> None:
         "misses": 0,
         "hits_by_language": {"C/C++": 2, "CUBIN": 5, "CUDA": 1, "PTX": 1},
         "misses_by_language": {},
+        "hits_by_tier": None,  # one tier: sccache counts none by tier
+        "read_only": False,
         "errors": 0,
         "not_cached": 1,
         "location": 'Local disk: "/o/.cache/sccache"',
@@ -340,3 +345,100 @@ def test_the_server_restarts_once_the_cell_before_it_has_built_since_it_started(
         assert first is not None and first.poll() is not None, "the old server is stopped"
         assert answers(tmp_path / "sccache.sock")
     assert (tmp_path / "build.log").read_text().count("# restarting the compiler cache's server") == 1
+
+
+def multi_level(disk: int, redis: int, s3: int) -> list[dict[str, object]]:
+    """sccache 0.16.0's ``stats.multi_level`` for chain disk,redis,s3, trimmed."""
+    return [
+        {"name": "L0 (disk)", "location": 'Local disk: "/o/.cache/sccache"', "hits": disk, "misses": 1, "writes": 1},
+        {"name": "L1 (redis)", "location": "redis, name: redis://r:6379, prefix: /cpu/", "hits": redis, "misses": 1},
+        {"name": "L2 (s3)", "location": "s3, name: team-cache, prefix: /sccache/cpu/", "hits": s3, "misses": 1},
+    ]
+
+
+def chained(disk: int, redis: int, s3: int, *, write_errors: int = 0) -> str:
+    data: dict[str, Any] = json.loads(json.dumps(STATS))
+    data["stats"].update(multi_level=multi_level(disk, redis, s3), cache_write_errors=write_errors)
+    return json.dumps({**data, "cache_location": "Multi-level (3 levels)"})
+
+
+def test_hits_are_counted_by_tier_for_the_build_alone() -> None:
+    """sccache zeroes its counters but not those by tier: a build's are what they grew by."""
+    before = CacheStats.parse(chained(4, 1, 0))
+    after = CacheStats.parse(chained(6, 7, 1))
+    stats = after.since(before)
+    assert stats.tiers == {"disk": 2, "redis": 6, "s3": 1}
+    assert stats.as_dict()["hits_by_tier"] == {"disk": 2, "redis": 6, "s3": 1}
+    assert stats.describe() == "9 hits (disk 2, redis 6, s3 1), 0 misses, 1 not cacheable"
+    assert CacheStats.parse(json.dumps(STATS)).since(before).tiers is None  # one tier: none by tier
+
+
+def test_a_read_only_chain_says_so_and_a_write_it_refused_is_no_error() -> None:
+    """sccache 0.16 refuses every write of a chain with a read-only tier (mozilla/sccache#2773),
+    and then counts nothing by tier (``multi_level`` is null)."""
+    text = json.loads(chained(0, 0, 0, write_errors=2))
+    text["stats"]["multi_level"] = None
+    stats = replace(CacheStats.parse(json.dumps(text)), read_only=True)
+    assert (stats.errors, stats.write_errors, stats.tiers) == (0, 2, None)
+    assert stats.describe() == "9 hits, 0 misses, 1 not cacheable, 2 not stored (read-only)"
+    assert stats.as_dict()["read_only"] is True and stats.as_dict()["hits_by_tier"] is None
+    assert replace(stats, read_only=False).errors == 2, "read-write, a write that failed is an error"
+
+
+def test_a_builds_verdict_names_the_tiers_that_served_it() -> None:
+    cache = replace(cache_at(Path("/o")), tiers=("disk", "s3"), location="tiers disk, s3")
+    stats = replace(CacheStats.parse(chained(1, 0, 8)), location=cache.location)  # as the build step locates it
+    detail = cache_check(cache, stopped=False, stats=stats).detail
+    assert detail == "9 hits (disk 1, redis 0, s3 8), 0 misses, 1 not cacheable (tiers disk, s3)"
+
+
+def cuda_cells() -> list[str]:
+    matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
+    variants = [v for v in matrix.variants.values() if v.family is Family.CUDA]
+    return [f"{v.name}-py{v.pythons[0].replace('.', '')}" for v in variants]
+
+
+def test_no_arch_list_of_the_matrix_asks_nvcc_for_ptx_alone_so_cuda_builds_compile_through_the_cache() -> None:
+    """TORCH_CUDA_ARCH_LIST's +PTX asks for PTX beside its SASS, for which nvcc runs no ptxas
+    check of its own: what mozilla/sccache#2862 fails on is PTX alone."""
+    recipes = load_recipes(ROOT / "recipes")
+    matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
+    checked = 0
+    for cell in cuda_cells():
+        (selected,) = matrix.select([cell])
+        every = [name for name, recipe in recipes.items() if recipe.applies_to(selected)]  # opt-in ones too
+        (cell_plan,) = plan(matrix, recipes, [selected], every, Settings.from_environ({}))
+        for chosen in cell_plan.recipes:
+            if chosen.family is Family.CUDA:
+                values = {"python": "python", "source": "src", "dist": "dist", **chosen.template_values()}
+                variables = {**chosen.build_variables(), **{k: fill(v, values) for k, v in chosen.env.items()}}
+                argv = [fill(part, values) for part in chosen.command]
+                assert uncached_nvcc(variables, argv) is None, (cell, chosen.name, chosen.arch_list)
+                checked += 1
+    assert checked > 10, checked
+    print(f"{checked} CUDA builds of {len(cuda_cells())} cells: none asks nvcc for PTX alone")
+    assert ptx_only_targets({"TORCH_CUDA_ARCH_LIST": "7.5;8.0;8.6;9.0;10.0;12.0+PTX"}) == []
+
+
+@pytest.mark.parametrize(
+    ("variables", "argv", "alone"),
+    [
+        ({"NVCC_APPEND_FLAGS": "-gencode=arch=compute_90,code=compute_90"}, [], ["compute_90"]),
+        ({}, ["--generate-code=arch=compute_120,code=[compute_120]", "-c", "k.cu"], ["compute_120"]),
+        ({}, ["-gencode", "arch=compute_90,code=[sm_90,compute_90]"], []),  # beside its SASS
+        ({"NVCC_APPEND_FLAGS": "-gencode=arch=compute_80,code=compute_80"}, [], []),  # nvcc checks none below 90
+        ({}, ["-arch=compute_100"], ["compute_100"]),
+        ({}, ["-arch=sm_90"], []),  # SASS and PTX of 90
+        ({"CMAKE_CUDA_ARCHITECTURES": "75-virtual;90-virtual;86-real"}, [], ["compute_90"]),
+        ({}, ["-DCMAKE_CUDA_ARCHITECTURES=90a-virtual;90a-real"], []),
+        ({"CUDAARCHS": "120"}, [], []),
+    ],
+)
+def test_a_build_whose_flags_ask_nvcc_for_ptx_alone_compiles_without_the_cache(
+    variables: dict[str, str], argv: list[str], alone: list[str]
+) -> None:
+    assert ptx_only_targets(variables, argv) == alone
+    why = uncached_nvcc(variables, argv)
+    assert (why is None) == (not alone)
+    if why is not None:
+        assert "mozilla/sccache#2862" in why and alone[0] in why

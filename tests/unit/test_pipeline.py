@@ -384,7 +384,7 @@ def test_a_cells_steps_from_its_first_build_on_run_beside_the_next_cell(
     assert " waits for " not in result.out
     # What the next cell said meanwhile comes after the first one's lines and summary.
     out = result.out
-    last = len(KINDS) * 2 + 4  # the cell's four steps, then the recipes' (none after them, unpublished)
+    last = len(KINDS) * 2 + 5  # the cell's five steps (build-keys too), then the recipes' (none after them)
     assert (
         out.index(f"ok [{last}/{last}] b/install-test")
         < out.index(f"{cells[0]}: ok in ")

@@ -9,24 +9,26 @@ sides see at the same path on the output mount; the compile clients reach it the
 server runs each compiler with the client's arguments, environment and working directory,
 so a build's files, its temporary ones included, live on that mount too.
 
-Where the cache lives is sccache's own configuration: local disk under the output root
-unless the caller's ``SCCACHE_*`` variables name a remote one (S3, Redis, the GitHub
-Actions cache, ...). A cache that cannot be reached is never a failed build: the builds
-compile without it and the cell says so once.
+Where the cache lives: local disk under the output root, then the shared tiers the settings
+choose (``cache_tiers``); without them, sccache's own configuration, the caller's
+``SCCACHE_*`` variables (S3, Redis, the GitHub Actions cache, ...). A cache that cannot be
+reached is never a failed build: the builds compile without it and the cell says so once.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from wheelmill.building.cache_tiers import DISK, Tiers, credential_files
 from wheelmill.checks import CheckResult
 from wheelmill.files import copy_atomic
 from wheelmill.machine.process import Runner, StepLog, base_environment, terminate
@@ -56,6 +58,8 @@ class CompilerCache:
     binary: Path | None = None
     socket: Path | None = None
     location: str = ""  # where the server keeps the cache, as it says
+    tiers: tuple[str, ...] = (DISK,)  # the chain the server was given (local disk alone without a tiers setting)
+    read_only: bool = False  # its shared tiers are read, never written
     without: str | None = None  # why there is none
     server: Server | None = field(default=None, compare=False, repr=False)  # the cell's, to restart
 
@@ -90,6 +94,12 @@ class CompilerCache:
     def active(self) -> bool:
         return self.binary is not None and self.socket is not None and self.without is None
 
+    @property
+    def chained(self) -> bool:
+        """Whether the server runs a chain of tiers (the settings named shared ones), whose
+        hits sccache counts by tier."""
+        return self.tiers != (DISK,)
+
     def path(self) -> list[Path]:
         """The directory to put on a build's PATH: the binary's, which holds nothing else."""
         return [self.binary.parent] if self.active and self.binary is not None else []
@@ -98,13 +108,19 @@ class CompilerCache:
 @dataclass(frozen=True, kw_only=True)
 class CacheStats:
     """What the server counted for one build (zeroed before it): by language
-    (``C/C++``, ``CUDA``, ``PTX``, ``CUBIN``), and the calls it could not cache."""
+    (``C/C++``, ``CUDA``, ``PTX``, ``CUBIN``), by tier where it has several (which tier
+    served each hit), and the calls it could not cache."""
 
     hits: Mapping[str, int] = field(default_factory=dict)
     misses: Mapping[str, int] = field(default_factory=dict)
-    errors: int = 0  # cache reads and writes that failed or timed out: compiled anyway
+    # Hits by tier (disk, redis, s3); None where sccache counts none (one tier, or a
+    # read-only chain: mozilla/sccache#2773).
+    tiers: Mapping[str, int] | None = None
+    read_errors: int = 0  # cache reads that failed or timed out: compiled anyway
+    write_errors: int = 0  # what it compiled and could not store
     not_cached: int = 0  # links, unsupported compilers or arguments: run, never cached
     location: str = ""
+    read_only: bool = False  # the shared tiers were read-only: a write refused is no error
 
     @classmethod
     def parse(cls, text: str) -> CacheStats:
@@ -112,20 +128,31 @@ class CacheStats:
 
         >>> s = CacheStats.parse('{"stats": {"cache_hits": {"counts": {"C/C++": 2}}, "cache_misses": {"counts": {}},'
         ...     ' "cache_read_errors": 1, "requests_not_cacheable": 3}, "cache_location": "Local disk: \\\\"/c\\\\""}')
-        >>> s.total_hits, s.total_misses, s.errors, s.not_cached, s.location
-        (2, 0, 1, 3, 'Local disk: "/c"')
+        >>> s.total_hits, s.total_misses, s.errors, s.not_cached, s.location, s.tiers
+        (2, 0, 1, 3, 'Local disk: "/c"', None)
         """
         data = json.loads(text)
         stats: Mapping[str, Any] = data.get("stats") or {}
-        errors = sum(int(stats.get(key) or 0) for key in ("cache_read_errors", "cache_write_errors", "cache_timeouts"))
+        read_errors = sum(int(stats.get(key) or 0) for key in ("cache_read_errors", "cache_timeouts"))
         not_cached = sum(
             int(stats.get(key) or 0)
             for key in ("requests_not_cacheable", "requests_unsupported_compiler", "non_cacheable_compilations")
         )
-        hits, misses = _counts(stats, "cache_hits"), _counts(stats, "cache_misses")
         return cls(
-            hits=hits, misses=misses, errors=errors, not_cached=not_cached, location=str(data.get("cache_location", ""))
+            hits=_counts(stats, "cache_hits"),
+            misses=_counts(stats, "cache_misses"),
+            tiers=_tier_hits(stats.get("multi_level")),
+            read_errors=read_errors,
+            write_errors=int(stats.get("cache_write_errors") or 0),
+            not_cached=not_cached,
+            location=str(data.get("cache_location", "")),
         )
+
+    def since(self, before: CacheStats | None) -> CacheStats:
+        """These counts less ``before``'s by tier: sccache zeroes the others, not those."""
+        if before is None or before.tiers is None or self.tiers is None:
+            return self
+        return replace(self, tiers={tier: n - before.tiers.get(tier, 0) for tier, n in self.tiers.items()})
 
     @property
     def total_hits(self) -> int:
@@ -135,11 +162,24 @@ class CacheStats:
     def total_misses(self) -> int:
         return sum(self.misses.values())
 
+    @property
+    def errors(self) -> int:
+        """Reads and writes that failed; a write a read-only chain refused is none: sccache
+        0.16 refuses every write of a chain with a read-only tier (mozilla/sccache#2773)."""
+        return self.read_errors + (0 if self.read_only else self.write_errors)
+
     def describe(self) -> str:
+        by_tier = f" ({_tier_list(self.tiers)})" if self.tiers else ""
         extra = "".join(
-            f", {n} {what}" for n, what in ((self.errors, "cache errors"), (self.not_cached, "not cacheable")) if n
+            f", {n} {what}"
+            for n, what in (
+                (self.errors, "cache errors"),
+                (self.not_cached, "not cacheable"),
+                (self.write_errors if self.read_only else 0, "not stored (read-only)"),
+            )
+            if n
         )
-        return f"{self.total_hits} hits, {self.total_misses} misses{extra}"
+        return f"{self.total_hits} hits{by_tier}, {self.total_misses} misses{extra}"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -147,6 +187,8 @@ class CacheStats:
             "misses": self.total_misses,
             "hits_by_language": dict(self.hits),
             "misses_by_language": dict(self.misses),
+            "hits_by_tier": dict(self.tiers) if self.tiers is not None else None,
+            "read_only": self.read_only,
             "errors": self.errors,
             "not_cached": self.not_cached,
             "location": self.location,
@@ -158,12 +200,47 @@ def _counts(stats: Mapping[str, Any], key: str) -> dict[str, int]:
     return {str(language): int(n) for language, n in sorted(counts.items())}
 
 
+def _tier_hits(levels: Any) -> dict[str, int] | None:
+    """Hits by tier from sccache's multi-level figures (``[{"name": "L0 (disk)", "hits": 3}, ...]``).
+
+    >>> _tier_hits([{"name": "L0 (disk)", "hits": 3}, {"name": "L1 (redis)", "hits": 1}]), _tier_hits(None)
+    ({'disk': 3, 'redis': 1}, None)
+    """
+    if not isinstance(levels, list):
+        return None
+    entries = [level for level in levels if isinstance(level, dict)]
+    return {_tier_name(level, index): int(level.get("hits") or 0) for index, level in enumerate(entries)}
+
+
+def _tier_name(level: Mapping[str, Any], index: int) -> str:
+    """``L1 (redis)`` as ``redis``: the tier as the chain names it."""
+    match = re.search(r"\((.+)\)", str(level.get("name", "")))
+    return match.group(1) if match else f"L{index}"
+
+
+def _tier_list(tiers: Mapping[str, int]) -> str:
+    return ", ".join(f"{tier} {n}" for tier, n in tiers.items())
+
+
+def remote_variables(environ: Mapping[str, str]) -> dict[str, str]:
+    """The caller's variables that reach the server: what sccache reads to find and reach
+    a remote cache."""
+    return {key: value for key, value in environ.items() if key.startswith(REMOTE_PREFIXES) and key not in OWN}
+
+
 def server_environment(
-    environ: Mapping[str, str], *, cache_dir: Path, socket_path: Path, basedirs: Sequence[Path] = ()
+    environ: Mapping[str, str],
+    *,
+    cache_dir: Path,
+    socket_path: Path,
+    basedirs: Sequence[Path] = (),
+    tiers: Tiers | None = None,
 ) -> dict[str, str]:
-    """The server's explicit environment: the caller's remote-cache variables, local disk
-    under the output root unless they name another ``SCCACHE_DIR``, the socket, and the
-    base directories stripped from paths before hashing (after the caller's own).
+    """The server's explicit environment: the caller's remote-cache variables, then the
+    shared tiers the settings chose (``tiers``), local disk under the output root unless
+    they name another ``SCCACHE_DIR``, the socket, and the base directories stripped from
+    paths before hashing (after the caller's own). Files the variables name are named by
+    their absolute paths: the server may run elsewhere (in a container, from ``/``).
 
     >>> env = server_environment(
     ...     {"SCCACHE_REDIS_ENDPOINT": "redis://r:6379", "SCCACHE_SERVER_PORT": "1", "HOMEBREW": "x"},
@@ -173,7 +250,9 @@ def server_environment(
      'SCCACHE_SERVER_UDS': '/o/c/sccache.sock', 'SCCACHE_START_SERVER': '1', 'SCCACHE_NO_DAEMON': '1',
      'SCCACHE_IDLE_TIMEOUT': '3600'}
     """
-    extra = {key: value for key, value in environ.items() if key.startswith(REMOTE_PREFIXES) and key not in OWN}
+    extra = remote_variables(environ)
+    extra.update(tiers.environment(environ) if tiers else {})
+    extra.update({key: str(path) for key, path in credential_files(extra).items()})
     extra.setdefault("SCCACHE_DIR", str(cache_dir))
     if basedirs:
         extra["SCCACHE_BASEDIRS"] = ":".join([*filter(None, [extra.get("SCCACHE_BASEDIRS")]), *map(str, basedirs)])
@@ -373,3 +452,91 @@ def cache_check(cache: CompilerCache, *, stopped: bool, stats: CacheStats | None
             f"read the server's log next to {cache.socket}",
         )
     return CheckResult.passed(CHECK, f"{stats.describe()} ({stats.location or cache.location})")
+
+
+# nvcc checks what it compiles to PTX alone (a target of compute_90 or later, no SASS of it
+# beside) with one more ptxas run, which writes nothing: sccache 0.16 leaves that run out,
+# so the check does not happen, and later releases fail the compile on it ("Missing "cubin"
+# file output", mozilla/sccache#2862). A PTX target beside its own SASS gets no such run:
+# that is what TORCH_CUDA_ARCH_LIST's +PTX asks for, and the only way a wheelmill arch list
+# can ask for PTX. A build whose own flags ask for PTX alone compiles without the cache.
+PTX_CHECKED_FROM = 90  # nvcc 13.0 --dryrun: a ptxas check for compute_90 and later, none for compute_89
+NVCC_FLAGS = ("NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS", "CMAKE_CUDA_FLAGS", "CUDAFLAGS")
+CMAKE_ARCHS = ("CMAKE_CUDA_ARCHITECTURES", "CUDAARCHS")
+_GENCODE = re.compile(r"(?:-gencode|--generate-code)[=\s]+[\"']?arch=compute_\w+,code=([\[\]\"'\w,]+)")
+_ARCH = re.compile(r"(?:-arch|--gpu-architecture)[=\s]+(compute|sm)_(\w+)")
+_CODE = re.compile(r"(?:^|\s)(?:-code|--gpu-code)[=\s]")
+_TORCH_ARCH = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$")
+_CMAKE_ARCH = re.compile(r"^(\d+[af]?)(?:-(real|virtual))?$")
+
+
+def ptx_only_targets(variables: Mapping[str, str], argv: Sequence[str] = ()) -> list[str]:
+    """The targets of compute_90 and later that a build's arch list and nvcc flags (its
+    variables, its command's arguments) ask for as PTX without their SASS.
+
+    >>> ptx_only_targets({"TORCH_CUDA_ARCH_LIST": "8.0;12.0+PTX"}), ptx_only_targets({}, ["-arch=compute_90"])
+    ([], ['compute_90'])
+    """
+    sass, ptx = _torch_targets(variables.get("TORCH_CUDA_ARCH_LIST", ""))
+    flags = " ".join([*(variables.get(key, "") for key in NVCC_FLAGS), *argv])
+    for more_sass, more_ptx in (_gencode_targets(flags), _cmake_targets(variables, argv)):
+        sass, ptx = sass | more_sass, ptx | more_ptx
+    alone = [arch for arch in ptx - sass if int(re.sub(r"\D", "", arch)) >= PTX_CHECKED_FROM]
+    return [f"compute_{arch}" for arch in sorted(alone, key=lambda arch: (len(arch), arch))]
+
+
+def uncached_nvcc(variables: Mapping[str, str], argv: Sequence[str] = ()) -> str | None:
+    """Why a build compiles without the cache for its nvcc flags, or None."""
+    targets = ptx_only_targets(variables, argv)
+    if not targets:
+        return None
+    return (
+        f"it asks nvcc for PTX alone ({', '.join(targets)}, without its SASS), which sccache does not compile "
+        "as nvcc does (mozilla/sccache#2862)"
+    )
+
+
+def _torch_targets(arch_list: str) -> tuple[set[str], set[str]]:
+    """SASS of every item, PTX of those marked +PTX (torch's ``_get_cuda_arch_flags``)."""
+    sass: set[str] = set()
+    ptx: set[str] = set()
+    for item in (item for item in re.split(r"[;,\s]+", arch_list) if item):
+        match = _TORCH_ARCH.match(item)
+        if match:
+            arch = "".join(match.group(1, 2, 3))
+            sass.add(arch)
+            ptx.update([arch] if match.group(4) else [])
+    return sass, ptx
+
+
+def _gencode_targets(flags: str) -> tuple[set[str], set[str]]:
+    """``-gencode arch=compute_90,code=[sm_90,compute_90]``; ``-arch=compute_90`` alone is PTX alone."""
+    sass: set[str] = set()
+    ptx: set[str] = set()
+    for codes in _GENCODE.findall(flags):
+        for code in re.split(r"[,\[\]\"']+", codes):
+            kind, _, arch = code.partition("_")
+            if kind == "sm":
+                sass.add(arch)
+            elif kind == "compute":
+                ptx.add(arch)
+    if not _CODE.search(flags):
+        for kind, arch in _ARCH.findall(flags):
+            ptx.add(arch)  # -arch=sm_90 is SASS and PTX of 90
+            sass.update([arch] if kind == "sm" else [])
+    return sass, ptx
+
+
+def _cmake_targets(variables: Mapping[str, str], argv: Sequence[str]) -> tuple[set[str], set[str]]:
+    """CMake's ``90`` (SASS and PTX), ``90-real`` (SASS), ``90-virtual`` (PTX)."""
+    lists = [variables.get(key, "") for key in CMAKE_ARCHS]
+    lists += [arg.partition("=")[2] for arg in argv if arg.startswith("-DCMAKE_CUDA_ARCHITECTURES")]
+    sass: set[str] = set()
+    ptx: set[str] = set()
+    for item in (item for text in lists for item in re.split(r"[;,\s]+", text.strip("\"'")) if item):
+        match = _CMAKE_ARCH.match(item)
+        if match:
+            arch, kind = match.groups()
+            sass.update([arch] if kind != "virtual" else [])
+            ptx.update([arch] if kind != "real" else [])
+    return sass, ptx

@@ -385,7 +385,7 @@ def blocked(step: Step, plan: CellPlan, report: CellReport) -> Blocked | None:
         return found
     needs = {step.recipe, *plan.recipe(step.recipe).needs} if step.recipe else set()
     for done in report.steps:
-        if done.status in (Status.OK, Status.PUBLISHED, Status.SERVED):
+        if done.status in (Status.OK, Status.PUBLISHED, Status.REUSED, Status.SERVED):
             continue
         if done.step.recipe is None:
             return Blocked(status=Status.SKIPPED, reason=f"cell step {done.step.kind} did not succeed")
@@ -399,14 +399,19 @@ def _skip_published(step: Step, keys: BuildKeys | None) -> Blocked | None:
         return None
     if step.recipe is not None:
         found = keys.published.get(step.recipe)
-        return Blocked(status=Status.PUBLISHED, reason=found.describe(), made=found.made()) if found else None
+        return Blocked(status=found.status, reason=found.describe(), made=found.made()) if found else None
     definition = BY_KIND[step.kind]
     if isinstance(definition, CellStep) and definition.for_builds and keys.nothing_to_build:
         return Blocked(
             status=Status.PUBLISHED,
-            reason=f"nothing to build: every recipe is published in channel {keys.channel} for its build key",
+            reason=f"nothing to build: every recipe is published in channel {keys.channel} for its build key"
+            + (" (the served index's or the local one's)" if _any_reused(keys) else ""),
         )
     return None
+
+
+def _any_reused(keys: BuildKeys) -> bool:
+    return any(found.reused_from for found in keys.published.values())
 
 
 # A served recipe's steps that make its wheel: the one build elsewhere made it.

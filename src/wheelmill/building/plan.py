@@ -20,6 +20,7 @@ from wheelmill.inputs.recipes import AbiPromise, Recipe, cell_dependencies, clos
 from wheelmill.inputs.variants import Cell
 from wheelmill.inputs.versions import Release
 from wheelmill.machine import builder_images as images
+from wheelmill.machine.net import split_credentials
 from wheelmill.machine.package_sources import torch_index_url
 from wheelmill.machine.pins import Pins
 from wheelmill.planning import locks
@@ -121,6 +122,8 @@ def plan_cell(  # noqa: PLR0917 - the inputs of the pure function, in their orde
             env_place=EnvPlace.HOST if image is None else EnvPlace.CONTAINER,
             compiler_cache=settings.compiler_cache,
             install_tests=settings.install_tests,
+            served_index=split_credentials(settings.served_index)[0] if settings.served_index else None,
+            image_sharing=images.Sharing.of(settings.image_registry, settings.shared_writes) if image else None,
         ),
         torch_index=torch_index_url(cell.variant, settings=settings, template=matrix.torch_index),
         lock=locks.inputs(matrix, resolved, cell),

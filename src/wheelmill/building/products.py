@@ -25,7 +25,7 @@ from wheelmill.machine.envs import Env
 from wheelmill.machine.package_sources import PackageSources
 from wheelmill.machine.probes import TorchInfo
 from wheelmill.machine.toolchain import Toolkit
-from wheelmill.output.report import WheelRecord
+from wheelmill.output.report import Status, WheelRecord
 from wheelmill.planning.buildkey import BuildKey
 
 
@@ -145,8 +145,15 @@ class PublishedBuild:
     entry: FileEntry
     path: Path  # the channel's file, linked into dist/
     torch: str | None  # the torch it pins, for the report's facts where no env says it
+    reused_from: str | None = None  # the served index's channel it was fetched from; None: the local index
+
+    @property
+    def status(self) -> Status:
+        return Status.PUBLISHED if self.reused_from is None else Status.REUSED
 
     def describe(self) -> str:
+        if self.reused_from is not None:
+            return f"reused: {self.entry.filename} from {self.reused_from} (build key {self.key[:12]}...)"
         return f"published: {self.entry.filename} (build key {self.key[:12]}...)"
 
     def made(self) -> tuple[object, ...]:
@@ -155,6 +162,8 @@ class PublishedBuild:
         wheel = WheelRecord(
             name=self.entry.filename, size=self.entry.size, sha256=self.entry.sha256, path=str(self.path)
         )
+        if self.reused_from is not None:  # the served index has it; the local one need not
+            return (wheel,)
         return wheel, Published(
             channel=self.channel, project=self.project, filename=self.entry.filename, outcome=PublishOutcome.UNCHANGED
         )
@@ -174,9 +183,11 @@ class ServedBuild:
     wheel: Path  # that channel's file, linked into the cell's build tree
     tested: bool  # its install test runs here: a corner, or a cell whose own channel does not list it yet
     delivered: Path | None  # linked into dist/ where no install test runs here (the test delivers it)
+    served_from: str | None = None  # the served index's channel it was fetched from; None: the local index
 
     def describe(self) -> str:
-        return f"served: {self.entry.filename} from channel {self.channel} (build key {self.key[:12]}...)"
+        where = self.served_from or f"channel {self.channel}"
+        return f"served: {self.entry.filename} from {where} (build key {self.key[:12]}...)"
 
     def repaired(self) -> Repaired:
         return Repaired(wheel=self.wheel)

@@ -155,7 +155,8 @@ class CellReport:
 
     def recipe_status(self, recipe: str) -> Status:
         mine = [s for s in self.steps if s.step.recipe == recipe]
-        for status in (Status.INTERRUPTED, Status.FAILED, Status.SKIPPED, Status.PUBLISHED, Status.SERVED):
+        settled = (Status.INTERRUPTED, Status.FAILED, Status.SKIPPED, Status.PUBLISHED, Status.REUSED, Status.SERVED)
+        for status in settled:
             if any(s.status is status for s in mine):
                 return status
         return (

@@ -36,6 +36,7 @@ _MARK = {
     Status.SKIPPED: "[dim]skipped[/]",
     Status.INTERRUPTED: "[yellow]interrupted[/]",
     Status.PUBLISHED: "[cyan]published[/]",
+    Status.REUSED: "[cyan]reused[/]",
     Status.SERVED: "[cyan]served[/]",
 }
 _NOT_STARTED = "[dim]not started[/]"  # a cell after one that Ctrl-C stopped, or that could not start
@@ -211,6 +212,12 @@ class UI:
             self.console.print(
                 f"not built again, published in channel {report.plan.channel} for their build keys: {names} ({again})"
             )
+        reused = report.recipes_with(Status.REUSED)
+        if reused:
+            self.console.print(
+                f"not built again, fetched from the served index (sha256 checked) for their build keys: "
+                f"{', '.join(reused)} ({report.plan.choices.served_index})"
+            )
         served = report.recipes_with(Status.SERVED)
         if served:
             self.console.print(
@@ -285,28 +292,54 @@ class UI:
 
 
 def _cell_row(report: CellReport) -> tuple[str, ...]:
-    stats = report.compiler_cache.values()
-    cache = f"{sum(s['hits'] for s in stats)} hits, {sum(s['misses'] for s in stats)} misses" if stats else "-"
+    cache = _cache_summary(list(report.compiler_cache.values()))
     failed = report.failed
     return (
         report.plan.cell.id,
         _MARK[report.status],
         _clock(report.seconds),
         f"{len(report.recipes_with(Status.OK))} of {len(report.plan.recipes)}",
-        ", ".join(report.recipes_with(Status.PUBLISHED)) or "-",
+        ", ".join(report.recipes_with(Status.PUBLISHED) + report.recipes_with(Status.REUSED)) or "-",
         ", ".join(report.recipes_with(Status.SERVED)) or "-",
         cache,
         escape(failed.step.id) if failed else "-",
     )
 
 
+def _cache_summary(stats: Sequence[Mapping[str, Any]]) -> str:
+    """The cell's builds' compiler cache in a few words: ``12 hits (disk 3, s3 9), 0 misses, read-only``.
+
+    >>> _cache_summary([{"hits": 2, "misses": 1, "hits_by_tier": {"disk": 2, "s3": 0}},
+    ...                 {"hits": 3, "misses": 0, "hits_by_tier": {"disk": 1, "s3": 2}, "read_only": True}])
+    '5 hits (disk 3, s3 2), 1 misses, read-only'
+    >>> _cache_summary([])
+    '-'
+    """
+    if not stats:
+        return "-"
+    tiers: Counter[str] = Counter()
+    for one in stats:
+        tiers.update(one.get("hits_by_tier") or {})
+    by_tier = f" ({_tier_list(tiers)})" if tiers else ""
+    read_only = ", read-only" if any(one.get("read_only") for one in stats) else ""
+    return f"{sum(s['hits'] for s in stats)} hits{by_tier}, {sum(s['misses'] for s in stats)} misses{read_only}"
+
+
+def _tier_list(tiers: Mapping[str, int]) -> str:
+    return ", ".join(f"{tier} {n}" for tier, n in tiers.items())
+
+
 def _cache_table(caches: Mapping[str, Mapping[str, Any]]) -> Table:
-    """Each build's compiler cache hits and misses (the build's counters, zeroed before it)."""
+    """Each build's compiler cache hits and misses (the build's counters, zeroed before it),
+    and which tier served its hits (where the server ran a chain of them)."""
     table = Table(title="compiler cache", title_justify="left")
-    for column in ("recipe", "hits", "misses", "cache"):
+    for column in ("recipe", "hits", "misses", "by tier", "cache"):
         table.add_column(column, overflow="fold")
     for recipe, stats in caches.items():
-        table.add_row(recipe, str(stats["hits"]), str(stats["misses"]), escape(str(stats.get("location", ""))))
+        said = [_tier_list(stats.get("hits_by_tier") or {}), "read-only" if stats.get("read_only") else ""]
+        tiers = ", ".join(filter(None, said)) or "-"
+        location = escape(str(stats.get("location", "")))
+        table.add_row(recipe, str(stats["hits"]), str(stats["misses"]), tiers, location)
     return table
 
 

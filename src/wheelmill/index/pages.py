@@ -133,7 +133,11 @@ def project_json(project: Project) -> str:
 
 def parse_project_json(text: str) -> Project:
     """The project's state is its own JSON page: nothing else is stored."""
-    data = json.loads(text)
+    return project_of(json.loads(text))
+
+
+def project_of(data: dict[str, Any]) -> Project:
+    """A project from its parsed JSON page."""
     files = tuple(FileEntry.from_json(f, str(parse_wheel_filename(f["filename"])[1])) for f in data["files"])
     return Project(name=data["name"], files=files)
 

@@ -448,9 +448,10 @@ def _add_key(channel: Channel, project: Project, listed: FileEntry, key: str) ->
 
 
 class Listing(Protocol):
-    """What reading a channel's pages needs, whatever it is written on."""
+    """What reading a channel's pages needs, whatever it is written on (or served from)."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def exists(self) -> bool: ...
 

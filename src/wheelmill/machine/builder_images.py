@@ -1,6 +1,8 @@
 """Builder images: which definition and base a cell uses, what the image is called (a hash
-of its definition and pins, so it is rebuilt exactly when they change), and making it:
-bootstrapping the air-gapped base from Debian packages when that is the base, then building.
+of its definition, pins and base's file system, so it is rebuilt exactly when they change,
+and named alike on every machine), and getting it: the engine's own, else pulled from the
+shared registry, else made (the air-gapped base bootstrapped from Debian packages, then the
+image built) and, read-write, pushed there.
 """
 
 from __future__ import annotations
@@ -10,21 +12,27 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
+from typing import Protocol
 
 from wheelmill.errors import CommandFailed, ConfigError, PrecheckError
 from wheelmill.inputs.manylinux import manylinux_of
 from wheelmill.inputs.variants import X86_64, Family, Variant
 from wheelmill.machine.emulation import DEBIAN_ARCH, foreign_platform
 from wheelmill.machine.engine import Engine
+from wheelmill.machine.image_transfers import Missed, Origin, Sourced, Transfer, obtain, pull, push, rootfs_layers
 from wheelmill.machine.pins import Pins, PythonSource, RegistryBase
 from wheelmill.machine.process import HostRunner, StepLog, base_environment, capture
+from wheelmill.retry import RetryPolicy
+from wheelmill.settings import SharedWrites
 
 BASE_REPOSITORY = "localhost/wheelmill-base"
 BUILDER_REPOSITORY = "localhost/wheelmill-builder"
+ONE_TRY = RetryPolicy(attempts=1)
 
 
 class BaseKind(StrEnum):
@@ -72,12 +80,16 @@ class BuilderImage:
             "PYTHON_SHA256": self.python.sha256,
         }
 
-    def tag(self, base_identity: str, mirror: str) -> str:
+    def tag(self, base_identity: str) -> str:
         """``<repository>:<definition>-py311-<hash>``: the hash of the Containerfile, the build
-        arguments and the base's identity (its digest, or the bootstrapped image's id)."""
+        arguments that say what goes in and the base's identity (its digest, or a bootstrapped
+        base's ``rootfs_identity``): the same on every machine that has the same base, so
+        one machine's image serves another's through a registry."""
         digest = hashlib.sha256(self.containerfile.read_bytes())
-        for key, value in sorted(self.build_args(mirror).items()):
-            digest.update(f"\0{key}={value}".encode())
+        for key, value in sorted(self.build_args("").items()):
+            # Where CPython is downloaded from is this machine's mirror; its sha256 says what it is.
+            if key != "PYTHON_URL":
+                digest.update(f"\0{key}={value}".encode())
         digest.update(f"\0base={base_identity}".encode())
         digest.update(f"\0platform={self.platform}".encode() if self.platform != X86_64 else b"")
         name = self.containerfile.parent.name + ("" if self.platform == X86_64 else f"-{DEBIAN_ARCH[self.platform]}")
@@ -263,57 +275,295 @@ def bootstrap_base(engine: Engine, image: BuilderImage, *, mirror: str, work: Pa
     return identity
 
 
-def base_identity(engine: Engine, image: BuilderImage, *, mirror: str, work: Path, log: StepLog) -> tuple[str, bool]:
-    """What the base is (a digest, or the local image's id) and whether it was made now."""
-    require_pinned(image)
-    if image.base.kind is BaseKind.REGISTRY:
-        return image.base.reference.split("@", 1)[1], False
-    existing = image_id(engine, image.base.reference)
-    if existing:
-        return existing, False
-    log.note(f"{image.base.reference} is missing: bootstrapping it from {mirror}")
-    return bootstrap_base(engine, image, mirror=mirror, work=work, log=log), True
+def rootfs_identity(layers: Sequence[str]) -> str:
+    """A bootstrapped base's identity in its builders' tags: one digest of its layers' diff ids
+    (the digests of its file system, uncompressed), which a push and a pull keep; the local
+    image id is this machine's alone.
+
+    >>> rootfs_identity(["sha256:" + "a" * 64])
+    'rootfs:sha256:9f447b1b473d359884f2b8541a1ad0b7d194ed59b79e8eee48047ec4830564fd'
+    """
+    return "rootfs:sha256:" + hashlib.sha256("\n".join(layers).encode()).hexdigest()
+
+
+# Raised when the way a base is bootstrapped changes (debootstrap's arguments, the import):
+# its registry tag changes with it, so no machine pulls a base made the old way.
+BOOTSTRAP_RECIPE = "1"
+SHARED_BASE = "wheelmill-base"
+SHARED_BUILDER = "wheelmill-builder"
+
+
+def base_tag(base: Base) -> str:
+    """A bootstrapped base's tag in the registry: what defines it, readable (suite, debootstrap
+    variant, machine), then a short hash of the same with the way it is made.
+
+    >>> base_tag(Base(kind=BaseKind.BOOTSTRAP, reference="r", description="d", glibc="2.31", suite="bullseye"))
+    'bullseye-minbase-amd64-3c4e010046bc'
+    """
+    arch = DEBIAN_ARCH[base.platform]
+    definition = f"debootstrap\0{base.suite}\0{base.bootstrap_variant}\0{arch}\0recipe={BOOTSTRAP_RECIPE}"
+    return f"{base.suite}-{base.bootstrap_variant}-{arch}-{hashlib.sha256(definition.encode()).hexdigest()[:12]}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sharing:
+    """The registry where machines share builder images and bootstrapped bases
+    (``host[:port]/namespace``), and whether this build writes to it (a pull request's reads)."""
+
+    registry: str
+    writes: SharedWrites = SharedWrites.READ_WRITE
+
+    @classmethod
+    def of(cls, registry: str | None, writes: SharedWrites) -> Sharing | None:
+        """The setting's value, checked: None where no registry is set."""
+        if not registry:
+            return None
+        host = registry.split("/", 1)[0]
+        if "://" in registry or registry != registry.lower() or not host or registry.endswith(":"):
+            raise ConfigError(
+                f"environment: WHEELMILL_IMAGE_REGISTRY={registry!r} is not host[:port]/namespace in lower case",
+                fix="set it like ghcr.io/my-org/wheelmill or 127.0.0.1:5000/wheelmill (no scheme)",
+            )
+        return cls(registry=registry.rstrip("/"), writes=writes)
+
+    @property
+    def pushes(self) -> bool:
+        return self.writes is SharedWrites.READ_WRITE
+
+    def base(self, base: Base) -> str:
+        return f"{self.registry}/{SHARED_BASE}:{base_tag(base)}"
+
+    def builder(self, tag: str) -> str:
+        """The builder image's reference there: the same tag as on this machine."""
+        return f"{self.registry}/{SHARED_BUILDER}:{tag.rsplit(':', 1)[1]}"
+
+
+def to_push(kind: BaseKind, base: Sourced, builder: Sourced) -> tuple[str, ...]:
+    """What a read-write build pushes of what it made: a builder it built, with its base where
+    that was bootstrapped here (the base's tag in the registry then names the base of the
+    builders pushed there), or a base it bootstrapped. Nothing pulled or pinned."""
+    built = builder.origin is Origin.BUILT
+    base_too = (
+        kind is BaseKind.BOOTSTRAP and base.origin is not Origin.PULLED and (built or base.origin is Origin.BUILT)
+    )
+    return (("base",) if base_too else ()) + (("builder",) if built else ())
+
+
+class ImageOps(Protocol):
+    """What getting a builder image does with the engine; a test gives a stand-in."""
+
+    def layers(self, reference: str) -> tuple[str, ...] | None:
+        """The local image's diff ids; None when the engine has no such image."""
+        ...
+
+    def image_id(self, reference: str) -> str | None: ...
+
+    def pull(self, reference: str, *, local: str, image: str, platform: str | None) -> Transfer | Missed: ...
+
+    def push(self, local: str, reference: str, *, image: str) -> Transfer | Missed: ...
+
+    def bootstrap(self) -> None: ...
+
+    def build(self, tag: str) -> None: ...
 
 
 @dataclass(frozen=True, kw_only=True)
 class Ready:
-    """A builder image that exists: made now or reused."""
+    """A builder image that exists, where it and its base came from, and what moved."""
 
     tag: str
     image_id: str
     base: str  # the reference it was built FROM
-    built: bool
-    bootstrapped: bool
+    base_identity: str  # its digest, or its rootfs_identity
+    origin: Origin
+    base_origin: Origin
+    moves: tuple[Transfer | Missed, ...] = ()
+    registry: str | None = None
+    unpushed: str | None = None  # why what was made here was not pushed: read-only, unreachable
+
+    @property
+    def built(self) -> bool:
+        return self.origin is Origin.BUILT
+
+    @property
+    def bootstrapped(self) -> bool:
+        return self.base_origin is Origin.BUILT
+
+    @property
+    def transfers(self) -> tuple[Transfer, ...]:
+        return tuple(m for m in self.moves if isinstance(m, Transfer))
+
+    @property
+    def warnings(self) -> tuple[Missed, ...]:
+        return tuple(m for m in self.moves if isinstance(m, Missed) and m.warning)
 
     def facts(self) -> dict[str, object]:
-        return {"image": {"tag": self.tag, "id": self.image_id, "built": self.built, "base": self.base}}
+        image: dict[str, object] = {
+            "tag": self.tag,
+            "id": self.image_id,
+            "built": self.built,
+            "base": self.base,
+            "origin": self.origin.value,
+            "base_origin": self.base_origin.value,
+            "base_identity": self.base_identity,
+        }
+        if self.registry is not None:
+            image["registry"] = self.registry
+            image["transfers"] = [t.facts() for t in self.transfers]
+            image["unpushed"] = self.unpushed
+        return {"image": image}
+
+
+def get_builder(image: BuilderImage, ops: ImageOps, sharing: Sharing | None) -> Ready:
+    """The builder image in the order of ``obtain``, its base first (its identity is part of
+    the builder's tag); then, read-write, what was made here is pushed. A registry that did
+    not answer is asked nothing more: this build goes on without it."""
+    require_pinned(image)
+    identity, base = _get_base(image, ops, sharing)
+    online = sharing if sharing is not None and not base.unreachable else None
+    tag = image.tag(identity)
+    existing = ops.image_id(tag)
+    fetch = (
+        None
+        if online is None
+        else partial(ops.pull, online.builder(tag), local=tag, image="builder", platform=image.oci_platform)
+    )
+    builder = obtain(present=existing is not None, fetch=fetch, make=partial(ops.build, tag))
+    made = existing or ops.image_id(tag)
+    if made is None:
+        raise PrecheckError(f"{tag} is here but cannot be inspected", fix="check the engine's storage")
+    wanted = to_push(image.base.kind, base, builder) if sharing is not None else ()
+    pushed, unpushed = _push(wanted, image, tag, ops, sharing, unreachable=base.unreachable or builder.unreachable)
+    return Ready(
+        tag=tag,
+        image_id=made,
+        base=image.base.reference,
+        base_identity=identity,
+        origin=builder.origin,
+        base_origin=base.origin,
+        moves=base.moves + builder.moves + pushed,
+        registry=sharing.registry if sharing is not None else None,
+        unpushed=unpushed,
+    )
+
+
+def _get_base(image: BuilderImage, ops: ImageOps, sharing: Sharing | None) -> tuple[str, Sourced]:
+    """The base's identity, and how it came here: a registry base is named by digest (the
+    engine fetches it); a bootstrapped one by its file system, pulled or bootstrapped."""
+    if image.base.kind is BaseKind.REGISTRY:
+        return image.base.reference.split("@", 1)[1], Sourced(origin=Origin.PINNED)
+    reference = image.base.reference
+    platform = foreign_platform(image.base.platform)
+    fetch = (
+        None
+        if sharing is None
+        else partial(ops.pull, sharing.base(image.base), local=reference, image="base", platform=platform)
+    )
+    base = obtain(present=ops.layers(reference) is not None, fetch=fetch, make=ops.bootstrap)
+    layers = ops.layers(reference)
+    if layers is None:
+        raise PrecheckError(f"{reference} is here but cannot be inspected", fix="check the engine's storage")
+    return rootfs_identity(layers), base
+
+
+def _push(
+    wanted: Sequence[str],
+    image: BuilderImage,
+    tag: str,
+    ops: ImageOps,
+    sharing: Sharing | None,
+    *,
+    unreachable: bool,
+) -> tuple[tuple[Transfer | Missed, ...], str | None]:
+    """Push ``wanted`` (base, builder), or say why not."""
+    if not wanted or sharing is None:
+        return (), None
+    if not sharing.pushes:
+        return (), f"read-only: pushed nothing (a read-write build would push the {' and the '.join(wanted)})"
+    if unreachable:
+        return (), f"{sharing.registry} did not answer: pushed nothing"
+    references = {"base": (image.base.reference, sharing.base(image.base)), "builder": (tag, sharing.builder(tag))}
+    return tuple(ops.push(*references[what], image=what) for what in wanted), None
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineImages:
+    """``ImageOps`` with the engine: every command in the step's log. ``mirror`` is asked only
+    where something is made here (a machine that pulls everything needs no Debian mirror)."""
+
+    engine: Engine
+    image: BuilderImage
+    mirror: Callable[[], str]
+    work: Path
+    log: StepLog
+    on_line: Callable[[str], None]
+    policy: RetryPolicy
+
+    def layers(self, reference: str) -> tuple[str, ...] | None:
+        return rootfs_layers(self.engine, reference)
+
+    def image_id(self, reference: str) -> str | None:
+        return image_id(self.engine, reference)
+
+    def pull(self, reference: str, *, local: str, image: str, platform: str | None) -> Transfer | Missed:
+        self.log.note(f"{local} is missing: pulling {reference}")
+        got = pull(
+            self.engine, reference, image=image, local=local, platform=platform, policy=self.policy, log=self.log
+        )
+        self.log.note(got.describe())
+        return got
+
+    def push(self, local: str, reference: str, *, image: str) -> Transfer | Missed:
+        sent = push(self.engine, local, reference, image=image, policy=self.policy, log=self.log)
+        self.log.note(sent.describe())
+        return sent
+
+    def bootstrap(self) -> None:
+        mirror = self.mirror()
+        self.log.note(f"{self.image.base.reference} is missing: bootstrapping it from {mirror}")
+        bootstrap_base(self.engine, self.image, mirror=mirror, work=self.work, log=self.log)
+
+    def build(self, tag: str) -> None:
+        argv = self.engine.build(
+            tag=tag,
+            containerfile=self.image.containerfile,
+            context=self.image.containerfile.parent,
+            build_args=self.image.build_args(self.mirror()),
+            platform=self.image.oci_platform,
+        )
+        try:
+            HostRunner().run(argv, env=base_environment([]), log=self.log, on_line=self.on_line)
+        except CommandFailed as failed:
+            raise image_build_failure(tag, failed) from None
+
+
+def prepare_builder(
+    engine: Engine,
+    image: BuilderImage,
+    *,
+    mirror: Callable[[], str],
+    work: Path,
+    log: StepLog,
+    on_line: Callable[[str], None],
+    sharing: Sharing | None = None,
+    policy: RetryPolicy = ONE_TRY,
+) -> Ready:
+    """The builder image with this engine, shared through ``sharing``'s registry where one is set."""
+    ops = EngineImages(engine=engine, image=image, mirror=mirror, work=work, log=log, on_line=on_line, policy=policy)
+    ready = get_builder(image, ops, sharing)
+    if ready.origin is Origin.REUSED:
+        log.note(f"reusing {ready.tag} ({ready.image_id[:19]})")
+    if ready.unpushed:
+        log.note(ready.unpushed)
+    return ready
 
 
 def ensure_image(
     engine: Engine, image: BuilderImage, *, mirror: str, work: Path, log: StepLog, on_line: Callable[[str], None]
 ) -> Ready:
-    """The builder image, reused when its tag exists, built (and its base bootstrapped) when not."""
-    identity, bootstrapped = base_identity(engine, image, mirror=mirror, work=work, log=log)
-    tag = image.tag(identity, mirror)
-    existing = image_id(engine, tag)
-    if existing:
-        log.note(f"reusing {tag} ({existing[:19]})")
-        return Ready(tag=tag, image_id=existing, base=image.base.reference, built=False, bootstrapped=bootstrapped)
-    argv = engine.build(
-        tag=tag,
-        containerfile=image.containerfile,
-        context=image.containerfile.parent,
-        build_args=image.build_args(mirror),
-        platform=image.oci_platform,
-    )
-    try:
-        HostRunner().run(argv, env=base_environment([]), log=log, on_line=on_line)
-    except CommandFailed as failed:
-        raise image_build_failure(tag, failed) from None
-    built = image_id(engine, tag)
-    if built is None:
-        raise PrecheckError(f"{tag} was built but cannot be inspected", fix=f"read {log.path}")
-    return Ready(tag=tag, image_id=built, base=image.base.reference, built=True, bootstrapped=bootstrapped)
+    """The builder image, reused when its tag exists, built (and its base bootstrapped) when
+    not; no registry."""
+    return prepare_builder(engine, image, mirror=lambda: mirror, work=work, log=log, on_line=on_line)
 
 
 def image_build_failure(tag: str, failed: CommandFailed) -> PrecheckError:

@@ -50,6 +50,7 @@ class Container:
         stable: Mount | None = None,
         network: bool = True,
         platform: str | None = None,
+        server_files: Sequence[Path] = (),
     ) -> None:
         self.engine = engine
         self.cell = cell
@@ -60,6 +61,9 @@ class Container:
         self.log = log  # of the step that starts it
         self.network = network
         self.platform = platform  # an OCI platform (linux/arm64) where the image is another machine's
+        # Files of this machine that a server run in the online container reads (the compiler
+        # cache's credentials): read-only at the same path, so the variables naming them hold.
+        self.server_files = tuple(server_files)
         self.name = f"wheelmill-{cell}-{os.getpid()}" + ("" if network else "-netless")
         self.environ: Mapping[str, str] = {}  # discovery looks only at the image, not our variables
         self.stale: list[str] = []  # containers of the cell a killed wheelmill left behind
@@ -85,8 +89,14 @@ class Container:
             capture(self.engine.remove(name), timeout=120)
         return listed
 
+    def all_mounts(self) -> list[Mount]:
+        """What the container is started with: the mounts, the stable root, and in the
+        online container only, the servers' files (the builds, without network, use none)."""
+        files = [Mount(source=path, target=path) for path in self.server_files] if self.network else []
+        return [*self.mounts, *([self.stable] if self.stable else []), *files]
+
     def _start(self) -> None:
-        mounts = [*self.mounts, *([self.stable] if self.stable else [])]
+        mounts = self.all_mounts()
         shares = YIELDING_CPU_SHARES if yields_now() else None
         argv = self.engine.run_detached(
             container=self.name,

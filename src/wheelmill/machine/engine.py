@@ -5,6 +5,7 @@ running them is the runner's job.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from collections.abc import Callable, Mapping, Sequence
@@ -40,8 +41,37 @@ class Mount:
 
 @dataclass(frozen=True, kw_only=True)
 class Engine:
+    """``store``: podman only, an image store of its own in that directory instead of the
+    machine's (``--root``/``--runroot``/``--tmpdir`` under it): a second machine's images on this
+    one, for tests and benchmarks of what two machines share. docker's store is its daemon's."""
+
     name: EngineName
     binary: str
+    store: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.store is not None and self.name is not EngineName.PODMAN:
+            raise UsageError(
+                f"{self.name}: an image store of its own needs podman (docker's is its daemon's)",
+                fix="use podman, or start another docker daemon with --data-root",
+            )
+
+    @property
+    def command(self) -> list[str]:
+        """The engine's argv up to its subcommand: the binary, and the options of a store of its own."""
+        if self.store is None or self.runroot is None:
+            return [self.binary]
+        own = {"--root": self.store / "root", "--runroot": self.runroot, "--tmpdir": self.store / "tmp"}
+        return [self.binary, *(part for flag, path in own.items() for part in (flag, str(path)))]
+
+    @property
+    def runroot(self) -> Path | None:
+        """A store of its own's run-time state (locks, mount points), which podman wants at a
+        path of at most 50 characters: in /tmp, named by the store; whoever removes the store
+        removes this too."""
+        if self.store is None:
+            return None
+        return Path("/tmp") / f"wheelmill-run-{hashlib.sha256(str(self.store).encode()).hexdigest()[:12]}"  # noqa: S108
 
     def run_detached(
         self,
@@ -59,7 +89,7 @@ class Engine:
         env); without, none at all (builds). ``cpu_shares``: its weight against the other
         containers when the cores are busy (the engines' default is 1024)."""
         argv = [
-            self.binary,
+            *self.command,
             "run",
             "--detach",
             "--name",
@@ -78,7 +108,7 @@ class Engine:
     def exec(self, *, container: str, argv: Sequence[str], env_keys: Sequence[str], workdir: Path | None) -> list[str]:
         """``--env KEY`` without a value takes it from exec's own environment, so values
         (tokens too) never appear on a command line."""
-        out = [self.binary, "exec"]
+        out = [*self.command, "exec"]
         if workdir is not None:
             out += ["--workdir", str(workdir)]
         for key in env_keys:
@@ -88,7 +118,7 @@ class Engine:
     def remove(self, container: str) -> list[str]:
         # podman waits 10 s for a stop by default; the container only runs `sleep`.
         extra = ["--time", "0"] if self.name is EngineName.PODMAN else []
-        return [self.binary, "rm", "--force", *extra, container]
+        return [*self.command, "rm", "--force", *extra, container]
 
     def build(
         self,
@@ -101,7 +131,7 @@ class Engine:
         platform: str | None = None,
     ) -> list[str]:
         """``platform``: an OCI platform (``linux/arm64``) for an image of another machine."""
-        argv = [self.binary, "build", "--tag", tag, "--file", str(containerfile), "--network", "host"]
+        argv = [*self.command, "build", "--tag", tag, "--file", str(containerfile), "--network", "host"]
         argv += ["--platform", platform] if platform else []
         for key in sorted(build_args):
             argv += ["--build-arg", f"{key}={build_args[key]}"]
@@ -125,7 +155,7 @@ class Engine:
         or an engine network (with a fixed ``ip`` on it); ``gpus``: every NVIDIA GPU of the
         machine in it (docker's NVIDIA runtime, podman's CDI device)."""
         out = [
-            self.binary,
+            *self.command,
             "run",
             "--rm",
             "--network",
@@ -151,62 +181,62 @@ class Engine:
         if any("nvidia.com/gpu" in p.read_text(encoding="utf-8", errors="replace") for p in specs):
             return None
         if self.name is EngineName.DOCKER:
-            runtimes = capture([self.binary, "info", "--format", "{{json .Runtimes}}"]).stdout
+            runtimes = capture([*self.command, "info", "--format", "{{json .Runtimes}}"]).stdout
             if "nvidia" in runtimes:
                 return None
         return f"{self.name} has no NVIDIA runtime or CDI spec of nvidia.com/gpu (in {', '.join(map(str, cdi_dirs))})"
 
     def network_create(self, name: str, subnet: str) -> list[str]:
-        return [self.binary, "network", "create", "--subnet", subnet, name]
+        return [*self.command, "network", "create", "--subnet", subnet, name]
 
     def networks(self) -> list[str]:
-        return [self.binary, "network", "ls", "--format", "{{.Name}}"]
+        return [*self.command, "network", "ls", "--format", "{{.Name}}"]
 
     def network_remove(self, name: str) -> list[str]:
         return (
-            [self.binary, "network", "rm", "--force", name]
+            [*self.command, "network", "rm", "--force", name]
             if self.name is EngineName.PODMAN
-            else [self.binary, "network", "rm", name]
+            else [*self.command, "network", "rm", name]
         )
 
     def remove_image(self, tag: str) -> list[str]:
-        return [self.binary, "rmi", "--force", tag]
+        return [*self.command, "rmi", "--force", tag]
 
     def image_size(self, tag: str) -> list[str]:
-        return [self.binary, "image", "inspect", "--format", "{{.Size}}", tag]
+        return [*self.command, "image", "inspect", "--format", "{{.Size}}", tag]
 
     def tag(self, source: str, target: str) -> list[str]:
-        return [self.binary, "tag", source, target]
+        return [*self.command, "tag", source, target]
 
     def push(self, reference: str, *, digest_file: Path, insecure: bool) -> list[str]:
         """Push ``reference``; podman writes the pushed digest to ``digest_file`` (docker's is
         read back with ``repo_digests``)."""
         if self.name is EngineName.PODMAN:
             return [
-                self.binary,
+                *self.command,
                 "push",
                 *(["--tls-verify=false"] if insecure else []),
                 "--digestfile",
                 str(digest_file),
                 reference,
             ]
-        return [self.binary, "push", reference]
+        return [*self.command, "push", reference]
 
     def manifest_create(self, local: str, target: str, members: Sequence[str], *, insecure: bool) -> list[list[str]]:
         """The commands that make a manifest list of ``members`` (pushed references, by
         digest): podman builds ``local`` and adds each member; docker makes ``target`` at once."""
         if self.name is EngineName.PODMAN:
             tls = ["--tls-verify=false"] if insecure else []
-            made = [[self.binary, "manifest", "create", local]]
-            return made + [[self.binary, "manifest", "add", *tls, local, f"docker://{m}"] for m in members]
-        return [[self.binary, "manifest", "create", *(["--insecure"] if insecure else []), target, *members]]
+            made = [[*self.command, "manifest", "create", local]]
+            return made + [[*self.command, "manifest", "add", *tls, local, f"docker://{m}"] for m in members]
+        return [[*self.command, "manifest", "create", *(["--insecure"] if insecure else []), target, *members]]
 
     def manifest_push(self, local: str, target: str, *, digest_file: Path, insecure: bool) -> list[str]:
         """Push the list to ``target``: podman writes the digest to ``digest_file``, docker prints it."""
         if self.name is EngineName.PODMAN:
             tls = ["--tls-verify=false"] if insecure else []
             return [
-                self.binary,
+                *self.command,
                 "manifest",
                 "push",
                 *tls,
@@ -215,35 +245,55 @@ class Engine:
                 local,
                 f"docker://{target}",
             ]
-        return [self.binary, "manifest", "push", *(["--insecure"] if insecure else []), target]
+        return [*self.command, "manifest", "push", *(["--insecure"] if insecure else []), target]
 
     def manifest_remove(self, local: str, target: str) -> list[str]:
         """The local list, gone again (podman's by its local name, docker's by the target)."""
         if self.name is EngineName.PODMAN:
-            return [self.binary, "manifest", "rm", local]
-        return [self.binary, "manifest", "rm", target]
+            return [*self.command, "manifest", "rm", local]
+        return [*self.command, "manifest", "rm", target]
+
+    def pull(self, reference: str, *, insecure: bool, platform: str | None = None) -> list[str]:
+        """Pull ``reference``; ``platform`` (``linux/arm64``) for an image of another machine.
+        A loopback registry speaks plain http: podman must be told, docker trusts 127.0.0.0/8."""
+        argv = [*self.command, "pull"]
+        argv += ["--tls-verify=false"] if insecure and self.name is EngineName.PODMAN else []
+        argv += ["--platform", platform] if platform else []
+        return [*argv, reference]
+
+    def rootfs_layers(self, reference: str) -> list[str]:
+        """The image's layers as diff ids (digests of each layer uncompressed), one a line: what
+        its file system is, the same after a push and a pull, unlike the local image id."""
+        return [
+            *self.command,
+            "image",
+            "inspect",
+            "--format",
+            "{{range .RootFS.Layers}}{{println .}}{{end}}",
+            reference,
+        ]
 
     def repo_digests(self, reference: str) -> list[str]:
-        return [self.binary, "image", "inspect", "--format", "{{range .RepoDigests}}{{println .}}{{end}}", reference]
+        return [*self.command, "image", "inspect", "--format", "{{range .RepoDigests}}{{println .}}{{end}}", reference]
 
     def image_id(self, tag: str) -> list[str]:
-        return [self.binary, "image", "inspect", "--format", "{{.Id}}", tag]
+        return [*self.command, "image", "inspect", "--format", "{{.Id}}", tag]
 
     def import_rootfs(self, *, tarball: Path, tag: str, platform: str = X86_64) -> list[str]:
         """The image records the machine of its files: podman's ``--arch``, docker's
         ``--platform`` (a foreign image is then run through emulation, not refused)."""
         if platform == X86_64:
-            return [self.binary, "import", str(tarball), tag]
+            return [*self.command, "import", str(tarball), tag]
         if self.name is EngineName.PODMAN:
-            return [self.binary, "import", "--arch", DEBIAN_ARCH[platform], str(tarball), tag]
-        return [self.binary, "import", "--platform", OCI_PLATFORM[platform], str(tarball), tag]
+            return [*self.command, "import", "--arch", DEBIAN_ARCH[platform], str(tarball), tag]
+        return [*self.command, "import", "--platform", OCI_PLATFORM[platform], str(tarball), tag]
 
     def pid(self, container: str) -> list[str]:
-        return [self.binary, "inspect", "--format", "{{.State.Pid}}", container]
+        return [*self.command, "inspect", "--format", "{{.State.Pid}}", container]
 
     def containers(self, cell: str | None = None) -> list[str]:
         selector = f"label={LABEL}={cell}" if cell else f"label={LABEL}"
-        return [self.binary, "ps", "--all", "--filter", selector, "--format", "{{.Names}}"]
+        return [*self.command, "ps", "--all", "--filter", selector, "--format", "{{.Names}}"]
 
 
 def insecure_registry(reference: str) -> bool:

@@ -19,7 +19,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from packaging.utils import canonicalize_name
 
@@ -226,6 +226,29 @@ def project_files(
     if content_type.startswith(PEP691_JSON):
         return _parse_json(body, page)
     return _parse_html(body, page)
+
+
+def read_json_page(url: str, *, auth: tuple[str, str] | None = None) -> dict[str, Any] | None:
+    """A PEP 691 JSON page (a project list, a project's files), or None where the index says
+    it has no such page (404, 410). One that answers another type is not a JSON page."""
+    try:
+        with _open(url, accept=PEP691_JSON, auth=auth) as response:
+            raw = _read_page(response, url)
+            content_type = response.headers.get("Content-Type", "")
+    except _Absent:
+        return None
+    if not content_type.startswith(PEP691_JSON):
+        raise FetchError(
+            f"{url}: answered {content_type or 'no content type'}, not a PEP 691 JSON page",
+            fix="point it at an index that serves PEP 691 JSON (wheelmill's index server, nginx with deploy/*.conf)",
+        )
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise FetchError(f"{url}: not JSON", fix="check that the URL is the index's simple API") from None
+    if not isinstance(data, dict):
+        raise FetchError(f"{url}: not a PEP 691 page", fix="check that the URL is the index's simple API")
+    return data
 
 
 def _read_page(response: urllib.response.addinfourl, page: str) -> bytes:

@@ -29,6 +29,9 @@ class Status(StrEnum):
     # Not run, and no need: the recipe is built once for every torch and Python, and another
     # channel of its serving group has the build; the wheel is checked, tested and published here.
     SERVED = "served"
+    # Not run, and no need: the served index (WHEELMILL_SERVED_INDEX) has the recipe's wheel for
+    # its build key, which was fetched from there (its sha256 checked) into dist/.
+    REUSED = "reused"
 
 
 class ReportError(ValueError):
@@ -139,7 +142,7 @@ class BuiltCell:
     def delivered(self) -> list[WheelRecord]:
         """The wheels in ``dist/`` of recipes built and passed here, or found published
         already, or served from their one build, in build order."""
-        delivered = (Status.OK, Status.PUBLISHED, Status.SERVED)
+        delivered = (Status.OK, Status.PUBLISHED, Status.REUSED, Status.SERVED)
         return [r.wheel for r in self.recipes if r.wheel is not None and r.status in delivered]
 
 

@@ -18,7 +18,7 @@ from wheelmill.inputs.matrix import Matrix
 from wheelmill.inputs.recipes import AbiPromise, GitSource, PathSource, ResolvedRecipe, SdistSource, Source, UrlSource
 from wheelmill.inputs.variants import Cell, Family
 from wheelmill.inputs.versions import Release, VersionRule, stamp_version
-from wheelmill.machine.builder_images import BuilderImage
+from wheelmill.machine.builder_images import BuilderImage, Sharing
 from wheelmill.planning.locks import LockInputs
 from wheelmill.planning.serving import Serving
 from wheelmill.settings import CompilerCacheMode, EnvBackendName, InstallTests
@@ -193,6 +193,8 @@ class RunChoices:
     env_place: EnvPlace
     compiler_cache: CompilerCacheMode
     install_tests: InstallTests
+    served_index: str | None = None  # where build keys are looked up besides the local index (no credentials)
+    image_sharing: Sharing | None = None  # the registry builder images are pulled from and pushed to
 
     def describe(self) -> str:
         tests = (

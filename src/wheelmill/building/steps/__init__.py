@@ -123,7 +123,6 @@ REGISTRY: tuple[StepDefinition, ...] = (
         run=keys.build_keys_step,
         describe=keys.describe,
         error=IndexStoreError,
-        publishing=True,
     ),
     CellStep(
         kind=StepKind.PREPARE_IMAGE,

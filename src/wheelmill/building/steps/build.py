@@ -13,14 +13,21 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from wheelmill.building.compiler_cache import CompilerCache, cache_check, read_stats, zero_stats
+from wheelmill.building.compiler_cache import (
+    CacheStats,
+    CompilerCache,
+    cache_check,
+    read_stats,
+    uncached_nvcc,
+    zero_stats,
+)
 from wheelmill.building.context import Outcome, StepContext
 from wheelmill.building.products import BuildEnv, Built, CheckedEnv, Fetched, Repaired, Sources, Stamped
 from wheelmill.building.report import Done
@@ -127,7 +134,7 @@ def build(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     memory, cores = available_memory(), os.cpu_count() or 1
     jobs = max_jobs(memory, spec.memory_per_job, cores)
     threads = threads_given(spec, nvcc_threads(memory, spec.memory_per_job, jobs, cores))
-    cache, stopped = _zeroed_cache(ctx)
+    cache, stopped, before = _zeroed_cache(ctx, spec, argv, values)
     environment = build_environment(
         spec,
         values,
@@ -151,7 +158,7 @@ def build(ctx: StepContext, spec: RecipeSpec) -> Outcome:
             f"{spec.name}: the build made {len(wheels)} wheels in {out}, not one",
             fix="make the build command write exactly one wheel to {dist}",
         )
-    stats = read_stats(cache, ctx.where.runner) if cache.active else None
+    stats = _counted(cache, ctx, before)
     made = Built(wheel=wheels[0], recipe=spec.name, max_jobs=jobs, nvcc_threads=threads, cache=stats)
     checks = [
         CheckResult.passed("wheel", f"{wheels[0].name} ({format_size(wheels[0].stat().st_size)}), {given}"),
@@ -160,18 +167,37 @@ def build(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     return Outcome(checks=[*checks, cache_check(cache, stopped=stopped, stats=stats)], made=(made,))
 
 
-def _zeroed_cache(ctx: StepContext) -> tuple[CompilerCache, bool]:
-    """The cell's compiler cache with its counters zeroed for this build; or none (True
-    where the server answered when the cell started and no longer does)."""
+def _zeroed_cache(
+    ctx: StepContext, spec: RecipeSpec, argv: Sequence[str], values: Mapping[str, str]
+) -> tuple[CompilerCache, bool, CacheStats | None]:
+    """The cell's compiler cache with its counters zeroed for this build, and its counts by
+    tier then (sccache does not zero those); or none: True where the server answered when
+    the cell started and no longer does, False where this build compiles without it by
+    choice (nvcc flags sccache does not compile as nvcc does)."""
     cache = ctx.done.find(CompilerCache) or CompilerCache.off("no compiler-cache step ran")
     if not cache.active:
-        return cache, False
+        return cache, False, None
+    variables = {**spec.build_variables(), **{key: fill(value, values) for key, value in spec.env.items()}}
+    why = uncached_nvcc(variables, argv) if spec.family is Family.CUDA else None
+    if why is not None:
+        ctx.log.note(f"compiling without the compiler cache: {why}")
+        return CompilerCache.off(why), False, None
     refreshed = cache.server.refresh(ctx.log, seen=ctx.run.builds_before()) if cache.server else None
     problem = refreshed or zero_stats(cache, ctx.where.runner)
     if problem is not None:
         ctx.log.note(f"compiling without the compiler cache: {problem}")
-        return CompilerCache.off(problem), True
-    return cache, False
+        return CompilerCache.off(problem), True, None
+    return cache, False, read_stats(cache, ctx.where.runner) if cache.chained else None
+
+
+def _counted(cache: CompilerCache, ctx: StepContext, before: CacheStats | None) -> CacheStats | None:
+    """What the server counted for this build, read-only marked where its shared tiers were;
+    a chain located by its tiers (sccache says "Multi-level (3 levels)")."""
+    stats = read_stats(cache, ctx.where.runner) if cache.active else None
+    if stats is None:
+        return None
+    location = cache.location if cache.chained else stats.location
+    return replace(stats.since(before), read_only=cache.read_only, location=location)
 
 
 def _hermetic(ctx: StepContext) -> CheckResult:

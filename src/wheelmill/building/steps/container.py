@@ -12,9 +12,10 @@ import urllib.parse
 from pathlib import Path
 
 from wheelmill.building.context import Outcome, StepContext, Where
+from wheelmill.building.steps.cache import server_files
 from wheelmill.checks import CheckResult
 from wheelmill.machine import envs
-from wheelmill.machine.builder_images import Ready, debian_mirror, ensure_image
+from wheelmill.machine.builder_images import Ready, debian_mirror, prepare_builder
 from wheelmill.machine.container import Container
 from wheelmill.machine.emulation import CPU_SYSFS, Execution, emulated_cpu, execution
 from wheelmill.machine.engine import Engine, Mount
@@ -32,26 +33,35 @@ def _engine(ctx: StepContext) -> Engine:
 
 
 def prepare_image(ctx: StepContext) -> Outcome:
+    """The builder image: this engine's, else the shared registry's, else made here (and,
+    read-write, pushed there). A registry that does not answer is a warning, never a failure."""
     image = ctx.run.plan.image
     assert image is not None, "the plan has this step only with an image"
     started = time.monotonic()
-    mirror = debian_mirror(ctx.run.settings.debian_mirror)
-    ready = ensure_image(
+    ready = prepare_builder(
         _engine(ctx),
         image,
-        mirror=mirror,
+        mirror=lambda: debian_mirror(ctx.run.settings.debian_mirror),  # asked only where something is made
         work=ctx.run.layout.cache / "bootstrap",
         log=ctx.log,
         on_line=ctx.run.on_line,
+        sharing=ctx.run.plan.choices.image_sharing,
+        policy=ctx.run.settings.retry,
     )
     seconds = time.monotonic() - started
-    what = "built" if ready.built else "reused"
-    base = " (base bootstrapped)" if ready.bootstrapped else ""
-    ctx.log.note(f"image step: {what} {ready.tag} in {seconds:.1f}s")
-    return Outcome(
-        checks=[CheckResult.passed("image", f"{what} {ready.tag} ({ready.image_id[:19]}) in {seconds:.1f}s{base}")],
-        made=(ready,),
-    )
+    detail = describe_ready(ready, seconds)
+    ctx.log.note(f"image step: {detail}")
+    fix = "check the registry and the engine's login to it; this build went on without it"
+    warnings = [CheckResult.warned("image-registry", missed.describe(), fix=fix) for missed in ready.warnings]
+    return Outcome(checks=[CheckResult.passed("image", detail), *warnings], made=(ready,))
+
+
+def describe_ready(ready: Ready, seconds: float) -> str:
+    """``built <tag> (<id>) in 93.1s; base bootstrapped; pushed to <ref> (digest sha256:...)``."""
+    parts = [f"{ready.origin} {ready.tag} ({ready.image_id[:19]}) in {seconds:.1f}s", f"base {ready.base_origin}"]
+    parts += [transfer.describe() for transfer in ready.transfers]
+    parts += [ready.unpushed] if ready.unpushed else []
+    return "; ".join(parts)
 
 
 def prepare_container(ctx: StepContext) -> Outcome:
@@ -76,6 +86,7 @@ def prepare_container(ctx: StepContext) -> Outcome:
                 log=ctx.log,
                 network=network,
                 platform=ctx.run.plan.image.oci_platform if ctx.run.plan.image else None,
+                server_files=server_files(ctx),
             )
         )
         for network in (True, False)
@@ -149,9 +160,14 @@ def local_sources(ctx: StepContext) -> list[Path]:
 
 def describe_image(plan: CellPlan) -> str:
     assert plan.image is not None
-    return (
+    said = (
         f"{plan.engine}: builder image from {plan.image.describe()}; tagged by a hash of both, reused while it exists"
     )
+    sharing = plan.choices.image_sharing
+    if sharing is None:
+        return said
+    writes = "what is made here pushed there" if sharing.pushes else "read-only: nothing pushed"
+    return f"{said}; else pulled from {sharing.registry} (and its base), else made; {writes}"
 
 
 def describe_container(plan: CellPlan) -> str:

@@ -1,14 +1,19 @@
 """The build-keys step: each recipe's build key (``wheelmill.planning.buildkey``), looked up in the
-cell's channel. A recipe whose key is listed there was built from these very inputs and
-published: its steps do not run, and its wheel is the channel's file, which is what the
-recipes that depend on it install and pin (linked into ``dist/`` too, where a built wheel
-is delivered and where the report's readers look). Where every recipe is published, the steps
-that only serve builds (the container, the env and their checks, the closure and the
-channel checks) do not run either. ``--rebuild`` builds everything all the same.
+cell's channel: the local index's, and the served index's where WHEELMILL_SERVED_INDEX names
+one (the index the fleet's jobs publish to, read over HTTP). A recipe whose key is listed there
+was built from these very inputs and published: its steps do not run, and its wheel is the
+channel's file (fetched by URL from the served index, its sha256 checked), which is what the
+recipes that depend on it install and pin (in ``dist/`` too, where a built wheel is delivered
+and where the report's readers look). Where every recipe is published, the steps that only
+serve builds (the container, the env and their checks, the closure and the channel checks) do
+not run either. ``--rebuild`` builds everything all the same. It runs with ``--no-publish``
+too: a job that publishes elsewhere afterwards builds nothing that was published before.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from packaging.requirements import Requirement
@@ -19,14 +24,96 @@ from wheelmill.building.steps.install import deliver
 from wheelmill.checks import CheckResult
 from wheelmill.conda.channel import conda_channel_root
 from wheelmill.conda.package import CondaTarget, conda_meta
-from wheelmill.errors import WheelmillError
+from wheelmill.errors import FetchError, WheelmillError
 from wheelmill.files import Linked, write_all
 from wheelmill.index.pages import FileEntry
+from wheelmill.index.served import ServedChannel
 from wheelmill.index.store import Channel, built_by_key
+from wheelmill.machine.net import download
 from wheelmill.machine.toolchain import Found, find_compiler
 from wheelmill.planning.buildkey import BuildKey, build_keys, host_identity, image_identity
 from wheelmill.planning.spec import CellPlan, RecipeSpec
+from wheelmill.retry import TransientError, with_retries
 from wheelmill.wheel.wheelfile import read_wheel
+
+CHECK = "served-index"  # the verdict on reading it
+
+
+@dataclass(frozen=True, kw_only=True)
+class Listed:
+    """A build key's wheel in a channel: the local index's file, or the served index's URL."""
+
+    channel: str
+    project: str
+    entry: FileEntry
+    file: Path | None = None  # the local channel's file
+    url: str | None = None  # else the served channel's, fetched and checked against entry.sha256
+    served_from: str | None = None  # the served channel's address, for the report
+
+    def into(self, ctx: StepContext, target: Path) -> Path:
+        """The wheel at ``target``: linked from the local channel (the published bytes), or
+        downloaded from the served one, its sha256 the page's."""
+        if self.file is not None:
+            write_all({target: Linked(self.file)})
+            return target
+        assert self.url is not None, "a listing is a local file or a served URL"
+        url = self.url
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with_retries(
+            lambda _n: download(url, target, sha256=self.entry.sha256),
+            policy=ctx.run.settings.retry,
+            on_retry=lambda n, exc, delay: ctx.log.note(f"retry {n} in {delay:.1f}s: {exc}"),
+        )
+        ctx.log.note(f"fetched {self.entry.filename} from {url} (sha256 {self.entry.sha256[:12]}... checked)")
+        return target
+
+
+class Listings:
+    """Each channel's build keys, read where first needed: the served index's (where one is
+    set), the local index's over them (its file needs no download). A served index that cannot
+    be read is a warning: the recipes are built here, as without one."""
+
+    def __init__(self, ctx: StepContext) -> None:
+        self.ctx = ctx
+        self.read: dict[str, dict[str, Listed]] = {}
+        self.problems: list[str] = []
+
+    def of(self, name: str) -> dict[str, Listed]:
+        if name not in self.read:
+            self.read[name] = {**self._served(name), **self._local(name)}
+        return self.read[name]
+
+    def _local(self, name: str) -> dict[str, Listed]:
+        settings = self.ctx.run.settings
+        if settings.index_bucket is not None:  # a bucket is read through the served index
+            return {}
+        channel = Channel(settings.index, name)
+        return {
+            key: Listed(channel=name, project=project, entry=entry, file=channel.files / entry.filename)
+            for key, (project, entry) in built_by_key(channel).items()
+        }
+
+    def _served(self, name: str) -> dict[str, Listed]:
+        settings = self.ctx.run.settings
+        if settings.served_index is None:
+            return {}
+        served = ServedChannel(base=settings.served_index, name=name, retry=settings.retry)
+        try:
+            found = built_by_key(served)
+        except (FetchError, TransientError) as exc:
+            self.problems.append(f"channel {name} of the served index could not be read: {exc}")
+            return {}
+        self.ctx.log.note(f"{served.where()}: {len(found)} build keys")
+        return {
+            key: Listed(
+                channel=name,
+                project=project,
+                entry=entry,
+                url=served.file_url(project, entry),
+                served_from=served.where(),
+            )
+            for key, (project, entry) in found.items()
+        }
 
 
 def build_keys_step(ctx: StepContext) -> Outcome:
@@ -34,15 +121,14 @@ def build_keys_step(ctx: StepContext) -> Outcome:
     keys = build_keys(plan, builder(ctx))
     for key in keys.values():
         ctx.log.note(f"{key.recipe}: build key {key.digest} of {key.inputs}")
-    channel = Channel(ctx.run.settings.index, plan.channel)
-    listed = {} if plan.rebuilds_all else built_by_key(channel)
+    listings = Listings(ctx)
+    listed = {} if plan.rebuilds_all else listings.of(plan.channel)
     published = {
-        spec.name: _found_published(ctx, channel, keys[spec.name], *hit)
+        spec.name: _found_published(ctx, keys[spec.name], hit)
         for spec in plan.recipes
         if spec.name not in plan.rebuild and (hit := listed.get(keys[spec.name].digest)) is not None
-        if spec.serving is None or _published_for_this_cell(ctx, channel, hit[1])
+        if spec.serving is None or _published_for_this_cell(ctx, hit)
     }
-    listings = {channel.name: listed}  # each channel of a serving group read once, whatever recipes look
     served = {
         spec.name: found
         for spec in plan.recipes
@@ -60,7 +146,11 @@ def build_keys_step(ctx: StepContext) -> Outcome:
         _verdict(key, hits.get(name), rebuild=name in plan.rebuild, to_test=unpublished.get(name))
         for name, key in keys.items()
     ]
-    made = BuildKeys(channel=channel.name, keys=keys, published=published, served=served, unpublished=unpublished)
+    checks += [
+        CheckResult.warned(CHECK, f"{problem}; its recipes are built here", "check WHEELMILL_SERVED_INDEX")
+        for problem in listings.problems
+    ]
+    made = BuildKeys(channel=plan.channel, keys=keys, published=published, served=served, unpublished=unpublished)
     return Outcome(checks=checks, made=(made,))
 
 
@@ -77,61 +167,54 @@ def unpublished_reason(spec: RecipeSpec, plan: CellPlan) -> str:
     )
 
 
-def _published_for_this_cell(ctx: StepContext, channel: Channel, entry: FileEntry) -> bool:
+def _published_for_this_cell(ctx: StepContext, hit: Listed) -> bool:
     """Whether this cell published a recipe built once, which its channel lists for every
     Python of it once one cell put it there: its publish step makes the wheel's conda package
     for the cell's Python too, so that package is there. Else another Python's cell did, and
-    this one is served the file: its checks, its corner's install test, its conda package."""
+    this one is served the file: its checks, its corner's install test, its conda package.
+    Found in the served index only, it is served here: checked and tested as such."""
     plan = ctx.run.plan
+    if hit.file is None:
+        return False
     try:
-        meta = conda_meta(
-            read_wheel(channel.files / entry.filename), CondaTarget.of(plan.cell.variant, plan.cell.python)
-        )
+        meta = conda_meta(read_wheel(hit.file), CondaTarget.of(plan.cell.variant, plan.cell.python))
     except WheelmillError:  # no conda package can be made of it: served, its publish step says why
         return False
-    return (conda_channel_root(ctx.run.settings.index, channel.name) / meta.subdir / meta.filename).is_file()
+    return (conda_channel_root(ctx.run.settings.index, hit.channel) / meta.subdir / meta.filename).is_file()
 
 
-def _find_served(
-    ctx: StepContext, spec: RecipeSpec, key: BuildKey, listings: dict[str, dict[str, tuple[str, FileEntry]]]
-) -> ServedBuild | None:
+def _find_served(ctx: StepContext, spec: RecipeSpec, key: BuildKey, listings: Listings) -> ServedBuild | None:
     """The recipe's one build, where a channel of its serving group has it: this cell's own
-    (another Python's cell put it there), else another one. ``listings``: each channel's
-    build keys, read where first needed."""
+    (another Python's cell put it there), else another one."""
     assert spec.serving is not None, "only a served recipe is looked up in other channels"
-    index, cell = ctx.run.settings.index, ctx.run.plan.cell.id
+    cell = ctx.run.plan.cell.id
     for name in spec.serving.channels:
-        if name not in listings:
-            listings[name] = built_by_key(Channel(index, name))
-        hit = listings[name].get(key.digest)
+        hit = listings.of(name).get(key.digest)
         if hit is not None:
-            project, entry = hit
             # Into the cell's tree, where its checks and install test reach it (in a container
-            # too, which sees the cell and not the index): linked, the published bytes.
-            wheel = ctx.run.layout.build / spec.name / "served" / entry.filename
-            write_all({wheel: Linked(Channel(index, name).files / entry.filename)})
+            # too, which sees the cell and not the index): the published bytes.
+            wheel = hit.into(ctx, ctx.run.layout.build / spec.name / "served" / hit.entry.filename)
             # Tested where a corner, and where this cell's own channel (its torch's) does not list
             # it yet: no cell of this torch has tested it, so none is published untested with it.
-            tested = spec.serving.tests_in(cell) or name != ctx.run.plan.channel
+            tested = spec.serving.tests_in(cell) or name != ctx.run.plan.channel or hit.file is None
             # Untested here, it is delivered now, as a published one is; tested, its test delivers it.
             delivered = None if tested else deliver(ctx.run.layout.dist, wheel, link=True)
             return ServedBuild(
                 recipe=spec.name,
                 key=key.digest,
                 channel=name,
-                project=project,
-                entry=entry,
+                project=hit.project,
+                entry=hit.entry,
                 wheel=wheel,
                 tested=tested,
                 delivered=delivered,
+                served_from=hit.served_from,
             )
     return None
 
 
-def _found_published(
-    ctx: StepContext, channel: Channel, key: BuildKey, project: str, entry: FileEntry
-) -> PublishedBuild:
-    wheel = channel.files / entry.filename
+def _found_published(ctx: StepContext, key: BuildKey, hit: Listed) -> PublishedBuild:
+    wheel = hit.file or hit.into(ctx, ctx.run.layout.build / key.recipe / "reused" / hit.entry.filename)
     pins = [
         str(r.specifier).removeprefix("==")
         for r in map(Requirement, read_wheel(wheel).requires_dist)
@@ -141,11 +224,12 @@ def _found_published(
     return PublishedBuild(
         recipe=key.recipe,
         key=key.digest,
-        channel=channel.name,
-        project=project,
-        entry=entry,
+        channel=hit.channel,
+        project=hit.project,
+        entry=hit.entry,
         path=path,
         torch=pins[0] if pins else None,
+        reused_from=hit.served_from,
     )
 
 
@@ -194,4 +278,7 @@ def describe(plan: CellPlan) -> str:
         if served
         else ""
     )
-    return f"{inputs}, looked up in channel {plan.channel}: a recipe listed there is not built again{others}"
+    where = f"channel {plan.channel} of the local index" + (
+        f" and of the served index {plan.choices.served_index}" if plan.choices.served_index else ""
+    )
+    return f"{inputs}, looked up in {where}: a recipe listed there is not built again{others}"
