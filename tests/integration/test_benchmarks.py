@@ -11,6 +11,7 @@ cell tests install too."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,6 +30,8 @@ SMOKES = {
     "pythons.py": ("--variant", "cuda130-sm90", "--pythons", "3.10,3.11", "--recipe", "example-cpp-ops", "--smoke"),
     "serving.py": ("--variant", "cuda130-sm90", "--pythons", "3.10", "--smoke"),
     "overhead.py": ("--cell", "cuda130-sm90-py311", "--smoke"),
+    "builder_registry.py": ("--smoke",),
+    "fleet.py": ("--cell", "cpu-py311", "--recipe", "example-cpp-ops", "--smoke"),
 }
 
 
@@ -105,3 +108,24 @@ def test_overhead_against_the_raw_build(tmp_path: Path) -> None:
     out = benchmark(tmp_path, "overhead.py")
     assert "round 1: wheelmill " in out and ", baseline " in out
     assert "median of the rounds' ratios " in out and "with publishing " in out
+
+
+@pytest.mark.engine
+def test_builder_registry_pushes_from_one_store_and_pulls_into_another(tmp_path: Path) -> None:
+    """podman stores of their own and a loopback docker-registry; a tiny base and Containerfile."""
+    if shutil.which("podman") is None or shutil.which("docker-registry", path="/usr/bin:/usr/sbin") is None:
+        pytest.skip("needs podman and docker-registry (scripts/setup --system)")
+    out = benchmark(tmp_path, "builder_registry.py", timeout=300)
+    assert "A: base reused, builder built in " in out and "B: base pulled, builder pulled; pulled in " in out
+    assert "same tag: True; same base identity: True" in out
+    assert "digests match: base True, builder True" in out
+    assert "B bootstrapped: False; B built: False; B asked for a Debian mirror: False" in out
+
+
+def test_fleet_reuses_from_the_served_index_and_compiles_from_the_shared_tier(tmp_path: Path) -> None:
+    """Runner B builds nothing runner A published, takes its rebuild's compiles from Redis,
+    and a pull request's build writes no key there."""
+    out = benchmark(tmp_path, "fleet.py", timeout=900)
+    assert "recipes {'example-cpp-ops': 'reused'}" in out
+    assert "ratio A cold / B from the shared tier" in out
+    assert re.search(r"Redis keys (\d+) before, \1 after", out), out

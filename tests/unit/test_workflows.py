@@ -46,6 +46,11 @@ SYNC = re.compile(r"\baws\s+s3\s+sync\b")
 INDEX_GROUP = "index-publish"  # the lock the index once needed: no workflow has it now
 BUCKET_ROOT = "s3://${{ vars.WHEELMILL_INDEX_BUCKET }}/index"
 OIDC_ACTION = "aws-actions/configure-aws-credentials@"
+INDEX_ROLE = "${{ vars.WHEELMILL_INDEX_ROLE }}"
+# The compiler cache's shared tier's roles: one that may write its bucket (release.yml and
+# nightly.yml, on tags and main), one that may only read it (build.yml, pull requests).
+CACHE_ROLE = "${{ vars.WHEELMILL_CACHE_ROLE }}"
+CACHE_READ_ROLE = "${{ vars.WHEELMILL_CACHE_READ_ROLE }}"
 STATIC_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "aws-access-key-id", "aws-secret-access-key")
 
 
@@ -139,6 +144,26 @@ def oidc_steps(job: Job) -> list[int]:
     return [i for i, step in enumerate(steps(job)) if str(step.get("uses", "")).startswith(OIDC_ACTION)]
 
 
+def role_of(job: Job, index: int) -> str:
+    return str((steps(job)[index].get("with") or {}).get("role-to-assume"))
+
+
+def cache_steps(job: Job) -> list[int]:
+    """The OIDC steps that assume one of the compiler cache's roles."""
+    return [i for i in oidc_steps(job) if role_of(job, i) in (CACHE_ROLE, CACHE_READ_ROLE)]
+
+
+def index_oidc_steps(job: Job) -> list[int]:
+    return [i for i in oidc_steps(job) if i not in cache_steps(job)]
+
+
+def reads_the_cache_only(job: Job) -> bool:
+    """A job whose every OIDC step assumes the compiler cache's read-only role, in no
+    environment: the index's role, whose trust policy names its environments, refuses its token."""
+    found = oidc_steps(job)
+    return bool(found) and all(role_of(job, i) == CACHE_READ_ROLE for i in found) and not job.get("environment")
+
+
 # --- the rules --------------------------------------------------------------------------
 
 
@@ -191,7 +216,7 @@ def pull_request_problems(workflow: Workflow) -> list[str]:
     for name, job in jobs(workflow).items():
         if reads_secret(job):
             problems.append(f"{name}: reads a secret")
-        if _asks_for_a_token(job.get("permissions")):
+        if _asks_for_a_token(job.get("permissions")) and not reads_the_cache_only(job):
             problems.append(f"{name}: asks for an OIDC token (id-token), which could assume the index's role")
         if "secrets" in job:
             problems.append(f"{name}: passes secrets to a reusable workflow")
@@ -287,19 +312,19 @@ def oidc_problems(workflow: Workflow) -> list[str]:
     reaching = index_jobs(workflow)
     for name, job in jobs(workflow).items():
         if name not in reaching:
-            if _asks_for_a_token(job.get("permissions")) or oidc_steps(job):
+            if (_asks_for_a_token(job.get("permissions")) or oidc_steps(job)) and not reads_the_cache_only(job):
                 problems.append(f"{name}: asks for an OIDC token but never reaches the index")
             continue
         if job.get("permissions") != {"contents": "read", "id-token": "write"}:
             problems.append(f"{name}: reaches the index without exactly contents: read, id-token: write")
         if not job.get("environment"):
             problems.append(f"{name}: reaches the index in no environment (the role trusts the environment)")
-        assumed = oidc_steps(job)
+        assumed = index_oidc_steps(job)
         if not assumed:
             problems.append(f"{name}: no OIDC step ({OIDC_ACTION}...)")
             continue
         given = dict(steps(job)[assumed[0]].get("with") or {})
-        if given.get("role-to-assume") != "${{ vars.WHEELMILL_INDEX_ROLE }}":
+        if given.get("role-to-assume") != INDEX_ROLE:
             problems.append(
                 f"{name}: the OIDC step assumes {given.get('role-to-assume')!r}, not vars.WHEELMILL_INDEX_ROLE"
             )
@@ -478,10 +503,14 @@ def test_cells_come_from_the_plan_and_run_in_parallel(name: str) -> None:
     assert matrix_problems(load(name), PLAN_COMMANDS[name]) == []
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_every_build_job_keeps_its_compiler_cache_in_the_actions_cache(name: str) -> None:
-    """sccache's GHA backend (docs/design/compiler-cache.md): enabled for the job, and the cache
-    service's variables, which only JavaScript actions see, exported before the build."""
+@pytest.mark.parametrize(
+    ("name", "writes"), [("build", "read-only"), ("release", "read-write"), ("nightly", "read-write")]
+)
+def test_every_build_job_shares_the_fleets_served_index_cache_and_registry(name: str, writes: str) -> None:
+    """Each build job looks its build keys up in the served index, compiles through the shared
+    tier (disk, then S3) with credentials from the cache's role assumed before the build, and
+    pulls its builder image from the registry; build.yml writes none of them (the read-only
+    role), release.yml and nightly.yml write them (the cache's role, a registry login)."""
     building = {
         key: job
         for key, job in jobs(load(name)).items()
@@ -489,19 +518,22 @@ def test_every_build_job_keeps_its_compiler_cache_in_the_actions_cache(name: str
     }
     assert building, f"{name}: a job that builds cells"
     for key, job in building.items():
-        assert str((job.get("env") or {}).get("SCCACHE_GHA_ENABLED")) == "true", f"{name}/{key}"
-        names = [str(step.get("uses", "")).split("@")[0] or str(step.get("run", "")) for step in steps(job)]
-        exporting = names.index("actions/github-script")
-        script = str(steps(job)[exporting]["with"]["script"])
-        assert all(
-            variable in script for variable in ("ACTIONS_RESULTS_URL", "ACTIONS_RUNTIME_TOKEN", "core.exportVariable")
+        env = env_of(job)
+        assert env["WHEELMILL_SERVED_INDEX"] == "${{ vars.WHEELMILL_SERVED_INDEX }}", f"{name}/{key}"
+        assert env["WHEELMILL_IMAGE_REGISTRY"] == "${{ vars.WHEELMILL_IMAGE_REGISTRY }}", f"{name}/{key}"
+        assert "'disk,s3'" in env["WHEELMILL_COMPILER_CACHE_TIERS"] and "WHEELMILL_CACHE_BUCKET" in str(
+            env["WHEELMILL_COMPILER_CACHE_S3"]
         ), f"{name}/{key}"
-        built = next(
-            i
-            for i, step in enumerate(steps(job))
-            if re.search(r"wheelmill\s+(build|release)\b", str(step.get("run", "")))
-        )
-        assert exporting < built, f"{name}/{key}: the variables are exported before the build"
+        assert env["WHEELMILL_SHARED_WRITES"] == writes, f"{name}/{key}"
+        assert "SCCACHE_GHA_ENABLED" not in env, f"{name}/{key}: the Actions cache is not the fleet's"
+        (cache,) = cache_steps(job)
+        assert role_of(job, cache) == (CACHE_READ_ROLE if writes == "read-only" else CACHE_ROLE), f"{name}/{key}"
+        assert cache < build_step(job), f"{name}/{key}: the cache's credentials come before the build"
+        logins = [i for i, step in enumerate(steps(job)) if "docker login" in str(step.get("run", ""))]
+        if writes == "read-only":
+            assert logins == [] and not reads_secret(job), f"{name}/{key}: pulls anonymously, reads no secret"
+        else:
+            assert logins and logins[0] < build_step(job), f"{name}/{key}: logged in before the build pushes"
 
 
 def test_build_runs_on_pull_requests_and_main_and_never_publishes() -> None:
@@ -512,8 +544,11 @@ def test_build_runs_on_pull_requests_and_main_and_never_publishes() -> None:
     assert on["pull_request"] is None  # every pull request, forks included
     assert pr_cancel_problems(workflow) == []
     assert publishing_jobs(workflow) == {}
-    # read-only: no job can ask for the OIDC token the index's role trusts
-    assert not any("id-token" in text for text in strings(workflow))
+    # read-only: the one token a job asks for is the compiler cache's read-only role's, in no
+    # environment, which the index's role (it trusts its environments only) refuses
+    assert [key for key, job in jobs(workflow).items() if _asks_for_a_token(job.get("permissions"))] == ["build"]
+    assert reads_the_cache_only(jobs(workflow)["build"])
+    assert not _asks_for_a_token(workflow.get("permissions"))
     assert index_jobs(workflow) == {}
     plan = " ".join(run_lines(jobs(workflow)["plan"]))
     assert "--changed-files changed.txt" in plan
@@ -538,7 +573,7 @@ def test_each_build_job_publishes_its_own_cell_into_the_bucket(name: str, comman
     """After its cell is built, in the same job: credentials by OIDC, then the one cell under
     the runner's output root published straight into the bucket. Nothing syncs the index."""
     build = jobs(load(name))["build"]
-    built, assumed, published = build_step(build), oidc_steps(build)[0], publish_step(build, command)
+    built, assumed, published = build_step(build), index_oidc_steps(build)[0], publish_step(build, command)
     assert "--no-publish" in str(steps(build)[built]["run"])  # the build itself writes no index
     assert built < assumed < published
     assert env_of(steps(build)[published])["WHEELMILL_INDEX_ROOT"] == BUCKET_ROOT
@@ -568,7 +603,7 @@ def test_every_job_that_reaches_the_index_gets_credentials_by_oidc(name: str, ex
     assert index_jobs(workflow).keys() == expected
     assert oidc_problems(workflow) == []
     for job in index_jobs(workflow).values():
-        (assumed,) = oidc_steps(job)
+        (assumed,) = index_oidc_steps(job)
         assert SHA_PINNED.fullmatch(str(steps(job)[assumed]["uses"]))
         assert not {"aws-access-key-id", "aws-secret-access-key"} & set(steps(job)[assumed]["with"])
 
@@ -634,7 +669,7 @@ def test_nightly_runs_daily_publishes_and_prunes() -> None:
     # only main publishes: a manual run elsewhere builds and tests, in no environment
     build = every["build"]
     assert build["environment"] == "${{ github.ref == 'refs/heads/main' && 'nightly' || '' }}"
-    for index in (oidc_steps(build)[0], publish_step(build, "wheelmill release publish --nightly")):
+    for index in (index_oidc_steps(build)[0], publish_step(build, "wheelmill release publish --nightly")):
         assert steps(build)[index]["if"] == "github.ref == 'refs/heads/main'"
     prune = every["prune"]
     assert prune["needs"] == ["plan", "build"] and prune["if"] == "github.ref == 'refs/heads/main'"
@@ -835,10 +870,24 @@ BROKEN: list[Any] = [
     # OIDC
     pytest.param(
         "build",
-        lambda w: job_in(w, "build")["permissions"].update({"id-token": "write"}),
+        lambda w: step_in(w, "build", OIDC_ACTION)["with"].update({"role-to-assume": INDEX_ROLE}),
         pull_request_problems,
         "build: asks for an OIDC token",
         id="pr-id-token",
+    ),
+    pytest.param(
+        "build",
+        lambda w: job_in(w, "build").update(environment="release"),
+        pull_request_problems,
+        "build: asks for an OIDC token",
+        id="pr-cache-token-in-an-environment",
+    ),
+    pytest.param(
+        "build",
+        lambda w: job_in(w, "plan")["permissions"].update({"id-token": "write"}),
+        oidc_problems,
+        "plan: asks for an OIDC token but never reaches the index",
+        id="token-without-a-step",
     ),
     pytest.param(
         "build",
@@ -885,7 +934,7 @@ BROKEN: list[Any] = [
     pytest.param(
         "release",
         lambda w: job_in(w, "build")["steps"].append(
-            job_in(w, "build")["steps"].pop(oidc_steps(job_in(w, "build"))[0])
+            job_in(w, "build")["steps"].pop(index_oidc_steps(job_in(w, "build"))[0])
         ),
         oidc_problems,
         "build: Publish the cell into the index: reaches the index before the OIDC step",

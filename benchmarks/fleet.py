@@ -1,0 +1,221 @@
+"""Nothing built twice across the fleet: two runners on one machine, side by side in one run.
+
+Runner A and runner B are two output roots at two paths, each with its own local compiler
+cache; they share what a fleet shares: a Redis server as the compiler cache's shared tier
+(``WHEELMILL_COMPILER_CACHE_TIERS=disk,redis``), and the index A publishes to, served over
+HTTP (``wheelmill index serve``), which B reads as ``WHEELMILL_SERVED_INDEX``.
+
+1. A builds the cell's recipes cold (an empty Redis, an empty local cache) and publishes them;
+2. B builds the same cell with ``--no-publish``, nothing changed: every recipe's build key is
+   in the served index, so B builds nothing and fetches every wheel (sha256 checked);
+3. B rebuilds the measured recipe (``--rebuild``), its local cache empty: its compiles come
+   from the shared tier. Its build step against A's cold one is the ratio (target >= 5x,
+   hits >= 95 %);
+4. a pull request's build (``WHEELMILL_SHARED_WRITES=read-only``) of a recipe nobody compiled
+   yet (another cell) reads the shared tier and writes nothing to it: Redis's key count
+   before and after.
+
+Engine none, as the other benchmarks. Usage: ``.venv/bin/python benchmarks/fleet.py
+[--cell cuda130-py311] [--recipe example-cuda-ops] [--smoke]`` (needs the CUDA 13.0 toolkit for a
+CUDA cell, and Debian's redis-server). ``--smoke`` builds the measured recipe (and what it needs)
+rather than every recipe of the cell: ``--cell cpu-py311 --recipe example-cpp-ops --smoke``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import runs
+
+TARGET = 5.0  # B's warm build step from the shared tier against A's cold one
+HIT_TARGET = 0.95
+PR_RECIPE = "example-cpp-ops"  # in a cell neither runner compiled before
+PR_CELLS = ("cpu-py311", "cpu-py312")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_for(port: int, what: str, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return
+        time.sleep(0.1)
+    raise SystemExit(f"benchmark broken: {what} did not listen on 127.0.0.1:{port}")
+
+
+@contextlib.contextmanager
+def process(argv: list[str], *, port: int, what: str, log: Path, env: dict[str, str] | None = None) -> Iterator[None]:
+    with log.open("a") as out:
+        server = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=runs.ROOT)
+    try:
+        wait_for(port, what)
+        yield
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def redis_keys(port: int) -> int:
+    """Redis's key count (DBSIZE), over its own protocol: no client library needed."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+        conn.sendall(b"*1\r\n$6\r\nDBSIZE\r\n")
+        answer = conn.recv(64).decode()
+    return int(answer.strip().lstrip(":"))
+
+
+def report(output: Path, cell: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((output / cell / "report.json").read_text())
+    return data
+
+
+def build_step(data: dict[str, Any], recipe: str) -> float | None:
+    return next(
+        (s["seconds"] for s in data["steps"] if s["recipe"] == recipe and s["step"] == "build" and s["status"] == "ok"),
+        None,
+    )
+
+
+def statuses(data: dict[str, Any]) -> dict[str, str]:
+    """Each recipe's status as its steps say: the worst, else ok."""
+    found: dict[str, str] = {}
+    for step in data["steps"]:
+        if step["recipe"]:
+            found[step["recipe"]] = step["status"] if step["status"] != "ok" else found.get(step["recipe"], "ok")
+    return found
+
+
+def cache_of(data: dict[str, Any], recipe: str) -> dict[str, Any]:
+    return (data["facts"].get("compiler_cache") or {}).get(recipe) or {"hits": 0, "misses": 0}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cell", default="cuda130-py311")
+    parser.add_argument("--recipe", default="example-cuda-ops", help="the recipe B rebuilds from the shared tier")
+    parser.add_argument("--smoke", action="store_true", help="build the recipe alone (and what it needs)")
+    args = parser.parse_args()
+    pr_cell = next(cell for cell in PR_CELLS if cell != args.cell)
+    redis = shutil.which("redis-server", path="/usr/bin:/usr/sbin")
+    if redis is None:
+        return runs.broken("no redis-server (scripts/setup --system installs it)")
+    with runs.workspace("wheelmill-fleet-bench-") as tmp:
+        log, a, b = tmp / "fleet.log", tmp / "runner-a", tmp / "runner-b"
+        (tmp / "redis").mkdir()
+        redis_port, index_port = free_port(), free_port()
+        shared = {
+            "WHEELMILL_COMPILER_CACHE": "on",
+            "WHEELMILL_COMPILER_CACHE_TIERS": "disk,redis",
+            "WHEELMILL_COMPILER_CACHE_REDIS": f"redis://127.0.0.1:{redis_port}",
+            "WHEELMILL_SHARED_WRITES": "read-write",
+        }
+        redis_argv = [redis, "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        redis_argv += ["--dir", str(tmp / "redis")]
+        with process(redis_argv, port=redis_port, what="redis-server", log=log):
+            common = ["build", "--engine", "none", "--cell", args.cell, "--no-mirror"]
+            common += ["--recipe", args.recipe] if args.smoke else []
+            a_total = runs.wheelmill(common, output=a, log=log, env=shared)
+            a_report = report(a, args.cell)
+            a_build = build_step(a_report, args.recipe)
+            if a_build is None:
+                return runs.broken(f"runner A did not build {args.recipe}")
+            serve = [sys.executable, "-m", "wheelmill", "index", "serve", "--host", "127.0.0.1", "--port"]
+            env = {**os.environ, "WHEELMILL_OUTPUT": str(a)}
+            with process([*serve, str(index_port)], port=index_port, what="the index server", log=log, env=env):
+                served = {**shared, "WHEELMILL_SERVED_INDEX": f"http://127.0.0.1:{index_port}"}
+                b_total = runs.wheelmill([*common, "--no-publish"], output=b, log=log, env=served)
+                b_report = report(b, args.cell)
+                again = [*common, "--no-publish", "--rebuild", args.recipe]
+                again += [] if args.smoke else ["--recipe", args.recipe]
+                b_rebuild_total = runs.wheelmill(again, output=b, log=log, env=served)
+                b_rebuild = report(b, args.cell)
+            before = redis_keys(redis_port)
+            pull_request = {**shared, "WHEELMILL_SHARED_WRITES": "auto", "GITHUB_EVENT_NAME": "pull_request"}
+            pr = ["build", "--engine", "none", "--cell", pr_cell, "--recipe", PR_RECIPE, "--no-publish"]
+            runs.wheelmill(pr, output=tmp / "pull-request", log=log, env=pull_request)
+            after = redis_keys(redis_port)
+            pr_cache = cache_of(report(tmp / "pull-request", pr_cell), PR_RECIPE)
+        return summary(
+            args,
+            Figures(
+                a_total=a_total,
+                a_build=a_build,
+                a_report=a_report,
+                b_total=b_total,
+                b_report=b_report,
+                b_rebuild_total=b_rebuild_total,
+                b_rebuild=b_rebuild,
+                keys_before=before,
+                keys_after=after,
+                pr_cache=pr_cache,
+            ),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Figures:
+    a_total: float  # runner A's whole command, cold
+    a_build: float  # its build step of the measured recipe
+    a_report: dict[str, Any]
+    b_total: float  # runner B's whole command, nothing changed
+    b_report: dict[str, Any]
+    b_rebuild_total: float  # runner B's --rebuild of the measured recipe
+    b_rebuild: dict[str, Any]
+    keys_before: int  # Redis's keys before the pull request's build
+    keys_after: int
+    pr_cache: dict[str, Any]
+
+
+def summary(args: argparse.Namespace, f: Figures) -> int:
+    a_cache, b_cache = cache_of(f.a_report, args.recipe), cache_of(f.b_rebuild, args.recipe)
+    b_statuses = statuses(f.b_report)
+    b_build = build_step(f.b_rebuild, args.recipe)
+    print(f"fleet: {args.cell}, two runners, a Redis shared tier, runner A's index served over HTTP")
+    print(
+        f"  A cold (empty caches), built and published: whole command {f.a_total:6.1f} s; "
+        f"{args.recipe} build step {f.a_build:6.1f} s ({a_cache['hits']} hits, {a_cache['misses']} misses)"
+    )
+    print(f"  B, nothing changed (--no-publish): whole command {f.b_total:6.1f} s; recipes {b_statuses}")
+    if b_build is None:
+        return runs.broken(f"runner B did not rebuild {args.recipe}")
+    hits, misses = b_cache["hits"], b_cache["misses"]
+    rate = hits / (hits + misses) if hits + misses else 0.0
+    print(
+        f"  B --rebuild {args.recipe}, its local cache empty: build step {b_build:6.1f} s "
+        f"({hits} hits, {misses} misses, {rate:.0%}; by tier {b_cache.get('hits_by_tier')}, "
+        f"by kind {b_cache.get('hits_by_language')}); whole command {f.b_rebuild_total:6.1f} s"
+    )
+    print(
+        f"  ratio A cold / B from the shared tier: build step {f.a_build / b_build:.1f}x (target >= {TARGET:.0f}x); "
+        f"hits {rate:.0%} (target >= {HIT_TARGET:.0%})"
+    )
+    print(
+        f"  pull request ({PR_RECIPE} in another cell, read-only): {f.pr_cache['hits']} hits, "
+        f"{f.pr_cache['misses']} misses; "
+        f"Redis keys {f.keys_before} f.keys_before, {f.keys_after} f.keys_after"
+    )
+    if set(b_statuses.values()) != {"reused"}:
+        return runs.broken(f"runner B built something although nothing changed: {b_statuses}")
+    if f.keys_after != f.keys_before:
+        return runs.broken("the pull request's build wrote to the shared tier")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
