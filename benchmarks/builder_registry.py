@@ -75,6 +75,9 @@ class Timed:
     def image_id(self, reference: str) -> str | None:
         return self.ops.image_id(reference)
 
+    def listed(self, reference: str) -> bool | None:
+        return self.ops.listed(reference)
+
     def pull(self, reference: str, *, local: str, image: str, platform: str | None) -> Transfer | Missed:
         started = time.monotonic()
         try:

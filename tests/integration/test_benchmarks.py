@@ -31,7 +31,15 @@ SMOKES = {
     "serving.py": ("--variant", "cuda130-sm90", "--pythons", "3.10", "--smoke"),
     "overhead.py": ("--cell", "cuda130-sm90-py311", "--smoke"),
     "builder_registry.py": ("--smoke",),
-    "fleet.py": ("--cell", "cpu-py311", "--recipe", "example-cpp-ops", "--smoke"),
+    "fleet.py": (
+        "--cell",
+        "cpu-py311",
+        "--recipe",
+        "example-cpp-ops",
+        "--smoke",
+        "--pull-request",
+        "cpu-py311:torchsort",
+    ),
 }
 
 
@@ -127,5 +135,7 @@ def test_fleet_reuses_from_the_served_index_and_compiles_from_the_shared_tier(tm
     and a pull request's build writes no key there."""
     out = benchmark(tmp_path, "fleet.py", timeout=900)
     assert "recipes {'example-cpp-ops': 'reused'}" in out
+    rebuilt = re.search(r"\((\d+) hits, 0 misses, 100%; by tier \{'disk': 0, 'redis': (\d+)\}", out)
+    assert rebuilt and rebuilt[1] == rebuilt[2] != "0", out
     assert "ratio A cold / B from the shared tier" in out
     assert re.search(r"Redis keys (\d+) before, \1 after", out), out

@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.integration.test_cells import ROOT
 from tests.ports import free_port
 from tests.registry import loopback_registry
 from wheelmill.errors import PrecheckError
@@ -219,3 +223,51 @@ def test_a_registry_that_does_not_answer_is_a_warning_and_the_image_is_built_her
     assert (ready.origin, ready.base_origin) == (Origin.BUILT, Origin.REUSED)
     assert [m.why for m in ready.warnings] == [Miss.UNREACHABLE]
     assert ready.unpushed == f"{nowhere.registry} did not answer: pushed nothing"
+
+
+def test_a_runner_with_an_empty_store_builds_a_cell_in_the_image_another_pushed(
+    podman: str, registry: str, tmp_path: Path
+) -> None:
+    """Through the command line, as two CI jobs run it. Runner A (this machine's store, where
+    the builder image may have been made before the registry was set up) builds cpu-py311's
+    example-cpp-ops read-write and pushes what the registry lacks; runner B, whose podman
+    keeps its images in a store of its own that starts empty, builds the same cell read-only:
+    it pulls the base and the builder (the digests A pushed), bootstraps and builds no image,
+    and builds the recipe in the pulled one."""
+    store, run = tmp_path / "store-b", Path("/tmp") / f"wheelmill-run-b-{free_port()}"
+    wrapper = tmp_path / "bin" / "podman"
+    wrapper.parent.mkdir()
+    wrapper.write_text(
+        f'#!/bin/sh\nexec {podman} --root {store / "root"} --runroot {run} --tmpdir {store / "tmp"} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    env = {**os.environ, "WHEELMILL_ENGINE": "podman", "WHEELMILL_IMAGE_REGISTRY": registry}
+    argv = [sys.executable, "-m", "wheelmill", "build", "--cell", "cpu-py311", "--recipe", "example-cpp-ops"]
+    argv += ["--no-publish", "--no-mirror"]
+    try:
+        a = _cli(argv, {**env, "WHEELMILL_OUTPUT": str(tmp_path / "a"), "WHEELMILL_SHARED_WRITES": "read-write"})
+        b_env = {**env, "WHEELMILL_OUTPUT": str(tmp_path / "b"), "WHEELMILL_SHARED_WRITES": "read-only"}
+        b = _cli(argv, {**b_env, "PATH": f"{wrapper.parent}:{os.environ['PATH']}"})
+    finally:
+        subprocess.run([str(wrapper), "system", "reset", "--force"], capture_output=True, check=False)
+        shutil.rmtree(store, ignore_errors=True)
+        shutil.rmtree(run, ignore_errors=True)
+    pushed = {t["image"]: t["digest"] for t in a["facts"]["image"]["transfers"] if t["action"] == "pushed"}
+    assert a["facts"]["image"]["origin"] in ("reused", "built") and set(pushed) <= {"base", "builder"}
+    image = b["facts"]["image"]
+    assert (image["origin"], image["base_origin"]) == ("pulled", "pulled")
+    pulled = {t["image"]: t["digest"] for t in image["transfers"]}
+    assert image["tag"] == a["facts"]["image"]["tag"] and image["id"] == a["facts"]["image"]["id"]
+    assert not pushed or pulled == {**pulled, **pushed}, "the digests A pushed"
+    assert b["status"] == "ok" and {s["step"] for s in b["steps"] if s["recipe"] and s["status"] == "ok"} >= {
+        "build",
+        "install-test",
+    }
+    print(f"A {a['facts']['image']['origin']}, pushed {pushed}; B pulled {pulled}, built the cell in {image['tag']}")
+
+
+def _cli(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800, check=False)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    report: dict[str, Any] = json.loads((Path(env["WHEELMILL_OUTPUT"]) / "cpu-py311" / "report.json").read_text())
+    return report

@@ -57,6 +57,10 @@ class Machine:
     def image_id(self, reference: str) -> str | None:
         return f"id-of-{reference}" if reference in self.local else None
 
+    def listed(self, reference: str) -> bool | None:
+        self.calls.append(f"ask {reference.rsplit('/', 1)[1].split(':', maxsplit=1)[0].removeprefix('wheelmill-')}")
+        return None if self.registry is None else reference in self.registry
+
     def pull(self, reference: str, *, local: str, image: str, platform: str | None) -> Transfer | Missed:
         self.calls.append(f"pull {image}")
         if self.registry is None:
@@ -130,18 +134,23 @@ def test_a_registry_setting_becomes_sharing() -> None:
     )
 
 
-def test_a_builder_this_engine_has_is_reused_and_nothing_is_asked_of_the_registry() -> None:
+def test_a_builder_this_engine_has_is_reused_and_pushed_only_where_the_registry_lacks_it() -> None:
+    """Read-write, a registry set up after the images were made: the next build pushes what
+    this engine has and the registry lacks; the build after it asks, and pushes nothing.
+    Read-only asks nothing."""
     image = cpu_image()
     machine = Machine(local={image.base.reference: BASE_LAYERS})
     machine.local[image.tag(rootfs_identity(BASE_LAYERS))] = ("x",)
     ready = get_builder(image, machine, Sharing(registry=REGISTRY))
+    assert machine.calls == ["ask builder", "push base", "push builder"]
+    assert (ready.origin, ready.base_origin, ready.unpushed) == (Origin.REUSED, Origin.REUSED, None)
+    assert [t.action for t in ready.transfers] == ["pushed", "pushed"]
+    machine.calls.clear()
+    again = get_builder(image, machine, Sharing(registry=REGISTRY))
+    assert machine.calls == ["ask builder", "ask base"] and again.transfers == ()
+    machine.calls.clear()
+    assert get_builder(image, machine, Sharing(registry=REGISTRY, writes=SharedWrites.READ_ONLY)).transfers == ()
     assert machine.calls == []
-    assert (ready.origin, ready.base_origin, ready.transfers, ready.unpushed) == (
-        Origin.REUSED,
-        Origin.REUSED,
-        (),
-        None,
-    )
 
 
 def test_a_first_machine_makes_both_and_pushes_both_a_second_pulls_both_and_makes_nothing() -> None:

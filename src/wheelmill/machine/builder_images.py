@@ -19,7 +19,7 @@ from functools import partial
 from pathlib import Path
 from typing import Protocol
 
-from wheelmill.errors import CommandFailed, ConfigError, PrecheckError
+from wheelmill.errors import CommandFailed, ConfigError, FetchError, PrecheckError
 from wheelmill.inputs.manylinux import manylinux_of
 from wheelmill.inputs.variants import X86_64, Family, Variant
 from wheelmill.machine.emulation import DEBIAN_ARCH, foreign_platform
@@ -27,6 +27,7 @@ from wheelmill.machine.engine import Engine
 from wheelmill.machine.image_transfers import Missed, Origin, Sourced, Transfer, obtain, pull, push, rootfs_layers
 from wheelmill.machine.pins import Pins, PythonSource, RegistryBase
 from wheelmill.machine.process import HostRunner, StepLog, base_environment, capture
+from wheelmill.machine.registry import resolve_digest
 from wheelmill.retry import RetryPolicy
 from wheelmill.settings import SharedWrites
 
@@ -338,14 +339,18 @@ class Sharing:
         return f"{self.registry}/{SHARED_BUILDER}:{tag.rsplit(':', 1)[1]}"
 
 
-def to_push(kind: BaseKind, base: Sourced, builder: Sourced) -> tuple[str, ...]:
-    """What a read-write build pushes of what it made: a builder it built, with its base where
-    that was bootstrapped here (the base's tag in the registry then names the base of the
-    builders pushed there), or a base it bootstrapped. Nothing pulled or pinned."""
-    built = builder.origin is Origin.BUILT
-    base_too = (
-        kind is BaseKind.BOOTSTRAP and base.origin is not Origin.PULLED and (built or base.origin is Origin.BUILT)
-    )
+def to_push(
+    kind: BaseKind, base: Sourced, builder: Sourced, *, lacks: Callable[[str], bool] = lambda _image: False
+) -> tuple[str, ...]:
+    """What a read-write build pushes: a builder it built, with its base where that was
+    bootstrapped here (the base's tag in the registry then names the base of the builders
+    pushed there), or a base it bootstrapped; and what this engine had already that the
+    registry lacks (``lacks("base")``, ``lacks("builder")``, asked only of those): a registry
+    set up after the images were made gets them from the next read-write build. Nothing
+    pulled or pinned."""
+    built = builder.origin is Origin.BUILT or (builder.origin is Origin.REUSED and lacks("builder"))
+    ours = kind is BaseKind.BOOTSTRAP and base.origin in (Origin.BUILT, Origin.REUSED)
+    base_too = ours and (built or base.origin is Origin.BUILT or lacks("base"))
     return (("base",) if base_too else ()) + (("builder",) if built else ())
 
 
@@ -357,6 +362,10 @@ class ImageOps(Protocol):
         ...
 
     def image_id(self, reference: str) -> str | None: ...
+
+    def listed(self, reference: str) -> bool | None:
+        """Whether the registry has ``reference``; None where it cannot say."""
+        ...
 
     def pull(self, reference: str, *, local: str, image: str, platform: str | None) -> Transfer | Missed: ...
 
@@ -432,8 +441,15 @@ def get_builder(image: BuilderImage, ops: ImageOps, sharing: Sharing | None) -> 
     made = existing or ops.image_id(tag)
     if made is None:
         raise PrecheckError(f"{tag} is here but cannot be inspected", fix="check the engine's storage")
-    wanted = to_push(image.base.kind, base, builder) if sharing is not None else ()
-    pushed, unpushed = _push(wanted, image, tag, ops, sharing, unreachable=base.unreachable or builder.unreachable)
+    unreachable = base.unreachable or builder.unreachable
+
+    def lacks(what: str) -> bool:
+        if sharing is None or not sharing.pushes or unreachable:
+            return False  # nothing is pushed: no need to ask
+        return ops.listed(sharing.base(image.base) if what == "base" else sharing.builder(tag)) is not True
+
+    wanted = to_push(image.base.kind, base, builder, lacks=lacks) if sharing is not None else ()
+    pushed, unpushed = _push(wanted, image, tag, ops, sharing, unreachable=unreachable)
     return Ready(
         tag=tag,
         image_id=made,
@@ -504,6 +520,18 @@ class EngineImages:
 
     def image_id(self, reference: str) -> str | None:
         return image_id(self.engine, reference)
+
+    def listed(self, reference: str) -> bool | None:
+        """A HEAD of the tag's manifest, anonymous (or with the registry's anonymous token):
+        None where the registry wants more (a private one pushed to after a login)."""
+        name, _, tag = reference.rpartition(":")
+        try:
+            resolve_digest(name, tag, timeout=30)
+        except FetchError as exc:
+            return False if "HTTP 404" in str(exc) else None
+        except OSError:
+            return None
+        return True
 
     def pull(self, reference: str, *, local: str, image: str, platform: str | None) -> Transfer | Missed:
         self.log.note(f"{local} is missing: pulling {reference}")
