@@ -263,6 +263,10 @@ def test_a_runner_with_an_empty_store_builds_a_cell_in_the_image_another_pushed(
         "build",
         "install-test",
     }
+    names = subprocess.run(
+        [podman, "images", "--format", "{{.Repository}}"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert not [name for name in names if name.startswith(registry)], "the registry's names are untagged after a move"
     print(f"A {a['facts']['image']['origin']}, pushed {pushed}; B pulled {pulled}, built the cell in {image['tag']}")
 
 

@@ -231,13 +231,16 @@ def test_a_lock_made_for_other_inputs_stops_the_cell_before_anything_builds(
 
 def test_a_cpython_source_out_of_reach_is_named_with_its_fix(podman: str, recipes_copy: Path, tmp_path: Path) -> None:
     """Bullseye has no CPython 3.11 package, so the cpu-py311 image builds it from its pinned
-    tarball; pointed at a URL where nothing answers, the image build stops the cell with
-    the URL and the fix, and leaves no image or container behind."""
+    tarball; pointed at a URL where nothing answers (with another sha256: the tag names the
+    tarball by its bytes, not where it is, so the image of the same bytes would be reused),
+    the image build stops the cell with the URL and the fix, and leaves no image or container
+    behind."""
     containers = recipes_copy.parent / "containers"
     shutil.copytree(ROOT / "containers", containers)
     pins = containers / "pins.toml"
     url = "http://127.0.0.1:9/Python-3.11.2.tar.gz"  # nothing listens on port 9: refused at once
-    pins.write_text(re.sub(r'path = "pool/main/p/python3\.11/[^"]*"', f'url = "{url}"', pins.read_text()))
+    text = re.sub(r'path = "pool/main/p/python3\.11/[^"]*"', f'url = "{url}"', pins.read_text())
+    pins.write_text(text.replace("2411c74bda5bbcfcddaf4531f66d1adc73f247f529aee981b029513aefdbf849", "0" * 64))
     result = build(tmp_path / "out", "--cell", "cpu-py311", "--recipe", "example-cpp-ops", recipes=recipes_copy)
     assert result.returncode == 5, (result.stdout + result.stderr)[-3000:]
     line = result.stderr.strip().splitlines()[-1]

@@ -202,6 +202,13 @@ class Engine:
     def remove_image(self, tag: str) -> list[str]:
         return [*self.command, "rmi", "--force", tag]
 
+    def untag(self, reference: str) -> list[str]:
+        """Remove the name ``reference`` and nothing else: the image stays under its other
+        names (docker's rmi of a name, without --force, only untags while others remain)."""
+        if self.name is EngineName.PODMAN:
+            return [*self.command, "untag", reference, reference]
+        return [*self.command, "rmi", reference]
+
     def image_size(self, tag: str) -> list[str]:
         return [*self.command, "image", "inspect", "--format", "{{.Size}}", tag]
 

@@ -165,7 +165,9 @@ def pull(
         except CommandFailed as failed:
             return _missed(failed, image=image, action="pull", reference=reference)
         _run(engine.tag(reference, local), log)
-        return Transfer(image=image, action="pulled", reference=reference, digest=repo_digest(engine, reference))
+        digest = repo_digest(engine, reference)
+        _forget(engine, reference, log)
+        return Transfer(image=image, action="pulled", reference=reference, digest=digest)
 
     return _with_retries(attempt, image=image, action="pull", reference=reference, policy=policy, log=log)
 
@@ -175,6 +177,20 @@ def push(
 ) -> Transfer | Missed:
     """Tag ``local`` as ``reference`` and push it; retried where the network hiccups."""
     _run(engine.tag(local, reference), log)
+    try:
+        return _pushed(engine, reference, image=image, policy=policy, log=log)
+    finally:
+        _forget(engine, reference, log)
+
+
+def _forget(engine: Engine, reference: str, log: StepLog) -> None:
+    """The registry's name for an image moved, gone from this engine again: the image is
+    known by its local tag, and a name per registry and port would pile up."""
+    capture(engine.untag(reference), timeout=60)
+    log.note(f"untagged {reference}")
+
+
+def _pushed(engine: Engine, reference: str, *, image: str, policy: RetryPolicy, log: StepLog) -> Transfer | Missed:
     with tempfile.TemporaryDirectory(prefix="wheelmill-push-") as tmp:
         digest_file = Path(tmp) / "digest"
 
