@@ -10,9 +10,11 @@ import pytest
 
 from wheelmill.building.cache_tiers import Tiers, credential_files, files_to_mount, missing_files
 from wheelmill.building.compiler_cache import CompilerCache, remote_variables, server_environment
-from wheelmill.building.steps.cache import serve, server_verdict, usable_tiers
+from wheelmill.building.plan import plan
+from wheelmill.building.steps.cache import describe, serve, server_verdict, usable_tiers
 from wheelmill.checks import Verdict
 from wheelmill.inputs.matrix import load_matrix
+from wheelmill.inputs.recipes import load_recipes
 from wheelmill.machine.container import Container
 from wheelmill.machine.engine import Engine, EngineName, Mount
 from wheelmill.machine.process import StepLog
@@ -203,3 +205,20 @@ def test_the_steps_verdict_names_the_tiers_and_the_mode() -> None:
     assert verdict.detail == "sccache server on /wheelmill/sccache.sock; tiers disk, redis (read-only), s3 (read-only)"
     local = server_verdict(CompilerCache(socket=Path("/s"), location='Local disk: "/c"'), Tiers(), [])
     assert local.detail == 'sccache server on /s; cache: Local disk: "/c"'
+
+
+def test_the_printed_plan_says_the_tiers_and_their_mode(repo_root: Path) -> None:
+    """The plan's choices line and the compiler-cache step name the shared tiers, read-only on
+    a pull request's build; without them, the plan reads as it always did."""
+    matrix, recipes = load_matrix(repo_root / "recipes" / "matrix.toml"), load_recipes(repo_root / "recipes")
+    environ = {
+        "WHEELMILL_COMPILER_CACHE_TIERS": "disk,redis,s3",
+        "WHEELMILL_COMPILER_CACHE_REDIS": "redis://127.0.0.1:6379",
+        "WHEELMILL_COMPILER_CACHE_S3": "s3://cache/sccache",
+        "GITHUB_EVENT_NAME": "pull_request",
+    }
+    (shared,) = plan(matrix, recipes, matrix.select(["cpu-py311"]), [], Settings.from_environ(environ))
+    assert "compiler cache on (tiers disk, redis (read-only), s3 (read-only));" in shared.choices.describe()
+    assert "tiers disk, redis (read-only), s3 (read-only), local disk" in describe(shared)
+    (alone,) = plan(matrix, recipes, matrix.select(["cpu-py311"]), [], Settings.from_environ({}))
+    assert "compiler cache on;" in alone.choices.describe() and "tiers" not in describe(alone)

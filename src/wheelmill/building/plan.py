@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from itertools import groupby, takewhile
 from pathlib import Path
 
+from wheelmill.building.cache_tiers import Tiers
 from wheelmill.building.steps import REGISTRY, CellStep, RecipeStep, StepDefinition
 from wheelmill.errors import SelectionError
 from wheelmill.inputs.matrix import Matrix
@@ -124,6 +125,11 @@ def plan_cell(  # noqa: PLR0917 - the inputs of the pure function, in their orde
             install_tests=settings.install_tests,
             served_index=split_credentials(settings.served_index)[0] if settings.served_index else None,
             image_sharing=images.Sharing.of(settings.image_registry, settings.shared_writes) if image else None,
+            cache_tiers=(
+                Tiers.chosen(settings.cache_tiers, settings.shared_writes, toolkit=cell.variant.base_name).describe()
+                if settings.cache_tiers.shared
+                else None
+            ),
         ),
         torch_index=torch_index_url(cell.variant, settings=settings, template=matrix.torch_index),
         lock=locks.inputs(matrix, resolved, cell),

@@ -195,6 +195,7 @@ class RunChoices:
     install_tests: InstallTests
     served_index: str | None = None  # where build keys are looked up besides the local index (no credentials)
     image_sharing: Sharing | None = None  # the registry builder images are pulled from and pushed to
+    cache_tiers: str | None = None  # the compiler cache's tiers where shared ones are set: "disk, redis (read-only)"
 
     def describe(self) -> str:
         tests = (
@@ -202,9 +203,10 @@ class RunChoices:
             if self.install_tests is InstallTests.BESIDE
             else "each after the one before"
         )
-        return (
-            f"envs by {self.env_backend} {self.env_place}; compiler cache {self.compiler_cache}; install tests {tests}"
+        cache = f"{self.compiler_cache}" + (
+            f" (tiers {self.cache_tiers})" if self.cache_tiers and self.compiler_cache is CompilerCacheMode.ON else ""
         )
+        return f"envs by {self.env_backend} {self.env_place}; compiler cache {cache}; install tests {tests}"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -170,8 +170,13 @@ def _located(ctx: StepContext, cache: CompilerCache, tiers: Tiers) -> CompilerCa
 def describe(plan: CellPlan) -> str:
     if plan.choices.compiler_cache is CompilerCacheMode.OFF:
         return "off (WHEELMILL_COMPILER_CACHE=off): builds compile without a cache"
+    where = (
+        f"tiers {plan.choices.cache_tiers}, local disk (<output>/.cache/sccache) first, keys of its toolkit "
+        "under a folder of their own in the shared ones"
+        if plan.choices.cache_tiers
+        else "cache on local disk (<output>/.cache/sccache) unless SCCACHE_* name another"
+    )
     return (
         "sccache server where the network is, on a Unix socket in the cell's directory; "
-        "cache on local disk (<output>/.cache/sccache) unless SCCACHE_* name another; "
-        "unreachable: builds compile without it"
+        f"{where}; unreachable: builds compile without it"
     )
