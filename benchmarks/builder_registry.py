@@ -21,7 +21,6 @@ import argparse
 import contextlib
 import io
 import shutil
-import socket
 import subprocess
 import sys
 import tarfile
@@ -107,30 +106,20 @@ class Timed:
             self._time("build", started)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @contextlib.contextmanager
 def loopback_registry(directory: Path) -> Iterator[str]:
     """Debian's docker-registry storing under ``directory``, answering at the yielded address."""
     binary = shutil.which("docker-registry", path="/usr/bin:/usr/sbin")
     if binary is None:
         raise SystemExit(runs.broken("docker-registry is not installed (scripts/setup --system installs it)"))
-    address = f"127.0.0.1:{free_port()}"
+    address = f"127.0.0.1:{runs.free_port()}"
     config = directory / "registry.yml"
     config.write_text(
         f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {directory}/store\nhttp:\n  addr: {address}\n"
     )
     server = subprocess.Popen([binary, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 20
-        while not _answers(address):
-            if time.monotonic() > deadline:
-                raise SystemExit(runs.broken(f"the registry at {address} never answered"))
-            time.sleep(0.1)
+        runs.wait_until(lambda: _answers(address), f"the registry at {address}", seconds=20)
         yield address
     finally:
         server.terminate()

@@ -35,7 +35,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,19 +46,12 @@ TARGET = 5.0  # B's warm build step from the shared tier against A's cold one
 HIT_TARGET = 0.95
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def wait_for(port: int, what: str, seconds: float = 30.0) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-            return
-        time.sleep(0.1)
-    raise SystemExit(f"benchmark broken: {what} did not listen on 127.0.0.1:{port}")
+def listens(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
 
 
 @contextlib.contextmanager
@@ -67,7 +59,7 @@ def process(argv: list[str], *, port: int, what: str, log: Path, env: dict[str, 
     with log.open("a") as out:
         server = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=runs.ROOT)
     try:
-        wait_for(port, what)
+        runs.wait_until(lambda: listens(port), f"{what} on 127.0.0.1:{port}")
         yield
     finally:
         server.terminate()
@@ -130,7 +122,7 @@ def main() -> int:
     with runs.workspace("wheelmill-fleet-bench-") as tmp:
         log, a, b = tmp / "fleet.log", tmp / "runner-a", tmp / "runner-b"
         (tmp / "redis").mkdir()
-        redis_port, index_port = free_port(), free_port()
+        redis_port, index_port = runs.free_port(), runs.free_port()
         shared = {
             "WHEELMILL_COMPILER_CACHE": "on",
             "WHEELMILL_COMPILER_CACHE_TIERS": "disk,redis",

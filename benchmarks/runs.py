@@ -13,11 +13,12 @@ import os
 import resource
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,6 +71,23 @@ def broken(what: str) -> int:
 def cores() -> int:
     """The cores this process may run on (its affinity, not the machine's count)."""
     return len(os.sched_getaffinity(0))
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now, on loopback, for a server the benchmark starts."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_until(answers: Callable[[], bool], what: str, seconds: float = 30.0) -> None:
+    """Until a server the benchmark started answers; one that never does is a broken
+    benchmark (exit status 1), not a figure."""
+    deadline = time.monotonic() + seconds
+    while not answers():
+        if time.monotonic() > deadline:
+            raise SystemExit(broken(f"{what} never answered"))
+        time.sleep(0.1)
 
 
 def empty_compiler_cache(output: Path) -> None:
