@@ -1,6 +1,8 @@
 """The index under faults, for real: a publisher SIGKILLed at every write, fsync, rename,
 hard link and unlink it makes (strace's fault injection, one run per invocation), a full disk at every
-point of a publish (a small tmpfs, filled a page at a time), and a read-only index.
+point of a publish (a small tmpfs, filled a page at a time), and a read-only index. The
+other syscalls that change the tree (unlinkat, symlink, mkdir, rmdir) and the other writers
+(mirror, promote, prune, the conda channel's index) are test_fault_reach.py's.
 
 The promise: whatever instant a publish dies at, no file of the tree is half written (a
 reader sees each page and file whole, old or new), and the next publish, or

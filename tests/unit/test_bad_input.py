@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import CliRunner
 from tests.unit.test_report import written
 from tests.wheels import make_wheel
-from wheelmill.errors import ConfigError, IndexStoreError, IntegrityError, PrecheckError, SelectionError, UsageError
+from wheelmill.errors import ConfigError, IndexStoreError, PrecheckError, SelectionError, UsageError
 
 GOOD_RECIPE = """
 name = "broken"
@@ -688,7 +688,7 @@ def test_a_damaged_conda_package_is_named_not_blamed_on_the_disk(
     cli: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A .conda that is no archive in a channel: one line naming it and the real fix, the
-    integrity exit code, no indexer backtrace; the channel's repodata not rewritten."""
+    invalid-package exit code, no indexer backtrace; the channel's repodata not rewritten."""
     channel = tmp_path / "index" / "conda" / "cpu"
     for subdir in ("linux-64", "noarch"):
         (channel / subdir).mkdir(parents=True)
@@ -698,7 +698,7 @@ def test_a_damaged_conda_package_is_named_not_blamed_on_the_disk(
     assert_one_line_error(
         result.err,
         code=result.code,
-        expected_code=IntegrityError.exit_code,
+        expected_code=IndexStoreError.exit_code,
         expected=["linux-64/ops-0.1.0-cpu_py311_0.conda is not a .conda archive", "publish its wheel again"],
     )
     assert not (channel / "linux-64" / "repodata.json").exists()

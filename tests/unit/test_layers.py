@@ -105,6 +105,7 @@ def test_an_import_that_runs_back_up_is_named(tmp_path: Path, where: str, line: 
 THEMED = {
     "bad_input",
     "boundary",
+    "conda_faults",
     "containers",
     "data",
     "docs",

@@ -26,7 +26,7 @@ from wheelmill.conda.channel import (
 from wheelmill.conda.envspec import read_lock
 from wheelmill.conda.package import SUBDIRS, CondaTarget, describe, package_wheel
 from wheelmill.conda.seed import fits, probe_interpreter, seed
-from wheelmill.conda.solve import create, find_locked, locked, picked, solve
+from wheelmill.conda.solve import check_bytes, create, find_locked, locked, picked, solve
 from wheelmill.errors import CommandFailed, ConfigError, EnvError, UsageError
 from wheelmill.files import write_atomic
 from wheelmill.index.closure import read as read_closure
@@ -150,6 +150,8 @@ def _conda_channel(given: str | None, settings: Settings, cell: Cell) -> CondaCh
 
 def cmd_seed(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     cell, target, channel = _target(args, settings)
+    if args.build_env:
+        envspec.inputs(settings.recipes, cell)  # a malformed spec file stops it before any image or interpreter
     if isinstance(channel, BucketCondaChannel):
         raise ConfigError(
             f"conda seed: it fills a conda channel directory, not an object store's ({channel.url})",
@@ -321,7 +323,14 @@ def cmd_create(args: argparse.Namespace, settings: Settings, console: Console) -
         records = find_locked(channel_urls(args, settings), packages, lock=args.lock)
     else:
         records = solve(channel_urls(args, settings), args.specs, cuda=args.cuda)
-    create(args.prefix, records, cache_dir=args.pkgs_dir or settings.output / ".cache" / "conda-pkgs")
+        check_bytes(records)
+    cache = args.pkgs_dir or settings.output / ".cache" / "conda-pkgs"
+    create(
+        args.prefix,
+        records,
+        cache_dir=cache,
+        said=f"{args.lock} locks" if args.lock else "its channel's repodata lists",
+    )
     console.print(f"{args.prefix}: {len(records)} packages: {', '.join(map(str, picked(records)))}", highlight=False)
     return 0
 

@@ -8,10 +8,12 @@ writer leaves a package the next write (or ``wheelmill conda index``) lists.
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import os
 import tempfile
 import time
 import zipfile
+import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,7 +21,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wheelmill.errors import IndexConflict, IndexWriteError, IntegrityError, UsageError
+from wheelmill.errors import IndexConflict, IndexStoreError, IndexWriteError, UsageError
 from wheelmill.files import Linked, file_lock, write_all
 from wheelmill.index.store import CONDA_DIR
 from wheelmill.machine.net import sha256_of
@@ -125,14 +127,9 @@ class CondaChannel:
         from rattler.exceptions import CacheDirError, IoError  # noqa: PLC0415 - a native module: loaded when used
         from rattler.index import index_fs  # noqa: PLC0415
 
-        # Checked before: rattler's indexer panics on a damaged archive (a backtrace, no line).
-        broken = [p for p in self.packages() if not zipfile.is_zipfile(p)]
-        if broken:
-            raise IntegrityError(
-                f"{self.root}: {broken[0].relative_to(self.root)} is not a .conda archive"
-                + (f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""),
-                fix="remove it, publish its wheel again (wheelmill conda package), then run wheelmill conda index",
-            )
+        # Checked before: rattler's indexer panics on an archive that is no zip, blames a
+        # damaged one on the disk ("No index.json found"), or lists it with its new sha256.
+        _refuse_damaged(self.root, self.packages())
         try:
             asyncio.run(index_fs(self.root, write_zst=False, write_shards=False, force=True))
         except (CacheDirError, IoError) as exc:
@@ -141,6 +138,55 @@ class CondaChannel:
 
     def packages(self) -> list[Path]:
         return sorted(p for subdir in SUBDIRS for p in (self.root / subdir).glob("*.conda"))
+
+
+def archive_damage(path: Path) -> str | None:
+    """Why ``path`` is no whole .conda archive, or None where it is one. A .conda is a zip of
+    ``metadata.json`` and two zstd tarballs, ``info-*.tar.zst`` and ``pkg-*.tar.zst``; each
+    member's CRC is checked, since bytes overwritten in place keep the file's size and the
+    zip's directory at its end, which is all ``zipfile.is_zipfile`` reads.
+
+    >>> scratch = __import__("tempfile").TemporaryDirectory()
+    >>> p = Path(scratch.name) / "x-1-0.conda"
+    >>> _ = p.write_bytes(b"not a zip")
+    >>> archive_damage(p)
+    'not a zip archive'
+    >>> with zipfile.ZipFile(p, "w") as z:
+    ...     z.writestr("metadata.json", "{}"); z.writestr("pkg-x-1-0.tar.zst", b"p" * 64)
+    ...     z.writestr("info-x-1-0.tar.zst", b"i")
+    >>> archive_damage(p) is None
+    True
+    >>> data = bytearray(p.read_bytes()); data[120:124] = b"XXXX"; _ = p.write_bytes(bytes(data))
+    >>> archive_damage(p)
+    'its member pkg-x-1-0.tar.zst is damaged (its CRC or header is wrong)'
+    >>> scratch.cleanup()
+    """
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+            bad = archive.testzip()  # the name of the first member that fails its CRC or header check
+    except zipfile.BadZipFile:
+        return "not a zip archive"
+    except (zlib.error, EOFError, NotImplementedError) as exc:  # a member that is not stored: its stream is damaged
+        return f"a member cannot be read: {exc}"
+    if bad is not None:
+        return f"its member {bad} is damaged (its CRC or header is wrong)"
+    missing = [m for m in ("metadata.json", "info-*.tar.zst", "pkg-*.tar.zst") if not fnmatch.filter(names, m)]
+    return f"it has no {' and no '.join(missing)}" if missing else None
+
+
+def _refuse_damaged(root: Path, packages: list[Path]) -> None:
+    """Stop before the indexer writes anything where a package is damaged: its repodata
+    stays as it was, and the line names the package, not the disk."""
+    damaged = [(p, why) for p in packages if (why := archive_damage(p)) is not None]
+    if damaged:
+        first, why = damaged[0]
+        raise IndexStoreError(
+            f"{root}: {first.relative_to(root)} is not a .conda archive: {why}"
+            + (f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""),
+            fix=f"remove {first.name}, publish its wheel again (wheelmill conda package), "
+            "then run wheelmill conda index",
+        )
 
 
 class BucketCondaChannel:

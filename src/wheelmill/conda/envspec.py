@@ -24,11 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wheelmill.config import load_toml
-from wheelmill.errors import ConfigError
+from wheelmill.errors import ConfigError, did_you_mean
 from wheelmill.inputs.variants import Cell
 from wheelmill.planning.locks import recorded_digest
 
 SPEC_FILE = "conda/envs.toml"
+KEYS = ("schema", "specs", "variants")  # the spec file's top-level keys
+SCHEMA = 1
 _LINE = re.compile(r"^(linux-64|noarch)/(\S+)-([^-\s]+)-([^-\s]+)\.conda sha256:([0-9a-f]{64})$")
 
 
@@ -73,6 +75,7 @@ def inputs(recipes_dir: Path, cell: Cell) -> CondaEnvInputs:
     """The specs of ``cell``'s conda env, ``{python}`` and ``{nodot}`` filled in."""
     path = recipes_dir / SPEC_FILE
     data = load_toml(path)
+    _known_keys(data, path)
     every = _strings(data.get("specs"), path, "specs")
     variants = data.get("variants", {})
     if not isinstance(variants, dict):
@@ -83,6 +86,23 @@ def inputs(recipes_dir: Path, cell: Cell) -> CondaEnvInputs:
     nodot = cell.python.replace(".", "")
     specs = [spec.replace("{python}", cell.python).replace("{nodot}", nodot) for spec in (*every, *own)]
     return CondaEnvInputs(cell=cell.lock_id, specs=tuple(dict.fromkeys(specs)))
+
+
+def _known_keys(data: dict[str, object], path: Path) -> None:
+    """Refuse a key the file does not define (a typo: ``spec``, ``variant``) and a schema
+    this wheelmill does not read, before any channel is looked at: a misspelt key would
+    otherwise be ignored, and its specs left out of the env without a word."""
+    unknown = sorted(set(data) - set(KEYS))
+    if unknown:
+        raise ConfigError(
+            f"{path}: (top level): unknown key '{unknown[0]}'{did_you_mean(unknown[0], KEYS)}",
+            fix=f"remove it or use one of: {', '.join(KEYS)}",
+        )
+    if data.get("schema", SCHEMA) != SCHEMA:
+        raise ConfigError(
+            f"{path}: schema: {data['schema']!r} is not a schema this wheelmill reads",
+            fix=f"write schema = {SCHEMA}, or upgrade wheelmill",
+        )
 
 
 def _strings(value: object, path: Path, key: str) -> list[str]:

@@ -5,14 +5,18 @@ not), and an env made from them. No conda, no network beyond the channels' URLs.
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 from wheelmill.conda.envspec import LockedPackage
 from wheelmill.errors import EnvError, FetchError, IntegrityError, UsageError
+from wheelmill.machine.net import sha256_of
 
 if TYPE_CHECKING:
     from rattler import RepoDataRecord
@@ -110,7 +114,7 @@ def locked(records: Sequence[RepoDataRecord]) -> list[LockedPackage]:
 def find_locked(channels: Sequence[str], packages: Sequence[LockedPackage], *, lock: Path) -> list[RepoDataRecord]:
     """The records of a lock's packages in ``channels``, each with the lock's bytes (sha256):
     a solve of specs that only the locked packages meet, so a channel that lacks one, or is
-    unreachable, says so the way any solve does."""
+    unreachable, says so the way any solve does; then the bytes of those in local channels."""
     records = solve(channels, [p.spec for p in packages])
     by_name = {r.name.normalized: r for r in records}
     for package in packages:
@@ -124,12 +128,45 @@ def find_locked(channels: Sequence[str], packages: Sequence[LockedPackage], *, l
                 fix="the channel's package changed: check the channel, "
                 "or remake the lock (wheelmill conda lock --cell <cell>) if you trust it",
             )
+    check_bytes(records, said=f"{lock} locks")  # each record's sha256 is the lock's now
     return records
 
 
-def create(prefix: Path, records: Sequence[RepoDataRecord], *, cache_dir: Path) -> None:
+def check_bytes(records: Sequence[RepoDataRecord], *, said: str = "its channel's repodata lists") -> None:
+    """The bytes of each package of a local (``file://``) channel against its record's sha256.
+    py-rattler installs a local package without hashing it: one whose bytes changed after the
+    channel was indexed would be installed as it is now, or fail to unpack ("Data corruption
+    detected") as if the env could not be made."""
+    for record in records:
+        path = local_file(record.url)
+        if path is None or record.sha256 is None or not path.is_file():
+            continue  # a remote package: rattler checks its sha256 as it downloads it
+        found, expected = sha256_of(path), record.sha256.hex()
+        if found != expected:
+            raise IntegrityError(
+                f"conda: {record.subdir}/{record.file_name} in {record.channel} has sha256 {found}, {said} {expected}",
+                fix="the package changed after its channel was indexed: remove it and publish its wheel again "
+                "(wheelmill conda package); if you trust its new bytes, run wheelmill conda index and remake the lock",
+            )
+
+
+def local_file(url: str) -> Path | None:
+    """The file a ``file://`` URL names, or None for another scheme.
+
+    >>> local_file("file:///srv/conda/cpu/noarch/x-1-0.conda"), local_file("https://conda.example/x-1-0.conda")
+    (PosixPath('/srv/conda/cpu/noarch/x-1-0.conda'), None)
+    """
+    parsed = urlparse(url)
+    return Path(url2pathname(parsed.path)) if parsed.scheme == "file" else None
+
+
+def create(
+    prefix: Path, records: Sequence[RepoDataRecord], *, cache_dir: Path, said: str = "its channel's repodata lists"
+) -> None:
     """An env at ``prefix`` holding exactly ``records`` (a new one where none is: a failed
-    install removes what it made of a new one, so nothing half-made is left as an env)."""
+    install removes what it made of a new one, so nothing half-made is left as an env). A
+    downloaded package whose sha256 is not its record's is an integrity error, named with
+    both digests (``said`` names where the expected one comes from: a lock, the repodata)."""
     import rattler  # noqa: PLC0415 - see solve
     from rattler.exceptions import InstallerError, IoError, LinkError, TransactionError  # noqa: PLC0415
 
@@ -147,10 +184,21 @@ def create(prefix: Path, records: Sequence[RepoDataRecord], *, cache_dir: Path) 
     except (InstallerError, IoError, LinkError, TransactionError, OSError) as exc:
         if new:
             shutil.rmtree(prefix, ignore_errors=True)
+        if mismatch := _HASH_MISMATCH.search(str(exc)):
+            url, expected, found = mismatch.groups()
+            raise IntegrityError(
+                f"conda: {url} has sha256 {found}, {said} {expected}",
+                fix="the channel's package changed after it was indexed: check the channel, and publish its wheel "
+                "again there (wheelmill conda package, then wheelmill conda index)",
+            ) from None
         raise EnvError(
             f"conda: cannot create the env at {prefix}: {_first(exc)}",
             fix="check the channel's packages (wheelmill conda index) and free space",
         ) from None
+
+
+# rattler's words for a downloaded package whose bytes are not its record's (py-rattler 0.28)
+_HASH_MISMATCH = re.compile(r"hash mismatch when extracting (\S+) to .*?expected ([0-9a-f]{64}), got ([0-9a-f]{64})")
 
 
 def _first(exc: BaseException) -> str:

@@ -53,6 +53,8 @@ _CUDA_ITEM = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$")  # TORCH_CUDA_ARCH_LIS
 _GPU_LABEL = re.compile(r"^(cu\d+|rocm[\d.]*)$")  # the local version label of a GPU build: +cu130, +rocm6.2
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 _AGENT = re.compile(r"^\s*Agent\s+\d+\s*$", re.MULTILINE)
+_FAILED = re.compile(r"^\S+ failed \(exit -?\d+\): ")
+_GPU_INDEX = re.compile(r"^\d+$")  # the first field of a row of nvidia-smi's GPU list
 
 
 class Problem(Exception):
@@ -139,21 +141,49 @@ def _query(argv: list[str]) -> tuple[str | None, str | None]:
         return None, f"{argv[0]} did not answer ({exc})"
     if done.returncode != 0:
         said = [line.strip() for line in (done.stdout + done.stderr).splitlines() if line.strip()]
-        return None, f"{argv[0]} failed (exit {done.returncode}): {said[-1][:160] if said else 'no output'}"
+        return None, failed(argv[0], done.returncode, said[-1] if said else "no output")
     return done.stdout, None
+
+
+def failed(tool: str, code: int, said: str) -> str:
+    """The note of a GPU tool that is there but failed: what it printed, on one line."""
+    return f"{tool} failed (exit {code}): {' '.join(said.split())[: SHOWN * 2]}"
+
+
+def tool_failed(note: str) -> bool:
+    """Whether a note is a tool's failure (``failed``), not its absence or an odd GPU.
+
+    >>> tool_failed(failed("nvidia-smi", 0, "Failed to initialize NVML")), tool_failed("rocminfo not found")
+    (True, False)
+    """
+    return _FAILED.match(note) is not None
 
 
 def parse_nvidia_smi(text: str) -> tuple[list[Gpu], list[str]]:
     """GPUs from ``nvidia-smi --query-gpu=index,name,compute_cap --format=csv,noheader``.
 
+    A line that is no row is nvidia-smi's own complaint: with a driver whose kernel module
+    and library disagree it prints "Failed to initialize NVML: Driver/library version
+    mismatch" and, some versions, exits 0. With no row it failed, and the note says what it
+    printed; beside rows, a complaint is of one GPU, noted, and the rest are listed.
+
     >>> gpus, notes = parse_nvidia_smi("0, NVIDIA H100 80GB HBM3, 9.0\\n1, NVIDIA A10, [N/A]\\n")
     >>> [g.label for g in gpus], notes  # doctest: +NORMALIZE_WHITESPACE
     (['GPU 0 (NVIDIA H100 80GB HBM3, 9.0)'],
      ["nvidia-smi: GPU 1 (NVIDIA A10) has no compute capability ('[N/A]'): declare it with --capability"])
+    >>> parse_nvidia_smi("Failed to initialize NVML: Driver/library version mismatch\\nNVML library version: 580.95")
+    ... # doctest: +NORMALIZE_WHITESPACE
+    ([], ['nvidia-smi failed (exit 0): Failed to initialize NVML: Driver/library version mismatch
+           / NVML library version: 580.95'])
     """
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    rows = [line for line in lines if _GPU_INDEX.match(line.partition(",")[0].strip())]
+    complaints = [line for line in lines if line not in rows]
+    if complaints and not rows:
+        return [], [failed("nvidia-smi", 0, " / ".join(complaints))]
     gpus: list[Gpu] = []
-    notes: list[str] = []
-    for line in (line for line in text.splitlines() if line.strip()):
+    notes = [f"nvidia-smi: {line}" for line in complaints]  # of one GPU (fallen off the bus): the rest are listed
+    for line in rows:
         index, _, rest = line.partition(",")
         name, _, capability = rest.rpartition(",")  # a name with a comma in it stays whole
         index, name, capability = index.strip(), name.strip(), capability.strip()

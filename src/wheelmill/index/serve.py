@@ -34,6 +34,7 @@ from wheelmill.index.store import TRACK_DIRS, channel_names
 
 _SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,254}$")  # a file name: 255 bytes at most
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")  # RFC 3986's scheme
 CHUNK = 1 << 20
 # In the server's order of preference when the client accepts several equally.
 OFFERED = (JSON_TYPE, HTML_TYPE, "text/html")
@@ -76,6 +77,41 @@ def negotiate(accept: str | None, fmt: str | None) -> str | None:
     return None
 
 
+def request_target(target: str) -> tuple[str, str] | HTTPStatus:
+    """The path and query a request target names, or the status that refuses it.
+
+    The origin form (``/cpu/simple/``) is the path itself; the absolute form
+    (``http://host/cpu/simple/``), which RFC 9112 section 3.2.2 says a server must accept,
+    names the same path where its scheme is http or https. Its host is not looked at: the
+    server serves one tree by whatever name it is reached, as it ignores the Host header,
+    and it never forwards a request (it is no proxy). Another scheme (``file:``) names
+    nothing here: 404. Anything else (``*``, an http URI with no host) is 400.
+
+    >>> request_target("/cpu/simple/?format=x"), request_target("HTTP://other.host:8080/cpu/simple/demo/")
+    (('/cpu/simple/', 'format=x'), ('/cpu/simple/demo/', ''))
+    >>> request_target("//cpu/simple/"), request_target("http://h"), request_target("http://h?x=1")
+    (('//cpu/simple/', ''), ('/', ''), ('/', 'x=1'))
+    >>> [int(request_target(t)) for t in ("file:///etc/passwd", "ftp://h/cpu/", "*", "http:/cpu/", "cpu")]
+    [404, 404, 400, 400, 400]
+    """
+    if target.startswith("/"):
+        path, _, query = target.partition("?")  # not urlsplit: "//x/" would read as a host
+        return path, query
+    scheme = _SCHEME.match(target)
+    if scheme is None:
+        return HTTPStatus.BAD_REQUEST
+    if scheme.group(1).lower() not in ("http", "https"):
+        return HTTPStatus.NOT_FOUND
+    try:
+        url = urllib.parse.urlsplit(target)
+        host = url.hostname
+    except ValueError:  # a malformed port or IPv6 literal
+        return HTTPStatus.BAD_REQUEST
+    if not host or url.fragment:  # RFC 9110 4.2.1: an http URI without a host is invalid
+        return HTTPStatus.BAD_REQUEST
+    return url.path or "/", url.query
+
+
 @dataclass(frozen=True, kw_only=True)
 class Target:
     path: Path
@@ -111,12 +147,13 @@ class IndexHandler(BaseHTTPRequestHandler):
     do_PUT = do_DELETE = do_PATCH = do_POST  # noqa: N815 - http.server's method naming
 
     def _respond(self, *, body: bool) -> None:
-        if not self.path.startswith("/"):  # "*" (OPTIONS-style) or an absolute URI: not ours
-            self._status(HTTPStatus.BAD_REQUEST, "the simple API serves paths", body=body)
+        target = request_target(self.path)
+        if isinstance(target, HTTPStatus):
+            self._status(target, "not found" if target is HTTPStatus.NOT_FOUND else "bad request target", body=body)
             return
-        url = urllib.parse.urlsplit(self.path)
-        query = urllib.parse.parse_qs(url.query)
-        segments = [urllib.parse.unquote(s) for s in url.path.split("/")[1:]]
+        path, raw_query = target
+        query = urllib.parse.parse_qs(raw_query)
+        segments = [urllib.parse.unquote(s) for s in path.split("/")[1:]]
         if segments == [""]:
             self._channels(body=body)
             return

@@ -27,7 +27,7 @@ from wheelmill.machine.engine import Engine
 from wheelmill.machine.image_transfers import Missed, Origin, Sourced, Transfer, obtain, pull, push, rootfs_layers
 from wheelmill.machine.pins import Pins, PythonSource, RegistryBase
 from wheelmill.machine.process import HostRunner, StepLog, base_environment, capture
-from wheelmill.machine.registry import resolve_digest
+from wheelmill.machine.registry import is_registry, resolve_digest
 from wheelmill.retry import RetryPolicy
 from wheelmill.settings import SharedWrites
 
@@ -319,8 +319,7 @@ class Sharing:
         """The setting's value, checked: None where no registry is set."""
         if not registry:
             return None
-        host = registry.split("/", 1)[0]
-        if "://" in registry or registry != registry.lower() or not host or registry.endswith(":"):
+        if not is_registry(registry):
             raise ConfigError(
                 f"environment: WHEELMILL_IMAGE_REGISTRY={registry!r} is not host[:port]/namespace in lower case",
                 fix="set it like ghcr.io/my-org/wheelmill or 127.0.0.1:5000/wheelmill (no scheme)",

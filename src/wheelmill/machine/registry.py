@@ -29,6 +29,11 @@ MANIFEST_TYPES = ", ".join(
 )
 _CHALLENGE = re.compile(r'(\w+)="([^"]*)"')
 _LOCAL = ("localhost", "127.0.0.1", "[::1]")
+# The distribution spec's reference grammar, in lower case: a host (DNS names or an IPv4
+# address, or an IPv6 one in brackets), an optional port, then path components.
+_HOST = r"(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*|\[[0-9a-f:]+\])"
+_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REGISTRY = re.compile(rf"(?P<host>{_HOST})(?P<port>:[0-9]{{1,5}})?(?:/{_PATH})*/?")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +62,22 @@ class ImageName:
     def base_url(self) -> str:
         scheme = "http" if self.registry.split(":")[0] in _LOCAL else "https"
         return f"{scheme}://{self.registry}"
+
+
+def is_registry(value: str) -> bool:
+    """Whether ``value`` is a registry an image can be pushed under: ``host[:port][/path]``,
+    lower case, no scheme. The host must read as one to the engines (a dot, a port, or
+    localhost): they take a bare first word for a Docker Hub namespace instead.
+
+    >>> [is_registry(v) for v in ("ghcr.io/my-org/wheelmill", "127.0.0.1:5000", "localhost/team", "[::1]:5000/x/")]
+    [True, True, True, True]
+    >>> [is_registry(v) for v in ("http://ghcr.io/org", "not a registry!!", "ghcr.io/Org", "/x", "team", "h.io:/x")]
+    [False, False, False, False, False, False]
+    """
+    match = _REGISTRY.fullmatch(value)
+    if match is None:
+        return False
+    return bool(match["port"]) or "." in match["host"] or match["host"] in _LOCAL
 
 
 def resolve_digest(image: str, tag: str, *, timeout: float = 30.0) -> str:

@@ -1,0 +1,379 @@
+"""A command killed at each syscall that changes the tree it writes, and what a reader may
+find after each kill (strace's fault injection: one run per kill).
+
+The syscalls watched are every kind a writer of the index makes: writes and syncs, renames,
+hard and symbolic links, unlinks (``shutil.rmtree`` removes an old generation of pages with
+``unlinkat``), and the making and removing of directories. A clean traced run counts each;
+strace counts calls per thread, so a syscall's points are 1 up to the most calls one thread
+makes (``when=n`` kills the first thread that makes its n-th). Where a command has more
+points than a run can afford, a deterministic sample is taken: every k-th, and the first and
+the last of each syscall.
+
+Run as ``python -m tests.faults mirror|promote ...``, it is the process the tests kill for
+the commands that have no command line of their own here (a mirror of a locked closure, a
+promotion of a recorded rc, without a git checkout or a resolver).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import urllib.parse
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WATCHED = (
+    "write",
+    "pwrite64",
+    "writev",
+    "fsync",
+    "fdatasync",
+    "rename",
+    "renameat",
+    "renameat2",
+    "link",
+    "linkat",
+    "unlink",
+    "unlinkat",
+    "symlink",
+    "symlinkat",
+    "mkdir",
+    "mkdirat",
+    "rmdir",
+)
+KILLED = (-9, 137)
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command line and its environment, run from the repository's root."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str]
+
+    def run(self, *, inject: tuple[str, int] | None = None) -> subprocess.CompletedProcess[str]:
+        """The command; with ``inject``, SIGKILLed at that syscall's n-th call (in the first
+        thread to make an n-th one)."""
+        argv: list[str] = list(self.argv)
+        if inject is not None:
+            syscall, n = inject
+            trace = ["strace", "-f", "-qq", "-o", os.devnull, "-e", f"trace={syscall}"]
+            argv = [*trace, "-e", f"inject={syscall}:signal=KILL:when={n}", *argv]
+        return subprocess.run(argv, env=self.env, cwd=ROOT, capture_output=True, text=True, check=False, timeout=120)
+
+    def counted(self, trace: Path) -> Counter[str]:
+        """Each watched syscall's injection points: the most calls of it one thread makes."""
+        argv = ["strace", "-f", "-qq", "-o", str(trace), "-e", f"trace={','.join(WATCHED)}", *self.argv]
+        done = subprocess.run(argv, env=self.env, cwd=ROOT, capture_output=True, text=True, check=False, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        per_thread: Counter[tuple[str, str]] = Counter()
+        for line in trace.read_text().splitlines():
+            tid, _, rest = line.partition(" ")
+            name = rest.lstrip().split("(", 1)[0]
+            if name in WATCHED:  # a resumed call ("<... write resumed>") was counted where it began
+                per_thread[(name, tid)] += 1
+        counts: Counter[str] = Counter()
+        for (name, _tid), n in per_thread.items():
+            counts[name] = max(counts[name], n)
+        return counts
+
+
+def wheelmill(index_root: Path, *args: str) -> Command:
+    return Command(
+        (sys.executable, "-m", "wheelmill", "--recipes", str(ROOT / "recipes"), *args), environment(index_root)
+    )
+
+
+def driver(index_root: Path, *args: str) -> Command:
+    """This module as the process to kill (see ``main``)."""
+    return Command((sys.executable, "-m", "tests.faults", *args), environment(index_root))
+
+
+def environment(index_root: Path) -> dict[str, str]:
+    """The index, and a temporary directory of its own beside it: a process killed at a write
+    may be Python's own probe of its temporary directory, which would otherwise stay in the
+    machine's."""
+    temporary = index_root.with_name(f"{index_root.name}-tmp")
+    temporary.mkdir(parents=True, exist_ok=True)
+    return {
+        **os.environ,
+        "WHEELMILL_INDEX_ROOT": str(index_root),
+        "WHEELMILL_OUTPUT": str(index_root.with_name(f"{index_root.name}-out")),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONPATH": str(ROOT),
+        "TMPDIR": str(temporary),
+    }
+
+
+def points(counts: Counter[str], budget: int) -> list[tuple[str, int]]:
+    """Every injection point, or where there are more than ``budget``: the first and the last
+    of each syscall, and points evenly spread over the rest up to ``budget`` (the same points
+    every run)."""
+    every = [(name, n) for name in sorted(counts) for n in range(1, counts[name] + 1)]
+    if len(every) <= budget:
+        return every
+    ends = {(name, n) for name in counts for n in (1, counts[name])}
+    rest = [point for point in every if point not in ends]
+    slots = max(budget - len(ends), 0)
+    spread = {rest[i * len(rest) // slots] for i in range(slots)} if slots else set()
+    return [point for point in every if point in ends or point in spread]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    point: tuple[str, int]
+    reached: bool  # the kill came (a threaded command's run may never make a thread's n-th call)
+    problems: tuple[str, ...]
+
+
+def kill_everywhere(
+    counts: Counter[str],
+    *,
+    budget: int,
+    attempt: Callable[[str, int], tuple[bool, list[str]]],
+) -> list[Outcome]:
+    """``attempt`` (a kill at a point, its checks, the command again and its checks) at each
+    point, side by side."""
+    chosen = points(counts, budget)
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+        return list(pool.map(lambda point: Outcome(point, *_tupled(attempt(*point))), chosen))
+
+
+def _tupled(done: tuple[bool, list[str]]) -> tuple[bool, tuple[str, ...]]:
+    return done[0], tuple(done[1])
+
+
+def summary(command: str, counts: Counter[str], outcomes: Sequence[Outcome]) -> str:
+    """``<command>: <N> injection points (<per syscall>), <M> inconsistent states``, with
+    how many were sampled and reached where not all."""
+    total = sum(counts.values())
+    per = ", ".join(f"{name} {counts[name]}" for name in sorted(counts))
+    said = [f"{len(outcomes)} of them sampled"] if len(outcomes) != total else []
+    unreached = sum(1 for o in outcomes if not o.reached)
+    said += [f"{len(outcomes) - unreached} of {len(outcomes)} runs killed"] if unreached else []
+    bad = sum(1 for o in outcomes if o.problems)
+    return f"{command}: {total} injection points ({per}){''.join(f'; {s}' for s in said)}, {bad} inconsistent states"
+
+
+# --- what a reader may find --------------------------------------------------------------
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _listed(files: Path, filename: str, sha256: str | None, what: str) -> list[str]:
+    """A file a page lists: there, with the listed sha256 where one is listed."""
+    path = files / filename
+    if not path.is_file():
+        return [f"{what}: lists {filename}, which is missing"]
+    if sha256 and _sha256(path) != sha256:
+        return [f"{what}: lists {filename} with sha256 {sha256[:12]}, the file's differs"]
+    return []
+
+
+def channel_problems(channel: Path) -> list[str]:
+    """What a reader of a wheel channel could find wrong: a page that does not parse, a page
+    pair that disagrees, or a page that lists a file (a wheel, or its PEP 658 sidecar) that is
+    missing or has other bytes than the page's sha256."""
+    from wheelmill.index.pages import links  # noqa: PLC0415 - a driver process imports only what it runs
+
+    simple, files = channel / "simple", channel / "files"
+    if not simple.exists():
+        return [f"{simple}: a dangling link"] if simple.is_symlink() else []
+    problems: list[str] = []
+    for page in sorted(simple.rglob("index.*")):
+        text = page.read_text(encoding="utf-8", errors="replace")
+        if page.suffix == ".json":
+            try:
+                json.loads(text)
+            except ValueError:
+                problems.append(f"{page}: half written")
+        elif not text.rstrip().endswith("</html>"):
+            problems.append(f"{page}: half written")
+    if problems or not (simple / "index.json").is_file():
+        return problems
+    names = sorted(p["name"] for p in json.loads((simple / "index.json").read_text())["projects"])
+    linked = sorted(str(a["href"]).rstrip("/") for a in links((simple / "index.html").read_text()))
+    if names != linked:
+        problems.append(f"{channel.name}: project list JSON {names}, HTML {linked}")
+    for name in names:
+        problems += _project_problems(channel, name, files)
+    return problems
+
+
+def _project_problems(channel: Path, name: str, files: Path) -> list[str]:
+    from wheelmill.index.pages import links  # noqa: PLC0415
+
+    page = channel / "simple" / name
+    if not (page / "index.json").is_file() or not (page / "index.html").is_file():
+        return [f"{channel.name}/{name}: listed without its pages"]
+    problems: list[str] = []
+    in_json = set()
+    for entry in json.loads((page / "index.json").read_text())["files"]:
+        filename = urllib.parse.unquote(entry["url"].rsplit("/", 1)[-1])
+        where = f"{channel.name}/{name}/index.json"
+        problems += _listed(files, filename, entry["hashes"].get("sha256"), where)
+        metadata = entry.get("core-metadata")
+        if isinstance(metadata, dict):
+            problems += _listed(files, f"{filename}.metadata", metadata.get("sha256"), where)
+        if entry.get("_provenance"):  # a sidecar the page names, with no hash of its own
+            problems += _listed(files, urllib.parse.unquote(entry["_provenance"].rsplit("/", 1)[-1]), None, where)
+        in_json.add((entry["filename"], entry.get("yanked") not in (None, False)))
+    in_html = set()
+    for anchor in links((page / "index.html").read_text()):
+        url, _, sha256 = str(anchor["href"]).partition("#sha256=")
+        filename = urllib.parse.unquote(url.rsplit("/", 1)[-1])
+        where = f"{channel.name}/{name}/index.html"
+        problems += _listed(files, filename, sha256, where)
+        metadata = anchor.get("data-core-metadata")
+        if metadata is not None:
+            problems += _listed(files, f"{filename}.metadata", metadata.removeprefix("sha256="), where)
+        if anchor.get("data-provenance"):
+            problems += _listed(
+                files, urllib.parse.unquote(str(anchor["data-provenance"]).rsplit("/", 1)[-1]), None, where
+            )
+        in_html.add((filename, "data-yanked" in anchor))
+    if in_json != in_html:
+        problems.append(f"{channel.name}/{name}: JSON {sorted(in_json)}, HTML {sorted(in_html)}")
+    return problems
+
+
+def index_problems(index: Path) -> list[str]:
+    """Every wheel channel's problems, and a release record's object that does not parse."""
+    from wheelmill.index.store import channel_dirs  # noqa: PLC0415
+
+    problems = [p for name in channel_dirs(index) for p in channel_problems(index / name)]
+    for record in sorted((index / "releases").rglob("*.json")) if (index / "releases").is_dir() else []:
+        if not any(part.startswith(".") for part in record.relative_to(index).parts):
+            try:
+                json.loads(record.read_text())
+            except ValueError:
+                problems.append(f"{record}: half written")
+    return problems
+
+
+def conda_problems(channel: Path) -> list[str]:
+    """What a conda client could find wrong: a subdir's repodata.json that does not parse,
+    or that lists a package missing from the subdir or with other bytes than its sha256."""
+    problems: list[str] = []
+    for repodata in sorted(channel.glob("*/repodata.json")):
+        try:
+            data = json.loads(repodata.read_text())
+        except ValueError:
+            problems.append(f"{repodata}: half written")
+            continue
+        for key in ("packages", "packages.conda"):
+            for filename, record in data.get(key, {}).items():
+                problems += _listed(repodata.parent, filename, record.get("sha256"), str(repodata))
+    return problems
+
+
+def conda_unlisted(channel: Path) -> list[str]:
+    """Packages of the channel its repodata does not list."""
+    listed = set()
+    for repodata in channel.glob("*/repodata.json"):
+        data = json.loads(repodata.read_text())
+        listed |= {f"{repodata.parent.name}/{n}" for key in ("packages", "packages.conda") for n in data.get(key, {})}
+    return sorted(
+        f"{p.parent.name}/{p.name}" for p in channel.glob("*/*.conda") if f"{p.parent.name}/{p.name}" not in listed
+    )
+
+
+# --- the killed process: what each command runs, without the command line's start ------
+
+
+def _publish(index: Path, channel: str, *wheels: str) -> None:
+    """``wheelmill publish --channel``: each wheel, in order."""
+    from wheelmill.index.roots import publish  # noqa: PLC0415
+    from wheelmill.index.store import Channel  # noqa: PLC0415
+
+    for wheel in wheels:
+        print(publish(Channel(index, channel), Path(wheel)).outcome)
+
+
+def _yank(index: Path, channel: str, project: str, version: str, reason: str) -> None:
+    from wheelmill.index.store import Channel, set_yanked  # noqa: PLC0415
+
+    print(set_yanked(Channel(index, channel), project, version, reason))
+
+
+def _prune(index: Path, track: str, keep: str) -> None:
+    """``wheelmill release prune``."""
+    from wheelmill.index.release import prune  # noqa: PLC0415
+    from wheelmill.index.roots import Index  # noqa: PLC0415
+    from wheelmill.inputs.versions import Track  # noqa: PLC0415
+
+    print(prune(Index(tree=index), Track(track), int(keep)))
+
+
+def _conda_index(index: Path) -> None:
+    """``wheelmill conda index``: every local conda channel indexed again."""
+    from wheelmill.conda.channel import CondaChannel, local_channels  # noqa: PLC0415
+
+    for root in local_channels(index):
+        CondaChannel(root).reindex()
+
+
+def _mirror(index: Path, channel: str, lock: str) -> None:
+    """A build's mirror step: a locked closure into the channel."""
+    from wheelmill.index.closure import mirror, read  # noqa: PLC0415
+    from wheelmill.index.store import Channel  # noqa: PLC0415
+    from wheelmill.machine.package_sources import PackageSources  # noqa: PLC0415
+    from wheelmill.machine.process import StepLog  # noqa: PLC0415
+    from wheelmill.retry import RetryPolicy  # noqa: PLC0415
+
+    with StepLog(Path(os.environ["TMPDIR"]) / f"mirror-{os.getpid()}.log") as log:
+        mirror(
+            read(Path(lock)),
+            Channel(index, channel),
+            sources=PackageSources(index_url=None),
+            policy=RetryPolicy(attempts=1, base_delay=0.01, max_delay=0.01),
+            log=log,
+            on_line=print,
+        )
+
+
+def _promote(index: Path, version: str, commit: str) -> None:
+    """``wheelmill release promote --from test --to release`` of the rc of ``commit``."""
+    from wheelmill.index.promotion import promote  # noqa: PLC0415
+    from wheelmill.index.roots import Index  # noqa: PLC0415
+    from wheelmill.inputs.versions import Track  # noqa: PLC0415
+
+    promote(Index(tree=index), Track.TEST, Track.RELEASE, version, commit=commit, on_file=print)
+
+
+COMMANDS: dict[str, Callable[..., None]] = {
+    "publish": _publish,
+    "yank": _yank,
+    "prune": _prune,
+    "conda-index": _conda_index,
+    "mirror": _mirror,
+    "promote": _promote,
+}
+
+
+def main(argv: Sequence[str]) -> int:
+    """The command ``argv`` names, on the index ``WHEELMILL_INDEX_ROOT`` names: the functions
+    the command line calls, in a process that starts in a tenth of the time (every kill is a
+    process of its own)."""
+    if not argv or argv[0] not in COMMANDS:
+        print(f"usage: python -m tests.faults {'|'.join(COMMANDS)} ARGS...", file=sys.stderr)
+        return 2
+    COMMANDS[argv[0]](Path(os.environ["WHEELMILL_INDEX_ROOT"]), *argv[1:])
+    if "rattler" in sys.modules:  # as the command line does: its threads outlive the call
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
