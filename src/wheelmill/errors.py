@@ -215,6 +215,33 @@ class GpuUnproven(WheelmillError):
     exit_code = 25
 
 
+class SignatureError(WheelmillError):
+    """A file's provenance is missing where one is required, or its signature verifies
+    against none of the team's public keys (another key signed it, or its bytes changed)."""
+
+    exit_code = 26
+
+
+class SubjectMismatch(WheelmillError):
+    """A provenance names another file: its subject's name or sha256 is not the file's."""
+
+    exit_code = 27
+
+
+class SbomError(WheelmillError):
+    """A wheel's SBOM is missing, invalid against CycloneDX's schema, or says other inputs
+    than its provenance."""
+
+    exit_code = 28
+
+
+class BuildKeyMismatch(WheelmillError):
+    """The build key recorded for a file is not the hash of the inputs recorded beside it,
+    or not the key its channel lists."""
+
+    exit_code = 29
+
+
 class InternalError(WheelmillError):
     """Something wheelmill did not expect: a bug. The traceback goes to a log, never to the
     terminal; the line says where."""

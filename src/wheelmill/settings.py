@@ -65,6 +65,13 @@ class CacheTiers:
         return tuple(tier for tier in self.chain if tier != "disk")
 
 
+class Signatures(StrEnum):
+    """Whether what is published must carry signed provenance."""
+
+    OPTIONAL = "optional"  # signed where a signing key is set; a file without provenance still verifies
+    REQUIRED = "required"  # a build or promotion without a signing key is refused; so is a file without provenance
+
+
 class InstallTests(StrEnum):
     BESIDE = "beside"  # a recipe's install test runs beside the next recipe's steps
     AFTER = "after"  # every step waits for the one before
@@ -98,6 +105,8 @@ class Settings:
     cache_tiers: CacheTiers = field(default_factory=CacheTiers)
     # Whether this build writes to the shared tiers and the registry (resolved: auto is gone).
     shared_writes: SharedWrites = SharedWrites.READ_WRITE
+    # The CI run this is (its URL), where one is: the builder a signed provenance names.
+    ci_run: str | None = None
     # The index the team serves (its root URL, channels beneath): the build-keys step looks up
     # each recipe's key there, and a hit is fetched from it rather than built.
     served_index: str | None = None
@@ -110,6 +119,14 @@ class Settings:
     install_tests: InstallTests = InstallTests.BESIDE
     publish_username: str | None = field(default=None, repr=False)
     publish_password: str | None = field(default=None, repr=False)
+    # The private key (PEM text, as CI hands a secret) or a file holding it, at most one of
+    # the two: what builds and promotions sign provenance with (wheelmill.provenance.signing).
+    signing_key: str | None = field(default=None, repr=False)
+    signing_key_file: Path | None = None
+    # Public key files or folders of them: the keys provenance is verified with. (): the
+    # signing key's own public half, where one is set.
+    trusted_keys: tuple[Path, ...] = ()
+    signatures: Signatures = Signatures.OPTIONAL
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -136,11 +153,16 @@ class Settings:
             compiler_cache=_enum(env, "WHEELMILL_COMPILER_CACHE", CompilerCacheMode),
             cache_tiers=_cache_tiers(env),
             shared_writes=_shared_writes(env),
+            ci_run=_ci_run(env),
             served_index=(env.get("WHEELMILL_SERVED_INDEX") or "").rstrip("/") or None,
             image_registry=(env.get("WHEELMILL_IMAGE_REGISTRY") or "").rstrip("/") or None,
             install_tests=_enum(env, "WHEELMILL_INSTALL_TESTS", InstallTests),
             publish_username=env.get("WHEELMILL_PUBLISH_USERNAME") or None,
             publish_password=env.get("WHEELMILL_PUBLISH_PASSWORD") or None,
+            signing_key=_signing_key(env),
+            signing_key_file=Path(file) if (file := env.get("WHEELMILL_SIGNING_KEY_FILE")) else None,
+            trusted_keys=tuple(Path(p) for p in env.get("WHEELMILL_TRUSTED_KEYS", "").split(os.pathsep) if p),
+            signatures=_enum(env, "WHEELMILL_SIGNATURES", Signatures),
         )
 
     def layered(
@@ -203,6 +225,15 @@ def _cache_tiers(env: Mapping[str, str]) -> CacheTiers:
     return tiers
 
 
+def _ci_run(env: Mapping[str, str]) -> str | None:
+    """The CI run this is, by its URL (GitHub Actions' variables), for provenance's builder id."""
+    parts = [env.get(name) for name in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID")]
+    if not all(parts):
+        return None
+    server, repository, run = parts
+    return f"{server}/{repository}/actions/runs/{run}/attempts/{env.get('GITHUB_RUN_ATTEMPT', '1')}"
+
+
 def _shared_writes(env: Mapping[str, str]) -> SharedWrites:
     """``WHEELMILL_SHARED_WRITES``, auto resolved: read-only for a pull request's build."""
     chosen = _enum(env, "WHEELMILL_SHARED_WRITES", SharedWrites)
@@ -210,6 +241,17 @@ def _shared_writes(env: Mapping[str, str]) -> SharedWrites:
         return chosen
     pull_request = env.get("GITHUB_EVENT_NAME", "") in PULL_REQUEST_EVENTS
     return SharedWrites.READ_ONLY if pull_request else SharedWrites.READ_WRITE
+
+
+def _signing_key(env: Mapping[str, str]) -> str | None:
+    """``WHEELMILL_SIGNING_KEY``, where ``WHEELMILL_SIGNING_KEY_FILE`` does not say it too."""
+    text = env.get("WHEELMILL_SIGNING_KEY") or None
+    if text is not None and env.get("WHEELMILL_SIGNING_KEY_FILE"):
+        raise ConfigError(
+            "environment: both WHEELMILL_SIGNING_KEY and WHEELMILL_SIGNING_KEY_FILE are set",
+            fix="set one: the key's PEM text (a CI secret) or the path of its file",
+        )
+    return text
 
 
 def _is_bucket(root: str) -> bool:

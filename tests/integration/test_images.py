@@ -2,7 +2,9 @@
 builds the runtime and extras images with podman from the cell's channel alone (the served
 index's access log shows every file), runs every smoke tier, pushes them to Debian's
 docker-registry on loopback and pulls them back by digest; the devel image compiles an
-extension inside itself; and an image that cannot be built leaves none behind."""
+extension inside itself; and an image that cannot be built leaves none behind. The build
+signs with a key of its own, which the image builds then trust: what the images install is
+verified first, and the smoke tier finds each wheel built here carrying its SBOM."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from wheelmill.index.roots import copy_file
 from wheelmill.index.s3 import BucketPath, S3Storage
 from wheelmill.index.serve import parse_access_log
 from wheelmill.index.store import Channel
+from wheelmill.provenance.signing import new_signing_key
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine]
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -37,8 +40,14 @@ def podman() -> str:
     return found
 
 
+def signing(output: Path) -> dict[str, str]:
+    """The key the cell's build signs with, beside its output: the image builds trust its
+    public half (no WHEELMILL_TRUSTED_KEYS: a machine trusts what it signs)."""
+    return {"WHEELMILL_SIGNING_KEY_FILE": str(output / "signing-key.pem")}
+
+
 def nox(session: str, output: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": "podman"}
+    env = {**os.environ, **signing(output), "WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": "podman"}
     command = [sys.executable, "-m", "nox", "--no-color", "-s", session, *(["--", *args] if args else [])]
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3000, check=False)
 
@@ -49,7 +58,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     published with its closure."""
     podman()
     output = tmp_path_factory.mktemp("images")
-    env = {**os.environ, "WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": "podman"}
+    (output / "signing-key.pem").write_bytes(new_signing_key("ed25519").private_pem())
+    env = {**os.environ, **signing(output), "WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": "podman"}
     done = subprocess.run(
         [sys.executable, "-m", "wheelmill", "build", "--cell", "cpu-py311", "--recipe", "example-cpp-ops"],
         cwd=ROOT,
@@ -118,6 +128,10 @@ def test_runtime_and_extras_images_install_from_the_channel_alone_and_pass_every
         assert isinstance(extras, dict)
         (wheel, sha256), *_ = json.loads(extras["io.wheelmill.wheels"]).items()
         assert wheel.startswith("example_cpp_ops-0.1.0+cpu-") and len(sha256) == 64
+        # Verified against the build's key before anything was built; the SBOM where it was installed.
+        assert "provenance: 1 file(s) built here verified (example_cpp_ops-0.1.0+cpu-" in out, out[-3000:]
+        assert "sboms: 1 wheel(s) built here carry sboms/wheelmill.cdx.json: example-cpp-ops==0.1.0+cpu" in out
+        assert "sboms: 0 wheel(s) built here carry sboms/wheelmill.cdx.json: none installed" in out  # the runtime's
         # (a) imports, pip check, gloo, the constraint; (b) torchrun; (c) PyTorchJob, v1 and Trainer v2.
         assert out.count("imports: torch 2.13.0+cpu, gloo available") == 2
         assert "imports: torch 2.13.0+cpu, gloo available, example_cpp_ops" in out
@@ -150,7 +164,7 @@ def test_runtime_and_extras_images_install_from_the_channel_alone_and_pass_every
 
 
 def wheelmill_image(output: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": "podman"}
+    env = {**os.environ, **signing(output), "WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": "podman"}
     command = [sys.executable, "-m", "wheelmill", "image", "build", "--cell", "cpu-py311", *args]
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800, check=False)
 

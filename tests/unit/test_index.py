@@ -207,3 +207,25 @@ def test_a_channel_under_a_relative_index_root_keeps_its_pages(tmp_path: Path, m
         publish(channel, make_wheel(tmp_path / "dist", name, "1.0", tag="py3-none-any"))
         assert channel.project_names() == sorted({"lib", name}) and verify(channel) == []
     assert len(list(channel.path.glob(".simple-*"))) == 1
+
+
+def test_a_provenance_is_published_beside_its_file_named_by_both_pages_and_learnt_once(tmp_path: Path) -> None:
+    """A file published with its provenance lists it as ``_provenance`` (JSON) and
+    ``data-provenance`` (HTML), relative to the page like the file; the same bytes published
+    again keep the first one; a file listed without one learns it; a repair keeps it."""
+    channel = Channel(tmp_path / "index", "cpu")
+    wheel = make_wheel(tmp_path / "dist", "demo", "1.0")
+    publish(channel, wheel, build_key="a" * 64)
+    assert channel.project("demo").files[0].provenance is None  # type: ignore[union-attr]
+    publish(channel, wheel, build_key="a" * 64, provenance=b'{"first": 1}\n')
+    publish(channel, wheel, build_key="a" * 64, provenance=b'{"second": 2}\n')
+    (entry,) = channel.project("demo").files  # type: ignore[union-attr]
+    assert entry.provenance == "../../files/demo-1.0-cp311-cp311-linux_x86_64.whl.intoto.jsonl"
+    assert (channel.files / "demo-1.0-cp311-cp311-linux_x86_64.whl.intoto.jsonl").read_bytes() == b'{"first": 1}\n'
+    page = channel.simple / "demo"
+    assert json.loads((page / "index.json").read_text())["files"][0]["_provenance"] == entry.provenance
+    assert f'data-provenance="{entry.provenance}"' in (page / "index.html").read_text()
+    (page / "index.json").unlink()  # a damaged page: repaired from the HTML and the files
+    repair(channel)
+    assert channel.project("demo").files[0].provenance == entry.provenance  # type: ignore[union-attr]
+    assert verify(channel) == []

@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.attest import INPUTS, RECORD, RUN
 from tests.conftest import CliResult, CliRunner
 from tests.wheels import make_wheel
 from wheelmill.building.plan import Options, plan
 from wheelmill.checks.gpu import GpuOutcome
 from wheelmill.cli import main
 from wheelmill.cli.release import release_json
-from wheelmill.errors import IndexStoreError, IntegrityError, ReleaseError
+from wheelmill.errors import IndexStoreError, IntegrityError, ReleaseError, SignatureError
 from wheelmill.gpu.report import GpuReport, WheelResult
 from wheelmill.index.promotion import promote, same_payload
 from wheelmill.index.records import (
@@ -33,7 +34,7 @@ from wheelmill.index.records import (
     record,
     record_gpu,
 )
-from wheelmill.index.release import collect_built, prune, publish_release
+from wheelmill.index.release import BuiltWheel, collect_built, prune, publish_release, refuse_unattested
 from wheelmill.index.roots import Index
 from wheelmill.index.storage import TreeStorage
 from wheelmill.index.store import Channel, built_by_key, channel_names, publish
@@ -46,6 +47,8 @@ from wheelmill.machine.git import read_state
 from wheelmill.machine.net import sha256_of
 from wheelmill.output.layout import CellLayout
 from wheelmill.output.report import BuiltCell, RecipeRecord, ReleaseRecord, Status, WheelRecord
+from wheelmill.provenance.signing import envelope_line, new_signing_key, sign_envelope
+from wheelmill.provenance.statement import Repository, build_statement
 from wheelmill.settings import Settings
 from wheelmill.wheel.wheelfile import read_wheel
 
@@ -848,3 +851,48 @@ def test_a_cell_alone_on_its_runner_lists_the_one_build_another_job_published(tm
         ("cuda130-torch2.12-py311", sha256_of(one)),
         ("cuda130-py311", sha256_of(one)),
     }
+
+
+def test_a_release_refuses_a_wheel_built_from_a_dirty_tree_or_unsigned_where_required(tmp_path: Path) -> None:
+    """What a wheel's provenance says of its tree is held to before anything is published; a
+    wheel without one is refused where signatures are required, and taken where optional."""
+    key = new_signing_key("ed25519")
+    wheel = make_wheel(tmp_path / "dist", "demo", "1.0+cpu")
+    built = BuiltWheel(
+        cell="cpu-py311", channel="test/cpu", recipe="demo", rule=VersionRule.REPO, path=wheel, sha256=sha256_of(wheel)
+    )
+    refuse_unattested([built], required=False)
+    with pytest.raises(SignatureError, match="no signed provenance beside it"):
+        refuse_unattested([built], required=True)
+
+    def beside(*, dirty: bool) -> None:
+        statement = build_statement(
+            filename=wheel.name,
+            sha256=sha256_of(wheel),
+            record=RECORD,
+            key_inputs=INPUTS,
+            repository=Repository(commit="f" * 40, dirty=dirty),
+            run=RUN,
+        )
+        line = envelope_line(sign_envelope(json.dumps(statement).encode(), key))
+        wheel.with_name(f"{wheel.name}.intoto.jsonl").write_text(line)
+
+    beside(dirty=True)
+    with pytest.raises(ReleaseError, match="built from a dirty tree") as refused:
+        refuse_unattested([built], required=True)
+    assert refused.value.exit_code == 17
+    beside(dirty=False)
+    refuse_unattested([built], required=True)
+
+
+def test_a_build_that_must_sign_without_a_key_is_refused_before_anything_runs(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("WHEELMILL_SIGNATURES", "required")
+    monkeypatch.delenv("WHEELMILL_SIGNING_KEY", raising=False)
+    monkeypatch.delenv("WHEELMILL_SIGNING_KEY_FILE", raising=False)
+    result = cli("build", "--cell", "cpu-py311", "--recipe", "example-cpp-ops")
+    one_line(result, 26, "WHEELMILL_SIGNATURES is required", "no signing key")
+    assert not (tmp_path / "wheels").exists(), "nothing was made"
+    monkeypatch.setenv("WHEELMILL_SIGNING_KEY", "not a key")
+    one_line(cli("build", "--cell", "cpu-py311", "--no-publish"), 3, "WHEELMILL_SIGNING_KEY")

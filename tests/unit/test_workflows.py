@@ -250,11 +250,19 @@ def secret_scope_problems(workflow: Workflow) -> list[str]:
         for step in steps(job):
             if reads_secret({key: value for key, value in step.items() if key != "env"}):
                 problems.append(f"{name}: {label(step)}: a secret outside the step's env")
-            if reads_secret(step.get("env")) and not re.search(
-                r"docker login |podman login ", str(step.get("run", ""))
-            ):
-                problems.append(f"{name}: {label(step)}: gets a secret but does not log in to a registry")
+            if reads_secret(step.get("env")) and not _needs_its_secrets(step):
+                problems.append(f"{name}: {label(step)}: gets a secret but neither logs in to a registry nor signs")
     return problems
+
+
+def _needs_its_secrets(step: dict[str, Any]) -> bool:
+    """A registry login gets the registry's secrets; a release's build or promotion, which signs
+    provenance (docs/provenance.md), gets the signing key and no other."""
+    run = str(step.get("run", ""))
+    if re.search(r"docker login |podman login ", run):
+        return True
+    secrets = {key for key, value in (step.get("env") or {}).items() if reads_secret(value)}
+    return secrets == {"WHEELMILL_SIGNING_KEY"} and bool(re.search(r"wheelmill release (--|promote )", run))
 
 
 def pr_cancel_problems(workflow: Workflow) -> list[str]:
@@ -828,8 +836,17 @@ BROKEN: list[Any] = [
         "release",
         lambda w: step_in(w, "render", "Verify the index").update(env={"KEY": READS_X}),
         secret_scope_problems,
-        "does not log in",
+        "neither logs in to a registry nor signs",
         id="secret-unused",
+    ),
+    pytest.param(
+        "release",
+        lambda w: step_in(w, "build", "Publish the cell into the index").update(
+            env={"WHEELMILL_SIGNING_KEY": "${{ secrets.WHEELMILL_SIGNING_KEY }}"}
+        ),
+        secret_scope_problems,
+        "neither logs in to a registry nor signs",
+        id="signing-key-where-nothing-signs",
     ),
     pytest.param(
         "nightly",

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Protocol, TypeVar
 
 from wheelmill.building.report import Done
@@ -40,6 +41,7 @@ class RunContext:
     # How many builds the run's cell before this one, still running beside it, has ended
     # (always 0 where none does): what they compiled is in the cache from then on.
     builds_before: Callable[[], int] = lambda: 0
+    started: str = field(default_factory=lambda: datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))  # RFC 3339
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -27,6 +27,7 @@ from wheelmill.machine.probes import TorchInfo
 from wheelmill.machine.toolchain import Toolkit
 from wheelmill.output.report import Status, WheelRecord
 from wheelmill.planning.buildkey import BuildKey
+from wheelmill.provenance.record import BuildRecord
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +37,7 @@ class Toolchain:
 
     python: Path
     toolkit: Toolkit | None
+    compiler: str | None = None  # the C++ compiler as it names itself and its version: ``c++ 12.2.0``
 
     def facts(self) -> Mapping[str, Any]:
         return {"python": str(self.python), **(_toolkit_facts(self.toolkit) if self.toolkit else {})}
@@ -119,6 +121,7 @@ class Built:
 @dataclass(frozen=True, kw_only=True)
 class Stamped:
     wheel: Path
+    record: BuildRecord  # what went into it: its SBOM's, and its provenance's when published
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -184,6 +187,7 @@ class ServedBuild:
     tested: bool  # its install test runs here: a corner, or a cell whose own channel does not list it yet
     delivered: Path | None  # linked into dist/ where no install test runs here (the test delivers it)
     served_from: str | None = None  # the served index's channel it was fetched from; None: the local index
+    provenance: bytes | None = field(default=None, repr=False)  # the one build's, where it has one
 
     def describe(self) -> str:
         where = self.served_from or f"channel {self.channel}"

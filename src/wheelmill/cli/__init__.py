@@ -24,7 +24,7 @@ from typing import NoReturn
 
 from wheelmill import __version__
 from wheelmill.building.ui import make_console
-from wheelmill.cli import build, conda, doctor, gpu, image, index, release
+from wheelmill.cli import build, conda, doctor, gpu, image, index, key, release, verify
 from wheelmill.cli.common import Parser, print_error
 from wheelmill.errors import InternalError, Interrupted, WheelmillError
 from wheelmill.machine.process import StepLog
@@ -41,7 +41,7 @@ def build_parser() -> Parser:
     )
     parser.add_argument("--output", type=Path, default=None, help="output root (default: $WHEELMILL_OUTPUT or wheels)")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for group in (build, index, conda, image, release, doctor, gpu):
+    for group in (build, index, conda, image, release, doctor, gpu, key, verify):
         group.register(commands)
     return parser
 

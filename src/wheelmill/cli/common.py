@@ -15,7 +15,7 @@ from typing import NoReturn, TypeAlias, TypeVar
 from rich.console import Console
 
 from wheelmill.building.plan import REBUILD_ALL, ContainerSetup, Options, plan
-from wheelmill.errors import ConfigError, EnvError, UsageError
+from wheelmill.errors import ConfigError, EnvError, SignatureError, UsageError
 from wheelmill.index.store import usage
 from wheelmill.inputs.matrix import Matrix, load_matrix
 from wheelmill.inputs.recipes import Recipe, check_cells, load_recipes
@@ -28,7 +28,8 @@ from wheelmill.machine.process import HostRunner, StepLog
 from wheelmill.machine.toolchain import NotFound, find_python
 from wheelmill.output.layout import CellLayout
 from wheelmill.planning.spec import CellPlan
-from wheelmill.settings import ENGINE_CHOICES, Settings
+from wheelmill.provenance.signing import signing_key_of
+from wheelmill.settings import ENGINE_CHOICES, Settings, Signatures
 
 
 class Parser(argparse.ArgumentParser):
@@ -150,6 +151,8 @@ def prepare(args: argparse.Namespace, settings: Settings, *, probe: bool, releas
             fix="build with --no-publish, then publish the cell into the bucket: `wheelmill release publish` "
             "(a release's cell) or `wheelmill publish --channel CHANNEL <output>/<cell>/dist/*.whl`",
         )
+    if probe:  # a build: its key is read before anything is built (a malformed one is exit 3 now, not after)
+        _signing(settings, publishes=bool(getattr(args, "publish", False) or release is not None))
     matrix, recipes = load_inputs(settings)
     cells = matrix.select(args.cell)
     engine = detect(settings.engine) if probe else detect(settings.engine, probe=None)
@@ -172,6 +175,15 @@ def prepare(args: argparse.Namespace, settings: Settings, *, probe: bool, releas
     return Prepared(
         plans=plan(matrix, recipes, cells, args.recipe, settings, options), settings=settings, engine=engine
     )
+
+
+def _signing(settings: Settings, *, publishes: bool) -> None:
+    """A build that publishes where signatures are required has a key to sign with."""
+    if signing_key_of(settings) is None and publishes and settings.signatures is Signatures.REQUIRED:
+        raise SignatureError(
+            "build: WHEELMILL_SIGNATURES is required and no signing key is set: its wheels would be published unsigned",
+            fix="set WHEELMILL_SIGNING_KEY (a CI secret) or WHEELMILL_SIGNING_KEY_FILE, or build with --no-publish",
+        )
 
 
 def build_cells(prepared: Prepared, console: Console) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from wheelmill.cli.common import Commands, cell_python, load_inputs
+from wheelmill.cli.common import Commands, cell_python, load_inputs, print_error
 from wheelmill.errors import (
     FetchError,
     GpuCheckError,
@@ -30,8 +30,11 @@ from wheelmill.errors import (
 )
 from wheelmill.gpu.report import GpuReport, table
 from wheelmill.gpu.stage import GpuStage, StageInputs, channel_location
+from wheelmill.images import doctor
+from wheelmill.index.attested import Source, local_source, served_source
 from wheelmill.index.consumer import base_url
 from wheelmill.index.records import find_manifest, manifests
+from wheelmill.index.served import ServedChannel
 from wheelmill.index.storage import TreeStorage
 from wheelmill.index.store import Channel
 from wheelmill.inputs.recipes import ResolvedRecipe, resolve_all
@@ -42,6 +45,7 @@ from wheelmill.machine.package_sources import PackageSources, default_index_url,
 from wheelmill.machine.process import StepLog
 from wheelmill.output.layout import CellLayout
 from wheelmill.planning.gpu_stage import GpuStagePlan, plan_stage, source_of
+from wheelmill.provenance.signing import trusted_keys_of
 from wheelmill.retry import TransientError, with_retries
 from wheelmill.settings import Settings
 
@@ -97,6 +101,7 @@ def cmd_test_gpu(args: argparse.Namespace, settings: Settings, console: Console)
             f"test-gpu: --runner {args.runner}: not a GPU runner of {cell.id} (ci.gpu-runners names: {labels})",
             fix="give the runner label the matrix maps the cell to, or leave --runner out",
         )
+    trusted = trusted_keys_of(settings)  # a key setting that is wrong is said before any channel is read
     resolved = resolve_all(recipes, cell)
     track = Track(args.track)
     channel = track.channel(cell.variant.channel)
@@ -130,20 +135,32 @@ def cmd_test_gpu(args: argparse.Namespace, settings: Settings, console: Console)
         test_sources=_test_sources(pages, settings) if test_requires else None,
         runner=args.runner,
         work=layout.root / "gpu-stage",
+        provenance=_provenance_source(args.index_url, channel, settings),
+        trusted=trusted,
     )
     _say_plan(plan, console)
     with StepLog(layout.logs / "gpu-stage.log") as log:
-        stage = GpuStage(inputs, log=log, say=lambda line: console.print(line, highlight=False))
+        stage = GpuStage(inputs, log=log, say=lambda line: console.print(line, highlight=False), complain=print_error)
         report = stage.run()
     written = report.write(layout.root)
     _summary(report, written, console)
     if stage.failure is not None:
         raise stage.failure
+    if stage.refused:  # a wheel did not verify: each failure is a line on stderr already
+        return report.exit_code
     if report.exit_code:
         raise _FAILURES[report.exit_code](
             f"test-gpu: {cell.id}: {report.error}", fix=_fix(report, layout.logs / "gpu-stage.log")
         )
     return 0
+
+
+def _provenance_source(index_url: str | None, channel: str, settings: Settings) -> Source:
+    """Where the wheels' provenance is read: the served channel the stage installs from, or
+    the index root's."""
+    if index_url is not None:
+        return served_source(ServedChannel(base=index_url, name=channel, retry=settings.retry))
+    return local_source(Channel(settings.index, channel))
 
 
 def _listing(pages: str, name: str, settings: Settings, console: Console) -> list[IndexFile]:
@@ -233,6 +250,13 @@ def _summary(report: GpuReport, written: Path, console: Console) -> None:
 
 
 def _fix(report: GpuReport, log: Path) -> str:
+    if report.exit_code == NoGpuError.exit_code and not report.gpus and any(map(doctor.tool_failed, report.notes)):
+        # The tool is there and the driver does not answer it: most often a driver upgraded
+        # under a loaded kernel module (NVML's "Driver/library version mismatch").
+        return (
+            "the GPU driver does not answer: reboot, or reload its kernel module (rmmod and modprobe nvidia) so that "
+            "it matches the driver's library, then check that nvidia-smi lists the GPUs"
+        )
     if report.exit_code == NoGpuError.exit_code:
         return "run the stage on a machine with a GPU its driver and torch can use (nvidia-smi lists it)"
     if report.exit_code == GpuVerdictMismatch.exit_code:

@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from wheelmill.cli.common import Commands, load_inputs
+from wheelmill.cli.common import Commands, load_inputs, print_error
 from wheelmill.config import format_size
 from wheelmill.errors import ConfigError, ImageError, UsageError
 from wheelmill.files import write_atomic
@@ -26,6 +26,7 @@ from wheelmill.images.editions import (
     Edition,
     ImageSpec,
     build_images,
+    built_installed,
     missing_from_channel,
     plan_images,
     push,
@@ -37,6 +38,8 @@ from wheelmill.images.editions import (
 )
 from wheelmill.images.manifests import members_of, plan_lists, push_list
 from wheelmill.images.smoke import Smoke
+from wheelmill.index.attested import local_source
+from wheelmill.index.preinstall import verify_before_install
 from wheelmill.index.records import ReleasedImage, record_images
 from wheelmill.index.roots import Index, export
 from wheelmill.index.serve import make_server
@@ -48,8 +51,10 @@ from wheelmill.machine.emulation import CPU_SYSFS, emulated_cpu
 from wheelmill.machine.engine import Engine, Mount, detect
 from wheelmill.machine.pins import load_pins
 from wheelmill.machine.process import StepLog, capture
+from wheelmill.machine.registry import is_registry
 from wheelmill.output.layout import CellLayout
 from wheelmill.output.report import ReportError, load_report
+from wheelmill.provenance.signing import trusted_keys_of
 from wheelmill.settings import Settings
 
 
@@ -72,6 +77,7 @@ def register(commands: Commands) -> None:
     build.add_argument(
         "--push",
         metavar="REGISTRY",
+        type=registry,
         help="push every image built to this registry (host[:port][/path]) and record its digest",
     )
     build.add_argument(
@@ -99,11 +105,24 @@ def register(commands: Commands) -> None:
     manifest.add_argument(
         "--cell", action="append", required=True, help="a cell whose images were pushed (repeatable: one per platform)"
     )
-    manifest.add_argument("--push", metavar="REGISTRY", required=True, help="the registry the images were pushed to")
+    manifest.add_argument(
+        "--push", metavar="REGISTRY", type=registry, required=True, help="the registry the images were pushed to"
+    )
     manifest.add_argument(
         "--engine", choices=("auto", "podman", "docker"), default=None, help="default $WHEELMILL_ENGINE or auto"
     )
     manifest.set_defaults(func=cmd_image_manifest)
+
+
+def registry(text: str) -> str:
+    """``--push``'s value, checked as the command line is read: a malformed one is refused
+    before any channel is read or engine asked, not after the images are built."""
+    if not is_registry(text):
+        raise UsageError(
+            f"--push {text!r}: not a registry (host[:port][/path], lower case, no scheme)",
+            fix="give one like ghcr.io/my-org/wheelmill or 127.0.0.1:5000/wheelmill",
+        )
+    return text
 
 
 def cmd_image_build(args: argparse.Namespace, settings: Settings, console: Console) -> int:
@@ -115,6 +134,9 @@ def cmd_image_build(args: argparse.Namespace, settings: Settings, console: Conso
     layout = CellLayout(output=settings.output.resolve(), cell=cell.id)
     released = _released(args, layout)
     index = Index.of(settings)
+    refused = _verify_provenance(index, args, settings, console, cell=cell, layout=layout)
+    if refused:
+        return refused
     with _served_tree(index, args, cell, layout) as root:
         return _image_build(args, settings, console, cell=cell, layout=layout, released=released, root=root)
 
@@ -127,18 +149,39 @@ def _served_tree(index: Index, args: argparse.Namespace, cell: Cell, layout: Cel
     if index.bucket is None:
         yield index.storage_root
         return
-    if args.release:
-        files = released_files(index.storage, Track(args.track), args.release, cell)
-        channel, built = files[0].channel, {f.filename for f in files}
-    else:
-        output = read_cell_output(layout, cell)
-        channel, built = output.channel, {w.filename for w in output.wheels}
+    channel, built = _cell_files(index, args, cell, layout)
     layout.root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".image-index-", dir=layout.root) as scratch:
         root = Path(scratch) / "index"
         fetched = export(index.channel(channel), Channel(root, channel), built=built, scratch=Path(scratch))
         print(f"{channel}: {len(fetched)} files from {index.location} for the images", flush=True)
         yield root
+
+
+def _cell_files(index: Index, args: argparse.Namespace, cell: Cell, layout: CellLayout) -> tuple[str, list[str]]:
+    """The cell's channel and its files built here: the release's record's, or its build's."""
+    if args.release:
+        files = released_files(index.storage, Track(args.track), args.release, cell)
+        return files[0].channel, [f.filename for f in files]
+    output = read_cell_output(layout, cell)
+    return output.channel, [w.filename for w in output.wheels]
+
+
+def _verify_provenance(
+    index: Index, args: argparse.Namespace, settings: Settings, console: Console, *, cell: Cell, layout: CellLayout
+) -> int:
+    """The files built here that the images install, held to their provenance in the index
+    before anything is fetched or built, where trusted keys are configured: each failure one
+    line, and the first one's exit code; 0 to go on (also where no key is: said in a line)."""
+    channel, files = _cell_files(index, args, cell, layout)
+    checked = verify_before_install(
+        local_source(index.channel(channel)),
+        built_installed(files, extras=args.extras),
+        trusted=trusted_keys_of(settings),
+        on_failure=print_error,
+    )
+    console.print(checked.line(), highlight=False, markup=False)
+    return checked.code
 
 
 def _image_build(
@@ -324,6 +367,7 @@ def _smoked(
     extras = image.spec.kind.endswith("-extras")
     modules = sorted({m for w in output.wheels for m in top_level(channel.files / w.filename)}) if extras else []
     smoke.imports(output.torch, modules)
+    smoke.sboms([w.requirement for w in output.wheels], every=extras)
     if image.spec.kind == Edition.RUNTIME.value:
         smoke.no_compiler()
     if image.spec.kind == Edition.DEVEL.value:

@@ -40,11 +40,11 @@ from wheelmill.cli.common import (
     prepare,
 )
 from wheelmill.conda.channel import bucket_channel_url, conda_channel_root
-from wheelmill.errors import CommandFailed, IndexConflict, IndexWriteError, UsageError
+from wheelmill.errors import CommandFailed, IndexConflict, IndexWriteError, SignatureError, UsageError
 from wheelmill.gpu.report import GpuReport, load_gpu_report
-from wheelmill.index.promotion import promote
+from wheelmill.index.promotion import Signer, promote, signer_of
 from wheelmill.index.records import GpuRecord, Manifest, load_manifest, record_gpu
-from wheelmill.index.release import BuiltWheel, Served, collect_built, prune, publish_release
+from wheelmill.index.release import BuiltWheel, Served, collect_built, prune, publish_release, refuse_unattested
 from wheelmill.index.roots import Index, publish
 from wheelmill.index.store import Channel, Published, built_by_key, channel_names
 from wheelmill.inputs.matrix import Matrix, github_matrix
@@ -53,7 +53,8 @@ from wheelmill.inputs.versions import Action, Release, Track, VersionRule, for_n
 from wheelmill.machine.git import read_state
 from wheelmill.machine.process import HostRunner, StepLog, base_environment, wheelmill_command
 from wheelmill.planning.spec import CellPlan, RecipeSpec
-from wheelmill.settings import Settings
+from wheelmill.provenance.signing import signing_key_of
+from wheelmill.settings import Settings, Signatures
 
 
 def register(commands: Commands) -> None:
@@ -163,6 +164,7 @@ def cmd_release(args: argparse.Namespace, settings: Settings, console: Console) 
             commit=release.commit,
             tag=release.tag,
             on_file=_printer(console),
+            signer=_promotion_signer(settings),
         )
         _print_gpu(manifest, console)
         return 0
@@ -182,6 +184,7 @@ def _publish(release: Release, settings: Settings, console: Console, *, mirror: 
     """Publish the release's wheels and record it; then each cell's runtime closure into
     its channel, so the track's channels install on their own too."""
     built = collect_built(settings.output, release, served=_served(Index.of(settings), wait, console))
+    refuse_unattested(built, required=settings.signatures is Signatures.REQUIRED)
     matrix, _recipes = load_inputs(settings)
     cells = [matrix.cell(cell) for cell in sorted({wheel.cell for wheel in built})]
     gpu_cells = {cell.id: matrix.gpu_runners_of(cell) for cell in cells if cell.variant.family is not Family.CPU}
@@ -270,7 +273,13 @@ def cmd_promote(args: argparse.Namespace, settings: Settings, console: Console) 
     # Into the release track, the rc of the checked-out commit (the final tag's), and no other.
     commit = read_state(settings.root).commit if target is Track.RELEASE else None
     manifest = promote(
-        Index.of(settings), Track(args.source), target, args.version, commit=commit, on_file=_printer(console)
+        Index.of(settings),
+        Track(args.source),
+        target,
+        args.version,
+        commit=commit,
+        on_file=_printer(console),
+        signer=_promotion_signer(settings),
     )
     console.print(
         f"{manifest.promoted_from} -> {manifest.track}/{manifest.version}: {len(manifest.files)} files, "
@@ -279,6 +288,18 @@ def cmd_promote(args: argparse.Namespace, settings: Settings, console: Console) 
     )
     _print_gpu(manifest, console)
     return 0
+
+
+def _promotion_signer(settings: Settings) -> Signer | None:
+    """What signs the promotion's statements: the signing key, read before anything is
+    promoted; where signatures are required, a promotion without one is refused."""
+    key = signing_key_of(settings)
+    if key is None and settings.signatures is Signatures.REQUIRED:
+        raise SignatureError(
+            "promote: WHEELMILL_SIGNATURES is required and no signing key is set",
+            fix="set WHEELMILL_SIGNING_KEY (CI: the release environment's secret) or WHEELMILL_SIGNING_KEY_FILE",
+        )
+    return signer_of(key, ci_run=settings.ci_run) if key is not None else None
 
 
 def _print_gpu(manifest: Manifest, console: Console) -> None:

@@ -23,7 +23,8 @@ from wheelmill.errors import UsageError
 from wheelmill.files import write_atomic
 
 GPU_REPORT = "gpu-report.json"
-SCHEMA = 2  # 2: the runner, and each wheel's outcome from one set (import-only among them)
+# 2: the runner, and each wheel's outcome from one set (import-only among them); 3: provenance
+SCHEMA = 3
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,6 +105,9 @@ class GpuReport:
     exit_code: int
     error: str | None
     seconds: float
+    # What was held to its provenance before installing: {"verified": n, "files", "keys", "failed"},
+    # or "not verified: no trusted key"; None where the stage stopped before (no GPU).
+    provenance: dict[str, Any] | str | None = None
 
     @property
     def passed(self) -> bool:
@@ -128,6 +132,7 @@ class GpuReport:
             "exit_code": self.exit_code,
             "error": self.error,
             "seconds": round(self.seconds, 1),
+            "provenance": self.provenance,
         }
 
     def write(self, directory: Path) -> Path:
@@ -163,6 +168,7 @@ def load_gpu_report(path: Path) -> GpuReport:
             exit_code=int(data["exit_code"]),
             error=data["error"],
             seconds=float(data["seconds"]),
+            provenance=data.get("provenance"),
         )
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UsageError(

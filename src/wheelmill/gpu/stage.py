@@ -4,6 +4,9 @@ doctor`` judges them against the visible GPUs, and each recipe's GPU check runs;
 report says, per wheel, doctor's prediction and what the kernels did.
 
     find the GPUs          nvidia-smi / rocminfo (doctor's own query); none: stop, exit 22
+    verify the wheels      where the team's keys are configured, each wheel under test held to
+                           its signed provenance before anything is installed; a failure: stop,
+                           its line on stderr, the first one's exit code (26: another key)
     make the env           a venv with the cell's torch from the channel alone, or one over a
                            given interpreter that has the torch (its packages taken as given,
                            but for the projects under test: their channel files go first)
@@ -58,6 +61,8 @@ from wheelmill.errors import (
 )
 from wheelmill.gpu.report import CheckRun, GpuReport, WheelResult
 from wheelmill.images import doctor
+from wheelmill.index.attested import Source
+from wheelmill.index.preinstall import Checked, verify_before_install
 from wheelmill.machine.envs import uv_environment
 from wheelmill.machine.net import download, sha256_of
 from wheelmill.machine.package_sources import PackageSources
@@ -65,6 +70,7 @@ from wheelmill.machine.probes import IMPORTS, parse
 from wheelmill.machine.process import HostRunner, StepLog, base_environment
 from wheelmill.machine.tools import uv_bin
 from wheelmill.planning.gpu_stage import GpuStagePlan, WheelUnderTest
+from wheelmill.provenance.signing import TrustedKey
 
 # What a GPU check needs of the caller's environment besides base_environment's: which GPUs.
 GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "LD_LIBRARY_PATH")
@@ -111,6 +117,8 @@ class StageInputs:
     test_sources: PackageSources | None  # where they come from: the channel, then this machine's sources
     runner: str | None  # the CI runner label (the GPU kind) this runs on, where told
     work: Path  # the stage's scratch directory (removed after)
+    provenance: Source  # the channel's pages, files and provenance, read as a verifier reads them
+    trusted: tuple[TrustedKey, ...] = ()  # the team's keys; none: the wheels are not verified
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,13 +136,24 @@ class _Env:
 class GpuStage:
     """One run of the stage; ``say`` prints a line of progress."""
 
-    def __init__(self, inputs: StageInputs, *, log: StepLog, say: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        inputs: StageInputs,
+        *,
+        log: StepLog,
+        say: Callable[[str], None],
+        complain: Callable[[str], None] | None = None,
+    ) -> None:
+        """``complain``: where each provenance failure's line goes (default ``say``)."""
         self.inputs = inputs
         self.log = log
         self.say = say
+        self.complain = complain or say
         self.runner = HostRunner()
         self.started = time.monotonic()
         self.failure: WheelmillError | None = None  # what stopped the stage before it judged the wheels
+        self.checked: Checked | None = None  # what was held to its provenance, once it was
+        self.refused = False  # a wheel did not verify: each failure was complained of, nothing installed
 
     def run(self) -> GpuReport:
         """The stage's report, whatever happened: where an error stopped it (an env that
@@ -145,6 +164,11 @@ class GpuStage:
             return self._report(
                 gpus, None, (), status=GpuOutcome.NO_GPU, error=f"no GPU visible ({why})", code=NoGpuError.exit_code
             )
+        checked = self._verify()
+        if checked.code:
+            self.refused = True
+            first = checked.failures[0].line
+            return self._report(gpus, None, (), status=GpuOutcome.STOPPED, error=first, code=checked.code)
         shutil.rmtree(self.inputs.work, ignore_errors=True)
         self.inputs.work.mkdir(parents=True)
         try:
@@ -173,6 +197,18 @@ class GpuStage:
         status = worst([*(r.outcome for r in results), *([] if torch["devices"] else [GpuOutcome.NOT_RUN])])
         code, error = _ending(status, results, gpus=labels, torch=torch)
         return self._report(gpus, torch, results, status=status, error=error, code=code, env=env)
+
+    def _verify(self) -> Checked:
+        """The wheels under test held to their provenance before anything is installed, where
+        the team's keys are configured; one line says what was verified, or that nothing was."""
+        self.checked = verify_before_install(
+            self.inputs.provenance,
+            [wheel.filename for wheel in self.inputs.plan.wheels],
+            trusted=self.inputs.trusted,
+            on_failure=self.complain,
+        )
+        self.say(self.checked.line())
+        return self.checked
 
     def _gpus(self) -> doctor.Gpus:
         """The GPUs, as doctor finds them (a declared capability stands in where the tool
@@ -470,6 +506,7 @@ class GpuStage:
             exit_code=code,
             error=error,
             seconds=time.monotonic() - self.started,
+            provenance=self.checked.record() if self.checked is not None else None,
         )
 
 

@@ -290,6 +290,13 @@ def missing_from_channel(output: CellOutput, channel: Channel) -> list[str]:
     return missing
 
 
+def built_installed(filenames: Sequence[str], *, extras: bool) -> list[str]:
+    """Which of the cell's files (built here) its images install: every one where the extras
+    image is built; else only a torch the cell built itself, which the runtime image takes
+    (its constraint file pins the others, but nothing installs them)."""
+    return [name for name in filenames if extras or str(parse_wheel_filename(name)[0]) == "torch"]
+
+
 def too_new(output: CellOutput, glibc: str) -> list[str]:
     """The cell's wheels that need a newer glibc than the image's (a wheel built on a newer
     machine than the image's base: pip would find no wheel it can install)."""

@@ -2,7 +2,9 @@
 
 a. imports: torch (its label the variant's) and every extension, ``pip check`` clean, gloo
    available, the constraint holding (``pip install torch==<other>`` refused), and
-   ``wheelmill-doctor`` running on the image's Python (no GPU here: it lists, never fails);
+   ``wheelmill-doctor`` running on the image's Python (no GPU here: it lists, never fails),
+   and every wheel built here that the image installed carrying its SBOM (PEP 770: pip keeps
+   the ``.dist-info/sboms/`` it was built with);
 b. ``torchrun --standalone --nnodes=1 --nproc-per-node=2``: an all-reduce over gloo;
 c. PyTorchJob as Kubeflow's training operator starts it: two containers on one engine
    network, a master and a worker, each given the operator's variables (once the v1
@@ -63,6 +65,33 @@ assert dist.is_gloo_available(), "gloo"
 for name in modules:
     importlib.import_module(name)
 print(f"imports: torch {torch.__version__}, gloo available, {' '.join(modules) or 'no extensions'}", flush=True)
+"""
+# Each wheel built here (name==version) that the image installed, its SBOM in its installed
+# .dist-info; with --every, each must be installed. Python 3.9's importlib.metadata (no
+# normalized lookup), hence the names compared as PEP 503 normalizes them.
+SBOMS = """import importlib.metadata as m, json, re, sys
+every, wanted = sys.argv[1] == "--every", sys.argv[2:]
+def norm(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+installed = {norm(d.metadata["Name"] or ""): d for d in m.distributions()}
+found, wrong = [], []
+for spec in wanted:
+    name, _, version = spec.partition("==")
+    dist = installed.get(norm(name))
+    if dist is None or dist.version != version:
+        if every:
+            wrong.append(f"{spec} (installed: {dist.version if dist else 'none'})")
+        continue
+    text = dist.read_text("sboms/wheelmill.cdx.json")
+    try:
+        ok = text is not None and json.loads(text).get("bomFormat") == "CycloneDX"
+    except ValueError:
+        ok = False
+    (found if ok else wrong).append(spec if ok else f"{spec} (no CycloneDX sboms/wheelmill.cdx.json in its .dist-info)")
+if wrong:
+    print("sboms: missing: " + "; ".join(wrong), flush=True)
+    sys.exit(1)
+print(f"sboms: {len(found)} wheel(s) built here carry sboms/wheelmill.cdx.json: {' '.join(found) or 'none installed'}")
 """
 EXTENSION = {
     "setup.py": """from setuptools import setup
@@ -153,6 +182,13 @@ class Smoke:
             )
         self.say(f"constraint: pip install torch=={other} refused by /etc/pip/constraint.txt (torch=={torch})")
         self.say("wheelmill-doctor: " + _line(self._run("a/doctor", ["wheelmill-doctor"]), "summary:"))
+
+    def sboms(self, built: Sequence[str], *, every: bool) -> None:
+        """Each wheel built here (``name==version``) that the image installed has its SBOM in
+        its installed ``.dist-info`` (``every``: each must be installed, as in an extras
+        image); one without fails the tier with a line naming it."""
+        out = self._run("a/sboms", ["python", str(SMOKE / "sboms.py"), "--every" if every else "--installed", *built])
+        self.say(_line(out, "sboms:"))
 
     def standalone(self) -> None:
         argv = ["torchrun", "--standalone", "--nnodes=1", "--nproc-per-node=2", str(SMOKE / "allreduce.py")]
@@ -265,6 +301,7 @@ def _write_files(directory: Path) -> None:
     (directory / "allreduce.py").write_text(ALLREDUCE, encoding="utf-8")
     (directory / "imports.py").write_text(IMPORTS, encoding="utf-8")
     (directory / "nccl.py").write_text(NCCL, encoding="utf-8")
+    (directory / "sboms.py").write_text(SBOMS, encoding="utf-8")
     (directory / "ext").mkdir()
     for name, text in EXTENSION.items():
         (directory / "ext" / name).write_text(text, encoding="utf-8")

@@ -3,6 +3,8 @@ of writers on any number of machines at once, with no lock of wheelmill's own:
 
     blobs/sha256/<hex>/<filename>                        a file's bytes, once for every channel
     blobs/sha256/<hex>/<filename>.metadata               its core metadata (PEP 658)
+    blobs/sha256/<hex>/<filename>.intoto.jsonl           a signed provenance of a file of that name
+                                                         (<hex>: the provenance's own sha256)
     <channel>/entries/<project>/<filename>/built.json    the listing of a file built here,
                                                          or mirrored.json: one mirrored; made once
     <channel>/entries/<project>/<filename>/keys/<key>    a build key it answers for; made once
@@ -55,9 +57,11 @@ from wheelmill.index.store import (
     now_rfc3339,
 )
 from wheelmill.machine.net import sha256_of
+from wheelmill.provenance.statement import SUFFIX as PROVENANCE
 
 BUILT, MIRRORED, KEYS, YANKED = "built.json", "mirrored.json", "keys", "yanked"
 IMMUTABLE = "public, max-age=31536000, immutable"
+_IMMUTABLE_BYTES = Headers(content_type="application/octet-stream", cache_control=IMMUTABLE)
 T = TypeVar("T")
 RENDER_TRIES = 30  # renders of one page that another writer's change may interrupt
 READERS = 16  # objects read at once where a render or a check meets many
@@ -159,7 +163,7 @@ def _parsed(found: Stored, parse: Callable[[str], T], where: str) -> T:
         ) from None
 
 
-def entry_bytes(project: str, entry: FileEntry) -> bytes:
+def entry_bytes(project: str, entry: FileEntry, *, provenance: str | None = None) -> bytes:
     """What an entry object holds: the file's listing, but for what other objects say (its
     build keys, its yank) and where its bytes are (the channel's to say)."""
     data = {
@@ -175,6 +179,8 @@ def entry_bytes(project: str, entry: FileEntry) -> bytes:
         "gpu-archs": entry.gpu_archs,
         "abi": entry.abi,
     }
+    if provenance is not None:  # the sha256 of its blob: where it is depends on the channel's depth
+        data["provenance-sha256"] = provenance
     return (json.dumps(data, indent=1) + "\n").encode()
 
 
@@ -192,6 +198,12 @@ def entry_of(data: bytes) -> FileEntry:
         gpu_archs=found["gpu-archs"],
         abi=found["abi"],
     )
+
+
+def provenance_sha256(data: bytes) -> str | None:
+    """The sha256 of the provenance an entry object names; None: it names none."""
+    found = json.loads(data).get("provenance-sha256")
+    return None if found is None else str(found)
 
 
 def _read_all(storage: Storage, keys: Sequence[str]) -> dict[str, Stored | None]:
@@ -217,7 +229,7 @@ def _assembled(
     files = []
     for name, kind in kinds.items():
         found = known[name] if trusted(name) else read.get(f"{channel.entries(project, name)}{kind}")
-        base = entry_of(found.data) if isinstance(found, Stored) else found
+        base = _read_entry(channel, name, found.data) if isinstance(found, Stored) else found
         if base is None:  # removed since the listing
             continue
         yank = read.get(f"{channel.entries(project, name)}{YANKED}")
@@ -232,6 +244,12 @@ def _assembled(
     built_here = any(f.built for f in files)
     kept = [f for f in files if f.built or not built_here]  # built beats mirrored
     return tuple(sorted(kept, key=lambda f: (f.upload_time, f.filename)))
+
+
+def _read_entry(channel: ObjectChannel, filename: str, data: bytes) -> FileEntry:
+    provenance = provenance_sha256(data)
+    href = None if provenance is None else channel.href(provenance, f"{filename}{PROVENANCE}")
+    return replace(entry_of(data), provenance=href)
 
 
 def _put_page(storage: Storage, key: str, now: Stored | None, data: bytes, headers: Headers) -> bool:
@@ -329,10 +347,12 @@ def publish(
     mirrored_from: str | None = None,
     sha256: str | None = None,
     build_key: str | None = None,
+    provenance: bytes | None = None,
 ) -> Published:
     """Add ``wheel`` to ``channel``: the same rules as the tree's ``store.publish`` (immutable
     files, built beats mirrored, build keys learnt), as objects: the bytes, the entry, the
-    pages, each made once or swapped, never locked."""
+    pages, each made once or swapped, never locked. The provenance goes with the entry
+    (made once: an entry listed without one keeps having none)."""
     info = agreeing(wheel)
     sha256 = sha256 or sha256_of(wheel)
     kind = MIRRORED if mirrored_from is not None else BUILT
@@ -359,7 +379,9 @@ def publish(
         gpu_archs=gpu_archs(info) if kind == BUILT else None,
         abi=abi_of_wheel(wheel) if kind == BUILT else None,
     )
-    made = kind not in there.kinds and _store(channel, wheel, info.metadata, project=info.name, entry=entry, kind=kind)
+    made = kind not in there.kinds and _store(
+        channel, wheel, info.metadata, project=info.name, entry=entry, kind=kind, provenance=provenance
+    )
     learnt = build_key is not None and build_key not in there.keys
     if learnt and build_key is not None:
         channel.storage.create(f"{channel.entries(info.name, wheel.name)}{KEYS}/{build_key}", b"")
@@ -380,21 +402,51 @@ def _same_bytes(channel: ObjectChannel, project: str, filename: str, kind: str, 
         )
 
 
-def _store(channel: ObjectChannel, wheel: Path, metadata: bytes, *, project: str, entry: FileEntry, kind: str) -> bool:
-    """The bytes and the sidecar (each once, wherever other channels have them already), then
+def _store(
+    channel: ObjectChannel,
+    wheel: Path,
+    metadata: bytes,
+    *,
+    project: str,
+    entry: FileEntry,
+    kind: str,
+    provenance: bytes | None = None,
+) -> bool:
+    """The bytes and the sidecars (each once, wherever other channels have them already), then
     the entry; False where another writer made the same entry first."""
     blob = blob_key(entry.sha256, wheel.name)
     there = set(channel.storage.keys_under(blob.rpartition("/")[0] + "/"))
-    immutable = Headers(content_type="application/octet-stream", cache_control=IMMUTABLE)
     if blob not in there:
-        channel.storage.create(blob, wheel, headers=immutable)
+        channel.storage.create(blob, wheel, headers=_IMMUTABLE_BYTES)
     if f"{blob}.metadata" not in there:
-        channel.storage.create(f"{blob}.metadata", metadata, headers=immutable)
+        channel.storage.create(f"{blob}.metadata", metadata, headers=_IMMUTABLE_BYTES)
     key = f"{channel.entries(project, wheel.name)}{kind}"
-    if channel.storage.create(key, entry_bytes(project, entry)):
+    if channel.storage.create(
+        key, entry_bytes(project, entry, provenance=_put_provenance(channel, wheel.name, provenance))
+    ):
         return True
     _same_bytes(channel, project, wheel.name, kind, entry.sha256)  # a racing writer's: the same bytes, or refused
     return False
+
+
+def _put_provenance(channel: ObjectChannel, filename: str, provenance: bytes | None) -> str | None:
+    """A provenance as a blob of its own bytes (before the entry that names it); its sha256."""
+    if provenance is None:
+        return None
+    sha256 = hashlib.sha256(provenance).hexdigest()
+    key = blob_key(sha256, f"{filename}{PROVENANCE}")
+    if channel.storage.get(key) is None:
+        channel.storage.create(key, provenance, headers=_IMMUTABLE_BYTES)
+    return sha256
+
+
+def provenance_of(channel: ObjectChannel, entry: FileEntry) -> bytes | None:
+    """The provenance a listed file's entry names; None where it names none."""
+    if entry.provenance is None:
+        return None
+    sha256 = entry.provenance.rsplit("/", 2)[-2]
+    found = channel.storage.get(blob_key(sha256, f"{entry.filename}{PROVENANCE}"))
+    return None if found is None else found.data
 
 
 def _built_here(channel: ObjectChannel, project: str) -> bool:
@@ -589,10 +641,14 @@ def _stored_problems(channel: ObjectChannel, entry: FileEntry, *, hashes: bool) 
     return []
 
 
-def promote_file(source: ObjectChannel, target: ObjectChannel, project: str, filename: str) -> Published:
+def promote_file(
+    source: ObjectChannel, target: ObjectChannel, project: str, filename: str, *, provenance: bytes | None = None
+) -> Published:
     """A file of ``source`` listed in ``target`` too, as the same bytes: its entry copied
     server-side (the blob is the same object; no byte passes through this machine), then the
-    target's pages. A mirrored file is not added where the target has the project built."""
+    target's pages; with ``provenance`` (the source's, and a promotion's statement after it),
+    its entry written anew to name it. A mirrored file is not added where the target has the
+    project built."""
     kind = source.listing(project).get(filename, Listed()).kind
     if kind is None:
         raise IndexStoreError(
@@ -610,8 +666,19 @@ def promote_file(source: ObjectChannel, target: ObjectChannel, project: str, fil
         _same_bytes(target, project, filename, there.kind, sha256)
     if kind == MIRRORED and any(listed.kind == BUILT for listed in listing.values()):
         return done(PublishOutcome.BUILT_HERE)
-    made = kind not in there.kinds and target.storage.copy(
-        f"{source.entries(project, filename)}{kind}", f"{target.entries(project, filename)}{kind}"
-    )
+    made = kind not in there.kinds and _copy_entry(source, target, project, filename, kind=kind, provenance=provenance)
     _listed(target, project)
     return done(PublishOutcome.ADDED if made else PublishOutcome.UNCHANGED)
+
+
+def _copy_entry(
+    source: ObjectChannel, target: ObjectChannel, project: str, filename: str, *, kind: str, provenance: bytes | None
+) -> bool:
+    at, to = f"{source.entries(project, filename)}{kind}", f"{target.entries(project, filename)}{kind}"
+    if provenance is None:
+        return target.storage.copy(at, to)
+    found = source.storage.get(at)
+    if found is None:
+        return False
+    sha256 = _put_provenance(target, filename, provenance)
+    return target.storage.create(to, entry_bytes(project, entry_of(found.data), provenance=sha256))

@@ -12,7 +12,9 @@ A wheel wheelmill built shows the GPU archs it carries (its ``gpu-archs.json``:
 ``data-gpu-archs`` on the link; the ABI its libraries keep to (``wheelmill.wheel.abi``:
 ``python limited>=3.9; torch stable>=2.10.0``), ``_abi`` and ``data-abi``; and the build keys it was built for
 (``wheelmill.planning.buildkey``: a hash of every input of its build, so a build whose key
-is listed here need not run), ``_build-keys`` in the JSON, ``data-build-keys`` on the link.
+is listed here need not run), ``_build-keys`` in the JSON, ``data-build-keys`` on the link;
+and where its signed provenance is (``wheelmill.provenance``), ``_provenance`` and
+``data-provenance``: installers that know nothing of it read past it.
 A page written before there was such a key reads back without it. File URLs are relative
 and percent-encoded, so ``+`` in a local version label reaches the file on servers that
 read ``+`` as a space (S3).
@@ -55,6 +57,9 @@ class FileEntry:
     # Where the file is, relative to its project page; None: the tree's channel's own files
     # (``../../files/<filename>``). An object store's channel names its content-addressed blob.
     href: str | None = None
+    # Its signed provenance (DSSE envelopes, one a line: wheelmill.provenance), relative to the
+    # project page like ``url``; None: none was published with it.
+    provenance: str | None = None
 
     @property
     def built(self) -> bool:
@@ -88,6 +93,8 @@ class FileEntry:
             data["_abi"] = self.abi
         if self.build_keys:
             data["_build-keys"] = list(self.build_keys)
+        if self.provenance is not None:
+            data["_provenance"] = self.provenance
         return data
 
     @classmethod
@@ -108,6 +115,7 @@ class FileEntry:
             abi=data.get("_abi"),
             build_keys=tuple(data.get("_build-keys", ())),
             href=None if data["url"] == cls.files_url(data["filename"]) else data["url"],
+            provenance=data.get("_provenance"),
         )
 
 
@@ -167,6 +175,8 @@ def _link(f: FileEntry) -> str:
         attrs.append(f'data-abi="{html.escape(f.abi)}"')
     if f.build_keys:
         attrs.append(f'data-build-keys="{" ".join(f.build_keys)}"')
+    if f.provenance is not None:
+        attrs.append(f'data-provenance="{html.escape(f.provenance)}"')
     return f"<a {' '.join(attrs)}>{html.escape(f.filename)}</a><br>"
 
 

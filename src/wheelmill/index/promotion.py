@@ -15,11 +15,14 @@ anew.
 
 from __future__ import annotations
 
+import json
 import tempfile
 import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Protocol
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
@@ -31,11 +34,13 @@ from wheelmill.index import objects
 from wheelmill.index.objects import ObjectChannel
 from wheelmill.index.pages import FileEntry
 from wheelmill.index.records import GpuRecord, Manifest, ReleasedFile, find_manifest, manifests, record
-from wheelmill.index.roots import AnyChannel, Index, copy_file, file_of, publish
+from wheelmill.index.roots import AnyChannel, Index, copy_file, file_of, provenance_of, publish
 from wheelmill.index.storage import Storage
 from wheelmill.index.store import Channel, Published
 from wheelmill.inputs.versions import Track, VersionRule
 from wheelmill.machine.net import sha256_of
+from wheelmill.provenance.signing import SigningKey, envelope_line, sign_envelope
+from wheelmill.provenance.statement import promotion_statement, this_run
 from wheelmill.wheel.wheelfile import read_wheel, rewrite_metadata
 
 
@@ -128,11 +133,13 @@ def promote(
     commit: str | None = None,
     tag: str | None = None,
     on_file: Callable[[Published], None],
+    signer: Signer | None = None,
 ) -> Manifest:
     """Copy a release's files from one track's channels to another's, re-verified; the
     repo's files get ``version`` stamped in when it differs from theirs. ``commit``: promote
     only what was released from it. Into the release track, promotion waits for the GPU stage
-    the origin's own record asks for (``gpu_gate``): no caller can leave it out."""
+    the origin's own record asks for (``gpu_gate``): no caller can leave it out. A built file's
+    provenance goes with it, with ``signer``'s statement of the promotion after the build's."""
     if source == target:
         raise ReleaseError(
             f"promote: --from and --to are both {source}",
@@ -165,6 +172,7 @@ def promote(
                 renamed=renamed,
                 version=version,
                 renames=renames,
+                signer=signer,
             )
             on_file(done)
             files.append(replace(entry, channel=channel.name, filename=done.filename, sha256=sha256))
@@ -193,16 +201,52 @@ def _promote_file(
     renamed: bool,
     version: str,
     renames: Mapping[str, str],
+    signer: Signer | None = None,
 ) -> tuple[Published, str]:
     """One checked file into the target track's channel, and the sha256 it is listed with
     there: re-stamped where it carries the repo's version, else the same bytes (on an object
-    store, its entry copied server-side)."""
+    store, its entry copied server-side); its provenance with the promotion's statement."""
+    built = provenance_of(source, entry) if entry.built else None
+
+    def attested(filename: str, sha256: str) -> bytes | None:
+        if built is None or signer is None:
+            return built
+        return built + signer(source=source.name, entry=entry, target=target.name, filename=filename, sha256=sha256)
+
     if not renamed:
-        return copy_file(source, target, entry, scratch), entry.sha256
+        return copy_file(
+            source, target, entry, scratch, provenance=attested(entry.filename, entry.sha256)
+        ), entry.sha256
     with file_of(source, entry, scratch) as wheel:
         assert wheel is not None  # verified
         stamped = restamp(wheel, scratch, version=version, renames=renames)
-        return publish(target, stamped), sha256_of(stamped)
+        sha256 = sha256_of(stamped)
+        return publish(target, stamped, provenance=attested(stamped.name, sha256)), sha256
+
+
+class Signer(Protocol):
+    """Signs the statement of one file's promotion: an envelope's line (``wheelmill.provenance``)."""
+
+    def __call__(self, *, source: str, entry: FileEntry, target: str, filename: str, sha256: str) -> bytes: ...
+
+
+def signer_of(key: SigningKey, *, ci_run: str | None) -> Signer:
+    """A ``Signer`` with ``key``, for a promotion starting now (by ``ci_run``, or this machine)."""
+    started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def sign(*, source: str, entry: FileEntry, target: str, filename: str, sha256: str) -> bytes:
+        statement = promotion_statement(
+            filename=filename,
+            sha256=sha256,
+            source_channel=source,
+            source=entry.filename,
+            source_sha256=entry.sha256,
+            target_channel=target,
+            run=this_run(ci_run=ci_run, started=started),
+        )
+        return envelope_line(sign_envelope(json.dumps(statement, sort_keys=True).encode(), key)).encode()
+
+    return sign
 
 
 def promote_mirrored(source: AnyChannel, target: AnyChannel, *, on_file: Callable[[Published], None]) -> None:

@@ -11,6 +11,7 @@ published (``Served``), and records it as its own.
 
 from __future__ import annotations
 
+import base64
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from wheelmill.errors import IntegrityError, ReleaseError
+from wheelmill.errors import IntegrityError, ReleaseError, SignatureError
 from wheelmill.index.pages import Project
 from wheelmill.index.records import (
     Manifest,
@@ -40,6 +41,9 @@ from wheelmill.output.report import (
     found_beside,
     load_report,
 )
+from wheelmill.provenance.signing import read_envelopes
+from wheelmill.provenance.statement import SUFFIX as PROVENANCE
+from wheelmill.provenance.statement import Statement, read_statement
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,6 +172,39 @@ def _built_wheel(layout: CellLayout, built: BuiltCell, recipe: RecipeRecord, whe
         sha256=wheel.sha256,
         key=built.facts.get("build_keys", {}).get(recipe.name),
     )
+
+
+def refuse_unattested(wheels: Sequence[BuiltWheel], *, required: bool) -> None:
+    """Before anything is published: a wheel whose provenance says it was built from a dirty
+    tree is refused (a released version names one commit, and a dirty tree is not one); and
+    where signatures are required, a wheel built here without a provenance beside it."""
+    for wheel in wheels:
+        if wheel.path is None:  # another job published it, and refused it there if it had to
+            continue
+        beside = wheel.path.with_name(wheel.path.name + PROVENANCE)
+        if not beside.is_file():
+            if required:
+                raise SignatureError(
+                    f"{wheel.name}: no signed provenance beside it, and WHEELMILL_SIGNATURES is required",
+                    fix=f"build cell {wheel.cell} again with WHEELMILL_SIGNING_KEY set",
+                )
+            continue
+        statement = first_statement(beside)
+        if statement is not None and statement.dirty:
+            raise ReleaseError(
+                f"{wheel.name}: its provenance says cell {wheel.cell} was built from a dirty tree",
+                fix="commit the changes, then build the cell again from the clean tree",
+            )
+
+
+def first_statement(provenance: Path) -> Statement | None:
+    """The build's statement of a provenance file, unverified (what it claims, for a check
+    that refuses; ``wheelmill verify`` is what proves it); None where it cannot be read."""
+    try:
+        envelopes = read_envelopes(provenance.read_text(encoding="utf-8"), source=str(provenance))
+        return read_statement(base64.b64decode(envelopes[0]["payload"]), source=str(provenance)) if envelopes else None
+    except (SignatureError, ValueError, KeyError, OSError):
+        return None
 
 
 def publish_release(

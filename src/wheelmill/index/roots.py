@@ -20,6 +20,7 @@ from wheelmill.index.pages import FileEntry
 from wheelmill.index.storage import Storage, TreeStorage
 from wheelmill.index.store import Channel, Published
 from wheelmill.index.verify import verify
+from wheelmill.provenance.statement import SUFFIX as PROVENANCE
 from wheelmill.settings import Settings
 
 AnyChannel = Channel | ObjectChannel
@@ -66,11 +67,25 @@ class Index:
         return sorted(n for n in (*top, *tracks) if self.channel(n).exists())
 
 
-def publish(channel: AnyChannel, wheel: Path, **given: str | None) -> Published:
-    """``store.publish`` or ``objects.publish``: the same rules, on a tree or as objects."""
+def publish(channel: AnyChannel, wheel: Path, *, provenance: bytes | None = None, **given: str | None) -> Published:
+    """``store.publish`` or ``objects.publish``: the same rules, on a tree or as objects. A
+    built wheel's provenance is the one given, else the one beside it (``<wheel>.intoto.jsonl``,
+    as a build delivers it into dist/)."""
+    if provenance is None and given.get("mirrored_from") is None:
+        beside = wheel.with_name(wheel.name + PROVENANCE)
+        provenance = beside.read_bytes() if beside.is_file() else None
     if isinstance(channel, ObjectChannel):
-        return objects.publish(channel, wheel, **given)
-    return store.publish(channel, wheel, **given)
+        return objects.publish(channel, wheel, provenance=provenance, **given)
+    return store.publish(channel, wheel, provenance=provenance, **given)
+
+
+def provenance_of(channel: AnyChannel, entry: FileEntry) -> bytes | None:
+    """The signed provenance a listed file's entry names (its envelopes, one a line); None
+    where it names none, or it is gone."""
+    if isinstance(channel, ObjectChannel):
+        return objects.provenance_of(channel, entry)
+    path = channel.files / f"{entry.filename}{PROVENANCE}"
+    return path.read_bytes() if entry.provenance is not None and path.is_file() else None
 
 
 def set_yanked(channel: AnyChannel, project: str, version: str, reason: str | None) -> list[str]:
@@ -91,13 +106,19 @@ def problems(channel: AnyChannel, *, hashes: bool = True) -> list[str]:
     return verify(channel, hashes=hashes)
 
 
-def copy_file(source: AnyChannel, target: AnyChannel, entry: FileEntry, scratch: Path) -> Published:
+def copy_file(
+    source: AnyChannel, target: AnyChannel, entry: FileEntry, scratch: Path, *, provenance: bytes | None = None
+) -> Published:
     """A listed file of ``source`` listed in ``target`` too, the same bytes: between two
     object channels its entry copied server-side (no byte through this machine), else
-    published from the source's file."""
-    if isinstance(source, ObjectChannel) and isinstance(target, ObjectChannel):
+    published from the source's file. Its provenance goes with it: ``provenance`` where
+    given (the source's with a promotion's statement after it), else the source's."""
+    if isinstance(source, ObjectChannel) and isinstance(target, ObjectChannel):  # the entry names the source's
         project = entry.filename.split("-", 1)[0]
-        return objects.promote_file(source, target, str(canonicalize_name(project)), entry.filename)
+        return objects.promote_file(
+            source, target, str(canonicalize_name(project)), entry.filename, provenance=provenance
+        )
+    provenance = provenance or provenance_of(source, entry)
     with file_of(source, entry, scratch) as wheel:
         if wheel is None:
             raise IndexStoreError(
@@ -105,7 +126,7 @@ def copy_file(source: AnyChannel, target: AnyChannel, entry: FileEntry, scratch:
                 fix="`wheelmill index verify` says what is missing; publish it again",
             )
         if entry.built:
-            return publish(target, wheel, sha256=entry.sha256)
+            return publish(target, wheel, sha256=entry.sha256, provenance=provenance)
         return publish(
             target, wheel, upload_time=entry.upload_time, mirrored_from=entry.mirrored_from, sha256=entry.sha256
         )

@@ -3,6 +3,7 @@
     <root>/<channel>/simple/index.html, index.json            the project list
     <root>/<channel>/simple/<project>/index.html, index.json  a project's files
     <root>/<channel>/files/<wheel>, <wheel>.metadata          immutable files
+    <root>/<channel>/files/<wheel>.intoto.jsonl               its signed provenance, where it has one
 
 Published files are immutable: the same bytes again is a no-op, other bytes under a
 published name are refused. A file's bytes are kept once, in the content-addressed store
@@ -16,7 +17,9 @@ next publish of it lists). A publish touches its own project's pages, and the pr
 only when the project is new. A built wheel's listing carries the GPU archs its
 ``gpu-archs.json`` records (``wheelmill.inputs.archs.ArchRecord``), and the build keys it
 was built for (``wheelmill.planning.buildkey``): the same bytes published again for
-another key add the key to the listing, and the file stays as it is.
+another key add the key to the listing, and the file stays as it is. Its signed provenance
+(``wheelmill.provenance``) is written with it and listed as ``_provenance``; a file listed
+without one learns it from the next publish of the same bytes that has one.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from wheelmill.index.pages import FileEntry, Project
 from wheelmill.inputs.archs import ARCH_RECORD, ArchRecord
 from wheelmill.inputs.versions import Track
 from wheelmill.machine.net import sha256_of
+from wheelmill.provenance.statement import SUFFIX as PROVENANCE
 from wheelmill.wheel.abi import read_abi
 from wheelmill.wheel.wheelfile import WheelInfo, read_wheel
 
@@ -372,10 +376,12 @@ def publish(
     mirrored_from: str | None = None,
     sha256: str | None = None,
     build_key: str | None = None,
+    provenance: bytes | None = None,
 ) -> Published:
     """Add ``wheel`` to ``channel``, built here (for ``build_key``) or (``mirrored_from`` an
     upstream URL) mirrored; identical bytes again are a no-op, but for a build key the
-    listing lacks, which it learns. A built wheel replaces the mirrored files of its
+    listing lacks, which it learns (and the provenance, where it has none). A built wheel
+    replaces the mirrored files of its
     project; a mirrored one is not added where the project is built. The arch record is
     wheelmill's own: only a built wheel's is read (and must be valid)."""
     info = agreeing(wheel)
@@ -397,7 +403,9 @@ def publish(
         listed = next((f for f in project.files if f.filename == wheel.name), None)
         if target.exists() and listed is not None and listed.built == (mirrored_from is None):
             if build_key is not None and build_key not in listed.build_keys:
-                _add_key(channel, project, listed, build_key)
+                listed = _add_key(channel, project, listed, build_key)
+            if provenance is not None and listed.provenance is None:
+                _add_provenance(channel, channel.project(info.name) or project, listed, provenance)
             return Published(
                 channel=channel.name, project=info.name, filename=wheel.name, outcome=PublishOutcome.UNCHANGED
             )
@@ -407,6 +415,8 @@ def publish(
         blob = blobs.put(wheel, sha256, tmp_dir=channel.tmp)
         files: dict[Path, Content] = {channel.files / f"{wheel.name}.metadata": info.metadata}
         files |= {} if target.exists() else {target: Linked(blob)}
+        if provenance is not None:
+            files[channel.files / f"{wheel.name}{PROVENANCE}"] = provenance
         entry = FileEntry(
             filename=wheel.name,
             version=str(info.version),
@@ -420,6 +430,7 @@ def publish(
             # read here, for an entry written: a no-op publish of the same bytes reads nothing
             abi=abi_of_wheel(wheel) if mirrored_from is None else None,
             build_keys=(build_key,) if build_key else (),
+            provenance=FileEntry.files_url(f"{wheel.name}{PROVENANCE}") if provenance is not None else None,
         )
         kept = tuple(f for f in project.files if f not in replaced and f.filename != wheel.name)
         try:
@@ -429,8 +440,7 @@ def publish(
                 blobs.drop(blob)
             raise
         for gone in (f for f in replaced if f.filename != wheel.name):  # the page first: no page lists a missing file
-            (channel.files / f"{gone.filename}.metadata").unlink(missing_ok=True)
-            (channel.files / gone.filename).unlink(missing_ok=True)
+            _unlink(channel, gone.filename)
     return Published(
         channel=channel.name,
         project=info.name,
@@ -440,11 +450,28 @@ def publish(
     )
 
 
-def _add_key(channel: Channel, project: Project, listed: FileEntry, key: str) -> None:
+def _add_key(channel: Channel, project: Project, listed: FileEntry, key: str) -> FileEntry:
     """Other inputs gave the same bytes (a reproducible build of an edited comment, say):
     the listing learns the key (under the lock), so the next build with it need not run."""
-    files = tuple(replace(f, build_keys=(*f.build_keys, key)) if f == listed else f for f in project.files)
-    channel.update(replace(project, files=files))
+    learnt = replace(listed, build_keys=(*listed.build_keys, key))
+    channel.update(replace(project, files=tuple(learnt if f == listed else f for f in project.files)))
+    return learnt
+
+
+def _add_provenance(channel: Channel, project: Project, listed: FileEntry, provenance: bytes) -> None:
+    """A file published before it had a provenance gets the one this publish brings: the
+    file first, then the page that names it."""
+    name = f"{listed.filename}{PROVENANCE}"
+    learnt = replace(listed, provenance=FileEntry.files_url(name))
+    files = tuple(learnt if f.filename == listed.filename else f for f in project.files)
+    channel.update(replace(project, files=files), {channel.files / name: provenance})
+
+
+def _unlink(channel: Channel, filename: str) -> None:
+    """A file no page lists any more, with its sidecars: its metadata, then its provenance."""
+    (channel.files / f"{filename}.metadata").unlink(missing_ok=True)
+    (channel.files / f"{filename}{PROVENANCE}").unlink(missing_ok=True)
+    (channel.files / filename).unlink(missing_ok=True)
 
 
 class Listing(Protocol):
@@ -510,10 +537,13 @@ def remove_files(channel: Channel, project_name: str, filenames: Collection[str]
             return []
         gone = [f for f in project.files if f.filename in filenames]
         channel.update(replace(project, files=tuple(f for f in project.files if f.filename not in filenames)))
-        for entry in gone:
-            (channel.files / f"{entry.filename}.metadata").unlink(missing_ok=True)
-            (channel.files / entry.filename).unlink(missing_ok=True)
-    return [f.filename for f in gone]
+        # and what a removal killed between its page and its unlinks left: no page lists it
+        # now, so only a removal that names it again can find it
+        listed = {f.filename for f in project.files}
+        left = sorted(name for name in filenames if name not in listed and (channel.files / name).exists())
+        for filename in [*(f.filename for f in gone), *left]:
+            _unlink(channel, filename)
+    return [f.filename for f in gone] + left
 
 
 def repair(channel: Channel) -> list[str]:
@@ -591,6 +621,7 @@ def _entry(channel: Channel, anchor: Mapping[str, str | None]) -> FileEntry | No
         gpu_archs=anchor.get("data-gpu-archs"),
         abi=anchor.get("data-abi"),
         build_keys=pages.build_keys_of(anchor.get("data-build-keys")),
+        provenance=anchor.get("data-provenance") if (channel.files / f"{filename}{PROVENANCE}").is_file() else None,
     )
 
 

@@ -122,6 +122,28 @@ def pinned_versions(lock_text: str) -> dict[str, str]:
     return out
 
 
+def locked_hashes(lock_text: str) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """``name -> (version, sha256 digests)`` of every pinned line of a hashed requirements lock.
+
+    >>> locked_hashes("torch==2.14.1+cu130 \\\\\\n    --hash=sha256:ab \\\\\\n    --hash=sha256:cd\\nnumpy==2.1.0\\n")
+    {'torch': ('2.14.1+cu130', ('ab', 'cd')), 'numpy': ('2.1.0', ())}
+    """
+    found: dict[str, tuple[str, tuple[str, ...]]] = {}
+    current: str | None = None
+    for line in lock_text.splitlines():
+        stripped = line.strip()
+        match = _PINNED.match(stripped)
+        if match:
+            current = canonicalize_name(match.group(1))
+            found[current] = (match.group(3), ())
+        elif current is not None and stripped.startswith("--hash=sha256:"):
+            version, digests = found[current]
+            found[current] = (version, (*digests, stripped.removeprefix("--hash=sha256:").rstrip(" \\")))
+        elif not line.startswith((" ", "\t")):
+            current = None
+    return found
+
+
 class EnvBackend(ABC):
     name: ClassVar[str]
 

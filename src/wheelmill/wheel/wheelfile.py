@@ -270,6 +270,15 @@ def rewrite_metadata(
     return target
 
 
+def stamped_requires(
+    info: WheelInfo, *, version: str, pins: Mapping[str, str], add: Sequence[str] = ()
+) -> tuple[str, ...]:
+    """The Requires-Dist ``rewrite_metadata`` gives the wheel: known before it is written,
+    for what is written with it (its SBOM's run-time needs)."""
+    text = _rewrite_headers(info.metadata_text, version=version, pins=pins, add=add)
+    return tuple(str(v) for v in HeaderParser().parsestr(text).get_all("Requires-Dist") or ())
+
+
 def _filename_version(filename: str) -> str:
     return filename.split("-")[1]
 

@@ -205,9 +205,9 @@ REGISTRY: tuple[StepDefinition, ...] = (
     ),
     RecipeStep(
         kind=StepKind.STAMP,
-        needs=(Built, CheckedEnv),
+        needs=(Built, CheckedEnv, BuildEnv, BuildKeys, Toolchain),
         makes=(Stamped,),
-        reads=OF_DEPENDENCIES,
+        reads=(*OF_DEPENDENCIES, Ready),
         run=build.stamp,
         describe=build.describe_stamp,
         error=BuildError,
@@ -244,9 +244,9 @@ REGISTRY: tuple[StepDefinition, ...] = (
     # takes the repaired wheel of a recipe it needs (a failed test stops it before delivery).
     RecipeStep(
         kind=StepKind.INSTALL_TEST,
-        needs=(BuildEnv, Fetched, Repaired, ShippedAbi, Sources, Toolchain),
+        needs=(BuildEnv, BuildKeys, Fetched, Repaired, ShippedAbi, Sources, Toolchain),
         makes=(WheelRecord,),
-        reads=(WheelRecord,),
+        reads=(WheelRecord, Stamped),
         run=install.install_test,
         describe=install.describe,
         error=InstallTestError,

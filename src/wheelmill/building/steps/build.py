@@ -31,6 +31,7 @@ from wheelmill.building.compiler_cache import (
 from wheelmill.building.context import Outcome, StepContext
 from wheelmill.building.products import BuildEnv, Built, CheckedEnv, Fetched, Repaired, Sources, Stamped
 from wheelmill.building.report import Done
+from wheelmill.building.steps.provenance import build_record
 from wheelmill.checks import CheckResult
 from wheelmill.checks.device import carries_device_code
 from wheelmill.config import format_size
@@ -43,8 +44,9 @@ from wheelmill.machine.process import base_environment
 from wheelmill.machine.toolchain import Toolkit
 from wheelmill.output.report import WheelRecord
 from wheelmill.planning.spec import CellPlan, RecipeSpec
+from wheelmill.provenance.sbom import SBOM_FILE, sbom_bytes
 from wheelmill.wheel.elf import ElfSummary
-from wheelmill.wheel.wheelfile import inspect_wheel, read_wheel, rewrite_metadata
+from wheelmill.wheel.wheelfile import inspect_wheel, read_wheel, rewrite_metadata, stamped_requires
 
 
 def wheel_of(done: Done, recipe: str) -> Path:
@@ -393,6 +395,8 @@ def _install_dependencies(ctx: StepContext, spec: RecipeSpec) -> None:
 
 
 def stamp(ctx: StepContext, spec: RecipeSpec) -> Outcome:
+    """The wheel as published: its version, exact pins and added requirements, its arch
+    record, and its SBOM (PEP 770), written before its RECORD: the same inputs, the same bytes."""
     built = ctx.done.get(Built, spec.name).wheel
     info = read_wheel(built)
     version = spec.version.stamp(str(info.version))
@@ -402,17 +406,27 @@ def stamp(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     record = inspect_wheel(built, lambda _root, elves: arch_record(spec, elves))
     out = ctx.run.layout.build / spec.name / "stamped"
     out.mkdir(parents=True, exist_ok=True)
+    final = version or str(info.version)
+    made = build_record(
+        ctx, spec, project=info.name, version=final, requires=stamped_requires(info, version=final, pins=pins, add=add)
+    )
     stamped = rewrite_metadata(
-        built, out, version=version, pins=pins, add=add, dist_files={ARCH_RECORD: record.to_bytes()}
+        built,
+        out,
+        version=version,
+        pins=pins,
+        add=add,
+        dist_files={ARCH_RECORD: record.to_bytes(), SBOM_FILE: sbom_bytes(made)},
     )
     changes = (
         ([f"version {info.version} -> {version}"] if version else []) + [f"{k}=={v}" for k, v in pins.items()] + add
     )
     changes.append(f"{ARCH_RECORD} {record.describe()}")
-    ctx.log.note(f"{built.name} -> {stamped.name}: {', '.join(changes) or 'no change'}")
+    changes.append(f"{SBOM_FILE} ({len(made.toolkit_packages) + 1 + bool(made.torch)} inputs by digest)")
+    ctx.log.note(f"{built.name} -> {stamped.name}: {', '.join(changes)}")
     return Outcome(
-        checks=[CheckResult.passed("metadata", f"{stamped.name}: " + (", ".join(changes) or "unchanged"))],
-        made=(Stamped(wheel=stamped),),
+        checks=[CheckResult.passed("metadata", f"{stamped.name}: " + ", ".join(changes))],
+        made=(Stamped(wheel=stamped, record=made),),
     )
 
 

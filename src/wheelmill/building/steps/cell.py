@@ -151,12 +151,13 @@ def toolchain_checks(ctx: StepContext) -> Outcome:
 
 
 def _toolchain(runner: Runner, cell: Cell) -> tuple[list[CheckResult], Toolchain | None]:
-    (python_check, python), compiler, (toolkit_check, toolkit) = (
+    (python_check, python), (compiler_check, compiler), (toolkit_check, toolkit) = (
         _python(runner, cell.python),
         _compiler(runner),
         _toolkit(runner, cell),
     )
-    return [python_check, compiler, toolkit_check], Toolchain(python=python, toolkit=toolkit) if python else None
+    made = Toolchain(python=python, toolkit=toolkit, compiler=compiler) if python else None
+    return [python_check, compiler_check, toolkit_check], made
 
 
 def _python(runner: Runner, version: str) -> tuple[CheckResult, Path | None]:
@@ -170,15 +171,16 @@ def _python(runner: Runner, version: str) -> tuple[CheckResult, Path | None]:
     ), None
 
 
-def _compiler(runner: Runner) -> CheckResult:
+def _compiler(runner: Runner) -> tuple[CheckResult, str | None]:
+    """The check, and the compiler as the SBOM names it (``g++ 12.2.0``)."""
     found = find_compiler(runner)
     if isinstance(found, Found):
-        return CheckResult.passed("compiler", f"{found.path} {found.version}")
+        return CheckResult.passed("compiler", f"{found.path} {found.version}"), f"{found.path.name} {found.version}"
     return CheckResult.failed(
         "compiler",
         f"no C++ compiler ({'; '.join(found.looked)})",
         "install g++ (Debian: apt-get install g++) or set CXX",
-    )
+    ), None
 
 
 def _toolkit(runner: Runner, cell: Cell) -> tuple[CheckResult, Toolkit | None]:

@@ -19,15 +19,17 @@ from wheelmill.building.context import Outcome, StepContext
 from wheelmill.building.products import BuildEnv, Fetched, Repaired, ShippedAbi, Sources, Toolchain
 from wheelmill.building.steps.build import fill
 from wheelmill.building.steps.cell import keep_bytecode, lend_bytecode
+from wheelmill.building.steps.provenance import attest
 from wheelmill.checks import CheckResult, Verdict
 from wheelmill.checks.tally import tally
 from wheelmill.errors import CommandFailed, InstallTestError
-from wheelmill.files import Linked, write_all
+from wheelmill.files import Content, Linked, write_all
 from wheelmill.machine.envs import Env, constraints_from_lock
 from wheelmill.machine.probes import IMPORTS, MARK, joined, parse
 from wheelmill.machine.process import StepLog, base_environment
 from wheelmill.output.report import WheelRecord
 from wheelmill.planning.spec import CellPlan, RecipeSpec
+from wheelmill.provenance.statement import SUFFIX as PROVENANCE
 from wheelmill.settings import InstallTests
 from wheelmill.wheel.wheelfile import read_wheel
 
@@ -40,7 +42,7 @@ def install_test(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     # The import probe's interpreter runs the smoke command after its checks where it can:
     # one import of torch (seconds of CPU) where two interpreters would each make one.
     results = _probe(ctx, spec, env, ctx.log, then=then) if then else _beside(ctx, spec, env, smoke)
-    delivered = deliver(ctx.run.layout.dist, wheel)
+    delivered = deliver(ctx.run.layout.dist, wheel, provenance=attest(ctx, spec, wheel))
     keep_bytecode(ctx, env, "of the test env kept, for the next envs")
     shutil.rmtree(env.root, ignore_errors=True)
     abi = ctx.done.get(ShippedAbi, spec.name).text
@@ -190,15 +192,22 @@ def _smoke_failed(spec: RecipeSpec, failed: CommandFailed) -> InstallTestError:
     )
 
 
-def deliver(dist: Path, wheel: Path, *, link: bool = False) -> Path:
-    """Copy the tested wheel into dist/ (``link``: hard-link a published, immutable one),
-    replacing older wheels of the same project."""
+def deliver(dist: Path, wheel: Path, *, link: bool = False, provenance: bytes | None = None) -> Path:
+    """Copy the tested wheel into dist/ (``link``: hard-link a published, immutable one), with
+    its signed provenance beside it where it has one (``<wheel>.intoto.jsonl``, which a
+    release publishes with it), replacing older wheels of the same project and theirs."""
     dist.mkdir(parents=True, exist_ok=True)
     name = canonicalize_name(read_wheel(wheel).name)
     for old in dist.glob("*.whl"):
         if old.name != wheel.name and canonicalize_name(old.name.split("-", 1)[0]) == name:
+            old.with_name(old.name + PROVENANCE).unlink(missing_ok=True)
             old.unlink()
-    write_all({dist / wheel.name: Linked(wheel) if link else wheel})
+    beside = dist / f"{wheel.name}{PROVENANCE}"
+    beside.unlink(missing_ok=True)  # a provenance of other bytes of that name must not outlive them
+    files: dict[Path, Content] = {dist / wheel.name: Linked(wheel) if link else wheel}
+    if provenance is not None:
+        files[beside] = provenance
+    write_all(files)
     return dist / wheel.name
 
 

@@ -12,6 +12,8 @@ too: a job that publishes elsewhere afterwards builds nothing that was published
 
 from __future__ import annotations
 
+import tempfile
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,10 +31,11 @@ from wheelmill.files import Linked, write_all
 from wheelmill.index.pages import FileEntry
 from wheelmill.index.served import ServedChannel
 from wheelmill.index.store import Channel, built_by_key
-from wheelmill.machine.net import download
+from wheelmill.machine.net import download, fetch_unchecked
 from wheelmill.machine.toolchain import Found, find_compiler
 from wheelmill.planning.buildkey import BuildKey, build_keys, host_identity, image_identity
 from wheelmill.planning.spec import CellPlan, RecipeSpec
+from wheelmill.provenance.statement import SUFFIX as PROVENANCE
 from wheelmill.retry import TransientError, with_retries
 from wheelmill.wheel.wheelfile import read_wheel
 
@@ -49,6 +52,7 @@ class Listed:
     file: Path | None = None  # the local channel's file
     url: str | None = None  # else the served channel's, fetched and checked against entry.sha256
     served_from: str | None = None  # the served channel's address, for the report
+    provenance_url: str | None = None  # the served channel's provenance of it, where its page names one
 
     def into(self, ctx: StepContext, target: Path) -> Path:
         """The wheel at ``target``: linked from the local channel (the published bytes), or
@@ -66,6 +70,21 @@ class Listed:
         )
         ctx.log.note(f"fetched {self.entry.filename} from {url} (sha256 {self.entry.sha256[:12]}... checked)")
         return target
+
+    def provenance(self) -> bytes | None:
+        """Its signed provenance, delivered with it (a release publishes it from dist/); None
+        where it has none, or the served one cannot be read (the publish step says so)."""
+        if self.file is not None:
+            beside = self.file.with_name(self.file.name + PROVENANCE)
+            return beside.read_bytes() if self.entry.provenance is not None and beside.is_file() else None
+        if self.provenance_url is None:
+            return None
+        with tempfile.TemporaryDirectory(prefix="wheelmill-provenance-") as scratch:
+            try:
+                fetch_unchecked(self.provenance_url, Path(scratch) / "provenance")
+            except (FetchError, TransientError):
+                return None
+            return (Path(scratch) / "provenance").read_bytes()
 
 
 class Listings:
@@ -111,6 +130,9 @@ class Listings:
                 entry=entry,
                 url=served.file_url(project, entry),
                 served_from=served.where(),
+                provenance_url=urllib.parse.urljoin(served.project_url(project), entry.provenance)
+                if entry.provenance
+                else None,
             )
             for key, (project, entry) in found.items()
         }
@@ -198,7 +220,7 @@ def _find_served(ctx: StepContext, spec: RecipeSpec, key: BuildKey, listings: Li
             # it yet: no cell of this torch has tested it, so none is published untested with it.
             tested = spec.serving.tests_in(cell) or name != ctx.run.plan.channel or hit.file is None
             # Untested here, it is delivered now, as a published one is; tested, its test delivers it.
-            delivered = None if tested else deliver(ctx.run.layout.dist, wheel, link=True)
+            delivered = None if tested else deliver(ctx.run.layout.dist, wheel, link=True, provenance=hit.provenance())
             return ServedBuild(
                 recipe=spec.name,
                 key=key.digest,
@@ -209,6 +231,7 @@ def _find_served(ctx: StepContext, spec: RecipeSpec, key: BuildKey, listings: Li
                 tested=tested,
                 delivered=delivered,
                 served_from=hit.served_from,
+                provenance=hit.provenance(),
             )
     return None
 
@@ -220,7 +243,7 @@ def _found_published(ctx: StepContext, key: BuildKey, hit: Listed) -> PublishedB
         for r in map(Requirement, read_wheel(wheel).requires_dist)
         if r.name == "torch"
     ]
-    path = deliver(ctx.run.layout.dist, wheel, link=True)
+    path = deliver(ctx.run.layout.dist, wheel, link=True, provenance=hit.provenance())
     return PublishedBuild(
         recipe=key.recipe,
         key=key.digest,

@@ -1,7 +1,8 @@
 """The publish step: a wheel that passed everything goes into the variant's channel of the
 local index (``<output>/index`` unless WHEELMILL_INDEX_ROOT says otherwise), listed with
 its build key, so the same inputs are not built again; and, as a conda package, into the
-variant's conda channel beside it (``<index>/conda/<channel>``)."""
+variant's conda channel beside it (``<index>/conda/<channel>``). Its signed provenance
+(``wheelmill.provenance``), which the install test delivered beside it, goes with it."""
 
 from __future__ import annotations
 
@@ -16,18 +17,30 @@ from wheelmill.index.store import Channel, publish
 from wheelmill.machine.process import HostRunner, base_environment, wheelmill_command
 from wheelmill.output.report import WheelRecord
 from wheelmill.planning.spec import CellPlan, RecipeSpec
+from wheelmill.provenance.statement import SUFFIX
 
 
 def publish_step(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     channel = Channel(ctx.run.settings.index, ctx.run.plan.channel)
     key = ctx.done.get(BuildKeys).keys[spec.name].digest
     wheel = Path(ctx.done.get(WheelRecord, spec.name).path)
-    done = publish(channel, wheel, build_key=key)
+    provenance, said = _provenance(wheel)
+    done = publish(channel, wheel, build_key=key, provenance=provenance)
     ctx.log.note(f"{done.outcome}: {channel.path}/files/{done.filename}")
     replaced = f"; built beats mirrored: replaced {', '.join(done.replaced)}" if done.replaced else ""
     detail = f"{done.outcome} in channel {channel.name}: {done.filename}, build key {key[:12]}...{replaced}"
     conda = conda_package(ctx, channel.path / "files" / done.filename)
-    return Outcome(checks=[CheckResult.passed("index", detail), CheckResult.passed("conda", conda)], made=(done,))
+    checks = [CheckResult.passed("index", detail), CheckResult.passed("provenance", said)]
+    return Outcome(checks=[*checks, CheckResult.passed("conda", conda)], made=(done,))
+
+
+def _provenance(wheel: Path) -> tuple[bytes | None, str]:
+    """The signed provenance the install test delivered beside the wheel, and what the step
+    says of it."""
+    beside = wheel.with_name(wheel.name + SUFFIX)
+    if beside.is_file():
+        return beside.read_bytes(), f"{beside.name} beside it"
+    return None, "none: no signing key (set WHEELMILL_SIGNING_KEY or WHEELMILL_SIGNING_KEY_FILE)"
 
 
 def conda_package(ctx: StepContext, wheel: Path) -> str:

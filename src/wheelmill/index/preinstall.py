@@ -1,0 +1,112 @@
+"""The files an install is about to take from a channel (an image's, the GPU stage's env's),
+held to their signed provenance first (``wheelmill.index.attested``) where the team's keys
+are configured: a file that does not verify is never installed. Where no key is configured
+nothing is verified, and the caller says so in one line rather than pass in silence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+from wheelmill.errors import FetchError
+from wheelmill.index.attested import Source, verify_channel
+from wheelmill.index.pages import Project
+from wheelmill.provenance.signing import TrustedKey
+from wheelmill.provenance.verification import Failure, Verdict
+
+NOT_VERIFIED = "not verified: no trusted key"
+NO_KEY_LINE = f"provenance: {NOT_VERIFIED} (WHEELMILL_TRUSTED_KEYS)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Checked:
+    """What was held to its provenance before an install: the trusted keys' ids (none: not
+    verified) and a verdict per file, in the order they were reached."""
+
+    keys: tuple[str, ...]
+    verdicts: tuple[Verdict, ...] = ()
+    unlisted: tuple[Failure, ...] = ()  # files to install that the channel's pages do not list
+
+    @property
+    def failures(self) -> tuple[Failure, ...]:
+        return (*(f for v in self.verdicts for f in v.failures), *self.unlisted)
+
+    @property
+    def code(self) -> int:
+        """The first failure's exit code; 0 where every file verified (or none was checked)."""
+        return self.failures[0].code if self.failures else 0
+
+    @property
+    def verified(self) -> tuple[str, ...]:
+        return tuple(v.filename for v in self.verdicts if v.ok)
+
+    def line(self) -> str:
+        """The one line a command prints of it."""
+        if not self.keys:
+            return NO_KEY_LINE
+        keys = ", ".join(k[:19] + "..." for k in self.keys)
+        if not self.verdicts and not self.unlisted:
+            return f"provenance: nothing built here to verify; keys {keys}"
+        if self.failures:
+            failed, total = len(self.verdicts) - len(self.verified) + len(self.unlisted), len(self.verdicts)
+            return f"provenance: {failed} of {total + len(self.unlisted)} file(s) failed; trusted keys {keys}"
+        return f"provenance: {len(self.verified)} file(s) built here verified ({', '.join(self.verified)}); keys {keys}"
+
+    def record(self) -> dict[str, Any] | str:
+        """For a report: how many verified, and against which keys; or why none was."""
+        if not self.keys:
+            return NOT_VERIFIED
+        return {
+            "verified": len(self.verified),
+            "files": list(self.verified),
+            "keys": list(self.keys),
+            "failed": [f.line for f in self.failures],
+        }
+
+
+def verify_before_install(
+    source: Source,
+    filenames: Collection[str],
+    *,
+    trusted: tuple[TrustedKey, ...],
+    on_failure: Callable[[str], None],
+) -> Checked:
+    """Each of ``filenames`` (files built here) held to its provenance in ``source``, where
+    ``trusted`` names keys; each failure's line given to ``on_failure`` as it is reached."""
+    if not trusted:
+        return Checked(keys=())
+    wanted = frozenset(filenames)
+
+    def said(verdict: Verdict) -> None:
+        for failure in verdict.failures:
+            on_failure(failure.line)
+
+    verdicts = verify_channel(_only(source, wanted), trusted=trusted, on_verdict=said)
+    reached = {v.filename for v in verdicts}
+    unlisted = tuple(
+        Failure(
+            error=FetchError(
+                f"{name}: to be installed, but {source.name}'s pages do not list it as built here",
+                fix="publish it from its build (with its provenance) again",
+            )
+        )
+        for name in sorted(wanted - reached)
+    )
+    for failure in unlisted:
+        on_failure(failure.line)
+    return Checked(keys=tuple(k.key_id for k in trusted), verdicts=tuple(verdicts), unlisted=unlisted)
+
+
+def _only(source: Source, filenames: frozenset[str]) -> Source:
+    """``source``, its projects listing only ``filenames``: the rest of the channel is not
+    what this install takes, and is not fetched."""
+
+    def projects() -> Iterator[Project]:
+        for project in source.projects():
+            files = tuple(f for f in project.files if f.filename in filenames)
+            if files:
+                yield replace(project, files=files)
+
+    return replace(source, projects=projects)

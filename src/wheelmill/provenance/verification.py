@@ -1,0 +1,187 @@
+"""A file held to what is said of it: its sha256 to the page's, its envelopes to the team's
+keys, their statements to the file (the last names it, each before it the file it came
+from), its SBOM to the build's record, and the build key to the inputs recorded beside it.
+
+Every check runs and each failure is one line with its own exit code (the error class that
+says it), so one run names everything wrong with a file; none raises.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from wheelmill.errors import (
+    BuildKeyMismatch,
+    IntegrityError,
+    InvalidWheel,
+    SbomError,
+    SignatureError,
+    SubjectMismatch,
+    WheelmillError,
+)
+from wheelmill.machine.net import sha256_of
+from wheelmill.provenance.sbom import SBOM_FILE, sbom_differences, validate_sbom
+from wheelmill.provenance.signing import TrustedKey, open_envelope, read_envelopes
+from wheelmill.provenance.statement import Statement, chain_problems, key_digest, read_statement
+
+_REPUBLISH = "publish the file again from its build; never edit a published file"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Failure:
+    """One thing wrong with a file, as the error that says it (its class gives the code)."""
+
+    error: WheelmillError
+
+    @property
+    def code(self) -> int:
+        return self.error.exit_code
+
+    @property
+    def line(self) -> str:
+        return self.error.one_line()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """What verification found of one file."""
+
+    filename: str
+    failures: tuple[Failure, ...]
+    signed_by: tuple[str, ...] = ()  # the key ids whose signatures verified, one a statement
+    statements: int = 0
+    checked: str = ""  # what was checked, in words, for the summary
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claims:
+    """What is said of a file besides its bytes: the page's sha256 and build keys (None: not
+    listed on a page), and its provenance (None: none was found)."""
+
+    filename: str
+    sha256: str | None = None
+    build_keys: tuple[str, ...] = ()
+    provenance: bytes | None = None
+    source: str = ""  # where the provenance came from, for messages
+
+
+def verify_file(wheel: Path, claims: Claims, *, trusted: Sequence[TrustedKey]) -> Verdict:
+    """Every check of a built wheel; the failures, in the order they are checked."""
+    sha256 = sha256_of(wheel)
+    failures: list[WheelmillError] = []
+    if claims.sha256 is not None and claims.sha256 != sha256:
+        failures.append(
+            IntegrityError(
+                f"{claims.filename}: sha256 {sha256[:16]}... but its page lists {claims.sha256[:16]}...",
+                fix="the file or its page was changed after publishing; publish it again from its build",
+            )
+        )
+    if claims.provenance is None:
+        failures.append(
+            SignatureError(
+                f"{claims.filename}: no provenance was published with it",
+                fix="publish it from a build with WHEELMILL_SIGNING_KEY set",
+            )
+        )
+        return Verdict(filename=claims.filename, failures=_failures(failures), checked="sha256")
+    statements, signed_by = _opened(claims, trusted, failures)
+    if statements:
+        failures += [SubjectMismatch(p, fix=_REPUBLISH) for p in chain_problems(statements, claims.filename, sha256)]
+        build = statements[0]
+        if build.is_build:
+            failures += _sbom_failures(wheel, claims.filename, build)
+            failures += _key_failures(claims, build)
+    return Verdict(
+        filename=claims.filename,
+        failures=_failures(failures),
+        signed_by=tuple(signed_by),
+        statements=len(statements),
+        checked="sha256, signature, subject, SBOM, build key",
+    )
+
+
+def _opened(
+    claims: Claims, trusted: Sequence[TrustedKey], failures: list[WheelmillError]
+) -> tuple[list[Statement], list[str]]:
+    """The statements whose signatures verify, in order; a failure for each that does not.
+    A chain with a link that does not verify is not read past it."""
+    source = claims.source or f"{claims.filename}'s provenance"
+    try:
+        envelopes = read_envelopes(
+            claims.provenance.decode("utf-8", "replace") if claims.provenance else "", source=source
+        )
+    except SignatureError as error:
+        failures.append(error)
+        return [], []
+    statements, signed_by = [], []
+    for number, envelope in enumerate(envelopes, 1):
+        try:
+            payload, key = open_envelope(envelope, trusted)
+            statements.append(read_statement(payload, source=f"{source}, line {number}"))
+        except SignatureError as error:
+            failures.append(SignatureError(f"{claims.filename}: statement {number}: {error.message}", fix=error.fix))
+            return [], []  # the chain is read no further: the lines after would only echo this one
+        signed_by.append(key.key_id)
+    if not envelopes:
+        failures.append(SignatureError(f"{source}: holds no envelope", fix=_REPUBLISH))
+    return statements, signed_by
+
+
+def _sbom_failures(wheel: Path, filename: str, build: Statement) -> list[WheelmillError]:
+    try:
+        data = _sbom(wheel)
+    except (OSError, zipfile.BadZipFile) as exc:
+        return [InvalidWheel(f"{filename}: not a readable wheel ({exc})", fix=_REPUBLISH)]
+    if data is None:
+        return [SbomError(f"{filename}: has no {SBOM_FILE} in its .dist-info", fix=_REPUBLISH)]
+    invalid = validate_sbom(data)
+    if invalid:
+        return [SbomError(f"{filename}: its SBOM is not valid CycloneDX: {invalid[0]}", fix=_REPUBLISH)]
+    try:
+        record = build.record()
+        differences = sbom_differences(data, record)
+    except (SbomError, SignatureError) as error:
+        return [error]
+    return [SbomError(f"{filename}: its SBOM and its provenance differ: {d}", fix=_REPUBLISH) for d in differences]
+
+
+def _key_failures(claims: Claims, build: Statement) -> list[WheelmillError]:
+    recomputed = key_digest(build.key_inputs)
+    failures: list[WheelmillError] = []
+    if build.key is None or recomputed != build.key:
+        failures.append(
+            BuildKeyMismatch(
+                f"{claims.filename}: its recorded build key {str(build.key)[:12]}... is not the hash of its "
+                f"recorded inputs ({recomputed[:12]}...)",
+                fix=_REPUBLISH,
+            )
+        )
+    elif claims.build_keys and build.key not in claims.build_keys:
+        listed = ", ".join(k[:12] + "..." for k in claims.build_keys)
+        failures.append(
+            BuildKeyMismatch(
+                f"{claims.filename}: built for key {build.key[:12]}..., which its page does not list ({listed})",
+                fix=_REPUBLISH,
+            )
+        )
+    return failures
+
+
+def _sbom(wheel: Path) -> bytes | None:
+    with zipfile.ZipFile(wheel) as archive:
+        for name in archive.namelist():
+            top, _, rest = name.partition("/")
+            if top.endswith(".dist-info") and rest == SBOM_FILE:
+                return archive.read(name)
+    return None
+
+
+def _failures(errors: Sequence[WheelmillError]) -> tuple[Failure, ...]:
+    return tuple(Failure(error=e) for e in errors)

@@ -1,0 +1,208 @@
+"""A file held to its provenance: each way a wheel, its statement or its page can be wrong is
+one line with its own exit code, and a wheel with everything right passes. The wheels are
+small zips made here, their SBOMs and statements made by wheelmill's own functions."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from wheelmill.errors import (
+    BuildKeyMismatch,
+    IntegrityError,
+    SbomError,
+    SignatureError,
+    SubjectMismatch,
+)
+from wheelmill.machine.net import sha256_of
+from wheelmill.provenance.record import BuilderRecord, BuildRecord, Locked, SourceRecord
+from wheelmill.provenance.sbom import SBOM_FILE, sbom_bytes
+from wheelmill.provenance.signing import SigningKey, envelope_line, new_signing_key, sign_envelope
+from wheelmill.provenance.statement import (
+    Repository,
+    Run,
+    build_statement,
+    key_digest,
+    promotion_statement,
+    read_statement,
+)
+from wheelmill.provenance.verification import Claims, Verdict, verify_file
+
+INPUTS = {"source": {"sha256": "c" * 64}, "recipe": {"name": "demo"}}
+RUN = Run(
+    builder="urn:wheelmill:host:test", invocation="1", started="2026-11-27T00:00:00Z", finished="2026-11-27T00:01:00Z"
+)
+RECORD = BuildRecord(
+    project="demo",
+    version="1.0+cpu",
+    recipe="demo",
+    cell="cpu-py311",
+    build_key=key_digest(INPUTS),
+    python="3.11.9",
+    compiler="c++ 12.2.0",
+    toolkit=None,
+    torch=Locked(name="torch", version="2.13.0+cpu", sha256=("b" * 64,)),
+    toolkit_packages=(),
+    builder=BuilderRecord(tag="host", image_id=None, base=None),
+    source=SourceRecord(kind="path", url=None, sha256="c" * 64, commit=None),
+    lock_sha256="d" * 64,
+    requires=("torch==2.13.0+cpu",),
+)
+NAME = "demo-1.0+cpu-cp311-cp311-linux_x86_64.whl"
+
+
+@pytest.fixture(scope="module")
+def team() -> SigningKey:
+    return new_signing_key("ed25519", source="the team's key")
+
+
+def make_wheel(path: Path, *, sbom: bytes | None) -> Path:
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("demo/__init__.py", "x = 1\n")
+        archive.writestr("demo-1.0+cpu.dist-info/METADATA", "Metadata-Version: 2.1\nName: demo\nVersion: 1.0+cpu\n")
+        if sbom is not None:
+            archive.writestr(f"demo-1.0+cpu.dist-info/{SBOM_FILE}", sbom)
+    return path
+
+
+def signed(statement: dict[str, Any], key: SigningKey) -> bytes:
+    return envelope_line(sign_envelope(json.dumps(statement, sort_keys=True).encode(), key)).encode()
+
+
+def statement_for(wheel: Path, *, record: BuildRecord = RECORD, inputs: dict[str, Any] = INPUTS) -> dict[str, Any]:
+    return build_statement(
+        filename=wheel.name,
+        sha256=sha256_of(wheel),
+        record=record,
+        key_inputs=inputs,
+        repository=Repository(commit="f" * 40, dirty=False),
+        run=RUN,
+    )
+
+
+def check(wheel: Path, provenance: bytes | None, team: SigningKey, **claims: Any) -> Verdict:
+    return verify_file(wheel, Claims(filename=wheel.name, provenance=provenance, **claims), trusted=(team.trusted(),))
+
+
+def codes(verdict: Verdict) -> list[tuple[int, type]]:
+    return [(f.code, type(f.error)) for f in verdict.failures]
+
+
+def test_a_wheel_with_its_sbom_and_a_signed_statement_verifies(tmp_path: Path, team: SigningKey) -> None:
+    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD))
+    verdict = check(
+        wheel, signed(statement_for(wheel), team), team, sha256=sha256_of(wheel), build_keys=(RECORD.build_key,)
+    )
+    assert verdict.ok, [f.line for f in verdict.failures]
+    assert verdict.signed_by == (team.key_id,)
+
+
+def test_one_byte_changed_is_one_line_naming_the_subject(tmp_path: Path, team: SigningKey) -> None:
+    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD))
+    provenance = signed(statement_for(wheel), team)
+    data = bytearray(wheel.read_bytes())
+    data[data.index(b"x = 1") + 4] ^= 1  # in a module's bytes (stored): the SBOM still reads
+    wheel.write_bytes(bytes(data))
+    verdict = check(wheel, provenance, team)
+    assert codes(verdict) == [(27, SubjectMismatch)]
+    assert "not this file" in verdict.failures[0].line
+
+
+def test_another_key_is_one_line_naming_both_keys(tmp_path: Path, team: SigningKey) -> None:
+    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD))
+    other = new_signing_key("ecdsa-p256", source="another key")
+    verdict = check(wheel, signed(statement_for(wheel), other), team)
+    assert codes(verdict) == [(26, SignatureError)]
+    assert other.key_id[:19] in verdict.failures[0].line
+
+
+def test_a_statement_for_another_file(tmp_path: Path, team: SigningKey) -> None:
+    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD))
+    statement = statement_for(wheel)
+    statement["subject"] = [{"name": "other-1.0-py3-none-any.whl", "digest": {"sha256": "0" * 64}}]
+    verdict = check(wheel, signed(statement, team), team)
+    assert codes(verdict) == [(27, SubjectMismatch)]
+
+
+def test_a_wheel_without_its_sbom(tmp_path: Path, team: SigningKey) -> None:
+    wheel = make_wheel(tmp_path / NAME, sbom=None)
+    verdict = check(wheel, signed(statement_for(wheel), team), team)
+    assert codes(verdict) == [(28, SbomError)]
+    assert SBOM_FILE in verdict.failures[0].line
+
+
+def test_an_sbom_that_says_another_torch(tmp_path: Path, team: SigningKey) -> None:
+    other = replace(RECORD, torch=Locked(name="torch", version="2.13.0+cpu", sha256=("e" * 64,)))
+    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(other))
+    verdict = check(wheel, signed(statement_for(wheel), team), team)
+    assert [c for c, _ in codes(verdict)] == [28]
+    assert "torch" in verdict.failures[0].line
+
+
+def test_a_page_with_another_sha256(tmp_path: Path, team: SigningKey) -> None:
+    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD))
+    verdict = check(wheel, signed(statement_for(wheel), team), team, sha256="0" * 64)
+    assert codes(verdict) == [(7, IntegrityError)]
+
+
+def test_recorded_inputs_that_are_not_the_key(tmp_path: Path, team: SigningKey) -> None:
+    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD))
+    changed = {**INPUTS, "recipe": {"name": "demo", "env": {"CFLAGS": "-O0"}}}
+    verdict = check(wheel, signed(statement_for(wheel, inputs=changed), team), team)
+    assert codes(verdict) == [(29, BuildKeyMismatch)]
+
+
+def test_a_key_its_page_does_not_list(tmp_path: Path, team: SigningKey) -> None:
+    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD))
+    verdict = check(wheel, signed(statement_for(wheel), team), team, build_keys=("9" * 64,))
+    assert codes(verdict) == [(29, BuildKeyMismatch)]
+
+
+def test_no_provenance_at_all(tmp_path: Path, team: SigningKey) -> None:
+    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD))
+    assert codes(check(wheel, None, team)) == [(26, SignatureError)]
+
+
+def test_garbage_provenance_is_one_line(tmp_path: Path, team: SigningKey) -> None:
+    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD))
+    assert [c for c, _ in codes(check(wheel, b"{not json\n", team))] == [26]
+
+
+def test_a_promotion_chain_leads_back_to_the_build(tmp_path: Path, team: SigningKey) -> None:
+    """A promoted file (re-stamped: other bytes) carries the build's statement and the
+    promotion's, which names the build's file; a promotion naming another file breaks it."""
+    built = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD))
+    promoted = make_wheel(tmp_path / "demo-1.0.1+cpu-cp311-cp311-linux_x86_64.whl", sbom=sbom_bytes(RECORD))
+    build = signed(statement_for(built), team)
+
+    def promotion(source_sha256: str) -> bytes:
+        statement = promotion_statement(
+            filename=promoted.name,
+            sha256=sha256_of(promoted),
+            source_channel="test/cpu",
+            source=built.name,
+            source_sha256=source_sha256,
+            target_channel="cpu",
+            run=RUN,
+        )
+        return signed(statement, team)
+
+    good = check(promoted, build + promotion(sha256_of(built)), team)
+    assert good.ok, [f.line for f in good.failures]
+    assert good.statements == 2
+    broken = check(promoted, build + promotion("0" * 64), team)
+    assert codes(broken) == [(27, SubjectMismatch)]
+    assert "does not follow" in broken.failures[0].line
+
+
+def test_a_statement_reads_back_as_written(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD))
+    statement = read_statement(json.dumps(statement_for(wheel)).encode(), source="test")
+    assert statement.record() == RECORD
+    assert statement.key == RECORD.build_key == key_digest(statement.key_inputs)
+    assert not statement.dirty
