@@ -8,6 +8,7 @@ publishes it from there as the publish step does.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from wheelmill.building.context import StepContext
@@ -49,13 +50,22 @@ def build_record(
         python=_python_version(ctx, toolchain),
         compiler=toolchain.compiler,
         toolkit=f"{toolkit.family.value} {toolkit.version}" if toolkit else None,
-        torch=locked.get("torch"),
+        torch=_torch(locked.get("torch"), checked.torch.version),
         toolkit_packages=tuple(p for name, p in sorted(locked.items()) if name.startswith(TOOLKIT_WHEELS)),
         builder=_builder(ctx),
         source=source_record(spec),
         lock_sha256=env.lock_sha256,
         requires=requires,
     )
+
+
+def _torch(locked: Locked | None, version: str) -> Locked | None:
+    """The locked torch with the version it says of itself: an index that serves one variant
+    lists it without its local label (``2.14.1``), which its ``__version__`` carries
+    (``2.14.1+cu130``); the label is what tells a CUDA build from a CPU one."""
+    if locked is None or "+" in locked.version or version.partition("+")[0] != locked.version:
+        return locked
+    return replace(locked, version=version)
 
 
 def _python_version(ctx: StepContext, toolchain: Toolchain) -> str:
