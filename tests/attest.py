@@ -54,7 +54,7 @@ def published_signed(
     signed by ``key`` (None: published without provenance); the wheel."""
     record = replace(RECORD, project=name, version=version, recipe=name)
     dist = f"{name.replace('-', '_')}-{version}.dist-info"
-    sbom = {f"{dist}/{SBOM_FILE}": sbom_bytes(record)}
+    sbom = {f"{dist}/{SBOM_FILE}": sbom_bytes(record.carried())}
     wheel = make_wheel(
         directory, name, version, tag=tag, files={**(files or {}), **sbom}, requires=requires, gpu_archs=gpu_archs
     )

@@ -28,7 +28,7 @@ from wheelmill.machine.net import sha256_of
 from wheelmill.provenance.sbom import SBOM_FILE, validate_sbom
 from wheelmill.provenance.signing import envelope_line, new_signing_key, sign_envelope, signing_key_from_pem
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("provenance")]  # one build for the module
 CELL, RECIPE = "cpu-py311", "example-cpp-ops"
 
 

@@ -115,10 +115,11 @@ def test_another_record_gives_other_bytes(change: dict[str, Any]) -> None:
 
 
 def test_nothing_of_the_time_or_machine_is_written() -> None:
-    # The serial number is the record's, the time the zip epoch, the only tool wheelmill.
+    # The serial number is the record's (another record, another number), the time the zip
+    # epoch, the only tool wheelmill.
     doc = document(CUDA)
-    assert doc["serialNumber"] == document(replace(CUDA, lock_sha256="0" * 64))["serialNumber"]
-    assert doc["serialNumber"] != document(replace(CUDA, build_key="0" * 64))["serialNumber"]
+    assert doc["serialNumber"] == document(replace(CUDA))["serialNumber"]
+    assert doc["serialNumber"] != document(replace(CUDA, lock_sha256="0" * 64))["serialNumber"]
     assert doc["serialNumber"].startswith("urn:uuid:")
     assert doc["metadata"]["timestamp"] == "1980-01-01T00:00:00+00:00"
     wheelmill = {"name": "wheelmill", "type": "application", "version": __version__}
@@ -300,3 +301,19 @@ def test_a_package_locked_twice_is_an_error() -> None:
     # Two components with one bom-ref would have the library give one a random one.
     with pytest.raises(SbomError, match="locked:nvidia-cublas"):
         sbom_bytes(replace(CUDA, toolkit_packages=CUDA.toolkit_packages * 2))
+
+
+def test_the_sbom_a_wheel_carries_has_no_build_key_and_no_path_tree_hash() -> None:
+    """Inputs that change no byte a build makes (wheelmill's own code, a test file of a path
+    source) change the key and the tree hash, never the wheel: its SBOM names neither."""
+    path = replace(CPU, source=SourceRecord(kind="path", url=None, sha256="f" * 64, commit=None))
+    carried = path.carried()
+    assert (carried.build_key, carried.source.sha256) == ("", None)
+    assert sbom_bytes(carried) == sbom_bytes(
+        replace(path, build_key="0" * 64, source=replace(path.source, sha256="1" * 64)).carried()
+    )
+    text = sbom_bytes(carried).decode()
+    assert "build-key" not in text and "f" * 64 not in text
+    assert read_record(sbom_bytes(carried)) == carried
+    assert sbom_differences(sbom_bytes(carried), carried) == []
+    assert CUDA.carried().source == CUDA.source, "a git commit or an sdist's sha256 stays"

@@ -94,7 +94,7 @@ def codes(verdict: Verdict) -> list[tuple[int, type]]:
 
 
 def test_a_wheel_with_its_sbom_and_a_signed_statement_verifies(tmp_path: Path, team: SigningKey) -> None:
-    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD))
+    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD.carried()))
     verdict = check(
         wheel, signed(statement_for(wheel), team), team, sha256=sha256_of(wheel), build_keys=(RECORD.build_key,)
     )
@@ -103,7 +103,7 @@ def test_a_wheel_with_its_sbom_and_a_signed_statement_verifies(tmp_path: Path, t
 
 
 def test_one_byte_changed_is_one_line_naming_the_subject(tmp_path: Path, team: SigningKey) -> None:
-    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD))
+    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD.carried()))
     provenance = signed(statement_for(wheel), team)
     data = bytearray(wheel.read_bytes())
     data[data.index(b"x = 1") + 4] ^= 1  # in a module's bytes (stored): the SBOM still reads
@@ -114,7 +114,7 @@ def test_one_byte_changed_is_one_line_naming_the_subject(tmp_path: Path, team: S
 
 
 def test_another_key_is_one_line_naming_both_keys(tmp_path: Path, team: SigningKey) -> None:
-    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD))
+    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD.carried()))
     other = new_signing_key("ecdsa-p256", source="another key")
     verdict = check(wheel, signed(statement_for(wheel), other), team)
     assert codes(verdict) == [(26, SignatureError)]
@@ -122,7 +122,7 @@ def test_another_key_is_one_line_naming_both_keys(tmp_path: Path, team: SigningK
 
 
 def test_a_statement_for_another_file(tmp_path: Path, team: SigningKey) -> None:
-    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD))
+    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD.carried()))
     statement = statement_for(wheel)
     statement["subject"] = [{"name": "other-1.0-py3-none-any.whl", "digest": {"sha256": "0" * 64}}]
     verdict = check(wheel, signed(statement, team), team)
@@ -138,46 +138,46 @@ def test_a_wheel_without_its_sbom(tmp_path: Path, team: SigningKey) -> None:
 
 def test_an_sbom_that_says_another_torch(tmp_path: Path, team: SigningKey) -> None:
     other = replace(RECORD, torch=Locked(name="torch", version="2.13.0+cpu", sha256=("e" * 64,)))
-    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(other))
+    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(other.carried()))
     verdict = check(wheel, signed(statement_for(wheel), team), team)
     assert [c for c, _ in codes(verdict)] == [28]
     assert "torch" in verdict.failures[0].line
 
 
 def test_a_page_with_another_sha256(tmp_path: Path, team: SigningKey) -> None:
-    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD))
+    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD.carried()))
     verdict = check(wheel, signed(statement_for(wheel), team), team, sha256="0" * 64)
     assert codes(verdict) == [(7, IntegrityError)]
 
 
 def test_recorded_inputs_that_are_not_the_key(tmp_path: Path, team: SigningKey) -> None:
-    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD))
+    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD.carried()))
     changed = {**INPUTS, "recipe": {"name": "demo", "env": {"CFLAGS": "-O0"}}}
     verdict = check(wheel, signed(statement_for(wheel, inputs=changed), team), team)
     assert codes(verdict) == [(29, BuildKeyMismatch)]
 
 
 def test_a_key_its_page_does_not_list(tmp_path: Path, team: SigningKey) -> None:
-    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD))
+    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD.carried()))
     verdict = check(wheel, signed(statement_for(wheel), team), team, build_keys=("9" * 64,))
     assert codes(verdict) == [(29, BuildKeyMismatch)]
 
 
 def test_no_provenance_at_all(tmp_path: Path, team: SigningKey) -> None:
-    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD))
+    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD.carried()))
     assert codes(check(wheel, None, team)) == [(26, SignatureError)]
 
 
 def test_garbage_provenance_is_one_line(tmp_path: Path, team: SigningKey) -> None:
-    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD))
+    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD.carried()))
     assert [c for c, _ in codes(check(wheel, b"{not json\n", team))] == [26]
 
 
 def test_a_promotion_chain_leads_back_to_the_build(tmp_path: Path, team: SigningKey) -> None:
     """A promoted file (re-stamped: other bytes) carries the build's statement and the
     promotion's, which names the build's file; a promotion naming another file breaks it."""
-    built = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD))
-    promoted = make_wheel(tmp_path / "demo-1.0.1+cpu-cp311-cp311-linux_x86_64.whl", sbom=sbom_bytes(RECORD))
+    built = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD.carried()))
+    promoted = make_wheel(tmp_path / "demo-1.0.1+cpu-cp311-cp311-linux_x86_64.whl", sbom=sbom_bytes(RECORD.carried()))
     build = signed(statement_for(built), team)
 
     def promotion(source_sha256: str) -> bytes:
@@ -201,7 +201,7 @@ def test_a_promotion_chain_leads_back_to_the_build(tmp_path: Path, team: Signing
 
 
 def test_a_statement_reads_back_as_written(tmp_path: Path) -> None:
-    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD))
+    wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD.carried()))
     statement = read_statement(json.dumps(statement_for(wheel)).encode(), source="test")
     assert statement.record() == RECORD
     assert statement.key == RECORD.build_key == key_digest(statement.key_inputs)

@@ -33,6 +33,7 @@ class Source:
 
     name: str  # for messages: the channel's name or address
     projects: Callable[[], Iterator[Project]]
+    project: Callable[[str], Project | None]  # one project's page, by its name
     fetch: Fetch
     provenance: Provenance
 
@@ -42,6 +43,7 @@ def local_source(channel: AnyChannel) -> Source:
     return Source(
         name=channel.name,
         projects=channel.projects,
+        project=channel.project,
         fetch=lambda _project, entry, scratch: file_of(channel, entry, scratch),
         provenance=lambda _project, entry: provenance_of(channel, entry),
     )
@@ -68,9 +70,8 @@ def served_source(channel: ServedChannel) -> Source:
             fetch_unchecked(url, found)
             return found.read_bytes()
 
-    return Source(
-        name=split_credentials(channel.simple)[0], projects=channel.projects, fetch=fetch, provenance=provenance
-    )
+    name = split_credentials(channel.simple)[0]
+    return Source(name=name, projects=channel.projects, project=channel.project, fetch=fetch, provenance=provenance)
 
 
 def verify_channel(

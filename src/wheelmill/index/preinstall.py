@@ -10,6 +10,8 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
 from wheelmill.errors import FetchError
 from wheelmill.index.attested import Source, verify_channel
 from wheelmill.index.pages import Project
@@ -100,13 +102,14 @@ def verify_before_install(
 
 
 def _only(source: Source, filenames: frozenset[str]) -> Source:
-    """``source``, its projects listing only ``filenames``: the rest of the channel is not
-    what this install takes, and is not fetched."""
+    """``source``, its projects those of ``filenames``, listing only them: the rest of the
+    channel is not what this install takes, and is neither read nor fetched."""
+    names = sorted({canonicalize_name(parse_wheel_filename(name)[0]) for name in filenames})
 
     def projects() -> Iterator[Project]:
-        for project in source.projects():
-            files = tuple(f for f in project.files if f.filename in filenames)
+        for found in filter(None, map(source.project, names)):
+            files = tuple(f for f in found.files if f.filename in filenames)
             if files:
-                yield replace(project, files=files)
+                yield replace(found, files=files)
 
     return replace(source, projects=projects)

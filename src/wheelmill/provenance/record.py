@@ -9,7 +9,7 @@ no time, no host name, no path of this machine. A record is JSON data both ways
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 
@@ -53,7 +53,7 @@ class BuildRecord:
     version: str  # the wheel's version as stamped
     recipe: str
     cell: str
-    build_key: str  # sha256 hex of the key's inputs (wheelmill.planning.buildkey)
+    build_key: str  # sha256 hex of the key's inputs (wheelmill.planning.buildkey); "" as the SBOM carries it
     python: str  # the build's CPython, x.y.z
     compiler: str | None  # the C++ compiler as it names itself: "g++ (Debian 12.2.0-14) 12.2.0"
     toolkit: str | None  # "cuda 13.0", "rocm 6.2"; None: a CPU cell
@@ -66,6 +66,16 @@ class BuildRecord:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def carried(self) -> BuildRecord:
+        """The record as the wheel's SBOM carries it: without the build key, which hashes
+        inputs that change no byte a build makes (wheelmill's own code, the recipe's spec),
+        and without a path source's tree hash, which changes with files the wheel does not
+        carry (its tests, a comment). So a rebuild for such a change gives the same wheel,
+        and the index learns its new key (``wheelmill.index.store``); the signed provenance
+        beside the wheel says both."""
+        source = replace(self.source, sha256=None) if self.source.kind == "path" else self.source
+        return replace(self, build_key="", source=source)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> BuildRecord:

@@ -5,7 +5,7 @@ The file is ``<name>-<version>.dist-info/sboms/wheelmill.cdx.json`` (``SBOM_FILE
 writes ``sboms/auditwheel.cdx.json`` beside it for the libraries it grafts, and that one is kept.
 
 The same record gives the same bytes on every machine, because the wheel's RECORD hashes them:
-the serial number is a uuid5 of the build key, project and version; the timestamp is the zip
+the serial number is a uuid5 of the whole record; the timestamp is the zip
 epoch every build uses (SOURCE_DATE_EPOCH, 1980-01-01); the only tool named is wheelmill with
 its version (the library names none of its own); the library keeps components, hashes and
 properties in sorted sets; every bom-ref is set here (the library fills a missing or repeated
@@ -14,7 +14,8 @@ one with a random value); and the JSON is written again with sorted keys.
 How the record is told:
 
 - ``metadata.component`` is the wheel (``pkg:pypi/<name>@<version>``), with the properties
-  ``wheelmill:recipe``, ``wheelmill:cell`` and ``wheelmill:build-key``.
+  ``wheelmill:recipe``, ``wheelmill:cell`` and, where the record has one, ``wheelmill:build-key``
+  (a wheel's SBOM is written from ``BuildRecord.carried``, which has none).
 - Every other component says which part of the record it is in ``wheelmill:input`` (``torch``,
   ``toolkit-package``, ``toolkit``, ``compiler``, ``python``, ``builder``, ``source``, ``lock``,
   ``requirement``) and its role in ``wheelmill:role``: ``build`` (used to build, not shipped;
@@ -84,7 +85,7 @@ def sbom_bytes(record: BuildRecord) -> bytes:
         raise SbomError(f"{record.project} names {', '.join(twice)} twice among its inputs; fix: its build env's lock")
     wheel = _wheel(record)
     bom = Bom(
-        serial_number=uuid.uuid5(_NAMESPACE, f"{record.build_key}/{record.project}/{record.version}"),
+        serial_number=uuid.uuid5(_NAMESPACE, json.dumps(record.as_dict(), sort_keys=True)),
         metadata=BomMetaData(
             timestamp=_TIMESTAMP,
             tools=ToolRepository(
@@ -110,7 +111,11 @@ def _wheel(record: BuildRecord) -> Component:
         record.version,
         ref=_WHEEL_REF,
         purl=_purl(record.project, record.version),
-        properties={"recipe": record.recipe, "cell": record.cell, "build-key": record.build_key},
+        properties={
+            "recipe": record.recipe,
+            "cell": record.cell,
+            **({"build-key": record.build_key} if record.build_key else {}),
+        },
     )
 
 
@@ -341,7 +346,7 @@ def _record(document: Mapping[str, Any]) -> BuildRecord:
         version=wheel["version"],
         recipe=told["recipe"],
         cell=told["cell"],
-        build_key=told["build-key"],
+        build_key=told.get("build-key", ""),
         python=_one(inputs, "python")["version"],
         compiler=_properties(inputs["compiler"][0])["compiler"] if "compiler" in inputs else None,
         toolkit=_properties(inputs["toolkit"][0])["toolkit"] if "toolkit" in inputs else None,

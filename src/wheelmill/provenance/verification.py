@@ -146,7 +146,7 @@ def _sbom_failures(wheel: Path, filename: str, build: Statement) -> list[Wheelmi
         return [SbomError(f"{filename}: its SBOM is not valid CycloneDX: {invalid[0]}", fix=_REPUBLISH)]
     try:
         record = build.record()
-        differences = sbom_differences(data, record)
+        differences = sbom_differences(data, record.carried())
     except (SbomError, SignatureError) as error:
         return [error]
     return [SbomError(f"{filename}: its SBOM and its provenance differ: {d}", fix=_REPUBLISH) for d in differences]

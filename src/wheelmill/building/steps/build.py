@@ -416,7 +416,7 @@ def stamp(ctx: StepContext, spec: RecipeSpec) -> Outcome:
         version=version,
         pins=pins,
         add=add,
-        dist_files={ARCH_RECORD: record.to_bytes(), SBOM_FILE: sbom_bytes(made)},
+        dist_files={ARCH_RECORD: record.to_bytes(), SBOM_FILE: sbom_bytes(made.carried())},
     )
     changes = (
         ([f"version {info.version} -> {version}"] if version else []) + [f"{k}=={v}" for k, v in pins.items()] + add
