@@ -31,6 +31,7 @@ SMOKES = {
     "serving.py": ("--variant", "cuda130-sm90", "--pythons", "3.10", "--smoke"),
     "overhead.py": ("--cell", "cuda130-sm90-py311", "--smoke"),
     "builder_registry.py": ("--smoke",),
+    "rootless.py": ("--smoke",),
     "fleet.py": (
         "--cell",
         "cpu-py311",
@@ -140,3 +141,15 @@ def test_fleet_reuses_from_the_served_index_and_compiles_from_the_shared_tier(tm
     assert "ratio A cold / B from the shared tier" in out
     assert re.search(r"example-cpp-ops again [1-9]\d* hits, 0 misses \(read-only True\)", out), out
     assert re.search(r"cpu-py311:torchsort 0 hits, [1-9]\d* misses; Redis keys (\d+) before, \1 after", out), out
+
+
+def test_rootless_bootstraps_imports_and_runs_the_base_as_a_new_user(tmp_path: Path) -> None:
+    """An account made for the test, no root after that: mmdebstrap's unshare mode with the
+    argv wheelmill gives it, the account's own podman store, a container of the base."""
+    if os.geteuid() != 0 or shutil.which("useradd", path="/usr/sbin:/usr/bin") is None:
+        pytest.skip("needs root, to make the account")
+    if shutil.which("mmdebstrap") is None or shutil.which("newuidmap") is None:
+        pytest.skip("needs mmdebstrap and uidmap (scripts/setup --system)")
+    out = benchmark(tmp_path, "rootless.py", timeout=600)
+    assert re.search(r"mmdebstrap --mode=unshare \w+ in [\d.]+ s; imported and run in", out), out
+    assert re.search(r"podman rootless: true; the base says Debian \d+", out), out

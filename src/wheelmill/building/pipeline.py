@@ -137,7 +137,7 @@ class CellRun:
             on_line=ui.line,
             builds_before=self.neighbours.builds_before,
         )
-        self.report = CellReport(plan=plan, path=layout.report)
+        self.report = CellReport(plan=plan, path=layout.report, rootless=engine is not None and engine.rootless)
         self.where: Where | None = None  # None: this machine, until a step says otherwise
         self._locked, self._held = ExitStack(), ExitStack()  # the cell's lock; what steps hand over (the container)
 

@@ -96,6 +96,7 @@ class Done:
 class CellReport:
     plan: CellPlan
     path: Path
+    rootless: bool = False  # the engine runs as this user, not root (rootless podman or docker)
     started: float = field(default_factory=time.time)
     finished: float | None = None
     steps: list[StepRecord] = field(default_factory=list)
@@ -119,6 +120,7 @@ class CellReport:
         machine, platform = os.uname().machine, self.plan.cell.variant.platform
         facts: dict[str, Any] = {
             "engine": self.plan.engine,
+            **({"rootless": self.rootless} if self.plan.engine != "none" else {}),
             "machine": machine,
             "platform": {"target": platform, "execution": str(execution(platform, machine))},
         }

@@ -8,10 +8,7 @@ image built) and, read-write, pushed there.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -22,6 +19,7 @@ from typing import Protocol
 from wheelmill.errors import CommandFailed, ConfigError, FetchError, PrecheckError
 from wheelmill.inputs.manylinux import manylinux_of
 from wheelmill.inputs.variants import X86_64, Family, Variant
+from wheelmill.machine.bootstrap import bootstrap_base
 from wheelmill.machine.emulation import DEBIAN_ARCH, foreign_platform
 from wheelmill.machine.engine import Engine
 from wheelmill.machine.image_transfers import Missed, Origin, Sourced, Transfer, obtain, pull, push, rootfs_layers
@@ -233,43 +231,9 @@ def image_id(engine: Engine, reference: str) -> str | None:
     return result.stdout.strip() or None
 
 
-def bootstrap_base(engine: Engine, image: BuilderImage, *, mirror: str, work: Path, log: StepLog) -> str:
-    """debootstrap the base suite into a directory, import it as an image; return its id."""
-    debootstrap = shutil.which("debootstrap", path="/usr/sbin:/usr/bin:/sbin:/bin")
-    if debootstrap is None or os.geteuid() != 0:
-        raise PrecheckError(
-            f"the base {image.base.reference} is missing and cannot be bootstrapped here (needs root and debootstrap)",
-            fix="run scripts/setup --system as root, or build with --engine none",
-        )
-    runner = HostRunner()
-    env = base_environment([])
-    work.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="wheelmill-bootstrap-", dir=work) as tmp:
-        rootfs, tarball = Path(tmp) / "rootfs", Path(tmp) / "rootfs.tar"
-        try:
-            # another machine's suite: debootstrap runs its second stage through qemu-user
-            runner.run(
-                [
-                    debootstrap,
-                    f"--variant={image.base.bootstrap_variant}",
-                    f"--arch={DEBIAN_ARCH[image.base.platform]}",
-                    str(image.base.suite),
-                    str(rootfs),
-                    mirror,
-                ],
-                env=env,
-                log=log,
-            )
-            runner.run(["tar", "-C", str(rootfs), "-cf", str(tarball), "."], env=env, log=log)
-            runner.run(
-                engine.import_rootfs(tarball=tarball, tag=image.base.reference, platform=image.base.platform),
-                env=env,
-                log=log,
-            )
-        except CommandFailed as failed:
-            raise PrecheckError(
-                f"bootstrapping {image.base.reference} failed: {failed.last_line()}", fix=f"read {failed.log}"
-            ) from None
+def bootstrap(engine: Engine, image: BuilderImage, *, mirror: str, work: Path, log: StepLog) -> str:
+    """Bootstrap the base suite (``wheelmill.machine.bootstrap``), import it; return its id."""
+    bootstrap_base(engine, image.base, mirror=mirror, work=work, log=log)
     identity = image_id(engine, image.base.reference)
     if identity is None:
         raise PrecheckError(f"{image.base.reference} was imported but cannot be inspected", fix=f"read {log.path}")
@@ -548,7 +512,7 @@ class EngineImages:
     def bootstrap(self) -> None:
         mirror = self.mirror()
         self.log.note(f"{self.image.base.reference} is missing: bootstrapping it from {mirror}")
-        bootstrap_base(self.engine, self.image, mirror=mirror, work=self.work, log=self.log)
+        bootstrap(self.engine, self.image, mirror=mirror, work=self.work, log=self.log)
 
     def build(self, tag: str) -> None:
         argv = self.engine.build(

@@ -48,6 +48,7 @@ class Engine:
     name: EngineName
     binary: str
     store: Path | None = None
+    rootless: bool = False  # it runs as this user (rootless podman, or rootless docker), not as root
 
     def __post_init__(self) -> None:
         if self.store is not None and self.name is not EngineName.PODMAN:
@@ -345,6 +346,25 @@ Which = Callable[[str], str | None]
 Probe = Callable[[Sequence[str | Path]], Captured]
 
 
+# What ``info`` is asked: the engine answers at all, and whether it runs as this user.
+INFO = {
+    EngineName.PODMAN: "{{.Host.OS}} {{.Host.Security.Rootless}}",
+    EngineName.DOCKER: "{{.OSType}} {{.SecurityOptions}}",
+}
+
+
+def is_rootless(name: EngineName, info: str) -> bool:
+    """Whether the engine's ``info`` (as ``INFO`` asks it) says it runs rootless.
+
+    >>> is_rootless(EngineName.PODMAN, "linux true"), is_rootless(EngineName.PODMAN, "linux false")
+    (True, False)
+    >>> is_rootless(EngineName.DOCKER, "linux [name=seccomp,profile=builtin name=rootless name=cgroupns]")
+    True
+    """
+    words = info.split()
+    return words[1:2] == ["true"] if name is EngineName.PODMAN else "name=rootless" in info
+
+
 def detect(
     choice: str, *, which: Which = shutil.which, probe: Probe | None = lambda argv: capture(argv, timeout=30)
 ) -> Engine | None:
@@ -367,9 +387,9 @@ def detect(
         if binary is None:
             reasons.append(f"{name}: not installed")
             continue
-        answer = probe([binary, "info", "--format", "{{.Host.OS}}" if name is EngineName.PODMAN else "{{.OSType}}"])
+        answer = probe([binary, "info", "--format", INFO[name]])
         if answer.returncode == 0:
-            return Engine(name=name, binary=binary)
+            return Engine(name=name, binary=binary, rootless=is_rootless(name, answer.stdout))
         reasons.append(
             f"{name}: installed, but no engine answers ({(answer.stderr.strip().splitlines() or ['?'])[-1][:120]})"
         )
