@@ -44,6 +44,9 @@ from wheelmill.machine.pins import load_pins
 from wheelmill.wheel.wheelfile import read_wheel
 
 USER = f"wheelmill-bench-{os.getpid()}"
+# What a login shell would reset and the installers need: this machine's indexes and
+# certificates (its own TLS authority, where a proxy has one).
+FORWARDED = ("PIP_", "UV_", "SSL_CERT_", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
 PROMISES = ("platform-tag", "glibc-baseline")  # the report's checks of a wheel's tag against the cell's base
 
 
@@ -70,7 +73,21 @@ def as_user(command: str, *, log: Path, cwd: Path) -> float:
     """Seconds ``command`` ran as the account, in a login shell (its own environment, HOME
     and PATH), from ``cwd``; its output into ``log`` (this process writes it: the account's
     home goes with the account, a failed command's log stays in the work directory)."""
-    return runs.timed(["runuser", "--login", USER, "--command", f"cd {shlex.quote(str(cwd))} && {command}"], log=log)
+    kept = ",".join(sorted(name for name in os.environ if name.startswith(FORWARDED)))
+    login = ["runuser", "--login", *([f"--whitelist-environment={kept}"] if kept else []), USER]
+    return runs.timed([*login, "--command", f"cd {shlex.quote(str(cwd))} && {command}"], log=log)
+
+
+def configured(home: Path) -> None:
+    """This machine's installer configuration (its indexes, mirrors and certificates) for the
+    account as well: a hosted runner's account has its own; a new one here has none."""
+    for relative in (".config/pip/pip.conf", ".config/uv/uv.toml"):
+        mine = Path.home() / relative
+        if mine.is_file():
+            theirs = home / relative
+            theirs.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(mine, theirs)
+    subprocess.run(["chown", "-R", f"{USER}:{USER}", str(home / ".config")], check=False)
 
 
 def report(clone: Path, cell: str) -> dict[str, Any]:
@@ -122,6 +139,7 @@ def main() -> int:
         user, log = USER, work / "rootless.log"
         with account() as home:
             clone = home / "wheelmill"
+            configured(home)
             # cloned by root (the checkout may sit where the account cannot read), then given to it
             runs.timed(["git", "clone", "--quiet", str(runs.ROOT), str(clone)], log=log)
             runs.timed(["chown", "-R", f"{user}:{user}", str(clone)], log=log)
