@@ -57,6 +57,8 @@ def account() -> Iterator[Path]:
     subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", USER], check=True)
     entry = pwd.getpwnam(USER)
     uid = entry.pw_uid
+    runtime_dir().mkdir(mode=0o700)
+    os.chown(runtime_dir(), uid, entry.pw_gid)
     try:
         yield Path(entry.pw_dir)
     finally:
@@ -65,7 +67,8 @@ def account() -> Iterator[Path]:
         subprocess.run(["pkill", "-KILL", "-u", USER], check=False)
         time.sleep(1)
         subprocess.run(["userdel", "--remove", "--force", USER], check=False, capture_output=True)
-        for left in (f"/tmp/podman-run-{uid}", f"/tmp/containers-user-{uid}", f"/tmp/libpod-{uid}"):  # noqa: S108
+        left_behind = (f"/tmp/podman-run-{uid}", f"/tmp/containers-user-{uid}", f"/tmp/wheelmill-run-{uid}")  # noqa: S108
+        for left in left_behind:
             shutil.rmtree(left, ignore_errors=True)
 
 
@@ -75,7 +78,13 @@ def as_user(command: str, *, log: Path, cwd: Path) -> float:
     home goes with the account, a failed command's log stays in the work directory)."""
     kept = ",".join(sorted(name for name in os.environ if name.startswith(FORWARDED)))
     login = ["runuser", "--login", *([f"--whitelist-environment={kept}"] if kept else []), USER]
-    return runs.timed([*login, "--command", f"cd {shlex.quote(str(cwd))} && {command}"], log=log)
+    # the run-time directory a login session (systemd-logind) gives a user, which runuser does not
+    session = f"export XDG_RUNTIME_DIR={runtime_dir()} && cd {shlex.quote(str(cwd))}"
+    return runs.timed([*login, "--command", f"{session} && {command}"], log=log)
+
+
+def runtime_dir() -> Path:
+    return Path("/tmp") / f"wheelmill-run-{pwd.getpwnam(USER).pw_uid}"  # noqa: S108 - as logind's /run/user/<uid>
 
 
 def configured(home: Path) -> None:
@@ -145,11 +154,14 @@ def main() -> int:
             runs.timed(["chown", "-R", f"{user}:{user}", str(clone)], log=log)
             session = f"build-{args.cell}"
             env = "WHEELMILL_ENGINE=podman"
-            first = as_user(f"scripts/setup && {env} .venv/bin/nox -s {session}", log=log, cwd=clone)
-            made = report(clone, args.cell)
-            second = as_user(f"scripts/setup && {env} .venv/bin/nox -s {session}", log=log, cwd=clone)
-            again = report(clone, args.cell)
-            found = tags(clone, args.cell)
+            try:
+                first = as_user(f"scripts/setup && {env} .venv/bin/nox -s {session}", log=log, cwd=clone)
+                made = report(clone, args.cell)
+                second = as_user(f"scripts/setup && {env} .venv/bin/nox -s {session}", log=log, cwd=clone)
+                again = report(clone, args.cell)
+                found = tags(clone, args.cell)
+            finally:  # the cell's logs outlive the account where a run fails
+                shutil.copytree(clone / "wheels" / args.cell / "logs", work / "logs", dirs_exist_ok=True)
         for name, seconds, done in (("empty store", first, made), ("second run", second, again)):
             image = done["facts"].get("image", {})
             print(

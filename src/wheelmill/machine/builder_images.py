@@ -132,7 +132,7 @@ def choose_base(pins: Pins, variant: Variant, *, policy: str) -> Base:
     return Base(
         kind=BaseKind.BOOTSTRAP,
         reference=reference,
-        description=f"{reference} (debootstrap of Debian {suite}{arch.replace('-', ' for ')})",
+        description=f"{reference} (Debian {suite}{arch.replace('-', ' for ')}, bootstrapped)",
         glibc=pins.glibc_of(suite),
         suite=suite,
         bootstrap_variant=pins.variant,

@@ -45,6 +45,11 @@ PASSTHROUGH = (
     "SSL_CERT_FILE",
     "SSL_CERT_DIR",
     "SOURCE_DATE_EPOCH",
+    # Rootless podman keeps its state (its pause process, its containers' run-time files) in
+    # the session's run-time directory; a command without it looks under TMPDIR, which a
+    # step sets, and finds none of it. And with systemd, reaches it over the session's bus.
+    "XDG_RUNTIME_DIR",
+    "DBUS_SESSION_BUS_ADDRESS",
 )
 # /usr/local/bin is left out on purpose: a stray nvcc there must not turn a CPU build into
 # a CUDA one. Toolkits are added to PATH explicitly, per variant.
