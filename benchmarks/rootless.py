@@ -161,7 +161,8 @@ def main() -> int:
                 again = report(clone, args.cell)
                 found = tags(clone, args.cell)
             finally:  # the cell's logs outlive the account where a run fails
-                shutil.copytree(clone / "wheels" / args.cell / "logs", work / "logs", dirs_exist_ok=True)
+                if (clone / "wheels" / args.cell / "logs").is_dir():
+                    shutil.copytree(clone / "wheels" / args.cell / "logs", work / "logs", dirs_exist_ok=True)
         for name, seconds, done in (("empty store", first, made), ("second run", second, again)):
             image = done["facts"].get("image", {})
             print(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -96,3 +97,14 @@ def test_a_report_in_another_cells_directory_is_not_that_cells(tmp_path: Path) -
     shutil.copy(layout.report, other.report)
     with pytest.raises(ReportError, match="the report of cell cpu-py311, not of cpu-py312"):
         load_report(other.report, cell=other.cell)
+
+
+def test_the_facts_say_whether_the_engine_ran_rootless() -> None:
+    """docs/images.md: report.json's facts say "rootless" where an engine ran the cell."""
+    matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
+    recipes, cell = load_recipes(ROOT / "recipes"), matrix.cell("cpu-py311")
+    on_host = plan_cell(matrix, recipes, cell, ["example-cpp-ops"], Settings())
+    in_podman = replace(on_host, engine="podman")
+    assert CellReport(plan=in_podman, path=Path("r.json"), rootless=True).facts["rootless"] is True
+    assert CellReport(plan=in_podman, path=Path("r.json")).facts["rootless"] is False
+    assert on_host.engine == "none" and "rootless" not in CellReport(plan=on_host, path=Path("r.json")).facts
