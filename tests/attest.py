@@ -7,6 +7,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from tests.wheels import make_wheel
 from wheelmill.index.store import Channel, publish
@@ -58,17 +59,25 @@ def published_signed(
     wheel = make_wheel(
         directory, name, version, tag=tag, files={**(files or {}), **sbom}, requires=requires, gpu_archs=gpu_archs
     )
-    provenance = None
-    if key is not None:
-        statement = build_statement(
-            filename=wheel.name,
-            sha256=sha256_of(wheel),
-            record=record,
-            key_inputs=INPUTS,
-            repository=Repository(commit="f" * 40, dirty=False),
-            run=RUN,
-        )
-        envelope = sign_envelope(json.dumps(statement, sort_keys=True).encode(), key)
-        provenance = (envelope_line(envelope) + "\n").encode()
+    provenance = None if key is None else signed(statement_for(wheel, record=record), key)
     publish(channel, wheel, provenance=provenance)
     return wheel
+
+
+def statement_for(
+    wheel: Path, *, record: BuildRecord = RECORD, inputs: Mapping[str, object] = INPUTS, dirty: bool = False
+) -> dict[str, Any]:
+    """The build statement of ``wheel``, as a build of ``record`` makes it."""
+    return build_statement(
+        filename=wheel.name,
+        sha256=sha256_of(wheel),
+        record=record,
+        key_inputs=inputs,
+        repository=Repository(commit="f" * 40, dirty=dirty),
+        run=RUN,
+    )
+
+
+def signed(statement: Mapping[str, Any], key: SigningKey) -> bytes:
+    """``statement`` in a DSSE envelope signed by ``key``: a line of a ``.intoto.jsonl``."""
+    return envelope_line(sign_envelope(json.dumps(statement, sort_keys=True).encode(), key)).encode()

@@ -233,3 +233,18 @@ def test_a_bucket_channel_keeps_the_provenance(built: Built, object_store: Objec
     print(done.stdout)
     assert done.returncode == 0, done.stderr
     assert "1 verified, 0 failed" in done.stdout
+
+
+def test_a_wheel_reused_from_the_served_index_brings_its_provenance(built: Built, tmp_path: Path) -> None:
+    """Runner B builds nothing runner A published: the wheel it fetches from A's served index
+    lands in its dist/ with the provenance A published beside it, and verifies there."""
+    output = tmp_path / "runner-b"
+    with serving(built.output / "index") as url:
+        env = {"WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": "none", "WHEELMILL_SERVED_INDEX": url}
+        done = wheelmill(built.project, "build", "--cell", CELL, "--recipe", RECIPE, "--no-publish", env=env)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    fetched = output / CELL / "dist" / built.wheel.name
+    assert "reused: " in done.stdout and fetched.read_bytes() == built.wheel.read_bytes()
+    beside = fetched.with_name(fetched.name + ".intoto.jsonl")
+    assert beside.read_bytes() == built.provenance.read_bytes()
+    assert verify(built, str(fetched)).returncode == 0

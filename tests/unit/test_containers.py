@@ -445,3 +445,28 @@ def test_a_cell_that_yields_the_cores_gets_containers_of_a_lower_cpu_weight(tmp_
             pass
     runs = [line for line in calls.read_text().splitlines() if line.startswith("run ")]
     assert len(runs) == 2 and " --cpu-shares 128 " in runs[0] and "--cpu-shares" not in runs[1], runs
+
+
+def test_a_command_in_the_container_keeps_the_engines_session_outside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A probe given only PATH for inside the container: podman itself still runs with the
+    session's variables (rootless podman finds its containers under XDG_RUNTIME_DIR), and
+    only PATH goes inside."""
+    import wheelmill.machine.container as container_module  # noqa: PLC0415 - its capture is replaced
+
+    seen: list[tuple[list[str], Mapping[str, str]]] = []
+
+    def fake(argv: Sequence[str], *, env: Mapping[str, str], timeout: float) -> Captured:
+        seen.append((list(argv), dict(env)))
+        return Captured(returncode=0, stdout="/usr/bin/c++\n", stderr="")
+
+    monkeypatch.setattr(container_module, "capture", fake)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/1001")
+    log = StepLog(tmp_path / "log")
+    container = Container(PODMAN, cell="c", image="i", mounts=[], log=log)
+    log.close()
+    container.capture(["sh", "-c", "command -v c++"], env={"PATH": "/usr/bin:/bin"})
+    ((argv, env),) = seen
+    assert env["XDG_RUNTIME_DIR"] == "/run/user/1001" and env["PATH"] == "/usr/bin:/bin"
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--env"] == ["PATH"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.attest import INPUTS, RECORD, RUN
+from tests.attest import signed, statement_for
 from tests.conftest import CliResult, CliRunner
 from tests.wheels import make_wheel
 from wheelmill.building.plan import Options, plan
@@ -47,8 +47,7 @@ from wheelmill.machine.git import read_state
 from wheelmill.machine.net import sha256_of
 from wheelmill.output.layout import CellLayout
 from wheelmill.output.report import BuiltCell, RecipeRecord, ReleaseRecord, Status, WheelRecord
-from wheelmill.provenance.signing import envelope_line, new_signing_key, sign_envelope
-from wheelmill.provenance.statement import Repository, build_statement
+from wheelmill.provenance.signing import new_signing_key
 from wheelmill.settings import Settings
 from wheelmill.wheel.wheelfile import read_wheel
 
@@ -866,16 +865,7 @@ def test_a_release_refuses_a_wheel_built_from_a_dirty_tree_or_unsigned_where_req
         refuse_unattested([built], required=True)
 
     def beside(*, dirty: bool) -> None:
-        statement = build_statement(
-            filename=wheel.name,
-            sha256=sha256_of(wheel),
-            record=RECORD,
-            key_inputs=INPUTS,
-            repository=Repository(commit="f" * 40, dirty=dirty),
-            run=RUN,
-        )
-        line = envelope_line(sign_envelope(json.dumps(statement).encode(), key))
-        wheel.with_name(f"{wheel.name}.intoto.jsonl").write_text(line)
+        wheel.with_name(f"{wheel.name}.intoto.jsonl").write_bytes(signed(statement_for(wheel, dirty=dirty), key))
 
     beside(dirty=True)
     with pytest.raises(ReleaseError, match="built from a dirty tree") as refused:

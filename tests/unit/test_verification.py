@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.attest import INPUTS, RECORD, RUN, signed, statement_for
 from wheelmill.errors import (
     BuildKeyMismatch,
     IntegrityError,
@@ -20,39 +21,16 @@ from wheelmill.errors import (
     SubjectMismatch,
 )
 from wheelmill.machine.net import sha256_of
-from wheelmill.provenance.record import BuilderRecord, BuildRecord, Locked, SourceRecord
+from wheelmill.provenance.record import Locked
 from wheelmill.provenance.sbom import SBOM_FILE, sbom_bytes
-from wheelmill.provenance.signing import SigningKey, envelope_line, new_signing_key, sign_envelope
+from wheelmill.provenance.signing import SigningKey, new_signing_key
 from wheelmill.provenance.statement import (
-    Repository,
-    Run,
-    build_statement,
     key_digest,
     promotion_statement,
     read_statement,
 )
 from wheelmill.provenance.verification import Claims, Verdict, verify_file
 
-INPUTS = {"source": {"sha256": "c" * 64}, "recipe": {"name": "demo"}}
-RUN = Run(
-    builder="urn:wheelmill:host:test", invocation="1", started="2026-11-27T00:00:00Z", finished="2026-11-27T00:01:00Z"
-)
-RECORD = BuildRecord(
-    project="demo",
-    version="1.0+cpu",
-    recipe="demo",
-    cell="cpu-py311",
-    build_key=key_digest(INPUTS),
-    python="3.11.9",
-    compiler="c++ 12.2.0",
-    toolkit=None,
-    torch=Locked(name="torch", version="2.13.0+cpu", sha256=("b" * 64,)),
-    toolkit_packages=(),
-    builder=BuilderRecord(tag="host", image_id=None, base=None),
-    source=SourceRecord(kind="path", url=None, sha256="c" * 64, commit=None),
-    lock_sha256="d" * 64,
-    requires=("torch==2.13.0+cpu",),
-)
 NAME = "demo-1.0+cpu-cp311-cp311-linux_x86_64.whl"
 
 
@@ -68,21 +46,6 @@ def make_wheel(path: Path, *, sbom: bytes | None) -> Path:
         if sbom is not None:
             archive.writestr(f"demo-1.0+cpu.dist-info/{SBOM_FILE}", sbom)
     return path
-
-
-def signed(statement: dict[str, Any], key: SigningKey) -> bytes:
-    return envelope_line(sign_envelope(json.dumps(statement, sort_keys=True).encode(), key)).encode()
-
-
-def statement_for(wheel: Path, *, record: BuildRecord = RECORD, inputs: dict[str, Any] = INPUTS) -> dict[str, Any]:
-    return build_statement(
-        filename=wheel.name,
-        sha256=sha256_of(wheel),
-        record=record,
-        key_inputs=inputs,
-        repository=Repository(commit="f" * 40, dirty=False),
-        run=RUN,
-    )
 
 
 def check(wheel: Path, provenance: bytes | None, team: SigningKey, **claims: Any) -> Verdict:

@@ -155,7 +155,9 @@ class Container:
         outer = self.engine.exec(
             container=self.name, argv=[str(a) for a in argv], env_keys=_inside(environment), workdir=None
         )
-        return capture(outer, env=environment, timeout=timeout)
+        # The engine's own process keeps the session it runs in (HOME, XDG_RUNTIME_DIR: where
+        # rootless podman finds its containers); only ``env``'s variables go inside.
+        return capture(outer, env={**base_environment([]), **environment}, timeout=timeout)
 
     def stable_path(self, path: Path) -> Path:
         """``<output>/<cell>/src/x`` as ``/wheelmill/src/x``; other paths as they are."""
