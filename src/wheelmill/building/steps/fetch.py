@@ -142,11 +142,33 @@ def _unpack(archive: Path, dest: Path) -> Path:
     else:
         try:
             with tarfile.open(archive) as tf:
-                tf.extractall(dest, filter="data")  # the "data" filter refuses unsafe members
+                if hasattr(tarfile, "data_filter"):
+                    tf.extractall(dest, filter="data")  # the "data" filter refuses unsafe members
+                else:  # a CPython before 3.11.4 (Debian 12's 3.11.2): no filters; each member checked here
+                    _refuse_unsafe(archive, tf.getmembers(), dest)
+                    tf.extractall(dest)  # noqa: S202 - every member was checked to stay inside dest
         except (tarfile.TarError, OSError) as exc:
             raise IntegrityError(f"{archive.name}: cannot unpack: {exc}", fix="check the archive") from None
     entries = list(dest.iterdir())
     return entries[0] if len(entries) == 1 and entries[0].is_dir() else dest
+
+
+def _refuse_unsafe(archive: Path, members: list[tarfile.TarInfo], dest: Path) -> None:
+    """What the "data" filter refuses: a member outside ``dest``, a link that leads outside
+    it, a device or a pipe."""
+    root = dest.resolve()
+    for member in members:
+        target = (dest / member.name).resolve()
+        linked = (target.parent / member.linkname).resolve() if member.issym() else (dest / member.linkname).resolve()
+        unsafe = (
+            not target.is_relative_to(root)
+            or ((member.issym() or member.islnk()) and not linked.is_relative_to(root))
+            or not (member.isfile() or member.isdir() or member.issym() or member.islnk())
+        )
+        if unsafe:
+            raise IntegrityError(
+                f"{archive.name}: unsafe member {member.name!r} in the archive", fix="do not use this archive"
+            )
 
 
 def git_config(mirrors: tuple[tuple[str, str], ...]) -> list[str]:
