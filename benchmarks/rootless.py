@@ -5,7 +5,8 @@ then the README's first command as that user, twice:
 1. ``scripts/setup && .venv/bin/nox -s <build session>`` with an empty store: the base
    bootstrapped with mmdebstrap's unshare mode, the builder image built, the cell built in a
    rootless podman container;
-2. the same again: the base and the builder image reused, nothing bootstrapped or built.
+2. the build again from an empty output root (else nothing would be built): the base and the
+   builder image reused from the account's store, nothing bootstrapped or built.
 
 Prints each run's time, what its report says of the engine (``rootless``) and the image
 (where the base and the builder came from), and the wheels' tags; checks the tags are the
@@ -157,7 +158,8 @@ def main() -> int:
             try:
                 first = as_user(f"scripts/setup && {env} .venv/bin/nox -s {session}", log=log, cwd=clone)
                 made = report(clone, args.cell)
-                second = as_user(f"scripts/setup && {env} .venv/bin/nox -s {session}", log=log, cwd=clone)
+                # the output root gone (else nothing is built again): the base and builder image stay
+                second = as_user(f"rm -rf wheels && {env} .venv/bin/nox -s {session}", log=log, cwd=clone)
                 again = report(clone, args.cell)
                 found = tags(clone, args.cell)
             finally:  # the cell's logs outlive the account where a run fails
