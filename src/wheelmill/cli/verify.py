@@ -18,7 +18,7 @@ from wheelmill.index.attested import Source, local_source, served_source, verify
 from wheelmill.index.roots import Index
 from wheelmill.index.served import ServedChannel
 from wheelmill.provenance.signing import TrustedKey, trusted_keys, trusted_keys_of
-from wheelmill.provenance.statement import SUFFIX
+from wheelmill.provenance.statement import beside
 from wheelmill.provenance.verification import Claims, Verdict, verify_file
 from wheelmill.settings import Settings
 
@@ -82,13 +82,13 @@ def _trusted(args: argparse.Namespace, settings: Settings) -> tuple[TrustedKey, 
 def _one_wheel(wheel: Path, provenance: Path | None, trusted: tuple[TrustedKey, ...]) -> Verdict:
     if not wheel.is_file():
         raise UsageError(f"verify: {wheel}: no such file", fix="give the path of a wheel")
-    beside = provenance or wheel.with_name(wheel.name + SUFFIX)
+    kept = provenance or beside(wheel)
     if provenance is not None and not provenance.is_file():
         raise UsageError(f"verify: {provenance}: no such file", fix="give the path of the wheel's .intoto.jsonl")
     claims = Claims(
         filename=wheel.name,
-        provenance=beside.read_bytes() if beside.is_file() else None,
-        source=str(beside),
+        provenance=kept.read_bytes() if kept.is_file() else None,
+        source=str(kept),
     )
     return verify_file(wheel, claims, trusted=trusted)
 

@@ -18,7 +18,7 @@ from wheelmill.errors import FetchError, IntegrityError
 from wheelmill.index.pages import FileEntry, Project
 from wheelmill.index.roots import AnyChannel, file_of, provenance_of
 from wheelmill.index.served import ServedChannel
-from wheelmill.machine.net import fetch_unchecked, sha256_of, split_credentials
+from wheelmill.machine.net import fetch_bytes, fetch_unchecked, sha256_of, split_credentials
 from wheelmill.provenance.signing import TrustedKey
 from wheelmill.provenance.verification import Claims, Failure, Verdict, verify_file
 from wheelmill.retry import TransientError
@@ -64,11 +64,7 @@ def served_source(channel: ServedChannel) -> Source:
     def provenance(project: Project, entry: FileEntry) -> bytes | None:
         if entry.provenance is None:
             return None
-        url = urllib.parse.urljoin(channel.project_url(project.name), entry.provenance)
-        with tempfile.TemporaryDirectory(prefix="wheelmill-verify-") as scratch:
-            found = Path(scratch) / "provenance"
-            fetch_unchecked(url, found)
-            return found.read_bytes()
+        return fetch_bytes(urllib.parse.urljoin(channel.project_url(project.name), entry.provenance))
 
     name = split_credentials(channel.simple)[0]
     return Source(name=name, projects=channel.projects, project=channel.project, fetch=fetch, provenance=provenance)

@@ -42,8 +42,7 @@ from wheelmill.output.report import (
     load_report,
 )
 from wheelmill.provenance.signing import read_envelopes
-from wheelmill.provenance.statement import SUFFIX as PROVENANCE
-from wheelmill.provenance.statement import Statement, read_statement
+from wheelmill.provenance.statement import Statement, beside, read_statement
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -181,15 +180,15 @@ def refuse_unattested(wheels: Sequence[BuiltWheel], *, required: bool) -> None:
     for wheel in wheels:
         if wheel.path is None:  # another job published it, and refused it there if it had to
             continue
-        beside = wheel.path.with_name(wheel.path.name + PROVENANCE)
-        if not beside.is_file():
+        kept = beside(wheel.path)
+        if not kept.is_file():
             if required:
                 raise SignatureError(
                     f"{wheel.name}: no signed provenance beside it, and WHEELMILL_SIGNATURES is required",
                     fix=f"build cell {wheel.cell} again with WHEELMILL_SIGNING_KEY set",
                 )
             continue
-        statement = first_statement(beside)
+        statement = first_statement(kept)
         if statement is not None and statement.dirty:
             raise ReleaseError(
                 f"{wheel.name}: its provenance says cell {wheel.cell} was built from a dirty tree",

@@ -20,7 +20,7 @@ from wheelmill.index.pages import FileEntry
 from wheelmill.index.storage import Storage, TreeStorage
 from wheelmill.index.store import Channel, Published
 from wheelmill.index.verify import verify
-from wheelmill.provenance.statement import SUFFIX as PROVENANCE
+from wheelmill.provenance.statement import read_beside
 from wheelmill.settings import Settings
 
 AnyChannel = Channel | ObjectChannel
@@ -72,8 +72,7 @@ def publish(channel: AnyChannel, wheel: Path, *, provenance: bytes | None = None
     built wheel's provenance is the one given, else the one beside it (``<wheel>.intoto.jsonl``,
     as a build delivers it into dist/)."""
     if provenance is None and given.get("mirrored_from") is None:
-        beside = wheel.with_name(wheel.name + PROVENANCE)
-        provenance = beside.read_bytes() if beside.is_file() else None
+        provenance = read_beside(wheel)
     if isinstance(channel, ObjectChannel):
         return objects.publish(channel, wheel, provenance=provenance, **given)
     return store.publish(channel, wheel, provenance=provenance, **given)
@@ -84,8 +83,7 @@ def provenance_of(channel: AnyChannel, entry: FileEntry) -> bytes | None:
     where it names none, or it is gone."""
     if isinstance(channel, ObjectChannel):
         return objects.provenance_of(channel, entry)
-    path = channel.files / f"{entry.filename}{PROVENANCE}"
-    return path.read_bytes() if entry.provenance is not None and path.is_file() else None
+    return read_beside(channel.files / entry.filename) if entry.provenance is not None else None
 
 
 def set_yanked(channel: AnyChannel, project: str, version: str, reason: str | None) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import html.parser
+import io
 import json
 import urllib.error
 import urllib.parse
@@ -163,6 +164,16 @@ def fetch_unchecked(url: str, dest: Path) -> str:
     with atomic_path(dest) as tmp, tmp.open("wb") as out:
         _copy_response(bare, out, digest, None, auth)
     return digest.hexdigest()
+
+
+def fetch_bytes(url: str) -> bytes:
+    """The bytes at ``url``, held in memory (a small file: a provenance, a page), credentials
+    in it sent as Basic auth; unchecked, like ``fetch_unchecked``."""
+    bare, username, password = split_credentials(url)
+    auth = (username or "", password or "") if username or password else None
+    out = io.BytesIO()
+    _copy_response(bare, out, hashlib.sha256(), None, auth)
+    return out.getvalue()
 
 
 def _copy_response(

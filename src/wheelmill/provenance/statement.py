@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from wheelmill import __version__
@@ -109,6 +110,17 @@ class Statement:
             if sha256:
                 found.append((str(dependency.get("uri") or dependency.get("name")), str(sha256)))
         return found
+
+
+def beside(file: Path) -> Path:
+    """Where a file's provenance is kept: ``<file>.intoto.jsonl``, beside it."""
+    return file.with_name(file.name + SUFFIX)
+
+
+def read_beside(file: Path) -> bytes | None:
+    """The provenance kept beside ``file``; None where it has none."""
+    path = beside(file)
+    return path.read_bytes() if path.is_file() else None
 
 
 def this_run(*, ci_run: str | None, started: str) -> Run:

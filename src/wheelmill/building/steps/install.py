@@ -29,7 +29,7 @@ from wheelmill.machine.probes import IMPORTS, MARK, joined, parse
 from wheelmill.machine.process import StepLog, base_environment
 from wheelmill.output.report import WheelRecord
 from wheelmill.planning.spec import CellPlan, RecipeSpec
-from wheelmill.provenance.statement import SUFFIX as PROVENANCE
+from wheelmill.provenance.statement import beside
 from wheelmill.settings import InstallTests
 from wheelmill.wheel.wheelfile import read_wheel
 
@@ -200,13 +200,13 @@ def deliver(dist: Path, wheel: Path, *, link: bool = False, provenance: bytes | 
     name = canonicalize_name(read_wheel(wheel).name)
     for old in dist.glob("*.whl"):
         if old.name != wheel.name and canonicalize_name(old.name.split("-", 1)[0]) == name:
-            old.with_name(old.name + PROVENANCE).unlink(missing_ok=True)
+            beside(old).unlink(missing_ok=True)
             old.unlink()
-    beside = dist / f"{wheel.name}{PROVENANCE}"
-    beside.unlink(missing_ok=True)  # a provenance of other bytes of that name must not outlive them
+    kept = beside(dist / wheel.name)
+    kept.unlink(missing_ok=True)  # a provenance of other bytes of that name must not outlive them
     files: dict[Path, Content] = {dist / wheel.name: Linked(wheel) if link else wheel}
     if provenance is not None:
-        files[beside] = provenance
+        files[kept] = provenance
     write_all(files)
     return dist / wheel.name
 

@@ -12,7 +12,6 @@ too: a job that publishes elsewhere afterwards builds nothing that was published
 
 from __future__ import annotations
 
-import tempfile
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,11 +30,11 @@ from wheelmill.files import Linked, write_all
 from wheelmill.index.pages import FileEntry
 from wheelmill.index.served import ServedChannel
 from wheelmill.index.store import Channel, built_by_key
-from wheelmill.machine.net import download, fetch_unchecked
+from wheelmill.machine.net import download, fetch_bytes
 from wheelmill.machine.toolchain import Found, find_compiler
 from wheelmill.planning.buildkey import BuildKey, build_keys, host_identity, image_identity
 from wheelmill.planning.spec import CellPlan, RecipeSpec
-from wheelmill.provenance.statement import SUFFIX as PROVENANCE
+from wheelmill.provenance.statement import read_beside
 from wheelmill.retry import TransientError, with_retries
 from wheelmill.wheel.wheelfile import read_wheel
 
@@ -75,16 +74,13 @@ class Listed:
         """Its signed provenance, delivered with it (a release publishes it from dist/); None
         where it has none, or the served one cannot be read (the publish step says so)."""
         if self.file is not None:
-            beside = self.file.with_name(self.file.name + PROVENANCE)
-            return beside.read_bytes() if self.entry.provenance is not None and beside.is_file() else None
+            return read_beside(self.file) if self.entry.provenance is not None else None
         if self.provenance_url is None:
             return None
-        with tempfile.TemporaryDirectory(prefix="wheelmill-provenance-") as scratch:
-            try:
-                fetch_unchecked(self.provenance_url, Path(scratch) / "provenance")
-            except (FetchError, TransientError):
-                return None
-            return (Path(scratch) / "provenance").read_bytes()
+        try:
+            return fetch_bytes(self.provenance_url)
+        except (FetchError, TransientError):
+            return None
 
 
 class Listings:

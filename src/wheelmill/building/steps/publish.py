@@ -17,7 +17,7 @@ from wheelmill.index.store import Channel, publish
 from wheelmill.machine.process import HostRunner, base_environment, wheelmill_command
 from wheelmill.output.report import WheelRecord
 from wheelmill.planning.spec import CellPlan, RecipeSpec
-from wheelmill.provenance.statement import SUFFIX
+from wheelmill.provenance.statement import beside, read_beside
 
 
 def publish_step(ctx: StepContext, spec: RecipeSpec) -> Outcome:
@@ -37,9 +37,9 @@ def publish_step(ctx: StepContext, spec: RecipeSpec) -> Outcome:
 def _provenance(wheel: Path) -> tuple[bytes | None, str]:
     """The signed provenance the install test delivered beside the wheel, and what the step
     says of it."""
-    beside = wheel.with_name(wheel.name + SUFFIX)
-    if beside.is_file():
-        return beside.read_bytes(), f"{beside.name} beside it"
+    found = read_beside(wheel)
+    if found is not None:
+        return found, f"{beside(wheel).name} beside it"
     return None, "none: no signing key (set WHEELMILL_SIGNING_KEY or WHEELMILL_SIGNING_KEY_FILE)"
 
 
