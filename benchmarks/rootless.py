@@ -1,12 +1,16 @@
 """A new user without root builds a cell, as a hosted runner does: an account made here (with
-the subordinate ids ``useradd`` gives it), a fresh clone in its home, an empty image store,
-then the README's first command as that user, twice:
+the subordinate ids ``useradd`` gives it) and an empty image store; then, as that account:
 
-1. ``scripts/setup && .venv/bin/nox -s <build session>`` with an empty store: the base
-   bootstrapped with mmdebstrap's unshare mode, the builder image built, the cell built in a
-   rootless podman container;
-2. the build again from an empty output root (else nothing would be built): the base and the
-   builder image reused from the account's store, nothing bootstrapped or built.
+1. in a fresh clone, the README's first command, ``scripts/setup && .venv/bin/nox -s
+   build-<cell>``: the base bootstrapped with mmdebstrap's unshare mode, the builder image
+   built, the cell built in a rootless podman container (whichever engine answers first, as
+   the README runs it);
+2. in another fresh clone, the run steps of build.yml's build job, read from the workflow
+   and run with its job environment as GitHub gives it to a push with no repository
+   variables (``CELL`` the cell): the base and the builder image reused from the account's
+   store; then every path its upload step names must exist;
+3. where the account cannot open /dev/net/tun (rootless podman's networks need it),
+   ``wheelmill image build`` must stop before building anything, with one line saying so.
 
 Prints each run's time, what its report says of the engine (``rootless``) and the image
 (where the base and the builder came from), and the wheels' tags; checks the tags are the
@@ -14,10 +18,7 @@ ones the matrix promises the cell (the report's platform-tag and glibc-baseline 
 within the glibc of the base the cell is built on, which docs/matrix.md's table shows).
 Needs root (to make the account; everything after runs as the account) and
 ``scripts/setup --system`` (podman, uidmap, mmdebstrap). The account and its home go when
-the benchmark ends. ``--smoke``: the account bootstraps the cell's base with the argv wheelmill
-gives mmdebstrap's unshare mode, imports it into its own (rootless) podman store, and runs
-a container of it with no network (a minute; no build, no figure). Usage:
-``sudo .venv/bin/python benchmarks/rootless.py [--cell cpu-py311] [--smoke]``
+the benchmark ends. Usage: ``sudo .venv/bin/python benchmarks/rootless.py [--cell cpu-py311]``
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import argparse
 import json
 import os
 import pwd
+import re
 import shlex
 import shutil
 import subprocess
@@ -33,21 +35,21 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import runs
+import yaml
 
 from wheelmill.inputs.matrix import load_matrix
-from wheelmill.machine.bootstrap import Bootstrapper, bootstrapper
-from wheelmill.machine.builder_images import choose_base, debian_mirror
-from wheelmill.machine.pins import load_pins
 from wheelmill.wheel.wheelfile import read_wheel
 
 USER = f"wheelmill-bench-{os.getpid()}"
 # What a login shell would reset and the installers need: this machine's indexes and
 # certificates (its own TLS authority, where a proxy has one).
 FORWARDED = ("PIP_", "UV_", "SSL_CERT_", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
+WORKFLOW = runs.ROOT / ".github" / "workflows" / "build.yml"
 PROMISES = ("platform-tag", "glibc-baseline")  # the report's checks of a wheel's tag against the cell's base
 
 
@@ -73,15 +75,21 @@ def account() -> Iterator[Path]:
             shutil.rmtree(left, ignore_errors=True)
 
 
-def as_user(command: str, *, log: Path, cwd: Path) -> float:
-    """Seconds ``command`` ran as the account, in a login shell (its own environment, HOME
-    and PATH), from ``cwd``; its output into ``log`` (this process writes it: the account's
-    home goes with the account, a failed command's log stays in the work directory)."""
+def as_account(command: str) -> list[str]:
+    """``command`` in a login shell of the account (its own environment, HOME and PATH), with
+    this machine's installer settings and the run-time directory a login session
+    (systemd-logind) gives a user, which runuser does not."""
     kept = ",".join(sorted(name for name in os.environ if name.startswith(FORWARDED)))
-    login = ["runuser", "--login", *([f"--whitelist-environment={kept}"] if kept else []), USER]
-    # the run-time directory a login session (systemd-logind) gives a user, which runuser does not
-    session = f"export XDG_RUNTIME_DIR={runtime_dir()} && cd {shlex.quote(str(cwd))}"
-    return runs.timed([*login, "--command", f"{session} && {command}"], log=log)
+    whitelist = [f"--whitelist-environment={kept}"] if kept else []
+    session = f"export XDG_RUNTIME_DIR={runtime_dir()}"
+    return ["runuser", "--login", *whitelist, USER, "--command", f"{session} && {command}"]
+
+
+def as_user(command: str, *, log: Path, cwd: Path) -> float:
+    """Seconds ``command`` ran as the account, from ``cwd``; its output into ``log`` (this
+    process writes it: the account's home goes with the account, a failed command's log
+    stays in the work directory)."""
+    return runs.timed(as_account(f"cd {shlex.quote(str(cwd))} && {command}"), log=log)
 
 
 def runtime_dir() -> Path:
@@ -111,75 +119,143 @@ def tags(clone: Path, cell: str) -> list[str]:
     )
 
 
-def smoke(cell: str, home: Path, log: Path) -> int:
-    """The base bootstrapped, imported and run by the account alone."""
-    variant = load_matrix(runs.ROOT / "recipes" / "matrix.toml").cell(cell).variant
-    base = choose_base(load_pins(runs.ROOT / "containers" / "pins.toml"), variant, policy="bootstrap")
-    how: Bootstrapper = bootstrapper(root=False, user=USER)
-    tarball = home / "base.tar"
-    argv = how.commands(base, mirror=debian_mirror(None), tarball=tarball)[0]
-    made = as_user(shlex.join(argv), log=log, cwd=home)
-    ran = as_user(
-        f"podman import --quiet {tarball} {base.reference} && podman info --format '{{{{.Host.Security.Rootless}}}}' "
-        f"&& podman run --rm --network=none {base.reference} cat /etc/debian_version",
-        log=log,
-        cwd=home,
+@dataclass(frozen=True)
+class Job:
+    """What a job of a workflow runs on its runner: its run steps, its environment, and
+    the paths its upload step names."""
+
+    steps: tuple[str, ...]
+    env: dict[str, str]
+    uploads: tuple[str, ...]
+
+
+def build_job(cell: str) -> Job:
+    """build.yml's build job as GitHub runs it for ``cell`` on a push from this repository
+    where no repository variable is set (a fork's runner, or a team without a fleet): the
+    steps that run (``uses`` steps are GitHub's: the checkout, the credentials this run does
+    not get, the upload), with every expression evaluated."""
+    job = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))["jobs"]["build"]
+    steps = job["steps"]
+    for step in steps:
+        if "run" in step and "if" in step:
+            raise SystemExit(runs.broken(f"{WORKFLOW.name}: step {step.get('name')!r} has an if: teach the benchmark"))
+    uploads = [s["with"]["path"] for s in steps if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
+    return Job(
+        steps=tuple(evaluated(s["run"], cell) for s in steps if "run" in s),
+        env={"CI": "true", "GITHUB_ACTIONS": "true", **{k: evaluated(str(v), cell) for k, v in job["env"].items()}},
+        uploads=tuple(line.strip() for text in uploads for line in evaluated(text, cell).splitlines() if line.strip()),
     )
-    lines = log.read_text().splitlines()
-    rootless, debian = lines[-3], lines[-2]
-    print(f"{USER}: {how.tool} --mode=unshare {base.suite} in {made:.1f} s; imported and run in {ran:.1f} s")
-    print(f"  podman rootless: {rootless}; the base says Debian {debian}")
-    if rootless != "true" or not debian[:1].isdigit():
-        return runs.broken(f"the account's podman is not rootless ({rootless}) or its container did not run")
-    return 0
+
+
+def evaluated(text: str, cell: str) -> str:
+    """``text`` with each ``${{ }}`` as GitHub evaluates it where no repository variable is
+    set: ``matrix.cell`` is the cell, ``vars.X`` empty, and ``vars.X && ... || 'y'`` (or
+    ``vars.X != '' && ...``) its fallback ``y``. Any other expression breaks the benchmark,
+    which must then learn it, rather than run something the workflow does not."""
+
+    def one(match: re.Match[str]) -> str:
+        expression = match.group(1).strip()
+        if expression == "matrix.cell":
+            return cell
+        if re.fullmatch(r"vars\.\w+", expression):
+            return ""
+        fallback = re.fullmatch(r"vars\.\w+(?: != '')? && .+ \|\| '([^']*)'", expression)
+        if fallback is None:
+            raise SystemExit(runs.broken(f"{WORKFLOW.name}: cannot evaluate ${{{{ {expression} }}}}"))
+        return fallback.group(1)
+
+    return re.sub(r"\$\{\{(.*?)\}\}", one, text)
+
+
+def run_job(job: Job, *, clone: Path, log: Path) -> float:
+    """Seconds the job's steps ran as the account in ``clone``, each as GitHub's default
+    shell runs a step (``bash -e``), in the job's environment."""
+    exported = " ".join(f"{name}={shlex.quote(value)}" for name, value in sorted(job.env.items()))
+    return sum(
+        as_user(f"export {exported} && bash -e -c {shlex.quote(step)}", log=log, cwd=clone) for step in job.steps
+    )
+
+
+def missing_uploads(job: Job, clone: Path) -> list[str]:
+    return [pattern for pattern in job.uploads if not list(clone.glob(pattern.rstrip("/")))]
+
+
+def image_refused(clone: Path, cell: str, log: Path) -> str:
+    """Where the account cannot open /dev/net/tun: ``wheelmill image build`` must stop at
+    once, exit 5, with one line naming it. Else a line saying why nothing was tried."""
+    if subprocess.run(as_account("test -r /dev/net/tun -a -w /dev/net/tun"), check=False).returncode == 0:
+        return "not tried: the account opens /dev/net/tun, so the images' networks would work"
+    argv = f".venv/bin/wheelmill image build --cell {cell} --edition runtime"
+    refused = subprocess.run(
+        as_account(f"cd {shlex.quote(str(clone))} && {argv} 2>&1"), capture_output=True, text=True, check=False
+    )
+    with log.open("a") as out:
+        out.write(f"$ {argv}\n{refused.stdout}# exit status {refused.returncode}\n")
+    lines = refused.stdout.strip().splitlines()
+    if refused.returncode != 5 or len(lines) != 1 or "/dev/net/tun" not in lines[0]:
+        raise SystemExit(runs.broken(f"image build without /dev/net/tun: exit {refused.returncode}: {lines[-3:]}"))
+    return f"refused at once (exit 5): {lines[0]}"
+
+
+def describe(name: str, seconds: float, done: dict[str, Any]) -> str:
+    image = done["facts"].get("image", {})
+    return (
+        f"{USER} ({name}): {seconds:6.1f} s; engine {done['facts']['engine']}, rootless "
+        f"{done['facts'].get('rootless')}; base {image.get('base_origin')}, builder {image.get('origin')} "
+        f"({image.get('tag')}); status {done['status']}"
+    )
+
+
+def fresh_clone(home: Path, name: str, log: Path) -> Path:
+    """A clone of this checkout in the account's home, cloned by root (the checkout may sit
+    where the account cannot read), then given to the account."""
+    clone = home / name
+    runs.timed(["git", "clone", "--quiet", str(runs.ROOT), str(clone)], log=log)
+    runs.timed(["chown", "-R", f"{USER}:{USER}", str(clone)], log=log)
+    return clone
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cell", default="cpu-py311")
-    parser.add_argument("--smoke", action="store_true", help="bootstrap, import and run the base as the account")
     args = parser.parse_args()
     if os.geteuid() != 0:
         return runs.broken("run as root: the benchmark makes an account, then builds as it")
     load_matrix(runs.ROOT / "recipes" / "matrix.toml").cell(args.cell)  # an unknown cell stops here
-    if args.smoke:
-        with runs.workspace("wheelmill-rootless-") as work, account() as home:
-            return smoke(args.cell, home, work / "rootless.log")
+    job = build_job(args.cell)
     with runs.workspace("wheelmill-rootless-") as work:
-        user, log = USER, work / "rootless.log"
+        log = work / "rootless.log"
         with account() as home:
-            clone = home / "wheelmill"
             configured(home)
-            # cloned by root (the checkout may sit where the account cannot read), then given to it
-            runs.timed(["git", "clone", "--quiet", str(runs.ROOT), str(clone)], log=log)
-            runs.timed(["chown", "-R", f"{user}:{user}", str(clone)], log=log)
-            session = f"build-{args.cell}"
-            env = "WHEELMILL_ENGINE=podman"
+            readme, runner = fresh_clone(home, "wheelmill", log), fresh_clone(home, "runner", log)
             try:
-                first = as_user(f"scripts/setup && {env} .venv/bin/nox -s {session}", log=log, cwd=clone)
-                made = report(clone, args.cell)
-                # the output root gone (else nothing is built again): the base and builder image stay
-                second = as_user(f"rm -rf wheels && {env} .venv/bin/nox -s {session}", log=log, cwd=clone)
-                again = report(clone, args.cell)
-                found = tags(clone, args.cell)
+                first = as_user(f"scripts/setup && .venv/bin/nox -s build-{args.cell}", log=log, cwd=readme)
+                made, found = report(readme, args.cell), tags(readme, args.cell)
+                second = run_job(job, clone=runner, log=log)
+                again, unloaded = report(runner, args.cell), missing_uploads(job, runner)
+                images = image_refused(readme, args.cell, log)
             finally:  # the cell's logs outlive the account where a run fails
-                if (clone / "wheels" / args.cell / "logs").is_dir():
-                    shutil.copytree(clone / "wheels" / args.cell / "logs", work / "logs", dirs_exist_ok=True)
-        for name, seconds, done in (("empty store", first, made), ("second run", second, again)):
-            image = done["facts"].get("image", {})
-            print(
-                f"{user} ({name}): {seconds:6.1f} s; engine {done['facts']['engine']}, rootless "
-                f"{done['facts'].get('rootless')}; base {image.get('base_origin')}, builder {image.get('origin')} "
-                f"({image.get('tag')}); status {done['status']}"
-            )
+                for clone in (readme, runner):
+                    if (clone / "wheels" / args.cell / "logs").is_dir():
+                        kept = work / clone.name / "logs"
+                        shutil.copytree(clone / "wheels" / args.cell / "logs", kept, dirs_exist_ok=True)
+        print(describe("README, empty store", first, made))
+        print(describe("build.yml's build job, second clone", second, again))
         print(f"wheels' tags: {', '.join(found)}")
         promises = [c for s in made["steps"] for c in s.get("checks", []) if c["name"] in PROMISES]
         for check in promises:
             print(f"  {check['name']}: {check['verdict']}: {check['detail']}")
+        uploaded = f"missing {', '.join(unloaded)}" if unloaded else "all there"
+        print(f"build job's uploads: {', '.join(job.uploads)}: {uploaded}")
+        print(f"images as the account: {images}")
         if not found or not promises or any(c["verdict"] != "pass" for c in promises):
             return runs.broken(f"the wheels' tags {found} are not what the matrix promises {args.cell}")
-        if not (made["facts"].get("rootless") and again["facts"]["image"]["origin"] == "reused"):
-            return runs.broken("the first run was not rootless, or the second did not reuse the builder image")
+        if not made["facts"].get("rootless") or made["status"] != "ok" or again["status"] != "ok":
+            return runs.broken("the README's run was not rootless, or a run did not end ok")
+        if (again["facts"]["image"]["origin"], again["facts"]["image"]["base_origin"]) != ("reused", "reused"):
+            return runs.broken("the build job's run did not reuse the base and the builder image")
+        if unloaded:
+            return runs.broken(f"build.yml's build job uploads {unloaded}, which its run did not write")
     return 0
 
 

@@ -141,7 +141,7 @@ def test_verify_passes_on_the_served_channel_and_pip_and_uv_install_from_it(buil
                 **os.environ,
                 "PIP_CONFIG_FILE": os.devnull,
                 "UV_NO_CONFIG": "1",
-                "UV_CACHE_DIR": str(tmp_path / "uv"),
+                "UV_CACHE_DIR": str(tmp_path / "uv-cache"),  # not a venv: uv would wait for its own lock
             }
             installed = subprocess.run(
                 [*argv, "--index-url", f"{url}/cpu/simple/", RECIPE],

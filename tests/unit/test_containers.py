@@ -139,6 +139,21 @@ def test_a_named_engine_that_does_not_answer_is_a_clear_error() -> None:
         detect("lxc", which=which, probe=answering())
 
 
+def test_a_rootless_engine_needs_the_tun_device_for_a_network_of_its_own(tmp_path: Path) -> None:
+    """The images' two-node tier makes an engine network: rootless, the engine's user-mode
+    stack opens /dev/net/tun as the user, and where it cannot the reason is one line (a
+    root engine, or a device the user opens, needs nothing)."""
+    tun = tmp_path / "tun"
+    tun.write_bytes(b"")
+    tun.chmod(0o600)
+    rootless = Engine(name=EngineName.PODMAN, binary="podman", rootless=True)
+    assert PODMAN.network_access(tmp_path / "absent") is None
+    assert rootless.network_access(tun, can_open=lambda _path: True) is None
+    said = rootless.network_access(tun, can_open=lambda _path: False)
+    assert said == f"rootless podman gives a container a network through {tun}, which this user cannot open (mode 0600)"
+    assert "which this machine lacks" in str(rootless.network_access(tmp_path / "absent"))
+
+
 @pytest.fixture(scope="module")
 def pins() -> Pins:
     return load_pins(ROOT / "containers" / "pins.toml")

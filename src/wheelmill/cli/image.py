@@ -17,7 +17,7 @@ from rich.table import Table
 
 from wheelmill.cli.common import Commands, load_inputs, print_error
 from wheelmill.config import format_size
-from wheelmill.errors import ConfigError, ImageError, UsageError
+from wheelmill.errors import ConfigError, ImageError, PrecheckError, UsageError
 from wheelmill.files import write_atomic
 from wheelmill.images import doctor
 from wheelmill.images.editions import (
@@ -238,6 +238,13 @@ def _image_build(
     if engine is None:
         raise UsageError(
             "image build: no container engine answers", fix="run scripts/setup --system (podman), or start docker"
+        )
+    cut_off = engine.network_access()
+    if cut_off is not None:  # before anything is built: every image's tier c starts two nodes on an engine network
+        raise PrecheckError(
+            f"image build: the smoke tests' two-node tier needs an engine network, but {cut_off}",
+            fix="as root, chmod 0666 /dev/net/tun (the mode most distributions give it); or build images as root, "
+            "or with docker as a member of its group",
         )
     with StepLog(layout.logs / f"image-{edition.value}{'-extras' if args.extras else ''}.log") as log:
         access_log = args.access_log or layout.logs / "image-index-access.log"

@@ -27,6 +27,13 @@ class EngineName(StrEnum):
 
 LABEL = "wheelmill.cell"
 CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))  # where the NVIDIA Container Toolkit writes its CDI specs
+# A rootless engine gives a container a network of its own through a user-mode stack
+# (slirp4netns, pasta, or rootlesskit's), each of which opens this device as the user.
+TUN = Path("/dev/net/tun")
+
+
+def _opens(path: Path) -> bool:
+    return os.access(path, os.R_OK | os.W_OK)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,6 +193,17 @@ class Engine:
             if "nvidia" in runtimes:
                 return None
         return f"{self.name} has no NVIDIA runtime or CDI spec of nvidia.com/gpu (in {', '.join(map(str, cdi_dirs))})"
+
+    def network_access(self, tun: Path = TUN, *, can_open: Callable[[Path], bool] = _opens) -> str | None:
+        """Why this engine cannot give a container a network of its own (an engine network,
+        as the images' two-node smoke tier makes), or None where it can: a rootless engine
+        needs ``tun`` opened as this user. Host and no network need nothing."""
+        if not self.rootless or (tun.exists() and can_open(tun)):
+            return None
+        if not tun.exists():
+            return f"rootless {self.name} gives a container a network through {tun}, which this machine lacks"
+        mode = f"{tun.stat().st_mode & 0o777:04o}"
+        return f"rootless {self.name} gives a container a network through {tun}, which this user cannot open (mode {mode})"
 
     def network_create(self, name: str, subnet: str) -> list[str]:
         return [*self.command, "network", "create", "--subnet", subnet, name]
