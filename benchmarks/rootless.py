@@ -60,9 +60,10 @@ def account() -> Iterator[Path]:
     subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", USER], check=True)
     entry = pwd.getpwnam(USER)
     uid = entry.pw_uid
-    runtime_dir().mkdir(mode=0o700)
-    os.chown(runtime_dir(), uid, entry.pw_gid)
     try:
+        shutil.rmtree(runtime_dir(), ignore_errors=True)  # a killed run's, whose account had this uid
+        runtime_dir().mkdir(mode=0o700)
+        os.chown(runtime_dir(), uid, entry.pw_gid)
         yield Path(entry.pw_dir)
     finally:
         # podman leaves a pause process (and the user's systemd, where there is one) behind,
