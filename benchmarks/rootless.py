@@ -188,11 +188,11 @@ def image_refused(clone: Path, cell: str, log: Path) -> str:
         return "not tried: the account opens /dev/net/tun, so the images' networks would work"
     argv = f".venv/bin/wheelmill image build --cell {cell} --edition runtime"
     refused = subprocess.run(
-        as_account(f"cd {shlex.quote(str(clone))} && {argv} 2>&1"), capture_output=True, text=True, check=False
+        as_account(f"cd {shlex.quote(str(clone))} && {argv}"), capture_output=True, text=True, check=False
     )
     with log.open("a") as out:
-        out.write(f"$ {argv}\n{refused.stdout}# exit status {refused.returncode}\n")
-    lines = refused.stdout.strip().splitlines()
+        out.write(f"$ {argv}\n{refused.stdout}{refused.stderr}# exit status {refused.returncode}\n")
+    lines = refused.stderr.strip().splitlines()
     if refused.returncode != 5 or len(lines) != 1 or "/dev/net/tun" not in lines[0]:
         raise SystemExit(runs.broken(f"image build without /dev/net/tun: exit {refused.returncode}: {lines[-3:]}"))
     return f"refused at once (exit 5): {lines[0]}"
