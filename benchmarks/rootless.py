@@ -198,6 +198,13 @@ def image_refused(clone: Path, cell: str, log: Path) -> str:
     return f"refused at once (exit 5): {lines[0]}"
 
 
+def containers_left(clone: Path, log: Path) -> list[str]:
+    """The account's containers of any cell (the engine's label on them) once both runs ended."""
+    names = clone / ".containers-left"
+    as_user(f"podman ps --all --filter label=wheelmill.cell --format '{{{{.Names}}}}' > {names}", log=log, cwd=clone)
+    return names.read_text().split()
+
+
 def describe(name: str, seconds: float, done: dict[str, Any]) -> str:
     image = done["facts"].get("image", {})
     return (
@@ -235,6 +242,7 @@ def main() -> int:
                 second = run_job(job, clone=runner, log=log)
                 again, unloaded = report(runner, args.cell), missing_uploads(job, runner)
                 images = image_refused(readme, args.cell, log)
+                left = containers_left(readme, log)
             finally:  # the cell's logs outlive the account where a run fails
                 for clone in (readme, runner):
                     if (clone / "wheels" / args.cell / "logs").is_dir():
@@ -242,19 +250,23 @@ def main() -> int:
                         shutil.copytree(clone / "wheels" / args.cell / "logs", kept, dirs_exist_ok=True)
         print(describe("README, empty store", first, made))
         print(describe("build.yml's build job, second clone", second, again))
-        print(f"wheels' tags: {', '.join(found)}")
+        wheels = len(list((readme / "wheels" / args.cell / "dist").glob("*.whl")))
+        print(f"wheels: {wheels}; their tags: {', '.join(found)}")
         promises = [c for s in made["steps"] for c in s.get("checks", []) if c["name"] in PROMISES]
         for check in promises:
             print(f"  {check['name']}: {check['verdict']}: {check['detail']}")
         uploaded = f"missing {', '.join(unloaded)}" if unloaded else "all there"
         print(f"build job's uploads: {', '.join(job.uploads)}: {uploaded}")
         print(f"images as the account: {images}")
+        print(f"the account's containers left: {', '.join(left) or 'none'}")
         if not found or not promises or any(c["verdict"] != "pass" for c in promises):
             return runs.broken(f"the wheels' tags {found} are not what the matrix promises {args.cell}")
         if not made["facts"].get("rootless") or made["status"] != "ok" or again["status"] != "ok":
             return runs.broken("the README's run was not rootless, or a run did not end ok")
         if (again["facts"]["image"]["origin"], again["facts"]["image"]["base_origin"]) != ("reused", "reused"):
             return runs.broken("the build job's run did not reuse the base and the builder image")
+        if left:
+            return runs.broken(f"the builds left containers behind: {left}")
         if unloaded:
             return runs.broken(f"build.yml's build job uploads {unloaded}, which its run did not write")
     return 0

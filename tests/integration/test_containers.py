@@ -21,10 +21,8 @@ from typing import Any
 import pytest
 
 from tests.interrupt import interrupt_mid_compile
-from tests.matrix_table import BOOTSTRAP, REGISTRY, table_rows
 from tests.registry import loopback_registry
 from wheelmill.errors import PrecheckError
-from wheelmill.inputs.manylinux import glibc_of
 from wheelmill.machine.engine import detect
 from wheelmill.machine.registry import resolve_digest, rewrite_pin
 from wheelmill.wheel.wheelfile import read_wheel
@@ -80,40 +78,6 @@ def containers_of(podman: str, cell: str) -> list[str]:
         check=True,
     )
     return listed.stdout.split()
-
-
-def test_nox_builds_the_cpu_cell_in_a_container(podman: str, tmp_path: Path) -> None:
-    """The default engine is the container: nox -s build-cpu-py311, no flag."""
-    env = {**os.environ, "WHEELMILL_OUTPUT": str(tmp_path)}
-    env.pop("WHEELMILL_ENGINE", None)
-    result = subprocess.run(
-        [sys.executable, "-m", "nox", "--no-color", "-s", "build-cpu-py311"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=3600,
-        check=False,
-    )
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
-    data = report(tmp_path, "cpu-py311")
-    assert data["engine"] == "podman" and data["facts"]["image"]["tag"].startswith(
-        "localhost/wheelmill-builder:builder-py311-"
-    )
-    assert data["facts"]["python"] == "/opt/python/3.11/bin/python3.11"
-    assert all(s["status"] == "ok" for s in data["steps"])
-    assert not [c for s in data["steps"] for c in s["checks"] if c["verdict"] in ("fail", "warn")]
-    # the glibc docs/matrix.md promises for the cell on the base it was built on, kept by every wheel
-    kind = REGISTRY if "wheelmill-base" not in data["facts"]["image"]["base"] else BOOTSTRAP
-    promised = table_rows()["cpu"][kind]
-    baselines = [c for s in data["steps"] for c in s["checks"] if c["name"] == "glibc-baseline"]
-    assert len(baselines) == len(data["recipes"]) and all(f"within {promised}, " in c["detail"] for c in baselines)
-    for recipe in data["recipes"]:
-        wheel = Path(recipe["wheel"]["path"])
-        assert wheel.parent == tmp_path / "cpu-py311" / "dist"  # the wheel lands on this machine
-        assert all(p.startswith("manylinux_") for p in read_wheel(wheel).platforms)
-        assert all(glibc_of(p) <= glibc_of(promised) for p in read_wheel(wheel).platforms)
-    assert containers_of(podman, "cpu-py311") == []
 
 
 def test_the_container_glibc_sets_the_platform_tag(podman: str, tmp_path: Path) -> None:

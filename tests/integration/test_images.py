@@ -1,10 +1,11 @@
 """Images from the index, for real: after the CPU cell's build, `nox -s image-cpu-py311-runtime`
 builds the runtime and extras images with podman from the cell's channel alone (the served
 index's access log shows every file), runs every smoke tier, pushes them to Debian's
-docker-registry on loopback and pulls them back by digest; the devel image compiles an
-extension inside itself; and an image that cannot be built leaves none behind. The build
-signs with a key of its own, which the image builds then trust: what the images install is
-verified first, and the smoke tier finds each wheel built here carrying its SBOM."""
+docker-registry on loopback and pulls them back by digest; the devel image, from a bucket's
+copy of the channel alone, compiles an extension inside itself; and an image that cannot be
+built leaves none behind. The build signs with a key of its own, which the image builds then
+trust: what the images install is verified first, and the smoke tier finds each wheel built
+here carrying its SBOM."""
 
 from __future__ import annotations
 
@@ -169,20 +170,13 @@ def wheelmill_image(output: Path, *args: str) -> subprocess.CompletedProcess[str
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800, check=False)
 
 
-def test_the_devel_image_compiles_an_extension_inside_itself(built: Path) -> None:
-    done = wheelmill_image(built, "--edition", "devel")
-    made = images(built) if (built / "cpu-py311" / "images.json").is_file() else []
-    try:
-        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-        assert "extension built in the image: twice([1, 2]) = [2, 4]" in done.stdout
-    finally:
-        remove_images(made)
-
-
-def test_a_runtime_image_installs_from_a_bucket_alone(built: Path, object_store: ObjectStore, tmp_path: Path) -> None:
+def test_the_devel_image_from_a_bucket_alone_compiles_an_extension_inside_itself(
+    built: Path, object_store: ObjectStore, tmp_path: Path
+) -> None:
     """The cell's channel copied into a bucket (as its own job would have published it): the
-    image build fetches what the image installs from the bucket into a tree it serves on
-    loopback, installs from that alone, and removes the tree afterwards."""
+    image build fetches what the images install from the bucket into a tree it serves on
+    loopback, installs from that alone, and removes the tree afterwards; the devel image (on
+    the runtime image, both smoke-tested) then builds an extension inside itself."""
     url = object_store.url(f"{uuid.uuid4().hex}/index")
     env = {**os.environ, **object_store.environ(), "WHEELMILL_INDEX_ROOT": url}
     target = ObjectChannel(S3Storage(BucketPath.parse(url), object_store.client()), "cpu")
@@ -193,9 +187,9 @@ def test_a_runtime_image_installs_from_a_bucket_alone(built: Path, object_store:
     shutil.move(built / "index", tmp_path / "away")  # the tree is not what it installs from
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "wheelmill", "image", "build", "--cell", "cpu-py311", "--edition", "runtime"],
+            [sys.executable, "-m", "wheelmill", "image", "build", "--cell", "cpu-py311", "--edition", "devel"],
             cwd=ROOT,
-            env={**env, "WHEELMILL_OUTPUT": str(built), "WHEELMILL_ENGINE": "podman"},
+            env={**env, **signing(built), "WHEELMILL_OUTPUT": str(built), "WHEELMILL_ENGINE": "podman"},
             capture_output=True,
             text=True,
             timeout=1800,
@@ -204,8 +198,10 @@ def test_a_runtime_image_installs_from_a_bucket_alone(built: Path, object_store:
         made = images(built) if (built / "cpu-py311" / "images.json").is_file() else []
         try:
             assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+            assert {str(i["kind"]) for i in made} == {"runtime", "devel"}
             assert f"files from {url} for the images" in done.stdout, done.stdout[-2000:]
-            assert "imports: torch 2.13.0+cpu, gloo available" in done.stdout
+            assert done.stdout.count("imports: torch 2.13.0+cpu, gloo available") == 2
+            assert "extension built in the image: twice([1, 2]) = [2, 4]" in done.stdout
             assert not list((built / "cpu-py311").glob(".image-index-*")), "the fetched tree is removed"
         finally:
             remove_images(made)

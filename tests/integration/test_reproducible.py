@@ -98,6 +98,8 @@ def _assert_same_bytes_from_two_places(
         )
         stats = report(tmp_path / "out-c", cell)["facts"]["compiler_cache"][recipe]
         assert stats["misses"] == 0 and stats["hits"] > 0, stats
+        if cell.startswith("cuda"):  # nvcc's host and device steps, not the C++ files alone
+            assert {"C/C++", "CUDA"} <= stats["hits_by_language"].keys(), stats
         assert third.read_bytes() == second.read_bytes()
 
 

@@ -200,10 +200,10 @@ class Engine:
         needs ``tun`` opened as this user. Host and no network need nothing."""
         if not self.rootless or (tun.exists() and can_open(tun)):
             return None
+        through = f"rootless {self.name} gives a container a network through {tun}"
         if not tun.exists():
-            return f"rootless {self.name} gives a container a network through {tun}, which this machine lacks"
-        mode = f"{tun.stat().st_mode & 0o777:04o}"
-        return f"rootless {self.name} gives a container a network through {tun}, which this user cannot open (mode {mode})"
+            return f"{through}, which this machine lacks"
+        return f"{through}, which this user cannot open (mode {tun.stat().st_mode & 0o777:04o})"
 
     def network_create(self, name: str, subnet: str) -> list[str]:
         return [*self.command, "network", "create", "--subnet", subnet, name]
