@@ -49,6 +49,7 @@ USER = f"wheelmill-bench-{os.getpid()}"
 # What a login shell would reset and the installers need: this machine's indexes and
 # certificates (its own TLS authority, where a proxy has one).
 FORWARDED = ("PIP_", "UV_", "SSL_CERT_", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
+OWN = ("_CACHE_DIR",)  # the installers' caches stay the account's own: another user's it may not write
 WORKFLOW = runs.ROOT / ".github" / "workflows" / "build.yml"
 PROMISES = ("platform-tag", "glibc-baseline")  # the report's checks of a wheel's tag against the cell's base
 
@@ -80,7 +81,7 @@ def as_account(command: str) -> list[str]:
     """``command`` in a login shell of the account (its own environment, HOME and PATH), with
     this machine's installer settings and the run-time directory a login session
     (systemd-logind) gives a user, which runuser does not."""
-    kept = ",".join(sorted(name for name in os.environ if name.startswith(FORWARDED)))
+    kept = ",".join(sorted(n for n in os.environ if n.startswith(FORWARDED) and not n.endswith(OWN)))
     whitelist = [f"--whitelist-environment={kept}"] if kept else []
     session = f"export XDG_RUNTIME_DIR={runtime_dir()}"
     return ["runuser", "--login", *whitelist, USER, "--command", f"{session} && {command}"]
