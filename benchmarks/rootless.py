@@ -240,6 +240,7 @@ def main() -> int:
             try:
                 first = as_user(f"scripts/setup && .venv/bin/nox -s build-{args.cell}", log=log, cwd=readme)
                 made, found = report(readme, args.cell), tags(readme, args.cell)
+                wheels = len(list((readme / "wheels" / args.cell / "dist").glob("*.whl")))
                 second = run_job(job, clone=runner, log=log)
                 again, unloaded = report(runner, args.cell), missing_uploads(job, runner)
                 images = image_refused(readme, args.cell, log)
@@ -251,7 +252,6 @@ def main() -> int:
                         shutil.copytree(clone / "wheels" / args.cell / "logs", kept, dirs_exist_ok=True)
         print(describe("README, empty store", first, made))
         print(describe("build.yml's build job, second clone", second, again))
-        wheels = len(list((readme / "wheels" / args.cell / "dist").glob("*.whl")))
         print(f"wheels: {wheels}; their tags: {', '.join(found)}")
         promises = [c for s in made["steps"] for c in s.get("checks", []) if c["name"] in PROMISES]
         for check in promises:
@@ -260,7 +260,7 @@ def main() -> int:
         print(f"build job's uploads: {', '.join(job.uploads)}: {uploaded}")
         print(f"images as the account: {images}")
         print(f"the account's containers left: {', '.join(left) or 'none'}")
-        if not found or not promises or any(c["verdict"] != "pass" for c in promises):
+        if not wheels or not found or not promises or any(c["verdict"] != "pass" for c in promises):
             return runs.broken(f"the wheels' tags {found} are not what the matrix promises {args.cell}")
         if not made["facts"].get("rootless") or made["status"] != "ok" or again["status"] != "ok":
             return runs.broken("the README's run was not rootless, or a run did not end ok")
