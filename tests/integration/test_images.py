@@ -198,7 +198,7 @@ def test_the_devel_image_from_a_bucket_alone_compiles_an_extension_inside_itself
         made = images(built) if (built / "cpu-py311" / "images.json").is_file() else []
         try:
             assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-            assert {str(i["kind"]) for i in made} == {"runtime", "devel"}
+            assert {"runtime", "devel"} <= {str(i["kind"]) for i in made}  # images.json keeps earlier builds too
             assert f"files from {url} for the images" in done.stdout, done.stdout[-2000:]
             assert done.stdout.count("imports: torch 2.13.0+cpu, gloo available") == 2
             assert "extension built in the image: twice([1, 2]) = [2, 4]" in done.stdout
