@@ -253,7 +253,11 @@ def main() -> int:
         print(describe("README, empty store", first, made))
         print(describe("build.yml's build job, second clone", second, again))
         print(f"wheels: {wheels}; their tags: {', '.join(found)}")
-        promises = [c for s in made["steps"] for c in s.get("checks", []) if c["name"] in PROMISES]
+        checks = [(s["step"], c) for s in made["steps"] for c in s.get("checks", [])]
+        flagged = [f"{step}/{c['name']}: {c['verdict']}" for step, c in checks if c["verdict"] in ("warn", "fail")]
+        print(f"the README run's python: {made['facts'].get('python')}; checks warned or failed: "
+              f"{', '.join(flagged) or 'none'}")  # fmt: skip
+        promises = [c for _step, c in checks if c["name"] in PROMISES]
         for check in promises:
             print(f"  {check['name']}: {check['verdict']}: {check['detail']}")
         uploaded = f"missing {', '.join(unloaded)}" if unloaded else "all there"
@@ -266,6 +270,8 @@ def main() -> int:
             return runs.broken("the README's run was not rootless, or a run did not end ok")
         if (again["facts"]["image"]["origin"], again["facts"]["image"]["base_origin"]) != ("reused", "reused"):
             return runs.broken("the build job's run did not reuse the base and the builder image")
+        if flagged:
+            return runs.broken(f"the README's run warned or failed: {flagged}")
         if left:
             return runs.broken(f"the builds left containers behind: {left}")
         if unloaded:

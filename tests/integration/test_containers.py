@@ -23,6 +23,7 @@ import pytest
 from tests.interrupt import interrupt_mid_compile
 from tests.registry import loopback_registry
 from wheelmill.errors import PrecheckError
+from wheelmill.inputs.manylinux import glibc_of
 from wheelmill.machine.engine import detect
 from wheelmill.machine.registry import resolve_digest, rewrite_pin
 from wheelmill.wheel.wheelfile import read_wheel
@@ -114,7 +115,7 @@ def test_a_second_run_reuses_the_builder_image_and_the_compiler_cache_and_the_gl
         for where, root in (("here", tmp_path / "here"), ("container", tmp_path))
     }
     print(f"example-cpp-ops: this machine {tags['here']}, container {tags['container']}")
-    glibc = {k: tuple(int(x) for x in v.split("_")[1:3]) for k, v in tags.items()}
+    glibc = {k: glibc_of(v) for k, v in tags.items()}
     assert glibc["container"] < glibc["here"]
     assert glibc["container"] <= (2, 31), "built against bullseye's glibc"
 
