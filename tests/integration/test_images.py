@@ -1,11 +1,10 @@
-"""Images from the index, for real: after the CPU cell's build, `nox -s image-cpu-py311-runtime`
-builds the runtime and extras images with podman from the cell's channel alone (the served
-index's access log shows every file), runs every smoke tier, pushes them to Debian's
-docker-registry on loopback and pulls them back by digest; the devel image, from a bucket's
-copy of the channel alone, compiles an extension inside itself; and an image that cannot be
-built leaves none behind. The build signs with a key of its own, which the image builds then
-trust: what the images install is verified first, and the smoke tier finds each wheel built
-here carrying its SBOM."""
+"""Images from the index, for real: after the CPU cell's build, `nox -s image-cpu-py311-devel`
+builds the runtime, devel and extras images with podman from a bucket's copy of the cell's
+channel alone (the loopback index it serves them from logs every file), runs every smoke tier,
+compiles an extension inside the devel image, pushes them to Debian's docker-registry on
+loopback and pulls them back by digest; and an image that cannot be built leaves none behind.
+The build signs with a key of its own, which the image builds then trust: what the images
+install is verified first, and the smoke tier finds each wheel built here carrying its SBOM."""
 
 from __future__ import annotations
 
@@ -47,8 +46,8 @@ def signing(output: Path) -> dict[str, str]:
     return {"WHEELMILL_SIGNING_KEY_FILE": str(output / "signing-key.pem")}
 
 
-def nox(session: str, output: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, **signing(output), "WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": "podman"}
+def nox(session: str, output: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **env, **signing(output), "WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": "podman"}
     command = [sys.executable, "-m", "nox", "--no-color", "-s", session, *(["--", *args] if args else [])]
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3000, check=False)
 
@@ -106,79 +105,16 @@ def tagged() -> set[str]:
     return {line for line in listed.splitlines() if "<none>" not in line}
 
 
-def test_runtime_and_extras_images_install_from_the_channel_alone_and_pass_every_tier(
-    built: Path, registry: str
+def test_the_images_from_a_bucket_alone_pass_every_tier_and_the_devel_one_compiles_inside_itself(
+    built: Path, object_store: ObjectStore, registry: str, tmp_path: Path
 ) -> None:
-    done = nox("image-cpu-py311-runtime", built, "--push", registry)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    out = done.stdout
-    made = {str(i["kind"]): i for i in images(built)}
-    try:
-        assert set(made) == {"runtime", "runtime-extras"}
-        for image in made.values():
-            tag = str(image["reference"]).rsplit(":", 1)[1]
-            assert len(tag) <= 128 and tag.endswith("-cpu-torch2.13.0-py3.11"), tag
-            labels = image["labels"]
-            assert (
-                isinstance(labels, dict)
-                and labels["io.wheelmill.channel"] == "cpu"
-                and labels["io.wheelmill.torch"] == "2.13.0+cpu"
-            )
-        assert "-runtime-extras-" in str(made["runtime-extras"]["reference"])
-        extras = made["runtime-extras"]["labels"]
-        assert isinstance(extras, dict)
-        (wheel, sha256), *_ = json.loads(extras["io.wheelmill.wheels"]).items()
-        assert wheel.startswith("example_cpp_ops-0.1.0+cpu-") and len(sha256) == 64
-        # Verified against the build's key before anything was built; the SBOM where it was installed.
-        assert "provenance: 1 file(s) built here verified (example_cpp_ops-0.1.0+cpu-" in out, out[-3000:]
-        assert "sboms: 1 wheel(s) built here carry sboms/wheelmill.cdx.json: example-cpp-ops==0.1.0+cpu" in out
-        assert "sboms: 0 wheel(s) built here carry sboms/wheelmill.cdx.json: none installed" in out  # the runtime's
-        # (a) imports, pip check, gloo, the constraint; (b) torchrun; (c) PyTorchJob, v1 and Trainer v2.
-        assert out.count("imports: torch 2.13.0+cpu, gloo available") == 2
-        assert "imports: torch 2.13.0+cpu, gloo available, example_cpp_ops" in out
-        assert out.count("pip check: no broken requirements") == 2
-        assert out.count("pip install torch==2.12.0 refused by /etc/pip/constraint.txt") == 2
-        assert "no compiler: cc, gcc, g++, c++, clang absent" in out
-        assert out.count("torchrun --standalone, 2 processes: all-reduce over gloo") == 4
-        assert out.count("PyTorchJob (v1 MASTER_*/PET_*)") == 4 and out.count("PyTorchJob (Trainer v2 PET_*)") == 4
-        assert out.count("sum 3 (expected 3)") == 12
-        # (d) NCCL on a GPU: a CPU image, and no GPU here: said, never passed.
-        assert out.count("tier d (NCCL all-reduce on a GPU): not run: a CPU image") == 2
-        # Every file the images installed came from the channel.
-        log = built / "cpu-py311" / "logs" / "image-index-access.log"
-        requests = parse_access_log(log.read_text().splitlines())
-        wheels = [path for path, _status, _size in requests if path.endswith(".whl")]
-        assert any("torch-2.13.0" in path for path in wheels) and any("example_cpp_ops" in path for path in wheels)
-        assert all(path.startswith("/cpu/") and status == 200 for path, status, _size in requests), requests
-        # Pushed, and pulled back by digest.
-        for image in made.values():
-            pushed = str(image["pushed"])
-            assert pushed.startswith(f"{registry}/wheelmill@sha256:"), pushed
-            remove(f"{registry}/wheelmill:{str(image['reference']).rsplit(':', 1)[1]}")
-            pulled = subprocess.run(
-                [podman(), "pull", "--tls-verify=false", pushed], capture_output=True, text=True, check=False
-            )
-            assert pulled.returncode == 0, pulled.stderr
-            remove(pushed)
-    finally:  # every image made here, also where an assertion stopped the test midway
-        remove_images(list(made.values()))
-
-
-def wheelmill_image(output: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, **signing(output), "WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": "podman"}
-    command = [sys.executable, "-m", "wheelmill", "image", "build", "--cell", "cpu-py311", *args]
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800, check=False)
-
-
-def test_the_devel_image_from_a_bucket_alone_compiles_an_extension_inside_itself(
-    built: Path, object_store: ObjectStore, tmp_path: Path
-) -> None:
-    """The cell's channel copied into a bucket (as its own job would have published it): the
-    image build fetches what the images install from the bucket into a tree it serves on
-    loopback, installs from that alone, and removes the tree afterwards; the devel image (on
-    the runtime image, both smoke-tested) then builds an extension inside itself."""
+    """`nox -s image-cpu-py311-devel -- --push`, with the cell's channel copied into a bucket
+    (as its own job would have published it): the image build fetches what the images install
+    from the bucket into a tree it serves on loopback (its access log shows every file),
+    installs from that alone, and removes the tree afterwards. The runtime, devel and extras
+    images pass every smoke tier, the devel image builds an extension inside itself, and each
+    is pushed and pulled back by digest."""
     url = object_store.url(f"{uuid.uuid4().hex}/index")
-    env = {**os.environ, **object_store.environ(), "WHEELMILL_INDEX_ROOT": url}
     target = ObjectChannel(S3Storage(BucketPath.parse(url), object_store.client()), "cpu")
     source = Channel(built / "index", "cpu")
     for entry in (f for project in source.projects() for f in project.files):
@@ -186,30 +122,82 @@ def test_the_devel_image_from_a_bucket_alone_compiles_an_extension_inside_itself
     before = {p.name for p in (built / "index").iterdir()}
     shutil.move(built / "index", tmp_path / "away")  # the tree is not what it installs from
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "wheelmill", "image", "build", "--cell", "cpu-py311", "--edition", "devel"],
-            cwd=ROOT,
-            env={**env, **signing(built), "WHEELMILL_OUTPUT": str(built), "WHEELMILL_ENGINE": "podman"},
-            capture_output=True,
-            text=True,
-            timeout=1800,
-            check=False,
-        )
+        bucket = {**object_store.environ(), "WHEELMILL_INDEX_ROOT": url}
+        done = nox("image-cpu-py311-devel", built, "--push", registry, env=bucket)
         made = images(built) if (built / "cpu-py311" / "images.json").is_file() else []
         try:
             assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-            assert {"runtime", "devel"} <= {str(i["kind"]) for i in made}  # images.json keeps earlier builds too
             assert f"files from {url} for the images" in done.stdout, done.stdout[-2000:]
-            assert done.stdout.count("imports: torch 2.13.0+cpu, gloo available") == 2
-            assert "extension built in the image: twice([1, 2]) = [2, 4]" in done.stdout
             assert not list((built / "cpu-py311").glob(".image-index-*")), "the fetched tree is removed"
-        finally:
+            _every_tier_passed(done.stdout, {str(i["kind"]): i for i in made})
+            _installed_from_the_served_tree_alone(built / "cpu-py311" / "logs" / "image-index-access.log")
+            _pushed_and_pulled_back_by_digest(made, registry)
+        finally:  # every image made here, also where an assertion stopped the test midway
             remove_images(made)
     finally:
         shutil.move(tmp_path / "away", built / "index")
         for key in target.storage.keys_under():
             target.storage.delete(key)
     assert {p.name for p in (built / "index").iterdir()} == before
+
+
+def _every_tier_passed(out: str, made: dict[str, dict[str, object]]) -> None:
+    assert set(made) == {"runtime", "devel", "devel-extras"}
+    for image in made.values():
+        tag = str(image["reference"]).rsplit(":", 1)[1]
+        assert len(tag) <= 128 and tag.endswith("-cpu-torch2.13.0-py3.11"), tag
+        labels = image["labels"]
+        assert (
+            isinstance(labels, dict)
+            and labels["io.wheelmill.channel"] == "cpu"
+            and labels["io.wheelmill.torch"] == "2.13.0+cpu"
+        )
+    assert "-devel-extras-" in str(made["devel-extras"]["reference"])
+    extras = made["devel-extras"]["labels"]
+    assert isinstance(extras, dict)
+    (wheel, sha256), *_ = json.loads(extras["io.wheelmill.wheels"]).items()
+    assert wheel.startswith("example_cpp_ops-0.1.0+cpu-") and len(sha256) == 64
+    # Verified against the build's key before anything was built; the SBOM where it was installed.
+    assert "provenance: 1 file(s) built here verified (example_cpp_ops-0.1.0+cpu-" in out, out[-3000:]
+    assert "sboms: 1 wheel(s) built here carry sboms/wheelmill.cdx.json: example-cpp-ops==0.1.0+cpu" in out
+    assert "sboms: 0 wheel(s) built here carry sboms/wheelmill.cdx.json: none installed" in out  # the runtime's
+    # (a) imports, pip check, gloo, the constraint; (b) torchrun; (c) PyTorchJob, v1 and Trainer v2.
+    assert out.count("imports: torch 2.13.0+cpu, gloo available") == 3
+    assert "imports: torch 2.13.0+cpu, gloo available, example_cpp_ops" in out
+    assert out.count("pip check: no broken requirements") == 3
+    assert out.count("pip install torch==2.12.0 refused by /etc/pip/constraint.txt") == 3
+    assert out.count("no compiler: cc, gcc, g++, c++, clang absent") == 1, "the runtime image's alone"
+    assert "extension built in the image: twice([1, 2]) = [2, 4]" in out
+    assert out.count("torchrun --standalone, 2 processes: all-reduce over gloo") == 6
+    assert out.count("PyTorchJob (v1 MASTER_*/PET_*)") == 6 and out.count("PyTorchJob (Trainer v2 PET_*)") == 6
+    assert out.count("sum 3 (expected 3)") == 18
+    # (d) NCCL on a GPU: a CPU image, and no GPU here: said, never passed.
+    assert out.count("tier d (NCCL all-reduce on a GPU): not run: a CPU image") == 3
+
+
+def _installed_from_the_served_tree_alone(log: Path) -> None:
+    requests = parse_access_log(log.read_text().splitlines())
+    wheels = [path for path, _status, _size in requests if path.endswith(".whl")]
+    assert any("torch-2.13.0" in path for path in wheels) and any("example_cpp_ops" in path for path in wheels)
+    assert all(path.startswith("/cpu/") and status == 200 for path, status, _size in requests), requests
+
+
+def _pushed_and_pulled_back_by_digest(made: list[dict[str, object]], registry: str) -> None:
+    for image in made:
+        pushed = str(image["pushed"])
+        assert pushed.startswith(f"{registry}/wheelmill@sha256:"), pushed
+        remove(f"{registry}/wheelmill:{str(image['reference']).rsplit(':', 1)[1]}")
+        pulled = subprocess.run(
+            [podman(), "pull", "--tls-verify=false", pushed], capture_output=True, text=True, check=False
+        )
+        assert pulled.returncode == 0, pulled.stderr
+        remove(pushed)
+
+
+def wheelmill_image(output: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **signing(output), "WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": "podman"}
+    command = [sys.executable, "-m", "wheelmill", "image", "build", "--cell", "cpu-py311", *args]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800, check=False)
 
 
 def test_an_image_that_cannot_be_built_leaves_none_behind(built: Path, tmp_path: Path) -> None:
