@@ -12,6 +12,7 @@ import pytest
 
 from wheelmill.building.plan import plan_cell
 from wheelmill.building.steps.build import build_environment
+from wheelmill.building.steps.container import store_checks
 from wheelmill.cli import main
 from wheelmill.errors import CommandFailed, ConfigError, PrecheckError, UsageError
 from wheelmill.inputs.matrix import Matrix, load_matrix
@@ -152,6 +153,23 @@ def test_a_rootless_engine_needs_the_tun_device_for_a_network_of_its_own(tmp_pat
     said = rootless.network_access(tun, can_open=lambda _path: False)
     assert said == f"rootless podman gives a container a network through {tun}, which this user cannot open (mode 0600)"
     assert "which this machine lacks" in str(rootless.network_access(tmp_path / "absent"))
+
+
+def test_a_rootless_store_on_vfs_is_a_warning_that_says_how_to_get_overlay() -> None:
+    """Debian's podman 4.3 with no storage.conf gives every user vfs, which copies a whole
+    image for each container; the build warns and goes on. Root's store, or overlay, is quiet."""
+    said = "linux true vfs\n"
+    probe: Probe = lambda argv: Captured(returncode=0, stdout=said, stderr="")  # noqa: E731
+    rootless = detect("podman", which={"podman": "/usr/bin/podman"}.get, probe=probe)
+    assert rootless == Engine(name=EngineName.PODMAN, binary="/usr/bin/podman", rootless=True, storage="vfs")
+    (warning,) = store_checks(rootless)
+    assert (warning.name, warning.verdict) == ("image-store", "warn")
+    assert "rootless podman keeps its images with vfs" in warning.detail
+    assert "containers-storage" in str(warning.fix) and "podman system reset" in str(warning.fix)
+    assert store_checks(replace(rootless, storage="overlay")) == []
+    assert store_checks(replace(rootless, rootless=False)) == [], "root's store is not this check's"
+    docker = Engine(name=EngineName.DOCKER, binary="docker", rootless=True, storage="vfs")
+    assert "overlay2" in str(store_checks(docker)[0].fix)
 
 
 @pytest.fixture(scope="module")

@@ -56,6 +56,7 @@ class Engine:
     binary: str
     store: Path | None = None
     rootless: bool = False  # it runs as this user (rootless podman, or rootless docker), not as root
+    storage: str = ""  # its image store's driver as its info names it (overlay, vfs, ...); "" where not asked
 
     def __post_init__(self) -> None:
         if self.store is not None and self.name is not EngineName.PODMAN:
@@ -204,6 +205,17 @@ class Engine:
         if not tun.exists():
             return f"{through}, which this machine lacks"
         return f"{through}, which this user cannot open (mode {tun.stat().st_mode & 0o777:04o})"
+
+    def slow_store(self) -> str | None:
+        """Why this engine's image store is slow, or None: a rootless engine that keeps its
+        images with vfs copies every layer whole, for each build step and each container (a
+        builder image of 1 GB: about 10 s a container); overlay shares them."""
+        if not self.rootless or self.storage != "vfs":
+            return None
+        return (
+            f"rootless {self.name} keeps its images with vfs, which copies a whole image for every container "
+            "and every image build step (overlay shares them)"
+        )
 
     def network_create(self, name: str, subnet: str) -> list[str]:
         return [*self.command, "network", "create", "--subnet", subnet, name]
@@ -364,23 +376,43 @@ Which = Callable[[str], str | None]
 Probe = Callable[[Sequence[str | Path]], Captured]
 
 
-# What ``info`` is asked: the engine answers at all, and whether it runs as this user.
+# What ``info`` is asked: the engine answers at all, whether it runs as this user, and its
+# image store's driver.
 INFO = {
-    EngineName.PODMAN: "{{.Host.OS}} {{.Host.Security.Rootless}}",
-    EngineName.DOCKER: "{{.OSType}} {{.SecurityOptions}}",
+    EngineName.PODMAN: "{{.Host.OS}} {{.Host.Security.Rootless}} {{.Store.GraphDriverName}}",
+    EngineName.DOCKER: "{{.OSType}} {{.Driver}} {{.SecurityOptions}}",
+}
+
+# Where a rootless engine's store is vfs: how to give it overlay (Debian's podman 4.3, with
+# no storage.conf, picks vfs for every user; containers-storage's names overlay, which Linux
+# 5.13 on gives a user without fuse).
+SLOW_STORE_FIX = {
+    EngineName.PODMAN: "as root, install Debian's containers-storage (scripts/setup --system does), then as this "
+    "user: podman system reset (it removes this user's images and containers)",
+    EngineName.DOCKER: 'set "storage-driver": "overlay2" in ~/.config/docker/daemon.json and restart rootless docker',
 }
 
 
 def is_rootless(name: EngineName, info: str) -> bool:
     """Whether the engine's ``info`` (as ``INFO`` asks it) says it runs rootless.
 
-    >>> is_rootless(EngineName.PODMAN, "linux true"), is_rootless(EngineName.PODMAN, "linux false")
+    >>> is_rootless(EngineName.PODMAN, "linux true vfs"), is_rootless(EngineName.PODMAN, "linux false overlay")
     (True, False)
-    >>> is_rootless(EngineName.DOCKER, "linux [name=seccomp,profile=builtin name=rootless name=cgroupns]")
+    >>> is_rootless(EngineName.DOCKER, "linux overlay2 [name=seccomp,profile=builtin name=rootless name=cgroupns]")
     True
     """
     words = info.split()
     return words[1:2] == ["true"] if name is EngineName.PODMAN else "name=rootless" in info
+
+
+def storage_driver(name: EngineName, info: str) -> str:
+    """The image store's driver the engine's ``info`` (as ``INFO`` asks it) names.
+
+    >>> storage_driver(EngineName.PODMAN, "linux true vfs"), storage_driver(EngineName.DOCKER, "linux overlay2 []")
+    ('vfs', 'overlay2')
+    """
+    words = info.split()
+    return "".join(words[2:3] if name is EngineName.PODMAN else words[1:2])
 
 
 def detect(
@@ -407,7 +439,10 @@ def detect(
             continue
         answer = probe([binary, "info", "--format", INFO[name]])
         if answer.returncode == 0:
-            return Engine(name=name, binary=binary, rootless=is_rootless(name, answer.stdout))
+            said = answer.stdout
+            return Engine(
+                name=name, binary=binary, rootless=is_rootless(name, said), storage=storage_driver(name, said)
+            )
         reasons.append(
             f"{name}: installed, but no engine answers ({(answer.stderr.strip().splitlines() or ['?'])[-1][:120]})"
         )

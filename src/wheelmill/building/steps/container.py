@@ -18,7 +18,7 @@ from wheelmill.machine import envs
 from wheelmill.machine.builder_images import Ready, debian_mirror, prepare_builder
 from wheelmill.machine.container import Container
 from wheelmill.machine.emulation import CPU_SYSFS, Execution, emulated_cpu, execution
-from wheelmill.machine.engine import Engine, Mount
+from wheelmill.machine.engine import SLOW_STORE_FIX, Engine, Mount
 from wheelmill.machine.package_sources import machine_sources
 from wheelmill.machine.tools import pinned_hashes, uv_bin, uv_static_bin
 from wheelmill.planning.spec import CellPlan
@@ -53,7 +53,13 @@ def prepare_image(ctx: StepContext) -> Outcome:
     ctx.log.note(f"image step: {detail}")
     fix = "check the registry and the engine's login to it; this build went on without it"
     warnings = [CheckResult.warned("image-registry", missed.describe(), fix=fix) for missed in ready.warnings]
-    return Outcome(checks=[CheckResult.passed("image", detail), *warnings], made=(ready,))
+    return Outcome(checks=[CheckResult.passed("image", detail), *warnings, *store_checks(_engine(ctx))], made=(ready,))
+
+
+def store_checks(engine: Engine) -> list[CheckResult]:
+    """A warning where the engine's image store makes every container slow: the build goes on."""
+    slow = engine.slow_store()
+    return [CheckResult.warned("image-store", slow, fix=SLOW_STORE_FIX[engine.name])] if slow else []
 
 
 def describe_ready(ready: Ready, seconds: float) -> str:
