@@ -208,10 +208,12 @@ def containers_left(clone: Path, log: Path) -> list[str]:
 
 def describe(name: str, seconds: float, done: dict[str, Any]) -> str:
     image = done["facts"].get("image", {})
+    took = {step["step"]: step["seconds"] for step in done["steps"] if step.get("recipe") is None}
     return (
         f"{USER} ({name}): {seconds:6.1f} s; engine {done['facts']['engine']}, rootless "
         f"{done['facts'].get('rootless')}; base {image.get('base_origin')}, builder {image.get('origin')} "
-        f"({image.get('tag')}); status {done['status']}"
+        f"({image.get('tag')}) in {took.get('prepare-image')} s, its containers started in "
+        f"{took.get('prepare-container')} s; status {done['status']}"
     )
 
 
