@@ -160,6 +160,7 @@ def test_rootless_a_new_user_runs_the_readme_and_the_build_job_in_an_empty_store
     assert re.search(r"\(README, empty store\)" + rootless + "base built, builder built", out), out
     assert re.search(r"\(build.yml's build job, second clone\)" + rootless + "base reused, builder reused", out), out
     assert out.count("status ok") == 2, out
+    # none warned: image-store neither (setup --system's containers-storage gives the account overlay, not vfs)
     assert "python: /opt/python/3.11/bin/python3.11; checks warned or failed: none" in out, out
     # the glibc docs/matrix.md promises the cell on a bootstrapped base, kept by every wheel
     wheels = int(re.findall(r"^wheels: (\d+);", out, re.MULTILINE)[0])
