@@ -1,7 +1,7 @@
-"""Builder images shared through a registry: the tag names the base by its file system (not
-this machine's image id), the registry's references, and the order an image is got in
-(the engine's own, the registry's, made here; then pushed, read-write only), with a
-stand-in for the engine that records what it was asked."""
+"""Builder images shared through a registry: the tag names the base by its definition (not
+this machine's image id, nor the bytes a bootstrap happened to give), the registry's
+references, and the order an image is got in (the engine's own, the registry's, made here;
+then pushed, read-write only), with a stand-in for the engine that records what it was asked."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from wheelmill.machine.builder_images import (
     BaseKind,
     BuilderImage,
     Sharing,
+    base_identity,
     base_tag,
     choose,
     get_builder,
@@ -85,16 +86,20 @@ class Machine:
         self.local[tag] = (*self.local[self.image.base.reference], "sha256:" + "b" * 64)
 
 
-def test_the_tag_names_the_base_by_its_file_system_not_its_local_id() -> None:
-    """Two machines whose bases have the same layers (one bootstrapped it, one pulled it: two
-    image ids) give the builder one tag; another file system, another tag."""
+def test_the_tag_names_the_base_by_its_definition_wherever_its_bytes_came_from() -> None:
+    """A machine that bootstrapped the base, one that pulled it (another image id), and one
+    whose bootstrap gave other bytes (another day's packages, mmdebstrap instead of
+    debootstrap) give the builder one tag; the report tells their bytes apart. Another
+    definition of the base (its debootstrap variant), another tag."""
     image = cpu_image()
     first, second = Machine(), Machine(local={image.base.reference: BASE_LAYERS})
-    made, pulled = get_builder(image, first, None), get_builder(image, second, None)
-    assert made.tag == pulled.tag == image.tag(rootfs_identity(BASE_LAYERS))
-    assert made.base_identity == rootfs_identity(BASE_LAYERS)
-    other = get_builder(image, Machine(bootstrap_layers=("sha256:" + "2" * 64,)), None)
-    assert other.tag != made.tag
+    other_bytes = Machine(bootstrap_layers=("sha256:" + "2" * 64,))
+    made, pulled, other = (get_builder(image, machine, None) for machine in (first, second, other_bytes))
+    assert made.tag == pulled.tag == other.tag == image.tag(base_identity(image.base))
+    assert made.base_identity == other.base_identity == f"bootstrap:{base_tag(image.base)}"
+    assert made.base_rootfs == pulled.base_rootfs == rootfs_identity(BASE_LAYERS) != other.base_rootfs
+    changed = replace(image, base=replace(image.base, bootstrap_variant="buildd"))
+    assert get_builder(changed, Machine(image=changed), None).tag != made.tag
     assert rootfs_identity(["sha256:a", "sha256:b"]) != rootfs_identity(["sha256:b", "sha256:a"])
 
 
@@ -114,7 +119,7 @@ def test_registry_references_name_the_base_by_its_definition_and_the_builder_by_
     base = sharing.base(image.base)
     assert base.startswith(f"{REGISTRY}/wheelmill-base:bullseye-minbase-amd64-"), base
     assert len(base.rsplit("-", 1)[1]) == 12
-    tag = image.tag(rootfs_identity(BASE_LAYERS))
+    tag = image.tag(base_identity(image.base))
     assert sharing.builder(tag) == f"{REGISTRY}/wheelmill-builder:{tag.rsplit(':', 1)[1]}"
     arm = cpu_image(variant="cpu-aarch64")
     assert base_tag(arm.base).startswith("bookworm-minbase-arm64-")
@@ -140,7 +145,7 @@ def test_a_builder_this_engine_has_is_reused_and_pushed_only_where_the_registry_
     Read-only asks nothing."""
     image = cpu_image()
     machine = Machine(local={image.base.reference: BASE_LAYERS})
-    machine.local[image.tag(rootfs_identity(BASE_LAYERS))] = ("x",)
+    machine.local[image.tag(base_identity(image.base))] = ("x",)
     ready = get_builder(image, machine, Sharing(registry=REGISTRY))
     assert machine.calls == ["ask builder", "push base", "push builder"]
     assert (ready.origin, ready.base_origin, ready.unpushed) == (Origin.REUSED, Origin.REUSED, None)
@@ -199,17 +204,18 @@ def test_an_absent_image_is_no_warning() -> None:
 
 
 def test_without_a_registry_the_image_is_made_here_as_before() -> None:
-    machine = Machine()
-    ready = get_builder(cpu_image(), machine, None)
+    image, machine = cpu_image(), Machine()
+    ready = get_builder(image, machine, None)
     assert machine.calls == ["bootstrap", "build"]
     assert ready.facts()["image"] == {
         "tag": ready.tag,
         "id": f"id-of-{ready.tag}",
         "built": True,
-        "base": ready.base,
+        "base": image.base.reference,
         "origin": "built",
         "base_origin": "built",
-        "base_identity": rootfs_identity(BASE_LAYERS),
+        "base_identity": base_identity(image.base),
+        "base_rootfs": rootfs_identity(BASE_LAYERS),
     }
 
 

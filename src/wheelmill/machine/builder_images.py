@@ -1,6 +1,6 @@
 """Builder images: which definition and base a cell uses, what the image is called (a hash
-of its definition, pins and base's file system, so it is rebuilt exactly when they change,
-and named alike on every machine), and getting it: the engine's own, else pulled from the
+of its definition, pins and base's identity, so it is rebuilt exactly when they change, and
+named alike on every machine), and getting it: the engine's own, else pulled from the
 shared registry, else made (the air-gapped base bootstrapped from Debian packages, then the
 image built) and, read-write, pushed there.
 """
@@ -81,9 +81,9 @@ class BuilderImage:
 
     def tag(self, base_identity: str) -> str:
         """``<repository>:<definition>-py311-<hash>``: the hash of the Containerfile, the build
-        arguments that say what goes in and the base's identity (its digest, or a bootstrapped
-        base's ``rootfs_identity``): the same on every machine that has the same base, so
-        one machine's image serves another's through a registry."""
+        arguments that say what goes in and the base's identity (``base_identity``): the same
+        on every machine that builds it, so one machine's image serves another's through a
+        registry."""
         digest = hashlib.sha256(self.containerfile.read_bytes())
         for key, value in sorted(self.build_args("").items()):
             # Where CPython is downloaded from is this machine's mirror; its sha256 says what it is.
@@ -240,10 +240,28 @@ def bootstrap(engine: Engine, image: BuilderImage, *, mirror: str, work: Path, l
     return identity
 
 
+def base_identity(base: Base) -> str:
+    """The base's name in its builders' tags: a registry base's digest; a bootstrapped base's
+    definition (``bootstrap:`` and its registry tag: suite, variant, machine, the way it is
+    made). A definition, as the builder's own tag is one, and for the same reason: every
+    machine holds it before it holds any bytes, whether it bootstrapped the base (with
+    debootstrap or mmdebstrap), pulled it, or pushed and pulled it again; the bytes are named
+    by the image id and the registry's digest (``Ready``). A file-system digest was tried and
+    split a fleet: a base whose layers changed on the way got another name on the machine
+    that pulled it, which then built a builder of its own.
+
+    >>> base_identity(Base(kind=BaseKind.BOOTSTRAP, reference="r", description="d", glibc="2.31", suite="bullseye"))
+    'bootstrap:bullseye-minbase-amd64-3c4e010046bc'
+    """
+    if base.kind is BaseKind.REGISTRY:
+        return base.reference.split("@", 1)[1]
+    return f"bootstrap:{base_tag(base)}"
+
+
 def rootfs_identity(layers: Sequence[str]) -> str:
-    """A bootstrapped base's identity in its builders' tags: one digest of its layers' diff ids
-    (the digests of its file system, uncompressed), which a push and a pull keep; the local
-    image id is this machine's alone.
+    """What a base's file system is on this machine: one digest of its layers' diff ids (the
+    digests of its file system, uncompressed); reported beside the identity, never part of a
+    tag (two machines that bootstrapped the base at other times hold other bytes).
 
     >>> rootfs_identity(["sha256:" + "a" * 64])
     'rootfs:sha256:9f447b1b473d359884f2b8541a1ad0b7d194ed59b79e8eee48047ec4830564fd'
@@ -346,12 +364,13 @@ class Ready:
     tag: str
     image_id: str
     base: str  # the reference it was built FROM
-    base_identity: str  # its digest, or its rootfs_identity
+    base_identity: str  # base_identity(): its digest, or a bootstrapped base's definition
     origin: Origin
     base_origin: Origin
     moves: tuple[Transfer | Missed, ...] = ()
     registry: str | None = None
     unpushed: str | None = None  # why what was made here was not pushed: read-only, unreachable
+    base_rootfs: str | None = None  # a bootstrapped base's rootfs_identity on this machine
 
     @property
     def built(self) -> bool:
@@ -379,6 +398,8 @@ class Ready:
             "base_origin": self.base_origin.value,
             "base_identity": self.base_identity,
         }
+        if self.base_rootfs is not None:
+            image["base_rootfs"] = self.base_rootfs
         if self.registry is not None:
             image["registry"] = self.registry
             image["transfers"] = [t.facts() for t in self.transfers]
@@ -387,11 +408,13 @@ class Ready:
 
 
 def get_builder(image: BuilderImage, ops: ImageOps, sharing: Sharing | None) -> Ready:
-    """The builder image in the order of ``obtain``, its base first (its identity is part of
-    the builder's tag); then, read-write, what was made here is pushed. A registry that did
-    not answer is asked nothing more: this build goes on without it."""
+    """The builder image in the order of ``obtain``, its base first (a builder made here is
+    built FROM it, and the registry's base tag names the base of the builders pushed there);
+    then, read-write, what was made here is pushed. A registry that did not answer is asked
+    nothing more: this build goes on without it."""
     require_pinned(image)
-    identity, base = _get_base(image, ops, sharing)
+    identity = base_identity(image.base)
+    rootfs, base = _get_base(image, ops, sharing)
     online = sharing if sharing is not None and not base.unreachable else None
     tag = image.tag(identity)
     existing = ops.image_id(tag)
@@ -423,14 +446,15 @@ def get_builder(image: BuilderImage, ops: ImageOps, sharing: Sharing | None) -> 
         moves=base.moves + builder.moves + pushed,
         registry=sharing.registry if sharing is not None else None,
         unpushed=unpushed,
+        base_rootfs=rootfs,
     )
 
 
-def _get_base(image: BuilderImage, ops: ImageOps, sharing: Sharing | None) -> tuple[str, Sourced]:
-    """The base's identity, and how it came here: a registry base is named by digest (the
-    engine fetches it); a bootstrapped one by its file system, pulled or bootstrapped."""
+def _get_base(image: BuilderImage, ops: ImageOps, sharing: Sharing | None) -> tuple[str | None, Sourced]:
+    """How the base came here, and a bootstrapped one's file system on this machine: a
+    registry base is fetched by the engine for FROM; a bootstrapped one is pulled or made."""
     if image.base.kind is BaseKind.REGISTRY:
-        return image.base.reference.split("@", 1)[1], Sourced(origin=Origin.PINNED)
+        return None, Sourced(origin=Origin.PINNED)
     reference = image.base.reference
     platform = foreign_platform(image.base.platform)
     fetch = (
@@ -547,14 +571,6 @@ def prepare_builder(
     if ready.unpushed:
         log.note(ready.unpushed)
     return ready
-
-
-def ensure_image(
-    engine: Engine, image: BuilderImage, *, mirror: str, work: Path, log: StepLog, on_line: Callable[[str], None]
-) -> Ready:
-    """The builder image, reused when its tag exists, built (and its base bootstrapped) when
-    not; no registry."""
-    return prepare_builder(engine, image, mirror=lambda: mirror, work=work, log=log, on_line=on_line)
 
 
 def image_build_failure(tag: str, failed: CommandFailed) -> PrecheckError:
