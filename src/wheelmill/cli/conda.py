@@ -33,7 +33,7 @@ from wheelmill.index.closure import read as read_closure
 from wheelmill.index.roots import Index
 from wheelmill.index.store import CONDA_DIR, TRACK_DIRS, Channel
 from wheelmill.inputs.variants import Cell
-from wheelmill.machine.builder_images import debian_mirror, ensure_image
+from wheelmill.machine.builder_images import debian_mirror, prepare_builder
 from wheelmill.machine.engine import Mount
 from wheelmill.machine.envs import UvBackend, package_name
 from wheelmill.machine.net import download
@@ -236,9 +236,15 @@ def _image_python(args: argparse.Namespace, settings: Settings, work: Path, cons
     cache = CellLayout(output=settings.output.resolve(), cell=cell_plan.cell.id).cache
     with StepLog(cache / f"conda-seed-{cell_plan.cell.id}.log") as log:
         console.print(f"  the builder image of {cell_plan.cell.id} ({log.path} logs it)", highlight=False)
-        mirror = debian_mirror(settings.debian_mirror)
-        ready = ensure_image(
-            engine, cell_plan.image, mirror=mirror, work=cache / "bootstrap", log=log, on_line=lambda _l: None
+        ready = prepare_builder(
+            engine,
+            cell_plan.image,
+            mirror=lambda: debian_mirror(settings.debian_mirror),  # asked only where something is made
+            work=cache / "bootstrap",
+            log=log,
+            on_line=lambda _l: None,
+            sharing=cell_plan.choices.image_sharing,
+            policy=settings.retry,
         )
         out = work / "image-python"
         out.mkdir()

@@ -315,19 +315,22 @@ def _build(
     console: Console,
     access_log: Path,
 ) -> list[BuiltImage]:
-    """The cell's builder image (its CPython), then the images, while the index is served on
-    loopback for them to install from."""
+    """The cell's builder image (its CPython; from the shared registry where one is set, as a
+    build gets it), then the images, while the index is served on loopback for them to
+    install from."""
 
     def say(line: str) -> None:
         console.print(f"  {line}", highlight=False, markup=False)
 
-    ready = images.ensure_image(
+    ready = images.prepare_builder(
         engine,
         builder,
-        mirror=images.debian_mirror(settings.debian_mirror),
+        mirror=lambda: images.debian_mirror(settings.debian_mirror),  # asked only where something is made
         work=settings.output.resolve() / ".work",
         log=log,
         on_line=log.write,
+        sharing=images.Sharing.of(settings.image_registry, settings.shared_writes),
+        policy=settings.retry,
     )
     access_log.parent.mkdir(parents=True, exist_ok=True)
     with access_log.open("a", encoding="utf-8") as handle:
