@@ -18,7 +18,10 @@ ones the matrix promises the cell (the report's platform-tag and glibc-baseline 
 within the glibc of the base the cell is built on, which docs/matrix.md's table shows).
 Needs root (to make the account; everything after runs as the account) and
 ``scripts/setup --system`` (podman, uidmap, mmdebstrap). The account and its home go when
-the benchmark ends. Usage: ``sudo .venv/bin/python benchmarks/rootless.py [--cell cpu-py311]``
+the benchmark ends. With ``--image-registry HOST:PORT/NAMESPACE`` (a loopback one) the
+README's run is a fleet's first runner: it pushes the base and the builder image it made
+there, read-write, for other stores to pull (the test suite's run registry).
+Usage: ``sudo .venv/bin/python benchmarks/rootless.py [--cell cpu-py311] [--image-registry REGISTRY]``
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ import runs
 import yaml
 
 from wheelmill.inputs.matrix import load_matrix
+from wheelmill.machine.engine import insecure_registry
+from wheelmill.machine.registry import is_registry
 from wheelmill.wheel.wheelfile import read_wheel
 
 USER = f"wheelmill-bench-{os.getpid()}"
@@ -209,12 +214,22 @@ def containers_left(clone: Path, log: Path) -> list[str]:
 def describe(name: str, seconds: float, done: dict[str, Any]) -> str:
     image = done["facts"].get("image", {})
     took = {step["step"]: step["seconds"] for step in done["steps"] if step.get("recipe") is None}
+    moved = [f"{t['action']} the {t['image']}" for t in image.get("transfers", [])]
     return (
         f"{USER} ({name}): {seconds:6.1f} s; engine {done['facts']['engine']}, rootless "
         f"{done['facts'].get('rootless')}; base {image.get('base_origin')}, builder {image.get('origin')} "
-        f"({image.get('tag')}) in {took.get('prepare-image')} s, its containers started in "
-        f"{took.get('prepare-container')} s; status {done['status']}"
+        f"({image.get('tag')}) in {took.get('prepare-image')} s{''.join(f', {m}' for m in moved)}, its containers "
+        f"started in {took.get('prepare-container')} s; status {done['status']}"
     )
+
+
+def shared_through(registry: str | None) -> str:
+    """The README run's settings for a fleet's registry: read-write, as a trusted runner's."""
+    if registry is None:
+        return ""
+    if not is_registry(registry) or not insecure_registry(registry):
+        raise SystemExit(runs.broken(f"--image-registry {registry!r}: give a loopback host:port/namespace"))
+    return f"export WHEELMILL_IMAGE_REGISTRY={shlex.quote(registry)} WHEELMILL_SHARED_WRITES=read-write && "
 
 
 def fresh_clone(home: Path, name: str, log: Path) -> Path:
@@ -229,18 +244,20 @@ def fresh_clone(home: Path, name: str, log: Path) -> Path:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cell", default="cpu-py311")
+    parser.add_argument("--image-registry", help="a loopback registry the README run pushes its images to")
     args = parser.parse_args()
     if os.geteuid() != 0:
         return runs.broken("run as root: the benchmark makes an account, then builds as it")
     load_matrix(runs.ROOT / "recipes" / "matrix.toml").cell(args.cell)  # an unknown cell stops here
-    job = build_job(args.cell)
+    job, shared = build_job(args.cell), shared_through(args.image_registry)
     with runs.workspace("wheelmill-rootless-") as work:
         log = work / "rootless.log"
         with account() as home:
             configured(home)
             readme, runner = fresh_clone(home, "wheelmill", log), fresh_clone(home, "runner", log)
             try:
-                first = as_user(f"scripts/setup && .venv/bin/nox -s build-{args.cell}", log=log, cwd=readme)
+                readme_command = f"{shared}scripts/setup && .venv/bin/nox -s build-{args.cell}"
+                first = as_user(readme_command, log=log, cwd=readme)
                 made, found = report(readme, args.cell), tags(readme, args.cell)
                 wheels = len(list((readme / "wheels" / args.cell / "dist").glob("*.whl")))
                 second = run_job(job, clone=runner, log=log)

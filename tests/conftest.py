@@ -1,6 +1,7 @@
 """Shared fixtures: the repository's own data, copies of it to break, the CLI run
-in-process (so a test sees the exit code and the exact stderr a user would), and a real S3
-server (one per worker, started where a test first asks for it)."""
+in-process (so a test sees the exit code and the exact stderr a user would), a real S3
+server (one per worker, started where a test first asks for it), and the run's images
+(tests/images.py: made once a run, shared between the image stores through a registry)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.images import RunImages, run_registry
 from tests.objectstore import ObjectStore, running_object_store
 from wheelmill.cli import main
 
@@ -34,6 +36,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(SkipsInCi(), "wheelmill-skips-in-ci")
     config.pluginmanager.register(NamelessImages(), "wheelmill-nameless-images")
     _uv_cache(config)
+    if not hasattr(config, "workerinput"):  # the controller's, before the workers start: they inherit it
+        images = RunImages()
+        config.pluginmanager.register(images, "wheelmill-run-images")  # its pytest_unconfigure stops it
+        images.start()
 
 
 def _uv_cache(config: pytest.Config) -> None:
@@ -148,9 +154,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _slow_first(item: pytest.Item) -> int:
+    if item.get_closest_marker("makes_images"):
+        return 0  # first of the engine tests: the stores after it pull what it makes
     if item.get_closest_marker("engine"):
-        return 0
-    return 1 if item.get_closest_marker("integration") else 2
+        return 1
+    return 2 if item.get_closest_marker("integration") else 3
+
+
+@pytest.fixture(autouse=True)
+def run_images(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test that drives an engine builds with the run's registry, read-only: the builder
+    images another store made this run are pulled, not made again (tests/images.py). The one
+    that makes them says so with its own settings."""
+    registry = run_registry()
+    if registry is not None and request.node.get_closest_marker("engine"):
+        monkeypatch.setenv("WHEELMILL_IMAGE_REGISTRY", registry)
+        monkeypatch.setenv("WHEELMILL_SHARED_WRITES", "read-only")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.images import run_registry
 from tests.matrix_table import BOOTSTRAP, table_rows
 
 pytestmark = pytest.mark.integration
@@ -145,19 +146,25 @@ def test_fleet_reuses_from_the_served_index_and_compiles_from_the_shared_tier(tm
     assert re.search(r"cpu-py311:torchsort 0 hits, [1-9]\d* misses; Redis keys (\d+) before, \1 after", out), out
 
 
+@pytest.mark.engine
+@pytest.mark.makes_images
 def test_rootless_a_new_user_runs_the_readme_and_the_build_job_in_an_empty_store(tmp_path: Path) -> None:
     """An account made for the test, no root after that, an empty image store: the README's
     build command in a fresh clone (base by mmdebstrap's unshare mode, builder image built,
-    the cell in rootless podman), then build.yml's build job's steps in another fresh clone
-    (the base and builder reused); the image build without /dev/net/tun refused in one line."""
+    the cell in rootless podman; both pushed to the run's registry, the run's one maker of
+    them: tests/images.py), then build.yml's build job's steps in another fresh clone (the
+    base and builder reused); the image build without /dev/net/tun refused in one line."""
     if os.geteuid() != 0 or shutil.which("useradd", path="/usr/sbin:/usr/bin") is None:
         pytest.skip("needs root, to make the account")
     if shutil.which("mmdebstrap") is None or shutil.which("newuidmap") is None:
         pytest.skip("needs mmdebstrap and uidmap (scripts/setup --system)")
-    out = benchmark(tmp_path, "rootless.py", timeout=1800)
+    registry = run_registry()
+    out = benchmark(tmp_path, "rootless.py", timeout=1800, extra=("--image-registry", registry) if registry else ())
     print(out)
     rootless = r": +[\d.]+ s; engine podman, rootless True; "
-    assert re.search(r"\(README, empty store\)" + rootless + "base built, builder built", out), out
+    pushed = ", pushed the base, pushed the builder" if registry else ","
+    made = r"base built, builder built \(\S+\) in [\d.]+ s" + pushed
+    assert re.search(r"\(README, empty store\)" + rootless + made, out), out
     assert re.search(r"\(build.yml's build job, second clone\)" + rootless + "base reused, builder reused", out), out
     assert out.count("status ok") == 2, out
     # none warned: image-store neither (setup --system's containers-storage gives the account overlay, not vfs)

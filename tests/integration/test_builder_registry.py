@@ -4,7 +4,8 @@ has a base (a tiny file system imported, standing in for a bootstrapped one), bu
 builder image from a small Containerfile and pushes both; machine B, with an empty store and
 no way to bootstrap or build (its Debian mirror is a question that fails the test), pulls
 both and gets the same tag and the same digests; a read-only machine pushes nothing; an
-unreachable registry is a warning. Every store and image goes with the test."""
+unreachable registry is a warning. Then the real base and builder, through the command line,
+between stores that start empty. Every store and image goes with the test."""
 
 from __future__ import annotations
 
@@ -19,20 +20,35 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.images import holds, run_registry
 from tests.integration.test_cells import ROOT
 from tests.ports import free_port
 from tests.registry import loopback_registry
 from wheelmill.errors import PrecheckError
-from wheelmill.machine.builder_images import Base, BaseKind, BuilderImage, Ready, Sharing, prepare_builder
+from wheelmill.inputs.matrix import load_matrix
+from wheelmill.machine.builder_images import (
+    SHARED_BUILDER,
+    Base,
+    BaseKind,
+    BuilderImage,
+    Ready,
+    Sharing,
+    base_identity,
+    base_tag,
+    choose,
+    prepare_builder,
+)
 from wheelmill.machine.engine import Engine, EngineName, detect
 from wheelmill.machine.image_transfers import Miss, Origin
-from wheelmill.machine.pins import PythonSource
+from wheelmill.machine.pins import PythonSource, load_pins
 from wheelmill.machine.process import StepLog
+from wheelmill.machine.registry import resolve_digest
 from wheelmill.retry import RetryPolicy
 from wheelmill.settings import SharedWrites
 
@@ -225,40 +241,51 @@ def test_a_registry_that_does_not_answer_is_a_warning_and_the_image_is_built_her
     assert ready.unpushed == f"{nowhere.registry} did not answer: pushed nothing"
 
 
-def test_a_runner_with_an_empty_store_builds_a_cell_in_the_image_another_pushed(
-    podman: str, registry: str, tmp_path: Path
+def test_a_runner_with_an_empty_store_builds_a_cell_in_the_image_another_empty_store_made(
+    podman: str, tmp_path: Path
 ) -> None:
-    """Through the command line, as two CI jobs run it. Runner A (this machine's store, where
-    the builder image may have been made before the registry was set up) builds cpu-py311's
-    example-cpp-ops read-write and pushes what the registry lacks; runner B, whose podman
-    keeps its images in a store of its own that starts empty, builds the same cell read-only:
-    it pulls the base and the builder (the digests A pushed), bootstraps and builds no image,
-    and builds the recipe in the pulled one."""
-    store, run = tmp_path / "store-b", Path("/tmp") / f"wheelmill-run-b-{free_port()}"
-    wrapper = tmp_path / "bin" / "podman"
-    wrapper.parent.mkdir()
-    wrapper.write_text(
-        f'#!/bin/sh\nexec {podman} --root {store / "root"} --runroot {run} --tmpdir {store / "tmp"} "$@"\n'
-    )
-    wrapper.chmod(0o755)
+    """Through the command line, as two CI jobs of a fleet that starts empty run it. Runner A,
+    an image store that started empty, made the base and cpu-py311's builder and pushed both:
+    in the suite, the rootless test's new account (the run's one maker of them: tests/images.py);
+    run alone, this test's own runner A, a store of its own, read-write. Runner B, a store of
+    its own that starts empty, builds the same cell read-only: it pulls the base and the
+    builder under the tag A pushed (a base has one name on every machine that holds it,
+    bootstrapped or pulled), bootstraps and builds no image, and builds the recipe in it."""
+    registry = run_registry()
+    if registry is None:
+        pytest.skip("docker-registry is not installed (scripts/setup --system installs it)")
+    image = cpu_builder()
+    tag = image.tag(base_identity(image.base))
     env = {**os.environ, "WHEELMILL_ENGINE": "podman", "WHEELMILL_IMAGE_REGISTRY": registry}
     argv = [sys.executable, "-m", "wheelmill", "build", "--cell", "cpu-py311", "--recipe", "example-cpp-ops"]
     argv += ["--no-publish", "--no-mirror"]
-    try:
-        a = _cli(argv, {**env, "WHEELMILL_OUTPUT": str(tmp_path / "a"), "WHEELMILL_SHARED_WRITES": "read-write"})
+    made_here = None
+    with ExitStack() as stores:
+        if not holds(registry, SHARED_BUILDER, tag.rsplit(":", 1)[1]):
+            a_path = stores.enter_context(own_store(podman, tmp_path / "store-a"))
+            a_env = {**env, "WHEELMILL_OUTPUT": str(tmp_path / "a"), "WHEELMILL_SHARED_WRITES": "read-write"}
+            made_here = _cli(argv, {**a_env, "PATH": f"{a_path}:{os.environ['PATH']}"})["facts"]["image"]
+            assert (made_here["origin"], made_here["base_origin"]) == ("built", "built"), made_here
+            assert [(t["image"], t["action"]) for t in made_here["transfers"]] == [
+                ("base", "pushed"),
+                ("builder", "pushed"),
+            ]
+        b_path = stores.enter_context(own_store(podman, tmp_path / "store-b"))
         b_env = {**env, "WHEELMILL_OUTPUT": str(tmp_path / "b"), "WHEELMILL_SHARED_WRITES": "read-only"}
-        b = _cli(argv, {**b_env, "PATH": f"{wrapper.parent}:{os.environ['PATH']}"})
-    finally:
-        subprocess.run([str(wrapper), "system", "reset", "--force"], capture_output=True, check=False)
-        shutil.rmtree(store, ignore_errors=True)
-        shutil.rmtree(run, ignore_errors=True)
-    pushed = {t["image"]: t["digest"] for t in a["facts"]["image"]["transfers"] if t["action"] == "pushed"}
-    assert a["facts"]["image"]["origin"] in ("reused", "built") and set(pushed) <= {"base", "builder"}
-    image = b["facts"]["image"]
-    assert (image["origin"], image["base_origin"]) == ("pulled", "pulled")
-    pulled = {t["image"]: t["digest"] for t in image["transfers"]}
-    assert image["tag"] == a["facts"]["image"]["tag"] and image["id"] == a["facts"]["image"]["id"]
-    assert not pushed or pulled == {**pulled, **pushed}, "the digests A pushed"
+        b = _cli(argv, {**b_env, "PATH": f"{b_path}:{os.environ['PATH']}"})
+    pulled = b["facts"]["image"]
+    print(f"\nA {'was this test' if made_here else 'made them earlier in the run'}: {made_here or 'the registry'}")
+    print(f"B: {pulled}")
+    assert (pulled["origin"], pulled["base_origin"]) == ("pulled", "pulled"), pulled
+    assert pulled["tag"] == tag and pulled["base_identity"] == f"bootstrap:{base_tag(image.base)}"
+    served = {
+        "base": registry_digest(Sharing(registry=registry).base(image.base)),
+        "builder": registry_digest(Sharing(registry=registry).builder(tag)),
+    }
+    assert {t["image"]: t["digest"] for t in pulled["transfers"]} == served, "the bytes A pushed"
+    if made_here is not None:
+        assert {t["image"]: t["digest"] for t in made_here["transfers"]} == served
+        assert made_here["tag"] == tag
     assert b["status"] == "ok" and {s["step"] for s in b["steps"] if s["recipe"] and s["status"] == "ok"} >= {
         "build",
         "install-test",
@@ -267,7 +294,37 @@ def test_a_runner_with_an_empty_store_builds_a_cell_in_the_image_another_pushed(
         [podman, "images", "--format", "{{.Repository}}"], capture_output=True, text=True, check=True
     ).stdout.split()
     assert not [name for name in names if name.startswith(registry)], "the registry's names are untagged after a move"
-    print(f"A {a['facts']['image']['origin']}, pushed {pushed}; B pulled {pulled}, built the cell in {image['tag']}")
+
+
+def cpu_builder() -> BuilderImage:
+    """cpu-py311's builder image on its bootstrapped base, as a build chooses it."""
+    pins = load_pins(ROOT / "containers" / "pins.toml")
+    variant = load_matrix(ROOT / "recipes" / "matrix.toml").variant("cpu")
+    return choose(pins, variant, "3.11", containers=ROOT / "containers", policy="bootstrap")
+
+
+def registry_digest(reference: str) -> str:
+    name, _, tag = reference.rpartition(":")
+    return resolve_digest(name, tag, timeout=30)
+
+
+@contextmanager
+def own_store(podman: str, store: Path) -> Iterator[Path]:
+    """A directory with a ``podman`` that keeps its images in ``store`` (empty at first) for
+    the block, as a runner of its own: put it first on a build's PATH. The store goes after."""
+    run = Path("/tmp") / f"wheelmill-run-{store.name}-{free_port()}"
+    wrapper = store.parent / f"bin-{store.name}" / "podman"
+    wrapper.parent.mkdir(parents=True)
+    wrapper.write_text(
+        f'#!/bin/sh\nexec {podman} --root {store / "root"} --runroot {run} --tmpdir {store / "tmp"} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    try:
+        yield wrapper.parent
+    finally:
+        subprocess.run([str(wrapper), "system", "reset", "--force"], capture_output=True, check=False)
+        shutil.rmtree(store, ignore_errors=True)
+        shutil.rmtree(run, ignore_errors=True)
 
 
 def _cli(argv: list[str], env: dict[str, str]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from tests.conftest import pytest_collection_modifyitems
 def pytest_configure(config):
     config.addinivalue_line("markers", "engine: drives a container engine")
     config.addinivalue_line("markers", "integration: slow")
+    config.addinivalue_line("markers", "makes_images: makes the run's images")
 """
 
 # Engine tests in two files, behind plain ones: spread one by one, they would land on both workers.
@@ -51,11 +52,19 @@ def test_unit(n):
 @pytest.mark.parametrize("engine", ["none", pytest.param("podman", marks=pytest.mark.engine)])
 def test_engine_b(engine):
     pass
+
+@pytest.mark.integration
+@pytest.mark.engine
+@pytest.mark.makes_images
+def test_maker():
+    pass
 """,
 }
 
 
-def test_engine_tests_keep_to_one_worker_and_run_first(tmp_path: Path) -> None:
+def test_engine_tests_keep_to_one_worker_and_run_first_the_images_maker_first_of_all(tmp_path: Path) -> None:
+    """The test that makes the run's images (tests/images.py) comes before every other engine
+    test, written last as it is."""
     (tmp_path / "conftest.py").write_text(CONFTEST)
     for name, text in SOURCES.items():
         (tmp_path / name).write_text(text)
@@ -64,12 +73,13 @@ def test_engine_tests_keep_to_one_worker_and_run_first(tmp_path: Path) -> None:
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     ran = re.findall(r"^\[(gw\d)\] \[ *\d+%\] PASSED (\S+)", done.stdout, re.MULTILINE)
-    assert len(ran) == 19, done.stdout
-    engine = [(worker, test) for worker, test in ran if "engine_a" in test or "[podman]" in test]
-    assert len(engine) == 5 and all(test.endswith("@container-engine") for _, test in engine), engine
+    assert len(ran) == 20, done.stdout
+    engine = [(worker, test) for worker, test in ran if "engine_a" in test or "[podman]" in test or "maker" in test]
+    assert len(engine) == 6 and all(test.endswith("@container-engine") for _, test in engine), engine
     assert len({worker for worker, _ in engine}) == 1, f"engine tests on two workers: {engine}"
     on_that_worker = [test for worker, test in ran if worker == engine[0][0]]
-    assert on_that_worker[:5] == [test for _, test in engine], "the engine tests start the run"
+    assert on_that_worker[:6] == [test for _, test in engine], "the engine tests start the run"
+    assert "test_maker" in on_that_worker[0], "the images' maker starts the engine tests"
 
 
 SKIPPING = """
