@@ -109,8 +109,8 @@ def test_removed_files_leave_the_pages_and_a_project_without_files_leaves_the_li
     publish(channel, one)
     publish(channel, other)
     assert remove_files(channel, "other", [other.name, "missing.whl"]) == [other.name]
-    assert channel.project_names() == ["demo"]
-    assert render(channel) == ["other: removed its pages (it has no files)"]
+    assert channel.project_names() == ["demo"] and channel.project("other") is None, "its pages went too"
+    assert render(channel) == []
     assert verify(channel) == []
 
 

@@ -9,6 +9,8 @@ of writers on any number of machines at once, with no lock of wheelmill's own:
                                                          or mirrored.json: one mirrored; made once
     <channel>/entries/<project>/<filename>/keys/<key>    a build key it answers for; made once
     <channel>/entries/<project>/<filename>/yanked        its yank reason, while it is yanked
+    <channel>/entries/<project>/<filename>/provenance    the sha256 of a provenance learnt after the
+                                                         entry was made without one; made once
     <channel>/simple/index.json, index.html              the project list
     <channel>/simple/<project>/index.json, index.html    a project's files
 
@@ -59,7 +61,7 @@ from wheelmill.index.store import (
 from wheelmill.machine.net import sha256_of
 from wheelmill.provenance.statement import SUFFIX as PROVENANCE
 
-BUILT, MIRRORED, KEYS, YANKED = "built.json", "mirrored.json", "keys", "yanked"
+BUILT, MIRRORED, KEYS, YANKED, LEARNT = "built.json", "mirrored.json", "keys", "yanked", "provenance"
 IMMUTABLE = "public, max-age=31536000, immutable"
 _IMMUTABLE_BYTES = Headers(content_type="application/octet-stream", cache_control=IMMUTABLE)
 T = TypeVar("T")
@@ -80,6 +82,7 @@ class Listed:
     kinds: frozenset[str] = frozenset()  # BUILT and/or MIRRORED
     keys: tuple[str, ...] = ()
     yanked: bool = False
+    learnt: bool = False  # a provenance learnt after the entry was made (LEARNT)
 
     @property
     def kind(self) -> str | None:
@@ -139,6 +142,8 @@ class ObjectChannel:
                 now = replace(now, kinds=now.kinds | {rest})
             elif rest == YANKED:
                 now = replace(now, yanked=True)
+            elif rest == LEARNT:
+                now = replace(now, learnt=True)
             elif rest.startswith(f"{KEYS}/"):
                 now = replace(now, keys=tuple(sorted({*now.keys, rest.removeprefix(f"{KEYS}/")})))
             found[filename] = now
@@ -221,9 +226,15 @@ def _assembled(
     kinds = {name: listed.kind for name, listed in listing.items() if listed.kind is not None}
 
     def trusted(name: str) -> bool:
-        return name in known and known[name].built == (kinds[name] == BUILT)
+        page = known.get(name)
+        return (
+            page is not None
+            and page.built == (kinds[name] == BUILT)
+            and (page.provenance is not None or not listing[name].learnt)
+        )
 
     reads = [f"{channel.entries(project, n)}{k}" for n, k in kinds.items() if not trusted(n)]
+    reads += [f"{channel.entries(project, n)}{LEARNT}" for n in kinds if listing[n].learnt and not trusted(n)]
     reads += [f"{channel.entries(project, n)}{YANKED}" for n in kinds if listing[n].yanked]
     read = _read_all(channel.storage, reads)
     files = []
@@ -232,6 +243,9 @@ def _assembled(
         base = _read_entry(channel, name, found.data) if isinstance(found, Stored) else found
         if base is None:  # removed since the listing
             continue
+        learnt = read.get(f"{channel.entries(project, name)}{LEARNT}")
+        if base.provenance is None and learnt is not None:
+            base = replace(base, provenance=channel.href(learnt.data.decode().strip(), f"{name}{PROVENANCE}"))
         yank = read.get(f"{channel.entries(project, name)}{YANKED}")
         files.append(
             replace(
@@ -382,6 +396,8 @@ def publish(
     made = kind not in there.kinds and _store(
         channel, wheel, info.metadata, project=info.name, entry=entry, kind=kind, provenance=provenance
     )
+    if not made and provenance is not None and not there.learnt:
+        _learn_provenance(channel, info.name, wheel.name, kind, provenance)
     learnt = build_key is not None and build_key not in there.keys
     if learnt and build_key is not None:
         channel.storage.create(f"{channel.entries(info.name, wheel.name)}{KEYS}/{build_key}", b"")
@@ -438,6 +454,17 @@ def _put_provenance(channel: ObjectChannel, filename: str, provenance: bytes | N
     if channel.storage.get(key) is None:
         channel.storage.create(key, provenance, headers=_IMMUTABLE_BYTES)
     return sha256
+
+
+def _learn_provenance(channel: ObjectChannel, project: str, filename: str, kind: str, provenance: bytes) -> None:
+    """The same bytes published again with a provenance, where the entry names none: the
+    provenance is stored, then named beside the entry (made once: the first one learnt
+    stays), so that a build that signs later is not listed unsigned for good."""
+    found = channel.storage.get(f"{channel.entries(project, filename)}{kind}")
+    if found is None or provenance_sha256(found.data) is not None:
+        return
+    sha256 = _put_provenance(channel, filename, provenance)
+    channel.storage.create(f"{channel.entries(project, filename)}{LEARNT}", f"{sha256}\n".encode())
 
 
 def provenance_of(channel: ObjectChannel, entry: FileEntry) -> bytes | None:
@@ -522,7 +549,19 @@ def remove_files(channel: ObjectChannel, project_name: str, filenames: Collectio
     if gone:
         render_project(channel, project)
         render_root(channel)
+        if not channel.storage.keys_under(channel.entries(project)):
+            _drop_pages(channel, project)
     return gone
+
+
+def _drop_pages(channel: ObjectChannel, project: str) -> None:
+    """A project without files leaves the index: its pages go after the list stopped naming
+    it; where a publisher made an entry meanwhile, its pages are rendered again."""
+    for form in ("json", "html"):
+        channel.storage.delete(channel.page_key(project, form))
+    if channel.storage.keys_under(channel.entries(project)):
+        render_project(channel, project)
+        render_root(channel)
 
 
 def render(channel: ObjectChannel) -> list[str]:
@@ -537,8 +576,7 @@ def render(channel: ObjectChannel) -> list[str]:
         said += [f"{name}: no longer lists {f} (its entry is gone)" for f in sorted(before.get(name, set()) - now)]
     names = render_root(channel)
     for gone in sorted(set(before) - set(names)):  # every entry of the project removed
-        for form in ("json", "html"):
-            channel.storage.delete(channel.page_key(gone, form))
+        _drop_pages(channel, gone)
         said.append(f"{gone}: removed its pages (it has no files)")
     return said
 
@@ -666,6 +704,8 @@ def promote_file(
         _same_bytes(target, project, filename, there.kind, sha256)
     if kind == MIRRORED and any(listed.kind == BUILT for listed in listing.values()):
         return done(PublishOutcome.BUILT_HERE)
+    if provenance is None and source.listing(project, filename)[filename].learnt:
+        provenance = _learnt_provenance(source, project, filename)  # the entry copied alone would not name it
     made = kind not in there.kinds and _copy_entry(source, target, project, filename, kind=kind, provenance=provenance)
     _listed(target, project)
     return done(PublishOutcome.ADDED if made else PublishOutcome.UNCHANGED)
@@ -682,3 +722,12 @@ def _copy_entry(
         return False
     sha256 = _put_provenance(target, filename, provenance)
     return target.storage.create(to, entry_bytes(project, entry_of(found.data), provenance=sha256))
+
+
+def _learnt_provenance(channel: ObjectChannel, project: str, filename: str) -> bytes | None:
+    """The provenance a file learnt after its entry was made, as bytes."""
+    found = channel.storage.get(f"{channel.entries(project, filename)}{LEARNT}")
+    if found is None:
+        return None
+    stored = channel.storage.get(blob_key(found.data.decode().strip(), f"{filename}{PROVENANCE}"))
+    return None if stored is None else stored.data

@@ -185,9 +185,19 @@ class S3Storage:
         return self._call(listed, prefix or "(all)", writing=False)
 
     def delete(self, key: str) -> None:
+        """The object, then its emptied parents: a store that keeps directories (SeaweedFS's
+        filer, MinIO) lists an empty one as a child otherwise, and refuses to delete one that
+        still holds objects; on AWS, where no folder exists, each is a no-op."""
         self._call(
             lambda: self.client.delete_object(Bucket=self.where.bucket, Key=self.where.key(key)), key, writing=True
         )
+        parts = checked_key(key).split("/")[:-1]
+        for depth in range(len(parts), 0, -1):
+            self._delete_folder("/".join(parts[:depth]) + "/")
+
+    def _delete_folder(self, folder: str) -> None:
+        key = self.where.prefix + folder
+        self._call(lambda: self.client.delete_object(Bucket=self.where.bucket, Key=key), folder, writing=True)
 
     def _conditional(self, write: Callable[[], object], key: str) -> bool:
         """True where ``write`` happened; False where its condition failed (412)."""
