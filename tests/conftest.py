@@ -1,7 +1,9 @@
 """Shared fixtures: the repository's own data, copies of it to break, the CLI run
 in-process (so a test sees the exit code and the exact stderr a user would), a real S3
-server (one per worker, started where a test first asks for it), and the run's images
-(tests/images.py: made once a run, shared between the image stores through a registry)."""
+server (one per worker, started where a test first asks for it), the run's images
+(tests/images.py: made once a run, shared between the image stores through a registry),
+and the run's compiler cache (tests/compiles.py: a shared tier the integration tests
+compile through)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.compiles import RunCache, run_cache
 from tests.images import RunImages, run_registry
 from tests.objectstore import ObjectStore, running_object_store
 from wheelmill.cli import main
@@ -36,10 +39,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(SkipsInCi(), "wheelmill-skips-in-ci")
     config.pluginmanager.register(NamelessImages(), "wheelmill-nameless-images")
     _uv_cache(config)
-    if not hasattr(config, "workerinput"):  # the controller's, before the workers start: they inherit it
-        images = RunImages()
-        config.pluginmanager.register(images, "wheelmill-run-images")  # its pytest_unconfigure stops it
+    if not hasattr(config, "workerinput"):  # the controller's, before the workers start: they inherit them
+        images, cache = RunImages(), RunCache()
+        config.pluginmanager.register(images, "wheelmill-run-images")  # each one's pytest_unconfigure stops it
+        config.pluginmanager.register(cache, "wheelmill-run-cache")
         images.start()
+        cache.start()
 
 
 def _uv_cache(config: pytest.Config) -> None:
@@ -170,6 +175,20 @@ def run_images(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     if registry is not None and request.node.get_closest_marker("engine"):
         monkeypatch.setenv("WHEELMILL_IMAGE_REGISTRY", registry)
         monkeypatch.setenv("WHEELMILL_SHARED_WRITES", "read-only")
+
+
+@pytest.fixture(autouse=True)
+def run_compiles(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An integration test compiles through the run's shared tier: what another
+    test compiled it takes from there (tests/compiles.py). A test marked own_compiler_cache,
+    and an engine test, keeps the tiers its own settings give it."""
+    cache, node = run_cache(), request.node
+    if cache is None or not node.get_closest_marker("integration"):
+        return
+    if node.get_closest_marker("own_compiler_cache") or node.get_closest_marker("engine"):
+        return
+    monkeypatch.setenv("WHEELMILL_COMPILER_CACHE_TIERS", "disk,redis")
+    monkeypatch.setenv("WHEELMILL_COMPILER_CACHE_REDIS", cache)
 
 
 @pytest.fixture(scope="session", autouse=True)

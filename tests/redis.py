@@ -45,12 +45,23 @@ class Redis:
         return int(self.command("DBSIZE").lstrip(":"))
 
 
+def redis_binary() -> str | None:
+    return shutil.which("redis-server", path="/usr/bin:/usr/sbin:/usr/local/bin")
+
+
 @contextmanager
 def running_redis() -> Iterator[Redis]:
     """A redis-server of its own until the block ends. Skips the test where none is installed."""
-    binary = shutil.which("redis-server", path="/usr/bin:/usr/sbin:/usr/local/bin")
+    binary = redis_binary()
     if binary is None:
         pytest.skip("redis-server is not installed (scripts/setup --system installs it)")
+    with serving_redis(binary) as server:
+        yield server
+
+
+@contextmanager
+def serving_redis(binary: str) -> Iterator[Redis]:
+    """``binary`` serving on a loopback port of its own until the block ends."""
     work = Path(tempfile.mkdtemp(prefix="wheelmill-redis-"))
     server = Redis(port=free_port())
     argv = [binary, "--bind", "127.0.0.1", "--port", str(server.port), "--save", "", "--appendonly", "no"]

@@ -22,7 +22,8 @@ import pytest
 from tests.images import run_registry
 from tests.matrix_table import BOOTSTRAP, table_rows
 
-pytestmark = pytest.mark.integration
+# A benchmark's figures are its own compiles: none taken from what other tests compiled.
+pytestmark = [pytest.mark.integration, pytest.mark.own_compiler_cache]
 ROOT = Path(__file__).resolve().parent.parent.parent
 NVCC = ("/usr/local/cuda-13.0/bin", os.environ.get("CUDA_HOME", "") + "/bin")
 # Each benchmark's smallest case, as docs/benchmarks.md's table of smoke runs shows it.

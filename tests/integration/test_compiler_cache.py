@@ -34,7 +34,7 @@ from wheelmill.building.compiler_cache import (
 from wheelmill.machine.process import HostRunner, StepLog, base_environment
 from wheelmill.machine.tools import sccache_bin
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.own_compiler_cache]  # it counts hits and misses
 ROOT = Path(__file__).resolve().parent.parent.parent
 CELL, RECIPE = "cpu-py311", "example-cpp-ops"
 

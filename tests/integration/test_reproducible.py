@@ -25,7 +25,8 @@ from wheelmill.building.compiler_cache import SOCKET_PATH_MAX
 from wheelmill.machine.engine import detect
 from wheelmill.machine.process import make_view
 
-pytestmark = pytest.mark.integration
+# Each clone must compile for its bytes to prove anything: no tier shared with the run.
+pytestmark = [pytest.mark.integration, pytest.mark.own_compiler_cache]
 
 
 def _copy_of_the_project(where: Path) -> Path:
