@@ -2,8 +2,8 @@
 in-process (so a test sees the exit code and the exact stderr a user would), a real S3
 server (one per worker, started where a test first asks for it), the run's images
 (tests/images.py: made once a run, shared between the image stores through a registry),
-and the run's compiler cache (tests/compiles.py: a shared tier the integration tests
-compile through)."""
+the run's compiler cache (tests/compiles.py: a shared tier the integration tests
+compile through), and the CPU each test cost (tests/cpu.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.compiles import RunCache, run_cache
+from tests.cpu import CpuTimes
 from tests.images import RunImages, run_registry
 from tests.objectstore import ObjectStore, running_object_store
 from wheelmill.cli import main
@@ -38,6 +39,7 @@ CliRunner = Callable[..., CliResult]
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(SkipsInCi(), "wheelmill-skips-in-ci")
     config.pluginmanager.register(NamelessImages(), "wheelmill-nameless-images")
+    config.pluginmanager.register(CpuTimes(), "wheelmill-cpu-times")
     _uv_cache(config)
     if not hasattr(config, "workerinput"):  # the controller's, before the workers start: they inherit them
         images, cache = RunImages(), RunCache()
