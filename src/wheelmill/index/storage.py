@@ -23,6 +23,7 @@ both implementations, and none reaches outside the root.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -177,19 +178,31 @@ class TreeStorage:
         top = self.root / checked_key(prefix, prefix=True)
         if not top.is_dir():
             return []
-        return sorted(p.name for p in top.iterdir() if not p.name.startswith(".") and any(self._walk(p)))
+        with os.scandir(top) as found:
+            return sorted(e.name for e in found if not e.name.startswith(".") and _holds_an_object(Path(e.path)))
 
     def _walk(self, top: Path) -> Iterator[str]:
-        if not top.is_dir():
-            return
-        for path in top.rglob("*"):
-            relative = path.relative_to(self.root)
-            if path.is_file() and not any(part.startswith(".") for part in relative.parts):
-                yield relative.as_posix()
+        """Every object's key under ``top``, the tree's own dot-named work left out. One
+        listing per directory (a channel of 10,000 files is 30,000 objects)."""
+        for directory, dirs, files in os.walk(top):
+            dirs[:] = [name for name in dirs if not name.startswith(".")]
+            base = Path(directory).relative_to(self.root).as_posix()
+            yield from (name if base == "." else f"{base}/{name}" for name in files if not name.startswith("."))
 
     def delete(self, key: str) -> None:
         with _writing(self.location, key):
             self.path(key).unlink(missing_ok=True)
+
+
+def _holds_an_object(path: Path) -> bool:
+    """A file, or a directory with one somewhere below: found at the first, not counted."""
+    if path.is_file():
+        return True
+    for _directory, dirs, files in os.walk(path):
+        dirs[:] = [name for name in dirs if not name.startswith(".")]
+        if any(not name.startswith(".") for name in files):
+            return True
+    return False
 
 
 @contextmanager
