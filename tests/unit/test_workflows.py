@@ -32,12 +32,12 @@ SHA_PINNED = re.compile(r"[^@\s]+@[0-9a-f]{40}")
 USES_LINE = re.compile(r"^\s*(?:-\s+)?uses:\s*(?P<ref>\S+)(?P<rest>.*)$", re.MULTILINE)
 # What writes an index or uploads anywhere: never reachable from a pull request.
 PUBLISHES = re.compile(
-    r"wheelmill\s+(?:publish|yank|unyank|index\s+render|release\s+(?:publish|promote|prune|record-gpu))\b"
+    r"wheelmill\s+(?:publish|yank|unyank|index\s+(?:render|sweep)|release\s+(?:publish|promote|prune|record-gpu))\b"
     r"|\baws\s+s3\b|\btwine\b|\buv\s+publish\b"
 )
 # What changes an index: where the job's WHEELMILL_INDEX_ROOT is the bucket, it changes the bucket.
 WRITES_INDEX = re.compile(
-    r"wheelmill\s+(?:publish|yank|unyank|index\s+(?:render|repair)|release\s+(?:publish|promote|prune|record-gpu))\b"
+    r"wheelmill\s+(?:publish|yank|unyank|index\s+(?:render|repair|sweep)|release\s+(?:publish|promote|prune|record-gpu))\b"
 )
 PUBLISHING_ACTION = re.compile(r"pypi-publish|upload-release|release-action|s3-sync", re.IGNORECASE)
 LOCAL_BUILD = re.compile(r"wheelmill\s+build\b")  # publishes to the runner's local index unless --no-publish
@@ -686,6 +686,7 @@ def test_nightly_runs_daily_publishes_and_prunes() -> None:
         "release prune --track nightly --keep 14",
         "index render",
         "index verify",
+        "index sweep",
     ]
     assert workflow["concurrency"] == {"group": "nightly", "cancel-in-progress": False, "queue": "max"}
 

@@ -81,6 +81,17 @@ def seconds(text: str) -> float:
     )
 
 
+def days(text: str) -> float:
+    """A period in days: a finite number, 0 or more (0: now)."""
+    return _number(
+        text,
+        float,
+        what="a number of days",
+        fits=lambda value: math.isfinite(value) and value >= 0,
+        bounds="0 days or more",
+    )
+
+
 def add_cell_options(
     parser: argparse.ArgumentParser,
     *,

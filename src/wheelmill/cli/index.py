@@ -1,18 +1,20 @@
-"""The index commands: ``publish``, ``yank``, ``unyank`` and ``index serve|config|verify|repair|render|list``.
+"""The index commands: ``publish``, ``yank``, ``unyank`` and ``index serve|config|verify|repair|render|sweep|list``.
 Publishing, yanking, checking, rendering and listing work on a tree and on an object store
-alike (``wheelmill.index.roots``); serving and the store's upkeep are a tree's."""
+alike (``wheelmill.index.roots``), and so does the sweep of what no channel lists; serving and the
+store's upkeep are a tree's."""
 
 from __future__ import annotations
 
 import argparse
 import errno
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import IO
 
 from rich.console import Console
 
-from wheelmill.cli.common import Commands, load_inputs, port, positive, seconds
+from wheelmill.cli.common import Commands, days, load_inputs, port, positive, seconds
 from wheelmill.config import format_size
 from wheelmill.errors import IndexStoreError, SelectionError, UsageError, did_you_mean
 from wheelmill.index import consumer
@@ -23,10 +25,13 @@ from wheelmill.index.remote import Remote, upload
 from wheelmill.index.roots import AnyChannel, Index, problems, publish, set_yanked
 from wheelmill.index.serve import IDLE_TIMEOUT, PER_CLIENT, IndexServer, make_server
 from wheelmill.index.store import Channel, channel_dirs, checked_channel, repair, usage
+from wheelmill.index.sweep import sweep
 from wheelmill.index.verify import leftovers
 from wheelmill.inputs.versions import Track
 from wheelmill.machine.process import HostRunner, StepLog
 from wheelmill.settings import Settings
+
+SWEEP_GRACE = 7.0  # days: a week's nightlies, and a publisher long gone
 
 
 def register(commands: Commands) -> None:
@@ -93,6 +98,20 @@ def register(commands: Commands) -> None:
     )
     draw.add_argument("--channel", action="append", help="default: every channel")
     draw.set_defaults(func=cmd_render)
+    clean = actions.add_parser(
+        "sweep",
+        help="delete the stored files no channel lists any more (pruned nightlies, removed files), "
+        "a grace period after a sweep first found them unlisted",
+        epilog="example: wheelmill index sweep --grace 7   (a weekly job: what no channel has listed for a week goes)",
+    )
+    clean.add_argument(
+        "--grace",
+        type=days,
+        default=SWEEP_GRACE,
+        metavar="DAYS",
+        help=f"days a file stays unlisted (since the sweep that first found it so) before it goes ({SWEEP_GRACE:g})",
+    )
+    clean.set_defaults(func=cmd_sweep)
     listing = actions.add_parser("list", help="projects and versions of a channel")
     listing.add_argument("--channel", required=True)
     listing.set_defaults(func=cmd_list)
@@ -323,6 +342,16 @@ def cmd_repair(args: argparse.Namespace, settings: Settings, console: Console) -
                 f"index repair: {channel.name} is still not valid: {found[0]}",
                 fix="restore the files it names from the index's storage",
             )
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    index = Index.of(settings)
+    console.print(f"sweeping {index.location} (grace {args.grace:g} days)", highlight=False)
+    swept = sweep(index.storage, grace=timedelta(days=args.grace))
+    for blob in swept.deleted:
+        console.print(f"  deleted {blob}", highlight=False)
+    console.print(f"{index.location}: {swept.describe()}", highlight=False)
     return 0
 
 

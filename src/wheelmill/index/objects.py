@@ -23,7 +23,7 @@ from a listing taken after every entry whose writer had finished creating it, an
 writers converge on the pages of every entry. A writer killed after its entry and before
 the pages leaves the file unlisted until the next render of its project: the next publish
 there, or ``wheelmill index render``. Blobs are never removed here: other channels and
-tracks may name the same bytes.
+tracks may name the same bytes; ``wheelmill.index.sweep`` deletes those no entry names.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from wheelmill.index.pages import FileEntry, Project
 from wheelmill.index.storage import Headers, Storage, Stored
 from wheelmill.index.store import (
     BLOBS_DIR,
+    UNLISTED_DIR,
     Published,
     PublishOutcome,
     abi_of_wheel,
@@ -67,6 +68,8 @@ _IMMUTABLE_BYTES = Headers(content_type="application/octet-stream", cache_contro
 T = TypeVar("T")
 RENDER_TRIES = 30  # renders of one page that another writer's change may interrupt
 READERS = 16  # objects read at once where a render or a check meets many
+TRASH = f"{UNLISTED_DIR}/trash/"  # where a sweep keeps a blob it is deleting (wheelmill.index.sweep)
+SWEEP_WAIT = 60.0  # seconds a publish waits for a sweep's last look (one killed leaves its trash)
 
 
 def page_cache(channel: str) -> str:
@@ -402,6 +405,7 @@ def publish(
     if learnt and build_key is not None:
         channel.storage.create(f"{channel.entries(info.name, wheel.name)}{KEYS}/{build_key}", b"")
     listing = _listed(channel, info.name)
+    _keep_bytes(channel, wheel, info.metadata, sha256, provenance if made else None)
     replaced = _drop_mirrored(channel, info.name, listing) if kind == BUILT else []
     return done(PublishOutcome.ADDED if made else PublishOutcome.UNCHANGED, replaced)
 
@@ -443,6 +447,23 @@ def _store(
         return True
     _same_bytes(channel, project, wheel.name, kind, entry.sha256)  # a racing writer's: the same bytes, or refused
     return False
+
+
+def _keep_bytes(channel: ObjectChannel, wheel: Path, metadata: bytes, sha256: str, provenance: bytes | None) -> None:
+    """The file's bytes, sidecar and provenance there when the publish returns: a sweep that
+    is deleting them as unnamed (a copy in its trash) is waited for, and what it took is
+    stored again (``wheelmill.index.sweep``)."""
+    blob = blob_key(sha256, wheel.name)
+    folder = blob.rpartition("/")[0] + "/"
+    waited = time.monotonic() + SWEEP_WAIT
+    while channel.storage.keys_under(f"{TRASH}{folder}") and time.monotonic() < waited:
+        time.sleep(0.05)
+    there = set(channel.storage.keys_under(folder))
+    if blob not in there:
+        channel.storage.create(blob, wheel, headers=_IMMUTABLE_BYTES)
+    if f"{blob}.metadata" not in there:
+        channel.storage.create(f"{blob}.metadata", metadata, headers=_IMMUTABLE_BYTES)
+    _put_provenance(channel, wheel.name, provenance)
 
 
 def _put_provenance(channel: ObjectChannel, filename: str, provenance: bytes | None) -> str | None:

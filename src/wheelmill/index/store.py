@@ -60,7 +60,8 @@ TRACK_DIRS = tuple(t.value for t in Track if t is not Track.RELEASE)
 RECORDS_DIR = "releases"
 CONDA_DIR = "conda"  # the conda channels beside the wheel channels (wheelmill.conda.channel)
 BLOBS_DIR = "blobs"  # an object store's content-addressed bytes (wheelmill.index.objects)
-RESERVED = (*TRACK_DIRS, RECORDS_DIR, CONDA_DIR, BLOBS_DIR)
+UNLISTED_DIR = "unlisted"  # the sweep's marks and trash (wheelmill.index.sweep)
+RESERVED = (*TRACK_DIRS, RECORDS_DIR, CONDA_DIR, BLOBS_DIR, UNLISTED_DIR)
 T = TypeVar("T")
 _CHANNEL = re.compile(rf"^(?:(?:{'|'.join(TRACK_DIRS)})/)?[a-z0-9][a-z0-9.+_-]*$")
 

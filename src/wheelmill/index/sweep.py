@@ -1,0 +1,218 @@
+"""The sweep: a blob no channel's entry names any more (a pruned nightly, a removed file, the
+loser of two writers racing under one name) is deleted, on any ``Storage``, while any number
+of publishers write, with no lock:
+
+    unlisted/marks/<blob key>    the time a sweep first found that blob named by no entry
+    unlisted/trash/<blob key>    a blob being deleted, kept until the sweep's last look
+
+A blob is deleted only by a sweep that finds it unnamed a grace period after the one that
+marked it (the mark of a blob named again in between is dropped). The grace period (days,
+in a scheduled job) keeps a blob that a publisher is about to name from being a candidate at
+all. What is left is a publisher that finds the bytes there (and so does not store them)
+and names them in its entry just as a sweep deletes them. The sweep copies the blob into the
+trash, then looks for an entry naming it (the few objects where one would be: that file
+name's entries in each channel), and deletes it only where there is none; after its
+deletes it looks again, and puts back from the trash every blob an entry names by then.
+The publisher, after its pages, looks for its blob and sidecar: while a trash copy of them
+is there it waits for the sweep's last look, and it stores again from its own file what is
+gone (``objects.publish``). An entry made after the sweep's look therefore meets the trash
+copy, and one made before it stops the delete: when a publish has returned, its file's
+bytes are there, and no later sweep takes them while it is listed. A reader may find them
+missing only between that delete and the put-back, on a page written in that moment.
+Two sweeps at once are safe too (one may empty the other's trash: the publisher then
+stores the bytes itself); one at a time is cheaper.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from packaging.utils import canonicalize_name
+
+from wheelmill.errors import IndexStoreError
+from wheelmill.index.objects import (
+    BUILT,
+    LEARNT,
+    MIRRORED,
+    READERS,
+    TRASH,
+    ObjectChannel,
+    entry_of,
+    provenance_sha256,
+)
+from wheelmill.index.storage import Storage
+from wheelmill.index.store import BLOBS_DIR, RESERVED, TRACK_DIRS, UNLISTED_DIR, checked_channel
+from wheelmill.provenance.statement import SUFFIX as PROVENANCE
+
+MARKS = f"{UNLISTED_DIR}/marks/"
+SIDECAR = ".metadata"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Swept:
+    """What one sweep found and did, by blob key."""
+
+    blobs: int  # blob objects the storage holds
+    named: int  # of them, named by an entry
+    marked: tuple[str, ...] = ()  # found unnamed for the first time
+    waiting: tuple[str, ...] = ()  # marked before, within the grace period
+    deleted: tuple[str, ...] = ()
+    restored: tuple[str, ...] = ()  # named again while being deleted: put back
+    unmarked: tuple[str, ...] = ()  # marked before, named again (or gone)
+
+    def describe(self) -> str:
+        return (
+            f"{self.blobs} blob objects, {self.named} named by an entry; {len(self.deleted)} deleted, "
+            f"{len(self.marked)} newly unnamed (marked), {len(self.waiting)} waiting out the grace period, "
+            f"{len(self.unmarked)} named again" + (f", {len(self.restored)} put back" if self.restored else "")
+        )
+
+
+def channels_of(storage: Storage) -> list[ObjectChannel]:
+    """Every channel that may hold entries (those of the tracks too), listed now: one that
+    has none yet may have one by the time a sweep looks again."""
+    tops = [n for n in storage.children("") if n not in RESERVED]
+    names = [*tops, *(f"{t}/{n}" for t in TRACK_DIRS for n in storage.children(f"{t}/"))]
+    return [ObjectChannel(storage, name) for name in sorted(names) if _is_channel(name)]
+
+
+def _is_channel(name: str) -> bool:
+    """A name a channel may have: anything else beside the channels is none of the sweep's."""
+    try:
+        checked_channel(name)
+    except IndexStoreError:
+        return False
+    return True
+
+
+def sweep(storage: Storage, *, grace: timedelta, now: datetime | None = None) -> Swept:
+    """One sweep of ``storage``'s blobs against every channel's entries (see the module)."""
+    now = now or datetime.now(UTC)
+    channels = channels_of(storage)
+    _empty_the_trash(storage)
+    blobs = set(storage.keys_under(f"{BLOBS_DIR}/"))
+    named = _named(storage, channels)
+    marks = {key.removeprefix(MARKS): key for key in storage.keys_under(MARKS)}
+    unmarked = [blob for blob in marks if blob in named or blob not in blobs]
+    for blob in unmarked:
+        storage.delete(marks[blob])
+    marked, waiting, due = [], [], []
+    for blob in sorted(blobs - named):
+        if blob not in marks:
+            storage.create(f"{MARKS}{blob}", f"{now.isoformat()}\n".encode())
+            marked.append(blob)
+        elif _since(storage, marks[blob], now) >= grace:
+            due.append(blob)
+        else:
+            waiting.append(blob)
+    deleted = [blob for blob in due if _delete(storage, blob)]
+    restored = _last_look(storage, deleted)
+    return Swept(
+        blobs=len(blobs),
+        named=len(blobs & named),
+        marked=tuple(marked),
+        waiting=tuple(waiting),
+        deleted=tuple(b for b in deleted if b not in restored),
+        restored=tuple(restored),
+        unmarked=tuple(unmarked),
+    )
+
+
+def _named(storage: Storage, channels: Sequence[ObjectChannel]) -> set[str]:
+    """Every blob key an entry names: its file, the file's sidecar, its provenance."""
+    keys = [
+        key
+        for channel in channels
+        for key in storage.keys_under(channel.entries())
+        if key.endswith((f"/{BUILT}", f"/{MIRRORED}", f"/{LEARNT}"))
+    ]
+    return {blob for key, found in _read(storage, keys) if found is not None for blob in _names(key, found)}
+
+
+def _names(key: str, data: bytes) -> Iterable[str]:
+    filename = key.rsplit("/", 2)[-2]
+    if key.endswith(f"/{LEARNT}"):
+        yield f"{BLOBS_DIR}/sha256/{data.decode().strip()}/{filename}{PROVENANCE}"
+        return
+    entry = entry_of(data)
+    yield from (f"{BLOBS_DIR}/sha256/{entry.sha256}/{filename}{end}" for end in ("", SIDECAR))
+    if (provenance := provenance_sha256(data)) is not None:
+        yield f"{BLOBS_DIR}/sha256/{provenance}/{filename}{PROVENANCE}"
+
+
+def _read(storage: Storage, keys: Sequence[str]) -> list[tuple[str, bytes | None]]:
+    def one(key: str) -> tuple[str, bytes | None]:
+        found = storage.get(key)
+        return key, None if found is None else found.data
+
+    with ThreadPoolExecutor(READERS) as pool:
+        return list(pool.map(one, keys))
+
+
+def _since(storage: Storage, mark: str, now: datetime) -> timedelta:
+    found = storage.get(mark)
+    try:
+        then = datetime.fromisoformat(found.data.decode().strip()) if found else now
+    except ValueError:  # a damaged mark starts the grace period again
+        storage.delete(mark)
+        return timedelta(0)
+    return now - then
+
+
+def _is_named(storage: Storage, blob: str) -> bool:
+    """Whether an entry names ``blob`` now: the few objects where one would be (its file
+    name's entries in each channel there is now), read again."""
+    channels = channels_of(storage)
+    filename = blob.rsplit("/", 1)[1].removesuffix(SIDECAR).removesuffix(PROVENANCE)
+    project = str(canonicalize_name(filename.split("-", 1)[0]))
+    keys = [
+        key
+        for channel in channels
+        for key in storage.keys_under(channel.entries(project, filename))
+        if key.endswith((f"/{BUILT}", f"/{MIRRORED}", f"/{LEARNT}"))
+    ]
+    return any(blob in set(_names(key, data)) for key, data in _read(storage, keys) if data is not None)
+
+
+def _delete(storage: Storage, blob: str) -> bool:
+    """``blob`` gone from its place, unless an entry names it now. Into the trash first: a
+    publisher that names it from then on waits for this sweep's last look (``objects``)."""
+    storage.copy(blob, f"{TRASH}{blob}")
+    storage.delete(f"{MARKS}{blob}")
+    if _is_named(storage, blob):
+        storage.delete(f"{TRASH}{blob}")
+        return False
+    storage.delete(blob)
+    return True
+
+
+def _empty_the_trash(storage: Storage) -> None:
+    """What a sweep killed midway (or one running beside this) left in the trash: put back
+    where an entry names it and it is gone from its place; the trash emptied. A publisher
+    waiting on it then finds its blob, or stores it again itself."""
+    left = [key.removeprefix(TRASH) for key in storage.keys_under(TRASH)]
+    there = set(storage.keys_under(f"{BLOBS_DIR}/")) if left else set()
+    for blob in left:
+        if blob not in there and _is_named(storage, blob):
+            _put_back(storage, blob)
+        storage.delete(f"{TRASH}{blob}")
+
+
+def _last_look(storage: Storage, deleted: Sequence[str]) -> list[str]:
+    """The deleted blobs an entry names by now, put back from the trash; the trash emptied."""
+    restored = []
+    for blob in deleted:
+        if _is_named(storage, blob) and _put_back(storage, blob):
+            restored.append(blob)
+        storage.delete(f"{TRASH}{blob}")
+    return restored
+
+
+def _put_back(storage: Storage, blob: str) -> bool:
+    try:
+        return storage.copy(f"{TRASH}{blob}", blob) or True
+    except IndexStoreError:  # emptied by another sweep: the waiting publisher stores it again
+        return False
