@@ -15,6 +15,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import NoReturn
@@ -25,7 +26,10 @@ import pytest
 
 from tests.ports import free_port
 from tests.wheels import make_wheel
+from wheelmill.index import objects
+from wheelmill.index.objects import ObjectChannel
 from wheelmill.index.serve import make_server, parse_access_log
+from wheelmill.index.storage import TreeStorage
 from wheelmill.index.store import Channel, publish
 from wheelmill.index.verify import leftovers, verify
 from wheelmill.inputs.matrix import load_matrix
@@ -638,51 +642,57 @@ def nginx_config(template: Path, root: Path, port: int, prefix: Path) -> Path:
     return config
 
 
-def test_nginx_serves_the_same_tree(index_root: Path, tmp_path: Path) -> None:
+@contextmanager
+def serving_nginx(root: Path, work: Path) -> Iterator[str]:
+    """nginx with deploy/nginx-index.conf over ``root`` on a loopback port until the block
+    ends: its base URL, once it answers. Skips where nginx is not installed."""
     nginx = shutil.which("nginx", path="/usr/sbin:/usr/bin:/sbin")
     if nginx is None:
         pytest.skip("nginx is not installed (scripts/setup --system installs it)")
-    lib, app = small_wheels(tmp_path / "dist")
-    wheelmill(index_root, "publish", "--channel", "cu118", str(lib), str(app))
     port = free_port()
-    config = nginx_config(ROOT / "deploy" / "nginx-index.conf", index_root, port, tmp_path / "nginx")
-    (tmp_path / "nginx" / "tmp").mkdir()
-    assert (
-        subprocess.run(
-            [nginx, "-t", "-c", str(config), "-p", str(tmp_path / "nginx")], capture_output=True, text=True, check=False
-        ).returncode
-        == 0
-    )
-    errors = (tmp_path / "nginx" / "error.log").open("w")
+    config = nginx_config(ROOT / "deploy" / "nginx-index.conf", root, port, work)
+    (work / "tmp").mkdir()
+    tested = subprocess.run([nginx, "-t", "-c", str(config), "-p", str(work)], capture_output=True, check=False)
+    assert tested.returncode == 0, tested.stderr
+    errors = (work / "error.log").open("w")
     proc = subprocess.Popen(
-        [nginx, "-c", str(config), "-p", str(tmp_path / "nginx"), "-g", "daemon off;"],
-        stdout=subprocess.DEVNULL,
-        stderr=errors,
+        [nginx, "-c", str(config), "-p", str(work), "-g", "daemon off;"], stdout=subprocess.DEVNULL, stderr=errors
     )
     try:
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 10
         while (
             time.monotonic() < deadline
-            and subprocess.run(["curl", "-sf", "-o", "/dev/null", f"{base}/cu118/simple/"], check=False).returncode != 0
+            and subprocess.run(["curl", "-s", "-o", "/dev/null", f"{base}/"], check=False).returncode != 0
         ):
             time.sleep(0.2)
-        python = venv(tmp_path / "env")
-        result = pip(python, "install", "--index-url", f"{base}/cu118/simple/", "wm-app==1.0+cu118")
-        assert result.returncode == 0, result.stderr
-        uv_python = venv(tmp_path / "uv-env")
-        assert (
-            uv(
-                "pip",
-                "install",
-                "--python",
-                str(uv_python),
-                "--index-url",
-                f"{base}/cu118/simple/",
-                "wm-app==1.0+cu118",
-            ).returncode
-            == 0
-        )
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        errors.close()
+
+
+def installs_with_pip_and_uv(index: str, tmp_path: Path, requirement: str = "wm-app==1.0+cu118") -> None:
+    """pip and uv, each in a venv of its own, install ``requirement`` from ``index`` alone,
+    and it runs."""
+    for installer in ("pip", "uv"):
+        python = venv(tmp_path / f"{installer}-env")
+        if installer == "pip":
+            done = pip(python, "install", "--index-url", index, requirement)
+        else:
+            done = uv("pip", "install", "--python", str(python), "--index-url", index, requirement)
+        assert done.returncode == 0, done.stdout + done.stderr
+        code = "import wm_app; print(wm_app.ANSWER)"
+        ran = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=False)
+        assert ran.stdout == "42\n", ran.stderr
+
+
+def test_nginx_serves_the_same_tree(index_root: Path, tmp_path: Path) -> None:
+    lib, app = small_wheels(tmp_path / "dist")
+    wheelmill(index_root, "publish", "--channel", "cu118", str(lib), str(app))
+    with serving_nginx(index_root, tmp_path / "nginx") as base:
+        installs_with_pip_and_uv(f"{base}/cu118/simple/", tmp_path)
         headers = subprocess.run(
             ["curl", "-s", "-D", "-", "-o", "/dev/null", "-H", f"Accept: {JSON}", f"{base}/cu118/simple/wm-lib/"],
             capture_output=True,
@@ -696,21 +706,41 @@ def test_nginx_serves_the_same_tree(index_root: Path, tmp_path: Path) -> None:
         ).stdout
         assert json.loads(page)["name"] == "wm-lib"
         for path in ("/cu118/simple/unknown/", "/cu118/.lock", "/cu118/files/nothing.whl", "/elsewhere"):
-            code = subprocess.run(
-                ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", base + path],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
-            assert code == "404", (path, code)
+            assert http_status(base + path) == "404", path
         ranged = subprocess.run(
             ["curl", "-s", "-r", "0-9", "-o", "-", f"{base}/cu118/files/{lib.name}"], capture_output=True, check=True
         ).stdout
         assert ranged == lib.read_bytes()[:10]
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        errors.close()
+
+
+def http_status(url: str) -> str:
+    curl = ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", url]
+    return subprocess.run(curl, capture_output=True, text=True, check=False).stdout
+
+
+def test_a_channel_written_as_objects_on_a_tree_installs_through_index_serve_and_nginx(
+    served: Served, index_root: Path, tmp_path: Path
+) -> None:
+    """The one channel code (``wheelmill.index.objects``) on the tree storage: its pages link
+    to content-addressed blobs, and both servers serve them, sidecars and ranges too, and
+    nothing of the entries or the sweep's objects."""
+    lib, app = small_wheels(tmp_path / "dist")
+    for channel in ("cu118", "test/cu118"):
+        for wheel in (lib, app):
+            objects.publish(ObjectChannel(TreeStorage(index_root), channel), wheel)
+    entry = ObjectChannel(TreeStorage(index_root), "cu118").project("wm-lib")
+    assert entry is not None
+    blob = f"/blobs/sha256/{entry.files[0].sha256}/{lib.name}"
+    installs_with_pip_and_uv(served.simple("cu118"), tmp_path / "served")
+    installs_with_pip_and_uv(served.simple("test/cu118"), tmp_path / "served-test")
+    assert {path for path, status, _ in served.requests() if status == 200} >= {blob, f"{blob}.metadata"}
+    with serving_nginx(index_root, tmp_path / "nginx") as base:
+        installs_with_pip_and_uv(f"{base}/cu118/simple/", tmp_path / "nginx-installs")
+        for url in (served.url, base):
+            ranged = subprocess.run(["curl", "-s", "-r", "0-9", url + blob], capture_output=True, check=True).stdout
+            assert ranged == lib.read_bytes()[:10]
+            hidden = (f"/cu118/entries/wm-lib/{lib.name}/built.json", "/blobs/sha256/nothing/x.whl", "/unlisted/")
+            assert [http_status(url + path) for path in hidden] == ["404"] * 3, url
 
 
 def test_a_channel_holding_both_platforms_gives_each_machine_its_own_files(

@@ -3,8 +3,9 @@
 PEP 691 content negotiation (the Accept header, ``?format=`` as a fallback, the ``latest``
 aliases), the simple API's content types, 404 for anything unknown (decided before any
 redirect, so a client never follows one to a 404), single byte ranges (resolvers read wheel
-metadata that way), and no path outside the root: every request is mapped onto the three
-kinds of URL the tree has and nothing else.
+metadata that way), and no path outside the root: every request is mapped onto the kinds of
+URL the tree has (pages, a channel's files, and the content-addressed blobs a channel written
+as objects links to, ``wheelmill.index.objects``) and nothing else.
 
 What one client can hold is bounded: an idle connection is closed after a timeout, and a
 client with too many connections open gets 503 on the next. A request the server cannot
@@ -34,6 +35,7 @@ from wheelmill.index.store import TRACK_DIRS, channel_names
 
 _SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,254}$")  # a file name: 255 bytes at most
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")  # RFC 3986's scheme
 CHUNK = 1 << 20
 # In the server's order of preference when the client accepts several equally.
@@ -187,6 +189,8 @@ class IndexHandler(BaseHTTPRequestHandler):
                 self._slash(self.root / channel / "simple" / normalized, f"/{channel}/simple/{normalized}/", body=body)
             case [channel, "files", filename]:
                 self._file(self.root / channel / "files" / filename, body=body)
+            case ["blobs", "sha256", digest, filename] if _SHA256.match(digest):  # a channel written as objects
+                self._file(self.root / "blobs" / "sha256" / digest / filename, body=body)
             case _:
                 self._status(HTTPStatus.NOT_FOUND, "not found", body=body)
 
