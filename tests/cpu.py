@@ -4,7 +4,9 @@ together. Each worker counts, for every phase of a test (setup, call, teardown),
 system seconds of its own process and of every process it started and waited for (a build's
 compilers, pip, uv, nox); the controller adds them up and prints the tests that cost the most.
 A container's processes are children of the engine's daemon or of conmon, not of the test:
-their CPU is not counted, and an engine test's figure is a floor.
+their CPU is not counted, and an engine test's figure is a floor. A process is counted when
+it is reaped: one a fixture keeps running for many tests (a server of the worker's) counts
+in the test during which it ends, which may be a unit test that started nothing of it.
 """
 
 from __future__ import annotations
