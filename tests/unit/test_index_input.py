@@ -97,6 +97,19 @@ def test_a_missing_html_page_is_a_problem_verify_names_and_repair_mends(cli: Cli
     assert cli("index", "verify").code == 0
 
 
+def test_verify_reads_every_files_bytes_with_hashes_on_a_tree_as_on_a_bucket(cli: CliRunner, channel: Channel) -> None:
+    """One check on either storage (docs/design/storage.md): without --hashes every page,
+    file and sidecar is there with its size; with it, every file is read back and hashed."""
+    (wheel,) = sorted(channel.files.glob("lib-1.0-*.whl"))
+    data = bytearray(wheel.read_bytes())
+    data[-1] ^= 0xFF  # the same size, other bytes
+    damaged = channel.root / "damaged.whl"
+    damaged.write_bytes(bytes(data))
+    damaged.replace(wheel)  # a new file: the store's hard link keeps the published bytes
+    assert cli("index", "verify").code == 0
+    one_line(cli("index", "verify", "--hashes"), IndexStoreError.exit_code, f"cpu/{wheel.name}: sha256 differs")
+
+
 def test_a_wheel_whose_metadata_version_is_no_version(
     cli: CliRunner, repo_root: Path, channel: Channel, tmp_path: Path
 ) -> None:
