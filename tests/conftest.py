@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,8 @@ from tests.cpu import CpuTimes
 from tests.images import RunImages, run_registry
 from tests.objectstore import ObjectStore, running_object_store
 from wheelmill.cli import main
+from wheelmill.index.s3 import S3Storage
+from wheelmill.index.storage import Storage, TreeStorage
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -220,6 +223,23 @@ def object_store() -> Iterator[ObjectStore]:
     """SeaweedFS's S3 server on loopback, with an empty bucket of its own."""
     with running_object_store() as store:
         yield store
+
+
+@pytest.fixture(params=["tree", "s3"])
+def storage(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Storage]:
+    """An empty storage of each kind, for the tests that hold both to one rule: a directory,
+    or a prefix of its own in the worker's SeaweedFS bucket (emptied afterwards). A module
+    with a ``storage`` of its own keeps that one."""
+    if request.param == "tree":
+        yield TreeStorage(tmp_path / "index")
+        return
+    store: ObjectStore = request.getfixturevalue("object_store")
+    for name, value in store.environ().items():
+        monkeypatch.setenv(name, value)
+    s3 = S3Storage.of(store.url(f"{uuid.uuid4().hex}/"))
+    yield s3
+    for key in s3.keys_under():
+        s3.delete(key)
 
 
 @pytest.fixture

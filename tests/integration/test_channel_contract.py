@@ -14,20 +14,17 @@ docs/design/storage.md ("One channel, two storages") and its scenario says it:
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.objectstore import ObjectStore
 from tests.wheels import make_wheel
 from wheelmill.errors import IndexConflict
 from wheelmill.index.objects import ObjectChannel, blob_key, provenance_of, publish, remove_files, render, set_yanked
 from wheelmill.index.objects import verify as verify_channel
 from wheelmill.index.pages import FileEntry
-from wheelmill.index.s3 import S3Storage
-from wheelmill.index.storage import Headers, Storage, Stored, TreeStorage
+from wheelmill.index.storage import Headers, Storage, Stored
 from wheelmill.index.store import PublishOutcome, built_by_key
 
 pytestmark = pytest.mark.integration
@@ -35,21 +32,6 @@ UPSTREAM = "https://pypi.example/packages/demo-1.0-py3-none-any.whl"
 # What a writer killed midway may leave, each listing only files that are there.
 HEALED_BY_A_RENDER = ("`wheelmill index render` lists it", "index.html and index.json list different files")
 SIGNED = b'{"payloadType": "application/vnd.in-toto+json", "payload": "e30=", "signatures": []}\n'
-
-
-@pytest.fixture(params=["tree", "s3"])
-def storage(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Storage]:
-    """An empty storage of each kind: a directory, or a prefix of the bucket of its own."""
-    if request.param == "tree":
-        yield TreeStorage(tmp_path / "index")
-        return
-    store: ObjectStore = request.getfixturevalue("object_store")
-    for name, value in store.environ().items():
-        monkeypatch.setenv(name, value)
-    s3 = S3Storage.of(store.url(f"{uuid.uuid4().hex}/"))
-    yield s3
-    for key in s3.keys_under():
-        s3.delete(key)
 
 
 def wheel(tmp_path: Path, name: str = "demo", version: str = "1.0", body: bytes = b"x = 1\n") -> Path:

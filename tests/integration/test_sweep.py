@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -20,26 +19,12 @@ from tests.objectstore import ObjectStore
 from tests.wheels import make_wheel
 from wheelmill.index.objects import ObjectChannel, blob_key, publish, remove_files, verify
 from wheelmill.index.s3 import S3Storage
-from wheelmill.index.storage import Storage, TreeStorage
+from wheelmill.index.storage import Storage
 from wheelmill.index.sweep import Swept, sweep
 
 pytestmark = pytest.mark.integration
 ROUNDS = 30
 NO_GRACE = timedelta(0)
-
-
-@pytest.fixture(params=["tree", "s3"])
-def storage(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Storage]:
-    if request.param == "tree":
-        yield TreeStorage(tmp_path / "index")
-        return
-    store: ObjectStore = request.getfixturevalue("object_store")
-    for name, value in store.environ().items():
-        monkeypatch.setenv(name, value)
-    s3 = S3Storage.of(store.url(f"{uuid.uuid4().hex}/"))
-    yield s3
-    for key in s3.keys_under():
-        s3.delete(key)
 
 
 def test_the_sweep_racing_a_publisher_of_the_same_bytes_never_takes_a_listed_files_blob(

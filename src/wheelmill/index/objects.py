@@ -214,7 +214,7 @@ def provenance_sha256(data: bytes) -> str | None:
     return None if found is None else str(found)
 
 
-def _read_all(storage: Storage, keys: Sequence[str]) -> dict[str, Stored | None]:
+def read_all(storage: Storage, keys: Sequence[str]) -> dict[str, Stored | None]:
     if len(keys) < 4:
         return {key: storage.get(key) for key in keys}
     with ThreadPoolExecutor(READERS) as pool:
@@ -239,7 +239,7 @@ def _assembled(
     reads = [f"{channel.entries(project, n)}{k}" for n, k in kinds.items() if not trusted(n)]
     reads += [f"{channel.entries(project, n)}{LEARNT}" for n in kinds if listing[n].learnt and not trusted(n)]
     reads += [f"{channel.entries(project, n)}{YANKED}" for n in kinds if listing[n].yanked]
-    read = _read_all(channel.storage, reads)
+    read = read_all(channel.storage, reads)
     files = []
     for name, kind in kinds.items():
         found = known[name] if trusted(name) else read.get(f"{channel.entries(project, name)}{kind}")
@@ -434,12 +434,7 @@ def _store(
 ) -> bool:
     """The bytes and the sidecars (each once, wherever other channels have them already), then
     the entry; False where another writer made the same entry first."""
-    blob = blob_key(entry.sha256, wheel.name)
-    there = set(channel.storage.keys_under(blob.rpartition("/")[0] + "/"))
-    if blob not in there:
-        channel.storage.create(blob, wheel, headers=_IMMUTABLE_BYTES)
-    if f"{blob}.metadata" not in there:
-        channel.storage.create(f"{blob}.metadata", metadata, headers=_IMMUTABLE_BYTES)
+    _put_bytes(channel, wheel, metadata, entry.sha256)
     key = f"{channel.entries(project, wheel.name)}{kind}"
     if channel.storage.create(
         key, entry_bytes(project, entry, provenance=_put_provenance(channel, wheel.name, provenance))
@@ -453,17 +448,23 @@ def _keep_bytes(channel: ObjectChannel, wheel: Path, metadata: bytes, sha256: st
     """The file's bytes, sidecar and provenance there when the publish returns: a sweep that
     is deleting them as unnamed (a copy in its trash) is waited for, and what it took is
     stored again (``wheelmill.index.sweep``)."""
-    blob = blob_key(sha256, wheel.name)
-    folder = blob.rpartition("/")[0] + "/"
+    folder = blob_key(sha256, wheel.name).rpartition("/")[0] + "/"
     waited = time.monotonic() + SWEEP_WAIT
     while channel.storage.keys_under(f"{TRASH}{folder}") and time.monotonic() < waited:
         time.sleep(0.05)
-    there = set(channel.storage.keys_under(folder))
+    _put_bytes(channel, wheel, metadata, sha256)
+    _put_provenance(channel, wheel.name, provenance)
+
+
+def _put_bytes(channel: ObjectChannel, wheel: Path, metadata: bytes, sha256: str) -> None:
+    """The file's bytes and its sidecar, each stored where it is not yet (other channels
+    may have it already): one listing of the blob's folder, then what is missing."""
+    blob = blob_key(sha256, wheel.name)
+    there = set(channel.storage.keys_under(blob.rpartition("/")[0] + "/"))
     if blob not in there:
         channel.storage.create(blob, wheel, headers=_IMMUTABLE_BYTES)
     if f"{blob}.metadata" not in there:
         channel.storage.create(f"{blob}.metadata", metadata, headers=_IMMUTABLE_BYTES)
-    _put_provenance(channel, wheel.name, provenance)
 
 
 def _put_provenance(channel: ObjectChannel, filename: str, provenance: bytes | None) -> str | None:

@@ -26,7 +26,6 @@ stores the bytes itself); one at a time is cheaper.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -37,11 +36,12 @@ from wheelmill.index.objects import (
     BUILT,
     LEARNT,
     MIRRORED,
-    READERS,
     TRASH,
     ObjectChannel,
+    blob_key,
     entry_of,
     provenance_sha256,
+    read_all,
 )
 from wheelmill.index.storage import Storage
 from wheelmill.index.store import BLOBS_DIR, RESERVED, TRACK_DIRS, UNLISTED_DIR, checked_channel
@@ -91,10 +91,9 @@ def _is_channel(name: str) -> bool:
 def sweep(storage: Storage, *, grace: timedelta, now: datetime | None = None) -> Swept:
     """One sweep of ``storage``'s blobs against every channel's entries (see the module)."""
     now = now or datetime.now(UTC)
-    channels = channels_of(storage)
     _empty_the_trash(storage)
     blobs = set(storage.keys_under(f"{BLOBS_DIR}/"))
-    named = _named(storage, channels)
+    named = _named(storage, (channel.entries() for channel in channels_of(storage)))
     marks = {key.removeprefix(MARKS): key for key in storage.keys_under(MARKS)}
     unmarked = [blob for blob in marks if blob in named or blob not in blobs]
     for blob in unmarked:
@@ -121,35 +120,25 @@ def sweep(storage: Storage, *, grace: timedelta, now: datetime | None = None) ->
     )
 
 
-def _named(storage: Storage, channels: Sequence[ObjectChannel]) -> set[str]:
-    """Every blob key an entry names: its file, the file's sidecar, its provenance."""
-    keys = [
-        key
-        for channel in channels
-        for key in storage.keys_under(channel.entries())
-        if key.endswith((f"/{BUILT}", f"/{MIRRORED}", f"/{LEARNT}"))
-    ]
-    return {blob for key, found in _read(storage, keys) if found is not None for blob in _names(key, found)}
+def _named(storage: Storage, prefixes: Iterable[str]) -> set[str]:
+    """Every blob key an entry under ``prefixes`` names: its file, the file's sidecar, its
+    provenance."""
+    naming = (f"/{BUILT}", f"/{MIRRORED}", f"/{LEARNT}")
+    keys = [key for prefix in prefixes for key in storage.keys_under(prefix) if key.endswith(naming)]
+    return {
+        blob for key, found in read_all(storage, keys).items() if found is not None for blob in _names(key, found.data)
+    }
 
 
 def _names(key: str, data: bytes) -> Iterable[str]:
     filename = key.rsplit("/", 2)[-2]
     if key.endswith(f"/{LEARNT}"):
-        yield f"{BLOBS_DIR}/sha256/{data.decode().strip()}/{filename}{PROVENANCE}"
+        yield blob_key(data.decode().strip(), f"{filename}{PROVENANCE}")
         return
     entry = entry_of(data)
-    yield from (f"{BLOBS_DIR}/sha256/{entry.sha256}/{filename}{end}" for end in ("", SIDECAR))
+    yield from (blob_key(entry.sha256, f"{filename}{end}") for end in ("", SIDECAR))
     if (provenance := provenance_sha256(data)) is not None:
-        yield f"{BLOBS_DIR}/sha256/{provenance}/{filename}{PROVENANCE}"
-
-
-def _read(storage: Storage, keys: Sequence[str]) -> list[tuple[str, bytes | None]]:
-    def one(key: str) -> tuple[str, bytes | None]:
-        found = storage.get(key)
-        return key, None if found is None else found.data
-
-    with ThreadPoolExecutor(READERS) as pool:
-        return list(pool.map(one, keys))
+        yield blob_key(provenance, f"{filename}{PROVENANCE}")
 
 
 def _since(storage: Storage, mark: str, now: datetime) -> timedelta:
@@ -165,16 +154,9 @@ def _since(storage: Storage, mark: str, now: datetime) -> timedelta:
 def _is_named(storage: Storage, blob: str) -> bool:
     """Whether an entry names ``blob`` now: the few objects where one would be (its file
     name's entries in each channel there is now), read again."""
-    channels = channels_of(storage)
     filename = blob.rsplit("/", 1)[1].removesuffix(SIDECAR).removesuffix(PROVENANCE)
     project = str(canonicalize_name(filename.split("-", 1)[0]))
-    keys = [
-        key
-        for channel in channels
-        for key in storage.keys_under(channel.entries(project, filename))
-        if key.endswith((f"/{BUILT}", f"/{MIRRORED}", f"/{LEARNT}"))
-    ]
-    return any(blob in set(_names(key, data)) for key, data in _read(storage, keys) if data is not None)
+    return blob in _named(storage, (channel.entries(project, filename) for channel in channels_of(storage)))
 
 
 def _delete(storage: Storage, blob: str) -> bool:
