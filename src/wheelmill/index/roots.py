@@ -19,6 +19,7 @@ from wheelmill.index.objects import ObjectChannel
 from wheelmill.index.pages import FileEntry
 from wheelmill.index.storage import Storage, TreeStorage
 from wheelmill.index.store import Channel, Published
+from wheelmill.index.sweep import stored_names
 from wheelmill.index.verify import verify
 from wheelmill.provenance.statement import read_beside
 from wheelmill.settings import Settings
@@ -62,9 +63,7 @@ class Index:
         """Every channel with pages."""
         if self.bucket is None:
             return store.channel_names(self.storage_root)
-        top = [n for n in self.storage.children("") if n not in store.RESERVED]
-        tracks = [f"{t}/{n}" for t in store.TRACK_DIRS for n in self.storage.children(f"{t}/")]
-        return sorted(n for n in (*top, *tracks) if self.channel(n).exists())
+        return [n for n in stored_names(self.storage) if self.channel(n).exists()]
 
 
 def publish(channel: AnyChannel, wheel: Path, *, provenance: bytes | None = None, **given: str | None) -> Published:

@@ -71,12 +71,17 @@ class Swept:
         )
 
 
+def stored_names(storage: Storage) -> list[str]:
+    """The names under which ``storage`` holds something where a channel would be: each top
+    level name but the index's own, and each name under a track, sorted."""
+    tops = [n for n in storage.children("") if n not in RESERVED]
+    return sorted([*tops, *(f"{t}/{n}" for t in TRACK_DIRS for n in storage.children(f"{t}/"))])
+
+
 def channels_of(storage: Storage) -> list[ObjectChannel]:
     """Every channel that may hold entries (those of the tracks too), listed now: one that
     has none yet may have one by the time a sweep looks again."""
-    tops = [n for n in storage.children("") if n not in RESERVED]
-    names = [*tops, *(f"{t}/{n}" for t in TRACK_DIRS for n in storage.children(f"{t}/"))]
-    return [ObjectChannel(storage, name) for name in sorted(names) if _is_channel(name)]
+    return [ObjectChannel(storage, name) for name in stored_names(storage) if _is_channel(name)]
 
 
 def _is_channel(name: str) -> bool:
