@@ -22,7 +22,7 @@ Engine none, as the other benchmarks. Usage: ``.venv/bin/python benchmarks/fleet
 [--cell cuda130-py311] [--recipe example-cuda-ops] [--smoke]`` (needs the CUDA 13.0 toolkit for a
 CUDA cell, and Debian's redis-server). ``--smoke`` builds the measured recipe (and what it needs)
 rather than every recipe of the cell: ``--cell cpu-py311 --recipe example-cpp-ops --smoke
---pull-request cpu-py311:torchsort``.
+--pull-request cpu-py311:example-stable-ops``.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ compiles from an earlier one is not mistaken for one that compiled everything.
 The tests whose compiles must happen, or that count or time them, keep the tiers their
 own settings give them, marked ``own_compiler_cache``: the reproducibility tests (each clone
 must compile for its bytes to prove anything), the compiler cache's own tests, and the
-benchmarks (whose figures are their own compiles). The engine tests keep theirs
+benchmark smokes whose lines count hits and misses (cache, fleet). The engine tests keep theirs
 too: their builds run in containers, whose network the tier would have to reach.
 """
 
