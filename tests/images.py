@@ -14,6 +14,12 @@ fleet would, and pushes both. It runs first of the engine tests (``first_of_the_
 so that every store after it pulls rather than makes. Where it does not run (a user who is
 not root, or a test run alone), the registry test's runner A fills the registry instead, and
 the other tests make what they need, as they would with no registry at all.
+
+Where root's podman store already holds both of those images (a machine that made them
+before), the rootless test first pushes them from there into the registry (``seed``): the
+account then pulls them, as a fleet's next runner does, rather than compiling CPython again
+for a store of its own. On an empty machine nothing is seeded and the account makes them,
+the run's one maker.
 """
 
 from __future__ import annotations
@@ -33,8 +39,18 @@ from pathlib import Path
 import pytest
 
 from tests.ports import free_port
+from wheelmill.errors import WheelmillError
+from wheelmill.inputs.matrix import load_matrix
+from wheelmill.machine.builder_images import ONE_TRY, EngineImages, Sharing, choose, get_builder
+from wheelmill.machine.engine import detect
+from wheelmill.machine.pins import load_pins
+from wheelmill.machine.process import StepLog
+from wheelmill.settings import SharedWrites
+
+ROOT = Path(__file__).resolve().parent.parent
 
 RUN_REGISTRY = "WHEELMILL_TESTS_IMAGE_REGISTRY"  # host:port/namespace, set by the controller
+SEED_CELL = "cpu-py311"  # the cell whose base and builder the rootless test makes
 NAMESPACE = "wheelmill-tests"
 OURS = "localhost/wheelmill-"  # what wheelmill names its images in an engine's store
 ENGINES = ("podman", "docker")
@@ -43,6 +59,43 @@ ENGINES = ("podman", "docker")
 def run_registry() -> str | None:
     """The run's registry (``127.0.0.1:port/wheelmill-tests``), or None where none was started."""
     return os.environ.get(RUN_REGISTRY) or None
+
+
+class _Absent(Exception):
+    """Seeding would have to make an image: it makes none."""
+
+
+class _FoundOnly(EngineImages):
+    """The engine's images as a build finds them, but nothing bootstrapped or built."""
+
+    def bootstrap(self) -> None:
+        raise _Absent
+
+    def build(self, tag: str) -> None:
+        raise _Absent
+
+
+def seed(registry: str, work: Path) -> bool:
+    """``SEED_CELL``'s base and builder image pushed from root's podman store into
+    ``registry``, as a read-write build pushes what its store holds and the registry lacks;
+    False, pushing nothing, where the store lacks either (nothing is made here)."""
+    engine = detect("podman", probe=None) if shutil.which("podman") else None
+    if engine is None or os.geteuid() != 0:
+        return False
+    cell = load_matrix(ROOT / "recipes" / "matrix.toml").cell(SEED_CELL)
+    pins = load_pins(ROOT / "containers" / "pins.toml")
+    image = choose(pins, cell.variant, cell.python, containers=ROOT / "containers", policy="bootstrap")
+    log = StepLog(work / "seed.log")
+    ops = _FoundOnly(
+        engine=engine, image=image, mirror=lambda: "", work=work, log=log, on_line=log.write, policy=ONE_TRY
+    )
+    try:
+        ready = get_builder(image, ops, Sharing(registry=registry, writes=SharedWrites.READ_WRITE))
+    except (_Absent, WheelmillError):
+        return False
+    finally:
+        log.close()
+    return ready.unpushed is None and {t.image for t in ready.transfers if t.action == "pushed"} == {"base", "builder"}
 
 
 @contextmanager
