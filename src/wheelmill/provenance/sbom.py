@@ -41,16 +41,8 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cyclonedx.model import ExternalReference, ExternalReferenceType, HashAlgorithm, HashType, Property, XsUri
-from cyclonedx.model.bom import Bom, BomMetaData
-from cyclonedx.model.component import Component, ComponentScope, ComponentType
-from cyclonedx.model.tool import ToolRepository
-from cyclonedx.output.json import JsonV1Dot6
-from cyclonedx.schema import SchemaVersion
-from cyclonedx.validation.json import JsonStrictValidator
-from packageurl import PackageURL
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
@@ -58,6 +50,15 @@ import wheelmill
 from wheelmill.errors import SbomError
 from wheelmill.machine.process import DEFAULT_SOURCE_DATE_EPOCH
 from wheelmill.provenance.record import BuilderRecord, BuildRecord, Locked, SourceRecord
+
+if TYPE_CHECKING:
+    from cyclonedx.model.component import Component
+    from cyclonedx.validation.json import JsonStrictValidator
+    from packageurl import PackageURL
+
+# The CycloneDX library (and the JSON schema validator under it) loads where an SBOM is
+# written or validated, not with every command that imports this module: it is a tenth of
+# the command line's start.
 
 SBOM_FILE = "sboms/wheelmill.cdx.json"
 LOCK_FILE = "build-env.lock"
@@ -79,6 +80,11 @@ _WHEEL_REF = "wheel"
 
 def sbom_bytes(record: BuildRecord) -> bytes:
     """The SBOM of the wheel ``record`` describes: UTF-8 JSON, the same bytes for the same record."""
+    from cyclonedx.model.bom import Bom, BomMetaData  # noqa: PLC0415 - see the note above
+    from cyclonedx.model.component import ComponentScope, ComponentType  # noqa: PLC0415
+    from cyclonedx.model.tool import ToolRepository  # noqa: PLC0415
+    from cyclonedx.output.json import JsonV1Dot6  # noqa: PLC0415
+
     components = _components(record)
     refs = [c.bom_ref.value for c in components]
     if twice := sorted({r for r in refs if refs.count(r) > 1 and r is not None}):
@@ -120,6 +126,8 @@ def _wheel(record: BuildRecord) -> Component:
 
 
 def _components(record: BuildRecord) -> list[Component]:
+    from cyclonedx.model.component import ComponentType  # noqa: PLC0415
+
     requires = _requirements(record.requires)
     locked_names = {p.name for p in _locked(record)}
     return [
@@ -178,12 +186,16 @@ def _requirement(place: int, line: str, name: str) -> Component:
 
 
 def _toolkit(toolkit: str) -> Component:
+    from cyclonedx.model.component import ComponentType  # noqa: PLC0415
+
     name, _, version = toolkit.partition(" ")
     return _input("toolkit", name, version or None, type=ComponentType.FRAMEWORK, properties={"toolkit": toolkit})
 
 
 def _compiler(compiler: str) -> Component:
     """The compiler as named and versioned in its own words (``g++ (Debian 12.2.0-14) 12.2.0``)."""
+    from cyclonedx.model.component import ComponentType  # noqa: PLC0415
+
     words = compiler.split()
     name = next((w for w in words if w in _COMPILERS), words[0] if words else compiler)
     version = next((w for w in words if _VERSION.fullmatch(w)), None)
@@ -191,6 +203,8 @@ def _compiler(compiler: str) -> Component:
 
 
 def _builder(builder: BuilderRecord) -> Component:
+    from cyclonedx.model.component import ComponentType  # noqa: PLC0415
+
     if builder.image_id is None:
         description = "built on the host, in no builder image"
         return _input("builder", builder.tag, None, type=ComponentType.PLATFORM, description=description)
@@ -206,6 +220,8 @@ def _builder(builder: BuilderRecord) -> Component:
 
 
 def _source(recipe: str, source: SourceRecord) -> Component:
+    from cyclonedx.model import ExternalReference, ExternalReferenceType, XsUri  # noqa: PLC0415
+
     match source.kind:
         case "sdist" | "url" | "git" if source.url is not None:
             kinds = {
@@ -244,6 +260,8 @@ def _input(
     **fields: Any,
 ) -> Component:
     """One input of the build: its place in the record (``wheelmill:input``) and its role."""
+    from cyclonedx.model.component import ComponentScope  # noqa: PLC0415
+
     scope = ComponentScope.EXCLUDED if role == BUILD else ComponentScope.REQUIRED
     named = {"input": kind, "role": role, **(properties or {})}
     return _component(name, version, ref=ref or kind, scope=scope, properties=named, **fields)
@@ -258,6 +276,9 @@ def _component(
     properties: Mapping[str, str] | None = None,
     **fields: Any,
 ) -> Component:
+    from cyclonedx.model import HashAlgorithm, HashType, Property  # noqa: PLC0415
+    from cyclonedx.model.component import Component  # noqa: PLC0415
+
     return Component(
         name=name,
         version=version,
@@ -270,6 +291,8 @@ def _component(
 
 def _purl(name: str, version: str | None) -> PackageURL:
     """A PyPI package URL; its version keeps a local label (``+`` is written ``%2B``)."""
+    from packageurl import PackageURL  # noqa: PLC0415
+
     return PackageURL(type="pypi", name=name, version=version)
 
 
@@ -291,6 +314,9 @@ def validate_sbom(data: bytes) -> list[str]:
 @cache
 def _validator() -> JsonStrictValidator:
     # One validator: loading and compiling the schema is most of the time a check takes.
+    from cyclonedx.schema import SchemaVersion  # noqa: PLC0415
+    from cyclonedx.validation.json import JsonStrictValidator  # noqa: PLC0415
+
     return JsonStrictValidator(SchemaVersion.V1_6)
 
 
@@ -427,6 +453,8 @@ def _digests(package: Locked | None) -> tuple[str, ...] | None:
 
 def _source_url(record: BuildRecord) -> str | None:
     # The library writes a URL as CycloneDX's schema wants it (a space as %20, ...).
+    from cyclonedx.model import XsUri  # noqa: PLC0415
+
     return None if record.source.url is None else str(XsUri(record.source.url))
 
 
