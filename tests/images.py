@@ -40,7 +40,7 @@ import pytest
 
 from tests.ports import free_port
 from wheelmill.inputs.matrix import load_matrix
-from wheelmill.machine.builder_images import ONE_TRY, EngineImages, Sharing, choose, get_builder
+from wheelmill.machine.builder_images import ONE_TRY, BuilderImage, EngineImages, Sharing, choose, get_builder
 from wheelmill.machine.engine import detect
 from wheelmill.machine.pins import load_pins
 from wheelmill.machine.process import StepLog
@@ -74,6 +74,13 @@ class _FoundOnly(EngineImages):
         raise _Absent
 
 
+def cpu_builder() -> BuilderImage:
+    """``SEED_CELL``'s builder image on its bootstrapped base, as a build chooses it."""
+    cell = load_matrix(ROOT / "recipes" / "matrix.toml").cell(SEED_CELL)
+    pins = load_pins(ROOT / "containers" / "pins.toml")
+    return choose(pins, cell.variant, cell.python, containers=ROOT / "containers", policy="bootstrap")
+
+
 def seed(registry: str, work: Path) -> bool:
     """``SEED_CELL``'s base and builder image pushed from root's podman store into
     ``registry``, as a read-write build pushes what its store holds and the registry lacks;
@@ -81,9 +88,7 @@ def seed(registry: str, work: Path) -> bool:
     engine = detect("podman", probe=None) if shutil.which("podman") else None
     if engine is None or os.geteuid() != 0:
         return False
-    cell = load_matrix(ROOT / "recipes" / "matrix.toml").cell(SEED_CELL)
-    pins = load_pins(ROOT / "containers" / "pins.toml")
-    image = choose(pins, cell.variant, cell.python, containers=ROOT / "containers", policy="bootstrap")
+    image = cpu_builder()
     log = StepLog(work / "seed.log")
     ops = _FoundOnly(
         engine=engine, image=image, mirror=lambda: "", work=work, log=log, on_line=log.write, policy=ONE_TRY

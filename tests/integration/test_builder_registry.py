@@ -26,12 +26,11 @@ from typing import Any
 
 import pytest
 
-from tests.images import holds, run_registry
+from tests.images import cpu_builder, holds, run_registry
 from tests.integration.test_cells import ROOT
 from tests.ports import free_port
 from tests.registry import loopback_registry
 from wheelmill.errors import PrecheckError
-from wheelmill.inputs.matrix import load_matrix
 from wheelmill.machine.builder_images import (
     SHARED_BUILDER,
     Base,
@@ -41,12 +40,11 @@ from wheelmill.machine.builder_images import (
     Sharing,
     base_identity,
     base_tag,
-    choose,
     prepare_builder,
 )
 from wheelmill.machine.engine import Engine, EngineName, detect
 from wheelmill.machine.image_transfers import Miss, Origin
-from wheelmill.machine.pins import PythonSource, load_pins
+from wheelmill.machine.pins import PythonSource
 from wheelmill.machine.process import StepLog
 from wheelmill.machine.registry import resolve_digest
 from wheelmill.retry import RetryPolicy
@@ -294,13 +292,6 @@ def test_a_runner_with_an_empty_store_builds_a_cell_in_the_image_another_empty_s
         [podman, "images", "--format", "{{.Repository}}"], capture_output=True, text=True, check=True
     ).stdout.split()
     assert not [name for name in names if name.startswith(registry)], "the registry's names are untagged after a move"
-
-
-def cpu_builder() -> BuilderImage:
-    """cpu-py311's builder image on its bootstrapped base, as a build chooses it."""
-    pins = load_pins(ROOT / "containers" / "pins.toml")
-    variant = load_matrix(ROOT / "recipes" / "matrix.toml").variant("cpu")
-    return choose(pins, variant, "3.11", containers=ROOT / "containers", policy="bootstrap")
 
 
 def registry_digest(reference: str) -> str:
