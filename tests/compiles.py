@@ -20,8 +20,11 @@ compiles from an earlier one is not mistaken for one that compiled everything.
 The tests whose compiles must happen, or that count or time them, keep the tiers their
 own settings give them, marked ``own_compiler_cache``: the reproducibility tests (each clone
 must compile for its bytes to prove anything), the compiler cache's own tests, and the
-benchmark smokes whose lines count hits and misses (cache, fleet). The engine tests keep theirs
-too: their builds run in containers, whose network the tier would have to reach.
+benchmark smokes whose lines count hits and misses (cache, fleet), and the container tests
+that count hits or interrupt a compile. The other engine tests compile through the tier too:
+a cell's sccache server runs in its online container, which has the host's network, and
+reaches the tier on loopback; their builds write to it and push no image
+(``WHEELMILL_SHARED_WRITES=compiler-cache``, tests/conftest.py).
 """
 
 from __future__ import annotations

@@ -173,24 +173,26 @@ def _slow_first(item: pytest.Item) -> int:
 
 @pytest.fixture(autouse=True)
 def run_images(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A test that drives an engine builds with the run's registry, read-only: the builder
-    images another store made this run are pulled, not made again (tests/images.py). The one
-    that makes them says so with its own settings."""
+    """A test that drives an engine builds with the run's registry, pushing nothing to it: the
+    builder images another store made this run are pulled, not made again (tests/images.py).
+    It writes the compiler cache's shared tier (tests/compiles.py), as a fleet's build jobs
+    that hold no push credential do. The one that makes the images says so with its own
+    settings."""
     registry = run_registry()
     if registry is not None and request.node.get_closest_marker("engine"):
         monkeypatch.setenv("WHEELMILL_IMAGE_REGISTRY", registry)
-        monkeypatch.setenv("WHEELMILL_SHARED_WRITES", "read-only")
+        monkeypatch.setenv("WHEELMILL_SHARED_WRITES", "compiler-cache")
 
 
 @pytest.fixture(autouse=True)
 def run_compiles(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """An integration test compiles through the run's shared tier: what another
-    test compiled it takes from there (tests/compiles.py). A test marked own_compiler_cache,
-    and an engine test, keeps the tiers its own settings give it."""
+    test compiled it takes from there (tests/compiles.py). A test marked own_compiler_cache
+    keeps the tiers its own settings give it."""
     cache, node = run_cache(), request.node
     if cache is None or not node.get_closest_marker("integration"):
         return
-    if node.get_closest_marker("own_compiler_cache") or node.get_closest_marker("engine"):
+    if node.get_closest_marker("own_compiler_cache"):
         return
     monkeypatch.setenv("WHEELMILL_COMPILER_CACHE_TIERS", "disk,redis")
     monkeypatch.setenv("WHEELMILL_COMPILER_CACHE_REDIS", cache)

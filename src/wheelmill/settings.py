@@ -44,6 +44,28 @@ class SharedWrites(StrEnum):
     AUTO = "auto"  # read-only on a pull request's build (GITHUB_EVENT_NAME), read-write elsewhere
     READ_WRITE = "read-write"
     READ_ONLY = "read-only"
+    # One of the two: a fleet whose images only an image job pushes (its builds hold no push
+    # credential) still fills the compiler cache from every build, and the reverse.
+    COMPILER_CACHE = "compiler-cache"
+    IMAGES = "images"
+
+    @property
+    def compiler_cache(self) -> bool:
+        """The build writes to the compiler cache's shared tiers.
+
+        >>> SharedWrites.COMPILER_CACHE.compiler_cache, SharedWrites.IMAGES.compiler_cache
+        (True, False)
+        """
+        return self in (SharedWrites.READ_WRITE, SharedWrites.COMPILER_CACHE)
+
+    @property
+    def images(self) -> bool:
+        """The build pushes the builder images and bases it makes to the registry.
+
+        >>> SharedWrites.IMAGES.images, SharedWrites.COMPILER_CACHE.images, SharedWrites.READ_WRITE.images
+        (True, False, True)
+        """
+        return self in (SharedWrites.READ_WRITE, SharedWrites.IMAGES)
 
 
 # GitHub's events whose builds run code the repository has not reviewed.

@@ -81,6 +81,7 @@ def containers_of(podman: str, cell: str) -> list[str]:
     return listed.stdout.split()
 
 
+@pytest.mark.own_compiler_cache  # it counts the hits of its own cache
 def test_a_second_run_reuses_the_builder_image_and_the_compiler_cache_and_the_glibc_sets_the_tag(
     tmp_path: Path,
 ) -> None:
@@ -143,6 +144,7 @@ def test_two_cells_in_one_run_each_end_in_their_container_while_the_next_starts(
         assert not (tmp_path / cell / "sccache.sock").exists(), "each cell's server is stopped when it ends"
 
 
+@pytest.mark.own_compiler_cache  # a hit would leave no compile to interrupt
 def test_ctrl_c_in_a_container_build_leaves_nothing(engine: tuple[str, str], tmp_path: Path) -> None:
     name, binary = engine
     # A temporary directory of its own: other tests, on the other worker, make and remove

@@ -186,7 +186,19 @@ def test_read_only_pushes_nothing_and_says_so() -> None:
     ready = get_builder(image, machine, Sharing(registry=REGISTRY, writes=SharedWrites.READ_ONLY))
     assert machine.calls == ["pull base", "bootstrap", "pull builder", "build"]
     assert registry == {} and ready.transfers == ()
-    assert ready.unpushed == "read-only: pushed nothing (a read-write build would push the base and the builder)"
+    assert (
+        ready.unpushed == "read-only: pushed nothing (a build that writes images would push the base and the builder)"
+    )
+
+
+def test_a_build_that_writes_only_the_compiler_cache_pushes_no_image() -> None:
+    image, registry = cpu_image(), dict[str, tuple[str, ...]]()
+    machine = Machine(registry=registry)
+    ready = get_builder(image, machine, Sharing(registry=REGISTRY, writes=SharedWrites.COMPILER_CACHE))
+    assert machine.calls == ["pull base", "bootstrap", "pull builder", "build"] and registry == {}
+    assert ready.unpushed is not None and ready.unpushed.startswith("compiler-cache: pushed nothing")
+    pushing = get_builder(image, Machine(registry=registry), Sharing(registry=REGISTRY, writes=SharedWrites.IMAGES))
+    assert [t.action for t in pushing.transfers] == ["pushed", "pushed"]
 
 
 def test_a_registry_that_does_not_answer_is_a_warning_and_is_asked_nothing_more() -> None:

@@ -195,6 +195,15 @@ def test_a_server_that_does_not_answer_with_the_shared_tiers_is_started_again_wi
     assert tried == [("disk",)] and local.chain == ("disk",) and none == []
 
 
+@pytest.mark.parametrize(
+    ("writes", "read_only"),
+    [("read-write", False), ("compiler-cache", False), ("images", True), ("read-only", True)],
+)
+def test_the_shared_tiers_are_written_where_the_setting_names_the_compiler_cache(writes: str, read_only: bool) -> None:
+    settings = Settings.from_environ({**TIERS, "WHEELMILL_SHARED_WRITES": writes})
+    assert Tiers.chosen(settings.cache_tiers, settings.shared_writes, toolkit="cpu").read_only is read_only
+
+
 def test_the_steps_verdict_names_the_tiers_and_the_mode() -> None:
     tiers = Tiers.chosen(Settings.from_environ(TIERS).cache_tiers, SharedWrites.READ_ONLY, toolkit="cpu")
     cache = CompilerCache(

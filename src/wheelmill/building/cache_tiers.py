@@ -49,7 +49,7 @@ class Tiers:
             redis=tiers.redis,
             s3=tiers.s3,
             toolkit=toolkit,
-            read_only=writes is SharedWrites.READ_ONLY,
+            read_only=not writes.compiler_cache,
         )
 
     @property

@@ -310,7 +310,7 @@ class Sharing:
 
     @property
     def pushes(self) -> bool:
-        return self.writes is SharedWrites.READ_WRITE
+        return self.writes.images
 
     def base(self, base: Base) -> str:
         return f"{self.registry}/{SHARED_BASE}:{base_tag(base)}"
@@ -482,7 +482,8 @@ def _push(
     if not wanted or sharing is None:
         return (), None
     if not sharing.pushes:
-        return (), f"read-only: pushed nothing (a read-write build would push the {' and the '.join(wanted)})"
+        said = f"{sharing.writes.value}: pushed nothing"  # read-only, or compiler-cache (writes no image)
+        return (), f"{said} (a build that writes images would push the {' and the '.join(wanted)})"
     if unreachable:
         return (), f"{sharing.registry} did not answer: pushed nothing"
     references = {"base": (image.base.reference, sharing.base(image.base)), "builder": (tag, sharing.builder(tag))}
