@@ -29,7 +29,7 @@ from wheelmill.building.pipeline import host, run_step
 from wheelmill.building.plan import StepKind, plan_cell
 from wheelmill.building.products import Sources
 from wheelmill.building.report import CellReport, StepRecord
-from wheelmill.building.ui import UI, make_console
+from wheelmill.building.ui import UI
 from wheelmill.errors import ConfigError, FetchError, IntegrityError
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.inputs.recipes import load_recipes
@@ -37,6 +37,7 @@ from wheelmill.machine.package_sources import machine_sources
 from wheelmill.output.layout import CellLayout
 from wheelmill.output.report import Status
 from wheelmill.settings import Settings
+from wheelmill.terminal import make_console
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parent.parent.parent

@@ -8,7 +8,6 @@ heartbeat. Full output is always in the step's log file, never lost to the scree
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from collections import Counter
@@ -28,6 +27,7 @@ from wheelmill.inputs.variants import Family
 from wheelmill.machine.process import TRACEBACK_MARK
 from wheelmill.output.report import Status
 from wheelmill.planning.spec import Step
+from wheelmill.terminal import make_console
 
 HEARTBEAT = 60.0
 _MARK = {
@@ -46,13 +46,6 @@ _VERDICT = {
     Verdict.WARN: "[yellow]warn[/]",
     Verdict.SKIP: "[dim]skip[/]",
 }
-
-
-def make_console(stream: object = None) -> Console:
-    """Progress and summaries go to stdout; stderr carries nothing but the error line."""
-    file = stream or sys.stdout
-    interactive = hasattr(file, "isatty") and file.isatty()
-    return Console(file=file, width=None if interactive else 200, highlight=False, soft_wrap=False)  # type: ignore[arg-type]
 
 
 class HeldOutput:

@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.table import Table
 
 from wheelmill.building.plan import Options, plan_cell
-from wheelmill.cli.common import Commands, add_cell_options, build_cells, load_inputs, mirror_cells, prepare
+from wheelmill.cli.basics import Commands, load_inputs
+from wheelmill.cli.common import add_cell_options, build_cells, mirror_cells, prepare
 from wheelmill.errors import UsageError
 from wheelmill.inputs.matrix import MATRIX_COLUMNS, Matrix, github_matrix, matrix_markdown, matrix_row
 from wheelmill.inputs.selection import affected_cells

@@ -1,24 +1,20 @@
-"""What the commands share: the parser class, the cell options (``--cell``, ``--recipe``,
-``--engine``, ``--no-publish``, ``--rebuild``), loading the matrix and recipes, planning, and running
-the plans of the build-like commands (``plan``, ``build``, ``release``)."""
+"""What the build-like commands share (``plan``, ``build``, ``release``, and the commands that
+find a cell's Python): the cell options (``--cell``, ``--recipe``, ``--engine``,
+``--no-publish``, ``--rebuild``), planning, and running the plans."""
 
 from __future__ import annotations
 
 import argparse
-import math
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn, TypeAlias, TypeVar
 
 from rich.console import Console
 
 from wheelmill.building.plan import REBUILD_ALL, ContainerSetup, Options, plan
-from wheelmill.errors import ConfigError, EnvError, SignatureError, UsageError
+from wheelmill.cli.basics import load_inputs, print_error
+from wheelmill.errors import ConfigError, EnvError, SignatureError
 from wheelmill.index.store import usage
-from wheelmill.inputs.matrix import Matrix, load_matrix
-from wheelmill.inputs.recipes import Recipe, check_cells, load_recipes
 from wheelmill.inputs.variants import Cell
 from wheelmill.inputs.versions import Release
 from wheelmill.machine import envs
@@ -30,66 +26,6 @@ from wheelmill.output.layout import CellLayout
 from wheelmill.planning.spec import CellPlan
 from wheelmill.provenance.signing import signing_key_of
 from wheelmill.settings import ENGINE_CHOICES, Settings, Signatures
-
-
-class Parser(argparse.ArgumentParser):
-    """A bad command line is a ``UsageError`` like any other: one line, exit 2."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message}", fix=f"see `{self.prog} --help`")
-
-
-Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
-_N = TypeVar("_N", int, float)
-
-
-def _number(text: str, parse: Callable[[str], _N], *, what: str, fits: Callable[[_N], bool], bounds: str) -> _N:
-    """``text`` as a number (or ``what`` it is not), within ``bounds`` (or not)."""
-    try:
-        value = parse(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
-    if not fits(value):
-        raise argparse.ArgumentTypeError(f"{text} is not {bounds}")
-    return value
-
-
-def positive(text: str) -> int:
-    """An argument that counts something: a whole number, at least 1."""
-    return _number(text, int, what="a whole number", fits=lambda value: value >= 1, bounds="at least 1")
-
-
-def port(text: str) -> int:
-    """A TCP port to listen on: 0 (any free one) to 65535."""
-    return _number(
-        text,
-        int,
-        what="a port number",
-        fits=lambda value: 0 <= value <= 65535,
-        bounds="a port (0 to 65535; 0 picks a free one)",
-    )
-
-
-def seconds(text: str) -> float:
-    """A duration: a finite number of seconds above 0 (not NaN, not infinity)."""
-    return _number(
-        text,
-        float,
-        what="a number of seconds",
-        fits=lambda value: math.isfinite(value) and value > 0,
-        bounds="a duration above 0 seconds",
-    )
-
-
-def days(text: str) -> float:
-    """A period in days: a finite number, 0 or more (0: now)."""
-    return _number(
-        text,
-        float,
-        what="a number of days",
-        fits=lambda value: math.isfinite(value) and value >= 0,
-        bounds="0 days or more",
-    )
 
 
 def add_cell_options(
@@ -132,17 +68,6 @@ def add_cell_options(
             "default $WHEELMILL_ENGINE or auto"
         ),
     )
-
-
-def load_inputs(settings: Settings) -> tuple[Matrix, dict[str, Recipe]]:
-    directory = settings.recipes
-    if not (directory / "matrix.toml").is_file():
-        raise UsageError(
-            f"no matrix.toml in {directory.resolve()}", fix="run from the repository root or pass --recipes DIR"
-        )
-    matrix, recipes = load_matrix(directory / "matrix.toml"), load_recipes(directory)
-    check_cells(recipes, matrix.cells)
-    return matrix, recipes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -238,10 +163,6 @@ def mirror_cells(cells: Sequence[str], settings: Settings, console: Console) -> 
             )
         console.print(f"{cell.id}: mirror: {done.describe()}", highlight=False)
     console.print(usage(settings.index).describe(), highlight=False)
-
-
-def print_error(text: str) -> None:
-    print(f"wheelmill: error: {' '.join(text.split())}", file=sys.stderr, flush=True)
 
 
 def cell_python(cell: Cell, *, command: str, fix: str) -> Path:

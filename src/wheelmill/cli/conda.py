@@ -13,7 +13,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from wheelmill.cli.common import Commands, cell_python, load_inputs, prepare
+from wheelmill.cli.basics import Commands, load_inputs
+from wheelmill.cli.common import cell_python, prepare
 from wheelmill.conda import envspec
 from wheelmill.conda.channel import (
     BucketCondaChannel,

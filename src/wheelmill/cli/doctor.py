@@ -9,7 +9,7 @@ import sys
 
 from rich.console import Console
 
-from wheelmill.cli.common import Commands
+from wheelmill.cli.basics import Commands
 from wheelmill.errors import DoctorError, UsageError
 from wheelmill.images import doctor
 from wheelmill.settings import Settings

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from wheelmill.cli.common import Commands, cell_python, load_inputs, print_error
+from wheelmill.cli.basics import Commands, load_inputs, print_error
+from wheelmill.cli.common import cell_python
 from wheelmill.errors import (
     FetchError,
     GpuCheckError,

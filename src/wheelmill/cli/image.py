@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from wheelmill.cli.common import Commands, load_inputs, print_error
+from wheelmill.cli.basics import Commands, load_inputs, print_error
 from wheelmill.config import format_size
 from wheelmill.errors import ConfigError, ImageError, PrecheckError, UsageError
 from wheelmill.files import write_atomic

@@ -14,7 +14,7 @@ from typing import IO
 
 from rich.console import Console
 
-from wheelmill.cli.common import Commands, days, load_inputs, port, positive, seconds
+from wheelmill.cli.basics import Commands, days, load_inputs, port, positive, seconds
 from wheelmill.config import format_size
 from wheelmill.errors import IndexStoreError, SelectionError, UsageError, did_you_mean
 from wheelmill.index import consumer

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from wheelmill.cli.common import Commands
+from wheelmill.cli.basics import Commands
 from wheelmill.errors import UsageError
 from wheelmill.provenance.signing import ALGORITHMS, SigningKey, key_ids_in, new_signing_key
 from wheelmill.settings import Settings

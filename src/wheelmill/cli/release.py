@@ -30,15 +30,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from wheelmill.cli.common import (
-    Commands,
-    add_cell_options,
-    build_cells,
-    load_inputs,
-    mirror_cells,
-    positive,
-    prepare,
-)
+from wheelmill.cli.basics import Commands, load_inputs, positive
+from wheelmill.cli.common import add_cell_options, build_cells, mirror_cells, prepare
 from wheelmill.conda.channel import bucket_channel_url, conda_channel_root
 from wheelmill.errors import CommandFailed, IndexConflict, IndexWriteError, SignatureError, UsageError
 from wheelmill.gpu.report import GpuReport, load_gpu_report

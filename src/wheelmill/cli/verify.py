@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from wheelmill.cli.common import Commands, print_error
+from wheelmill.cli.basics import Commands, print_error
 from wheelmill.errors import ConfigError, UsageError
 from wheelmill.index.attested import Source, local_source, served_source, verify_channel
 from wheelmill.index.roots import Index

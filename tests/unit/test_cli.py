@@ -1,0 +1,48 @@
+"""The command line's table of groups: each command imports its own group alone, and the
+table says what the groups register."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+from wheelmill.cli import GROUPS, ORDER, build_parser, main
+from wheelmill.cli.basics import Parser
+
+
+def test_the_table_names_every_command_of_every_group_and_nothing_else() -> None:
+    registered = {}
+    for group in ORDER:
+        commands = Parser(prog="wheelmill").add_subparsers(dest="command", parser_class=Parser)
+        importlib.import_module(f"wheelmill.cli.{group}").register(commands)
+        registered.update(dict.fromkeys(commands.choices, group))
+    assert registered == GROUPS
+
+
+def commands_of(parser: Parser) -> set[str]:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return set(action.choices)
+
+
+@pytest.mark.parametrize(("argv", "group"), [(["publish", "--help"], "index"), (["--recipes", "r", "build"], "build")])
+def test_a_command_line_parses_with_its_group_alone(argv: list[str], group: str) -> None:
+    assert {GROUPS[name] for name in commands_of(build_parser(argv))} == {group}
+    assert commands_of(build_parser(["--help"])) == set(GROUPS) == commands_of(build_parser(["pubish"]))
+
+
+def test_an_index_command_starts_without_the_build_machinery() -> None:
+    probe = (
+        "import sys; from wheelmill.cli import build_parser; build_parser(['yank', 'p', '1', '--channel', 'cpu']);"
+        "print(sorted(m for m in ('wheelmill.building.plan', 'wheelmill.cli.common') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_a_mistyped_command_still_gets_its_did_you_mean(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["pubish", "x.whl"]) == 2
+    assert "publish" in capsys.readouterr().err
