@@ -148,17 +148,10 @@ class EnvBackend(ABC):
     name: ClassVar[str]
 
     def __init__(
-        self,
-        runner: Runner,
-        *,
-        cache_dir: Path | None = None,
-        offline: bool = False,
-        channels: Sequence[str] = (),
-        link_mode: str | None = None,
+        self, runner: Runner, *, cache_dir: Path | None = None, offline: bool = False, channels: Sequence[str] = ()
     ) -> None:
         self.runner = runner
         self.cache_dir = cache_dir  # None: the tool's default cache
-        self.link_mode = link_mode  # how uv puts a cached file into an env (None: its default, hard links)
         self.offline = offline  # where there is no network: local files and the cache only
         self.channels = tuple(channels)  # the conda backend's channels (URLs)
 
@@ -216,12 +209,10 @@ class EnvBackend(ABC):
         """Add packages (requirements or wheel paths) to ``env``."""
 
 
-def uv_environment(*, cache_dir: Path | None = None, retries: int = 3, link_mode: str | None = None) -> dict[str, str]:
+def uv_environment(*, cache_dir: Path | None = None, retries: int = 3) -> dict[str, str]:
     """The environment every uv command runs with: uv reads no config file and no UV_*
     variable of the caller (sources are explicit), downloads no Python, shows no progress."""
     env = base_environment([], {"UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1", "UV_HTTP_RETRIES": str(retries)})
-    if link_mode is not None:
-        env["UV_LINK_MODE"] = link_mode
     if cache_dir is not None:
         env["UV_CACHE_DIR"] = str(cache_dir)
     elif "UV_CACHE_DIR" in os.environ:
@@ -236,7 +227,7 @@ class UvBackend(EnvBackend):
     name = "uv"
 
     def _env(self, *, fail_fast: bool = False) -> dict[str, str]:
-        return uv_environment(cache_dir=self.cache_dir, retries=1 if fail_fast else 3, link_mode=self.link_mode)
+        return uv_environment(cache_dir=self.cache_dir, retries=1 if fail_fast else 3)
 
     def _uv(self, *args: str | Path) -> list[str]:
         return [uv_bin(), *[str(a) for a in args], "--no-config", *(["--offline"] if self.offline else [])]
@@ -404,16 +395,10 @@ BACKENDS: Mapping[str, type[EnvBackend]] = {UvBackend.name: UvBackend, CondaBack
 
 
 def backend(
-    name: str,
-    runner: Runner,
-    *,
-    cache_dir: Path | None = None,
-    offline: bool = False,
-    channels: Sequence[str] = (),
-    link_mode: str | None = None,
+    name: str, runner: Runner, *, cache_dir: Path | None = None, offline: bool = False, channels: Sequence[str] = ()
 ) -> EnvBackend:
     try:
-        return BACKENDS[name](runner, cache_dir=cache_dir, offline=offline, channels=channels, link_mode=link_mode)
+        return BACKENDS[name](runner, cache_dir=cache_dir, offline=offline, channels=channels)
     except KeyError:
         raise ConfigError(
             f"environment: WHEELMILL_ENV_BACKEND={name!r} is not a backend", fix=f"use one of: {', '.join(BACKENDS)}"

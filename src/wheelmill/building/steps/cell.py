@@ -135,11 +135,7 @@ def viewed(where: Where, view: View) -> Where:
         return Where(
             runner=runner,
             backend=type(backend)(
-                runner,
-                cache_dir=backend.cache_dir,
-                offline=backend.offline,
-                channels=backend.channels,
-                link_mode=backend.link_mode,
+                runner, cache_dir=backend.cache_dir, offline=backend.offline, channels=backend.channels
             ),
         )
 

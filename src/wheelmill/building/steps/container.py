@@ -98,14 +98,13 @@ def prepare_container(ctx: StepContext) -> Outcome:
         for network in (True, False)
     )
     channels = ctx.where.backend.channels  # the conda backend's, as on this machine
-    cache, link_mode = uv_cache(ctx)
     offline = Where(
         runner=netless,
-        backend=envs.backend(backend, netless, cache_dir=cache, offline=True, channels=channels, link_mode=link_mode),
+        backend=envs.backend(backend, netless, cache_dir=layout.cache / "uv", offline=True, channels=channels),
     )
     where = Where(
         runner=online,
-        backend=envs.backend(backend, online, cache_dir=cache, channels=channels, link_mode=link_mode),
+        backend=envs.backend(backend, online, cache_dir=layout.cache / "uv", channels=channels),
         netless=offline,
     )
     removed = f"; removed {len(online.stale)} left behind" if online.stale else ""
@@ -119,29 +118,11 @@ def prepare_container(ctx: StepContext) -> Outcome:
     )
 
 
-def uv_cache(ctx: StepContext) -> tuple[Path, str | None]:
-    """uv's cache for the cell's containers, and how uv puts its files into an env. The
-    caller's ``UV_CACHE_DIR`` where it is set, as on this machine, and the container's root
-    is this user (a rootless engine, or root's): mounted at its path, it is another mount
-    than the env's, which no hard link crosses, so uv copies (a few seconds for a CUDA torch,
-    where unpacking it again took half a minute). Otherwise ``<output>/.cache/uv``, within the
-    output's mount, where uv links: a rootful engine would leave root's files in a user's cache."""
-    own = os.environ.get("UV_CACHE_DIR", "")
-    if own and Path(own).is_absolute() and (_engine(ctx).rootless or os.geteuid() == 0):
-        return Path(own), "copy"
-    return ctx.run.layout.cache / "uv", None
-
-
 def mounts(ctx: StepContext) -> list[Mount]:
-    """The output (read-write), the caller's uv cache where the containers use it
-    (``uv_cache``), and read-only what commands inside need from here: the uv binary, local
-    package sources and the trust store (a proxy's CA travels with it)."""
+    """The output (read-write), and read-only what commands inside need from here: the uv
+    binary, local package sources and the trust store (a proxy's CA travels with it)."""
     output = ctx.run.layout.output
     found = [Mount(source=output, target=output, readonly=False)]
-    cache, link_mode = uv_cache(ctx)
-    if link_mode is not None:
-        cache.mkdir(parents=True, exist_ok=True)
-        found.append(Mount(source=cache, target=cache, readonly=False))
     uv = Path(uv_bin())
     # another machine's image has no loader for this machine's uv: its static build runs there
     emulated = execution(ctx.run.plan.cell.variant.platform) is Execution.EMULATED
