@@ -16,7 +16,7 @@ setup(
     ext_modules=[
         CUDAExtension(
             "example_cuda_ops._C",
-            ["csrc/module.cpp", "csrc/kernels.cu"],
+            ["csrc/module.cpp", "csrc/ops.cpp", "csrc/kernels.cu"],
             extra_compile_args={"cxx": ["-O3"], "nvcc": ["-O3"]},
         )
     ],

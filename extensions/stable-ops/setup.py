@@ -12,7 +12,7 @@ PYTHON_TARGET = "0x030A0000"  # CPython 3.10
 macros = [("TORCH_TARGET_VERSION", TORCH_TARGET), ("Py_LIMITED_API", PYTHON_TARGET)]
 # CUDA kernels where the build has a toolkit and a CUDA torch (a CUDA cell), else CPU alone.
 cuda = torch.version.cuda is not None and CUDA_HOME is not None and os.environ.get("EXAMPLE_STABLE_CPU_ONLY") != "1"
-sources = ["csrc/ops.cpp", "csrc/module.cpp"] + (["csrc/ops_cuda.cu"] if cuda else [])
+sources = ["csrc/ops.cpp", "csrc/module.cpp"] + (["csrc/ops_cuda.cpp", "csrc/kernels.cu"] if cuda else [])
 Extension = CUDAExtension if cuda else CppExtension
 flags = {"cxx": ["-O3"], **({"nvcc": ["-O3"]} if cuda else {})}
 

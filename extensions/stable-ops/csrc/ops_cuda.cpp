@@ -1,5 +1,6 @@
-// CUDA kernel of example_stable::rms_norm, on the stable ABI like the CPU one: a block per
-// row, float32. The stream is the one torch says is current, through its stable C shim.
+// The CUDA kernel of example_stable::rms_norm, on the stable ABI like the CPU one, float32.
+// The stream is the one torch says is current, through its stable C shim; the kernel itself
+// is in kernels.cu.
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
@@ -7,30 +8,13 @@
 #include <torch/headeronly/core/ScalarType.h>
 #include <torch/headeronly/util/Exception.h>
 
-#include <cuda_runtime.h>
-
 #include <cstdint>
+
+#include "kernels.h"
 
 using torch::stable::Tensor;
 
 namespace example_stable {
-
-__global__ void rms_norm_kernel(const float* in, const float* w, float* out, int64_t cols, double eps) {
-  const int64_t row = blockIdx.x;
-  __shared__ double partial[256];
-  double sum = 0.0;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) sum += static_cast<double>(in[row * cols + c]) * in[row * cols + c];
-  partial[threadIdx.x] = sum;
-  __syncthreads();
-  for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
-    __syncthreads();
-  }
-  const double scale = rsqrt(partial[0] / static_cast<double>(cols) + eps);
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-    out[row * cols + c] = static_cast<float>(in[row * cols + c] * scale * w[c]);
-  }
-}
 
 Tensor rms_norm_cuda(Tensor x, Tensor weight, double eps) {
   STD_TORCH_CHECK(x.dim() >= 1 && weight.dim() == 1 && weight.size(0) == x.size(x.dim() - 1),
@@ -46,10 +30,10 @@ Tensor rms_norm_cuda(Tensor x, Tensor weight, double eps) {
   if (rows == 0) return out;
   void* stream = nullptr;
   TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(input.get_device_index(), &stream));
-  rms_norm_kernel<<<rows, 256, 0, static_cast<cudaStream_t>(stream)>>>(
-      static_cast<const float*>(input.data_ptr()), static_cast<const float*>(w.data_ptr()),
-      static_cast<float*>(out.data_ptr()), cols, eps);
-  STD_TORCH_CHECK(cudaGetLastError() == cudaSuccess, "rms_norm: the CUDA kernel did not start");
+  const int started = launch_rms_norm(static_cast<const float*>(input.data_ptr()),
+                                      static_cast<const float*>(w.data_ptr()), static_cast<float*>(out.data_ptr()),
+                                      rows, cols, eps, stream);
+  STD_TORCH_CHECK(started == 0, "rms_norm: the CUDA kernel did not start");
   return out;
 }
 
