@@ -4,21 +4,24 @@ Fills a channel (cu130) with 10,000 wheels across 1,000 projects, and a second i
 project of 1,000 files, then measures:
 
 - one publish at a time, half into existing projects and half as new projects: the median,
-  once through the API (the store itself) and once through the CLI (``wheelmill publish``, a
-  whole process, as users and the build run it); and the same into the project of 1,000 files;
+  once through the API (the channel code itself) and once through the CLI (``wheelmill
+  publish``, a whole process, as users and the build run it); and the same into the project
+  of 1,000 files;
 - 8 publisher processes at once, 10 wheels each through the API, half of each one's into a
   project they all share (so that their pages' compare-and-swaps race), the rest into
   existing projects and a new one of its own: the wall time for all 80 from the moment every
   process is ready; then every file published is listed and the index is valid.
 
-``--store tree`` (the default) is a directory tree, filled through ``publish`` itself. ``--store
-s3`` is a bucket on a SeaweedFS of the benchmark's own (``weed mini`` on 127.0.0.1, removed
-afterwards), filled in bulk: the objects a publish writes for each wheel (its bytes, sidecar
-and entry, by the same helpers), many at once, then every page rendered once: the state that
-publishing each would have left. Targets: one wheel <= 0.5 s in a tree and <= 1 s in a
-bucket; the 80 wheels of 8 publishers <= 10 s on 2 cores. ``--smoke`` runs the smallest case
-(the script checked, no figure). Usage: ``.venv/bin/python benchmarks/publish.py
-[--store tree|s3] [--projects 1000 --files 10 --big-project 1000] [--smoke]``.
+Either way the channel is the one channel code (``wheelmill.index.objects``), only its
+storage differs. ``--store tree`` (the default) is a directory tree (``TreeStorage``);
+``--store s3`` is a bucket on a SeaweedFS of the benchmark's own (``weed mini`` on
+127.0.0.1, removed afterwards). Either is filled in bulk: the objects a publish writes for
+each wheel (its bytes, sidecar and entry, by the same helpers), many at once, then every
+page rendered once: the state that publishing each would have left. Targets: one
+wheel <= 0.5 s in a tree and <= 1 s in a bucket; the 80 wheels of 8 publishers <= 10 s on 2
+cores. ``--smoke`` runs the smallest case (the script checked, no figure). Usage:
+``.venv/bin/python benchmarks/publish.py [--store tree|s3] [--projects 1000 --files 10
+--big-project 1000] [--smoke]``.
 """
 
 from __future__ import annotations
@@ -53,13 +56,13 @@ from packaging.utils import parse_wheel_filename  # noqa: E402
 from tests.objectstore import running_object_store  # noqa: E402 - the tests' own SeaweedFS
 from tests.wheels import make_wheel  # noqa: E402 - the test helper that writes real wheels
 from wheelmill.errors import WheelmillError  # noqa: E402
-from wheelmill.index import objects, store  # noqa: E402
+from wheelmill.files import Linked  # noqa: E402
+from wheelmill.index import objects  # noqa: E402
 from wheelmill.index.objects import ObjectChannel  # noqa: E402
 from wheelmill.index.pages import FileEntry  # noqa: E402
 from wheelmill.index.s3 import BucketPath, S3Storage  # noqa: E402
-from wheelmill.index.storage import Headers  # noqa: E402
-from wheelmill.index.store import Channel, abi_of_wheel, agreeing, gpu_archs, now_rfc3339  # noqa: E402
-from wheelmill.index.verify import verify  # noqa: E402
+from wheelmill.index.storage import Headers, Storage, Stored, TreeStorage  # noqa: E402
+from wheelmill.index.store import abi_of_wheel, agreeing, gpu_archs, now_rfc3339  # noqa: E402
 from wheelmill.machine.net import sha256_of  # noqa: E402
 
 if TYPE_CHECKING:
@@ -72,7 +75,6 @@ TAG = "py3-none-any"
 FILLERS = 32  # objects the bulk fill writes at once (and the connections its client keeps)
 GATE_SECONDS = 120.0  # what the publisher processes may take to start and reach the gate
 BLOB = Headers(content_type="application/octet-stream", cache_control=objects.IMMUTABLE)  # as publish sends them
-AnyChannel = Channel | ObjectChannel
 
 
 class Broken(Exception):
@@ -98,51 +100,77 @@ class Index:
     """Where the benchmark publishes: a tree's directory, or ``s3://bucket/prefix``. Plain
     data, so that a publisher process opens the same index again."""
 
-    store: str  # tree or s3
+    kind: str  # tree or s3
     root: str
 
-    def channel(self, *, counting: bool = False) -> AnyChannel:
-        """``counting``: a bucket's channel whose storage counts the page writes that lost a race."""
-        if self.store == "tree":
-            return Channel(Path(self.root), CHANNEL)
-        storage = CountingS3(BucketPath.parse(self.root)) if counting else S3Storage.of(self.root)
-        return ObjectChannel(storage, CHANNEL)
+    def channel(self, *, counting: bool = False) -> ObjectChannel:
+        """The one channel code on the index's storage; ``counting``: on a storage that counts
+        the page writes that lost a race."""
+        storage: Storage = TreeStorage(Path(self.root)) if self.kind == "tree" else S3Storage.of(self.root)
+        return ObjectChannel(Counting(storage) if counting else storage, CHANNEL)
 
 
-class CountingS3(S3Storage):
-    """A bucket that counts the page writes another writer's change refused (a page another
-    made first, or changed since it was read): each a render of the page started again."""
+class Counting:
+    """A storage that counts the page writes another writer's change refused (a page another
+    made first, or changed since it was read): each a render of the page started again. A
+    tree's writers race for its pages as a bucket's do: neither has a lock."""
 
-    lost = 0
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self.lost = 0
 
-    def create(self, key: str, source: bytes | Path, *, headers: Headers | None = None) -> bool:
-        return self._counted(key, super().create(key, source, headers=headers))
+    @property
+    def location(self) -> str:
+        return self.storage.location
+
+    def get(self, key: str) -> Stored | None:
+        return self.storage.get(key)
+
+    def fetch(self, key: str, dest: Path) -> bool:
+        return self.storage.fetch(key, dest)
+
+    def create(self, key: str, source: bytes | Path | Linked, *, headers: Headers | None = None) -> bool:
+        return self._counted(key, self.storage.create(key, source, headers=headers))
 
     def swap(self, key: str, data: bytes, *, version: str, headers: Headers | None = None) -> bool:
-        return self._counted(key, super().swap(key, data, version=version, headers=headers))
+        return self._counted(key, self.storage.swap(key, data, version=version, headers=headers))
+
+    def copy(self, source: str, key: str) -> bool:
+        return self.storage.copy(source, key)
+
+    def keys_under(self, prefix: str = "") -> list[str]:
+        return self.storage.keys_under(prefix)
+
+    def children(self, prefix: str) -> list[str]:
+        return self.storage.children(prefix)
+
+    def delete(self, key: str) -> None:
+        self.storage.delete(key)
+
+    def local(self, key: str) -> Path | None:
+        return self.storage.local(key)
 
     def _counted(self, key: str, written: bool) -> bool:
         self.lost += not written and key.startswith(f"{CHANNEL}/simple/")
         return written
 
 
-def publish(channel: AnyChannel, wheel: Path) -> float:
+def publish(channel: ObjectChannel, wheel: Path) -> float:
     """Seconds the publish of ``wheel`` took."""
     started = time.monotonic()
-    if isinstance(channel, ObjectChannel):
-        objects.publish(channel, wheel)
-    else:
-        store.publish(channel, wheel)
+    objects.publish(channel, wheel)
     return time.monotonic() - started
 
 
-def problems(channel: AnyChannel) -> list[str]:
-    return (
-        objects.verify(channel, hashes=False) if isinstance(channel, ObjectChannel) else verify(channel, hashes=False)
-    )
+def problems(channel: ObjectChannel) -> list[str]:
+    return objects.verify(channel, hashes=False)
 
 
-def unlisted(channel: AnyChannel, wheels: Sequence[Path]) -> list[str]:
+def in_a_tree(channel: ObjectChannel) -> bool:
+    return isinstance(channel.storage, TreeStorage)
+
+
+def unlisted(channel: ObjectChannel, wheels: Sequence[Path]) -> list[str]:
     """The wheels their project's page does not list."""
     names = {str(parse_wheel_filename(wheel.name)[0]) for wheel in wheels}
     listed = {f.filename for name in names if (project := channel.project(name)) for f in project.files}
@@ -152,31 +180,22 @@ def unlisted(channel: AnyChannel, wheels: Sequence[Path]) -> list[str]:
 # -- the fill ------------------------------------------------------------------------------
 
 
-def fill(channel: AnyChannel, work: Path, wheels: Sequence[tuple[str, str]]) -> float:
-    """Seconds the channel took to hold a wheel of each (project, version): a tree through
-    publish, a bucket in bulk."""
+def fill(channel: ObjectChannel, work: Path, wheels: Sequence[tuple[str, str]]) -> float:
+    """Seconds the channel took to hold a wheel of each (project, version): what publishing
+    each wheel writes, FILLERS objects at once, then every page rendered once from the
+    entries (one publish at a time, 10,000 would take hours)."""
     started = time.monotonic()
-    if isinstance(channel, ObjectChannel):
-        fill_in_bulk(channel, work, wheels)
-        return time.monotonic() - started
-    for count, (project, version) in enumerate(wheels, 1):
-        wheel = make_wheel(work / "fill", project, version, tag=TAG, files={"m.py": b"x = 1\n"})
-        publish(channel, wheel)
-        wheel.unlink()
-        if count % 1000 == 0:
-            print(f"  filled {count} files", flush=True)
-    return time.monotonic() - started
-
-
-def fill_in_bulk(channel: ObjectChannel, work: Path, wheels: Sequence[tuple[str, str]]) -> None:
-    """What publishing each wheel writes, FILLERS objects at once, then every page rendered
-    once from the entries (one publish at a time, 10,000 would take hours)."""
-    filling = ObjectChannel(S3Storage(BucketPath.parse(channel.storage.location), client=wide_client()), channel.name)
+    filling = channel
+    if not in_a_tree(channel):  # a client with a connection for each filler
+        filling = ObjectChannel(
+            S3Storage(BucketPath.parse(channel.storage.location), client=wide_client()), channel.name
+        )
     with ThreadPoolExecutor(FILLERS) as pool:
         for count, _ in enumerate(pool.map(lambda name: write_objects(filling, work, *name), wheels), 1):
             if count % 1000 == 0:
                 print(f"  wrote the objects of {count} files", flush=True)
     objects.render(filling)
+    return time.monotonic() - started
 
 
 def wide_client() -> S3Client:
@@ -213,10 +232,10 @@ def write_objects(channel: ObjectChannel, work: Path, project: str, version: str
     wheel.unlink()
 
 
-def filled(channel: AnyChannel, work: Path, wheels: Sequence[tuple[str, str]], *, check: bool) -> str:
+def filled(channel: ObjectChannel, work: Path, wheels: Sequence[tuple[str, str]], *, check: bool) -> str:
     """The channel filled; how long it took, in words (and whether it is valid, where ``check``)."""
     seconds = fill(channel, work, wheels)
-    how = ", in bulk" if isinstance(channel, ObjectChannel) else ", through publish"
+    how = ", in bulk"
     if not check:
         return f"filled in {seconds:.0f} s{how}"
     found = problems(channel)
@@ -309,8 +328,8 @@ def run_publisher(index: Index, wheels: tuple[Path, ...]) -> Outcome:
         seconds.extend(publish(channel, wheel) for wheel in wheels)
     except WheelmillError as exc:
         error = exc.one_line()
-    storage = channel.storage if isinstance(channel, ObjectChannel) else None
-    return Outcome(seconds=tuple(seconds), lost=storage.lost if isinstance(storage, CountingS3) else 0, error=error)
+    storage = channel.storage
+    return Outcome(seconds=tuple(seconds), lost=storage.lost if isinstance(storage, Counting) else 0, error=error)
 
 
 def publish_at_once(index: Index, plans: Sequence[tuple[Path, ...]]) -> tuple[float, list[Outcome]]:
@@ -338,15 +357,16 @@ def indexes(kind: str, work: Path) -> Iterator[tuple[Index, Index]]:
     bucket on a SeaweedFS of their own, whose address and keys this process and its children
     take from the environment while it runs."""
     if kind == "tree":
-        yield Index(store=kind, root=str(work / "index")), Index(store=kind, root=str(work / "big"))
+        yield Index(kind=kind, root=str(work / "index")), Index(kind=kind, root=str(work / "big"))
         return
     with running_object_store() as server, mock.patch.dict(os.environ, server.environ()):
-        yield Index(store=kind, root=server.url("index")), Index(store=kind, root=server.url("big"))
+        yield Index(kind=kind, root=server.url("index")), Index(kind=kind, root=server.url("big"))
 
 
 def benchmark(kind: str, sizes: Sizes, work: Path, index: Index, big: Index) -> int:
     channel, big_channel = index.channel(), big.channel()
     where = "a directory tree" if kind == "tree" else "a bucket on SeaweedFS (weed mini) on 127.0.0.1"
+    where += ", the one channel code (wheelmill.index.objects)"
     print(f"store {kind}: {where}; {runs.cores()} cores", flush=True)
     fill_both(channel, big_channel, work, sizes)
     singles, into_big = one_at_a_time(index, big, work, sizes, TARGETS[kind])
@@ -366,7 +386,7 @@ def benchmark(kind: str, sizes: Sizes, work: Path, index: Index, big: Index) -> 
     return 0
 
 
-def fill_both(channel: AnyChannel, big_channel: AnyChannel, work: Path, sizes: Sizes) -> None:
+def fill_both(channel: ObjectChannel, big_channel: ObjectChannel, work: Path, sizes: Sizes) -> None:
     wheels = [(f"bench-project-{p:04d}", f"1.{f}") for p in range(sizes.projects) for f in range(sizes.files)]
     how = filled(channel, work, wheels, check=sizes.check_fill)
     print(f"index: {len(wheels)} files in {sizes.projects} projects ({how})", flush=True)

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.wheels import make_wheel
-from wheelmill.index.store import Channel, publish
+from wheelmill.index.objects import ObjectChannel
+from wheelmill.index.roots import publish
 from wheelmill.machine.net import sha256_of
 from wheelmill.provenance.record import BuilderRecord, BuildRecord, Locked, SourceRecord
 from wheelmill.provenance.sbom import SBOM_FILE, sbom_bytes
@@ -40,7 +41,7 @@ RECORD = BuildRecord(
 
 
 def published_signed(
-    channel: Channel,
+    channel: ObjectChannel,
     directory: Path,
     name: str,
     version: str,

@@ -9,7 +9,7 @@ makes (``when=n`` kills the first thread that makes its n-th). Where a command h
 points than a run can afford, a deterministic sample is taken: every k-th, and the first and
 the last of each syscall.
 
-Run as ``python -m tests.faults mirror|promote ...``, it is the process the tests kill for
+Run as ``python -m tests.faults mirror|promote|migrate ...``, it is the process the tests kill for
 the commands that have no command line of their own here (a mirror of a locked closure, a
 promotion of a recorded rc, without a git checkout or a resolver).
 """
@@ -169,23 +169,27 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _listed(files: Path, filename: str, sha256: str | None, what: str) -> list[str]:
-    """A file a page lists: there, with the listed sha256 where one is listed."""
-    path = files / filename
+def _listed(page: Path, url: str, sha256: str | None, what: str) -> list[str]:
+    """A file a page lists (by a URL relative to the page's directory): there, with the
+    listed sha256 where one is listed."""
+    relative = urllib.parse.unquote(url.partition("#")[0])
+    path = Path(os.path.normpath(page / relative))
     if not path.is_file():
-        return [f"{what}: lists {filename}, which is missing"]
+        return [f"{what}: lists {relative}, which is missing"]
     if sha256 and _sha256(path) != sha256:
-        return [f"{what}: lists {filename} with sha256 {sha256[:12]}, the file's differs"]
+        return [f"{what}: lists {relative} with sha256 {sha256[:12]}, the file's differs"]
     return []
 
 
-def channel_problems(channel: Path) -> list[str]:
+def channel_problems(channel: Path, *, pairs: bool = True) -> list[str]:
     """What a reader of a wheel channel could find wrong: a page that does not parse, a page
-    pair that disagrees, or a page that lists a file (a wheel, or its PEP 658 sidecar) that is
-    missing or has other bytes than the page's sha256."""
+    that lists a file (a wheel, its PEP 658 sidecar, its provenance) that is missing or has
+    other bytes than the page's sha256, or (``pairs``) a page's JSON and HTML that disagree:
+    a writer killed between its two swaps leaves them a render apart, which its next run
+    mends (docs/design/storage.md)."""
     from wheelmill.index.pages import links  # noqa: PLC0415 - a driver process imports only what it runs
 
-    simple, files = channel / "simple", channel / "files"
+    simple = channel / "simple"
     if not simple.exists():
         return [f"{simple}: a dangling link"] if simple.is_symlink() else []
     problems: list[str] = []
@@ -202,55 +206,53 @@ def channel_problems(channel: Path) -> list[str]:
         return problems
     names = sorted(p["name"] for p in json.loads((simple / "index.json").read_text())["projects"])
     linked = sorted(str(a["href"]).rstrip("/") for a in links((simple / "index.html").read_text()))
-    if names != linked:
+    if pairs and names != linked:
         problems.append(f"{channel.name}: project list JSON {names}, HTML {linked}")
-    for name in names:
-        problems += _project_problems(channel, name, files)
+    for name in names if pairs else sorted({*names, *linked}):
+        problems += _project_problems(channel, name, pairs=pairs)
     return problems
 
 
-def _project_problems(channel: Path, name: str, files: Path) -> list[str]:
+def _project_problems(channel: Path, name: str, *, pairs: bool) -> list[str]:
     from wheelmill.index.pages import links  # noqa: PLC0415
 
     page = channel / "simple" / name
     if not (page / "index.json").is_file() or not (page / "index.html").is_file():
-        return [f"{channel.name}/{name}: listed without its pages"]
+        # A project list a render behind its project's removal may name it a moment longer.
+        return [f"{channel.name}/{name}: listed without its pages"] if pairs else []
     problems: list[str] = []
     in_json = set()
     for entry in json.loads((page / "index.json").read_text())["files"]:
-        filename = urllib.parse.unquote(entry["url"].rsplit("/", 1)[-1])
         where = f"{channel.name}/{name}/index.json"
-        problems += _listed(files, filename, entry["hashes"].get("sha256"), where)
+        problems += _listed(page, entry["url"], entry["hashes"].get("sha256"), where)
         metadata = entry.get("core-metadata")
         if isinstance(metadata, dict):
-            problems += _listed(files, f"{filename}.metadata", metadata.get("sha256"), where)
+            problems += _listed(page, f"{entry['url'].partition('#')[0]}.metadata", metadata.get("sha256"), where)
         if entry.get("_provenance"):  # a sidecar the page names, with no hash of its own
-            problems += _listed(files, urllib.parse.unquote(entry["_provenance"].rsplit("/", 1)[-1]), None, where)
+            problems += _listed(page, entry["_provenance"], None, where)
         in_json.add((entry["filename"], entry.get("yanked") not in (None, False)))
     in_html = set()
     for anchor in links((page / "index.html").read_text()):
         url, _, sha256 = str(anchor["href"]).partition("#sha256=")
         filename = urllib.parse.unquote(url.rsplit("/", 1)[-1])
         where = f"{channel.name}/{name}/index.html"
-        problems += _listed(files, filename, sha256, where)
+        problems += _listed(page, url, sha256, where)
         metadata = anchor.get("data-core-metadata")
         if metadata is not None:
-            problems += _listed(files, f"{filename}.metadata", metadata.removeprefix("sha256="), where)
+            problems += _listed(page, f"{url}.metadata", metadata.removeprefix("sha256="), where)
         if anchor.get("data-provenance"):
-            problems += _listed(
-                files, urllib.parse.unquote(str(anchor["data-provenance"]).rsplit("/", 1)[-1]), None, where
-            )
+            problems += _listed(page, str(anchor["data-provenance"]), None, where)
         in_html.add((filename, "data-yanked" in anchor))
-    if in_json != in_html:
+    if pairs and in_json != in_html:
         problems.append(f"{channel.name}/{name}: JSON {sorted(in_json)}, HTML {sorted(in_html)}")
     return problems
 
 
-def index_problems(index: Path) -> list[str]:
+def index_problems(index: Path, *, pairs: bool = True) -> list[str]:
     """Every wheel channel's problems, and a release record's object that does not parse."""
     from wheelmill.index.store import channel_dirs  # noqa: PLC0415
 
-    problems = [p for name in channel_dirs(index) for p in channel_problems(index / name)]
+    problems = [p for name in channel_dirs(index) for p in channel_problems(index / name, pairs=pairs)]
     for record in sorted((index / "releases").rglob("*.json")) if (index / "releases").is_dir() else []:
         if not any(part.startswith(".") for part in record.relative_to(index).parts):
             try:
@@ -292,17 +294,16 @@ def conda_unlisted(channel: Path) -> list[str]:
 
 def _publish(index: Path, channel: str, *wheels: str) -> None:
     """``wheelmill publish --channel``: each wheel, in order."""
-    from wheelmill.index.roots import publish  # noqa: PLC0415
-    from wheelmill.index.store import Channel  # noqa: PLC0415
+    from wheelmill.index.roots import Index, publish  # noqa: PLC0415
 
     for wheel in wheels:
-        print(publish(Channel(index, channel), Path(wheel)).outcome)
+        print(publish(Index(tree=index).channel(channel), Path(wheel)).outcome)
 
 
 def _yank(index: Path, channel: str, project: str, version: str, reason: str) -> None:
-    from wheelmill.index.store import Channel, set_yanked  # noqa: PLC0415
+    from wheelmill.index.roots import Index, set_yanked  # noqa: PLC0415
 
-    print(set_yanked(Channel(index, channel), project, version, reason))
+    print(set_yanked(Index(tree=index).channel(channel), project, version, reason))
 
 
 def _prune(index: Path, track: str, keep: str) -> None:
@@ -325,7 +326,7 @@ def _conda_index(index: Path) -> None:
 def _mirror(index: Path, channel: str, lock: str) -> None:
     """A build's mirror step: a locked closure into the channel."""
     from wheelmill.index.closure import mirror, read  # noqa: PLC0415
-    from wheelmill.index.store import Channel  # noqa: PLC0415
+    from wheelmill.index.roots import Index  # noqa: PLC0415
     from wheelmill.machine.package_sources import PackageSources  # noqa: PLC0415
     from wheelmill.machine.process import StepLog  # noqa: PLC0415
     from wheelmill.retry import RetryPolicy  # noqa: PLC0415
@@ -333,7 +334,8 @@ def _mirror(index: Path, channel: str, lock: str) -> None:
     with StepLog(Path(os.environ["TMPDIR"]) / f"mirror-{os.getpid()}.log") as log:
         mirror(
             read(Path(lock)),
-            Channel(index, channel),
+            Index(tree=index).channel(channel),
+            downloads=index,
             sources=PackageSources(index_url=None),
             policy=RetryPolicy(attempts=1, base_delay=0.01, max_delay=0.01),
             log=log,
@@ -350,6 +352,13 @@ def _promote(index: Path, version: str, commit: str) -> None:
     promote(Index(tree=index), Track.TEST, Track.RELEASE, version, commit=commit, on_file=print)
 
 
+def _migrate(index: Path) -> None:
+    """``wheelmill index migrate``."""
+    from wheelmill.index.roots import Index, migrate  # noqa: PLC0415
+
+    print(migrate(Index(tree=index), on_channel=print))
+
+
 COMMANDS: dict[str, Callable[..., None]] = {
     "publish": _publish,
     "yank": _yank,
@@ -357,6 +366,7 @@ COMMANDS: dict[str, Callable[..., None]] = {
     "conda-index": _conda_index,
     "mirror": _mirror,
     "promote": _promote,
+    "migrate": _migrate,
 }
 
 

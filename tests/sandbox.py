@@ -27,9 +27,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.channels import pages_dir, tree_channel
 from tests.conftest import CliResult, CliRunner
 from tests.wheels import make_wheel
-from wheelmill.index.store import Channel, publish
+from wheelmill.index.roots import publish
 from wheelmill.machine.process import TRACEBACK_MARK
 
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -129,7 +130,7 @@ class Sandbox:
         script(root / "rocm" / "bin" / "hipcc", 'echo "HIP version: 6.2.41134-stand-in"\n')
 
     def _torch_index(self, version_py: Mapping[str, str]) -> str:
-        channel = Channel(self.root / "stand-in-index", "torch")
+        channel = tree_channel(self.root / "stand-in-index", "torch")
         for variant, (version, label, cuda, hip) in TORCH.items():
             text = version_py.get(variant, f"__version__ = '{version}+{label}'\ncuda = {cuda!r}\nhip = {hip!r}\n")
             files = {"torch/__init__.py": b"", "torch/version.py": text.encode()}
@@ -139,7 +140,7 @@ class Sandbox:
                     self.root / "stand-in-wheels", "torch", f"{version}+{label}", files=files, tag="py3-none-any"
                 ),
             )
-        return channel.simple.as_uri() + "/"
+        return pages_dir(channel).as_uri() + "/"
 
     def recipe(self, name: str, payload: Mapping[str, bytes], *, wheel: str, cells: str = "*") -> None:
         """A recipe whose build zips ``payload`` into a wheel file called ``wheel``."""

@@ -204,7 +204,8 @@ class Settings:
                 f"WHEELMILL_INDEX_ROOT is an object store ({self.index_bucket}), and this command works on an "
                 "index tree only",
                 fix="run it with WHEELMILL_INDEX_ROOT set to a directory (or unset: <output>/index); publish, "
-                "yank, `index verify|render|list` and `release publish|promote|prune|record-gpu|show` work on both",
+                "yank, mirror, `index verify|render|list|sweep` and `release publish|promote|prune|record-gpu|show` "
+                "work on both",
             )
         return self.index_root or self.output / "index"
 

@@ -481,3 +481,47 @@ def test_the_documented_policy_opens_pages_and_files_alone(object_store: ObjectS
             python = fresh_venv(tmp_path / "env")
             uv_install(python, f"{base}/test/cu130/simple/", tmp_path / "uv-cache")
             assert installed(python) == {"demo": DEMO, "dep": DEP}
+
+
+def test_a_cell_built_with_a_bucket_root_publishes_there_and_installs_through_nginx(
+    object_store: ObjectStore, tmp_path: Path
+) -> None:
+    """``wheelmill build`` with WHEELMILL_INDEX_ROOT an ``s3://`` prefix and no tree anywhere:
+    the publish step (the wheel, its conda package), the closure's mirror (torch and its
+    dependencies, downloaded under the output root, uploaded once) and the channel checks
+    write and read the bucket; then pip, given nginx in front of the bucket as its only
+    index, installs the cell's wheel with the torch it was built against."""
+    prefix = f"built-{uuid.uuid4().hex[:8]}"
+    with bucket_of_its_own(object_store, public_read("@BUCKET@", [f"{prefix}/*"])) as bucket:
+        url = f"s3://{bucket}/{prefix}/"
+        env = {
+            **os.environ,
+            **object_store.environ(),
+            "WHEELMILL_INDEX_ROOT": url,
+            "WHEELMILL_OUTPUT": str(tmp_path / "wheels"),
+            "WHEELMILL_ENGINE": "none",
+        }
+        argv = [sys.executable, "-m", "wheelmill", "build", "--cell", "cpu-py311", "--recipe", "example-cpp-ops"]
+        build = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=1800)
+        assert build.returncode == 0, build.stdout[-4000:] + build.stderr
+        assert "cpu-py311: ok" in build.stdout and not (tmp_path / "wheels" / "index").exists()
+        report = json.loads((tmp_path / "wheels" / "cpu-py311" / "report.json").read_text())
+        steps = {step["step"]: step["status"] for step in report["steps"]}
+        assert {steps[s] for s in ("publish", "closure", "mirror", "channel-checks")} == {"ok"}, steps
+        with pytest.MonkeyPatch.context() as patch:
+            for name, value in object_store.environ().items():
+                patch.setenv(name, value)
+            storage = S3Storage.of(url)
+            channel = ObjectChannel(storage, "cpu")
+            (built,) = channel.project("example-cpp-ops").files  # type: ignore[union-attr]
+            (torch,) = channel.project("torch").files  # type: ignore[union-attr]
+            assert built.built and not torch.built and torch.version == "2.13.0+cpu"
+            assert [k for k in storage.keys_under("conda/cpu/") if k.endswith(".conda")], "its conda package"
+        with running_nginx(f"{object_store.endpoint}/{bucket}/{prefix}", tmp_path / "nginx") as base:
+            python = fresh_venv(tmp_path / "consumer")
+            argv = [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-cache-dir"]
+            argv += ["--index-url", f"{base}/cpu/simple/", "example-cpp-ops"]
+            done = subprocess.run(argv, env=isolated_env(), capture_output=True, text=True, check=False, timeout=600)
+            assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        versions = installed(python)
+        assert versions["example-cpp-ops"] == built.version and versions["torch"] == "2.13.0+cpu", versions

@@ -20,10 +20,12 @@ from typing import Any
 
 import pytest
 
+from tests.channels import stored_file, tree_channel
 from tests.integration.test_cells import ROOT
+from wheelmill.index.objects import ObjectChannel
+from wheelmill.index.roots import problems
 from wheelmill.index.serve import make_server
-from wheelmill.index.store import Channel, built_by_key
-from wheelmill.index.verify import verify
+from wheelmill.index.store import built_by_key
 
 pytestmark = pytest.mark.integration
 CELL = "cpu-py311"
@@ -101,15 +103,22 @@ def statuses(report: dict[str, Any], kind: str) -> dict[str | None, str]:
     return {step["recipe"]: step["status"] for step in report["steps"] if step["step"] == kind}
 
 
-def files(channel: Channel) -> dict[str, int]:
-    return {p.name: p.stat().st_mtime_ns for p in channel.files.iterdir()}
+def files(channel: ObjectChannel) -> dict[str, int]:
+    """Each object a publish into the channel writes (its entries' objects, and each listed
+    file's bytes and sidecar), with the time it was last written."""
+    root = Path(channel.storage.location)
+    written = [root / key for key in channel.storage.keys_under(channel.entries())]
+    for file in (f for project in channel.projects() for f in project.files):
+        blob = stored_file(channel, file.filename)
+        written += [blob, blob.with_name(f"{blob.name}.metadata")]
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in written}
 
 
 def test_a_published_build_is_not_built_again_and_a_changed_source_rebuilds_its_dependents(
     project: Path, tmp_path: Path
 ) -> None:
     output = tmp_path / "wheels"
-    channel = Channel(output / "index", "cpu")
+    channel = tree_channel(output / "index", "cpu")
     first, _ = build(project, output)
     assert statuses(first, "build") == {"example-cpp-ops": "ok", "example-dependent": "ok"}
     keys = first["facts"]["build_keys"]
@@ -154,7 +163,10 @@ def test_a_published_build_is_not_built_again_and_a_changed_source_rebuilds_its_
     third, _ = build(project, output)
     assert statuses(third, "build") == {"example-cpp-ops": "published", "example-dependent": "ok"}
     assert third["facts"]["build_keys"]["example-cpp-ops"] == keys["example-cpp-ops"]
-    assert {p.name for p in channel.files.glob("example_dependent-0.1.1+cpu-*.whl")}
+    dependent = channel.project("example-dependent")
+    assert dependent is not None
+    rebuilt = [f.filename for f in dependent.files if f.filename.startswith("example_dependent-0.1.1+cpu-")]
+    assert rebuilt and all(stored_file(channel, name).is_file() for name in rebuilt)
 
     # A file of example-cpp-ops' source changed (one its wheel does not carry): it and what
     # depends on it are built again; the same bytes, so the listings learn the new keys.
@@ -169,4 +181,4 @@ def test_a_published_build_is_not_built_again_and_a_changed_source_rebuilds_its_
     )
     listed = built_by_key(channel)
     assert listed[new_keys["example-cpp-ops"]][1] == listed[keys["example-cpp-ops"]][1], "one wheel, two keys"
-    assert verify(channel) == []
+    assert problems(channel) == []

@@ -14,16 +14,17 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 
+from tests.channels import tree_channel
 from tests.integration.test_index import Served, isolated_env, pip, uv, venv
 from tests.interrupt import interrupt_mid_compile
 from wheelmill.checks.torchenv import judge_torch
 from wheelmill.index.closure import read as read_closure
 from wheelmill.index.pages import Project
-from wheelmill.index.store import Channel
-from wheelmill.index.verify import verify
+from wheelmill.index.roots import problems
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.machine.envs import Env
 from wheelmill.machine.package_sources import machine_sources
@@ -81,8 +82,8 @@ def assert_cell_built(
     baselines = [c for c in checks if c["name"] == "glibc-baseline"]
     assert baselines and all(c["verdict"] == "pass" for c in baselines)
     assert all("the baseline of this machine (glibc " in c["detail"] for c in baselines)
-    channel = Channel(output / "index", channel_name or label)
-    assert verify(channel) == []
+    channel = tree_channel(output / "index", channel_name or label)
+    assert problems(channel) == []
     published = {
         f.filename: f
         for name in channel.project_names()
@@ -152,7 +153,7 @@ def test_cpu_cell_builds_end_to_end(tmp_path: Path) -> None:
     closure = read_closure(tmp_path / "cpu-py311" / CLOSURE_LOCK_NAME)
     assert closure.built == built
     assert {"torch", "filelock", "sympy"} <= {w.project for w in closure.to_mirror}
-    channel = Channel(tmp_path / "index", "cpu")
+    channel = tree_channel(tmp_path / "index", "cpu")
     torch = channel.project("torch")
     assert torch is not None and [(f.version, f.built) for f in torch.files] == [("2.13.0+cpu", False)]
     assert {step["step"] for step in data["steps"]} >= {"closure", "mirror", "channel-checks"}
@@ -183,7 +184,10 @@ def test_cpu_cell_builds_end_to_end(tmp_path: Path) -> None:
     finally:
         served.close()
     downloads = [path for path, status, _size in requests if path.endswith(".whl")]
-    assert all(status == 200 and path.startswith("/cpu/") for path, status, _size in requests), requests
+    # The channel's pages, and the files they link to: the blobs its entries name.
+    assert all(status == 200 and path.startswith(("/cpu/", "/blobs/sha256/")) for path, status, _ in requests), requests
+    listed = {f.filename for project in channel.projects() for f in project.files}
+    assert {unquote(path.rsplit("/", 1)[1]) for path in downloads} <= listed, "every file installed is the channel's"
     assert any("torch-2.13.0" in path for path in downloads) and any("filelock" in path for path in downloads)
     _conda_env_runs_the_cell(tmp_path)
     _the_stable_wheel_runs_with_another_torch(tmp_path)

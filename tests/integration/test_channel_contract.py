@@ -21,6 +21,7 @@ import pytest
 
 from tests.wheels import make_wheel
 from wheelmill.errors import IndexConflict
+from wheelmill.files import Linked
 from wheelmill.index.objects import ObjectChannel, blob_key, provenance_of, publish, remove_files, render, set_yanked
 from wheelmill.index.objects import verify as verify_channel
 from wheelmill.index.pages import FileEntry
@@ -205,7 +206,7 @@ class Dying:
     def fetch(self, key: str, dest: Path) -> bool:
         return self.storage.fetch(key, dest)
 
-    def create(self, key: str, source: bytes | Path, *, headers: Headers | None = None) -> bool:
+    def create(self, key: str, source: bytes | Path | Linked, *, headers: Headers | None = None) -> bool:
         self._write()
         return self.storage.create(key, source, headers=headers)
 
@@ -226,6 +227,9 @@ class Dying:
     def delete(self, key: str) -> None:
         self._write()
         self.storage.delete(key)
+
+    def local(self, key: str) -> Path | None:
+        return self.storage.local(key)
 
 
 def test_a_publisher_killed_between_any_two_writes_leaves_a_valid_channel_that_a_render_heals(
@@ -264,3 +268,34 @@ def test_a_publisher_killed_between_any_two_writes_leaves_a_valid_channel_that_a
         entry = next(iter(channel.projects())).files[0]
         assert provenance_of(channel, entry) == signed, writes
         assert verify_channel(channel, hashes=True) == [], writes
+
+
+def test_a_remover_killed_between_any_two_writes_is_healed_by_the_same_remove_again(
+    storage: Storage, tmp_path: Path
+) -> None:
+    """Two of a project's three files removed (a nightly's retention), killed after each of
+    its writes in turn: no page lists a missing file at once, and the same remove again, as
+    a prune run again does, leaves both pages listing the one file kept, whether or not the
+    killed one had got to its pages."""
+    versions = ("1.0", "1.1", "1.2")
+
+    def filled(name: str) -> tuple[ObjectChannel, list[Path]]:
+        channel = ObjectChannel(storage, name)
+        wheels = [wheel(tmp_path, version=v, body=f"v = '{name}{v}'\n".encode()) for v in versions]
+        for one in wheels:
+            publish(channel, one)
+        return channel, wheels
+
+    channel, wheels = filled("nightly/count")
+    counter = Dying(storage, writes=10_000)
+    remove_files(ObjectChannel(counter, channel.name), "demo", [w.name for w in wheels[:2]])
+    assert counter.made > 3
+    for writes in range(counter.made):
+        channel, wheels = filled(f"nightly/k{writes}")
+        dropped = [w.name for w in wheels[:2]]
+        with pytest.raises(Killed):
+            remove_files(ObjectChannel(Dying(storage, writes), channel.name), "demo", dropped)
+        problems = verify_channel(channel, hashes=True)
+        assert [p for p in problems if not p.endswith(HEALED_BY_A_RENDER)] == [], (writes, problems)
+        remove_files(channel, "demo", dropped)
+        assert listed(channel) == [wheels[2].name] and verify_channel(channel, hashes=True) == [], writes

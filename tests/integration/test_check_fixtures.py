@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.channels import tree_channel
 from tests.wheels import make_wheel
 from wheelmill.checks import CheckResult, Verdict
 from wheelmill.checks.contents import judge_bundled
 from wheelmill.checks.device import find_cuobjdump, judge_cuda, scan_cuda
 from wheelmill.checks.symbols import interpreter_libraries, judge_undefined, unresolved_symbols
 from wheelmill.errors import CheckError
-from wheelmill.index.store import Channel
 from wheelmill.inputs.archs import CudaArchs
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.machine.process import HostRunner, capture
@@ -156,4 +156,4 @@ def test_abi_stable_declared_by_a_library_of_the_cpp_api_is_one_line_and_nothing
     assert "at::TensorBase::__dispatch_contiguous, at::_ops::" in line, "names without their parameters"
     assert "fix: abi: call torch only through torch/csrc/stable" in line and f"{recipe}" in line
     assert not list((out / "cpu-py311" / "dist").glob("*.whl")), "nothing delivered"
-    assert Channel(out / "index", "cpu").project("example-cpp-ops") is None, "nothing published"
+    assert tree_channel(out / "index", "cpu").project("example-cpp-ops") is None, "nothing published"

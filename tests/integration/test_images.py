@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.channels import pages_dir, tree_channel
 from tests.objectstore import ObjectStore
 from tests.registry import loopback_registry
 from wheelmill.index.objects import ObjectChannel
 from wheelmill.index.roots import copy_file
 from wheelmill.index.s3 import BucketPath, S3Storage
 from wheelmill.index.serve import parse_access_log
-from wheelmill.index.store import Channel
 from wheelmill.provenance.signing import new_signing_key
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine]
@@ -116,7 +116,7 @@ def test_the_images_from_a_bucket_alone_pass_every_tier_and_the_devel_one_compil
     is pushed and pulled back by digest."""
     url = object_store.url(f"{uuid.uuid4().hex}/index")
     target = ObjectChannel(S3Storage(BucketPath.parse(url), object_store.client()), "cpu")
-    source = Channel(built / "index", "cpu")
+    source = tree_channel(built / "index", "cpu")
     for entry in (f for project in source.projects() for f in project.files):
         copy_file(source, target, entry, tmp_path)
     before = {p.name for p in (built / "index").iterdir()}
@@ -179,7 +179,9 @@ def _installed_from_the_served_tree_alone(log: Path) -> None:
     requests = parse_access_log(log.read_text().splitlines())
     wheels = [path for path, _status, _size in requests if path.endswith(".whl")]
     assert any("torch-2.13.0" in path for path in wheels) and any("example_cpp_ops" in path for path in wheels)
-    assert all(path.startswith("/cpu/") and status == 200 for path, status, _size in requests), requests
+    # The channel's pages, and the blobs they link to: nothing else of the tree.
+    channel = ("/cpu/", "/blobs/sha256/")
+    assert all(path.startswith(channel) and status == 200 for path, status, _size in requests), requests
 
 
 def _pushed_and_pulled_back_by_digest(made: list[dict[str, object]], registry: str) -> None:
@@ -203,7 +205,7 @@ def wheelmill_image(output: Path, *args: str) -> subprocess.CompletedProcess[str
 def test_an_image_that_cannot_be_built_leaves_none_behind(built: Path, tmp_path: Path) -> None:
     """A channel that lacks a dependency pip needs (here: filelock, removed from the page):
     the runtime image fails with pip's line and exit 20, and no image of it is left."""
-    project = built / "index" / "cpu" / "simple" / "filelock"
+    project = pages_dir(tree_channel(built / "index", "cpu")) / "filelock"
     saved = tmp_path / "filelock"
     shutil.copytree(project, saved)
     for page in ("index.json", "index.html"):

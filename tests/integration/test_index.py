@@ -11,8 +11,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import threading
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,14 +26,14 @@ from urllib.parse import unquote
 import jsonschema
 import pytest
 
+from tests.channels import stored_file, tree_channel
 from tests.ports import free_port
 from tests.wheels import make_wheel
+from wheelmill.files import TMP_PREFIX
 from wheelmill.index import objects
-from wheelmill.index.objects import ObjectChannel
+from wheelmill.index.objects import ObjectChannel, verify_file
+from wheelmill.index.roots import problems, publish
 from wheelmill.index.serve import make_server, parse_access_log
-from wheelmill.index.storage import TreeStorage
-from wheelmill.index.store import Channel, publish
-from wheelmill.index.verify import leftovers, verify
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.machine.tools import uv_bin
 
@@ -357,17 +359,40 @@ def test_eight_concurrent_publishers(index_root: Path, tmp_path: Path) -> None:
     ]
     outputs = [proc.communicate(timeout=600) for proc in procs]
     assert all(proc.returncode == 0 for proc in procs), outputs
-    channel = Channel(index_root, "cu130")
+    channel = tree_channel(index_root, "cu130")
     listed = {f.filename for name in channel.project_names() for f in (channel.project(name) or _missing()).files}
     assert listed == {w.name for batch in batches for w in batch}
     assert len(listed) == 80
-    assert verify(channel) == []
-    assert leftovers(channel) == []
+    assert problems(channel) == []
+    assert strays(index_root) == []
+    # Every writer finished: none left a temporary file, not even in the storage's own work.
+    assert list(index_root.rglob(f"{TMP_PREFIX}*")) == []
     assert wheelmill(index_root, "index", "verify").returncode == 0
 
 
 def _missing() -> NoReturn:
     raise AssertionError("a listed project has no page")
+
+
+def strays(root: Path) -> list[str]:
+    """What a tree holds beside its objects and the storage's own work (``.storage/``): a
+    writer's temporary file in a channel, or a lock, would be one; none may be there."""
+    found = (p.relative_to(root) for p in root.rglob("*") if p.is_file())
+    return sorted(str(p) for p in found if p.parts[0] != ".storage" and any(x.startswith(".") for x in p.parts))
+
+
+def unreadable(channel: ObjectChannel) -> list[str]:
+    """What a reader of the pages would trip on: a listed project without its page, or a
+    listed file whose bytes or sidecar are not stored as listed. (An entry that no page lists
+    yet, which a publisher killed before its pages leaves, is none: the next render lists it.)"""
+    found = []
+    for name in channel.project_names():
+        project = channel.project(name)
+        if project is None:
+            found.append(f"{name}: listed without a page")
+            continue
+        found += [p for entry in project.files for p in verify_file(channel, entry, hashes=True)]
+    return found
 
 
 def test_a_publisher_killed_at_any_point_leaves_a_valid_index(index_root: Path, tmp_path: Path) -> None:
@@ -380,7 +405,7 @@ def test_a_publisher_killed_at_any_point_leaves_a_valid_index(index_root: Path, 
         stored=True,
     )
     small = make_wheel(tmp_path / "dist", "wm-small", "1.0", tag=ANY)
-    channel = Channel(index_root, "cpu")
+    channel = tree_channel(index_root, "cpu")
     wheelmill(index_root, "publish", "--channel", "cpu", str(small))
     env = {**os.environ, "WHEELMILL_INDEX_ROOT": str(index_root)}
     for delay in (0.05, 0.3, 0.6, 0.9, 1.2):
@@ -393,10 +418,16 @@ def test_a_publisher_killed_at_any_point_leaves_a_valid_index(index_root: Path, 
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        assert verify(channel) == [], f"after a kill at {delay}s"
+        # No page lists a file that is not there; what the kill left unlisted (an entry made
+        # before its pages) a render lists, and then the channel verifies whole.
+        assert unreadable(channel) == [], f"after a kill at {delay}s"
+        assert strays(index_root) == [], f"after a kill at {delay}s: its temporary files stay in .storage/"
+        rendered = wheelmill(index_root, "index", "render", "--channel", "cpu")
+        assert "cpu: rendered, ok" in rendered.stdout, rendered.stdout
+        assert problems(channel) == [], f"after a kill at {delay}s and a render"
     wheelmill(index_root, "publish", "--channel", "cpu", str(big))
-    assert verify(channel) == []
-    assert leftovers(channel) == []
+    assert problems(channel) == []
+    assert strays(index_root) == []
     assert {f.filename for f in (channel.project("wm-big") or _missing()).files} == {big.name}
 
 
@@ -410,7 +441,7 @@ def test_same_name_other_bytes_is_refused_and_the_same_bytes_are_a_no_op(index_r
     assert refused.returncode == 14
     (line,) = refused.stderr.strip().splitlines()
     assert "already published with other bytes" in line and "fix:" in line
-    assert (index_root / "cpu" / "files" / first.name).read_bytes() == first.read_bytes()
+    assert stored_file(tree_channel(index_root, "cpu"), first.name).read_bytes() == first.read_bytes()
 
 
 def test_a_yanked_version_is_skipped_by_ranges_and_installed_when_pinned(
@@ -459,8 +490,8 @@ def test_consumer_settings_never_take_a_higher_version_from_a_second_index(
     served: Served, index_root: Path, tmp_path: Path
 ) -> None:
     wheelmill(index_root, "publish", "--channel", "cu118", str(make_wheel(tmp_path / "ours", "wm-lib", "1.0", tag=ANY)))
-    # A second index (no variant's channel, so through the store itself) with a higher version.
-    publish(Channel(index_root, "public"), make_wheel(tmp_path / "theirs", "wm-lib", "9.0", tag=ANY))
+    # A second index (no variant's channel, so through the channel code itself) with a higher version.
+    publish(tree_channel(index_root, "public"), make_wheel(tmp_path / "theirs", "wm-lib", "9.0", tag=ANY))
     python = venv(tmp_path / "env")
     # A machine-wide pip configuration that merges a second index (the venv's site config).
     (tmp_path / "env" / "pip.conf").write_text(f"[global]\nextra-index-url = {served.simple('public')}\n")
@@ -510,7 +541,7 @@ def test_a_machine_on_either_torch_gets_the_build_for_its_torch_from_its_channel
     builds replaces the machine's torch with the other one."""
     matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
     variants = [matrix.variants["cuda130"], matrix.variants["cuda130-torch2.12"]]
-    both = Channel(index_root, "both")  # the control: no variant's channel
+    both = tree_channel(index_root, "both")  # the control: no variant's channel
     for variant in variants:
         torch = make_wheel(tmp_path / variant.name, "torch", variant.torch, tag=ANY, files=_torch_files(variant.torch))
         ops = make_wheel(
@@ -522,7 +553,7 @@ def test_a_machine_on_either_torch_gets_the_build_for_its_torch_from_its_channel
             files={"wm_ops/__init__.py": f"BUILT_FOR = '{variant.torch}'\n".encode()},
         )
         wheelmill(index_root, "publish", "--channel", variant.channel, str(ops))
-        publish(Channel(index_root, variant.channel), torch, mirrored_from=f"https://mirror.invalid/{torch.name}")
+        publish(tree_channel(index_root, variant.channel), torch, mirrored_from=f"https://mirror.invalid/{torch.name}")
         publish(both, ops)
         publish(both, torch, mirrored_from=f"https://mirror.invalid/{torch.name}")
     for variant in variants:
@@ -582,13 +613,20 @@ def test_the_server_stays_inside_its_root_and_speaks_http_properly(
         connection.close()
         return response.status, dict(response.getheaders()), body
 
+    sha256 = (tree_channel(index_root, "cu118").project("wm-lib") or _missing()).files[0].sha256
     for path in (
         "/../secret.txt",
         "/cu118/files/../../secret.txt",
         "/cu118/files/..%2F..%2Fsecret.txt",
         "/cu118/files/%2e%2e/%2e%2e/secret.txt",
+        f"/blobs/sha256/{sha256}/../../../../secret.txt",
+        f"/blobs/sha256/{sha256}/..%2F..%2F..%2F..%2Fsecret.txt",
+        "/blobs/sha256/%2e%2e/%2e%2e/%2e%2e/secret.txt",
+        f"/cu118/entries/wm-lib/{lib.name}/built.json",
         "/cu118/.lock",
         "/cu118/.tmp/",
+        "/.storage/tmp/",
+        "/.storage/locks/",
         "/cu118/simple/../../secret.txt",
         "//etc/passwd",
     ):
@@ -609,7 +647,9 @@ def test_the_server_stays_inside_its_root_and_speaks_http_properly(
         and headers["Vary"] == "Accept"
     )
     assert request("GET", "/cu118/simple/wm-lib/", {"Accept": "image/png"})[0] == 406
-    url = "/cu118/files/" + lib.name
+    # The file where the page links it: its content-addressed blob, by a relative URL.
+    url = urllib.parse.urljoin("/cu118/simple/wm-lib/", json.loads(body)["files"][0]["url"])
+    assert url.startswith(f"/blobs/sha256/{sha256}/"), url
     size = lib.stat().st_size
     status, headers, body = request("GET", url, {"Range": "bytes=0-9"})
     assert status == 206 and body == lib.read_bytes()[:10] and headers["Content-Range"] == f"bytes 0-9/{size}"
@@ -691,6 +731,7 @@ def installs_with_pip_and_uv(index: str, tmp_path: Path, requirement: str = "wm-
 def test_nginx_serves_the_same_tree(index_root: Path, tmp_path: Path) -> None:
     lib, app = small_wheels(tmp_path / "dist")
     wheelmill(index_root, "publish", "--channel", "cu118", str(lib), str(app))
+    blob = "/" + stored_file(tree_channel(index_root, "cu118"), lib.name).relative_to(index_root).as_posix()
     with serving_nginx(index_root, tmp_path / "nginx") as base:
         installs_with_pip_and_uv(f"{base}/cu118/simple/", tmp_path)
         headers = subprocess.run(
@@ -705,10 +746,17 @@ def test_nginx_serves_the_same_tree(index_root: Path, tmp_path: Path) -> None:
             ["curl", "-s", f"{base}/cu118/simple/wm-lib/?format={JSON}"], capture_output=True, text=True, check=True
         ).stdout
         assert json.loads(page)["name"] == "wm-lib"
-        for path in ("/cu118/simple/unknown/", "/cu118/.lock", "/cu118/files/nothing.whl", "/elsewhere"):
+        for path in (
+            "/cu118/simple/unknown/",
+            "/cu118/.lock",
+            "/.storage/tmp/",
+            "/cu118/files/nothing.whl",
+            "/blobs/sha256/" + "0" * 64 + "/nothing.whl",
+            "/elsewhere",
+        ):
             assert http_status(base + path) == "404", path
         ranged = subprocess.run(
-            ["curl", "-s", "-r", "0-9", "-o", "-", f"{base}/cu118/files/{lib.name}"], capture_output=True, check=True
+            ["curl", "-s", "-r", "0-9", "-o", "-", f"{base}{blob}"], capture_output=True, check=True
         ).stdout
         assert ranged == lib.read_bytes()[:10]
 
@@ -721,14 +769,15 @@ def http_status(url: str) -> str:
 def test_a_channel_written_as_objects_on_a_tree_installs_through_index_serve_and_nginx(
     served: Served, index_root: Path, tmp_path: Path
 ) -> None:
-    """The one channel code (``wheelmill.index.objects``) on the tree storage: its pages link
-    to content-addressed blobs, and both servers serve them, sidecars and ranges too, and
-    nothing of the entries or the sweep's objects."""
+    """The one channel code (``wheelmill.index.objects``) on the tree storage, a release
+    channel and a track's (whose pages link one level further up): the pages link to the
+    content-addressed blobs both channels share, and both servers serve them, sidecars and
+    ranges too, and nothing of the entries or the sweep's objects."""
     lib, app = small_wheels(tmp_path / "dist")
     for channel in ("cu118", "test/cu118"):
         for wheel in (lib, app):
-            objects.publish(ObjectChannel(TreeStorage(index_root), channel), wheel)
-    entry = ObjectChannel(TreeStorage(index_root), "cu118").project("wm-lib")
+            objects.publish(tree_channel(index_root, channel), wheel)
+    entry = tree_channel(index_root, "cu118").project("wm-lib")
     assert entry is not None
     blob = f"/blobs/sha256/{entry.files[0].sha256}/{lib.name}"
     installs_with_pip_and_uv(served.simple("cu118"), tmp_path / "served")
@@ -753,7 +802,7 @@ def test_a_channel_holding_both_platforms_gives_each_machine_its_own_files(
     matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
     x86, arm = matrix.variants["cpu"], matrix.variants["cpu-aarch64"]
     assert x86.channel == arm.channel
-    channel = Channel(index_root, x86.channel)
+    channel = tree_channel(index_root, x86.channel)
     expected = {}
     for variant, platform in ((x86, "manylinux_2_28_x86_64"), (arm, "manylinux_2_34_aarch64")):
         place = tmp_path / variant.name
@@ -792,3 +841,47 @@ def test_a_channel_holding_both_platforms_gives_each_machine_its_own_files(
     )  # fmt: skip
     assert compiled.returncode == 0, compiled.stderr
     assert f"torch=={arm.torch}" in compiled.stdout and f"wm-ops==0.1.0+{arm.wheel_label}" in compiled.stdout
+
+
+LEGACY = ROOT / "tests" / "data" / "legacy-index.tar.gz"
+
+
+def test_an_index_an_earlier_wheelmill_wrote_installs_as_it_is_and_after_its_migration(tmp_path: Path) -> None:
+    """The tree the last wheelmill before the one channel wrote (tests/unit/test_legacy.py
+    says what it holds): served as it is, pip installs the cell from it by the old files'
+    URLs; migrated, `index verify --hashes` passes, and pip and uv install the same files
+    through `index serve` by the blobs' URLs (a migration killed and run again:
+    test_fault_reach.py)."""
+    with tarfile.open(LEGACY) as tar:
+        tar.extractall(tmp_path, filter="data")
+    root = tmp_path / "index"
+
+    def installs(tag: str, installer: str) -> list[str]:
+        server = Served(root, tmp_path / f"{tag}-{installer}.log")
+        try:
+            if installer == "pip":
+                python = venv(tmp_path / f"{tag}-pip")
+                done = pip(python, "install", "--index-url", server.simple("cpu"), "wm-demo")
+            else:
+                python = _uv_venv(tmp_path / f"{tag}-uv")
+                done = uv("pip", "install", "--no-config", "--python", str(python), "--index-url", server.simple("cpu"),
+                          "wm-demo")  # fmt: skip
+            assert done.returncode == 0, done.stdout + done.stderr
+            ran = subprocess.run(
+                [str(python), "-c", "import wm_demo, wm_dep; print(wm_demo.VALUE, wm_dep.VALUE)"],
+                capture_output=True, text=True, check=False, env=isolated_env(),
+            )  # fmt: skip
+            assert ran.stdout.strip() == "demo 1.0 dep 2.0", ran.stdout + ran.stderr
+            return [path for path, status, _size in server.requests() if path.endswith(".whl") and status == 200]
+        finally:
+            server.close()
+
+    before = installs("before", "pip")
+    assert sorted(before) == ["/cpu/files/wm_demo-1.0-py3-none-any.whl", "/cpu/files/wm_dep-2.0-py3-none-any.whl"]
+    migrated = wheelmill(root, "index", "migrate")
+    assert "cpu: 3 files of 2 projects are objects now" in migrated.stdout, migrated.stdout
+    checked = wheelmill(root, "index", "verify", "--hashes")
+    assert "cpu: ok" in checked.stdout and "test/cpu: ok" in checked.stdout, checked.stdout
+    for installer in ("pip", "uv"):
+        after = installs("after", installer)
+        assert len(after) == 2 and all(path.startswith("/blobs/sha256/") for path in after), after

@@ -17,6 +17,7 @@ from urllib.parse import unquote
 
 import pytest
 
+from tests.channels import stored_file, tree_channel
 from tests.matrix_table import BOOTSTRAP, REGISTRY, table_rows
 from wheelmill.errors import PrecheckError
 from wheelmill.inputs.manylinux import glibc_of
@@ -82,7 +83,7 @@ def test_an_aarch64_cell_builds_and_is_install_tested_under_emulation(podman: st
     libraries = [p for p in unpacked.rglob("*.so*") if is_elf(p)]
     assert libraries and {summarize(p).machine for p in libraries} == {"EM_AARCH64"}
     # the channel it shares with cpu-py311, and conda's subdir of aarch64
-    assert (output / "index" / "cpu" / "files" / wheel.name).is_file()
+    assert stored_file(tree_channel(output / "index", "cpu"), wheel.name).read_bytes() == wheel.read_bytes()
     assert list((output / "index" / "conda" / "cpu" / "linux-aarch64").glob("example-cpp-ops-*.conda"))
     # given the channel alone, resolving for aarch64 takes this wheel and PyPI's aarch64 torch,
     # mirrored into the channel as the cell's closure: uv (markers evaluated for aarch64), and

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import urllib.parse
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,12 +102,13 @@ def test_the_wheel_holds_a_valid_sbom_and_a_signed_statement_names_it(built: Bui
     names = {c["name"]: c for c in document["components"]}
     assert names["torch"]["version"] == "2.13.0+cpu" and names["torch"]["hashes"], names["torch"]
     assert {"cpython", "torch", "build-env.lock"} <= set(names)
-    # The provenance is published beside the file, and the channel's JSON page names it.
-    published = built.channel / "files" / built.provenance.name
-    assert published.read_bytes() == built.provenance.read_bytes()
-    page = json.loads((built.channel / "simple" / RECIPE / "index.json").read_text())
+    # The provenance is published with the file, and the channel's JSON page names it.
+    page_dir = built.channel / "simple" / RECIPE
+    page = json.loads((page_dir / "index.json").read_text())
     (entry,) = [f for f in page["files"] if f["filename"] == built.wheel.name]
     assert entry["_provenance"].endswith(".intoto.jsonl")
+    published = Path(os.path.normpath(page_dir / urllib.parse.unquote(entry["_provenance"])))
+    assert published.read_bytes() == built.provenance.read_bytes()
     (statement,) = statements(built.provenance)
     print(json.dumps(statement, indent=1))
     assert statement["subject"] == [{"name": built.wheel.name, "digest": {"sha256": sha256_of(built.wheel)}}]

@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.channels import stored_file, tree_channel
 from tests.objectstore import ObjectStore
 from tests.ports import free_port
 from wheelmill.index.objects import ObjectChannel
 from wheelmill.index.objects import verify as object_verify
+from wheelmill.index.roots import problems
 from wheelmill.index.s3 import BucketPath, S3Storage
 from wheelmill.index.serve import make_server
-from wheelmill.index.store import Channel
-from wheelmill.index.verify import verify
 from wheelmill.machine.net import sha256_of
 
 pytestmark = pytest.mark.integration
@@ -94,6 +94,12 @@ def pip_download(index_url: str, dest: Path, requirement: str) -> subprocess.Com
     return subprocess.run(command, capture_output=True, text=True, check=False)
 
 
+def example_files(channel: ObjectChannel) -> list[str]:
+    """The names of the files of example-cpp-ops a channel lists (the release's own, not its closure)."""
+    project = channel.project("example-cpp-ops")
+    return [] if project is None else [f.filename for f in project.files]
+
+
 def payload(wheel: Path) -> dict[str, bytes]:
     with zipfile.ZipFile(wheel) as zf:
         return {n: zf.read(n) for n in zf.namelist() if not n.split("/", 1)[0].endswith(".dist-info")}
@@ -113,15 +119,16 @@ def test_an_rc_is_built_to_the_test_track_and_its_final_tag_promoted_without_a_b
     assert built.returncode == 0, (built.stdout + built.stderr)[-3000:]
     report = json.loads((output / "cpu-py311" / "report.json").read_text())
     assert report["release"]["version"] == "0.1.0rc1" and report["channel"] == "test/cpu"
-    test_channel = Channel(index, "test/cpu")
-    (rc_wheel,) = test_channel.files.glob("example_cpp_ops-*.whl")  # beside it: the mirrored closure
-    assert rc_wheel.name.startswith("example_cpp_ops-0.1.0rc1+cpu-") and verify(test_channel) == []
+    test_channel = tree_channel(index, "test/cpu")
+    (rc_entry,) = example_files(test_channel)  # beside it: the mirrored closure
+    rc_wheel = stored_file(test_channel, rc_entry)
+    assert rc_entry.startswith("example_cpp_ops-0.1.0rc1+cpu-") and problems(test_channel) == []
     (conda,) = (index / "conda" / "test" / "cpu" / "linux-64").glob("example-cpp-ops-0.1.0rc1-*.conda")
     assert conda.name in json.loads((conda.parent / "repodata.json").read_text())["packages.conda"]
     shown = wheelmill(repo, output, "show", "--track", "test", "0.1.0rc1", "--json")
     assert shown.returncode == 0, shown.stderr
     rc_record = json.loads(shown.stdout)
-    assert [f["filename"] for f in rc_record["files"]] == [rc_wheel.name]
+    assert [f["filename"] for f in rc_record["files"]] == [rc_entry]
 
     # The final tag on the rc's commit: a promotion. Nothing under the cell's output changes.
     git(repo, "tag", "v0.1.0")
@@ -137,14 +144,15 @@ def test_an_rc_is_built_to_the_test_track_and_its_final_tag_promoted_without_a_b
     assert promoted.returncode == 0, (promoted.stdout + promoted.stderr)[-3000:]
     print("\n" + promoted.stderr.strip())
     assert {p: p.stat().st_mtime_ns for p in (output / "cpu-py311").rglob("*")} == before, "no build step ran"
-    release_channel = Channel(index, "cpu")
-    (final,) = release_channel.files.glob("example_cpp_ops-*.whl")
+    release_channel = tree_channel(index, "cpu")
+    (final_entry,) = example_files(release_channel)
+    final = stored_file(release_channel, final_entry)
     torch = release_channel.project("torch")
     assert torch is not None and not torch.files[0].built, (
         "the closure was promoted with the wheels: the channel installs on its own"
     )
-    assert final.name == rc_wheel.name.replace("0.1.0rc1+cpu", "0.1.0+cpu")
-    assert verify(release_channel) == [] and (release_channel.files / f"{final.name}.metadata").is_file()
+    assert final_entry == rc_entry.replace("0.1.0rc1+cpu", "0.1.0+cpu")
+    assert problems(release_channel) == [] and final.with_name(f"{final_entry}.metadata").is_file()
     assert payload(final) == payload(rc_wheel), "the compiled files are the tested ones"
     record = json.loads(wheelmill(repo, output, "show", "--track", "release", "0.1.0", "--json").stdout)
     assert record["promoted_from"] == "test/0.1.0rc1" and record["files"][0]["sha256"] == sha256_of(final)
@@ -159,7 +167,8 @@ def test_an_rc_is_built_to_the_test_track_and_its_final_tag_promoted_without_a_b
         assert pip.returncode == 0, pip.stderr
         assert sha256_of(fetched / wheel.name) == sha256_of(wheel)
 
-    # A tampered test file is refused on the next promotion, with its own exit code.
+    # A tampered test file (its bytes where the tree keeps them, which the test channel's
+    # entry names) is refused on the next promotion, with its own exit code.
     with zipfile.ZipFile(rc_wheel, "a") as zf:
         zf.writestr("example_cpp_ops/extra.txt", "changed after testing")
     again = wheelmill(repo, output, "promote", "--from", "test", "--to", "release", "0.1.0rc1")

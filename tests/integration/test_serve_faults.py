@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.channels import tree_channel
 from tests.ports import free_port
 from tests.wheels import make_wheel
 from wheelmill.index.pages import JSON_TYPE
-from wheelmill.index.store import Channel, publish
+from wheelmill.index.roots import publish
 
 pytestmark = pytest.mark.integration
 
@@ -61,7 +62,7 @@ class Server:
 @pytest.fixture
 def index(tmp_path: Path) -> Path:
     root = tmp_path / "index"
-    publish(Channel(root, "cpu"), make_wheel(tmp_path, "wm-lib", "1.0", tag="py3-none-any"))
+    publish(tree_channel(root, "cpu"), make_wheel(tmp_path, "wm-lib", "1.0", tag="py3-none-any"))
     return root
 
 
@@ -94,6 +95,7 @@ def test_a_project_that_exists_is_redirected_to_its_normalized_page(server: Serv
         (b"GET * HTTP/1.1", b"400"),
         (b"GET /cpu/simple/" + b"a" * 300 + b"/ HTTP/1.1", b"404"),
         (b"GET /cpu/files/" + b"b" * 5000 + b" HTTP/1.1", b"404"),
+        (b"GET /blobs/sha256/" + b"0" * 64 + b"/" + b"b" * 5000 + b" HTTP/1.1", b"404"),
     ],
 )
 def test_odd_request_targets_get_a_status(server: Server, request_line: bytes, status: bytes) -> None:

@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 
+from tests.channels import tree_channel
 from tests.integration.test_cells import ROOT, report
 from tests.integration.test_index import Served, isolated_env, uv
-from wheelmill.index.store import Channel, built_by_key
-from wheelmill.index.verify import verify
+from wheelmill.index.roots import problems
+from wheelmill.index.store import built_by_key
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.machine.envs import UvBackend
 from wheelmill.machine.package_sources import machine_sources
@@ -79,8 +80,8 @@ def test_the_stable_example_is_built_once_and_served_to_the_other_torchs_channel
     )
     keys = []
     for channel, _torch in CELLS.values():
-        index = Channel(output / "index", channel)
-        assert verify(index) == []
+        index = tree_channel(output / "index", channel)
+        assert problems(index) == []
         keys.append({key for key, (_project, entry) in built_by_key(index).items() if entry.filename == one["name"]})
     assert keys[0] == keys[1] and len(keys[0]) == 1, "listed in both channels under its one build key"
     _each_channel_resolves_its_torch(output / "index", tmp_path, cpp, one["name"])

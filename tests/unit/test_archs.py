@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.channels import pages_dir, tree_channel
 from tests.conftest import CliRunner
 from tests.elves import make_elf
 from tests.sandbox import PY, Sandbox, assert_recorded, build, dist_info
@@ -29,9 +30,9 @@ from wheelmill.checks import Verdict
 from wheelmill.checks.contents import judge_arch_record
 from wheelmill.errors import CheckError, InvalidWheel
 from wheelmill.index import pages
+from wheelmill.index.objects import render
 from wheelmill.index.pages import Project
-from wheelmill.index.store import Channel, publish, repair
-from wheelmill.index.verify import verify
+from wheelmill.index.roots import problems, publish
 from wheelmill.inputs.archs import ArchRecord
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.inputs.recipes import load_recipes
@@ -218,7 +219,7 @@ def test_publish_shows_the_archs_in_json_html_and_the_listing_and_reads_its_page
     cli: CliRunner, tmp_path: Path
 ) -> None:
     root = tmp_path / "wheels" / "index"
-    channel = Channel(root, "cu130")
+    channel = tree_channel(root, "cu130")
     publish(channel, make_wheel(tmp_path, "example-cuda-ops", "0.1.0+cu130", gpu_archs=CUDA.to_bytes()))
     cpu = ArchRecord(family=Family.CPU, arch_list=None, cell="cuda130-py311").to_bytes()
     publish(channel, make_wheel(tmp_path, "example-cpp-ops", "0.1.0+cu130", gpu_archs=cpu))
@@ -228,18 +229,19 @@ def test_publish_shows_the_archs_in_json_html_and_the_listing_and_reads_its_page
         make_wheel(tmp_path, "filelock", "3.0", tag="py3-none-any"),
         mirrored_from="https://pypi.example/filelock-3.0-py3-none-any.whl",
     )
-    page = channel.simple / "example-cuda-ops"
+    page = pages_dir(channel) / "example-cuda-ops"
     (file,) = json.loads((page / "index.json").read_text())["files"]
     assert file["_gpu-archs"] == "cuda 7.5;8.0;8.6;9.0;10.0;12.0+PTX"
     (anchor,) = pages.links((page / "index.html").read_text())
     assert anchor["data-gpu-archs"] == "cuda 7.5;8.0;8.6;9.0;10.0;12.0+PTX"
     for name in ("older-ext", "filelock"):
-        (plain,) = json.loads((channel.simple / name / "index.json").read_text())["files"]
-        assert "_gpu-archs" not in plain and "data-gpu-archs" not in (channel.simple / name / "index.html").read_text()
+        (plain,) = json.loads((pages_dir(channel) / name / "index.json").read_text())["files"]
+        assert "_gpu-archs" not in plain
+        assert "data-gpu-archs" not in (pages_dir(channel) / name / "index.html").read_text()
     project = channel.project("example-cuda-ops")
     assert project is not None and project.files[0].gpu_archs == "cuda 7.5;8.0;8.6;9.0;10.0;12.0+PTX"
     assert pages.parse_project_json(pages.project_json(project)) == project
-    assert verify(channel) == []
+    assert problems(channel) == []
     result = cli("--output", str(tmp_path / "wheels"), "index", "list", "--channel", "cu130")
     assert result.code == 0, result.err
     lines = result.out.splitlines()
@@ -269,7 +271,7 @@ def test_an_html_attribute_is_escaped_and_a_page_without_the_key_still_loads() -
 
 
 def test_a_malformed_record_makes_a_built_wheel_invalid_and_a_mirrored_ones_is_not_read(tmp_path: Path) -> None:
-    channel = Channel(tmp_path / "index", "cu130")
+    channel = tree_channel(tmp_path / "index", "cu130")
     bad = make_wheel(tmp_path, "example-cuda-ops", "0.1.0+cu130", gpu_archs=b'{"family": "cuda"}')
     with pytest.raises(
         InvalidWheel, match=r"gpu-archs.json is not a GPU arch record \(not an object with exactly the keys"
@@ -286,17 +288,25 @@ def test_a_malformed_record_makes_a_built_wheel_invalid_and_a_mirrored_ones_is_n
     )
 
 
-def test_repair_keeps_the_archs_of_a_project_rebuilt_from_its_html_or_its_files(tmp_path: Path) -> None:
-    channel = Channel(tmp_path / "index", "cu130")
+def test_render_keeps_the_archs_of_a_project_whose_pages_are_damaged_or_gone(tmp_path: Path) -> None:
+    """The archs are in the file's entry, not only on its pages: a render from the entries
+    lists them again, whatever became of the pages."""
+    channel = tree_channel(tmp_path / "index", "cu130")
     publish(channel, make_wheel(tmp_path, "example-cuda-ops", "0.1.0+cu130", gpu_archs=CUDA.to_bytes()))
-    page = channel.simple / "example-cuda-ops"
+    page = pages_dir(channel) / "example-cuda-ops"
     (page / "index.json").write_text("{damaged")
-    repair(channel)
+    render(channel)
     project = channel.project("example-cuda-ops")
     assert project is not None and project.files[0].gpu_archs == "cuda 7.5;8.0;8.6;9.0;10.0;12.0+PTX"
     (page / "index.json").write_text("{damaged")
     (page / "index.html").unlink()
-    repair(channel)
+    render(channel)
     project = channel.project("example-cuda-ops")
     assert project is not None and project.files[0].gpu_archs == "cuda 7.5;8.0;8.6;9.0;10.0;12.0+PTX"
-    assert verify(channel) == []
+    assert 'data-gpu-archs="cuda 7.5;8.0;8.6;9.0;10.0;12.0+PTX"' in (page / "index.html").read_text()
+    for form in ("index.json", "index.html"):
+        (page / form).unlink()
+    render(channel)
+    project = channel.project("example-cuda-ops")
+    assert project is not None and project.files[0].gpu_archs == "cuda 7.5;8.0;8.6;9.0;10.0;12.0+PTX"
+    assert problems(channel) == []

@@ -14,6 +14,7 @@ from tests.conftest import CliRunner
 from tests.unit.test_report import written
 from tests.wheels import make_wheel
 from wheelmill.errors import ConfigError, IndexStoreError, PrecheckError, SelectionError, UsageError
+from wheelmill.index.roots import Index
 
 GOOD_RECIPE = """
 name = "broken"
@@ -658,7 +659,7 @@ def test_publish_refuses_metadata_that_would_fill_every_page(
     monkeypatch.setenv("WHEELMILL_INDEX_ROOT", str(tmp_path / "index"))
     result = cli("--recipes", str(repo_root / "recipes"), "publish", "--channel", "cu130", str(wheel))
     assert_one_line_error(result.err, code=result.code, expected_code=IndexStoreError.exit_code, expected=[expected])
-    assert not list((tmp_path / "index").glob("cu130/files/*")), "nothing published"
+    assert not [p for p in (tmp_path / "index").rglob("*") if p.is_file()], "nothing published: no blob, entry or page"
 
 
 def test_an_index_host_without_the_repository_publishes_into_channels_the_index_has(
@@ -681,7 +682,9 @@ def test_an_index_host_without_the_repository_publishes_into_channels_the_index_
         expected_code=UsageError.exit_code,
         expected=["no matrix.toml in", "has no such channel", "perhaps you meant 'cu130'", "(cu130)"],
     )
-    assert sorted(p.name for p in (tmp_path / "index").iterdir() if not p.name.startswith(".")) == ["cu130"]
+    # The channels beside the blobs they share: cu130, and no cu131 made up.
+    assert sorted(p.name for p in (tmp_path / "index").iterdir() if not p.name.startswith(".")) == ["blobs", "cu130"]
+    assert Index(tree=tmp_path / "index").channel_names() == ["cu130"]
 
 
 def test_a_damaged_conda_package_is_named_not_blamed_on_the_disk(
@@ -705,9 +708,7 @@ def test_a_damaged_conda_package_is_named_not_blamed_on_the_disk(
 
 
 BUCKET_ROOT_CASES = [
-    (["build", "--cell", "cpu-py311"], ["its publish step writes an index tree", "--no-publish"]),
-    (["mirror", "--cell", "cpu-py311"], ["works on an index tree only"]),
-    (["index", "serve", "--port", "0"], ["works on an index tree only"]),
+    (["index", "serve", "--port", "0"], ["it serves an index tree", "deploy/nginx-bucket.conf"]),
     (["conda", "seed", "--cell", "cpu-py311"], ["fills a conda channel directory", "--channel DIR"]),
 ]
 
@@ -722,6 +723,23 @@ def test_a_command_of_the_tree_refuses_a_bucket_root_before_any_work(
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")  # nothing listens: reaching it would fail
     result = cli("--recipes", str(Path(__file__).resolve().parents[2] / "recipes"), *args)
     assert_one_line_error(result.err, code=result.code, expected_code=ConfigError.exit_code, expected=expected)
+
+
+def test_mirror_takes_a_bucket_root_as_it_takes_a_tree(cli: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mirror publishes through the one channel code, into a bucket's channel as into a
+    tree's (its downloads under the output root): with an s3:// root it is not refused, and
+    a cell built nowhere stops at its first own check, in one line, before the bucket is
+    reached."""
+    monkeypatch.setenv("WHEELMILL_INDEX_ROOT", "s3://wheels/index")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")  # nothing listens: reaching it would fail
+    result = cli("--recipes", str(Path(__file__).resolve().parents[2] / "recipes"), "mirror", "--cell", "cpu-py311")
+    assert_one_line_error(
+        result.err,
+        code=result.code,
+        expected_code=PrecheckError.exit_code,
+        expected=["cpu-py311/report.json: no report: the cell was not built here", "wheelmill build --cell"],
+    )
+    assert "works on an index tree only" not in result.err
 
 
 def test_an_index_root_that_is_no_s3_location_is_one_line(cli: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:

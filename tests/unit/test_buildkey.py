@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.channels import pages_dir, stored_file, tree_channel
 from tests.ports import free_port
 from tests.wheels import make_wheel
 from wheelmill.building.context import RunContext, StepContext
@@ -22,9 +23,9 @@ from wheelmill.building.report import CellReport, Done, StepRecord
 from wheelmill.building.steps.keys import build_keys_step
 from wheelmill.checks import CheckResult, Verdict
 from wheelmill.errors import FetchError, IntegrityError, SelectionError
+from wheelmill.index.roots import problems, publish, set_yanked
 from wheelmill.index.serve import make_server
-from wheelmill.index.store import Channel, built_by_key, publish, set_yanked
-from wheelmill.index.verify import verify
+from wheelmill.index.store import built_by_key
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.inputs.recipes import GitSource, SdistSource, load_recipes
 from wheelmill.machine.process import StepLog
@@ -197,18 +198,18 @@ def test_every_recipe_in_every_cell_has_a_key(repo_root: Path) -> None:
 
 
 def test_the_channel_lists_a_built_wheel_by_its_keys(tmp_path: Path) -> None:
-    channel = Channel(tmp_path / "index", "cpu")
+    channel = tree_channel(tmp_path / "index", "cpu")
     wheel = make_wheel(tmp_path / "dist", "example-cpp-ops", "0.1.0+cpu")
     publish(channel, wheel, build_key="k1")
     assert {key: entry.filename for key, (_project, entry) in built_by_key(channel).items()} == {"k1": wheel.name}
     # The same bytes from other inputs (an edited comment, a reproducible build): the
     # listing learns the key, the file stays as it is.
-    mtime = (channel.files / wheel.name).stat().st_mtime_ns
+    mtime = stored_file(channel, wheel.name).stat().st_mtime_ns
     publish(channel, wheel, build_key="k2")
     assert set(built_by_key(channel)) == {"k1", "k2"}
-    assert (channel.files / wheel.name).stat().st_mtime_ns == mtime
-    assert verify(channel) == [], "the HTML link carries the same keys"
-    page = channel.simple / "example-cpp-ops"
+    assert stored_file(channel, wheel.name).stat().st_mtime_ns == mtime
+    assert problems(channel) == [], "the HTML link carries the same keys"
+    page = pages_dir(channel) / "example-cpp-ops"
     assert '"_build-keys": [\n    "k1",\n    "k2"\n   ]' in (page / "index.json").read_text()
     assert 'data-build-keys="k1 k2"' in (page / "index.html").read_text()
     set_yanked(channel, "example-cpp-ops", "0.1.0+cpu", "bad")
@@ -216,7 +217,7 @@ def test_the_channel_lists_a_built_wheel_by_its_keys(tmp_path: Path) -> None:
 
 
 def test_a_mirrored_file_and_an_empty_channel_have_no_keys(tmp_path: Path) -> None:
-    channel = Channel(tmp_path / "index", "cpu")
+    channel = tree_channel(tmp_path / "index", "cpu")
     assert built_by_key(channel) == {}
     publish(
         channel, make_wheel(tmp_path / "dist", "filelock", "3.0"), mirrored_from="https://example.org/filelock-3.0.whl"
@@ -229,13 +230,13 @@ def test_a_mirrored_file_and_an_empty_channel_have_no_keys(tmp_path: Path) -> No
 
 def _report(plan: CellPlan, tmp_path: Path, published: tuple[str, ...]) -> CellReport:
     keys = build_keys(plan, HOST)
-    channel = Channel(tmp_path / "index", plan.channel)
+    channel = tree_channel(tmp_path / "index", plan.channel)
     hits = {}
     for name in published:
         wheel = make_wheel(tmp_path / "dist", name, "0.1.0+cpu")
         done = publish(channel, wheel, build_key=keys[name].digest)
         _project, entry = built_by_key(channel)[keys[name].digest]
-        path = channel.files / wheel.name
+        path = stored_file(channel, wheel.name)
         hits[name] = PublishedBuild(
             recipe=name,
             key=keys[name].digest,
@@ -267,10 +268,9 @@ def test_a_published_recipe_does_not_run_and_stands_for_its_wheel(project: Path,
         stop is not None and stop.status is Status.PUBLISHED and "published: example_cpp_ops-0.1.0+cpu" in stop.reason
     )
     (wheel,) = [m for m in stop.made if isinstance(m, WheelRecord)]
-    assert (
-        Path(wheel.path)
-        == tmp_path / "index" / "cpu" / "files" / "example_cpp_ops-0.1.0+cpu-cp311-cp311-linux_x86_64.whl"
-    )
+    assert Path(wheel.path) == stored_file(
+        tree_channel(tmp_path / "index", "cpu"), "example_cpp_ops-0.1.0+cpu-cp311-cp311-linux_x86_64.whl"
+    ), "the channel's own file"
     assert blocked(_step(plan, StepKind.FETCH, "torchsort"), plan, report) is None
     assert blocked(_step(plan, StepKind.PREPARE_ENV), plan, report) is None, "torchsort is to be built"
     assert blocked(_step(plan, StepKind.CLOSURE), plan, report) is None
@@ -295,7 +295,8 @@ def test_a_published_dependency_is_no_failure_and_gives_its_wheel_to_what_depend
         report.steps.append(StepRecord(step=step, status=stop.status, error=stop.reason, made=stop.made))
     assert blocked(_step(plan, StepKind.PREPARE_ENV), plan, report) is None
     assert blocked(_step(plan, StepKind.BUILD, "example-cuda-ops"), plan, report) is None
-    assert report.done.get(WheelRecord, "example-cpp-ops").path.startswith(str(tmp_path / "index" / "cu130" / "files"))
+    given = report.done.get(WheelRecord, "example-cpp-ops")
+    assert Path(given.path) == stored_file(tree_channel(tmp_path / "index", "cu130"), given.name), "cu130's file"
     assert report.recipe_status("example-cpp-ops") is Status.PUBLISHED
 
 
@@ -354,7 +355,8 @@ def test_the_step_finds_what_the_channel_lists_for_the_key_unless_rebuild(projec
     first = _run_keys_step(plan, tmp_path)
     assert first.published == {} and not first.nothing_to_build
     wheel = make_wheel(tmp_path / "dist", "example-cpp-ops", "0.1.0+cpu", requires=["torch==2.13.0+cpu"])
-    publish(Channel(tmp_path / "wheels" / "index", "cpu"), wheel, build_key=first.keys["example-cpp-ops"].digest)
+    channel = tree_channel(tmp_path / "wheels" / "index", "cpu")
+    publish(channel, wheel, build_key=first.keys["example-cpp-ops"].digest)
     again = _run_keys_step(plan, tmp_path)
     assert again.keys == first.keys, "the host's toolchain is asked the same"
     assert (
@@ -364,7 +366,7 @@ def test_the_step_finds_what_the_channel_lists_for_the_key_unless_rebuild(projec
     assert delivered == tmp_path / "wheels" / "cpu-py311" / "dist" / wheel.name, (
         "linked into dist/, where reports are read with their wheels"
     )
-    assert delivered.stat().st_ino == (tmp_path / "wheels" / "index" / "cpu" / "files" / wheel.name).stat().st_ino
+    assert delivered.stat().st_ino == stored_file(channel, wheel.name).stat().st_ino
     assert again.facts()["torch"] == {"version": "2.13.0+cpu"}, "the torch it pins, where no env checks run"
     assert _run_keys_step(replace(plan, rebuild=frozenset({"example-cpp-ops", "torchsort"})), tmp_path).published == {}
     assert set(_run_keys_step(replace(plan, rebuild=frozenset({"torchsort"})), tmp_path).published) == {
@@ -421,7 +423,7 @@ def test_a_key_listed_in_the_served_index_is_fetched_from_it_not_built(
     keys = _run_keys_step(plan, b, served_index=url)
     assert keys.published == {}, "nothing served yet"
     wheel = make_wheel(tmp_path / "dist", "example-cpp-ops", "0.1.0+cpu", requires=["torch==2.13.0+cpu"])
-    publish(Channel(root, "cpu"), wheel, build_key=keys.keys["example-cpp-ops"].digest)
+    publish(tree_channel(root, "cpu"), wheel, build_key=keys.keys["example-cpp-ops"].digest)
     found = _run_keys_step(plan, b, served_index=url).published["example-cpp-ops"]
     assert found.status is Status.REUSED and found.reused_from == f"{url}/cpu/simple/"
     assert found.describe().startswith(f"reused: {wheel.name} from {url}/cpu/simple/ (build key ")
@@ -442,9 +444,10 @@ def test_a_served_file_whose_bytes_differ_from_its_listed_sha256_is_refused(
     b = tmp_path / "b"
     digest = _run_keys_step(plan, b, served_index=url).keys["example-cpp-ops"].digest
     wheel = make_wheel(tmp_path / "dist", "example-cpp-ops", "0.1.0+cpu")
-    publish(Channel(root, "cpu"), wheel, build_key=digest)
-    stored = Channel(root, "cpu").files / wheel.name
-    stored.unlink()  # a copy, so that the blob it was linked from stays whole
+    channel = tree_channel(root, "cpu")
+    publish(channel, wheel, build_key=digest)
+    stored = stored_file(channel, wheel.name)
+    stored.unlink()  # a new file under the blob's name: bytes rewritten in place would reach its other names
     data = bytearray(wheel.read_bytes())
     data[len(data) // 2] ^= 0xFF
     stored.write_bytes(data)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.channels import pages_dir, stored_file
 from tests.wheels import make_wheel
 from wheelmill.building.context import RunContext, StepContext
 from wheelmill.building.pipeline import host
@@ -15,7 +16,7 @@ from wheelmill.building.plan import plan_cell
 from wheelmill.building.report import CellReport, StepRecord
 from wheelmill.building.steps.channel import channel_checks
 from wheelmill.errors import IndexStoreError
-from wheelmill.index.store import Channel, publish
+from wheelmill.index.roots import Index, publish
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.inputs.recipes import load_recipes
 from wheelmill.machine.process import StepLog
@@ -36,12 +37,12 @@ def checks_after_publishing(tmp_path: Path, damage: str | None = None) -> list[s
     tested = make_wheel(
         tmp_path / "dist", "example-cpp-ops", "0.1.0+cpu", files={"example_cpp_ops/__init__.py": b"x = 1\n"}
     )
-    channel = Channel(settings.index, "cpu")
+    channel = Index.of(settings).channel("cpu")
     done = publish(channel, tested)
     if damage == "other bytes":
-        (channel.files / tested.name).write_bytes(b"not what was tested")
+        stored_file(channel, tested.name).write_bytes(b"not what was tested")
     elif damage == "broken page":
-        (channel.simple / "example-cpp-ops" / "index.html").write_text("<html>")
+        (pages_dir(channel) / "example-cpp-ops" / "index.html").write_text("<html>")
     report = CellReport(plan=plan, path=tmp_path / "report.json")
     for kind, made in ((StepKind.INSTALL_TEST, WheelRecord.of(tested)), (StepKind.PUBLISH, done)):
         report.steps.append(

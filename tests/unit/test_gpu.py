@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.channels import tree_channel
 from tests.conftest import CliRunner
 from tests.sandbox import script
 from tests.wheels import make_wheel
 from wheelmill.errors import NoGpuError
 from wheelmill.images import doctor
-from wheelmill.index.store import Channel, publish
+from wheelmill.index.roots import publish
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 CELL = "cuda130-py311"
@@ -44,7 +45,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     wheel = make_wheel(
         tmp_path / "built", "wm-good", "1.0+cu130", tag="cp311-cp311-manylinux_2_28_x86_64", gpu_archs=archs
     )
-    publish(Channel(tmp_path / "index", "cu130"), wheel)
+    publish(tree_channel(tmp_path / "index", "cu130"), wheel)
     (tmp_path / "bin").mkdir()
     monkeypatch.setenv("WHEELMILL_INDEX_ROOT", str(tmp_path / "index"))
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))

@@ -37,7 +37,7 @@ def listed(*names: str, yanked: tuple[str, ...] = (), mirrored: tuple[str, ...] 
     return [
         IndexFile(
             filename=n,
-            url=f"file:///index/cu130/files/{n}",
+            url=f"file:///index/blobs/sha256/{'0' * 64}/{n}",  # where a tree channel's page links it
             sha256="0" * 64,
             yanked=n in yanked,
             mirrored=n in mirrored,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.channels import tree_channel
 from tests.conftest import CliRunner
 from tests.reports import write_report
 from tests.sandbox import Sandbox
@@ -30,8 +31,8 @@ from wheelmill.images.editions import (
 )
 from wheelmill.images.smoke import Smoke
 from wheelmill.index.records import Manifest, ReleasedFile, ReleasedImage, load_manifest, record, record_images
+from wheelmill.index.roots import publish
 from wheelmill.index.storage import TreeStorage
-from wheelmill.index.store import Channel, publish
 from wheelmill.inputs.matrix import Matrix, load_matrix
 from wheelmill.inputs.versions import Track, VersionRule
 from wheelmill.machine.engine import Engine, EngineName, Mount
@@ -182,7 +183,7 @@ def test_a_wheel_that_needs_a_newer_glibc_than_the_image_is_named(matrix: Matrix
 
 
 def test_what_the_channel_lacks_is_listed(matrix: Matrix, tmp_path: Path) -> None:
-    channel = Channel(tmp_path / "index", "cpu")
+    channel = tree_channel(tmp_path / "index", "cpu")
     publish(channel, make_wheel(tmp_path, "torchsort", "0.1.10+cpu", tag="py3-none-any"))
     assert missing_from_channel(output(matrix), channel) == ["example-cpp-ops==0.1.0+cpu", "torch==2.13.0+cpu"]
 
@@ -301,7 +302,7 @@ def test_a_channel_missing_a_package_is_exit_20_before_anything_is_built(cli: Cl
     sandbox = Sandbox(tmp_path / "repo")
     wheel = make_wheel(sandbox.output / sandbox.cell("cpu") / "dist", "app", "1.0+cpu", tag="py3-none-any")
     write_report(sandbox.output, sandbox.cell("cpu"), wheels=[("app", wheel, "c" * 64)], torch="2.13.0+cpu")
-    publish(Channel(sandbox.output / "index", "cpu"), wheel)
+    publish(tree_channel(sandbox.output / "index", "cpu"), wheel)
     result = cli(
         "--recipes",
         str(ROOT / "recipes"),
@@ -354,7 +355,7 @@ def test_a_released_cell_is_read_from_its_record_and_images_are_recorded_in_it(m
         requires=["torch==2.13.0+cpu"],
         tag="cp311-cp311-manylinux_2_24_x86_64",
     )
-    publish(Channel(root, "cpu"), wheel)
+    publish(tree_channel(root, "cpu"), wheel)
     files = (
         ReleasedFile(
             channel="cpu",

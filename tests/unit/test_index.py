@@ -1,20 +1,25 @@
-"""The index as values and files: pages, negotiation, publish/yank rules, consumer settings."""
+"""The index as values and files: pages, negotiation, publish/yank rules, consumer settings.
+The rules run against a channel on a tree, written by the one channel code
+(``wheelmill.index.objects``, through ``wheelmill.index.roots``)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
+from tests.channels import pages_dir, stored_file, tree_channel
 from tests.wheels import make_wheel
 from wheelmill.errors import IndexConflict, IndexStoreError
+from wheelmill.index import objects
 from wheelmill.index.consumer import render
+from wheelmill.index.objects import ObjectChannel, blob_key
 from wheelmill.index.pages import HTML_TYPE, JSON_TYPE, FileEntry, Project, project_html, project_json
+from wheelmill.index.roots import problems, provenance_of, publish, set_yanked
 from wheelmill.index.serve import negotiate
-from wheelmill.index.store import Channel, PublishOutcome, publish, repair, set_yanked
-from wheelmill.index.verify import leftovers, verify
+from wheelmill.index.store import PublishOutcome
 
 ANY = "py3-none-any"
 
@@ -81,66 +86,95 @@ def test_content_negotiation(accept: str | None, fmt: str | None, chosen: str | 
 
 
 def test_publish_is_idempotent_and_refuses_other_bytes(tmp_path: Path) -> None:
-    channel = Channel(tmp_path / "index", "cu118")
+    channel = tree_channel(tmp_path / "index", "cu118")
     wheel = make_wheel(tmp_path / "a", "lib", "1.0", tag=ANY, files={"lib/__init__.py": b"x = 1\n"})
     assert publish(channel, wheel).outcome is PublishOutcome.ADDED
     assert publish(channel, wheel).outcome is PublishOutcome.UNCHANGED
     other = make_wheel(tmp_path / "b", "lib", "1.0", tag=ANY, files={"lib/__init__.py": b"x = 2\n"})
-    with pytest.raises(IndexConflict, match="already published with other bytes"):
+    with pytest.raises(IndexConflict, match="already published with other bytes") as refused:
         publish(channel, other)
-    assert verify(channel) == []
-    assert leftovers(channel) == []
+    assert refused.value.exit_code == 14
+    assert stored_file(channel, wheel.name).read_bytes() == wheel.read_bytes(), "the name keeps its first bytes"
+    refused_blob = tmp_path / "index" / blob_key(hashlib.sha256(other.read_bytes()).hexdigest(), other.name)
+    assert not refused_blob.exists(), "the refused bytes are not kept"
+    assert problems(channel) == []
 
 
-def test_an_unlisted_file_from_a_killed_publisher_is_listed_by_the_next_publish(tmp_path: Path) -> None:
-    channel = Channel(tmp_path / "index", "cpu")
-    wheel = make_wheel(tmp_path, "lib", "1.0", tag=ANY)
-    channel.files.mkdir(parents=True)
-    (channel.files / wheel.name).write_bytes(wheel.read_bytes())  # the copy landed, the pages did not
-    (channel.path / ".tmp").mkdir()
-    (channel.path / ".tmp" / ".wm-tmp-abc").write_bytes(b"half")
-    assert publish(channel, wheel).outcome is PublishOutcome.ADDED
-    assert verify(channel) == []
-    assert leftovers(channel) == []
+class Killed(BaseException):
+    """A publisher killed where it raises: nothing after it runs, as after a SIGKILL."""
 
 
-def test_a_generation_a_killed_writer_staged_is_a_note_until_the_next_write_removes_it(tmp_path: Path) -> None:
-    """A writer killed after staging its next pages, before the switch: readers still see the
-    old pages, whole; `index verify` names the staged generation and the next write drops it."""
-    channel = Channel(tmp_path / "index", "cpu")
-    publish(channel, make_wheel(tmp_path / "a", "alpha", "1.0", tag=ANY))
-    current = channel.simple.readlink().name
-    staged = channel.path / ".simple-1-999999"
-    shutil.copytree(channel.simple.resolve(), staged)
-    assert verify(channel) == []
-    assert leftovers(channel) == [".simple-1-999999, pages of an interrupted write"]
-    assert channel.simple.readlink().name == current
-    said = repair(channel)
-    assert "removed .simple-1-999999, a generation of pages no reader saw" in said, said
-    assert not staged.exists() and leftovers(channel) == [] and verify(channel) == []
+@pytest.mark.parametrize("healer", ["the same publish again", "a publish of another version", "render"])
+def test_an_unlisted_file_from_a_killed_publisher_is_listed_by_the_next_publish_or_render(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, healer: str
+) -> None:
+    """A publisher killed after its bytes and its entry, before the pages: the file is there
+    but no page lists it; `index verify` says so, and the next publish of the project (a
+    retry, or another version) or a render lists it."""
+    channel = tree_channel(tmp_path / "index", "cpu")
+    publish(channel, make_wheel(tmp_path / "dist", "lib", "1.0", tag=ANY))
+    late = make_wheel(tmp_path / "dist", "lib", "1.1", tag=ANY)
+
+    def killed(_channel: ObjectChannel, _project: str) -> None:
+        raise Killed
+
+    with monkeypatch.context() as patched:
+        patched.setattr(objects, "_listed", killed)
+        with pytest.raises(Killed):
+            publish(channel, late)
+    project = channel.project("lib")
+    assert project is not None and [f.filename for f in project.files] == ["lib-1.0-py3-none-any.whl"]
+    assert any(f"{late.name}: not listed" in p for p in problems(channel)), problems(channel)
+    if healer == "the same publish again":
+        assert publish(channel, late).outcome is PublishOutcome.UNCHANGED, "its entry was made before the kill"
+    elif healer == "a publish of another version":
+        publish(channel, make_wheel(tmp_path / "dist", "lib", "1.2", tag=ANY))
+    else:
+        assert objects.render(channel) == [f"lib: listed {late.name} (unlisted before)"]
+    project = channel.project("lib")
+    assert project is not None and late.name in [f.filename for f in project.files]
+    assert stored_file(channel, late.name).read_bytes() == late.read_bytes()
+    assert problems(channel) == []
+
+
+def written(page: Path) -> tuple[int, int]:
+    """A page as last written: a write replaces the file (a new inode), so this changes."""
+    found = page.stat()
+    return found.st_ino, found.st_mtime_ns
 
 
 def test_publish_touches_only_its_project_and_a_new_name_in_the_list(tmp_path: Path) -> None:
-    channel = Channel(tmp_path / "index", "cpu")
+    channel = tree_channel(tmp_path / "index", "cpu")
     publish(channel, make_wheel(tmp_path, "alpha", "1.0", tag=ANY))
     publish(channel, make_wheel(tmp_path, "beta", "1.0", tag=ANY))
-    alpha_page = channel.simple / "alpha" / "index.json"
-    root = channel.simple / "index.json"
-    before = (alpha_page.stat().st_mtime_ns, root.stat().st_mtime_ns)
+    simple = pages_dir(channel)
+    alpha = [simple / "alpha" / "index.json", simple / "alpha" / "index.html"]
+    beta = [simple / "beta" / "index.json", simple / "beta" / "index.html"]
+    root = [simple / "index.json", simple / "index.html"]
+    before = {page: written(page) for page in alpha + beta + root}
     publish(channel, make_wheel(tmp_path, "beta", "1.1", tag=ANY))
-    assert (alpha_page.stat().st_mtime_ns, root.stat().st_mtime_ns) == before
+    assert {page: written(page) for page in alpha + root} == {page: before[page] for page in alpha + root}
+    assert all(written(page) != before[page] for page in beta), "beta's pages list its new file"
     assert channel.project_names() == ["alpha", "beta"]
+    publish(channel, make_wheel(tmp_path, "gamma", "1.0", tag=ANY))
+    assert {page: written(page) for page in alpha} == {page: before[page] for page in alpha}
+    assert all(written(page) != before[page] for page in root), "the list names the new project"
+    assert channel.project_names() == ["alpha", "beta", "gamma"]
+    assert problems(channel) == []
 
 
 def test_yank_and_unyank_a_version(tmp_path: Path) -> None:
-    channel = Channel(tmp_path / "index", "cpu")
+    channel = tree_channel(tmp_path / "index", "cpu")
     publish(channel, make_wheel(tmp_path, "lib", "1.0", tag=ANY))
     assert set_yanked(channel, "lib", "1.0", "bad build") == ["lib-1.0-py3-none-any.whl"]
     project = channel.project("lib")
     assert project is not None and project.files[0].yanked == "bad build"
+    assert 'data-yanked="bad build"' in (pages_dir(channel) / "lib" / "index.html").read_text()
+    assert problems(channel) == []
     set_yanked(channel, "lib", "1.0", None)
     project = channel.project("lib")
     assert project is not None and project.files[0].yanked is None
+    assert "data-yanked" not in (pages_dir(channel) / "lib" / "index.html").read_text()
     with pytest.raises(IndexStoreError, match=r"has no version 2\.0"):
         set_yanked(channel, "lib", "2.0", "x")
 
@@ -149,14 +183,16 @@ def test_a_wheel_whose_metadata_disagrees_with_its_name_is_refused(tmp_path: Pat
     wheel = make_wheel(tmp_path, "lib", "1.0", tag=ANY)
     renamed = wheel.with_name("other-1.0-py3-none-any.whl")
     wheel.rename(renamed)
+    channel = tree_channel(tmp_path / "index", "cpu")
     with pytest.raises(IndexStoreError, match=r"its METADATA says lib 1\.0"):
-        publish(Channel(tmp_path / "index", "cpu"), renamed)
+        publish(channel, renamed)
+    assert not channel.exists() and not (tmp_path / "index" / "blobs").exists(), "nothing of it is stored"
 
 
 @pytest.mark.parametrize("name", ["", "CU118", "../x", ".hidden", "a/b"])
 def test_channel_names_are_checked(tmp_path: Path, name: str) -> None:
     with pytest.raises(IndexStoreError, match="not a channel name"):
-        Channel(tmp_path, name)
+        tree_channel(tmp_path, name)
 
 
 def test_consumer_settings_name_one_index_only() -> None:
@@ -167,65 +203,59 @@ def test_consumer_settings_name_one_index_only() -> None:
     assert "extra" not in render("https://w", "cpu", "env").replace("PIP_EXTRA_INDEX_URL=\n", "")
 
 
-def test_a_channels_pages_are_one_generation_behind_a_link_switched_as_one_step(tmp_path: Path) -> None:
-    """simple is a link to the one generation of the pages; each change makes the next one
-    and switches the link, leaving no other generation behind."""
-    channel = Channel(tmp_path / "index", "cpu")
-    publish(channel, make_wheel(tmp_path / "dist", "lib", "1.0", tag="py3-none-any"))
-    first = channel.simple.resolve()
-    assert channel.simple.is_symlink() and first.name.startswith(".simple-")
-    publish(channel, make_wheel(tmp_path / "dist", "app", "1.0", tag="py3-none-any"))
-    second = channel.simple.resolve()
-    assert second != first and not first.exists()
-    assert [p.name for p in channel.path.glob(".simple-*")] == [second.name]
-    assert channel.project_names() == ["app", "lib"] and verify(channel) == []
-    lib = second / "lib" / "index.json"
-    assert lib.stat().st_nlink == 1, "the unchanged page linked from the generation before, which is gone"
-
-
-def test_a_channel_an_older_wheelmill_wrote_is_moved_behind_the_link_by_its_next_writer(tmp_path: Path) -> None:
-    """Pages in simple itself (an older wheelmill's tree), one pending update it left: the
-    next publish moves them behind the link once, finishes that update, and adds its wheel."""
-    channel = Channel(tmp_path / "index", "cpu")
-    publish(channel, make_wheel(tmp_path / "dist", "lib", "1.0", tag="py3-none-any"))
-    generation = channel.simple.resolve()
-    channel.simple.unlink()
-    generation.rename(channel.simple)  # as an older wheelmill left it: a directory
-    (channel.simple / "index.html").unlink()  # its writer killed between two pages
-    channel.pending.write_text("lib\n")
-    publish(channel, make_wheel(tmp_path / "dist", "app", "1.0", tag="py3-none-any"))
-    assert channel.simple.is_symlink() and not channel.pending.exists()
-    assert channel.project_names() == ["app", "lib"] and verify(channel) == []
-
-
 def test_a_channel_under_a_relative_index_root_keeps_its_pages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The default index root is relative (wheels/index): the generation the link names is
-    the one kept, however the channel's path is spelled."""
+    """The default index root is relative (wheels/index): the pages are written under it,
+    and each page's links reach the files from where the page is, however the root is spelled."""
     monkeypatch.chdir(tmp_path)
-    channel = Channel(Path("wheels") / "index", "cpu")
+    channel = tree_channel(Path("wheels") / "index", "cpu")
     for name in ("lib", "app"):
-        publish(channel, make_wheel(tmp_path / "dist", name, "1.0", tag="py3-none-any"))
-        assert channel.project_names() == sorted({"lib", name}) and verify(channel) == []
-    assert len(list(channel.path.glob(".simple-*"))) == 1
+        publish(channel, make_wheel(tmp_path / "dist", name, "1.0", tag=ANY))
+        assert channel.project_names() == sorted({"lib", name}) and problems(channel) == []
+    assert (tmp_path / "wheels" / "index" / "cpu" / "simple" / "index.json").is_file()
+    for project in channel.projects():
+        (entry,) = project.files
+        linked = pages_dir(channel) / project.name / entry.url
+        assert linked.resolve() == stored_file(channel, entry.filename).resolve()
+        assert linked.read_bytes() == (tmp_path / "dist" / entry.filename).read_bytes()
 
 
-def test_a_provenance_is_published_beside_its_file_named_by_both_pages_and_learnt_once(tmp_path: Path) -> None:
+def test_a_provenance_is_published_with_its_file_named_by_both_pages_and_learnt_once(tmp_path: Path) -> None:
     """A file published with its provenance lists it as ``_provenance`` (JSON) and
-    ``data-provenance`` (HTML), relative to the page like the file; the same bytes published
-    again keep the first one; a file listed without one learns it; a repair keeps it."""
-    channel = Channel(tmp_path / "index", "cpu")
+    ``data-provenance`` (HTML), relative to the page like the file; a file listed without one
+    learns the first one published with the same bytes, and keeps it; a render keeps it."""
+    channel = tree_channel(tmp_path / "index", "cpu")
     wheel = make_wheel(tmp_path / "dist", "demo", "1.0")
     publish(channel, wheel, build_key="a" * 64)
     assert channel.project("demo").files[0].provenance is None  # type: ignore[union-attr]
     publish(channel, wheel, build_key="a" * 64, provenance=b'{"first": 1}\n')
     publish(channel, wheel, build_key="a" * 64, provenance=b'{"second": 2}\n')
     (entry,) = channel.project("demo").files  # type: ignore[union-attr]
-    assert entry.provenance == "../../files/demo-1.0-cp311-cp311-linux_x86_64.whl.intoto.jsonl"
-    assert (channel.files / "demo-1.0-cp311-cp311-linux_x86_64.whl.intoto.jsonl").read_bytes() == b'{"first": 1}\n'
-    page = channel.simple / "demo"
+    first = hashlib.sha256(b'{"first": 1}\n').hexdigest()
+    assert entry.provenance == f"../../../blobs/sha256/{first}/demo-1.0-cp311-cp311-linux_x86_64.whl.intoto.jsonl"
+    page = pages_dir(channel) / "demo"
+    assert (page / entry.provenance).read_bytes() == b'{"first": 1}\n'
+    assert provenance_of(channel, entry) == b'{"first": 1}\n'
     assert json.loads((page / "index.json").read_text())["files"][0]["_provenance"] == entry.provenance
     assert f'data-provenance="{entry.provenance}"' in (page / "index.html").read_text()
-    (page / "index.json").unlink()  # a damaged page: repaired from the HTML and the files
-    repair(channel)
+    (page / "index.json").unlink()  # a damaged page: written again from the entries
+    objects.render(channel)
     assert channel.project("demo").files[0].provenance == entry.provenance  # type: ignore[union-attr]
-    assert verify(channel) == []
+    assert problems(channel) == []
+
+
+@pytest.mark.parametrize("name", ["cpu", "test/cpu"])
+def test_a_built_wheels_provenance_beside_it_is_published_with_it(tmp_path: Path, name: str) -> None:
+    """A build delivers ``<wheel>.intoto.jsonl`` beside the wheel: its publish lists it from
+    the first, linked from the page like the file (one more ``../`` in a track)."""
+    channel = tree_channel(tmp_path / "index", name)
+    wheel = make_wheel(tmp_path / "dist", "demo", "1.0")
+    statement = b'{"beside": 1}\n'
+    wheel.with_name(wheel.name + ".intoto.jsonl").write_bytes(statement)
+    assert publish(channel, wheel).outcome is PublishOutcome.ADDED
+    (entry,) = channel.project("demo").files  # type: ignore[union-attr]
+    assert entry.provenance is not None and entry.url.startswith("../" * (name.count("/") + 3))
+    assert entry.provenance.startswith("../" * (name.count("/") + 3))
+    page = pages_dir(channel) / "demo"
+    assert (page / entry.provenance).read_bytes() == statement
+    assert (page / entry.url).read_bytes() == wheel.read_bytes()
+    assert problems(channel) == []

@@ -1,32 +1,38 @@
 """Corrupt and hostile input to the index, from the command line: damaged pages, a missing
-HTML page, a METADATA version that is no version, a METADATA bomb, a URL that would add a
-line to a settings file, a count that is no count, a leftover of a killed writer. Each is
-one line on stderr with its exit code, never a traceback, and writes nothing; where the
-tree is damaged, ``index repair`` makes it valid again."""
+HTML page, a lost sidecar, a METADATA version that is no version, a METADATA bomb, a URL
+that would add a line to a settings file, a count that is no count, a leftover of a killed
+mirror. Each is one line on stderr with its exit code, never a traceback, and writes
+nothing; where the tree is damaged, ``index render`` (or the next publish) makes it valid
+again from the channel's entries."""
 
 from __future__ import annotations
 
 import json
+import os
+import time
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from tests.channels import pages_dir, stored_file, tree_channel
 from tests.conftest import CliResult, CliRunner
 from tests.wheels import make_wheel
 from wheelmill.errors import IndexStoreError, InvalidWheel, UsageError
 from wheelmill.files import TMP_PREFIX, TMP_SUFFIX
-from wheelmill.index.store import Channel, publish, set_yanked
-from wheelmill.index.verify import verify
+from wheelmill.index.blobs import STALE_AFTER, Blobs
+from wheelmill.index.objects import ObjectChannel
+from wheelmill.index.roots import problems, publish, set_yanked
 
 ANY = "py3-none-any"
 
 
 @pytest.fixture
-def channel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Channel:
-    """The cpu channel of the index the CLI uses, with lib 1.0 (yanked) and 2.0 in it."""
+def channel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ObjectChannel:
+    """The cpu channel of the index the CLI uses, with lib 1.0 (yanked) and 2.0 in it; the
+    wheels stay in ``tmp_path/w``."""
     monkeypatch.setenv("WHEELMILL_INDEX_ROOT", str(tmp_path / "index"))
-    channel = Channel(tmp_path / "index", "cpu")
+    channel = tree_channel(tmp_path / "index", "cpu")
     for version in ("1.0", "2.0"):
         publish(channel, make_wheel(tmp_path / "w", "lib", version, tag=ANY, requires_python=">=3.9"))
     set_yanked(channel, "lib", "1.0", "broken")
@@ -43,75 +49,120 @@ def one_line(result: CliResult, code: int, *says: str) -> str:
     return line
 
 
-def snapshot(channel: Channel) -> dict[Path, bytes]:
-    return {p: p.read_bytes() for p in channel.path.rglob("*") if p.is_file() and p.name != ".lock"}
+def snapshot(channel: ObjectChannel) -> dict[Path, bytes]:
+    """Every file of the index tree: the channel's pages and entries, the blobs, and the
+    storage's own work (a refused command leaves not even a lock file behind)."""
+    root = Path(channel.storage.location)
+    return {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def lib_files(channel: ObjectChannel) -> list[tuple[str, str | None]]:
+    project = channel.project("lib")
+    assert project is not None
+    return [(f.filename, f.yanked) for f in project.files]
 
 
 @pytest.mark.parametrize("page", ["simple/index.json", "simple/lib/index.json"])
-def test_a_damaged_page_stops_a_publish_and_repair_mends_it(
-    cli: CliRunner, repo_root: Path, channel: Channel, tmp_path: Path, page: str
+def test_a_damaged_page_is_named_by_verify_and_mended_by_render_and_by_the_next_publish(
+    cli: CliRunner, repo_root: Path, channel: ObjectChannel, tmp_path: Path, page: str
 ) -> None:
-    (channel.path / page).write_text('{"meta": {"api-version": "1.1"}, "proj')
+    """The pages are a function of the entries: a damaged one loses nothing (the yank is an
+    object of its own), a check names it, and any render writes it again."""
+    damaged = pages_dir(channel).parent / page
+    damaged.write_text('{"meta": {"api-version": "1.1"}, "proj')
     before = snapshot(channel)
-    wheel = make_wheel(tmp_path / "w", "lib", "3.0", tag=ANY)
-    result = cli("--recipes", str(repo_root / "recipes"), "publish", "--channel", "cpu", str(wheel))
+    where = "cpu" if page == "simple/index.json" else "cpu/lib"
     one_line(
-        result, IndexStoreError.exit_code, f"{page}: not a valid index page", "wheelmill index repair --channel cpu"
+        cli("index", "verify"), IndexStoreError.exit_code, f"{where}: not a valid index page", "wheelmill index render"
     )
-    assert snapshot(channel) == before, "nothing written"
-    repaired = cli("--recipes", str(repo_root / "recipes"), "index", "repair")
-    assert repaired.code == 0, repaired.err
-    assert verify(channel) == []
-    project = channel.project("lib")
-    assert project is not None and [f.yanked for f in project.files] == ["broken", None], (
+    assert snapshot(channel) == before, "a check writes nothing"
+    rendered = cli("index", "render", "--channel", "cpu")
+    assert rendered.code == 0, rendered.err
+    assert "cpu: rendered, ok" in rendered.out
+    assert problems(channel) == []
+    assert lib_files(channel) == [("lib-1.0-py3-none-any.whl", "broken"), ("lib-2.0-py3-none-any.whl", None)], (
         "the yank survives a damaged JSON page"
     )
-    assert cli("--recipes", str(repo_root / "recipes"), "publish", "--channel", "cpu", str(wheel)).code == 0
+    damaged.write_text('{"meta": {"api-version": "1.1"}, "proj')
+    wheel = make_wheel(tmp_path / "w", "lib", "3.0", tag=ANY)
+    published = cli("--recipes", str(repo_root / "recipes"), "publish", "--channel", "cpu", str(wheel))
+    assert published.code == 0, published.err
+    assert problems(channel) == []
+    assert lib_files(channel) == [
+        ("lib-1.0-py3-none-any.whl", "broken"),
+        ("lib-2.0-py3-none-any.whl", None),
+        ("lib-3.0-py3-none-any.whl", None),
+    ]
 
 
-def test_a_project_with_no_readable_page_is_rebuilt_from_its_files(cli: CliRunner, channel: Channel) -> None:
-    (channel.simple / "lib" / "index.json").write_text("{")
-    (channel.simple / "lib" / "index.html").unlink()
-    (channel.files / "lib-2.0-py3-none-any.whl.metadata").unlink()
-    result = cli("index", "repair", "--channel", "cpu")
+def test_a_project_with_no_readable_page_is_rendered_again_from_its_entries(
+    cli: CliRunner, channel: ObjectChannel
+) -> None:
+    (pages_dir(channel) / "lib" / "index.json").write_text("{")
+    (pages_dir(channel) / "lib" / "index.html").unlink()
+    result = cli("index", "render", "--channel", "cpu")
     assert result.code == 0, result.err
     assert (
-        "lib: rebuilt from its files" in result.out
-        and "made the .metadata of lib-2.0-py3-none-any.whl again" in result.out
-    )
-    assert verify(channel) == []
+        "cpu: lib: listed lib-1.0-py3-none-any.whl (unlisted before)" in result.out
+        and "cpu: lib: listed lib-2.0-py3-none-any.whl (unlisted before)" in result.out
+    ), result.out
+    assert problems(channel) == []
+    assert lib_files(channel) == [("lib-1.0-py3-none-any.whl", "broken"), ("lib-2.0-py3-none-any.whl", None)]
     project = channel.project("lib")
-    assert project is not None and sorted(f.filename for f in project.files) == [
-        "lib-1.0-py3-none-any.whl",
-        "lib-2.0-py3-none-any.whl",
-    ]
-    assert {f.requires_python for f in project.files} == {">=3.9"}
+    assert project is not None and {f.requires_python for f in project.files} == {">=3.9"}
 
 
-def test_a_missing_html_page_is_a_problem_verify_names_and_repair_mends(cli: CliRunner, channel: Channel) -> None:
-    (channel.simple / "lib" / "index.html").unlink()
+def test_a_lost_sidecar_is_named_by_render_and_publishing_the_file_again_stores_it(
+    cli: CliRunner, repo_root: Path, channel: ObjectChannel, tmp_path: Path
+) -> None:
+    """A render writes pages, not bytes: what the storage lost is named with the fix, and
+    the same file published again (a job's retry) stores what is missing."""
+    sidecar = Path(f"{stored_file(channel, 'lib-2.0-py3-none-any.whl')}.metadata")
+    sidecar.unlink()
     one_line(
-        cli("index", "verify"), IndexStoreError.exit_code, "cpu/lib: index.html is missing", "wheelmill index repair"
+        cli("index", "render", "--channel", "cpu"),
+        IndexStoreError.exit_code,
+        "cpu/lib-2.0-py3-none-any.whl: listed but the file or its .metadata is missing",
+        "publish again what it names",
     )
-    assert cli("index", "repair").code == 0
+    wheel = tmp_path / "w" / "lib-2.0-py3-none-any.whl"
+    again = cli("--recipes", str(repo_root / "recipes"), "publish", "--channel", "cpu", str(wheel))
+    assert again.code == 0 and "unchanged: cpu/lib-2.0-py3-none-any.whl" in again.out, again.err
+    assert sidecar.is_file()
+    assert problems(channel) == []
+    assert cli("index", "verify", "--hashes").code == 0
+
+
+def test_a_missing_html_page_is_a_problem_verify_names_and_render_mends(cli: CliRunner, channel: ObjectChannel) -> None:
+    (pages_dir(channel) / "lib" / "index.html").unlink()
+    one_line(
+        cli("index", "verify"),
+        IndexStoreError.exit_code,
+        "cpu/lib: index.html and index.json list different files",
+        "wheelmill index render",
+    )
+    assert cli("index", "render").code == 0
+    assert (pages_dir(channel) / "lib" / "index.html").is_file()
     assert cli("index", "verify").code == 0
 
 
-def test_verify_reads_every_files_bytes_with_hashes_on_a_tree_as_on_a_bucket(cli: CliRunner, channel: Channel) -> None:
+def test_verify_reads_every_files_bytes_with_hashes_on_a_tree_as_on_a_bucket(
+    cli: CliRunner, channel: ObjectChannel, tmp_path: Path
+) -> None:
     """One check on either storage (docs/design/storage.md): without --hashes every page,
     file and sidecar is there with its size; with it, every file is read back and hashed."""
-    (wheel,) = sorted(channel.files.glob("lib-1.0-*.whl"))
+    wheel = stored_file(channel, "lib-1.0-py3-none-any.whl")
     data = bytearray(wheel.read_bytes())
     data[-1] ^= 0xFF  # the same size, other bytes
-    damaged = channel.root / "damaged.whl"
+    damaged = tmp_path / "damaged.whl"
     damaged.write_bytes(bytes(data))
-    damaged.replace(wheel)  # a new file: the store's hard link keeps the published bytes
+    damaged.replace(wheel)
     assert cli("index", "verify").code == 0
     one_line(cli("index", "verify", "--hashes"), IndexStoreError.exit_code, f"cpu/{wheel.name}: sha256 differs")
 
 
 def test_a_wheel_whose_metadata_version_is_no_version(
-    cli: CliRunner, repo_root: Path, channel: Channel, tmp_path: Path
+    cli: CliRunner, repo_root: Path, channel: ObjectChannel, tmp_path: Path
 ) -> None:
     wheel = make_wheel(tmp_path / "bad", "lib", "3.0", tag=ANY)
     with zipfile.ZipFile(wheel) as zf:
@@ -132,7 +183,7 @@ def test_a_wheel_whose_metadata_version_is_no_version(
 
 
 def test_a_metadata_bomb_is_refused_before_it_is_read(
-    cli: CliRunner, repo_root: Path, channel: Channel, tmp_path: Path
+    cli: CliRunner, repo_root: Path, channel: ObjectChannel, tmp_path: Path
 ) -> None:
     wheel = tmp_path / "bomb" / "lib-4.0-py3-none-any.whl"
     wheel.parent.mkdir()
@@ -173,10 +224,28 @@ def test_a_count_that_is_no_count_is_a_usage_error(cli: CliRunner, repo_root: Pa
     )
 
 
-def test_a_leftover_is_a_note_that_names_what_was_being_written(cli: CliRunner, channel: Channel) -> None:
-    leftover = channel.tmp / f"{TMP_PREFIX}lib-3.0-py3-none-any.whl.x1y2z3{TMP_SUFFIX}"
+def test_a_stale_download_is_a_note_of_verify_and_sweep_removes_it(cli: CliRunner, channel: ObjectChannel) -> None:
+    """A mirror killed midway leaves a partial download in the tree's download store: verify
+    notes it (no problem of any channel) and names the command that removes it; one written
+    to a moment ago is a download in progress, and both commands leave it alone."""
+    incoming = Blobs(Path(channel.storage.location)).incoming
+    incoming.mkdir(parents=True)
+    leftover = incoming / f"{TMP_PREFIX}lib-3.0-py3-none-any.whl.x1y2z3{TMP_SUFFIX}"
     leftover.write_bytes(b"half")
+    an_hour_ago = time.time() - STALE_AFTER - 3600
+    os.utime(leftover, (an_hour_ago, an_hour_ago))
+    running = incoming / f"{TMP_PREFIX}lib-4.0-py3-none-any.whl.a1b2c3{TMP_SUFFIX}"
+    running.write_bytes(b"still coming")
     result = cli("index", "verify")
     assert result.code == 0 and result.err == ""
-    assert f"note: {leftover.name}, of an interrupted write of lib-3.0-py3-none-any.whl" in result.out
-    assert json.loads((channel.simple / "lib" / "index.json").read_text())["name"] == "lib"
+    assert (
+        f"note: downloads: {leftover.name}, left by an interrupted mirror (`wheelmill index sweep` removes it)"
+        in result.out
+    ), result.out
+    assert running.name not in result.out
+    swept = cli("index", "sweep")
+    assert swept.code == 0, swept.err
+    assert "downloads: removed 1 files" in swept.out, swept.out
+    assert not leftover.exists() and running.is_file()
+    assert json.loads((pages_dir(channel) / "lib" / "index.json").read_text())["name"] == "lib"
+    assert problems(channel) == []

@@ -2,7 +2,8 @@
 the closure locks torch and every dependency as wheels with sha256; mirroring publishes
 them as mirrored files that verify and install on their own; a file whose bytes differ
 from the lock is exit 7 and an upstream that drops the connection exit 6, both leaving the
-channel as it was; built beats mirrored both ways; two channels share one stored copy."""
+channel as it was; built beats mirrored both ways; two channels share one stored copy; what a
+killed mirror leaves in the download store is noted by verify and removed by sweep."""
 
 from __future__ import annotations
 
@@ -19,16 +20,19 @@ from pathlib import Path
 
 import pytest
 
+from tests.channels import pages_dir, stored_file, tree_channel
 from tests.conftest import CliRunner
 from tests.reports import write_report as report_of
-from tests.sandbox import PYTHON, Sandbox
+from tests.sandbox import PYTHON, TORCH, Sandbox
 from tests.wheels import make_wheel
 from wheelmill.errors import EnvError
 from wheelmill.index.blobs import Blobs
 from wheelmill.index.closure import Closure, ClosureInputs, Mirrored, mirror, read, resolve
+from wheelmill.index.objects import ObjectChannel
 from wheelmill.index.promotion import promote_mirrored
-from wheelmill.index.store import Channel, PublishOutcome, publish, usage
-from wheelmill.index.verify import verify
+from wheelmill.index.roots import Index, problems, publish, usage
+from wheelmill.index.storage import TreeStorage
+from wheelmill.index.store import PublishOutcome
 from wheelmill.machine import envs
 from wheelmill.machine.net import sha256_of
 from wheelmill.machine.package_sources import PackageSources
@@ -41,17 +45,25 @@ FAST = RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.01)
 
 
 class Upstream:
-    """The sandbox's stand-in index (torch for each variant) plus a dependency chain."""
+    """A package index on this machine's disk: a stand-in torch of the cpu cell's version
+    (as the sandbox's) plus a dependency chain, in a tree of its own that the one channel
+    code writes, so that what it serves does not hang on how the sandbox writes its index."""
 
     def __init__(self, sandbox: Sandbox) -> None:
-        self.channel = Channel(sandbox.root / "stand-in-index", "torch")
+        self.root = sandbox.root / "upstream-index"
+        self.channel = tree_channel(self.root, "upstream")
         wheels = sandbox.root / "upstream-wheels"
+        version, label, cuda, hip = TORCH["cpu"]
+        version_py = f"__version__ = '{version}+{label}'\ncuda = {cuda!r}\nhip = {hip!r}\n".encode()
+        torch = {"torch/__init__.py": b"", "torch/version.py": version_py}
+        publish(self.channel, make_wheel(wheels, "torch", f"{version}+{label}", files=torch, tag="py3-none-any"))
         publish(self.channel, make_wheel(wheels, "dep", "1.0", requires=["leaf>=2"], tag="py3-none-any"))
         publish(self.channel, make_wheel(wheels, "leaf", "2.0", tag="py3-none-any"))
-        self.url = sandbox.index
+        self.url = pages_dir(self.channel).as_uri() + "/"
 
     def file(self, filename: str) -> Path:
-        return self.channel.files / filename
+        """Where upstream keeps the file: the path of the URL its page links, as the lock records it."""
+        return stored_file(self.channel, filename)
 
 
 @pytest.fixture
@@ -74,7 +86,7 @@ def built_app(sandbox: Sandbox, *, requires: tuple[str, ...] = ("dep", "torch"))
     )
 
 
-def inputs(sandbox: Sandbox, channel: Channel, wheel: Path, sources: str) -> ClosureInputs:
+def inputs(sandbox: Sandbox, channel: ObjectChannel, wheel: Path, sources: str) -> ClosureInputs:
     return ClosureInputs(
         cell=sandbox.cell("cpu"),
         channel=channel,
@@ -87,7 +99,7 @@ def inputs(sandbox: Sandbox, channel: Channel, wheel: Path, sources: str) -> Clo
     )
 
 
-def resolved(sandbox: Sandbox, channel: Channel, wheel: Path, sources: str, tmp_path: Path) -> Closure:
+def resolved(sandbox: Sandbox, channel: ObjectChannel, wheel: Path, sources: str, tmp_path: Path) -> Closure:
     with StepLog(tmp_path / "closure.log") as log:
         return resolve(
             inputs(sandbox, channel, wheel, sources),
@@ -98,24 +110,35 @@ def resolved(sandbox: Sandbox, channel: Channel, wheel: Path, sources: str, tmp_
         )
 
 
-def mirrored(closure: Closure, channel: Channel, tmp_path: Path) -> Mirrored:
+def index_root(channel: ObjectChannel) -> Path:
+    return Path(channel.storage.location)
+
+
+def mirrored(closure: Closure, channel: ObjectChannel, tmp_path: Path) -> Mirrored:
+    # A tree index keeps the downloads in its own store: what it publishes is another name of them.
     with StepLog(tmp_path / "mirror.log") as log:
         return mirror(
-            closure, channel, sources=PackageSources(index_url=None), policy=FAST, log=log, on_line=lambda _line: None
+            closure,
+            channel,
+            downloads=Index(tree=index_root(channel)).downloads(tmp_path),
+            sources=PackageSources(index_url=None),
+            policy=FAST,
+            log=log,
+            on_line=lambda _line: None,
         )
 
 
-def tree(root: Path) -> dict[str, bytes]:
-    """Every file of a channel and its bytes (its lock file names the last writer's pid)."""
-    return {
-        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".lock"
-    }
+def objects_of(root: Path) -> dict[str, bytes]:
+    """Every object of an index tree and its bytes: every channel's entries and pages, and the
+    blobs; not the download store or the tree's own work (dot directories, no objects)."""
+    storage = TreeStorage(root)
+    return {key: storage.path(key).read_bytes() for key in storage.keys_under()}
 
 
 def test_the_closure_locks_torch_and_every_dependency_as_hashed_wheels(
     sandbox: Sandbox, upstream: Upstream, tmp_path: Path
 ) -> None:
-    channel = Channel(sandbox.output / "index", "cpu")
+    channel = tree_channel(sandbox.output / "index", "cpu")
     publish(channel, built_app(sandbox))
     closure = resolved(sandbox, channel, built_app(sandbox), upstream.url, tmp_path)
     assert {w.project for w in closure.wheels} == {"app", "dep", "leaf", "torch"}
@@ -136,7 +159,7 @@ def test_the_closure_locks_torch_and_every_dependency_as_hashed_wheels(
 def test_a_dependency_with_no_wheel_anywhere_is_a_one_line_env_error(
     sandbox: Sandbox, upstream: Upstream, tmp_path: Path
 ) -> None:
-    channel = Channel(sandbox.output / "index", "cpu")
+    channel = tree_channel(sandbox.output / "index", "cpu")
     with pytest.raises(EnvError, match="cannot resolve the runtime closure from wheels") as raised:
         resolved(sandbox, channel, built_app(sandbox, requires=("no-such-dependency",)), upstream.url, tmp_path)
     assert raised.value.exit_code == 8
@@ -155,7 +178,7 @@ def test_a_lock_with_a_package_that_has_no_wheel_is_refused(tmp_path: Path) -> N
 def test_mirroring_publishes_the_closure_as_mirrored_and_the_channel_installs_on_its_own(
     sandbox: Sandbox, upstream: Upstream, tmp_path: Path
 ) -> None:
-    channel = Channel(sandbox.output / "index", "cpu")
+    channel = tree_channel(sandbox.output / "index", "cpu")
     publish(channel, built_app(sandbox))
     done = mirrored(resolved(sandbox, channel, built_app(sandbox), upstream.url, tmp_path), channel, tmp_path)
     assert sorted((p.project, p.outcome) for p in done.published) == [
@@ -163,11 +186,12 @@ def test_mirroring_publishes_the_closure_as_mirrored_and_the_channel_installs_on
         ("leaf", PublishOutcome.ADDED),
         ("torch", PublishOutcome.ADDED),
     ]
-    assert verify(channel) == []
-    page = json.loads((channel.simple / "dep" / "index.json").read_text())
-    assert page["files"][0]["_mirrored-from"] == upstream.channel.files.joinpath("dep-1.0-py3-none-any.whl").as_uri()
-    assert "_mirrored-from" not in json.loads((channel.simple / "app" / "index.json").read_text())["files"][0]
-    assert (channel.files / "leaf-2.0-py3-none-any.whl.metadata").is_file()  # PEP 658, like a built wheel
+    assert problems(channel) == []
+    page = json.loads((pages_dir(channel) / "dep" / "index.json").read_text())
+    assert page["files"][0]["_mirrored-from"] == upstream.file("dep-1.0-py3-none-any.whl").as_uri()
+    assert "_mirrored-from" not in json.loads((pages_dir(channel) / "app" / "index.json").read_text())["files"][0]
+    leaf = stored_file(channel, "leaf-2.0-py3-none-any.whl")
+    assert leaf.with_name(f"{leaf.name}.metadata").is_file()  # PEP 658, like a built wheel
     # The channel alone installs the built wheel with torch and every dependency.
     venv = tmp_path / "consumer"
     subprocess.run([uv_bin(), "venv", "--no-config", "--quiet", "--python", PYTHON, str(venv)], check=True)
@@ -180,7 +204,7 @@ def test_mirroring_publishes_the_closure_as_mirrored_and_the_channel_installs_on
         "--python",
         str(venv / "bin" / "python"),
         "--index-url",
-        channel.simple.resolve().as_uri(),
+        pages_dir(channel).resolve().as_uri(),
         "app",
     ]
     subprocess.run(install, check=True)
@@ -197,7 +221,7 @@ def test_mirroring_publishes_the_closure_as_mirrored_and_the_channel_installs_on
 def test_index_list_shows_built_and_mirrored_and_the_bytes_stored(
     cli: CliRunner, sandbox: Sandbox, upstream: Upstream, tmp_path: Path
 ) -> None:
-    channel = Channel(sandbox.output / "index", "cpu")
+    channel = tree_channel(sandbox.output / "index", "cpu")
     publish(channel, built_app(sandbox))
     mirrored(resolved(sandbox, channel, built_app(sandbox), upstream.url, tmp_path), channel, tmp_path)
     result = cli("--output", str(sandbox.output), "index", "list", "--channel", "cpu")
@@ -231,19 +255,20 @@ def refused_mirror(
     *,
     retries: int,
     code: int,
-    channel: Channel,
+    root: Path,
     before: dict[str, bytes],
 ) -> str:
     """`wheelmill mirror` from the command line, refused: the exit code, one line that says
-    the channel is unchanged, and the channel byte for byte as it was; that line."""
+    the channel is unchanged, and the index (its channels and blobs) byte for byte as it was;
+    that line."""
     for key, value in {**sandbox.environ(), "WHEELMILL_RETRIES": str(retries), "WHEELMILL_RETRY_DELAY": "0.01"}.items():
         monkeypatch.setenv(key, value)
     result = cli("--recipes", str(sandbox.recipes), "mirror", "--cell", sandbox.cell("cpu"))
     assert result.code == code, result.out + result.err
     (line,) = result.err.splitlines()
     assert "the channel is unchanged" in line
-    assert tree(channel.path) == before  # verified downloads may stay in the store, named by content
-    assert not list(channel.root.rglob("*.part"))
+    assert objects_of(root) == before  # verified downloads may stay in the download store, named by content
+    assert not list(root.rglob("*.part"))
     return line
 
 
@@ -252,17 +277,17 @@ def test_a_file_whose_bytes_differ_from_the_lock_is_exit_7_and_the_channel_is_un
 ) -> None:
     """From the command line: upstream's page still says one sha256, its file now has other
     bytes (a tampered or corrupted mirror); the download is refused, never retried."""
-    channel = Channel(sandbox.output / "index", "cpu")
+    channel = tree_channel(sandbox.output / "index", "cpu")
     app = built_app(sandbox)
     publish(channel, app)
     write_report(sandbox, app, upstream.url)
-    before = tree(channel.path)
+    before = objects_of(index_root(channel))
     leaf = upstream.file("leaf-2.0-py3-none-any.whl")
-    leaf.unlink()  # its name now holds other bytes (it was a link into upstream's store)
+    leaf.unlink()  # its name now holds other bytes, a file of their own
     make_wheel(
         sandbox.root / "tampered", "leaf", "2.0", tag="py3-none-any", files={"leaf/evil.py": b"import os\n"}
     ).rename(leaf)
-    line = refused_mirror(cli, monkeypatch, sandbox, retries=3, code=7, channel=channel, before=before)
+    line = refused_mirror(cli, monkeypatch, sandbox, retries=3, code=7, root=index_root(channel), before=before)
     assert line.startswith("wheelmill: error: mirror: leaf-2.0-py3-none-any.whl: ") and "sha256 mismatch" in line, line
     log = (sandbox.output / sandbox.cell("cpu") / "logs" / "mirror.log").read_text()
     assert "attempt 1 failed" not in log  # a mismatch is never retried
@@ -285,12 +310,12 @@ class _DropsWheels(http.server.SimpleHTTPRequestHandler):
 @pytest.fixture
 def dropping(upstream: Upstream) -> Iterator[str]:
     def handler(*args: object) -> _DropsWheels:
-        return _DropsWheels(*args, directory=str(upstream.channel.root))  # type: ignore[arg-type]
+        return _DropsWheels(*args, directory=str(upstream.root))  # type: ignore[arg-type]
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/torch/simple/"
+    yield f"http://127.0.0.1:{server.server_address[1]}/{upstream.channel.name}/simple/"
     server.shutdown()
     server.server_close()
 
@@ -300,12 +325,12 @@ def test_an_upstream_that_drops_every_download_is_exit_6_after_the_retries(
 ) -> None:
     """From the command line, as a user runs it after a build: one line naming the file's
     URL, the retries spent, and the channel as it was."""
-    channel = Channel(sandbox.output / "index", "cpu")
+    channel = tree_channel(sandbox.output / "index", "cpu")
     app = built_app(sandbox)
     publish(channel, app)
     write_report(sandbox, app, dropping)
-    before = tree(channel.path)
-    line = refused_mirror(cli, monkeypatch, sandbox, retries=2, code=6, channel=channel, before=before)
+    before = objects_of(index_root(channel))
+    line = refused_mirror(cli, monkeypatch, sandbox, retries=2, code=6, root=index_root(channel), before=before)
     assert (
         line.startswith("wheelmill: error: mirror: http://127.0.0.1:")
         and ".whl is unreachable after 2 attempts" in line
@@ -317,7 +342,7 @@ def test_an_upstream_that_drops_every_download_is_exit_6_after_the_retries(
 
 def test_built_beats_mirrored_both_ways(sandbox: Sandbox, upstream: Upstream, tmp_path: Path) -> None:
     # A project built in the channel before the closure is resolved is resolved from there and never mirrored.
-    channel = Channel(sandbox.output / "index", "cpu")
+    channel = tree_channel(sandbox.output / "index", "cpu")
     publish(channel, built_app(sandbox))
     publish(channel, make_wheel(sandbox.root / "dist", "leaf", "2.0+cpu", tag="py3-none-any"))
     closure = resolved(sandbox, channel, built_app(sandbox), upstream.url, tmp_path)
@@ -331,8 +356,8 @@ def test_built_beats_mirrored_both_ways(sandbox: Sandbox, upstream: Upstream, tm
     )
     assert done.replaced == ("dep-1.0-py3-none-any.whl",)
     assert [(f.filename, f.built) for f in channel.project("dep").files] == [("dep-1.0+cpu-py3-none-any.whl", True)]  # type: ignore[union-attr]
-    assert not (channel.files / "dep-1.0-py3-none-any.whl").exists()
-    assert verify(channel) == []
+    assert "dep-1.0-py3-none-any.whl" not in channel.listing("dep"), "its entry is gone, not only unlisted"
+    assert problems(channel) == []
     # And a mirrored file offered for a built project is not added.
     again = publish(
         channel, upstream.file("dep-1.0-py3-none-any.whl"), mirrored_from="file:///upstream/dep-1.0-py3-none-any.whl"
@@ -345,13 +370,13 @@ def test_a_wheel_on_local_disk_is_stored_as_another_name_of_its_file(
 ) -> None:
     """A file:// source (a mirror on this machine's disk): its bytes checked, then linked
     into the store, not copied a second time; its mode left as it was."""
-    channel = Channel(sandbox.output / "index", "cpu")
+    channel = tree_channel(sandbox.output / "index", "cpu")
     publish(channel, built_app(sandbox))
     leaf = upstream.file("leaf-2.0-py3-none-any.whl")
     leaf.chmod(0o444)
     mirrored(resolved(sandbox, channel, built_app(sandbox), upstream.url, tmp_path), channel, tmp_path)
-    blob = Blobs(channel.root).path_of(sha256_of(leaf))
-    assert blob.stat().st_ino == leaf.stat().st_ino == (channel.files / leaf.name).stat().st_ino
+    download = Blobs(index_root(channel)).path_of(sha256_of(leaf))
+    assert download.stat().st_ino == leaf.stat().st_ino == stored_file(channel, leaf.name).stat().st_ino
     assert leaf.stat().st_mode & 0o777 == 0o444
     assert "stored from" in (tmp_path / "mirror.log").read_text()
 
@@ -360,36 +385,43 @@ def test_two_channels_holding_the_same_dependency_store_it_once(
     sandbox: Sandbox, upstream: Upstream, tmp_path: Path
 ) -> None:
     root = sandbox.output / "index"
-    first, second = Channel(root, "cpu"), Channel(root, "test/cpu")
+    first, second = tree_channel(root, "cpu"), tree_channel(root, "test/cpu")
     for channel in (first, second):
         publish(channel, built_app(sandbox))
         mirrored(resolved(sandbox, channel, built_app(sandbox), upstream.url, tmp_path), channel, tmp_path)
     torch = "torch-2.13.0+cpu-py3-none-any.whl"
-    blob = Blobs(root).path_of(sha256_of(first.files / torch))
-    assert (first.files / torch).stat().st_ino == (second.files / torch).stat().st_ino == blob.stat().st_ino
-    # Three names in the index (a local source's file may be one more name of it outside).
-    assert len([p for p in root.rglob("*") if p.is_file() and p.stat().st_ino == blob.stat().st_ino]) == 3
-    used = usage(root)
+    assert stored_file(first, torch) == stored_file(second, torch), "both entries name the one blob"
+    download = Blobs(root).path_of(sha256_of(stored_file(first, torch)))
+    assert stored_file(first, torch).stat().st_ino == download.stat().st_ino
+    # Two names in the index, the blob and the download (a local source's file may be one more outside).
+    assert len([p for p in root.rglob("*") if p.is_file() and p.stat().st_ino == download.stat().st_ino]) == 2
+    used = usage(Index(tree=root))
     assert used.listed_files == 8
     assert used.stored_files == 4  # app, dep, leaf, torch: once each
     assert used.stored_bytes * 2 == used.listed_bytes
 
 
 def test_verify_checks_mirrored_files_like_built_ones(sandbox: Sandbox, upstream: Upstream, tmp_path: Path) -> None:
-    channel = Channel(sandbox.output / "index", "cpu")
+    channel = tree_channel(sandbox.output / "index", "cpu")
     publish(channel, built_app(sandbox))
     mirrored(resolved(sandbox, channel, built_app(sandbox), upstream.url, tmp_path), channel, tmp_path)
-    target = channel.files / "leaf-2.0-py3-none-any.whl"
-    target.write_bytes(target.read_bytes()[:-1] + b"X")
-    assert verify(channel) == [f"{channel.name}/leaf-2.0-py3-none-any.whl: sha256 differs from the page"]
+    target = stored_file(channel, "leaf-2.0-py3-none-any.whl")
+    damaged = target.read_bytes()[:-1] + b"X"
+    target.unlink()  # a file of its own: the download and upstream's file are other names of the bytes
+    target.write_bytes(damaged)
+    assert problems(channel) == [f"{channel.name}/leaf-2.0-py3-none-any.whl: sha256 differs from the page"]
 
 
-def test_a_killed_mirrors_download_is_noted_by_verify_and_removed_by_repair(
-    cli: CliRunner, sandbox: Sandbox, tmp_path: Path
+def test_a_killed_mirrors_download_is_noted_by_verify_and_removed_by_sweep(
+    cli: CliRunner, sandbox: Sandbox, upstream: Upstream, tmp_path: Path
 ) -> None:
     root = sandbox.output / "index"
-    publish(Channel(root, "cpu"), built_app(sandbox))
+    channel = tree_channel(root, "cpu")
+    publish(channel, built_app(sandbox))
+    mirrored(resolved(sandbox, channel, built_app(sandbox), upstream.url, tmp_path), channel, tmp_path)
     blobs = Blobs(root)
+    kept = sorted(blobs.all())  # the mirrored downloads, each another name of a blob the channel lists
+    assert len(kept) == 3
     stale = blobs.incoming / ".wm-tmp-torch-2.13.0.whl.x1.part"
     live = blobs.incoming / ".wm-tmp-nvidia_cublas.whl.x2.part"
     for path in (stale, live):
@@ -398,26 +430,28 @@ def test_a_killed_mirrors_download_is_noted_by_verify_and_removed_by_repair(
     os.utime(stale, (time.time() - 3600, time.time() - 3600))
     checked = cli("--output", str(sandbox.output), "index", "verify")
     assert checked.code == 0, checked.err
-    assert f"note: store: {stale.name}, left by an interrupted mirror" in checked.out
+    assert f"note: downloads: {stale.name}, left by an interrupted mirror (`wheelmill index sweep` removes it)" in (
+        checked.out
+    )
     assert live.name not in checked.out  # still being written, for all it knows
-    # A stored file no channel links to any more (a killed publish's, a pruned nightly's).
+    # A download that no blob of the index is another name of (its file removed everywhere, then swept).
     orphan = blobs.path_of("f" * 64)
     orphan.parent.mkdir(parents=True)
     orphan.write_bytes(b"x" * 1000)
     os.utime(orphan, (time.time() - 3600, time.time() - 3600))
-    repaired = cli("--output", str(sandbox.output), "index", "repair")
-    assert repaired.code == 0, repaired.err
-    assert f"store: removed {stale.name}" in repaired.out
-    assert "store: removed 1 stored files no channel holds (1000 B)" in repaired.out
+    swept = cli("--output", str(sandbox.output), "index", "sweep")
+    assert swept.code == 0, swept.err
+    assert "downloads: removed 2 files no channel holds or a mirror left (1015 B)" in swept.out
     assert not stale.exists() and live.exists() and not orphan.exists()
-    assert len(list(blobs.all())) == 1  # the app's, linked from the channel
+    assert sorted(blobs.all()) == kept, "a download the channel's blob is another name of stays"
+    assert problems(channel) == []
 
 
 def test_promotion_takes_the_mirrored_closure_along_as_links(
     sandbox: Sandbox, upstream: Upstream, tmp_path: Path
 ) -> None:
     root = sandbox.output / "index"
-    tested, released = Channel(root, "test/cpu"), Channel(root, "cpu")
+    tested, released = tree_channel(root, "test/cpu"), tree_channel(root, "cpu")
     publish(tested, built_app(sandbox))
     mirrored(resolved(sandbox, tested, built_app(sandbox), upstream.url, tmp_path), tested, tmp_path)
     publish(released, make_wheel(sandbox.root / "built", "leaf", "2.0+cpu", tag="py3-none-any"))  # built in the target
@@ -427,5 +461,6 @@ def test_promotion_takes_the_mirrored_closure_along_as_links(
     )
     assert sorted(done) == ["dep added", "leaf built here", "torch added"]
     torch = "torch-2.13.0+cpu-py3-none-any.whl"
-    assert (released.files / torch).stat().st_ino == (tested.files / torch).stat().st_ino
-    assert verify(released) == []
+    assert stored_file(released, torch) == stored_file(tested, torch), "its entry names the tested one's blob"
+    assert len(list((root / "blobs").rglob(torch))) == 1, "no second copy of the bytes"
+    assert problems(released) == []

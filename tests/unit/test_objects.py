@@ -1,8 +1,8 @@
 """A channel written as objects (``wheelmill.index.objects``), on the tree implementation of
-the storage protocol: the same rules as the tree's channel (immutable files, built beats
-mirrored, build keys learnt, yanks), pages a function of the entries, and a writer's death
-between any two of its writes healed by the next render. The S3 implementation runs the
-same code against a real server in tests/integration/test_object_index.py."""
+the storage protocol: its rules (immutable files, built beats mirrored, build keys learnt,
+yanks), pages a function of the entries, and a writer's death between any two of its
+writes healed by the next render. The S3 implementation runs the same code against a real
+server in tests/integration/test_object_index.py."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.channels import stored_file, tree_channel
 from tests.wheels import make_wheel
 from wheelmill.errors import IndexConflict, IndexStoreError
 from wheelmill.index.objects import (
@@ -26,8 +27,7 @@ from wheelmill.index.objects import (
 )
 from wheelmill.index.roots import export
 from wheelmill.index.storage import Storage, TreeStorage
-from wheelmill.index.store import Channel, PublishOutcome, built_by_key
-from wheelmill.index.verify import verify as tree_verify
+from wheelmill.index.store import PublishOutcome, built_by_key
 
 
 @pytest.fixture
@@ -174,10 +174,13 @@ def test_an_export_into_a_tree_holds_the_named_builds_and_the_mirrored_closure(
     for built in (old, new):
         publish(channel, built)
     publish(channel, dep, mirrored_from="https://upstream.example/dep-3.0.whl")
-    target = Channel(tmp_path / "tree", channel.name)
+    # another storage: an entry naming the source's blob would name nothing there, so the bytes must go too
+    target = tree_channel(tmp_path / "tree", channel.name)
     done = export(channel, target, built={new.name}, scratch=tmp_path)
     assert sorted(d.filename for d in done) == sorted([new.name, dep.name])
     listed = {f.filename: f for p in target.projects() for f in p.files}
     assert set(listed) == {new.name, dep.name}
     assert listed[dep.name].mirrored_from == "https://upstream.example/dep-3.0.whl" and listed[new.name].built
-    assert tree_verify(target) == []
+    for name, source in ((new.name, new), (dep.name, dep)):
+        assert stored_file(target, name).read_bytes() == source.read_bytes(), "the tree holds the bytes themselves"
+    assert verify(target) == []

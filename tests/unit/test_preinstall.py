@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.attest import published_signed
+from tests.channels import tree_channel
 from tests.conftest import CliRunner
 from tests.reports import write_report
 from tests.wheels import make_wheel
@@ -27,7 +28,6 @@ from wheelmill.images.smoke import Smoke
 from wheelmill.index.attested import Source, local_source
 from wheelmill.index.pages import Project
 from wheelmill.index.preinstall import NO_KEY_LINE, NOT_VERIFIED, verify_before_install
-from wheelmill.index.store import Channel
 from wheelmill.machine.engine import Engine, EngineName
 from wheelmill.machine.process import StepLog
 from wheelmill.provenance.sbom import SBOM_FILE
@@ -69,7 +69,7 @@ def no_keys_from_outside(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_only_the_files_an_install_takes_are_verified_and_each_failure_is_a_line(
     tmp_path: Path, team: SigningKey, stranger: SigningKey
 ) -> None:
-    channel = Channel(tmp_path / "index", "cpu")
+    channel = tree_channel(tmp_path / "index", "cpu")
     good = published_signed(channel, tmp_path / "w", "wm-good", "1.0+cpu", key=team)
     bad = published_signed(channel, tmp_path / "w", "wm-bad", "1.0+cpu", key=stranger)
     bare = published_signed(channel, tmp_path / "w", "wm-bare", "1.0+cpu", key=None)
@@ -89,7 +89,7 @@ def test_only_the_files_an_install_takes_are_verified_and_each_failure_is_a_line
 
 
 def test_a_file_to_install_that_the_pages_do_not_list_as_built_is_a_failure(tmp_path: Path, team: SigningKey) -> None:
-    channel = Channel(tmp_path / "index", "cpu")
+    channel = tree_channel(tmp_path / "index", "cpu")
     published_signed(channel, tmp_path / "w", "wm-good", "1.0+cpu", key=team)
     said: list[str] = []
     checked = verify_before_install(
@@ -141,7 +141,8 @@ def built_cell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def build_with(output: Path, key: SigningKey | None) -> Path:
-    wheel = published_signed(Channel(output / "index", "cpu"), output / "cpu-py311" / "dist", "app", "1.0+cpu", key=key)
+    channel = tree_channel(output / "index", "cpu")
+    wheel = published_signed(channel, output / "cpu-py311" / "dist", "app", "1.0+cpu", key=key)
     write_report(output, "cpu-py311", wheels=[("app", wheel, "c" * 64)], torch="2.13.0+cpu")
     return wheel
 
@@ -215,7 +216,7 @@ def test_the_smoke_tier_finds_each_installed_wheel_built_here_carrying_its_sbom(
     tmp_path: Path, team: SigningKey
 ) -> None:
     site = tmp_path / "site"
-    channel = Channel(tmp_path / "index", "cpu")
+    channel = tree_channel(tmp_path / "index", "cpu")
     installed(site, published_signed(channel, tmp_path / "w", "wm-sbom-one", "1.0+cpu", key=team))
     installed(site, published_signed(channel, tmp_path / "w", "wm_sbom.two", "2.0+cpu", key=team))
     assert (site / "wm_sbom_one-1.0+cpu.dist-info" / SBOM_FILE).is_file()
@@ -234,7 +235,8 @@ def test_a_wheel_installed_without_its_sbom_fails_the_tier_with_a_line_naming_it
     tmp_path: Path, team: SigningKey
 ) -> None:
     site = tmp_path / "site"
-    installed(site, published_signed(Channel(tmp_path / "index", "cpu"), tmp_path / "w", "wm-one", "1.0", key=team))
+    channel = tree_channel(tmp_path / "index", "cpu")
+    installed(site, published_signed(channel, tmp_path / "w", "wm-one", "1.0", key=team))
     installed(site, make_wheel(tmp_path / "w", "wm-bare", "1.0"))  # no sboms/ in its .dist-info
     with StepLog(tmp_path / "smoke.log") as log:
         smoke = Smoke(stand_in_engine(tmp_path, site), "img", log=log, on_line=print)
@@ -271,7 +273,7 @@ def gpu_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def publish_gpu_wheel(tmp_path: Path, key: SigningKey | None) -> Path:
     archs = json.dumps({"arch_list": "9.0", "cell": GPU_CELL, "family": "cuda"}).encode()
-    channel = Channel(tmp_path / "index", "cu130")
+    channel = tree_channel(tmp_path / "index", "cu130")
     return published_signed(channel, tmp_path / "built", "wm-good", "1.0+cu130", key=key, tag=CUDA_TAG, gpu_archs=archs)
 
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.attest import published_signed
+from tests.channels import tree_channel
 from wheelmill.index.attested import local_source, verify_channel
 from wheelmill.index.promotion import promote, signer_of
 from wheelmill.index.records import Manifest, ReleasedFile, record
 from wheelmill.index.roots import Index
 from wheelmill.index.storage import TreeStorage
-from wheelmill.index.store import Channel
 from wheelmill.inputs.versions import Track, VersionRule
 from wheelmill.machine.net import sha256_of
 from wheelmill.provenance.signing import SigningKey, new_signing_key
@@ -24,7 +24,7 @@ HEAD = "a" * 40
 def released_rc(root: Path, scratch: Path, key: SigningKey) -> None:
     """An rc in test/cpu: the repo's own wheel (re-stamped when promoted) and a source-versioned
     one (promoted byte for byte), each published with its build's signed statement."""
-    channel = Channel(root, "test/cpu")
+    channel = tree_channel(root, "test/cpu")
     ours = published_signed(channel, scratch, "wm-ops", "2.4.0rc1+cpu", key=key)
     theirs = published_signed(channel, scratch, "demo", "1.0+cpu", key=key)
     files = tuple(
@@ -40,7 +40,8 @@ def released_rc(root: Path, scratch: Path, key: SigningKey) -> None:
 
 
 def verdicts(root: Path, channel: str, key: SigningKey) -> dict[str, Verdict]:
-    found = verify_channel(local_source(Channel(root, channel)), trusted=(key.trusted(),), on_verdict=lambda _v: None)
+    source = local_source(tree_channel(root, channel))
+    found = verify_channel(source, trusted=(key.trusted(),), on_verdict=lambda _v: None)
     return {v.filename: v for v in found}
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.attest import signed, statement_for
+from tests.channels import pages_dir, stored_file, tree_channel
 from tests.conftest import CliResult, CliRunner
 from tests.wheels import make_wheel
 from wheelmill.building.plan import Options, plan
@@ -35,10 +36,9 @@ from wheelmill.index.records import (
     record_gpu,
 )
 from wheelmill.index.release import BuiltWheel, collect_built, prune, publish_release, refuse_unattested
-from wheelmill.index.roots import Index
+from wheelmill.index.roots import Index, problems, publish
 from wheelmill.index.storage import TreeStorage
-from wheelmill.index.store import Channel, built_by_key, channel_names, publish
-from wheelmill.index.verify import verify
+from wheelmill.index.store import built_by_key
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.inputs.recipes import load_recipes
 from wheelmill.inputs.selection import affected_cells
@@ -434,7 +434,7 @@ def _release_rc(
     third = next((tmp_path / "third").glob("*.whl"), None) or make_wheel(
         tmp_path / "third", "thirdparty", "0.1.10+cu118", files={"thirdparty/_C.so": bytes(range(100))}
     )
-    channel = Channel(root, "test/cu118")
+    channel = tree_channel(root, "test/cu118")
     files = []
     for wheel, rule in ((ops, VersionRule.REPO), (kernels, VersionRule.REPO), (third, VersionRule.SOURCE)):
         publish(channel, wheel)
@@ -464,27 +464,26 @@ def test_promotion_copies_the_tested_files_with_the_final_version(tmp_path: Path
     root = tmp_path / "index"
     _release_rc(root, tmp_path)
     done = promote(Index(tree=root), Track.TEST, Track.RELEASE, "2.4.0", commit=HEAD, on_file=lambda _p: None)
-    release = Channel(root, "cu118")
+    release, tested = tree_channel(root, "cu118"), tree_channel(root, "test/cu118")
     names = sorted(f.filename for f in done.files)
     assert names == [
         "thirdparty-0.1.10+cu118-cp311-cp311-linux_x86_64.whl",
         "wm_kernels-2.4.0+cu118-cp311-cp311-linux_x86_64.whl",
         "wm_ops-2.4.0+cu118-cp311-cp311-linux_x86_64.whl",
     ]
-    assert done.promoted_from == "test/2.4.0rc1" and verify(release) == [] and verify(Channel(root, "test/cu118")) == []
-    kernels = read_wheel(release.files / names[1])
+    assert done.promoted_from == "test/2.4.0rc1" and problems(release) == [] and problems(tested) == []
+    kernels = read_wheel(stored_file(release, names[1]))
     assert "wm-ops==2.4.0+cu118" in kernels.requires_dist, "the pin on the re-versioned sibling follows it"
-    ops = read_wheel(release.files / names[2])
+    ops = read_wheel(stored_file(release, names[2]))
     assert "torch==2.7.1+cu118" in ops.requires_dist
     assert same_payload(
-        Channel(root, "test/cu118").files / "wm_ops-2.4.0rc1+cu118-cp311-cp311-linux_x86_64.whl",
-        release.files / names[2],
+        stored_file(tested, "wm_ops-2.4.0rc1+cu118-cp311-cp311-linux_x86_64.whl"), stored_file(release, names[2])
     )
-    assert (release.files / names[0]).read_bytes() == (Channel(root, "test/cu118").files / names[0]).read_bytes(), (
+    assert stored_file(release, names[0]).read_bytes() == stored_file(tested, names[0]).read_bytes(), (
         "third-party: byte for byte"
     )
-    for name in names:
-        assert (release.files / f"{name}.metadata").is_file()
+    for name in names:  # the PEP 658 sidecar lies beside each blob
+        assert stored_file(release, name).with_name(f"{name}.metadata").is_file()
     again = promote(Index(tree=root), Track.TEST, Track.RELEASE, "2.4.0", commit=HEAD, on_file=lambda _p: None)
     assert again.files == done.files, "promoting again is a no-op"
     assert [m.version for m in manifests(TreeStorage(root), Track.RELEASE)] == ["2.4.0"]
@@ -515,7 +514,7 @@ def test_promotion_waits_for_a_passed_gpu_stage_on_every_runner_of_each_cell(tmp
         "cuda118-py311 on runner linux-gpu-h100: no GPU stage recorded",
     ):
         promote_rc(root)
-    assert not Channel(root, "cu118").exists(), "nothing promoted"
+    assert not tree_channel(root, "cu118").exists(), "nothing promoted"
     record_gpu(TreeStorage(root), Track.TEST, "2.4.0rc1", [stage(rc, A100, GpuOutcome.MISMATCH)])
     with pytest.raises(ReleaseError, match=r"cuda118-py311: mismatch on runner linux-gpu-a100"):
         promote_rc(root)
@@ -540,7 +539,7 @@ def test_a_file_published_after_the_gpu_stage_ran_is_not_promoted_untested(tmp_p
     rc = _release_rc(root, tmp_path, runners=(A100,))
     record_gpu(TreeStorage(root), Track.TEST, "2.4.0rc1", [stage(rc, A100)])
     later = make_wheel(tmp_path / "later", "wm-extra", "2.4.0rc1+cu118", files={"wm_extra/_C.so": b"\x7fELF"})
-    publish(Channel(root, "test/cu118"), later)
+    publish(tree_channel(root, "test/cu118"), later)
     extra = replace(rc.files[0], recipe="wm-extra", filename=later.name, sha256=sha256_of(later))
     record(TreeStorage(root), replace(rc, files=(extra,)))
     with pytest.raises(ReleaseError, match=rf"not every file passed: {re.escape(later.name)} \(untested\)"):
@@ -593,7 +592,7 @@ def test_a_record_an_older_wheelmill_wrote_whole_is_read_and_promotes_nothing_wi
         promote_rc(root)
     with pytest.raises(ReleaseError, match="from no named commit"):
         promote(Index(tree=root), Track.TEST, Track.RELEASE, "2.4.0", on_file=lambda _p: None)
-    assert not Channel(root, "cu118").exists()
+    assert not tree_channel(root, "cu118").exists()
 
 
 def test_publishers_of_one_release_at_once_lose_nothing_and_another_commit_is_refused(tmp_path: Path) -> None:
@@ -615,12 +614,12 @@ def test_publishers_of_one_release_at_once_lose_nothing_and_another_commit_is_re
 def test_a_tampered_file_promotes_nothing(tmp_path: Path) -> None:
     root = tmp_path / "index"
     manifest = _release_rc(root, tmp_path)
-    victim = Channel(root, "test/cu118").files / manifest.files[2].filename
+    victim = stored_file(tree_channel(root, "test/cu118"), manifest.files[2].filename)
     with zipfile.ZipFile(victim, "a") as zf:
         zf.writestr("extra.txt", "sneaked in")
     with pytest.raises(IntegrityError, match="sha256 differs"):
         promote(Index(tree=root), Track.TEST, Track.RELEASE, "2.4.0", commit=HEAD, on_file=lambda _p: None)
-    assert not Channel(root, "cu118").exists()
+    assert not tree_channel(root, "cu118").exists()
 
 
 def test_nothing_to_promote_is_a_clear_error(tmp_path: Path) -> None:
@@ -630,7 +629,7 @@ def test_nothing_to_promote_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_prune_keeps_the_newest_nightlies_and_what_they_share(tmp_path: Path) -> None:
     root = tmp_path / "index"
-    channel = Channel(root, "nightly/cpu")
+    channel = tree_channel(root, "nightly/cpu")
     shared = make_wheel(tmp_path / "w", "thirdparty", "0.1.10+cpu")
     publish(channel, shared)
     for day in ("20261120", "20261121", "20261122"):
@@ -657,7 +656,7 @@ def test_prune_keeps_the_newest_nightlies_and_what_they_share(tmp_path: Path) ->
         "2.4.1.dev20261122",
         "2.4.1.dev20261121",
     ]
-    assert verify(channel) == [] and (channel.files / shared.name).is_file()
+    assert problems(channel) == [] and stored_file(channel, shared.name).is_file()
     project = channel.project("wm-ops")
     assert project is not None and project.versions == ["2.4.1.dev20261121+cpu", "2.4.1.dev20261122+cpu"]
     with pytest.raises(ReleaseError, match="never pruned"):
@@ -666,13 +665,13 @@ def test_prune_keeps_the_newest_nightlies_and_what_they_share(tmp_path: Path) ->
 
 def test_channels_of_the_test_and_nightly_tracks(tmp_path: Path) -> None:
     for good in ("cu118", "test/cu118", "nightly/rocm6.2"):
-        assert Channel(tmp_path, good).path == tmp_path / good
+        assert pages_dir(tree_channel(tmp_path, good)) == tmp_path / good / "simple"
     for bad in ("test", "nightly", "releases", "stable/cu118", "test/test", "../cu118"):
         with pytest.raises(IndexStoreError, match="not a channel name"):
-            Channel(tmp_path, bad)
+            tree_channel(tmp_path, bad)
     for name in ("cpu", "test/cpu", "nightly/cu130"):
-        publish(Channel(tmp_path, name), make_wheel(tmp_path / "w", "wm-x", "1.0"))
-    assert channel_names(tmp_path) == ["cpu", "nightly/cu130", "test/cpu"]
+        publish(tree_channel(tmp_path, name), make_wheel(tmp_path / "w", "wm-x", "1.0"))
+    assert Index(tree=tmp_path).channel_names() == ["cpu", "nightly/cu130", "test/cpu"]
 
 
 # --- the release paths through the command line: one line each, and its exit code --------
@@ -769,13 +768,13 @@ def test_a_cell_published_in_two_parts_is_not_promoted_on_its_first_parts_stage(
     rc = _release_rc(index, tmp_path, runners=(A100,), commit=head)
     record_gpu(TreeStorage(index), Track.TEST, "2.4.0rc1", [stage(rc, A100)])
     later = make_wheel(tmp_path / "later", "wm-extra", "2.4.0rc1+cu118", files={"wm_extra/_C.so": b"\x7fELF"})
-    publish(Channel(index, "test/cu118"), later)
+    publish(tree_channel(index, "test/cu118"), later)
     record(TreeStorage(index), replace(rc, files=(replace(rc.files[0], filename=later.name, sha256=sha256_of(later)),)))
     promoted = cli(
         "--recipes", str(repo / "recipes"), "release", "promote", "--from", "test", "--to", "release", "2.4.0"
     )
     one_line(promoted, 17, "on runner linux-gpu-a100: not every file passed", f"{later.name} (untested)")
-    assert not Channel(index, "cu118").exists()
+    assert not tree_channel(index, "cu118").exists()
 
 
 # --- a release's wheels, collected from its cells' reports ----------------------------------
@@ -843,9 +842,9 @@ def test_a_cell_alone_on_its_runner_lists_the_one_build_another_job_published(tm
     wheels = collect_built(newer, RC, served=served)
     assert [(w.path, w.listed_in, w.sha256) for w in wheels] == [(None, "test/cu130-torch2.12", sha256_of(one))]
     publish_release(index, RC, wheels, gpu_runners={}, on_file=lambda _p: None)
-    listed = Channel(index.storage_root, "test/cu130").project("example-stable-ops")
+    listed = index.channel("test/cu130").project("example-stable-ops")
     assert listed is not None and [f.sha256 for f in listed.files] == [sha256_of(one)]
-    recorded = load_manifest(TreeStorage(index.storage_root), Track.TEST, "2.4.0rc1")
+    recorded = load_manifest(index.storage, Track.TEST, "2.4.0rc1")
     assert {(f.cell, f.sha256) for f in recorded.files} == {
         ("cuda130-torch2.12-py311", sha256_of(one)),
         ("cuda130-py311", sha256_of(one)),

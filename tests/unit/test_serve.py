@@ -10,30 +10,45 @@ import shutil
 import socket
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from tests.channels import stored_file, tree_channel
 from tests.wheels import make_wheel
+from wheelmill.index.roots import publish
 from wheelmill.index.serve import IndexServer, make_server
-from wheelmill.index.store import Channel, publish
 
 SECRET = b"outside the index root"
+WHEEL = "demo-1.0-py3-none-any.whl"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """An index tree with demo 1.0 in its cpu channel, and a secret beside the tree."""
     tmp_path = tmp_path_factory.mktemp("served")
     root = tmp_path / "index"
-    publish(Channel(root, "cpu"), make_wheel(tmp_path / "wheels", "demo", "1.0", tag="py3-none-any"))
+    publish(tree_channel(root, "cpu"), make_wheel(tmp_path / "wheels", "demo", "1.0", tag="py3-none-any"))
     (tmp_path / "secret.txt").write_bytes(SECRET)
-    served = make_server(root, "127.0.0.1", 0)
+    yield root
+    shutil.rmtree(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def blob(tree: Path) -> str:
+    """The path the pages link demo's wheel by: its blob, ``/blobs/sha256/<hex>/<name>``."""
+    return "/" + stored_file(tree_channel(tree, "cpu"), WHEEL).relative_to(tree).as_posix()
+
+
+@pytest.fixture(scope="module")
+def server(tree: Path) -> Iterator[IndexServer]:
+    served = make_server(tree, "127.0.0.1", 0)
     thread = threading.Thread(target=served.serve_forever, daemon=True)
     thread.start()
     yield served
     served.shutdown()
     served.server_close()
     thread.join(timeout=10)
-    shutil.rmtree(tmp_path)
 
 
 def ask(server: IndexServer, target: str, host: str = "127.0.0.1") -> tuple[int, dict[str, str], bytes]:
@@ -68,11 +83,12 @@ def test_an_absolute_http_target_is_the_path_it_names(server: IndexServer, targe
     assert headers["content-type"] == expected[1]["content-type"]
 
 
-def test_an_absolute_target_keeps_its_query_files_and_redirects(server: IndexServer) -> None:
+def test_an_absolute_target_keeps_its_query_files_and_redirects(server: IndexServer, blob: str) -> None:
     json_type = "application/vnd.pypi.simple.v1+json"
-    status, headers, _ = ask(server, f"http://127.0.0.1/cpu/simple/demo/?format={json_type}")
+    status, headers, page = ask(server, f"http://127.0.0.1/cpu/simple/demo/?format={json_type}")
     assert (status, headers["content-type"]) == (200, json_type)
-    status, _, body = ask(server, "http://127.0.0.1/cpu/files/demo-1.0-py3-none-any.whl")
+    assert f'"../../..{blob}"'.encode() in page, "the page links the file by its blob, relative to the page"
+    status, _, body = ask(server, f"http://127.0.0.1{blob}")
     assert status == 200 and body.startswith(b"PK")
     status, headers, _ = ask(server, "http://127.0.0.1/cpu/simple/Demo")
     assert (status, headers["location"]) == (301, "/cpu/simple/demo/")
@@ -104,10 +120,15 @@ def test_another_scheme_names_nothing_here(server: IndexServer, target: str) -> 
         "http://127.0.0.1/cpu/files/..%2f..%2fsecret.txt",
         "http://127.0.0.1/cpu/files/%2e%2e%2f%2e%2e%2fsecret.txt",
         "http://127.0.0.1/cpu/files/%2fetc%2fpasswd",
+        "http://127.0.0.1/blobs/sha256/..%2f..%2f..%2fsecret.txt",
+        f"http://127.0.0.1/blobs/sha256/{'0' * 64}/..%2f..%2f..%2f..%2fsecret.txt",
+        f"http://127.0.0.1/blobs/sha256/{'0' * 64}/%2e%2e",
+        "http://127.0.0.1/blobs/sha256/../../../secret.txt",
         "http://127.0.0.1//etc/passwd",
         "http://127.0.0.1/cpu/simple/..%5c..%5csecret.txt/",
         "/../secret.txt",
         "/cpu/files/..%2f..%2fsecret.txt",
+        "/blobs/sha256/%2e%2e/%2e%2e/%2e%2e/secret.txt",
     ],
 )
 def test_no_spelling_of_a_path_reaches_outside_the_root(server: IndexServer, target: str) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from packaging.tags import parse_tag
 
+from tests.channels import stored_file, tree_channel
 from tests.elves import summary
 from tests.unit.test_buildkey import HOST, _run_keys_step, _step, cell_plan, project  # noqa: F401 - a fixture
 from tests.wheels import make_wheel
@@ -25,9 +26,9 @@ from wheelmill.building.products import Repaired, ShippedAbi
 from wheelmill.building.report import CellReport, StepRecord
 from wheelmill.checks import Verdict
 from wheelmill.checks.abi import judge_serving
-from wheelmill.conda.channel import conda_channel_root
 from wheelmill.conda.package import CondaTarget, conda_meta
-from wheelmill.index.store import Channel, publish
+from wheelmill.index.roots import publish
+from wheelmill.index.store import conda_channel_root
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.inputs.recipes import load_recipes
 from wheelmill.inputs.variants import Cell
@@ -207,7 +208,7 @@ def test_a_sibling_channels_build_is_served_and_only_its_own_steps_run(project: 
         tmp_path / "dist", STABLE, "0.1.0+cu130", tag="cp310-abi3-linux_x86_64", requires=["torch>=2.10"]
     )
     index = tmp_path / "wheels" / "index"
-    publish(Channel(index, "cu130-torch2.12"), wheel, build_key=keys.keys[STABLE].digest)
+    publish(tree_channel(index, "cu130-torch2.12"), wheel, build_key=keys.keys[STABLE].digest)
     keys = _run_keys_step(cell, tmp_path)
     assert keys.served[STABLE].channel == "cu130-torch2.12" and keys.served[STABLE].tested
     assert _walk(cell, _keys_done(cell, tmp_path)) == [
@@ -216,12 +217,12 @@ def test_a_sibling_channels_build_is_served_and_only_its_own_steps_run(project: 
         StepKind.INSTALL_TEST,
         StepKind.PUBLISH,
     ], "no cell of torch 2.14.1 tested it: tested here"
-    publish(Channel(index, "cu130"), wheel, build_key=keys.keys[STABLE].digest)
+    publish(tree_channel(index, "cu130"), wheel, build_key=keys.keys[STABLE].digest)
     keys = _run_keys_step(cell, tmp_path)
     served = keys.served[STABLE]
     assert served.channel == "cu130" and served.wheel.name == wheel.name and keys.published == {}
     assert not served.tested and keys.unpublished == {}
-    published = index / "cu130" / "files" / wheel.name
+    published = stored_file(tree_channel(index, "cu130"), wheel.name)
     assert served.wheel.is_relative_to(tmp_path / "wheels" / cell.cell.id), "in the cell's tree: a container sees it"
     assert served.wheel.stat().st_ino == published.stat().st_ino, "linked: the published bytes"
     report = _keys_done(cell, tmp_path)
@@ -239,7 +240,7 @@ def test_a_corner_cell_fetches_and_install_tests_what_it_is_served(project: Path
     _first, corner = _plans(project, "cuda130-torch2.12-py311", "cuda130-py313", names=(STABLE,))
     keys = _run_keys_step(corner, tmp_path)
     wheel = make_wheel(tmp_path / "dist", STABLE, "0.1.0+cu130", tag="cp310-abi3-linux_x86_64")
-    publish(Channel(tmp_path / "wheels" / "index", "cu130"), wheel, build_key=keys.keys[STABLE].digest)
+    publish(tree_channel(tmp_path / "wheels" / "index", "cu130"), wheel, build_key=keys.keys[STABLE].digest)
     keys = _run_keys_step(corner, tmp_path)
     assert keys.served[STABLE].channel == "cu130", "its own channel: another Python of its torch published it"
     assert keys.served[STABLE].delivered is None, "its install test delivers it"
@@ -353,7 +354,7 @@ def test_in_its_own_channel_a_stable_build_is_published_for_the_cell_whose_conda
     (cell,) = _plans(project, "cuda130-py313", names=(STABLE,))
     keys = _run_keys_step(cell, tmp_path)
     wheel = make_wheel(tmp_path / "dist", STABLE, "0.1.0+cu130", tag="cp310-abi3-linux_x86_64")
-    publish(Channel(tmp_path / "wheels" / "index", "cu130"), wheel, build_key=keys.keys[STABLE].digest)
+    publish(tree_channel(tmp_path / "wheels" / "index", "cu130"), wheel, build_key=keys.keys[STABLE].digest)
     keys = _run_keys_step(cell, tmp_path)
     assert keys.published == {} and keys.served[STABLE].channel == "cu130", "another Python's cell published it"
     meta = conda_meta(read_wheel(wheel), CondaTarget.of(cell.cell.variant, cell.cell.python))

@@ -5,6 +5,7 @@ deletes it finds it put back. tests/integration/test_sweep.py races the two on b
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import CliRunner
 from tests.wheels import make_wheel
 from wheelmill.index.objects import TRASH, ObjectChannel, blob_key, publish, remove_files, verify
 from wheelmill.index.storage import TreeStorage
@@ -118,3 +120,24 @@ def test_a_sweep_killed_with_a_blob_in_the_trash_is_mended_by_the_next(storage: 
     sweep(storage, grace=GRACE, now=START)
     assert storage.get(blob) is not None and storage.keys_under(TRASH) == []
     assert verify(channel, hashes=True) == []
+
+
+def test_the_sweep_command_removes_what_killed_writers_left_on_a_tree_and_nothing_being_written(
+    tmp_path: Path, cli: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer killed midway leaves its temporary file under the tree's ``.storage/tmp``; no
+    reader sees it, and only the sweep removes it, once no write could still be using it."""
+    root = tmp_path / "index"
+    monkeypatch.setenv("WHEELMILL_INDEX_ROOT", str(root))
+    publish(ObjectChannel(TreeStorage(root), "cpu"), wheel(tmp_path))
+    work = root / ".storage" / "tmp"
+    stale, fresh = work / ".wm-tmp-killed.part", work / ".wm-tmp-writing.part"
+    for path in (stale, fresh):
+        path.write_bytes(b"half a wheel")
+    hour_ago = time.time() - 3600
+    os.utime(stale, (hour_ago, hour_ago))
+    result = cli("index", "sweep")
+    assert result.code == 0, result.err
+    assert "work files: removed 1 that writers killed midway left" in result.out, result.out
+    assert not stale.exists() and fresh.exists()
+    assert verify(ObjectChannel(TreeStorage(root), "cpu")) == []

@@ -13,8 +13,8 @@ from rich.console import Console
 
 from wheelmill.building.plan import REBUILD_ALL, ContainerSetup, Options, plan
 from wheelmill.cli.basics import load_inputs, print_error
-from wheelmill.errors import ConfigError, EnvError, SignatureError
-from wheelmill.index.store import usage
+from wheelmill.errors import EnvError, SignatureError
+from wheelmill.index.roots import Index, usage
 from wheelmill.inputs.variants import Cell
 from wheelmill.inputs.versions import Release
 from wheelmill.machine import envs
@@ -80,13 +80,6 @@ class Prepared:
 def prepare(args: argparse.Namespace, settings: Settings, *, probe: bool, release: Release | None = None) -> Prepared:
     """Load, pick the engine (``probe``: ask it to answer; ``plan`` only looks for it),
     and plan the cells ``args`` selects."""
-    if settings.index_bucket and getattr(args, "publish", False):
-        raise ConfigError(
-            f"build: its publish step writes an index tree, and WHEELMILL_INDEX_ROOT is an object store "
-            f"({settings.index_bucket})",
-            fix="build with --no-publish, then publish the cell into the bucket: `wheelmill release publish` "
-            "(a release's cell) or `wheelmill publish --channel CHANNEL <output>/<cell>/dist/*.whl`",
-        )
     if probe:  # a build: its key is read before anything is built (a malformed one is exit 3 now, not after)
         _signing(settings, publishes=bool(getattr(args, "publish", False) or release is not None))
     matrix, recipes = load_inputs(settings)
@@ -141,11 +134,12 @@ def mirror_cells(cells: Sequence[str], settings: Settings, console: Console) -> 
 
     matrix, _recipes = load_inputs(settings)
     backend = envs.backend(settings.env_backend, HostRunner())
+    index = Index.of(settings)
     for cell in matrix.select(list(cells)):
         layout = CellLayout(output=settings.output.resolve(), cell=cell.id)
         inputs = inputs_of_report(
             layout,
-            index=settings.index,
+            channel_of=index.channel,
             glibc=cell.variant.glibc,
             machine=cell.variant.platform,
             toolkit=cell.variant.toolkit_wheels,
@@ -156,13 +150,14 @@ def mirror_cells(cells: Sequence[str], settings: Settings, console: Console) -> 
             done = mirror(
                 found,
                 inputs.channel,
+                downloads=index.downloads(settings.output),
                 sources=inputs.sources,
                 policy=settings.retry,
                 log=log,
                 on_line=lambda line: console.print(line, highlight=False),
             )
         console.print(f"{cell.id}: mirror: {done.describe()}", highlight=False)
-    console.print(usage(settings.index).describe(), highlight=False)
+    console.print(usage(index).describe(), highlight=False)
 
 
 def cell_python(cell: Cell, *, command: str, fix: str) -> Path:

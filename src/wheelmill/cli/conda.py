@@ -19,8 +19,6 @@ from wheelmill.conda import envspec
 from wheelmill.conda.channel import (
     BucketCondaChannel,
     CondaChannel,
-    bucket_channel_url,
-    conda_channel_root,
     configured_channels,
     local_channels,
 )
@@ -32,7 +30,7 @@ from wheelmill.errors import CommandFailed, ConfigError, EnvError, UsageError
 from wheelmill.files import write_atomic
 from wheelmill.index.closure import read as read_closure
 from wheelmill.index.roots import Index
-from wheelmill.index.store import CONDA_DIR, TRACK_DIRS, Channel
+from wheelmill.index.store import CONDA_DIR, TRACK_DIRS, bucket_channel_url, conda_channel_root
 from wheelmill.inputs.variants import Cell
 from wheelmill.machine.builder_images import debian_mirror, prepare_builder
 from wheelmill.machine.engine import Mount
@@ -149,6 +147,18 @@ def _conda_channel(given: str | None, settings: Settings, cell: Cell) -> CondaCh
     return CondaChannel(conda_channel_root(settings.index, cell.variant.channel))
 
 
+def _seed_wheels(args: argparse.Namespace, settings: Settings, cell: Cell) -> tuple[list[Path], str]:
+    """The wheels a seed makes packages of: those in ``--wheels`` directories, else every file
+    the cell's channel lists and this machine's index keeps; and where they were looked for."""
+    if args.wheels:
+        return [w for d in args.wheels for w in sorted(d.glob("*.whl"))], ", ".join(map(str, args.wheels))
+    index = Index.of(settings)
+    channel = index.channel(cell.variant.channel)
+    listed = [f for project in channel.projects() for f in project.files if f.yanked is None]
+    found = [path for f in listed if (path := channel.local_file(f)) is not None]
+    return sorted(found, key=lambda p: p.name), f"channel {channel.name} of {index.location}"
+
+
 def cmd_seed(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     cell, target, channel = _target(args, settings)
     if args.build_env:
@@ -158,14 +168,13 @@ def cmd_seed(args: argparse.Namespace, settings: Settings, console: Console) -> 
             f"conda seed: it fills a conda channel directory, not an object store's ({channel.url})",
             fix="seed a directory (--channel DIR), then add its packages with wheelmill conda package",
         )
-    dirs = args.wheels or [Channel(settings.index, cell.variant.channel).files]
-    wheels = [] if args.build_env else [w for d in dirs for w in sorted(d.glob("*.whl"))]
+    wheels, where = ([], "") if args.build_env else _seed_wheels(args, settings, cell)
     if not wheels and not args.build_env:
         fix = (
             f"build and publish the cell first (wheelmill build --cell {cell.id}), "
             "give --wheels DIR, or seed --build-env"
         )
-        raise EnvError(f"conda seed: no wheels in {', '.join(map(str, dirs))}", fix=fix)
+        raise EnvError(f"conda seed: no wheels in {where}", fix=fix)
     with tempfile.TemporaryDirectory(prefix="wheelmill-conda-") as work:
         python = (
             args.python

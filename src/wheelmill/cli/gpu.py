@@ -35,9 +35,9 @@ from wheelmill.images import doctor
 from wheelmill.index.attested import Source, local_source, served_source
 from wheelmill.index.consumer import base_url
 from wheelmill.index.records import find_manifest, manifests
+from wheelmill.index.roots import Index
 from wheelmill.index.served import ServedChannel
 from wheelmill.index.storage import TreeStorage
-from wheelmill.index.store import Channel
 from wheelmill.inputs.recipes import ResolvedRecipe, resolve_all
 from wheelmill.inputs.variants import Cell, Family
 from wheelmill.inputs.versions import Track
@@ -108,7 +108,7 @@ def cmd_test_gpu(args: argparse.Namespace, settings: Settings, console: Console)
     channel = track.channel(cell.variant.channel)
     index = args.index_url or str(settings.index)
     pages = channel_location(index, channel)
-    if args.index_url is None and not Channel(settings.index, channel).exists():
+    if args.index_url is None and not Index.of(settings).channel(channel).exists():
         raise UsageError(
             f"test-gpu: no channel {channel} under {settings.index}", fix="publish the cell first, or give --index-url"
         )
@@ -161,7 +161,7 @@ def _provenance_source(index_url: str | None, channel: str, settings: Settings) 
     the index root's."""
     if index_url is not None:
         return served_source(ServedChannel(base=index_url, name=channel, retry=settings.retry))
-    return local_source(Channel(settings.index, channel))
+    return local_source(Index.of(settings).channel(channel))
 
 
 def _listing(pages: str, name: str, settings: Settings, console: Console) -> list[IndexFile]:

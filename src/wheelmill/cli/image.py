@@ -34,16 +34,17 @@ from wheelmill.images.editions import (
     read_release_output,
     released_files,
     remove,
+    stored_file,
     too_new,
 )
 from wheelmill.images.manifests import members_of, plan_lists, push_list
 from wheelmill.images.smoke import Smoke
 from wheelmill.index.attested import local_source
+from wheelmill.index.objects import ObjectChannel
 from wheelmill.index.preinstall import verify_before_install
 from wheelmill.index.records import ReleasedImage, record_images
 from wheelmill.index.roots import Index, export
 from wheelmill.index.serve import make_server
-from wheelmill.index.store import Channel
 from wheelmill.inputs.variants import Cell, Family
 from wheelmill.inputs.versions import Track
 from wheelmill.machine import builder_images as images
@@ -146,14 +147,14 @@ def _served_tree(index: Index, args: argparse.Namespace, cell: Cell, layout: Cel
     """The index tree the images install from: the index itself, or, where it is an object
     store, a tree under the output root with what the cell's images install (its wheels and
     the channel's mirrored closure), fetched from the bucket, removed afterwards."""
-    if index.bucket is None:
-        yield index.storage_root
+    if index.tree is not None:
+        yield index.tree
         return
     channel, built = _cell_files(index, args, cell, layout)
     layout.root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".image-index-", dir=layout.root) as scratch:
         root = Path(scratch) / "index"
-        fetched = export(index.channel(channel), Channel(root, channel), built=built, scratch=Path(scratch))
+        fetched = export(index.channel(channel), Index(tree=root).channel(channel), built=built, scratch=Path(scratch))
         print(f"{channel}: {len(fetched)} files from {index.location} for the images", flush=True)
         yield root
 
@@ -226,7 +227,7 @@ def _image_build(
         )  # fmt: skip
 
     planned("", "")  # every tag is checked before anything runs
-    channel = Channel(root, output.channel)
+    channel = Index(tree=root).channel(output.channel)
     missing = missing_from_channel(output, channel)
     if missing:
         more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
@@ -357,7 +358,7 @@ def _smoked(
     image: BuiltImage,
     *,
     output: CellOutput,
-    channel: Channel,
+    channel: ObjectChannel,
     log: StepLog,
     console: Console,
     work: Path,
@@ -375,7 +376,7 @@ def _smoked(
         always=always,
     )
     extras = image.spec.kind.endswith("-extras")
-    modules = sorted({m for w in output.wheels for m in top_level(channel.files / w.filename)}) if extras else []
+    modules = sorted({m for w in output.wheels for m in top_level(stored_file(channel, w.filename))}) if extras else []
     smoke.imports(output.torch, modules)
     smoke.sboms([w.requirement for w in output.wheels], every=extras)
     if image.spec.kind == Edition.RUNTIME.value:

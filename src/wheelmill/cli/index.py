@@ -1,7 +1,7 @@
-"""The index commands: ``publish``, ``yank``, ``unyank`` and ``index serve|config|verify|repair|render|sweep|list``.
-Publishing, yanking, checking, rendering and listing work on a tree and on an object store
-alike (``wheelmill.index.roots``), and so does the sweep of what no channel lists; serving and the
-store's upkeep are a tree's."""
+"""The index commands: ``publish``, ``yank``, ``unyank`` and ``index serve|config|verify|render|sweep|list|migrate``.
+Publishing, yanking, checking, rendering, listing and the sweep of what no channel lists work on
+a tree and on an object store alike (``wheelmill.index.roots``); serving is a tree's, and so is
+a migration from the layout of an earlier wheelmill."""
 
 from __future__ import annotations
 
@@ -19,14 +19,13 @@ from wheelmill.config import format_size
 from wheelmill.errors import IndexStoreError, SelectionError, UsageError, did_you_mean
 from wheelmill.index import consumer
 from wheelmill.index.blobs import Blobs
-from wheelmill.index.objects import ObjectChannel, render
+from wheelmill.index.objects import render
 from wheelmill.index.pages import FileEntry
 from wheelmill.index.remote import Remote, upload
-from wheelmill.index.roots import AnyChannel, Index, problems, publish, set_yanked
+from wheelmill.index.roots import AnyChannel, Index, migrate, problems, publish, set_yanked, tidy, usage
 from wheelmill.index.serve import IDLE_TIMEOUT, PER_CLIENT, IndexServer, make_server
-from wheelmill.index.store import Channel, channel_dirs, checked_channel, repair, usage
+from wheelmill.index.store import checked_channel
 from wheelmill.index.sweep import sweep
-from wheelmill.index.verify import leftovers
 from wheelmill.inputs.versions import Track
 from wheelmill.machine.process import HostRunner, StepLog
 from wheelmill.settings import Settings
@@ -88,13 +87,9 @@ def register(commands: Commands) -> None:
         "entry, file and sidecar is there with the listed size, and each sidecar has the listed sha256)",
     )
     check.set_defaults(func=cmd_verify)
-    mend = actions.add_parser(
-        "repair", help="make channels valid again after a kill, a full disk or damage, and say what was done"
-    )
-    mend.add_argument("--channel", action="append", help="default: every channel")
-    mend.set_defaults(func=cmd_repair)
     draw = actions.add_parser(
-        "render", help="an object store's pages written again from its entries (what a writer killed midway left)"
+        "render",
+        help="write channels' pages again from their entries (what a writer killed midway left), and check them",
     )
     draw.add_argument("--channel", action="append", help="default: every channel")
     draw.set_defaults(func=cmd_render)
@@ -115,6 +110,12 @@ def register(commands: Commands) -> None:
     listing = actions.add_parser("list", help="projects and versions of a channel")
     listing.add_argument("--channel", required=True)
     listing.set_defaults(func=cmd_list)
+    move = actions.add_parser(
+        "migrate",
+        help="write a tree's channels of an earlier wheelmill's layout as objects (once; run it again after a kill)",
+        epilog="example: WHEELMILL_INDEX_ROOT=/srv/index wheelmill index migrate",
+    )
+    move.set_defaults(func=cmd_migrate)
 
 
 def _channel(args: argparse.Namespace, settings: Settings, *, existing: bool = True) -> AnyChannel:
@@ -207,7 +208,7 @@ def cmd_unyank(args: argparse.Namespace, settings: Settings, console: Console) -
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings, console: Console) -> int:
-    root = settings.index
+    root = Index.of(settings).served_tree()
     server = _bound(args, root)
     try:
         log = _access_log(args.access_log) if args.access_log else None
@@ -217,7 +218,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings, console: Console) ->
     if log:
         server.log_to(log)
     host, port = str(server.server_address[0]), int(server.server_address[1])
-    channels = sorted(p.parent.parent.name for p in root.glob("*/simple/index.json"))
+    channels = Index(tree=root).channel_names()
     console.print(
         f"serving {root} at http://{host}:{port}/ (channels: {', '.join(channels) or 'none yet'}); Ctrl-C stops",
         highlight=False,
@@ -266,7 +267,7 @@ def cmd_config(args: argparse.Namespace, _settings: Settings, _console: Console)
 
 def _channels(args: argparse.Namespace, settings: Settings) -> list[AnyChannel]:
     index = Index.of(settings)
-    names = args.channel or (index.channel_names() if index.bucket else channel_dirs(index.storage_root))
+    names = args.channel or index.channel_names()
     if not names:
         raise IndexStoreError(f"{index.location}: no channels", fix="publish a wheel first")
     return [index.channel(name) for name in names]
@@ -279,30 +280,27 @@ def cmd_verify(args: argparse.Namespace, settings: Settings, console: Console) -
         found_all += found
         verdict = f"{len(found)} problem(s)" if found else "ok"
         console.print(f"{channel.name}: {verdict}", highlight=False)
-        for note in leftovers(channel) if isinstance(channel, Channel) else []:
-            console.print(f"  note: {note} (the next write, or `wheelmill index repair`, removes it)", highlight=False)
-    for leftover in Blobs(settings.index).stale_downloads() if not settings.index_bucket else []:
+    for leftover in _downloads(settings).stale_downloads():
         console.print(
-            f"  note: store: {leftover.name}, left by an interrupted mirror (`wheelmill index repair` removes it)",
+            f"  note: downloads: {leftover.name}, left by an interrupted mirror (`wheelmill index sweep` removes it)",
             highlight=False,
         )
     if found_all:
         more = f" and {len(found_all) - 5} more" if len(found_all) > 5 else ""
-        mend = "render" if settings.index_bucket else "repair"
         raise IndexStoreError(
             "index verify: " + "; ".join(found_all[:5]) + more,
-            fix=f"run `wheelmill index {mend}`, then republish what it reports",
+            fix="run `wheelmill index render`, then republish what it reports",
         )
     return 0
 
 
+def _downloads(settings: Settings) -> Blobs:
+    return Blobs(Index.of(settings).downloads(settings.output))
+
+
 def cmd_render(args: argparse.Namespace, settings: Settings, console: Console) -> int:
-    """Every page of an object store's channels from their entries; a tree's pages are
-    written with each change (its own ``repair`` mends them)."""
-    if not settings.index_bucket:
-        return cmd_repair(args, settings, console)
+    """Every page of the channels written again from their entries, then checked."""
     for channel in _channels(args, settings):
-        assert isinstance(channel, ObjectChannel)
         said = render(channel)
         for done in said:
             console.print(f"{channel.name}: {done}", highlight=False)
@@ -311,37 +309,18 @@ def cmd_render(args: argparse.Namespace, settings: Settings, console: Console) -
         if found:
             raise IndexStoreError(
                 f"index render: {channel.name} is still not valid: {found[0]}",
-                fix="publish again what it names (its bytes are missing from the bucket)",
+                fix="publish again what it names (its bytes are missing from the index's storage)",
             )
     return 0
 
 
-def cmd_repair(args: argparse.Namespace, settings: Settings, console: Console) -> int:
-    if settings.index_bucket:
-        return cmd_render(args, settings, console)
-    blobs = Blobs(settings.index)
-    for leftover in blobs.stale_downloads():
-        leftover.unlink(missing_ok=True)
-        console.print(f"store: removed {leftover.name}, left by an interrupted mirror", highlight=False)
-    orphans = blobs.orphans()
-    freed = sum(p.stat().st_size for p in orphans)
-    for orphan in orphans:
-        orphan.unlink(missing_ok=True)
-    if orphans:
-        console.print(
-            f"store: removed {len(orphans)} stored files no channel holds ({format_size(freed)})", highlight=False
-        )
-    for channel in _channels(args, settings):
-        assert isinstance(channel, Channel)
-        for done in repair(channel):
-            console.print(f"{channel.name}: {done}", highlight=False)
-        found = problems(channel)
-        console.print(f"{channel.name}: {'ok' if not found else '; '.join(found)}", highlight=False)
-        if found:
-            raise IndexStoreError(
-                f"index repair: {channel.name} is still not valid: {found[0]}",
-                fix="restore the files it names from the index's storage",
-            )
+def cmd_migrate(_args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    index = Index.of(settings)
+    done = migrate(index, on_channel=lambda m: console.print(m.describe(), highlight=False))
+    console.print(
+        f"{index.location}: migrated {len(done)} channel(s)" if done else f"{index.location}: nothing to migrate",
+        highlight=False,
+    )
     return 0
 
 
@@ -352,6 +331,19 @@ def cmd_sweep(args: argparse.Namespace, settings: Settings, console: Console) ->
     for blob in swept.deleted:
         console.print(f"  deleted {blob}", highlight=False)
     console.print(f"{index.location}: {swept.describe()}", highlight=False)
+    work = tidy(index)
+    if work:
+        console.print(f"work files: removed {len(work)} that writers killed midway left", highlight=False)
+    downloads = _downloads(settings)
+    left = [*downloads.stale_downloads(), *downloads.orphans()]
+    freed = sum(p.stat().st_size for p in left)
+    for leftover in left:
+        leftover.unlink(missing_ok=True)
+    if left:
+        console.print(
+            f"downloads: removed {len(left)} files no channel holds or a mirror left ({format_size(freed)})",
+            highlight=False,
+        )
     return 0
 
 
@@ -364,8 +356,7 @@ def cmd_list(args: argparse.Namespace, settings: Settings, _console: Console) ->
         versions = [f"{v} (yanked)" if v in yanked else v for v in project.versions]
         origins = sorted({_origin(f) for f in project.files})
         print(f"{project.name}: {', '.join(versions)}  [{'; '.join(origins)}]")
-    if not settings.index_bucket:
-        print(usage(settings.index).describe())
+    print(usage(Index.of(settings)).describe())
     return 0
 
 

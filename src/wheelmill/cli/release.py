@@ -18,10 +18,8 @@ Each works on the index WHEELMILL_INDEX_ROOT names: a tree, or an object store
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,14 +30,13 @@ from rich.table import Table
 
 from wheelmill.cli.basics import Commands, load_inputs, positive
 from wheelmill.cli.common import add_cell_options, build_cells, mirror_cells, prepare
-from wheelmill.conda.channel import bucket_channel_url, conda_channel_root
 from wheelmill.errors import CommandFailed, IndexConflict, IndexWriteError, SignatureError, UsageError
 from wheelmill.gpu.report import GpuReport, load_gpu_report
 from wheelmill.index.promotion import Signer, promote, signer_of
 from wheelmill.index.records import GpuRecord, Manifest, load_manifest, record_gpu
 from wheelmill.index.release import BuiltWheel, Served, collect_built, prune, publish_release, refuse_unattested
-from wheelmill.index.roots import Index, publish
-from wheelmill.index.store import Channel, Published, built_by_key, channel_names
+from wheelmill.index.roots import Index
+from wheelmill.index.store import Published, built_by_key
 from wheelmill.inputs.matrix import Matrix, github_matrix
 from wheelmill.inputs.variants import Family
 from wheelmill.inputs.versions import Action, Release, Track, VersionRule, for_nightly, for_tag
@@ -185,9 +182,7 @@ def _publish(release: Release, settings: Settings, console: Console, *, mirror: 
     record = publish_release(index, release, built, gpu_runners=gpu_cells, on_file=_printer(console))
     console.print(f"{release.version}: recorded in {index.location}: {record}", highlight=False)
     _conda_packages(built, settings, console)
-    if mirror and index.bucket:
-        _mirror_into(index, [cell.id for cell in cells], settings, console)
-    elif mirror:
+    if mirror:
         mirror_cells([cell.id for cell in cells], settings, console)
     return 0
 
@@ -219,11 +214,7 @@ def _conda_packages(built: list[BuiltWheel], settings: Settings, console: Consol
     beside the index (a directory, or the bucket's ``conda/<channel>``), by ``wheelmill
     conda package`` in a process of its own (py-rattler's threads may outlive a call)."""
     for wheel in (w for w in built if w.path is not None):
-        target = (
-            bucket_channel_url(settings.index_bucket, wheel.channel)
-            if settings.index_bucket
-            else str(conda_channel_root(settings.index, wheel.channel))
-        )
+        target = Index.of(settings).conda_channel(wheel.channel)
         argv = wheelmill_command(
             "conda", "package", "--cell", wheel.cell, "--channel", target, str(wheel.path), recipes=settings.recipes
         )
@@ -237,28 +228,6 @@ def _conda_packages(built: list[BuiltWheel], settings: Settings, console: Consol
                     f"conda package {wheel.name}: {what}", fix=fix or f"read {log.path}"
                 ) from None
         console.print(f"conda: {done.output.strip().splitlines()[-1]} in {target}", highlight=False)
-
-
-def _mirror_into(index: Index, cells: list[str], settings: Settings, console: Console) -> None:
-    """Each cell's runtime closure into an object store's channels: fetched and verified into
-    a scratch tree under the output root, as for a tree, then each file published from there
-    (the bucket's existing blobs are not sent again; projects built there are left out)."""
-    settings.output.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".mirror-", dir=settings.output) as scratch:
-        local = dataclasses.replace(settings, index_root=Path(scratch), index_bucket=None)
-        mirror_cells(cells, local, console)
-        for name in channel_names(Path(scratch)):
-            target = index.channel(name)
-            for project in Channel(Path(scratch), name).projects():
-                for entry in project.files:
-                    done = publish(
-                        target,
-                        Path(scratch) / name / "files" / entry.filename,
-                        upload_time=entry.upload_time,
-                        mirrored_from=entry.mirrored_from,
-                        sha256=entry.sha256,
-                    )
-                    console.print(f"{done.outcome}: {index.location} {name}/{done.filename}", highlight=False)
 
 
 def cmd_promote(args: argparse.Namespace, settings: Settings, console: Console) -> int:

@@ -45,12 +45,6 @@ class Added:
     outcome: AddOutcome
 
 
-def conda_channel_root(index_root: Path, channel: str) -> Path:
-    """A variant's conda channel beside its wheel channel: ``<index>/conda/cu130``, or
-    ``<index>/conda/test/cu130`` for a channel of another track."""
-    return index_root / CONDA_DIR / channel
-
-
 def configured_channels(given: Sequence[str], index_root: Path) -> list[str]:
     """The channels solves read, as URLs: those given (URLs or directories), else the
     indexed local ones under ``index_root``, so a CPU and a CUDA build are both offered."""
@@ -264,8 +258,3 @@ def _credentials() -> S3Credentials | None:
         session_token=os.environ.get("AWS_SESSION_TOKEN"),
         addressing_style="path",
     )
-
-
-def bucket_channel_url(index_bucket: str, channel: str) -> str:
-    """A variant's conda channel in an object store's index: ``<index>/conda/<channel>``."""
-    return f"{index_bucket.rstrip('/')}/{CONDA_DIR}/{channel}"

@@ -32,9 +32,10 @@ from packaging.version import Version
 from wheelmill.errors import CommandFailed, ConfigError, ImageError, PrecheckError, ReleaseError
 from wheelmill.images import doctor
 from wheelmill.index.closure import read
+from wheelmill.index.objects import ObjectChannel
 from wheelmill.index.records import ReleasedFile, load_manifest
+from wheelmill.index.roots import Index
 from wheelmill.index.storage import Storage
-from wheelmill.index.store import Channel
 from wheelmill.inputs.manylinux import oldest_glibc
 from wheelmill.inputs.variants import Cell, Family
 from wheelmill.inputs.versions import Track
@@ -129,7 +130,7 @@ def read_release_output(records: Storage, root: Path, track: Track, version: str
     (in the tree ``root``; what a promoted final release has: no build of its own): its files
     there, and the torch they pin."""
     files = released_files(records, track, version, cell)
-    channel = Channel(root, files[0].channel)
+    channel = Index(tree=root).channel(files[0].channel)
     wheels, pins = [], set()
     for released in files:
         project, wheel_version, *_ = parse_wheel_filename(released.filename)
@@ -138,7 +139,7 @@ def read_release_output(records: Storage, root: Path, track: Track, version: str
                 project=str(project), version=str(wheel_version), filename=released.filename, sha256=released.sha256
             )
         )
-        info = read_wheel(channel.files / released.filename)
+        info = read_wheel(stored_file(channel, released.filename))
         pins |= {
             str(req.specifier).removeprefix("==")
             for req in map(Requirement, info.requires_dist)
@@ -276,7 +277,20 @@ def plan_images(
     return tuple(specs)
 
 
-def missing_from_channel(output: CellOutput, channel: Channel) -> list[str]:
+def stored_file(channel: ObjectChannel, filename: str) -> Path:
+    """A listed file of a tree's channel where it lies."""
+    project = channel.project(str(parse_wheel_filename(filename)[0]))
+    entry = next((f for f in project.files if f.filename == filename), None) if project else None
+    local = channel.local_file(entry) if entry is not None else None
+    if local is None:
+        raise ReleaseError(
+            f"{channel.name}: {filename} is not in the channel's files",
+            fix="`wheelmill index verify` says what is missing; publish the release's files again",
+        )
+    return local
+
+
+def missing_from_channel(output: CellOutput, channel: ObjectChannel) -> list[str]:
     """What the images would install that the channel does not hold: torch, the cell's
     wheels, and every wheel of its runtime closure (where it was mirrored)."""
     wanted = {"torch": output.torch, **{w.project: w.version for w in output.wheels}}

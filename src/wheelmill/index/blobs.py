@@ -1,23 +1,21 @@
-"""The index's content-addressed storage: the bytes of every published file once, under
-``<root>/.store/sha256/<first two digits>/<sha256>``, and each channel's file another name
-(a hard link) of them. A wheel that several channels or tracks hold (the nvidia-* wheels
-of every CUDA channel, a release promoted from the test track) takes its disk once.
+"""Where a mirror keeps what it downloads: each file's bytes once, under
+``<root>/.store/sha256/<first two digits>/<sha256>`` (``<root>``: a tree index's own root,
+or the output root for a bucket), verified before they are named by their sha256. A tree
+index's blob of the same bytes is another name (a hard link) of the download, so a closure's
+gigabytes take their disk once; the next cell that needs the same torch finds it here.
 
-The store is a dot directory, so no server shows it; a blob is named by its content, so
-writers of different channels that store the same bytes at once agree, and a blob is
-never changed, only added.
+The store is a dot directory, so no server shows it; a file is named by its content, so
+mirrors of different channels that store the same bytes at once agree.
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from wheelmill.config import format_size
-from wheelmill.files import copy_atomic
 
 STORE_DIR = ".store"
 STALE_AFTER = 600.0  # seconds without a write: a download's leftover, not a download
@@ -38,25 +36,6 @@ class Blobs:
     def holds(self, sha256: str) -> bool:
         return self.path_of(sha256).is_file()
 
-    def put(self, source: Path, sha256: str, *, tmp_dir: Path) -> Path:
-        """``source``'s bytes (whose sha256 the caller computed) stored once: copied, never
-        linked, so nothing outside the index can change them."""
-        blob = self.path_of(sha256)
-        if not blob.is_file():
-            blob.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                copy_atomic(source, blob, tmp_dir=tmp_dir)
-            except OSError:  # a full disk: nothing of this put is left, its directory neither
-                self.drop(blob)
-                raise
-        return blob
-
-    def drop(self, blob: Path) -> None:
-        """A blob a failed publish stored, and its directory where that is left empty."""
-        blob.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):  # not empty: other blobs are in it
-            blob.parent.rmdir()
-
     def stale_downloads(self, *, idle: float = STALE_AFTER) -> list[Path]:
         """What killed mirrors left in ``incoming``: files nothing wrote to for ``idle``
         seconds (a download in progress writes all the time)."""
@@ -66,8 +45,9 @@ class Blobs:
         return sorted(p for p in self.incoming.rglob("*") if p.is_file() and now - p.stat().st_mtime > idle)
 
     def orphans(self, *, idle: float = STALE_AFTER) -> list[Path]:
-        """Stored files no channel links to any more (a nightly's pruned files, a killed
-        publish's blob), untouched for ``idle`` seconds (a publish links its blob at once)."""
+        """Downloads no index file is another name of any more (the sweep deleted the blob, or
+        the index is a bucket, which was sent a copy), untouched for ``idle`` seconds (a
+        mirror publishes what it downloaded at once)."""
         now = time.time()
         return sorted(p for p in self.all() if p.stat().st_nlink == 1 and now - p.stat().st_mtime > idle)
 
@@ -92,15 +72,3 @@ class Usage:
             f"stored once: {self.stored_files} files, {format_size(self.stored_bytes)}"
             + (f" ({format_size(saved)} saved by sharing)" if saved > 0 else "")
         )
-
-
-def stored(paths: Iterable[Path]) -> tuple[int, int]:
-    """The number and bytes of the distinct files among ``paths`` (hard links counted once)."""
-    inodes: dict[tuple[int, int], int] = {}
-    for path in paths:
-        try:
-            st = path.stat()
-        except FileNotFoundError:
-            continue
-        inodes[st.st_dev, st.st_ino] = st.st_size
-    return len(inodes), sum(inodes.values())

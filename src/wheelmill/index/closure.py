@@ -38,7 +38,8 @@ from wheelmill.config import format_size
 from wheelmill.errors import CommandFailed, EnvError, FetchError, IntegrityError, PrecheckError
 from wheelmill.files import Linked, write_all, write_atomic
 from wheelmill.index.blobs import Blobs
-from wheelmill.index.store import Channel, Published, now_rfc3339, publish
+from wheelmill.index.objects import ObjectChannel, publish
+from wheelmill.index.store import Published, now_rfc3339
 from wheelmill.inputs.manylinux import oldest_glibc
 from wheelmill.inputs.variants import X86_64
 from wheelmill.machine.envs import EnvBackend, Target
@@ -57,7 +58,7 @@ class ClosureInputs:
     """What a cell's closure is resolved from."""
 
     cell: str
-    channel: Channel
+    channel: ObjectChannel
     python: str  # 3.11
     glibc: str  # the variant's baseline, manylinux_2_28
     machine: str  # the variant's platform, x86_64 or aarch64
@@ -131,7 +132,12 @@ class Mirrored:
 
 
 def inputs_of_report(
-    layout: CellLayout, *, index: Path, glibc: str, machine: str, toolkit: tuple[str, ...] = ()
+    layout: CellLayout,
+    *,
+    channel_of: Callable[[str], ObjectChannel],
+    glibc: str,
+    machine: str,
+    toolkit: tuple[str, ...] = (),
 ) -> ClosureInputs:
     """The closure inputs of a cell built earlier, from its report: the wheels it delivered
     (found beside the report, still the bytes it tested), the torch it built against, the
@@ -160,7 +166,7 @@ def inputs_of_report(
         paths.append(path)
     return ClosureInputs(
         cell=built.cell,
-        channel=Channel(index, built.channel),
+        channel=channel_of(built.channel),
         python=built.python,
         glibc=glibc,
         machine=machine,
@@ -200,15 +206,20 @@ def requirements(inputs: ClosureInputs) -> list[str]:
     return [*sorted(pins.values()), *([] if "torch" in pins else [f"torch=={inputs.torch}"]), *inputs.toolkit]
 
 
-def built_wheels(inputs: ClosureInputs) -> dict[str, tuple[Path, str]]:
-    """Every wheel built here that the closure may take: the channel's built files and the
-    cell's own; filename -> (where it is, its sha256)."""
+def built_wheels(inputs: ClosureInputs, scratch: Path) -> dict[str, tuple[Path, str]]:
+    """Every wheel built here that the closure may take: the channel's built files (where
+    the index keeps them, or fetched into ``scratch``) and the cell's own; filename -> (where
+    it is, its sha256)."""
     found: dict[str, tuple[Path, str]] = {}
     channel = inputs.channel
     for project in channel.projects() if channel.exists() else ():
         for entry in project.files:
-            if entry.built:
-                found[entry.filename] = ((channel.files / entry.filename).resolve(), entry.sha256)
+            path = channel.local_file(entry) if entry.built else None
+            if entry.built and path is None:
+                scratch.mkdir(parents=True, exist_ok=True)
+                path = scratch / entry.filename if channel.fetch(entry, scratch / entry.filename) else None
+            if path is not None:
+                found[entry.filename] = (path.resolve(), entry.sha256)
     for wheel in inputs.wheels:
         if wheel.name not in found:  # published already: its hash is on the page
             found[wheel.name] = (wheel.resolve(), sha256_of(wheel))
@@ -232,7 +243,7 @@ def write_built_index(directory: Path, built: dict[str, tuple[Path, str]]) -> st
 def resolve(inputs: ClosureInputs, *, backend: EnvBackend, log: StepLog, work: Path, lock: Path) -> Closure:
     """Resolve the closure of ``inputs`` and write its lock; the closure."""
     work.mkdir(parents=True, exist_ok=True)
-    built = built_wheels(inputs)
+    built = built_wheels(inputs, work / "fetched")
     sources = inputs.sources.first(write_built_index(work / "built", built), "the channel's built wheels")
     pins = requirements(inputs)
     wanted = work / "closure.in"
@@ -324,17 +335,19 @@ def _bytes(wheels: Sequence[LockedWheel]) -> int:
 
 def mirror(
     closure: Closure,
-    channel: Channel,
+    channel: ObjectChannel,
     *,
+    downloads: Path,
     sources: PackageSources,
     policy: RetryPolicy,
     log: StepLog,
     on_line: Callable[[str], None],
 ) -> Mirrored:
-    """Download what the closure needs from upstream into the store, every file verified,
-    then publish it all into ``channel`` as mirrored. Projects built in the channel are
-    left out (the channel says so at publish time, under its lock)."""
-    blobs = Blobs(channel.root)
+    """Download what the closure needs from upstream into the store under ``downloads``
+    (kept there: the next cell needs the same torch), every file verified, then publish it
+    all into ``channel`` as mirrored. Projects built in the channel are left out (the
+    channel says so again at publish time)."""
+    blobs = Blobs(downloads)
     wanted = [w for w in closure.to_mirror if not _built_in(channel, w.project)]
     missing = {w.sha256 for w in wanted if not blobs.holds(w.sha256)}
     digests = local_digests([w for w in wanted if w.sha256 in missing])
@@ -372,7 +385,7 @@ def local_digests(wheels: Sequence[LockedWheel]) -> dict[Path, str]:
         return {path: found for path, found in zip(local, pool.map(digest, local), strict=True) if found}
 
 
-def _built_in(channel: Channel, project: str) -> bool:
+def _built_in(channel: ObjectChannel, project: str) -> bool:
     found = channel.project(project) if channel.exists() else None
     return found is not None and any(f.built for f in found.files)
 
@@ -455,8 +468,9 @@ def _link_local(wheel: LockedWheel, source: Path, blobs: Blobs, log: StepLog, *,
     )
 
 
-def _publish(channel: Channel, blobs: Blobs, wheel: LockedWheel) -> Published:
-    """Publish a stored wheel under its own name: another name of the blob, briefly."""
+def _publish(channel: ObjectChannel, blobs: Blobs, wheel: LockedWheel) -> Published:
+    """Publish a stored wheel under its own name: another name of the download, briefly,
+    handed to the index (a tree keeps it as one more name of the same bytes)."""
     staged = blobs.incoming / f"{os.getpid()}" / wheel.filename
     staged.parent.mkdir(parents=True, exist_ok=True)
     staged.unlink(missing_ok=True)
@@ -467,7 +481,12 @@ def _publish(channel: Channel, blobs: Blobs, wheel: LockedWheel) -> Published:
     try:
         upload_time = wheel.upload_time or now_rfc3339()
         return publish(
-            channel, staged, upload_time=upload_time, mirrored_from=_without_credentials(wheel.url), sha256=wheel.sha256
+            channel,
+            staged,
+            upload_time=upload_time,
+            mirrored_from=_without_credentials(wheel.url),
+            sha256=wheel.sha256,
+            handed_over=True,
         )
     finally:
         staged.unlink(missing_ok=True)

@@ -45,8 +45,9 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from wheelmill.errors import IndexConflict, IndexStoreError, IndexWriteError
+from wheelmill.files import Linked
 from wheelmill.index import pages
-from wheelmill.index.pages import FileEntry, Project
+from wheelmill.index.pages import FileEntry, Project, agreement
 from wheelmill.index.storage import Headers, Storage, Stored
 from wheelmill.index.store import (
     BLOBS_DIR,
@@ -155,6 +156,11 @@ class ObjectChannel:
     def fetch(self, entry: FileEntry, dest: Path) -> bool:
         """A listed file's bytes into ``dest``."""
         return self.storage.fetch(blob_key(entry.sha256, entry.filename), dest)
+
+    def local_file(self, entry: FileEntry) -> Path | None:
+        """A listed file as a file of this machine, where its storage keeps it as one (a
+        tree's); None elsewhere, or where it is gone: a reader fetches it then."""
+        return self.storage.local(blob_key(entry.sha256, entry.filename))
 
 
 def blob_key(sha256: str, filename: str) -> str:
@@ -306,13 +312,14 @@ def _converging(what: str, channel: ObjectChannel, attempt: Callable[[], bool]) 
     )
 
 
-def render_project(channel: ObjectChannel, project: str) -> Project:
+def render_project(channel: ObjectChannel, project: str, *, from_entries: bool = False) -> Project:
     """The project's pages written from its entries (read the pages, then the entries, then
-    compare-and-swap each page); what they list."""
-    return _rendered(channel, project)[0]
+    compare-and-swap each page); what they list. ``from_entries``: every entry read, none
+    taken from the page (a page another layout wrote)."""
+    return _rendered(channel, project, from_entries=from_entries)[0]
 
 
-def _rendered(channel: ObjectChannel, project: str) -> tuple[Project, dict[str, Listed]]:
+def _rendered(channel: ObjectChannel, project: str, *, from_entries: bool = False) -> tuple[Project, dict[str, Listed]]:
     """The project's pages written, what they list, and the listing they were written from."""
     keys = {form: channel.page_key(project, form) for form in ("json", "html")}
     rendered: list[tuple[Project, dict[str, Listed]]] = []
@@ -323,6 +330,7 @@ def _rendered(channel: ObjectChannel, project: str) -> tuple[Project, dict[str, 
             known = {f.filename: f for f in pages.parse_project_json(_text(now["json"])).files}
         except (ValueError, KeyError, TypeError):  # none yet, or damaged: every entry is read
             known = {}
+        known = {} if from_entries else known
         listing = channel.listing(project)
         result = Project(name=project, files=_assembled(channel, project, listing, known))
         rendered[:] = [(result, listing)]
@@ -365,11 +373,12 @@ def publish(
     sha256: str | None = None,
     build_key: str | None = None,
     provenance: bytes | None = None,
+    handed_over: bool = False,
 ) -> Published:
-    """Add ``wheel`` to ``channel``: the same rules as the tree's ``store.publish`` (immutable
-    files, built beats mirrored, build keys learnt), as objects: the bytes, the entry, the
-    pages, each made once or swapped, never locked. The provenance goes with the entry
-    (made once: an entry listed without one keeps having none)."""
+    """Add ``wheel`` to ``channel`` (immutable files, built beats mirrored, build keys learnt,
+    a provenance learnt by a file listed without one), as objects: the bytes, the entry, the
+    pages, each made once or swapped, never locked. ``handed_over``: the file is the index's
+    to keep (a download made for it), so a tree stores it as another name, not a copy."""
     info = agreeing(wheel)
     sha256 = sha256 or sha256_of(wheel)
     kind = MIRRORED if mirrored_from is not None else BUILT
@@ -396,8 +405,9 @@ def publish(
         gpu_archs=gpu_archs(info) if kind == BUILT else None,
         abi=abi_of_wheel(wheel) if kind == BUILT else None,
     )
+    source = Linked(wheel) if handed_over else wheel
     made = kind not in there.kinds and _store(
-        channel, wheel, info.metadata, project=info.name, entry=entry, kind=kind, provenance=provenance
+        channel, source, info.metadata, project=info.name, entry=entry, kind=kind, provenance=provenance
     )
     if not made and provenance is not None and not there.learnt:
         _learn_provenance(channel, info.name, wheel.name, kind, provenance)
@@ -405,7 +415,7 @@ def publish(
     if learnt and build_key is not None:
         channel.storage.create(f"{channel.entries(info.name, wheel.name)}{KEYS}/{build_key}", b"")
     listing = _listed(channel, info.name)
-    _keep_bytes(channel, wheel, info.metadata, sha256, provenance if made else None)
+    _keep_bytes(channel, source, info.metadata, sha256, provenance if made else None)
     replaced = _drop_mirrored(channel, info.name, listing) if kind == BUILT else []
     return done(PublishOutcome.ADDED if made else PublishOutcome.UNCHANGED, replaced)
 
@@ -424,7 +434,7 @@ def _same_bytes(channel: ObjectChannel, project: str, filename: str, kind: str, 
 
 def _store(
     channel: ObjectChannel,
-    wheel: Path,
+    wheel: Path | Linked,
     metadata: bytes,
     *,
     project: str,
@@ -435,31 +445,38 @@ def _store(
     """The bytes and the sidecars (each once, wherever other channels have them already), then
     the entry; False where another writer made the same entry first."""
     _put_bytes(channel, wheel, metadata, entry.sha256)
-    key = f"{channel.entries(project, wheel.name)}{kind}"
+    key = f"{channel.entries(project, entry.filename)}{kind}"
     if channel.storage.create(
-        key, entry_bytes(project, entry, provenance=_put_provenance(channel, wheel.name, provenance))
+        key, entry_bytes(project, entry, provenance=_put_provenance(channel, entry.filename, provenance))
     ):
         return True
-    _same_bytes(channel, project, wheel.name, kind, entry.sha256)  # a racing writer's: the same bytes, or refused
+    _same_bytes(channel, project, entry.filename, kind, entry.sha256)  # a racing writer's: the same bytes, or refused
     return False
 
 
-def _keep_bytes(channel: ObjectChannel, wheel: Path, metadata: bytes, sha256: str, provenance: bytes | None) -> None:
+def _keep_bytes(
+    channel: ObjectChannel, wheel: Path | Linked, metadata: bytes, sha256: str, provenance: bytes | None
+) -> None:
     """The file's bytes, sidecar and provenance there when the publish returns: a sweep that
     is deleting them as unnamed (a copy in its trash) is waited for, and what it took is
     stored again (``wheelmill.index.sweep``)."""
-    folder = blob_key(sha256, wheel.name).rpartition("/")[0] + "/"
+    name = _name(wheel)
+    folder = blob_key(sha256, name).rpartition("/")[0] + "/"
     waited = time.monotonic() + SWEEP_WAIT
     while channel.storage.keys_under(f"{TRASH}{folder}") and time.monotonic() < waited:
         time.sleep(0.05)
     _put_bytes(channel, wheel, metadata, sha256)
-    _put_provenance(channel, wheel.name, provenance)
+    _put_provenance(channel, name, provenance)
 
 
-def _put_bytes(channel: ObjectChannel, wheel: Path, metadata: bytes, sha256: str) -> None:
+def _name(wheel: Path | Linked) -> str:
+    return (wheel.source if isinstance(wheel, Linked) else wheel).name
+
+
+def _put_bytes(channel: ObjectChannel, wheel: Path | Linked, metadata: bytes, sha256: str) -> None:
     """The file's bytes and its sidecar, each stored where it is not yet (other channels
     may have it already): one listing of the blob's folder, then what is missing."""
-    blob = blob_key(sha256, wheel.name)
+    blob = blob_key(sha256, _name(wheel))
     there = set(channel.storage.keys_under(blob.rpartition("/")[0] + "/"))
     if blob not in there:
         channel.storage.create(blob, wheel, headers=_IMMUTABLE_BYTES)
@@ -469,12 +486,15 @@ def _put_bytes(channel: ObjectChannel, wheel: Path, metadata: bytes, sha256: str
 
 def _put_provenance(channel: ObjectChannel, filename: str, provenance: bytes | None) -> str | None:
     """A provenance as a blob of its own bytes (before the entry that names it); its sha256."""
-    if provenance is None:
-        return None
+    return None if provenance is None else put_provenance(channel.storage, filename, provenance)
+
+
+def put_provenance(storage: Storage, filename: str, provenance: bytes) -> str:
+    """The provenance of a file named ``filename`` stored as a blob, where it is not yet; its sha256."""
     sha256 = hashlib.sha256(provenance).hexdigest()
     key = blob_key(sha256, f"{filename}{PROVENANCE}")
-    if channel.storage.get(key) is None:
-        channel.storage.create(key, provenance, headers=_IMMUTABLE_BYTES)
+    if storage.get(key) is None:
+        storage.create(key, provenance, headers=_IMMUTABLE_BYTES)
     return sha256
 
 
@@ -564,16 +584,27 @@ def remove_files(channel: ObjectChannel, project_name: str, filenames: Collectio
     pages; their bytes stay, as other channels may list them."""
     project = canonicalize_name(project_name)
     listing = channel.listing(project)
-    gone = sorted(name for name in filenames if name in listing)
+    # A page still listing a file whose entry is gone: a remover killed before its render.
+    gone = sorted(name for name in filenames if name in listing or name in _on_the_page(channel, project))
     for filename in gone:
         for key in channel.storage.keys_under(channel.entries(project, filename)):
             channel.storage.delete(key)
-    if gone:
-        render_project(channel, project)
-        render_root(channel)
-        if not channel.storage.keys_under(channel.entries(project)):
-            _drop_pages(channel, project)
+    # Rendered whatever was found: a remover killed between the two forms of a page left the
+    # other one listing what is gone, and only a render mends that (the same remove again).
+    render_project(channel, project)
+    render_root(channel)
+    if not channel.storage.keys_under(channel.entries(project)):
+        _drop_pages(channel, project)
     return gone
+
+
+def _on_the_page(channel: ObjectChannel, project: str) -> set[str]:
+    """The files the project's page lists (none where it has no readable page)."""
+    try:
+        found = channel.project(project)
+    except IndexStoreError:
+        return set()
+    return {f.filename for f in found.files} if found is not None else set()
 
 
 def _drop_pages(channel: ObjectChannel, project: str) -> None:
@@ -618,7 +649,6 @@ def verify(channel: ObjectChannel, *, hashes: bool = True) -> list[str]:
     """Every problem found (none: the channel is a valid index): the pages parse and agree,
     every listed file and sidecar is stored (with the listed sha256 where ``hashes``), and
     every entry is listed."""
-    from wheelmill.index.verify import agreement  # noqa: PLC0415 - verify imports the tree's channel
 
     root = {form: channel.storage.get(channel.page_key(None, form)) for form in ("json", "html")}
     if root["json"] is None:
@@ -676,10 +706,10 @@ def _project_problems(
     return problems
 
 
-def verify_file(channel: ObjectChannel, entry: FileEntry) -> list[str]:
+def verify_file(channel: ObjectChannel, entry: FileEntry, *, hashes: bool = False) -> list[str]:
     """A listed file's blob and sidecar are stored, the sidecar with the listed hash (the
-    blob's key is its sha256; ``verify`` with hashes reads its bytes)."""
-    return _stored_problems(channel, entry, hashes=False)
+    blob's key is its sha256); with ``hashes``, its bytes read and hashed too."""
+    return _stored_problems(channel, entry, hashes=hashes)
 
 
 def _stored_problems(channel: ObjectChannel, entry: FileEntry, *, hashes: bool) -> list[str]:
@@ -691,13 +721,23 @@ def _stored_problems(channel: ObjectChannel, entry: FileEntry, *, hashes: bool) 
     sidecar = channel.storage.get(f"{blob}.metadata")
     if sidecar is None or hashlib.sha256(sidecar.data).hexdigest() != entry.metadata_sha256:
         return [f"{where}: .metadata sha256 differs from the page"]
-    if hashes:
-        with tempfile.TemporaryDirectory(prefix="wheelmill-verify-") as scratch:
-            copy = Path(scratch) / "file"
-            if not channel.storage.fetch(blob, copy) or sha256_of(copy) != entry.sha256:
-                return [f"{where}: sha256 differs from the page"]
-            if copy.stat().st_size != entry.size:
-                return [f"{where}: size {copy.stat().st_size}, the page says {entry.size}"]
+    if not hashes:
+        return []
+    local = channel.storage.local(blob)
+    if local is not None:  # a tree's file, read where it lies
+        return _bytes_problems(where, local, entry)
+    with tempfile.TemporaryDirectory(prefix="wheelmill-verify-") as scratch:
+        copy = Path(scratch) / "file"
+        if not channel.storage.fetch(blob, copy):
+            return [f"{where}: listed but the file is missing"]
+        return _bytes_problems(where, copy, entry)
+
+
+def _bytes_problems(where: str, path: Path, entry: FileEntry) -> list[str]:
+    if sha256_of(path) != entry.sha256:
+        return [f"{where}: sha256 differs from the page"]
+    if path.stat().st_size != entry.size:
+        return [f"{where}: size {path.stat().st_size}, the page says {entry.size}"]
     return []
 
 

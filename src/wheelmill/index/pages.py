@@ -26,7 +26,7 @@ import html
 import html.parser
 import json
 import urllib.parse
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -219,3 +219,19 @@ def _page(title: str, body: Sequence[str]) -> str:
         f"<title>{html.escape(title)}</title>\n</head>\n"
     )
     return head + f"<body>\n<h1>{html.escape(title)}</h1>\n" + "\n".join(body) + "\n</body>\n</html>\n"
+
+
+def agreement(where: str, entry: FileEntry, anchor: dict[str, str | None] | None) -> Iterator[str]:
+    """What the HTML link of a file says that its JSON listing does not."""
+    if anchor is None:
+        return
+    if (anchor.get("href") or "").split("#sha256=")[-1] != entry.sha256:
+        yield f"{where}: the HTML link carries another sha256"
+    if anchor.get("data-gpu-archs") != entry.gpu_archs:
+        yield f"{where}: the HTML link and the JSON page show different GPU archs"
+    if anchor.get("data-abi") != entry.abi:
+        yield f"{where}: the HTML link and the JSON page show different ABIs"
+    if build_keys_of(anchor.get("data-build-keys")) != entry.build_keys:
+        yield f"{where}: the HTML link and the JSON page show different build keys"
+    if anchor.get("data-yanked") != entry.yanked:
+        yield f"{where}: the HTML link and the JSON page show different yanks"

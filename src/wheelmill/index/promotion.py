@@ -31,12 +31,11 @@ from packaging.version import InvalidVersion, Version
 from wheelmill.checks.gpu import GpuOutcome
 from wheelmill.errors import IntegrityError, ReleaseError
 from wheelmill.index import objects
-from wheelmill.index.objects import ObjectChannel
 from wheelmill.index.pages import FileEntry
 from wheelmill.index.records import GpuRecord, Manifest, ReleasedFile, find_manifest, manifests, record
 from wheelmill.index.roots import AnyChannel, Index, copy_file, file_of, provenance_of, publish
 from wheelmill.index.storage import Storage
-from wheelmill.index.store import Channel, Published
+from wheelmill.index.store import Published
 from wheelmill.inputs.versions import Track, VersionRule
 from wheelmill.machine.net import sha256_of
 from wheelmill.provenance.signing import SigningKey, envelope_line, sign_envelope
@@ -251,25 +250,12 @@ def signer_of(key: SigningKey, *, ci_run: str | None) -> Signer:
 
 def promote_mirrored(source: AnyChannel, target: AnyChannel, *, on_file: Callable[[Published], None]) -> None:
     """The mirrored runtime closure goes with the wheels: every mirrored file of the source
-    channel into the target (another name of the same stored bytes), so the target installs
+    channel into the target (its entry copied: the same stored bytes), so the target installs
     on its own too; projects built in the target are never mirrored there."""
     for project in source.projects():
         for entry in project.files:
-            if isinstance(source, ObjectChannel) and isinstance(target, ObjectChannel):
-                if not entry.built and entry.yanked is None:
-                    on_file(objects.promote_file(source, target, project.name, entry.filename))
-                continue
-            assert isinstance(source, Channel)
             if not entry.built and entry.yanked is None:
-                on_file(
-                    publish(
-                        target,
-                        source.files / entry.filename,
-                        upload_time=entry.upload_time,
-                        mirrored_from=entry.mirrored_from,
-                        sha256=entry.sha256,
-                    )
-                )
+                on_file(objects.promote_file(source, target, project.name, entry.filename))
 
 
 def verified(index: Index, entry: ReleasedFile) -> FileEntry:
@@ -293,19 +279,11 @@ def verified(index: Index, entry: ReleasedFile) -> FileEntry:
 
 
 def _stored(channel: AnyChannel, entry: ReleasedFile, listed: FileEntry) -> list[str]:
-    if isinstance(channel, ObjectChannel):
-        found = objects.verify_file(channel, listed)
-        if entry.sha256 != listed.sha256:
-            return ["sha256 differs between the release record and the index page"]
-        return [f"the stored file: {found[0]}"] if found else []
-    path, sidecar = channel.files / entry.filename, channel.files / f"{entry.filename}.metadata"
-    if not path.is_file():
-        return ["not in the channel"]
-    if not (entry.sha256 == listed.sha256 == sha256_of(path)):
-        return ["sha256 differs between the release record, the index page and the file"]
-    if not sidecar.is_file() or sha256_of(sidecar) != listed.metadata_sha256:
-        return ["its .metadata sidecar is missing or differs from the page's hash"]
-    return []
+    """The file and its sidecar stored as listed; a file this machine holds is hashed too."""
+    if entry.sha256 != listed.sha256:
+        return ["sha256 differs between the release record and the index page"]
+    found = objects.verify_file(channel, listed, hashes=channel.local_file(listed) is not None)
+    return [f"the stored file: {found[0]}"] if found else []
 
 
 def restamp(wheel: Path, scratch: Path, *, version: str, renames: Mapping[str, str]) -> Path:

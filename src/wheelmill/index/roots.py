@@ -1,30 +1,34 @@
 """Where the index is: a directory tree (the embedded default: one machine, nothing to run)
 or an object store (``WHEELMILL_INDEX_ROOT=s3://bucket/prefix``: every runner of a fleet
-writes it at once). A command asks for the index and its channels here, and publishes,
-yanks, removes and checks through these few functions, whichever it is."""
+writes it at once). Either is a ``Storage``, and a channel on it is the one channel code's
+(``wheelmill.index.objects``): a command asks for the index and its channels here, and
+publishes, yanks, removes, checks and reads files through these few functions. A tree's
+channel in the layout of an earlier wheelmill is refused here until it is migrated
+(``wheelmill.index.legacy``)."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from wheelmill.errors import IndexStoreError
-from wheelmill.index import objects, store
+from wheelmill.errors import ConfigError, IndexStoreError
+from wheelmill.index import legacy, objects
+from wheelmill.index.blobs import STALE_AFTER, Usage
+from wheelmill.index.legacy import Migrated, refuse_legacy
 from wheelmill.index.objects import ObjectChannel
 from wheelmill.index.pages import FileEntry
 from wheelmill.index.storage import Storage, TreeStorage
-from wheelmill.index.store import Channel, Published
-from wheelmill.index.sweep import stored_names
-from wheelmill.index.verify import verify
+from wheelmill.index.store import CONDA_DIR, Published, bucket_channel_url, conda_channel_root
+from wheelmill.index.sweep import channels_of
 from wheelmill.provenance.statement import read_beside
 from wheelmill.settings import Settings
 
-AnyChannel = Channel | ObjectChannel
+AnyChannel = ObjectChannel  # the one channel, on either storage
 
 
 @dataclass(frozen=True)
@@ -51,66 +55,80 @@ class Index:
         assert self.tree is not None
         return TreeStorage(self.tree)
 
-    def channel(self, name: str) -> AnyChannel:
-        return ObjectChannel(self.storage, name) if self.bucket else Channel(self.storage_root, name)
-
-    @property
-    def storage_root(self) -> Path:
-        assert self.tree is not None
+    def served_tree(self) -> Path:
+        """The tree ``index serve`` serves; a bucket is served by nginx in front of it."""
+        if self.tree is None:
+            raise ConfigError(
+                f"index serve: it serves an index tree, and WHEELMILL_INDEX_ROOT is an object store ({self.bucket})",
+                fix="serve the bucket with nginx in front of it: deploy/nginx-bucket.conf "
+                "(docs/wheel-index.md, 'Serving from a bucket')",
+            )
         return self.tree
+
+    def downloads(self, output: Path) -> Path:
+        """Where a mirror keeps what it downloads for this index: a tree's own store (what it
+        publishes is then one more name of the same bytes), else under the output root."""
+        return self.tree if self.tree is not None else output
+
+    def conda_channel(self, name: str) -> str:
+        """Where channel ``name``'s conda packages go, as ``wheelmill conda package --channel``
+        takes it: a directory beside the tree's channels, or the bucket's ``conda/<name>``."""
+        if self.tree is not None:
+            return str(conda_channel_root(self.tree, name))
+        assert self.bucket is not None
+        return bucket_channel_url(self.bucket, name)
+
+    def holds_conda(self, name: str, subdir: str, filename: str) -> bool:
+        """Whether channel ``name``'s conda channel holds that package."""
+        key = f"{CONDA_DIR}/{name}/{subdir}/{filename}"
+        return key in self.storage.keys_under(key)
+
+    def channel(self, name: str) -> AnyChannel:
+        if self.tree is not None:
+            refuse_legacy(self.tree, name)
+        return ObjectChannel(self.storage, name)
 
     def channel_names(self) -> list[str]:
         """Every channel with pages."""
-        if self.bucket is None:
-            return store.channel_names(self.storage_root)
-        return [n for n in stored_names(self.storage) if self.channel(n).exists()]
+        return [channel.name for channel in channels_of(self.storage) if channel.exists()]
 
 
-def publish(channel: AnyChannel, wheel: Path, *, provenance: bytes | None = None, **given: str | None) -> Published:
-    """``store.publish`` or ``objects.publish``: the same rules, on a tree or as objects. A
-    built wheel's provenance is the one given, else the one beside it (``<wheel>.intoto.jsonl``,
-    as a build delivers it into dist/)."""
+def publish(
+    channel: AnyChannel, wheel: Path, *, provenance: bytes | None = None, handed_over: bool = False, **given: str | None
+) -> Published:
+    """``objects.publish``. A built wheel's provenance is the one given, else the one beside
+    it (``<wheel>.intoto.jsonl``, as a build delivers it into dist/)."""
     if provenance is None and given.get("mirrored_from") is None:
         provenance = read_beside(wheel)
-    if isinstance(channel, ObjectChannel):
-        return objects.publish(channel, wheel, provenance=provenance, **given)
-    return store.publish(channel, wheel, provenance=provenance, **given)
+    return objects.publish(channel, wheel, provenance=provenance, handed_over=handed_over, **given)
 
 
 def provenance_of(channel: AnyChannel, entry: FileEntry) -> bytes | None:
     """The signed provenance a listed file's entry names (its envelopes, one a line); None
     where it names none, or it is gone."""
-    if isinstance(channel, ObjectChannel):
-        return objects.provenance_of(channel, entry)
-    return read_beside(channel.files / entry.filename) if entry.provenance is not None else None
+    return objects.provenance_of(channel, entry)
 
 
 def set_yanked(channel: AnyChannel, project: str, version: str, reason: str | None) -> list[str]:
-    if isinstance(channel, ObjectChannel):
-        return objects.set_yanked(channel, project, version, reason)
-    return store.set_yanked(channel, project, version, reason)
+    return objects.set_yanked(channel, project, version, reason)
 
 
 def remove_files(channel: AnyChannel, project: str, filenames: Collection[str]) -> list[str]:
-    if isinstance(channel, ObjectChannel):
-        return objects.remove_files(channel, project, filenames)
-    return store.remove_files(channel, project, filenames)
+    return objects.remove_files(channel, project, filenames)
 
 
 def problems(channel: AnyChannel, *, hashes: bool = True) -> list[str]:
-    if isinstance(channel, ObjectChannel):
-        return objects.verify(channel, hashes=hashes)
-    return verify(channel, hashes=hashes)
+    return objects.verify(channel, hashes=hashes)
 
 
 def copy_file(
     source: AnyChannel, target: AnyChannel, entry: FileEntry, scratch: Path, *, provenance: bytes | None = None
 ) -> Published:
-    """A listed file of ``source`` listed in ``target`` too, the same bytes: between two
-    object channels its entry copied server-side (no byte through this machine), else
+    """A listed file of ``source`` listed in ``target`` too, the same bytes: on one storage
+    its entry copied (on a bucket server-side, no byte through this machine), else
     published from the source's file. Its provenance goes with it: ``provenance`` where
     given (the source's with a promotion's statement after it), else the source's."""
-    if isinstance(source, ObjectChannel) and isinstance(target, ObjectChannel):  # the entry names the source's
+    if source.storage.location == target.storage.location:  # the entry names the source's blob
         project = entry.filename.split("-", 1)[0]
         return objects.promote_file(
             source, target, str(canonicalize_name(project)), entry.filename, provenance=provenance
@@ -129,7 +147,7 @@ def copy_file(
         )
 
 
-def export(source: AnyChannel, target: Channel, *, built: Collection[str], scratch: Path) -> list[Published]:
+def export(source: AnyChannel, target: AnyChannel, *, built: Collection[str], scratch: Path) -> list[Published]:
     """What a consumer of ``built`` (file names) installs from ``source``, into a tree's
     channel: those built files, and every mirrored one (the runtime closure): what a cell's
     images install from an object store, served on loopback as a tree."""
@@ -144,14 +162,46 @@ def export(source: AnyChannel, target: Channel, *, built: Collection[str], scrat
 
 @contextmanager
 def file_of(channel: AnyChannel, entry: FileEntry, scratch: Path) -> Iterator[Path | None]:
-    """A listed file's bytes as a path while the block runs (a bucket's, fetched into
-    ``scratch``); None where the file is not there."""
-    if isinstance(channel, Channel):
-        path = channel.files / entry.filename
-        yield path if path.is_file() else None
+    """A listed file's bytes as a path while the block runs (a tree's where it lies, a
+    bucket's fetched into ``scratch``); None where the file is not there. Read it, never
+    write it: a tree's is the index's own file."""
+    local = channel.local_file(entry)
+    if local is not None:
+        yield local
         return
     copy = scratch / entry.filename
     try:
         yield copy if channel.fetch(entry, copy) else None
     finally:
         copy.unlink(missing_ok=True)
+
+
+def usage(index: Index) -> Usage:
+    """What the channels list against the bytes kept for them: each distinct file once,
+    however many channels and tracks list it."""
+    entries = [f for name in index.channel_names() for project in index.channel(name).projects() for f in project.files]
+    distinct = {f.sha256: f.size for f in entries}
+    return Usage(
+        channels=len(index.channel_names()),
+        listed_files=len(entries),
+        listed_bytes=sum(f.size for f in entries),
+        stored_files=len(distinct),
+        stored_bytes=sum(distinct.values()),
+    )
+
+
+def migrate(index: Index, *, on_channel: Callable[[Migrated], None]) -> list[Migrated]:
+    """A tree's channels of an earlier wheelmill's layout written as objects; a bucket's are
+    objects already."""
+    return legacy.migrate(index.tree, on_channel=on_channel) if index.tree is not None else []
+
+
+def tidy(index: Index) -> list[Path]:
+    """The temporary files a tree's killed writers left, removed; what was removed (a
+    bucket keeps none: a request is whole or not made)."""
+    if not isinstance(index.storage, TreeStorage):
+        return []
+    left = index.storage.stale_work(idle=STALE_AFTER)
+    for path in left:
+        path.unlink(missing_ok=True)
+    return left

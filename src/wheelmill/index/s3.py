@@ -28,7 +28,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
 from wheelmill.errors import ConfigError, FetchError, IndexStoreError, IndexWriteError, WheelmillError
-from wheelmill.files import atomic_path
+from wheelmill.files import Linked, atomic_path
 from wheelmill.index.storage import Headers, Stored, checked_key
 
 if TYPE_CHECKING:
@@ -115,13 +115,14 @@ class S3Storage:
 
         return self._call(download, key, writing=False)
 
-    def create(self, key: str, source: bytes | Path, *, headers: Headers | None = None) -> bool:
+    def create(self, key: str, source: bytes | Path | Linked, *, headers: Headers | None = None) -> bool:
         def put() -> None:
-            if isinstance(source, Path):
-                with source.open("rb") as body:  # opened for each try: a retried one sends it whole again
+            path = source.source if isinstance(source, Linked) else source
+            if isinstance(path, Path):
+                with path.open("rb") as body:  # opened for each try: a retried one sends it whole again
                     self._put(key, body, headers, None)
             else:
-                self._put(key, source, headers, None)
+                self._put(key, path, headers, None)
 
         return self._conditional(put, key)
 
@@ -183,6 +184,9 @@ class S3Storage:
             return sorted(name.removeprefix(self.where.prefix + prefix).rstrip("/") for name in found)
 
         return self._call(listed, prefix or "(all)", writing=False)
+
+    def local(self, key: str) -> Path | None:  # noqa: ARG002 - a bucket's objects are fetched
+        return None
 
     def delete(self, key: str) -> None:
         """The object, then its emptied parents: a store that keeps directories (SeaweedFS's

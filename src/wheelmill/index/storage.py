@@ -6,7 +6,9 @@ never through a lock of their own (issue 43). Both implementations give the same
 
     get(key)                  the object's bytes and its version, or None
     create(key, source)       create-once: True where this call made it; False where the key
-                              was there (S3: If-None-Match: *); whatever raced, one wins
+                              was there (S3: If-None-Match: *); whatever raced, one wins;
+                              a source given as ``Linked`` is the index's to keep (the tree
+                              makes the key another name of it, no copy)
     swap(key, data, version)  compare-and-swap: replace the object only where its version is
                               still ``version`` (S3: If-Match on the ETag); False otherwise
     copy(source, key)         create-once, from another object (S3: CopyObject, no byte
@@ -14,6 +16,8 @@ never through a lock of their own (issue 43). Both implementations give the same
     keys_under(prefix)        every key under a prefix, sorted; delete(key)
     children(prefix)          the names one level below a prefix that hold objects (S3: a
                               listing with a delimiter), sorted
+    local(key)                the object as a file of this machine where it is one (the
+                              tree's), else None: a reader fetches it instead
 
 A version is opaque: compare it, never read it. Keys are ``/``-separated relative names of
 plain segments (``cu130/simple/torch/index.json``): the same key means the same object in
@@ -25,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -70,7 +75,7 @@ class Storage(Protocol):
         """The object's bytes into ``dest`` (replaced whole), streamed; False where it is not."""
         ...
 
-    def create(self, key: str, source: bytes | Path, *, headers: Headers | None = None) -> bool: ...
+    def create(self, key: str, source: bytes | Path | Linked, *, headers: Headers | None = None) -> bool: ...
 
     def swap(self, key: str, data: bytes, *, version: str, headers: Headers | None = None) -> bool: ...
 
@@ -81,6 +86,8 @@ class Storage(Protocol):
     def children(self, prefix: str) -> list[str]: ...
 
     def delete(self, key: str) -> None: ...
+
+    def local(self, key: str) -> Path | None: ...
 
 
 def checked_key(key: str, *, prefix: bool = False) -> str:
@@ -145,7 +152,7 @@ class TreeStorage:
         return True
 
     # A tree's headers are its server's (deploy/nginx-index.conf): no object carries them.
-    def create(self, key: str, source: bytes | Path, *, headers: Headers | None = None) -> bool:  # noqa: ARG002
+    def create(self, key: str, source: bytes | Path | Linked, *, headers: Headers | None = None) -> bool:  # noqa: ARG002
         return self._write_once(key, source)
 
     def swap(self, key: str, data: bytes, *, version: str, headers: Headers | None = None) -> bool:  # noqa: ARG002
@@ -192,6 +199,18 @@ class TreeStorage:
     def delete(self, key: str) -> None:
         with _writing(self.location, key):
             self.path(key).unlink(missing_ok=True)
+
+    def local(self, key: str) -> Path | None:
+        path = self.path(key)
+        return path if path.is_file() else None
+
+    def stale_work(self, *, idle: float) -> list[Path]:
+        """The temporary files of writes killed midway (no write takes ``idle`` seconds
+        without touching its file): no reader ever sees them, and nothing else removes them."""
+        if not self._tmp.is_dir():
+            return []
+        now = time.time()
+        return sorted(p for p in self._tmp.iterdir() if p.is_file() and now - p.stat().st_mtime > idle)
 
 
 def _holds_an_object(path: Path) -> bool:

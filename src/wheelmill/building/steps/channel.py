@@ -6,28 +6,32 @@ sha256 it was locked with."""
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 from wheelmill.building.context import Outcome, StepContext
 from wheelmill.checks import CheckResult, require
 from wheelmill.errors import IndexStoreError
 from wheelmill.index.closure import Closure
-from wheelmill.index.store import Channel, Published
-from wheelmill.index.verify import verify
+from wheelmill.index.objects import ObjectChannel
+from wheelmill.index.roots import Index, file_of, problems
+from wheelmill.index.store import Published
 from wheelmill.machine.net import sha256_of
 from wheelmill.output.report import WheelRecord
 from wheelmill.planning.spec import CellPlan
 
 
 def channel_checks(ctx: StepContext) -> Outcome:
-    channel = Channel(ctx.run.settings.index, ctx.run.plan.channel)
+    channel = Index.of(ctx.run.settings).channel(ctx.run.plan.channel)
     published = {
         r.name: ctx.done.get(WheelRecord, r.name) for r in ctx.run.plan.recipes if ctx.done.find(Published, r.name)
     }
     if not published:
         return Outcome(checks=[CheckResult.skipped("channel", "this run published nothing")])
-    problems = verify(channel, hashes=False)  # sizes and sidecars for all; the hashes of ours below
+    found = problems(channel, hashes=False)  # sizes and sidecars for all; the hashes of ours below
     valid = (
-        CheckResult.failed("channel", "; ".join(problems[:5]), "`wheelmill index verify` lists every problem")
-        if problems
+        CheckResult.failed("channel", "; ".join(found[:5]), "`wheelmill index verify` lists every problem")
+        if found
         else None
     )
     results = [
@@ -46,7 +50,7 @@ def channel_checks(ctx: StepContext) -> Outcome:
     return Outcome(checks=require(results, ctx.log, failure=failure))
 
 
-def _listed(channel: Channel, recipe: str, wheel: WheelRecord) -> CheckResult:
+def _listed(channel: ObjectChannel, recipe: str, wheel: WheelRecord) -> CheckResult:
     """The tested wheel is what the channel lists and serves, byte for byte."""
     project = channel.project(wheel.name.split("-", 1)[0])
     entry = next((f for f in project.files if f.filename == wheel.name), None) if project else None
@@ -56,7 +60,11 @@ def _listed(channel: Channel, recipe: str, wheel: WheelRecord) -> CheckResult:
             f"{wheel.name} is not listed",
             f"publish it again: wheelmill publish --channel {channel.name} {wheel.path}",
         )
-    served = sha256_of(channel.files / wheel.name)
+    with (
+        tempfile.TemporaryDirectory(prefix="wheelmill-channel-") as scratch,
+        file_of(channel, entry, Path(scratch)) as stored,
+    ):
+        served = sha256_of(stored) if stored is not None else "(not stored)"
     if not entry.sha256 == served == wheel.sha256:
         detail = (
             f"{wheel.name}: listed sha256 {entry.sha256[:16]}..., served {served[:16]}..., "
@@ -68,7 +76,7 @@ def _listed(channel: Channel, recipe: str, wheel: WheelRecord) -> CheckResult:
     return CheckResult.passed(recipe, f"{wheel.name} listed and served with the tested sha256")
 
 
-def _closure(channel: Channel, closure: Closure) -> CheckResult:
+def _closure(channel: ObjectChannel, closure: Closure) -> CheckResult:
     """Every wheel of the closure is in the channel with its locked sha256, or built there."""
     missing = []
     for wheel in closure.to_mirror:

@@ -23,18 +23,18 @@ from wheelmill.building.context import Outcome, StepContext
 from wheelmill.building.products import BuildKeys, PublishedBuild, ServedBuild, Toolchain
 from wheelmill.building.steps.install import deliver
 from wheelmill.checks import CheckResult
-from wheelmill.conda.channel import conda_channel_root
 from wheelmill.conda.package import CondaTarget, conda_meta
 from wheelmill.errors import FetchError, WheelmillError
 from wheelmill.files import Linked, write_all
+from wheelmill.index.objects import ObjectChannel
 from wheelmill.index.pages import FileEntry
+from wheelmill.index.roots import Index, provenance_of
 from wheelmill.index.served import ServedChannel
-from wheelmill.index.store import Channel, built_by_key
+from wheelmill.index.store import built_by_key
 from wheelmill.machine.net import download, fetch_bytes
 from wheelmill.machine.toolchain import Found, find_compiler
 from wheelmill.planning.buildkey import BuildKey, build_keys, host_identity, image_identity
 from wheelmill.planning.spec import CellPlan, RecipeSpec
-from wheelmill.provenance.statement import read_beside
 from wheelmill.retry import TransientError, with_retries
 from wheelmill.wheel.wheelfile import read_wheel
 
@@ -43,12 +43,13 @@ CHECK = "served-index"  # the verdict on reading it
 
 @dataclass(frozen=True, kw_only=True)
 class Listed:
-    """A build key's wheel in a channel: the local index's file, or the served index's URL."""
+    """A build key's wheel in a channel: the local index's, or the served index's URL."""
 
     channel: str
     project: str
     entry: FileEntry
-    file: Path | None = None  # the local channel's file
+    held: ObjectChannel | None = None  # the local index's channel that lists it
+    file: Path | None = None  # its file on this machine, where the local index keeps one (a tree)
     url: str | None = None  # else the served channel's, fetched and checked against entry.sha256
     served_from: str | None = None  # the served channel's address, for the report
     provenance_url: str | None = None  # the served channel's provenance of it, where its page names one
@@ -58,6 +59,14 @@ class Listed:
         downloaded from the served one, its sha256 the page's."""
         if self.file is not None:
             write_all({target: Linked(self.file)})
+            return target
+        if self.held is not None:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if not self.held.fetch(self.entry, target):
+                raise FetchError(
+                    f"{self.channel}: {self.entry.filename} is listed but not stored",
+                    fix="`wheelmill index verify` says what is missing; publish it again",
+                )
             return target
         assert self.url is not None, "a listing is a local file or a served URL"
         url = self.url
@@ -73,8 +82,8 @@ class Listed:
     def provenance(self) -> bytes | None:
         """Its signed provenance, delivered with it (a release publishes it from dist/); None
         where it has none, or the served one cannot be read (the publish step says so)."""
-        if self.file is not None:
-            return read_beside(self.file) if self.entry.provenance is not None else None
+        if self.held is not None:
+            return provenance_of(self.held, self.entry)
         if self.provenance_url is None:
             return None
         try:
@@ -99,12 +108,9 @@ class Listings:
         return self.read[name]
 
     def _local(self, name: str) -> dict[str, Listed]:
-        settings = self.ctx.run.settings
-        if settings.index_bucket is not None:  # a bucket is read through the served index
-            return {}
-        channel = Channel(settings.index, name)
+        channel = Index.of(self.ctx.run.settings).channel(name)
         return {
-            key: Listed(channel=name, project=project, entry=entry, file=channel.files / entry.filename)
+            key: Listed(channel=name, project=project, entry=entry, held=channel, file=channel.local_file(entry))
             for key, (project, entry) in built_by_key(channel).items()
         }
 
@@ -198,7 +204,7 @@ def _published_for_this_cell(ctx: StepContext, hit: Listed) -> bool:
         meta = conda_meta(read_wheel(hit.file), CondaTarget.of(plan.cell.variant, plan.cell.python))
     except WheelmillError:  # no conda package can be made of it: served, its publish step says why
         return False
-    return (conda_channel_root(ctx.run.settings.index, hit.channel) / meta.subdir / meta.filename).is_file()
+    return Index.of(ctx.run.settings).holds_conda(hit.channel, meta.subdir, meta.filename)
 
 
 def _find_served(ctx: StepContext, spec: RecipeSpec, key: BuildKey, listings: Listings) -> ServedBuild | None:

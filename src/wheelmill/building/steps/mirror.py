@@ -10,7 +10,8 @@ from wheelmill.building.context import Outcome, StepContext
 from wheelmill.building.products import BuildEnv, Sources
 from wheelmill.checks import CheckResult
 from wheelmill.index.closure import Closure, ClosureInputs, mirror, resolve
-from wheelmill.index.store import Channel, Published, PublishOutcome
+from wheelmill.index.roots import Index
+from wheelmill.index.store import Published, PublishOutcome
 from wheelmill.machine import envs
 from wheelmill.machine.process import HostRunner
 from wheelmill.output.layout import CLOSURE_LOCK_NAME
@@ -23,7 +24,7 @@ def closure_inputs(ctx: StepContext) -> ClosureInputs:
     published = [Path(ctx.done.get(WheelRecord, r.name).path) for r in plan.recipes if ctx.done.find(Published, r.name)]
     return ClosureInputs(
         cell=plan.cell.id,
-        channel=Channel(ctx.run.settings.index, plan.channel),
+        channel=Index.of(ctx.run.settings).channel(plan.channel),
         python=plan.cell.python,
         glibc=plan.cell.variant.glibc,
         machine=plan.cell.variant.platform,
@@ -49,10 +50,12 @@ def mirror_closure(ctx: StepContext) -> Outcome:
     closure = ctx.done.find(Closure)
     if closure is None:
         return Outcome(checks=[CheckResult.skipped("mirror", "no closure: this run published nothing")])
-    channel = Channel(ctx.run.settings.index, ctx.run.plan.channel)
+    index = Index.of(ctx.run.settings)
+    channel = index.channel(ctx.run.plan.channel)
     done = mirror(
         closure,
         channel,
+        downloads=index.downloads(ctx.run.settings.output),
         sources=ctx.done.get(Sources).packages,
         policy=ctx.run.settings.retry,
         log=ctx.log,

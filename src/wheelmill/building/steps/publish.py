@@ -1,19 +1,20 @@
 """The publish step: a wheel that passed everything goes into the variant's channel of the
-local index (``<output>/index`` unless WHEELMILL_INDEX_ROOT says otherwise), listed with
-its build key, so the same inputs are not built again; and, as a conda package, into the
-variant's conda channel beside it (``<index>/conda/<channel>``). Its signed provenance
-(``wheelmill.provenance``), which the install test delivered beside it, goes with it."""
+index (``<output>/index`` unless WHEELMILL_INDEX_ROOT says otherwise: a directory, or an
+``s3://`` bucket), listed with its build key, so the same inputs are not built again; and,
+as a conda package, into the variant's conda channel beside it (``conda/<channel>``). Its
+signed provenance (``wheelmill.provenance``), which the install test delivered beside it,
+goes with it."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from wheelmill.building.context import Outcome, StepContext
 from wheelmill.building.products import BuildKeys
 from wheelmill.checks import CheckResult
-from wheelmill.conda.channel import conda_channel_root
 from wheelmill.errors import CommandFailed, IndexConflict
-from wheelmill.index.store import Channel, publish
+from wheelmill.index.roots import Index, publish
 from wheelmill.machine.process import HostRunner, base_environment, wheelmill_command
 from wheelmill.output.report import WheelRecord
 from wheelmill.planning.spec import CellPlan, RecipeSpec
@@ -21,15 +22,15 @@ from wheelmill.provenance.statement import beside, read_beside
 
 
 def publish_step(ctx: StepContext, spec: RecipeSpec) -> Outcome:
-    channel = Channel(ctx.run.settings.index, ctx.run.plan.channel)
+    channel = Index.of(ctx.run.settings).channel(ctx.run.plan.channel)
     key = ctx.done.get(BuildKeys).keys[spec.name].digest
     wheel = Path(ctx.done.get(WheelRecord, spec.name).path)
     provenance, said = _provenance(wheel)
     done = publish(channel, wheel, build_key=key, provenance=provenance)
-    ctx.log.note(f"{done.outcome}: {channel.path}/files/{done.filename}")
+    ctx.log.note(f"{done.outcome}: {channel.storage.location}: {channel.name}/{done.filename}")
     replaced = f"; built beats mirrored: replaced {', '.join(done.replaced)}" if done.replaced else ""
     detail = f"{done.outcome} in channel {channel.name}: {done.filename}, build key {key[:12]}...{replaced}"
-    conda = conda_package(ctx, channel.path / "files" / done.filename)
+    conda = conda_package(ctx, wheel)  # the published bytes
     checks = [CheckResult.passed("index", detail), CheckResult.passed("provenance", said)]
     return Outcome(checks=[*checks, CheckResult.passed("conda", conda)], made=(done,))
 
@@ -48,18 +49,19 @@ def conda_package(ctx: StepContext, wheel: Path) -> str:
     process of its own: py-rattler's threads may outlive a call, and the build's process
     must not carry them. Immutable like the wheel: the same wheel again is a no-op."""
     settings, plan = ctx.run.settings, ctx.run.plan
-    root = conda_channel_root(settings.index, plan.channel)
+    target = Index.of(settings).conda_channel(plan.channel)
     argv = wheelmill_command("conda", "package", "--cell", plan.cell.id, wheel, recipes=settings.recipes)
+    aws = {key: value for key, value in os.environ.items() if key.startswith("AWS_")}  # a bucket's, where it is one
     try:
         result = HostRunner().run(
-            [*argv, "--channel", str(root)], env=base_environment([]), log=ctx.log, keep_output=True
+            [*argv, "--channel", target], env=base_environment([], aws), log=ctx.log, keep_output=True
         )
     except CommandFailed as failed:
         if failed.returncode != IndexConflict.exit_code:
             raise
         what, fix = failed.child_error()
         raise IndexConflict(what, fix=fix or "raise the recipe's version") from None
-    return f"{result.output.strip().splitlines()[-1]} in {root}"
+    return f"{result.output.strip().splitlines()[-1]} in {target}"
 
 
 def describe(plan: CellPlan, _spec: RecipeSpec) -> str:
