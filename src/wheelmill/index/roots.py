@@ -179,10 +179,11 @@ def file_of(channel: AnyChannel, entry: FileEntry, scratch: Path) -> Iterator[Pa
 def usage(index: Index) -> Usage:
     """What the channels list against the bytes kept for them: each distinct file once,
     however many channels and tracks list it."""
-    entries = [f for name in index.channel_names() for project in index.channel(name).projects() for f in project.files]
+    names = index.channel_names()
+    entries = [f for name in names for project in index.channel(name).projects() for f in project.files]
     distinct = {f.sha256: f.size for f in entries}
     return Usage(
-        channels=len(index.channel_names()),
+        channels=len(names),
         listed_files=len(entries),
         listed_bytes=sum(f.size for f in entries),
         stored_files=len(distinct),
