@@ -36,6 +36,7 @@ def _copy_of_the_project(where: Path) -> Path:
 
 
 def _build(project: Path, output: Path, cell: str, recipe: str, engine: str, *, cache: Path | None = None) -> Path:
+    """The recipe and what it depends on built into ``output``: the cell's dist/, by name."""
     env = {
         **os.environ,
         "WHEELMILL_OUTPUT": str(output),
@@ -45,8 +46,12 @@ def _build(project: Path, output: Path, cell: str, recipe: str, engine: str, *, 
     command = [sys.executable, "-m", "wheelmill", "build", "--cell", cell, "--recipe", recipe, "--no-publish"]
     done = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=1800, check=False)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    (wheel,) = (output / cell / "dist").glob(f"{recipe.replace('-', '_')}-*.whl")
-    return wheel
+    assert list((output / cell / "dist").glob(f"{recipe.replace('-', '_')}-*.whl")), "the recipe's wheel"
+    return output / cell / "dist"
+
+
+def _wheels(dist: Path) -> dict[str, bytes]:
+    return {wheel.name: wheel.read_bytes() for wheel in sorted(dist.glob("*.whl"))}
 
 
 def _keep_only(directory: Path, keep: Path) -> None:
@@ -86,8 +91,9 @@ def _assert_same_bytes_from_two_places(
         assert len(str(other / cell / "sccache.sock")) > SOCKET_PATH_MAX
         data = json.loads((other / cell / "report.json").read_text())
         assert data["facts"]["compiler_cache"][recipe] is not None, "the deep root kept its compiler cache"
-    assert first.name == second.name
-    assert first.read_bytes() == second.read_bytes(), f"{first} and {second} differ"
+    built = _wheels(first)
+    assert built.keys() == _wheels(second).keys()
+    assert built == _wheels(second), f"{first} and {second} differ"
     if shared:  # the second root's compiler cache, from a third: every compile a hit, the same bytes
         third = _build(
             _copy_of_the_project(tmp_path / "c"),
@@ -97,35 +103,36 @@ def _assert_same_bytes_from_two_places(
             engine,
             cache=other / ".cache" / "sccache",
         )
+        for name, stats in report(tmp_path / "out-c", cell)["facts"]["compiler_cache"].items():
+            assert stats["misses"] == 0 and stats["hits"] > 0, (name, stats)
         stats = report(tmp_path / "out-c", cell)["facts"]["compiler_cache"][recipe]
-        assert stats["misses"] == 0 and stats["hits"] > 0, stats
         if cell.startswith("cuda"):  # nvcc's host and device steps, not the C++ files alone
             assert {"C/C++", "CUDA"} <= stats["hits_by_language"].keys(), stats
-        assert third.read_bytes() == second.read_bytes()
+        assert _wheels(third) == _wheels(second)
 
 
-def test_example_cpp_ops_is_byte_identical_from_two_clones_and_output_roots(tmp_path: Path) -> None:
-    """And the third build, into another root, takes every compile from the second's cache;
-    that needs the view (a mount namespace): without one the check is a skip, never silence."""
-    _assert_same_bytes_from_two_places(tmp_path, "cpu-py311", "example-cpp-ops", shared=_viewed())
-    if not _viewed():
-        pytest.skip("no mount namespace here: the third build's cache hits are not checked")
+@pytest.mark.cuda
+def test_the_examples_are_byte_identical_from_two_clones_and_output_roots_on_this_machine(tmp_path: Path) -> None:
+    """Engine none, every wheel of the build compared: example-cuda-ops, device code for one
+    arch, and example-cpp-ops, its dependency, built before it as the CPU cell builds it (a
+    test of its own would compile the same C++ again). The cell seen at the view's fixed
+    path gives nvcc's module ids the same source paths from any output root, and the
+    compiler cache the same command lines: a third build, into another root, takes every
+    compile from the second's cache. That needs the view (a mount namespace): without one,
+    engine none's CUDA builds name their cell's path, so the C++ example alone is compared,
+    in the CPU cell, and the third build's check is a skip, never silence."""
+    viewed = _viewed()
+    if viewed:
+        _assert_same_bytes_from_two_places(tmp_path, "cuda130-sm90-py311", "example-cuda-ops", shared=True)
+        return
+    _assert_same_bytes_from_two_places(tmp_path, "cpu-py311", "example-cpp-ops")
+    pytest.skip("no mount namespace here: the third build's cache hits are not checked")
 
 
 def _viewed() -> bool:
     """Whether this machine gives engine none its view of the cell (a mount namespace)."""
     with tempfile.TemporaryDirectory() as cell:
         return not isinstance(make_view(Path(cell), None, netless=False), str)
-
-
-@pytest.mark.cuda
-def test_example_cuda_ops_is_byte_identical_from_two_clones_and_output_roots_on_this_machine(tmp_path: Path) -> None:
-    """Device code built on this machine (engine none, the installed toolkit), one arch: the
-    cell seen at the view's fixed path gives nvcc's module ids the same source paths from
-    any output root, and the compiler cache the same command lines."""
-    if not _viewed():
-        pytest.skip("no mount namespace here: engine none's CUDA builds name their cell's path")
-    _assert_same_bytes_from_two_places(tmp_path, "cuda130-sm90-py311", "example-cuda-ops", shared=True)
 
 
 @pytest.mark.cuda
