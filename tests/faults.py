@@ -317,10 +317,11 @@ def _prune(index: Path, track: str, keep: str) -> None:
 
 def _conda_index(index: Path) -> None:
     """``wheelmill conda index``: every local conda channel indexed again."""
-    from wheelmill.conda.channel import CondaChannel, local_channels  # noqa: PLC0415
+    from wheelmill.conda.channel import index_channels  # noqa: PLC0415
+    from wheelmill.index.roots import Index  # noqa: PLC0415
 
-    for root in local_channels(index):
-        CondaChannel(root).reindex()
+    for channel in index_channels(Index(tree=index)):
+        channel.reindex()
 
 
 def _mirror(index: Path, channel: str, lock: str) -> None:

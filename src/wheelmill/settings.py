@@ -112,9 +112,9 @@ class Settings:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     env_backend: EnvBackendName = EnvBackendName.UV
     conda_channels: tuple[str, ...] = ()  # () : the local conda channels under <index>/conda
-    index_root: Path | None = None  # None: <output>/index
-    # s3://bucket/prefix: the index is an object store's (wheelmill.index.objects), not a tree.
-    index_bucket: str | None = None
+    # Where the index is, as WHEELMILL_INDEX_ROOT says it: a directory, or s3://bucket/prefix
+    # (an object store's); None: <output>/index. wheelmill.index.roots reads it, and no one else.
+    index_root: str | None = None
     engine: str = "auto"  # where commands run: auto | podman | docker | none
     base_policy: str = "auto"  # auto | bootstrap | registry: the builder images' base
     debian_mirror: str | None = None  # None: the mirror apt is configured with
@@ -166,8 +166,7 @@ class Settings:
             ),
             env_backend=_enum(env, "WHEELMILL_ENV_BACKEND", EnvBackendName),
             conda_channels=tuple(env.get("WHEELMILL_CONDA_CHANNELS", "").split()),
-            index_root=Path(root) if (root := env.get("WHEELMILL_INDEX_ROOT")) and not _is_bucket(root) else None,
-            index_bucket=root if root and _is_bucket(root) else None,
+            index_root=env.get("WHEELMILL_INDEX_ROOT") or None,
             engine=_choice(env, "WHEELMILL_ENGINE", ENGINE_CHOICES),
             base_policy=_choice(env, "WHEELMILL_BASE", BASE_POLICIES),
             debian_mirror=env.get("WHEELMILL_DEBIAN_MIRROR") or None,
@@ -194,20 +193,6 @@ class Settings:
         return replace(
             self, output=output or self.output, recipes=recipes or self.recipes, engine=engine or self.engine
         )
-
-    @property
-    def index(self) -> Path:
-        """The local index's storage root: a tree. Where the index is an object store, a
-        command that works on a tree only says so (exit 3)."""
-        if self.index_bucket is not None:
-            raise ConfigError(
-                f"WHEELMILL_INDEX_ROOT is an object store ({self.index_bucket}), and this command works on an "
-                "index tree only",
-                fix="run it with WHEELMILL_INDEX_ROOT set to a directory (or unset: <output>/index); publish, "
-                "yank, mirror, `index verify|render|list|sweep` and `release publish|promote|prune|record-gpu|show` "
-                "work on both",
-            )
-        return self.index_root or self.output / "index"
 
     @property
     def sources_overridden(self) -> bool:
@@ -275,10 +260,6 @@ def _signing_key(env: Mapping[str, str]) -> str | None:
             fix="set one: the key's PEM text (a CI secret) or the path of its file",
         )
     return text
-
-
-def _is_bucket(root: str) -> bool:
-    return root.startswith("s3://")
 
 
 def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:

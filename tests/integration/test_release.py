@@ -207,7 +207,7 @@ def test_a_cell_built_alone_publishes_itself_into_a_bucket_and_its_final_is_prom
         [sys.executable, "-m", "wheelmill", "--recipes", str(repo / "recipes"), "conda", "index"],
         cwd=repo, env={**os.environ, **bucket}, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
-    assert indexed.returncode == 0 and f"{url}/conda/test/cpu: indexed" in indexed.stdout, indexed.stderr
+    assert indexed.returncode == 0 and f"{url}/conda/test/cpu: 1 packages indexed" in indexed.stdout, indexed.stderr
     git(repo, "tag", "v0.1.0")
     promoted = wheelmill(repo, output, "--tag", "v0.1.0", env=bucket)
     assert promoted.returncode == 0, (promoted.stdout + promoted.stderr)[-3000:]

@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import CliRunner
 from tests.unit.test_report import written
 from tests.wheels import make_wheel
-from wheelmill.errors import ConfigError, IndexStoreError, PrecheckError, SelectionError, UsageError
+from wheelmill.errors import ConfigError, FetchError, IndexStoreError, PrecheckError, SelectionError, UsageError
 from wheelmill.index.roots import Index
 
 GOOD_RECIPE = """
@@ -709,7 +709,6 @@ def test_a_damaged_conda_package_is_named_not_blamed_on_the_disk(
 
 BUCKET_ROOT_CASES = [
     (["index", "serve", "--port", "0"], ["it serves an index tree", "deploy/nginx-bucket.conf"]),
-    (["conda", "seed", "--cell", "cpu-py311"], ["fills a conda channel directory", "--channel DIR"]),
 ]
 
 
@@ -740,6 +739,28 @@ def test_mirror_takes_a_bucket_root_as_it_takes_a_tree(cli: CliRunner, monkeypat
         expected=["cpu-py311/report.json: no report: the cell was not built here", "wheelmill build --cell"],
     )
     assert "works on an index tree only" not in result.err
+
+
+@pytest.mark.parametrize(
+    "args", [["conda", "seed", "--cell", "cpu-py311"], ["conda", "index"]], ids=["conda-seed", "conda-index"]
+)
+def test_the_conda_commands_take_a_bucket_root_as_they_take_a_tree(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> None:
+    """Not refused: a seed reads the cell's wheels from the bucket's channel, an index lists
+    the bucket's conda channels; here a bucket that does not answer: one line naming it, the
+    network's exit code."""
+    monkeypatch.setenv("WHEELMILL_INDEX_ROOT", "s3://wheels/index")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")  # nothing listens
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "id")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    result = cli("--recipes", str(Path(__file__).resolve().parents[2] / "recipes"), *args)
+    assert_one_line_error(
+        result.err,
+        code=result.code,
+        expected_code=FetchError.exit_code,
+        expected=["s3://wheels/index/: cannot ", "the object store did not answer", "AWS_ENDPOINT_URL_S3"],
+    )
 
 
 def test_an_index_root_that_is_no_s3_location_is_one_line(cli: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -184,3 +184,17 @@ def test_an_export_into_a_tree_holds_the_named_builds_and_the_mirrored_closure(
     for name, source in ((new.name, new), (dep.name, dep)):
         assert stored_file(target, name).read_bytes() == source.read_bytes(), "the tree holds the bytes themselves"
     assert verify(target) == []
+
+
+def test_an_export_given_a_closure_takes_only_its_mirrored_files(channel: ObjectChannel, tmp_path: Path) -> None:
+    """The closure a cell's build locked: the mirrored files it names, not the channel's
+    others (another torch's, for another cell of the channel)."""
+    built = wheel(tmp_path, version="2.0")
+    wanted, other = wheel(tmp_path, "dep", "3.0"), wheel(tmp_path, "dep", "4.0")
+    publish(channel, built)
+    for dep in (wanted, other):
+        publish(channel, dep, mirrored_from=f"https://upstream.example/{dep.name}")
+    target = tree_channel(tmp_path / "tree", channel.name)
+    done = export(channel, target, built={built.name}, closure={wanted.name}, scratch=tmp_path)
+    assert sorted(d.filename for d in done) == sorted([built.name, wanted.name])
+    assert {f.filename for p in target.projects() for f in p.files} == {built.name, wanted.name}

@@ -40,6 +40,7 @@ from wheelmill.building.ui import UI, step_label
 from wheelmill.conda.channel import configured_channels
 from wheelmill.errors import BusyError, CommandFailed, InternalError, Interrupted, UsageError, WheelmillError
 from wheelmill.files import file_lock
+from wheelmill.index.roots import Index
 from wheelmill.machine import envs
 from wheelmill.machine.engine import Engine
 from wheelmill.machine.process import HostRunner, StepLog, netless_prefix, stop_running
@@ -299,7 +300,7 @@ def host(settings: Settings, env_backend: EnvBackendName) -> Where:
 def conda_channels(settings: Settings) -> list[str]:
     """The conda backend's channels; none where none is found (its pre-check says so)."""
     try:
-        return configured_channels(settings.conda_channels, settings.index)
+        return configured_channels(settings.conda_channels, Index.of(settings))
     except UsageError:
         return []
 

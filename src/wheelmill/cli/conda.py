@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import re
 import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 
 from rich.console import Console
@@ -16,12 +17,7 @@ from rich.console import Console
 from wheelmill.cli.basics import Commands, load_inputs
 from wheelmill.cli.common import cell_python, prepare
 from wheelmill.conda import envspec
-from wheelmill.conda.channel import (
-    BucketCondaChannel,
-    CondaChannel,
-    configured_channels,
-    local_channels,
-)
+from wheelmill.conda.channel import AnyCondaChannel, channel_at, configured_channels, index_channels
 from wheelmill.conda.envspec import read_lock
 from wheelmill.conda.package import SUBDIRS, CondaTarget, describe, package_wheel
 from wheelmill.conda.seed import fits, probe_interpreter, seed
@@ -29,8 +25,8 @@ from wheelmill.conda.solve import check_bytes, create, find_locked, locked, pick
 from wheelmill.errors import CommandFailed, ConfigError, EnvError, UsageError
 from wheelmill.files import write_atomic
 from wheelmill.index.closure import read as read_closure
-from wheelmill.index.roots import Index
-from wheelmill.index.store import CONDA_DIR, TRACK_DIRS, bucket_channel_url, conda_channel_root
+from wheelmill.index.roots import Index, file_of
+from wheelmill.index.store import CONDA_DIR
 from wheelmill.inputs.variants import Cell
 from wheelmill.machine.builder_images import debian_mirror, prepare_builder
 from wheelmill.machine.engine import Mount
@@ -128,34 +124,28 @@ def _channels(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--channel", action="append", dest="channels", metavar="URL|DIR", help=what)
 
 
-def _target(
-    args: argparse.Namespace, settings: Settings
-) -> tuple[Cell, CondaTarget, CondaChannel | BucketCondaChannel]:
+def _target(args: argparse.Namespace, settings: Settings) -> tuple[Cell, CondaTarget, AnyCondaChannel]:
     matrix, _recipes = load_inputs(settings)
     cell = matrix.cell(args.cell)
     return cell, CondaTarget.of(cell.variant, cell.python), _conda_channel(args.channel, settings, cell)
 
 
-def _conda_channel(given: str | None, settings: Settings, cell: Cell) -> CondaChannel | BucketCondaChannel:
+def _conda_channel(given: str | None, settings: Settings, cell: Cell) -> AnyCondaChannel:
     """The channel given (a directory, or an s3:// location), else the cell's beside the index."""
-    if given and given.startswith("s3://"):
-        return BucketCondaChannel(given)
-    if given:
-        return CondaChannel(Path(given))
-    if settings.index_bucket:
-        return BucketCondaChannel(bucket_channel_url(settings.index_bucket, cell.variant.channel))
-    return CondaChannel(conda_channel_root(settings.index, cell.variant.channel))
+    return channel_at(given or Index.of(settings).conda_channel(cell.variant.channel))
 
 
-def _seed_wheels(args: argparse.Namespace, settings: Settings, cell: Cell) -> tuple[list[Path], str]:
+def _seed_wheels(args: argparse.Namespace, settings: Settings, cell: Cell, held: ExitStack) -> tuple[list[Path], str]:
     """The wheels a seed makes packages of: those in ``--wheels`` directories, else every file
-    the cell's channel lists and this machine's index keeps; and where they were looked for."""
+    the cell's channel lists (a bucket's fetched into ``held``'s scratch, for as long as it is
+    held); and where they were looked for."""
     if args.wheels:
         return [w for d in args.wheels for w in sorted(d.glob("*.whl"))], ", ".join(map(str, args.wheels))
     index = Index.of(settings)
     channel = index.channel(cell.variant.channel)
     listed = [f for project in channel.projects() for f in project.files if f.yanked is None]
-    found = [path for f in listed if (path := channel.local_file(f)) is not None]
+    scratch = Path(held.enter_context(tempfile.TemporaryDirectory(prefix="wheelmill-conda-wheels-")))
+    found = [path for f in listed if (path := held.enter_context(file_of(channel, f, scratch))) is not None]
     return sorted(found, key=lambda p: p.name), f"channel {channel.name} of {index.location}"
 
 
@@ -163,19 +153,14 @@ def cmd_seed(args: argparse.Namespace, settings: Settings, console: Console) -> 
     cell, target, channel = _target(args, settings)
     if args.build_env:
         envspec.inputs(settings.recipes, cell)  # a malformed spec file stops it before any image or interpreter
-    if isinstance(channel, BucketCondaChannel):
-        raise ConfigError(
-            f"conda seed: it fills a conda channel directory, not an object store's ({channel.url})",
-            fix="seed a directory (--channel DIR), then add its packages with wheelmill conda package",
-        )
-    wheels, where = ([], "") if args.build_env else _seed_wheels(args, settings, cell)
-    if not wheels and not args.build_env:
-        fix = (
-            f"build and publish the cell first (wheelmill build --cell {cell.id}), "
-            "give --wheels DIR, or seed --build-env"
-        )
-        raise EnvError(f"conda seed: no wheels in {where}", fix=fix)
-    with tempfile.TemporaryDirectory(prefix="wheelmill-conda-") as work:
+    with ExitStack() as held, tempfile.TemporaryDirectory(prefix="wheelmill-conda-") as work:
+        wheels, where = ([], "") if args.build_env else _seed_wheels(args, settings, cell, held)
+        if not wheels and not args.build_env:
+            fix = (
+                f"build and publish the cell first (wheelmill build --cell {cell.id}), "
+                "give --wheels DIR, or seed --build-env"
+            )
+            raise EnvError(f"conda seed: no wheels in {where}", fix=fix)
         python = (
             args.python
             or (_image_python(args, settings, Path(work), console) if args.build_env else None)
@@ -197,17 +182,17 @@ def cmd_seed(args: argparse.Namespace, settings: Settings, console: Console) -> 
             progress=lambda line: console.print(f"  packaging {line}"),
         )
     console.print(
-        f"{channel.root}: {len(seeded.added)} packages added, {seeded.present} already there, "
+        f"{channel.location}: {len(seeded.added)} packages added, {seeded.present} already there, "
         f"{len(seeded.skipped)} wheels for other Pythons left out; channel {channel.url}"
     )
     return 0
 
 
-def _tool_wheels(cell: Cell, channel: CondaChannel, settings: Settings, work: Path) -> list[Path]:
+def _tool_wheels(cell: Cell, channel: AnyCondaChannel, settings: Settings, work: Path) -> list[Path]:
     """Wheels, from the package sources, of what the cell's conda env specs name beyond its
     Python (ninja, cmake) and the channel lacks: downloaded, sha256 as resolved, to be
     repackaged like the rest."""
-    have = {package_name(p) for p in channel.packages()}
+    have = {package_name(Path(name)) for name in channel.package_names()}
     names = [spec.split()[0] for spec in envspec.inputs(settings.recipes, cell).specs]
     missing = [name for name in names if name not in ("python", "python_abi", *have)]
     if not missing:
@@ -300,7 +285,7 @@ def _refuse_unfit(wheel: Path, cell: Cell) -> None:
 
 
 def channel_urls(args: argparse.Namespace, settings: Settings) -> list[str]:
-    return configured_channels(args.channels or settings.conda_channels, settings.index)
+    return configured_channels(args.channels or settings.conda_channels, Index.of(settings))
 
 
 def cmd_solve(args: argparse.Namespace, settings: Settings, console: Console) -> int:
@@ -383,25 +368,12 @@ def _readable(path: Path) -> Path:
 
 
 def cmd_index(_args: argparse.Namespace, settings: Settings, console: Console) -> int:
-    if settings.index_bucket:
-        return _index_bucket(settings.index_bucket, console)
-    roots = local_channels(settings.index)
-    for root in roots:
-        CondaChannel(root).reindex()
-        console.print(f"{root}: {len(CondaChannel(root).packages())} packages indexed")
-    if not roots:
-        console.print(f"no conda channels under {settings.index / CONDA_DIR}")
-    return 0
-
-
-def _index_bucket(bucket: str, console: Console) -> int:
-    """Every conda channel of an object store's index, indexed again."""
-    storage = Index(bucket=bucket).storage
-    tracks = [f"{t}/{n}" for t in TRACK_DIRS for n in storage.children(f"{CONDA_DIR}/{t}/")]
-    names = sorted([n for n in storage.children(f"{CONDA_DIR}/") if n not in TRACK_DIRS] + tracks)
-    for name in names:
-        BucketCondaChannel(bucket_channel_url(bucket, name)).reindex()
-        console.print(f"{bucket_channel_url(bucket, name)}: indexed", highlight=False)
-    if not names:
-        console.print(f"no conda channels under {bucket.rstrip('/')}/{CONDA_DIR}", highlight=False)
+    """Every conda channel beside the index's wheel channels, indexed again."""
+    index = Index.of(settings)
+    channels = index_channels(index)
+    for channel in channels:
+        channel.reindex()
+        console.print(f"{channel.location}: {len(channel.package_names())} packages indexed", highlight=False)
+    if not channels:
+        console.print(f"no conda channels under {index.location.rstrip('/')}/{CONDA_DIR}", highlight=False)
     return 0

@@ -37,7 +37,6 @@ from wheelmill.index.consumer import base_url
 from wheelmill.index.records import find_manifest, manifests
 from wheelmill.index.roots import Index
 from wheelmill.index.served import ServedChannel
-from wheelmill.index.storage import TreeStorage
 from wheelmill.inputs.recipes import ResolvedRecipe, resolve_all
 from wheelmill.inputs.variants import Cell, Family
 from wheelmill.inputs.versions import Track
@@ -106,12 +105,14 @@ def cmd_test_gpu(args: argparse.Namespace, settings: Settings, console: Console)
     resolved = resolve_all(recipes, cell)
     track = Track(args.track)
     channel = track.channel(cell.variant.channel)
-    index = args.index_url or str(settings.index)
-    pages = channel_location(index, channel)
-    if args.index_url is None and not Index.of(settings).channel(channel).exists():
+    root = Index.of(settings)
+    if args.index_url is None and not root.channel(channel).exists():
         raise UsageError(
-            f"test-gpu: no channel {channel} under {settings.index}", fix="publish the cell first, or give --index-url"
+            f"test-gpu: no channel {channel} under {root.location}", fix="publish the cell first, or give --index-url"
         )
+    given = "test-gpu: uv reads the channel's files by path without --index-url"
+    where = args.index_url or str(root.read_by_path(given, fix="give --index-url, the URL of the nginx"))
+    pages = channel_location(where, channel)
     named = _named(settings, track, args.release, cell) if args.release else None
     listed = {name: _listing(pages, name, settings, console) for name in resolved}
     plan = plan_stage(cell, channel, resolved, listed, named=named)
@@ -124,7 +125,7 @@ def cmd_test_gpu(args: argparse.Namespace, settings: Settings, console: Console)
     test_requires = _test_requires(plan, matrix.test_requires, resolved)
     inputs = StageInputs(
         plan=plan,
-        index=index,
+        index=where,
         channel_url=pages,
         recipes_dir=settings.recipes.resolve(),
         sources={name: source_of(recipe) for name, recipe in resolved.items()},
@@ -204,7 +205,7 @@ def _test_requires(
 
 def _named(settings: Settings, track: Track, version: str, cell: Cell) -> dict[str, str]:
     """Each recipe's file that the release's record names for the cell."""
-    records = TreeStorage(settings.index)
+    records = Index.of(settings).storage
     manifest = find_manifest(records, track, version)
     if manifest is None:
         known = ", ".join(m.version for m in manifests(records, track)) or "none"

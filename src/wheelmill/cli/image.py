@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import threading
 import zipfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -40,10 +38,11 @@ from wheelmill.images.editions import (
 from wheelmill.images.manifests import members_of, plan_lists, push_list
 from wheelmill.images.smoke import Smoke
 from wheelmill.index.attested import local_source
+from wheelmill.index.closure import read as read_closure
 from wheelmill.index.objects import ObjectChannel
 from wheelmill.index.preinstall import verify_before_install
 from wheelmill.index.records import ReleasedImage, record_images
-from wheelmill.index.roots import Index, export
+from wheelmill.index.roots import Index, Installable, tree_to_install_from
 from wheelmill.index.serve import make_server
 from wheelmill.inputs.variants import Cell, Family
 from wheelmill.inputs.versions import Track
@@ -53,7 +52,7 @@ from wheelmill.machine.engine import Engine, Mount, detect
 from wheelmill.machine.pins import load_pins
 from wheelmill.machine.process import StepLog, capture
 from wheelmill.machine.registry import is_registry
-from wheelmill.output.layout import CellLayout
+from wheelmill.output.layout import CLOSURE_LOCK_NAME, CellLayout
 from wheelmill.output.report import ReportError, load_report
 from wheelmill.provenance.signing import trusted_keys_of
 from wheelmill.settings import Settings
@@ -135,49 +134,38 @@ def cmd_image_build(args: argparse.Namespace, settings: Settings, console: Conso
     layout = CellLayout(output=settings.output.resolve(), cell=cell.id)
     released = _released(args, layout)
     index = Index.of(settings)
-    refused = _verify_provenance(index, args, settings, console, cell=cell, layout=layout)
+    wanted = _installable(index, args, cell, layout)
+    refused = _verify_provenance(index, wanted, args, settings, console)
     if refused:
         return refused
-    with _served_tree(index, args, cell, layout) as root:
+    with tree_to_install_from(index, wanted, work=layout.root) as (root, fetched):
+        if fetched:
+            print(f"{wanted.channel}: {len(fetched)} files from {index.location} for the images", flush=True)
         return _image_build(args, settings, console, cell=cell, layout=layout, released=released, root=root)
 
 
-@contextmanager
-def _served_tree(index: Index, args: argparse.Namespace, cell: Cell, layout: CellLayout) -> Iterator[Path]:
-    """The index tree the images install from: the index itself, or, where it is an object
-    store, a tree under the output root with what the cell's images install (its wheels and
-    the channel's mirrored closure), fetched from the bucket, removed afterwards."""
-    if index.tree is not None:
-        yield index.tree
-        return
-    channel, built = _cell_files(index, args, cell, layout)
-    layout.root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".image-index-", dir=layout.root) as scratch:
-        root = Path(scratch) / "index"
-        fetched = export(index.channel(channel), Index(tree=root).channel(channel), built=built, scratch=Path(scratch))
-        print(f"{channel}: {len(fetched)} files from {index.location} for the images", flush=True)
-        yield root
-
-
-def _cell_files(index: Index, args: argparse.Namespace, cell: Cell, layout: CellLayout) -> tuple[str, list[str]]:
-    """The cell's channel and its files built here: the release's record's, or its build's."""
+def _installable(index: Index, args: argparse.Namespace, cell: Cell, layout: CellLayout) -> Installable:
+    """What the cell's images install: the files built here that the release's record names,
+    or its build's, and the mirrored closure its build locked (every mirrored file of the
+    channel where that lock is not here, as for a release built by another job)."""
+    lock = layout.root / CLOSURE_LOCK_NAME
+    closure = tuple(w.filename for w in read_closure(lock).to_mirror) if lock.is_file() else None
     if args.release:
         files = released_files(index.storage, Track(args.track), args.release, cell)
-        return files[0].channel, [f.filename for f in files]
+        return Installable(channel=files[0].channel, built=tuple(f.filename for f in files), closure=closure)
     output = read_cell_output(layout, cell)
-    return output.channel, [w.filename for w in output.wheels]
+    return Installable(channel=output.channel, built=tuple(w.filename for w in output.wheels), closure=closure)
 
 
 def _verify_provenance(
-    index: Index, args: argparse.Namespace, settings: Settings, console: Console, *, cell: Cell, layout: CellLayout
+    index: Index, wanted: Installable, args: argparse.Namespace, settings: Settings, console: Console
 ) -> int:
     """The files built here that the images install, held to their provenance in the index
     before anything is fetched or built, where trusted keys are configured: each failure one
     line, and the first one's exit code; 0 to go on (also where no key is: said in a line)."""
-    channel, files = _cell_files(index, args, cell, layout)
     checked = verify_before_install(
-        local_source(index.channel(channel)),
-        built_installed(files, extras=args.extras),
+        local_source(index.channel(wanted.channel)),
+        built_installed(list(wanted.built), extras=args.extras),
         trusted=trusted_keys_of(settings),
         on_failure=print_error,
     )

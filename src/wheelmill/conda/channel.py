@@ -1,8 +1,10 @@
-"""A local conda channel: ``<root>/<subdir>/<package>.conda`` and each subdir's
-``repodata.json``, written by py-rattler's indexer. Immutable like the wheel index: the same
-bytes under a published name are a no-op, other bytes are refused. One writer at a time; a
-package is renamed into place whole, and the index is rewritten after it, so a killed
-writer leaves a package the next write (or ``wheelmill conda index``) lists.
+"""A conda channel: ``<root>/<subdir>/<package>.conda`` and each subdir's ``repodata.json``,
+written by py-rattler's indexer, in a directory (``CondaChannel``) or an object store
+(``BucketCondaChannel``), beside the wheel channels of either index. Immutable like the wheel
+index: the same bytes under a published name are a no-op, other bytes are refused. In a
+directory, one writer at a time; a package is renamed into place whole, and the index is
+rewritten after it, so a killed writer leaves a package the next write (or ``wheelmill conda
+index``) lists.
 """
 
 from __future__ import annotations
@@ -29,9 +31,13 @@ from wheelmill.machine.net import sha256_of
 if TYPE_CHECKING:
     from rattler.index import S3Credentials
 
+    from wheelmill.index.roots import Index
+    from wheelmill.index.s3 import S3Storage
+
 # a channel indexes noarch even where it has none: solvers read it beside their machine's
 SUBDIRS = ("linux-64", "linux-aarch64", "noarch")
 INDEX_TRIES = 5  # runs of the S3 indexer, where another job's indexer wrote first
+REPODATA = "noarch/repodata.json"  # written by every index of a channel: solvers can read it
 
 
 class AddOutcome(StrEnum):
@@ -45,25 +51,29 @@ class Added:
     outcome: AddOutcome
 
 
-def configured_channels(given: Sequence[str], index_root: Path) -> list[str]:
+def configured_channels(given: Sequence[str], index: Index) -> list[str]:
     """The channels solves read, as URLs: those given (URLs or directories), else the
-    indexed local ones under ``index_root``, so a CPU and a CUDA build are both offered."""
+    indexed ones beside ``index``'s wheel channels, so a CPU and a CUDA build are both offered."""
     if given:
         return [c if "://" in c else Path(c).resolve().as_uri() for c in given]
-    local = [p for p in local_channels(index_root) if (p / "noarch" / "repodata.json").is_file()]
+    local = [channel for channel in index_channels(index) if channel.indexed()]
     if not local:
         raise UsageError(
-            f"conda: no conda channel under {index_root / CONDA_DIR}",
+            f"conda: no conda channel under {index.location.rstrip('/')}/{CONDA_DIR}",
             fix="seed one (wheelmill conda seed --cell ...) or give --channel URL",
         )
-    return [p.resolve().as_uri() for p in local]
+    return [channel.url for channel in local]
 
 
-def local_channels(index_root: Path) -> list[Path]:
-    """Every conda channel under the index root that a write started, tracks' included: a
-    channel's subdirs exist from its first write on."""
-    conda = index_root / CONDA_DIR
-    return sorted({subdir.parent for pattern in ("*/noarch", "*/*/noarch") for subdir in conda.glob(pattern)})
+def index_channels(index: Index) -> list[AnyCondaChannel]:
+    """Every conda channel beside ``index``'s wheel channels that a write started, tracks' included."""
+    return [channel_at(index.conda_channel(name)) for name in index.conda_channel_names()]
+
+
+def channel_at(location: str) -> AnyCondaChannel:
+    """The conda channel at ``location``, as ``--channel`` and the index give it: an object
+    store's (``s3://bucket/prefix/conda/cu130``), else a directory."""
+    return BucketCondaChannel(location) if location.startswith("s3://") else CondaChannel(Path(location))
 
 
 class CondaChannel:
@@ -73,6 +83,16 @@ class CondaChannel:
     @property
     def url(self) -> str:
         return self.root.resolve().as_uri()
+
+    @property
+    def location(self) -> str:
+        return str(self.root)
+
+    def package_names(self) -> set[str]:
+        return {p.name for p in self.packages()}
+
+    def indexed(self) -> bool:
+        return (self.root / REPODATA).is_file()
 
     def add(self, packages: list[Path]) -> list[Added]:
         """Each package into its subdir (the directory it was written to names it), then the
@@ -193,16 +213,31 @@ class BucketCondaChannel:
     def __init__(self, url: str) -> None:
         self.url = url.rstrip("/")
 
+    @property
+    def location(self) -> str:
+        return self.url
+
     def add(self, packages: list[Path]) -> list[Added]:
         added = [self._add_one(package) for package in packages]
         self._index()
         return added
 
+    def package_names(self) -> set[str]:
+        keys = (key for subdir in SUBDIRS for key in self._storage().keys_under(f"{subdir}/"))
+        return {key.rsplit("/", 1)[1] for key in keys if key.endswith(".conda")}
+
+    def indexed(self) -> bool:
+        return REPODATA in self._storage().keys_under(REPODATA)
+
+    def _storage(self) -> S3Storage:
+        from wheelmill.index.s3 import S3Storage  # noqa: PLC0415 - the SDK loads only for a bucket
+
+        return S3Storage.of(self.url)
+
     def reindex(self) -> None:
         self._index()
 
     def _add_one(self, package: Path) -> Added:
-        from wheelmill.index.s3 import S3Storage  # noqa: PLC0415 - the SDK loads only for a bucket
         from wheelmill.index.storage import Headers  # noqa: PLC0415
 
         subdir = package.parent.name
@@ -211,7 +246,7 @@ class BucketCondaChannel:
                 f"{package}: not a .conda archive in a subdir of {', '.join(SUBDIRS)}",
                 fix="write packages with wheelmill conda package",
             )
-        storage = S3Storage.of(self.url)
+        storage = self._storage()
         key = f"{subdir}/{package.name}"
         if storage.create(key, package, headers=Headers(content_type="application/octet-stream")):
             return Added(path=package, outcome=AddOutcome.ADDED)
@@ -240,6 +275,9 @@ class BucketCondaChannel:
                 time.sleep(0.5 * 2**tries)  # another job's indexer wrote first: read its repodata again
             else:
                 return
+
+
+AnyCondaChannel = CondaChannel | BucketCondaChannel
 
 
 def _credentials() -> S3Credentials | None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from packaging.tags import Tag
 
-from wheelmill.conda.channel import AddOutcome, CondaChannel
+from wheelmill.conda.channel import AddOutcome, AnyCondaChannel
 from wheelmill.conda.package import CondaTarget, conda_meta, package_wheel
 from wheelmill.errors import EnvError
 from wheelmill.inputs.variants import X86_64
@@ -239,7 +239,7 @@ class Seeded:
 
 
 def seed(
-    channel: CondaChannel,
+    channel: AnyCondaChannel,
     target: CondaTarget,
     wheels: Iterable[Path],
     work: Path,
@@ -251,7 +251,7 @@ def seed(
     a package already in the channel is not made again (published packages never change)."""
     out = work / "packages"
     made: list[Path] = []
-    present = {p.name for p in channel.packages()}
+    present = channel.package_names()
     skipped, already = [], 0
     if interpreter is not None and interpreter_filename(interpreter) in present:
         already += 2  # and its python_abi: the interpreter's archive is made anew each time, so never again

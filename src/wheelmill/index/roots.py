@@ -9,6 +9,7 @@ channel in the layout of an earlier wheelmill is refused here until it is migrat
 from __future__ import annotations
 
 import functools
+import tempfile
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from wheelmill.index.legacy import Migrated, refuse_legacy
 from wheelmill.index.objects import ObjectChannel
 from wheelmill.index.pages import FileEntry
 from wheelmill.index.storage import Storage, TreeStorage
-from wheelmill.index.store import CONDA_DIR, Published, bucket_channel_url, conda_channel_root
+from wheelmill.index.store import CONDA_DIR, TRACK_DIRS, Published, bucket_channel_url, conda_channel_root
 from wheelmill.index.sweep import channels_of
 from wheelmill.provenance.statement import read_beside
 from wheelmill.settings import Settings
@@ -40,7 +41,12 @@ class Index:
 
     @classmethod
     def of(cls, settings: Settings) -> Index:
-        return cls(bucket=settings.index_bucket) if settings.index_bucket else cls(tree=settings.index)
+        """Where ``WHEELMILL_INDEX_ROOT`` says: an ``s3://`` location is an object store's,
+        anything else a directory; unset, ``<output>/index``."""
+        root = settings.index_root
+        if root is not None and root.startswith("s3://"):
+            return cls(bucket=root)
+        return cls(tree=Path(root) if root else settings.output / "index")
 
     @property
     def location(self) -> str:
@@ -57,11 +63,16 @@ class Index:
 
     def served_tree(self) -> Path:
         """The tree ``index serve`` serves; a bucket is served by nginx in front of it."""
+        return self.read_by_path("index serve: it serves an index tree", fix="serve the bucket with nginx")
+
+    def read_by_path(self, what: str, *, fix: str) -> Path:
+        """The tree, for what reads the index's files by path (a server of its own, pip and uv
+        with a file URL); a bucket is read through nginx in front of it: one line, ``fix``
+        and where that nginx's configuration is."""
         if self.tree is None:
             raise ConfigError(
-                f"index serve: it serves an index tree, and WHEELMILL_INDEX_ROOT is an object store ({self.bucket})",
-                fix="serve the bucket with nginx in front of it: deploy/nginx-bucket.conf "
-                "(docs/wheel-index.md, 'Serving from a bucket')",
+                f"{what}, and WHEELMILL_INDEX_ROOT is an object store ({self.bucket})",
+                fix=f"{fix} in front of it: deploy/nginx-bucket.conf (docs/wheel-index.md, 'Serving from a bucket')",
             )
         return self.tree
 
@@ -77,6 +88,12 @@ class Index:
             return str(conda_channel_root(self.tree, name))
         assert self.bucket is not None
         return bucket_channel_url(self.bucket, name)
+
+    def conda_channel_names(self) -> list[str]:
+        """Every conda channel that holds a package or a repodata, tracks' included (``test/cu130``)."""
+        top = [name for name in self.storage.children(f"{CONDA_DIR}/") if name not in TRACK_DIRS]
+        tracks = [f"{track}/{name}" for track in TRACK_DIRS for name in self.storage.children(f"{CONDA_DIR}/{track}/")]
+        return sorted(top + tracks)
 
     def holds_conda(self, name: str, subdir: str, filename: str) -> bool:
         """Whether channel ``name``'s conda channel holds that package."""
@@ -147,17 +164,52 @@ def copy_file(
         )
 
 
-def export(source: AnyChannel, target: AnyChannel, *, built: Collection[str], scratch: Path) -> list[Published]:
+def export(
+    source: AnyChannel,
+    target: AnyChannel,
+    *,
+    built: Collection[str],
+    scratch: Path,
+    closure: Collection[str] | None = None,
+) -> list[Published]:
     """What a consumer of ``built`` (file names) installs from ``source``, into a tree's
-    channel: those built files, and every mirrored one (the runtime closure): what a cell's
-    images install from an object store, served on loopback as a tree."""
+    channel: those built files, and the mirrored ones of ``closure`` (names; None: every
+    mirrored one, the channel's whole runtime closure)."""
     wanted = [
         entry
         for project in source.projects()
         for entry in project.files
-        if entry.yanked is None and (not entry.built or entry.filename in built)
+        if entry.yanked is None
+        and (entry.filename in built if entry.built else closure is None or entry.filename in closure)
     ]
     return [copy_file(source, target, entry, scratch) for entry in wanted]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Installable:
+    """What a channel's consumer installs: its built files, and the mirrored ones they need."""
+
+    channel: str
+    built: tuple[str, ...]
+    closure: tuple[str, ...] | None  # None: every mirrored file of the channel
+
+
+@contextmanager
+def tree_to_install_from(index: Index, what: Installable, *, work: Path) -> Iterator[tuple[Path, list[Published]]]:
+    """An index tree holding what ``what`` names, for a server on loopback, while the block
+    runs: a tree index itself (nothing fetched); a bucket's files fetched into a scratch tree
+    under ``work``, removed afterwards. Yields the tree and what was fetched into it."""
+    if index.tree is not None:
+        yield index.tree, []
+        return
+    work.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".image-index-", dir=work) as scratch:
+        root = Path(scratch) / "index"
+        target = Index(tree=root).channel(what.channel)
+        fetched = export(
+            index.channel(what.channel), target, built=what.built, closure=what.closure, scratch=Path(scratch)
+        )
+        yield root, fetched
 
 
 @contextmanager

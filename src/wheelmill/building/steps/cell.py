@@ -20,6 +20,7 @@ from wheelmill.conda import envspec
 from wheelmill.conda.channel import configured_channels
 from wheelmill.config import format_size
 from wheelmill.errors import CommandFailed, FetchError, PrecheckError, UsageError, WheelmillError
+from wheelmill.index.roots import Index
 from wheelmill.inputs.variants import X86_64, Cell, Family
 from wheelmill.machine.emulation import Execution, emulation_fix, emulation_problem, execution, host_machine
 from wheelmill.machine.envs import Env, link_site, pinned_versions, set_venv_home, site_packages, venv_home
@@ -242,7 +243,7 @@ def _conda_lock(ctx: StepContext) -> tuple[list[CheckResult], CondaLock | None]:
     own (py-rattler's threads, see the publish step)."""
     plan, settings, layout = ctx.run.plan, ctx.run.settings, ctx.run.layout
     try:  # the backend's, found as the run started; none there: say why
-        channels = ctx.where.backend.channels or configured_channels(settings.conda_channels, settings.index)
+        channels = ctx.where.backend.channels or configured_channels(settings.conda_channels, Index.of(settings))
     except UsageError as missing:
         return [
             CheckResult.failed(
