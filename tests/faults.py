@@ -308,9 +308,9 @@ def _yank(index: Path, channel: str, project: str, version: str, reason: str) ->
 
 def _prune(index: Path, track: str, keep: str) -> None:
     """``wheelmill release prune``."""
-    from wheelmill.index.release import prune  # noqa: PLC0415
     from wheelmill.index.roots import Index  # noqa: PLC0415
     from wheelmill.inputs.versions import Track  # noqa: PLC0415
+    from wheelmill.releases.publish import prune  # noqa: PLC0415
 
     print(prune(Index(tree=index), Track(track), int(keep)))
 
@@ -346,9 +346,9 @@ def _mirror(index: Path, channel: str, lock: str) -> None:
 
 def _promote(index: Path, version: str, commit: str) -> None:
     """``wheelmill release promote --from test --to release`` of the rc of ``commit``."""
-    from wheelmill.index.promotion import promote  # noqa: PLC0415
     from wheelmill.index.roots import Index  # noqa: PLC0415
     from wheelmill.inputs.versions import Track  # noqa: PLC0415
+    from wheelmill.releases.promotion import promote  # noqa: PLC0415
 
     promote(Index(tree=index), Track.TEST, Track.RELEASE, version, commit=commit, on_file=print)
 

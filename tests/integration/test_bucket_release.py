@@ -20,10 +20,10 @@ from tests.objectstore import ObjectStore
 from tests.wheels import make_wheel
 from wheelmill.checks.gpu import GpuOutcome
 from wheelmill.index.objects import ObjectChannel, blob_key, verify
-from wheelmill.index.records import GpuRecord, load_manifest, manifests, record_gpu
 from wheelmill.index.roots import Index
 from wheelmill.index.s3 import S3Storage
 from wheelmill.inputs.versions import Track
+from wheelmill.releases.records import GpuRecord, load_manifest, manifests, record_gpu
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -36,8 +36,8 @@ import sys, time
 from pathlib import Path
 from tests.wheels import make_wheel
 from wheelmill.checks.gpu import GpuOutcome
-from wheelmill.index.promotion import promote
-from wheelmill.index.release import BuiltWheel, publish_release
+from wheelmill.releases.promotion import promote
+from wheelmill.releases.publish import BuiltWheel, publish_release
 from wheelmill.index.roots import Index
 from wheelmill.inputs.versions import Action, Release, Track, VersionRule
 from wheelmill.machine.net import sha256_of

@@ -37,11 +37,11 @@ from tests.faults import (
 )
 from tests.wheels import make_wheel
 from wheelmill.index import store
-from wheelmill.index.records import Manifest, ReleasedFile, find_manifest, manifests, record
 from wheelmill.index.roots import Index, problems, publish
 from wheelmill.index.storage import TreeStorage
 from wheelmill.inputs.versions import Track, VersionRule
 from wheelmill.machine.net import sha256_of
+from wheelmill.releases.records import Manifest, ReleasedFile, find_manifest, manifests, record
 
 pytestmark = pytest.mark.integration
 ANY = "py3-none-any"

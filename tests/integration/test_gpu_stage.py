@@ -26,12 +26,12 @@ import pytest
 
 from tests.wheels import make_wheel
 from wheelmill.errors import EnvError, GpuCheckError, GpuUnproven, GpuVerdictMismatch, NoGpuError, PrecheckError
-from wheelmill.index.records import Manifest, ReleasedFile, record
 from wheelmill.index.storage import TreeStorage
 from wheelmill.inputs.versions import Track, VersionRule
 from wheelmill.machine.net import sha256_of
 from wheelmill.machine.package_sources import machine_sources
 from wheelmill.machine.tools import uv_bin
+from wheelmill.releases.records import Manifest, ReleasedFile, record
 from wheelmill.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -23,10 +23,10 @@ from botocore.config import Config
 from tests.objectstore import ObjectStore
 from tests.ports import free_port
 from wheelmill.errors import ConfigError, FetchError, IndexStoreError, IndexWriteError
-from wheelmill.index.records import load_manifest
 from wheelmill.index.s3 import BucketPath, S3Storage
 from wheelmill.index.storage import Headers, Storage, TreeStorage
 from wheelmill.inputs.versions import Track
+from wheelmill.releases.records import load_manifest
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -193,7 +193,7 @@ RECORDER = """
 import sys
 from pathlib import Path
 from wheelmill.checks.gpu import GpuOutcome
-from wheelmill.index.records import GpuRecord, Manifest, ReleasedFile, record, record_gpu
+from wheelmill.releases.records import GpuRecord, Manifest, ReleasedFile, record, record_gpu
 from wheelmill.index.s3 import S3Storage
 from wheelmill.index.storage import TreeStorage
 from wheelmill.inputs.versions import Track, VersionRule

@@ -30,7 +30,6 @@ from wheelmill.images.editions import (
     too_new,
 )
 from wheelmill.images.smoke import Smoke
-from wheelmill.index.records import Manifest, ReleasedFile, ReleasedImage, load_manifest, record, record_images
 from wheelmill.index.roots import publish
 from wheelmill.index.storage import TreeStorage
 from wheelmill.inputs.matrix import Matrix, load_matrix
@@ -38,6 +37,7 @@ from wheelmill.inputs.versions import Track, VersionRule
 from wheelmill.machine.engine import Engine, EngineName, Mount
 from wheelmill.machine.process import StepLog
 from wheelmill.output.layout import CellLayout
+from wheelmill.releases.records import Manifest, ReleasedFile, ReleasedImage, load_manifest, record, record_images
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

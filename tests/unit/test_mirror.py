@@ -29,7 +29,6 @@ from wheelmill.errors import EnvError
 from wheelmill.index.blobs import Blobs
 from wheelmill.index.closure import Closure, ClosureInputs, Mirrored, mirror, read, resolve
 from wheelmill.index.objects import ObjectChannel
-from wheelmill.index.promotion import promote_mirrored
 from wheelmill.index.roots import Index, problems, publish, usage
 from wheelmill.index.storage import TreeStorage
 from wheelmill.index.store import PublishOutcome
@@ -39,6 +38,7 @@ from wheelmill.machine.package_sources import PackageSources
 from wheelmill.machine.process import HostRunner, StepLog
 from wheelmill.machine.tools import uv_bin
 from wheelmill.output.layout import CLOSURE_LOCK_NAME, CellLayout
+from wheelmill.releases.promotion import promote_mirrored
 from wheelmill.retry import RetryPolicy
 
 FAST = RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.01)

@@ -25,13 +25,13 @@ from wheelmill.errors import FetchError, ImageError, SignatureError
 from wheelmill.images import doctor
 from wheelmill.images.editions import built_installed
 from wheelmill.images.smoke import Smoke
-from wheelmill.index.attested import Source, local_source
 from wheelmill.index.pages import Project
-from wheelmill.index.preinstall import NO_KEY_LINE, NOT_VERIFIED, verify_before_install
 from wheelmill.machine.engine import Engine, EngineName
 from wheelmill.machine.process import StepLog
 from wheelmill.provenance.sbom import SBOM_FILE
 from wheelmill.provenance.signing import SigningKey, new_signing_key
+from wheelmill.releases.attested import Source, local_source
+from wheelmill.releases.preinstall import NO_KEY_LINE, NOT_VERIFIED, verify_before_install
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 GPU_CELL = "cuda130-py311"

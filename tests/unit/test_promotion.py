@@ -8,15 +8,15 @@ from pathlib import Path
 
 from tests.attest import published_signed
 from tests.channels import tree_channel
-from wheelmill.index.attested import local_source, verify_channel
-from wheelmill.index.promotion import promote, signer_of
-from wheelmill.index.records import Manifest, ReleasedFile, record
 from wheelmill.index.roots import Index
 from wheelmill.index.storage import TreeStorage
 from wheelmill.inputs.versions import Track, VersionRule
 from wheelmill.machine.net import sha256_of
 from wheelmill.provenance.signing import SigningKey, new_signing_key
 from wheelmill.provenance.verification import Verdict
+from wheelmill.releases.attested import local_source, verify_channel
+from wheelmill.releases.promotion import promote, signer_of
+from wheelmill.releases.records import Manifest, ReleasedFile, record
 
 HEAD = "a" * 40
 

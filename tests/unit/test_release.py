@@ -25,17 +25,6 @@ from wheelmill.cli import main
 from wheelmill.cli.release import release_json
 from wheelmill.errors import IndexStoreError, IntegrityError, ReleaseError, SignatureError
 from wheelmill.gpu.report import GpuReport, WheelResult
-from wheelmill.index.promotion import promote, same_payload
-from wheelmill.index.records import (
-    GpuRecord,
-    Manifest,
-    ReleasedFile,
-    load_manifest,
-    manifests,
-    record,
-    record_gpu,
-)
-from wheelmill.index.release import BuiltWheel, collect_built, prune, publish_release, refuse_unattested
 from wheelmill.index.roots import Index, problems, publish
 from wheelmill.index.storage import TreeStorage
 from wheelmill.index.store import built_by_key
@@ -48,6 +37,17 @@ from wheelmill.machine.net import sha256_of
 from wheelmill.output.layout import CellLayout
 from wheelmill.output.report import BuiltCell, RecipeRecord, ReleaseRecord, Status, WheelRecord
 from wheelmill.provenance.signing import new_signing_key
+from wheelmill.releases.promotion import promote, same_payload
+from wheelmill.releases.publish import BuiltWheel, collect_built, prune, publish_release, refuse_unattested
+from wheelmill.releases.records import (
+    GpuRecord,
+    Manifest,
+    ReleasedFile,
+    load_manifest,
+    manifests,
+    record,
+    record_gpu,
+)
 from wheelmill.settings import Settings
 from wheelmill.wheel.wheelfile import read_wheel
 

@@ -32,9 +32,7 @@ from wheelmill.errors import (
 from wheelmill.gpu.report import GpuReport, table
 from wheelmill.gpu.stage import GpuStage, StageInputs, channel_location
 from wheelmill.images import doctor
-from wheelmill.index.attested import Source, local_source, served_source
 from wheelmill.index.consumer import base_url
-from wheelmill.index.records import find_manifest, manifests
 from wheelmill.index.roots import Index
 from wheelmill.index.served import ServedChannel
 from wheelmill.inputs.recipes import ResolvedRecipe, resolve_all
@@ -46,6 +44,8 @@ from wheelmill.machine.process import StepLog
 from wheelmill.output.layout import CellLayout
 from wheelmill.planning.gpu_stage import GpuStagePlan, plan_stage, source_of
 from wheelmill.provenance.signing import trusted_keys_of
+from wheelmill.releases.attested import Source, local_source, served_source
+from wheelmill.releases.records import find_manifest, manifests
 from wheelmill.retry import TransientError, with_retries
 from wheelmill.settings import Settings
 

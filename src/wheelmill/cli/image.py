@@ -37,11 +37,8 @@ from wheelmill.images.editions import (
 )
 from wheelmill.images.manifests import members_of, plan_lists, push_list
 from wheelmill.images.smoke import Smoke
-from wheelmill.index.attested import local_source
 from wheelmill.index.closure import read as read_closure
 from wheelmill.index.objects import ObjectChannel
-from wheelmill.index.preinstall import verify_before_install
-from wheelmill.index.records import ReleasedImage, record_images
 from wheelmill.index.roots import Index, Installable, tree_to_install_from
 from wheelmill.index.serve import make_server
 from wheelmill.inputs.variants import Cell, Family
@@ -55,6 +52,9 @@ from wheelmill.machine.registry import is_registry
 from wheelmill.output.layout import CLOSURE_LOCK_NAME, CellLayout
 from wheelmill.output.report import ReportError, load_report
 from wheelmill.provenance.signing import trusted_keys_of
+from wheelmill.releases.attested import local_source
+from wheelmill.releases.preinstall import verify_before_install
+from wheelmill.releases.records import ReleasedImage, record_images
 from wheelmill.settings import Settings
 
 

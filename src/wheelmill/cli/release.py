@@ -32,9 +32,6 @@ from wheelmill.cli.basics import Commands, load_inputs, positive
 from wheelmill.cli.common import add_cell_options, build_cells, mirror_cells, prepare
 from wheelmill.errors import CommandFailed, IndexConflict, IndexWriteError, SignatureError, UsageError
 from wheelmill.gpu.report import GpuReport, load_gpu_report
-from wheelmill.index.promotion import Signer, promote, signer_of
-from wheelmill.index.records import GpuRecord, Manifest, load_manifest, record_gpu
-from wheelmill.index.release import BuiltWheel, Served, collect_built, prune, publish_release, refuse_unattested
 from wheelmill.index.roots import Index
 from wheelmill.index.store import Published, built_by_key
 from wheelmill.inputs.matrix import Matrix, github_matrix
@@ -44,6 +41,9 @@ from wheelmill.machine.git import read_state
 from wheelmill.machine.process import HostRunner, StepLog, base_environment, wheelmill_command
 from wheelmill.planning.spec import CellPlan, RecipeSpec
 from wheelmill.provenance.signing import signing_key_of
+from wheelmill.releases.promotion import Signer, promote, signer_of
+from wheelmill.releases.publish import BuiltWheel, Served, collect_built, prune, publish_release, refuse_unattested
+from wheelmill.releases.records import GpuRecord, Manifest, load_manifest, record_gpu
 from wheelmill.settings import Settings, Signatures
 
 

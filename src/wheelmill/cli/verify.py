@@ -14,12 +14,12 @@ from rich.console import Console
 
 from wheelmill.cli.basics import Commands, print_error
 from wheelmill.errors import ConfigError, UsageError
-from wheelmill.index.attested import Source, local_source, served_source, verify_channel
 from wheelmill.index.roots import Index
 from wheelmill.index.served import ServedChannel
 from wheelmill.provenance.signing import TrustedKey, trusted_keys, trusted_keys_of
 from wheelmill.provenance.statement import beside
 from wheelmill.provenance.verification import Claims, Verdict, verify_file
+from wheelmill.releases.attested import Source, local_source, served_source, verify_channel
 from wheelmill.settings import Settings
 
 

@@ -3,7 +3,7 @@ report, and its summary table. Per wheel: the GPU, doctor's verdict, each check'
 and time, and the outcome; for the run: the GPUs, the env's torch and the status.
 
 The release records every report (``wheelmill release record-gpu``), and promotion asks for
-a passed one per GPU cell and runner (``wheelmill.index.promotion.gpu_gate``); statuses and outcomes are
+a passed one per GPU cell and runner (``wheelmill.releases.promotion.gpu_gate``); statuses and outcomes are
 ``wheelmill.checks.gpu.GpuOutcome``'s.
 """
 

@@ -61,8 +61,6 @@ from wheelmill.errors import (
 )
 from wheelmill.gpu.report import CheckRun, GpuReport, WheelResult
 from wheelmill.images import doctor
-from wheelmill.index.attested import Source
-from wheelmill.index.preinstall import Checked, verify_before_install
 from wheelmill.machine.envs import uv_environment
 from wheelmill.machine.net import download, sha256_of
 from wheelmill.machine.package_sources import PackageSources
@@ -71,6 +69,8 @@ from wheelmill.machine.process import HostRunner, StepLog, base_environment
 from wheelmill.machine.tools import uv_bin
 from wheelmill.planning.gpu_stage import GpuStagePlan, WheelUnderTest
 from wheelmill.provenance.signing import TrustedKey
+from wheelmill.releases.attested import Source
+from wheelmill.releases.preinstall import Checked, verify_before_install
 
 # What a GPU check needs of the caller's environment besides base_environment's: which GPUs.
 GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "LD_LIBRARY_PATH")

@@ -33,7 +33,6 @@ from wheelmill.errors import CommandFailed, ConfigError, ImageError, PrecheckErr
 from wheelmill.images import doctor
 from wheelmill.index.closure import read
 from wheelmill.index.objects import ObjectChannel
-from wheelmill.index.records import ReleasedFile, load_manifest
 from wheelmill.index.roots import Index
 from wheelmill.index.storage import Storage
 from wheelmill.inputs.manylinux import oldest_glibc
@@ -45,6 +44,7 @@ from wheelmill.machine.engine import Engine, insecure_registry
 from wheelmill.machine.process import HostRunner, StepLog, base_environment, capture
 from wheelmill.output.layout import CellLayout
 from wheelmill.output.report import ReportError, Status, load_report
+from wheelmill.releases.records import ReleasedFile, load_manifest
 from wheelmill.wheel.wheelfile import read_wheel
 
 REPOSITORY = "localhost/wheelmill"

@@ -1,6 +1,6 @@
-"""Releases in the index: publishing what a tag or a nightly built, and the retention of
-the nightly and test tracks; promotion between tracks is ``wheelmill.index.promotion``, and
-the records they all write are ``wheelmill.index.records``.
+"""A release's publish into the index: what a tag or a nightly built, and the retention of
+the nightly and test tracks; promotion between tracks is ``wheelmill.releases.promotion``,
+and the records they all write are ``wheelmill.releases.records``.
 
 A release publishes the cells built for it (their report.json says for which release) into
 the track's channels and records them, with the GPU runners the matrix of its commit names
@@ -21,13 +21,6 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from wheelmill.errors import IntegrityError, ReleaseError, SignatureError
 from wheelmill.index.pages import Project
-from wheelmill.index.records import (
-    Manifest,
-    ReleasedFile,
-    forget,
-    manifests,
-    record,
-)
 from wheelmill.index.roots import Index, copy_file, publish, remove_files
 from wheelmill.index.store import Published
 from wheelmill.inputs.versions import Release, Track, VersionRule
@@ -43,6 +36,13 @@ from wheelmill.output.report import (
 )
 from wheelmill.provenance.signing import read_envelopes
 from wheelmill.provenance.statement import Statement, beside, read_statement
+from wheelmill.releases.records import (
+    Manifest,
+    ReleasedFile,
+    forget,
+    manifests,
+    record,
+)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -32,7 +32,6 @@ from wheelmill.checks.gpu import GpuOutcome
 from wheelmill.errors import IntegrityError, ReleaseError
 from wheelmill.index import objects
 from wheelmill.index.pages import FileEntry
-from wheelmill.index.records import GpuRecord, Manifest, ReleasedFile, find_manifest, manifests, record
 from wheelmill.index.roots import AnyChannel, Index, copy_file, file_of, provenance_of, publish
 from wheelmill.index.storage import Storage
 from wheelmill.index.store import Published
@@ -40,6 +39,7 @@ from wheelmill.inputs.versions import Track, VersionRule
 from wheelmill.machine.net import sha256_of
 from wheelmill.provenance.signing import SigningKey, envelope_line, sign_envelope
 from wheelmill.provenance.statement import promotion_statement, this_run
+from wheelmill.releases.records import GpuRecord, Manifest, ReleasedFile, find_manifest, manifests, record
 from wheelmill.wheel.wheelfile import read_wheel, rewrite_metadata
 
 

@@ -1,5 +1,5 @@
 """The files an install is about to take from a channel (an image's, the GPU stage's env's),
-held to their signed provenance first (``wheelmill.index.attested``) where the team's keys
+held to their signed provenance first (``wheelmill.releases.attested``) where the team's keys
 are configured: a file that does not verify is never installed. Where no key is configured
 nothing is verified, and the caller says so in one line rather than pass in silence.
 """
@@ -13,10 +13,10 @@ from typing import Any
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from wheelmill.errors import FetchError
-from wheelmill.index.attested import Source, verify_channel
 from wheelmill.index.pages import Project
 from wheelmill.provenance.signing import TrustedKey
 from wheelmill.provenance.verification import Failure, Verdict
+from wheelmill.releases.attested import Source, verify_channel
 
 NOT_VERIFIED = "not verified: no trusted key"
 NO_KEY_LINE = f"provenance: {NOT_VERIFIED} (WHEELMILL_TRUSTED_KEYS)"
