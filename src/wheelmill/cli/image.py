@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import threading
-import zipfile
-from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -15,46 +12,29 @@ from rich.table import Table
 
 from wheelmill.cli.basics import Commands, load_inputs, print_error
 from wheelmill.config import format_size
-from wheelmill.errors import ConfigError, ImageError, PrecheckError, UsageError
+from wheelmill.errors import UsageError
 from wheelmill.files import write_atomic
-from wheelmill.images import doctor
+from wheelmill.images.build import ImageJob, build_cell_images
 from wheelmill.images.editions import (
     BuiltImage,
-    CellOutput,
     Edition,
-    ImageSpec,
-    build_images,
     built_installed,
-    missing_from_channel,
-    plan_images,
-    push,
     read_cell_output,
-    read_release_output,
     released_files,
-    remove,
-    stored_file,
-    too_new,
 )
 from wheelmill.images.manifests import members_of, plan_lists, push_list
-from wheelmill.images.smoke import Smoke
 from wheelmill.index.closure import read as read_closure
-from wheelmill.index.objects import ObjectChannel
 from wheelmill.index.roots import Index, Installable, tree_to_install_from
-from wheelmill.index.serve import make_server
-from wheelmill.inputs.variants import Cell, Family
+from wheelmill.inputs.variants import Cell
 from wheelmill.inputs.versions import Track
-from wheelmill.machine import builder_images as images
-from wheelmill.machine.emulation import CPU_SYSFS, emulated_cpu
-from wheelmill.machine.engine import Engine, Mount, detect
-from wheelmill.machine.pins import load_pins
-from wheelmill.machine.process import StepLog, capture
+from wheelmill.machine.engine import detect
+from wheelmill.machine.process import StepLog
 from wheelmill.machine.registry import is_registry
 from wheelmill.output.layout import CLOSURE_LOCK_NAME, CellLayout
 from wheelmill.output.report import ReportError, load_report
 from wheelmill.provenance.signing import trusted_keys_of
 from wheelmill.releases.attested import local_source
 from wheelmill.releases.preinstall import verify_before_install
-from wheelmill.releases.records import ReleasedImage, record_images
 from wheelmill.settings import Settings
 
 
@@ -141,7 +121,24 @@ def cmd_image_build(args: argparse.Namespace, settings: Settings, console: Conso
     with tree_to_install_from(index, wanted, work=layout.root) as (root, fetched):
         if fetched:
             print(f"{wanted.channel}: {len(fetched)} files from {index.location} for the images", flush=True)
-        return _image_build(args, settings, console, cell=cell, layout=layout, released=released, root=root)
+        job = ImageJob(
+            cell=cell,
+            layout=layout,
+            edition=Edition(args.edition),
+            extras=args.extras,
+            engine=args.engine,
+            push=args.push,
+            access_log=args.access_log,
+            release=(Track(args.track), args.release) if args.release else None,
+            record_in=released,
+        )
+        built = build_cell_images(job, settings, root=root, say=lambda line: _say(console, line))
+    _summary(console, built)
+    return 0
+
+
+def _say(console: Console, line: str) -> None:
+    console.print(line, highlight=False, markup=False)
 
 
 def _installable(index: Index, args: argparse.Namespace, cell: Cell, layout: CellLayout) -> Installable:
@@ -173,103 +170,6 @@ def _verify_provenance(
     return checked.code
 
 
-def _image_build(
-    args: argparse.Namespace,
-    settings: Settings,
-    console: Console,
-    *,
-    cell: Cell,
-    layout: CellLayout,
-    released: tuple[Track, str] | None,
-    root: Path,
-) -> int:
-    index = Index.of(settings)
-    released_output = (
-        read_release_output(index.storage, root, Track(args.track), args.release, cell) if args.release else None
-    )
-    output = released_output or read_cell_output(layout, cell)
-    commit = _commit(settings.root)
-    edition = Edition(args.edition)
-    containers = settings.root / "containers"
-    pins = load_pins(containers / "pins.toml")
-    builder = images.choose(pins, cell.variant, cell.python, containers=containers, policy="bootstrap")
-    suite = str(builder.base.suite)
-    packages, glibc = pins.runtime_packages.get(suite), pins.glibc_of(suite)
-    if packages is None:
-        raise ConfigError(
-            f"{pins.file}: runtime.packages: no packages for Debian {suite}",
-            fix="add the suite to [runtime.packages]",
-        )
-    newer = too_new(output, glibc)
-    if newer:
-        raise ImageError(
-            f"{cell.id}: the images run Debian {suite} (glibc {glibc}), but {'; '.join(newer)}",
-            fix=f"build the cell in its container (wheelmill build --cell {cell.id} --engine podman), "
-            "whose glibc is the image's",
-        )
-
-    def planned(index_url: str, builder_tag: str) -> tuple[ImageSpec, ...]:
-        return plan_images(
-            output, edition=edition, extras=args.extras, commit=commit, builder=builder_tag,
-            base=builder.base.reference, runtime_packages=packages, index_url=index_url, containers=containers,
-        )  # fmt: skip
-
-    planned("", "")  # every tag is checked before anything runs
-    channel = Index(tree=root).channel(output.channel)
-    missing = missing_from_channel(output, channel)
-    if missing:
-        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-        raise ImageError(
-            f"{cell.id}: channel {channel.name} lacks {', '.join(missing[:5])}{more}",
-            fix=f"mirror the cell's closure: wheelmill mirror --cell {cell.id}",
-        )
-    engine = detect(args.engine or (settings.engine if settings.engine != "none" else "auto"))
-    if engine is None:
-        raise UsageError(
-            "image build: no container engine answers", fix="run scripts/setup --system (podman), or start docker"
-        )
-    cut_off = engine.network_access()
-    if cut_off is not None:  # before anything is built: every image's tier c starts two nodes on an engine network
-        raise PrecheckError(
-            f"image build: the smoke tests' two-node tier needs an engine network, but {cut_off}",
-            fix="as root, chmod 0666 /dev/net/tun (the mode most distributions give it); or build images as root, "
-            "or with docker as a member of its group",
-        )
-    with StepLog(layout.logs / f"image-{edition.value}{'-extras' if args.extras else ''}.log") as log:
-        access_log = args.access_log or layout.logs / "image-index-access.log"
-        built = _build(
-            engine,
-            output=output,
-            builder=builder,
-            planned=planned,
-            settings=settings,
-            root=root,
-            log=log,
-            console=console,
-            access_log=access_log,
-        )
-        try:
-            built = [
-                _smoked(engine, image, output=output, channel=channel, log=log, console=console, work=layout.cache)
-                for image in built
-            ]
-            if args.push:
-                built = [push(engine, image, args.push, log=log) for image in built]
-        except BaseException:
-            remove(engine, [b.spec.reference for b in built])
-            raise
-    _record(layout.images, built)
-    if released is not None and args.push:
-        path = record_images(
-            index.storage,
-            *released,
-            [ReleasedImage(cell=cell.id, kind=b.spec.kind, reference=str(b.pushed)) for b in built],
-        )
-        console.print(f"recorded in {path}", highlight=False)
-    _summary(console, built)
-    return 0
-
-
 def _released(args: argparse.Namespace, layout: CellLayout) -> tuple[Track, str] | None:
     """The release the images belong to: --release, or the one the cell was built for."""
     if args.release:
@@ -279,134 +179,6 @@ def _released(args: argparse.Namespace, layout: CellLayout) -> tuple[Track, str]
     except (OSError, ReportError):
         return None
     return None if release is None else (release.track, release.version)
-
-
-def _commit(root: Path) -> str:
-    done = capture(["git", "-C", str(root), "rev-parse", "HEAD"], timeout=30)
-    commit = done.stdout.strip()
-    if done.returncode != 0 or len(commit) != 40:
-        raise ConfigError(
-            f"{root}: not a git checkout: an image is tagged with its commit",
-            fix="build images from a clone of the repository",
-        )
-    return commit
-
-
-def _build(
-    engine: Engine,
-    *,
-    output: CellOutput,
-    builder: images.BuilderImage,
-    planned: Callable[[str, str], tuple[ImageSpec, ...]],
-    settings: Settings,
-    root: Path,
-    log: StepLog,
-    console: Console,
-    access_log: Path,
-) -> list[BuiltImage]:
-    """The cell's builder image (its CPython; from the shared registry where one is set, as a
-    build gets it), then the images, while the index is served on loopback for them to
-    install from."""
-
-    def say(line: str) -> None:
-        console.print(f"  {line}", highlight=False, markup=False)
-
-    ready = images.prepare_builder(
-        engine,
-        builder,
-        mirror=lambda: images.debian_mirror(settings.debian_mirror),  # asked only where something is made
-        work=settings.output.resolve() / ".work",
-        log=log,
-        on_line=log.write,
-        sharing=images.Sharing.of(settings.image_registry, settings.shared_writes),
-        policy=settings.retry,
-    )
-    access_log.parent.mkdir(parents=True, exist_ok=True)
-    with access_log.open("a", encoding="utf-8") as handle:
-        server = make_server(root, "127.0.0.1", 0, handle)
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        try:
-            url = f"http://127.0.0.1:{server.server_address[1]}/{output.channel}/simple/"
-            say(f"serving {output.channel} at {url} for the images to install from (access log {access_log})")
-            specs = planned(url, ready.tag)
-            return build_images(
-                engine,
-                specs,
-                log=log,
-                on_line=lambda line: log.write(line) if not line.startswith("building ") else say(line),
-            )
-        finally:
-            server.shutdown()
-            server.server_close()
-
-
-def _smoked(
-    engine: Engine,
-    image: BuiltImage,
-    *,
-    output: CellOutput,
-    channel: ObjectChannel,
-    log: StepLog,
-    console: Console,
-    work: Path,
-) -> BuiltImage:
-    """Every tier on the image; the lines they printed, kept with it."""
-    console.print(f"smoke-testing {image.spec.reference}", highlight=False)
-    # as in the build's container: emulated aarch64 code reads CPU registers sysfs lacks here
-    standin = emulated_cpu(output.cell.variant.platform, work / "emulation" / "cpu")
-    always = [Mount(source=standin, target=CPU_SYSFS)] if standin else []
-    smoke = Smoke(
-        engine,
-        image.spec.reference,
-        log=log,
-        on_line=lambda line: console.print(f"  {line}", highlight=False, markup=False),
-        always=always,
-    )
-    extras = image.spec.kind.endswith("-extras")
-    modules = sorted({m for w in output.wheels for m in top_level(stored_file(channel, w.filename))}) if extras else []
-    smoke.imports(output.torch, modules)
-    smoke.sboms([w.requirement for w in output.wheels], every=extras)
-    if image.spec.kind == Edition.RUNTIME.value:
-        smoke.no_compiler()
-    if image.spec.kind == Edition.DEVEL.value:
-        smoke.compiles()
-    smoke.standalone()
-    smoke.pytorchjob(trainer_v2=False)
-    smoke.pytorchjob(trainer_v2=True)
-    gpus = doctor.visible()
-    smoke.nccl(
-        cuda=output.cell.variant.family is Family.CUDA,
-        gpus=[gpu.label for gpu in gpus.found if gpu.family == "cuda"],
-        why_none="; ".join(gpus.notes) or "none found",
-    )
-    return BuiltImage(
-        spec=image.spec, image_id=image.image_id, size=image.size, smoke=tuple(smoke.said), pushed=image.pushed
-    )
-
-
-def top_level(wheel: Path) -> set[str]:
-    """The importable top-level names a wheel installs (its packages and modules)."""
-    with zipfile.ZipFile(wheel) as zf:
-        names = zf.namelist()
-    found = set()
-    for name in names:
-        head, _, rest = name.partition("/")
-        if head.endswith((".dist-info", ".data", ".libs")):
-            continue
-        if rest == "__init__.py" or (not rest and head.endswith((".py", ".so"))):
-            found.add(head.split(".", 1)[0])
-    return found
-
-
-def _record(path: Path, built: list[BuiltImage]) -> None:
-    """``<cell>/images.json``: every image built for the cell, the newest of each kind."""
-    try:
-        known = {entry["kind"]: entry for entry in json.loads(path.read_text(encoding="utf-8"))["images"]}
-    except (OSError, ValueError, KeyError, TypeError):
-        known = {}
-    known |= {image.spec.kind: image.as_dict() for image in built}
-    write_atomic(path, (json.dumps({"images": list(known.values())}, indent=2) + "\n").encode())
 
 
 def _summary(console: Console, built: list[BuiltImage]) -> None:
