@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,19 +28,25 @@ from rich.table import Table
 
 from wheelmill.cli.basics import Commands, load_inputs, positive
 from wheelmill.cli.common import add_cell_options, build_cells, mirror_cells, prepare
-from wheelmill.errors import CommandFailed, IndexConflict, IndexWriteError, SignatureError, UsageError
+from wheelmill.errors import SignatureError, UsageError
 from wheelmill.gpu.report import GpuReport, load_gpu_report
 from wheelmill.index.roots import Index
-from wheelmill.index.store import Published, built_by_key
+from wheelmill.index.store import Published
 from wheelmill.inputs.matrix import Matrix, github_matrix
 from wheelmill.inputs.variants import Family
 from wheelmill.inputs.versions import Action, Release, Track, VersionRule, for_nightly, for_tag
 from wheelmill.machine.git import read_state
-from wheelmill.machine.process import HostRunner, StepLog, base_environment, wheelmill_command
 from wheelmill.planning.spec import CellPlan, RecipeSpec
 from wheelmill.provenance.signing import signing_key_of
 from wheelmill.releases.promotion import Signer, promote, signer_of
-from wheelmill.releases.publish import BuiltWheel, Served, collect_built, prune, publish_release, refuse_unattested
+from wheelmill.releases.publish import (
+    collect_built,
+    one_build_lookup,
+    prune,
+    publish_conda_packages,
+    publish_release,
+    refuse_unattested,
+)
 from wheelmill.releases.records import GpuRecord, Manifest, load_manifest, record_gpu
 from wheelmill.settings import Settings, Signatures
 
@@ -173,7 +177,8 @@ def cmd_publish(args: argparse.Namespace, settings: Settings, console: Console) 
 def _publish(release: Release, settings: Settings, console: Console, *, mirror: bool, wait: float = 0) -> int:
     """Publish the release's wheels and record it; then each cell's runtime closure into
     its channel, so the track's channels install on their own too."""
-    built = collect_built(settings.output, release, served=_served(Index.of(settings), wait, console))
+    say = _sayer(console)
+    built = collect_built(settings.output, release, served=one_build_lookup(Index.of(settings), wait, say))
     refuse_unattested(built, required=settings.signatures is Signatures.REQUIRED)
     matrix, _recipes = load_inputs(settings)
     cells = [matrix.cell(cell) for cell in sorted({wheel.cell for wheel in built})]
@@ -181,53 +186,14 @@ def _publish(release: Release, settings: Settings, console: Console, *, mirror: 
     index = Index.of(settings)
     record = publish_release(index, release, built, gpu_runners=gpu_cells, on_file=_printer(console))
     console.print(f"{release.version}: recorded in {index.location}: {record}", highlight=False)
-    _conda_packages(built, settings, console)
+    publish_conda_packages(built, settings, say)
     if mirror:
         mirror_cells([cell.id for cell in cells], settings, console)
     return 0
 
 
-def _served(index: Index, wait: float, console: Console) -> Served:
-    """The one build of a serving group, by its build key, as a channel of the same track
-    lists it: looked up once, or every few seconds for ``wait`` seconds (the job of the group's
-    oldest torch runs beside this one, and publishes it when its build passed)."""
-
-    def lookup(channel: str, key: str) -> tuple[str, str, str] | None:
-        track = channel.rpartition("/")[0]
-        deadline = time.monotonic() + wait
-        while True:
-            for name in (n for n in index.channel_names() if n.rpartition("/")[0] == track):
-                found = built_by_key(index.channel(name)).get(key)
-                if found is not None:
-                    console.print(f"{channel}: the one build {name}/{found[1].filename}", highlight=False)
-                    return name, found[1].filename, found[1].sha256
-            if time.monotonic() >= deadline:
-                return None
-            console.print(f"{channel}: waiting for the one build with key {key[:12]}...", highlight=False)
-            time.sleep(min(15.0, max(0.0, deadline - time.monotonic())))
-
-    return lookup
-
-
-def _conda_packages(built: list[BuiltWheel], settings: Settings, console: Console) -> None:
-    """Each wheel this job published, as a conda package into its channel's conda channel
-    beside the index (a directory, or the bucket's ``conda/<channel>``), by ``wheelmill
-    conda package`` in a process of its own (py-rattler's threads may outlive a call)."""
-    for wheel in (w for w in built if w.path is not None):
-        target = Index.of(settings).conda_channel(wheel.channel)
-        argv = wheelmill_command(
-            "conda", "package", "--cell", wheel.cell, "--channel", target, str(wheel.path), recipes=settings.recipes
-        )
-        aws = {key: value for key, value in os.environ.items() if key.startswith("AWS_")}
-        with StepLog(settings.output / "logs" / "release-conda.log") as log:
-            try:
-                done = HostRunner().run(argv, env=base_environment([], aws), log=log, keep_output=True)
-            except CommandFailed as failed:
-                what, fix = failed.child_error()
-                raise (IndexConflict if failed.returncode == IndexConflict.exit_code else IndexWriteError)(
-                    f"conda package {wheel.name}: {what}", fix=fix or f"read {log.path}"
-                ) from None
-        console.print(f"conda: {done.output.strip().splitlines()[-1]} in {target}", highlight=False)
+def _sayer(console: Console) -> Callable[[str], None]:
+    return lambda line: console.print(line, highlight=False)
 
 
 def cmd_promote(args: argparse.Namespace, settings: Settings, console: Console) -> int:

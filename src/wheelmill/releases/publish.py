@@ -12,18 +12,21 @@ published (``Served``), and records it as its own.
 from __future__ import annotations
 
 import base64
+import os
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from wheelmill.errors import IntegrityError, ReleaseError, SignatureError
+from wheelmill.errors import CommandFailed, IndexConflict, IndexWriteError, IntegrityError, ReleaseError, SignatureError
 from wheelmill.index.pages import Project
 from wheelmill.index.roots import Index, copy_file, publish, remove_files
-from wheelmill.index.store import Published
+from wheelmill.index.store import Published, built_by_key
 from wheelmill.inputs.versions import Release, Track, VersionRule
+from wheelmill.machine.process import HostRunner, StepLog, base_environment, wheelmill_command
 from wheelmill.output.layout import CellLayout, built_cells
 from wheelmill.output.report import (
     BuiltCell,
@@ -43,6 +46,7 @@ from wheelmill.releases.records import (
     manifests,
     record,
 )
+from wheelmill.settings import Settings
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -284,3 +288,46 @@ def prune(index: Index, track: Track, keep: int) -> list[str]:
     for manifest in dropped:
         forget(records, track, manifest.version)
     return removed
+
+
+def one_build_lookup(index: Index, wait: float, say: Callable[[str], None]) -> Served:
+    """The one build of a serving group, by its build key, as a channel of the same track
+    lists it: looked up once, or every few seconds for ``wait`` seconds (the job of the group's
+    oldest torch runs beside this one, and publishes it when its build passed)."""
+
+    def lookup(channel: str, key: str) -> tuple[str, str, str] | None:
+        track = channel.rpartition("/")[0]
+        deadline = time.monotonic() + wait
+        while True:
+            for name in (n for n in index.channel_names() if n.rpartition("/")[0] == track):
+                found = built_by_key(index.channel(name)).get(key)
+                if found is not None:
+                    say(f"{channel}: the one build {name}/{found[1].filename}")
+                    return name, found[1].filename, found[1].sha256
+            if time.monotonic() >= deadline:
+                return None
+            say(f"{channel}: waiting for the one build with key {key[:12]}...")
+            time.sleep(min(15.0, max(0.0, deadline - time.monotonic())))
+
+    return lookup
+
+
+def publish_conda_packages(built: list[BuiltWheel], settings: Settings, say: Callable[[str], None]) -> None:
+    """Each wheel this job published, as a conda package into its channel's conda channel
+    beside the index (a directory, or the bucket's ``conda/<channel>``), by ``wheelmill
+    conda package`` in a process of its own (py-rattler's threads may outlive a call)."""
+    for wheel in (w for w in built if w.path is not None):
+        target = Index.of(settings).conda_channel(wheel.channel)
+        argv = wheelmill_command(
+            "conda", "package", "--cell", wheel.cell, "--channel", target, str(wheel.path), recipes=settings.recipes
+        )
+        aws = {key: value for key, value in os.environ.items() if key.startswith("AWS_")}
+        with StepLog(settings.output / "logs" / "release-conda.log") as log:
+            try:
+                done = HostRunner().run(argv, env=base_environment([], aws), log=log, keep_output=True)
+            except CommandFailed as failed:
+                what, fix = failed.child_error()
+                raise (IndexConflict if failed.returncode == IndexConflict.exit_code else IndexWriteError)(
+                    f"conda package {wheel.name}: {what}", fix=fix or f"read {log.path}"
+                ) from None
+        say(f"conda: {done.output.strip().splitlines()[-1]} in {target}")
