@@ -20,7 +20,9 @@ Needs root (to make the account; everything after runs as the account) and
 ``scripts/setup --system`` (podman, uidmap, mmdebstrap). The account and its home go when
 the benchmark ends. With ``--image-registry HOST:PORT/NAMESPACE`` (a loopback one) the
 README's run is a fleet's first runner: it pushes the base and the builder image it made
-there, read-write, for other stores to pull (the test suite's run registry).
+there, read-write, for other stores to pull (the test suite's run registry). Where this
+process has the compiler cache's tiers set (``WHEELMILL_COMPILER_CACHE_TIERS`` and the shared
+tier's location), both runs compile through them, as a fleet's runners do.
 Usage: ``sudo .venv/bin/python benchmarks/rootless.py [--cell cpu-py311] [--image-registry REGISTRY]``
 """
 
@@ -53,7 +55,9 @@ from wheelmill.wheel.wheelfile import read_wheel
 USER = f"wheelmill-bench-{os.getpid()}"
 # What a login shell would reset and the installers need: this machine's indexes and
 # certificates (its own TLS authority, where a proxy has one).
-FORWARDED = ("PIP_", "UV_", "SSL_CERT_", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
+# The installers' settings, and the compiler cache's tiers where they are set (a fleet's
+# shared tier, as the test suite gives every build of its run).
+FORWARDED = ("PIP_", "UV_", "SSL_CERT_", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "WHEELMILL_COMPILER_CACHE_")
 OWN = ("_CACHE_DIR",)  # the installers' caches stay the account's own: another user's it may not write
 WORKFLOW = runs.ROOT / ".github" / "workflows" / "build.yml"
 PROMISES = ("platform-tag", "glibc-baseline")  # the report's checks of a wheel's tag against the cell's base

@@ -66,6 +66,16 @@ def _keep_only(directory: Path, keep: Path) -> None:
             entry.unlink()
 
 
+def _packages_cached_as_ci_restores_them(first: Path, second: Path) -> None:
+    """The package cache a container build keeps under its output root (uv's downloads and
+    unpacked wheels, GBs for a CUDA cell), linked into the second root before its build, as
+    a CI cache restores it: what is compiled, and so the bytes, does not come from it."""
+    packages = first / ".cache" / "uv"
+    if packages.is_dir():
+        (second / ".cache").mkdir(parents=True)
+        subprocess.run(["cp", "-al", str(packages), str(second / ".cache" / "uv")], check=True)
+
+
 def _assert_same_bytes_from_two_places(
     tmp_path: Path,
     cell: str,
@@ -79,13 +89,14 @@ def _assert_same_bytes_from_two_places(
     first = _build(_copy_of_the_project(tmp_path / "a"), tmp_path / "out-a", cell, recipe, engine)
     if then is not None:
         then(tmp_path / "out-a")  # checks of the first build, before it is cleared away
-    # Only the wheel is compared: the first build's envs and caches (GBs for a CUDA cell) go
-    # before the second build checks its free disk.
-    _keep_only(tmp_path / "out-a", first)
     # deep: an output root whose cell directory is too long for a socket path (107 bytes).
     other = (
         tmp_path / "elsewhere" / ("an-output-root-deeper-than-a-unix-socket-path-may-be" if deep else "") / "other-root"
     )
+    _packages_cached_as_ci_restores_them(tmp_path / "out-a", other)
+    # Only the wheel is compared: the first build's envs and caches (GBs for a CUDA cell) go
+    # before the second build checks its free disk.
+    _keep_only(tmp_path / "out-a", first)
     second = _build(_copy_of_the_project(tmp_path / "elsewhere" / "deeper" / "b"), other, cell, recipe, engine)
     if deep:
         assert len(str(other / cell / "sccache.sock")) > SOCKET_PATH_MAX
