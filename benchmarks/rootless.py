@@ -22,7 +22,9 @@ the benchmark ends. With ``--image-registry HOST:PORT/NAMESPACE`` (a loopback on
 README's run is a fleet's first runner: it pushes the base and the builder image it made
 there, read-write, for other stores to pull (the test suite's run registry). Where this
 process has the compiler cache's tiers set (``WHEELMILL_COMPILER_CACHE_TIERS`` and the shared
-tier's location), both runs compile through them, as a fleet's runners do.
+tier's location), the README run compiles through them, as a fleet's runner does; the build
+job runs with the environment build.yml gives it, no repository variable set. Each run's line
+says where its compiles came from (the cache's hits and misses).
 Usage: ``sudo .venv/bin/python benchmarks/rootless.py [--cell cpu-py311] [--image-registry REGISTRY]``
 """
 
@@ -223,8 +225,15 @@ def describe(name: str, seconds: float, done: dict[str, Any]) -> str:
         f"{USER} ({name}): {seconds:6.1f} s; engine {done['facts']['engine']}, rootless "
         f"{done['facts'].get('rootless')}; base {image.get('base_origin')}, builder {image.get('origin')} "
         f"({image.get('tag')}) in {took.get('prepare-image')} s{''.join(f', {m}' for m in moved)}, its containers "
-        f"started in {took.get('prepare-container')} s; status {done['status']}"
+        f"started in {took.get('prepare-container')} s; {compiles(done)}; status {done['status']}"
     )
+
+
+def compiles(done: dict[str, Any]) -> str:
+    """Where the run's compiles came from: the compiler cache's hits and misses, all recipes."""
+    stats = [s for s in done["facts"].get("compiler_cache", {}).values() if s]
+    hits, misses = sum(s["hits"] for s in stats), sum(s["misses"] for s in stats)
+    return f"compiles {hits} hits, {misses} misses"
 
 
 def shared_through(registry: str | None) -> str:

@@ -164,7 +164,8 @@ def test_rootless_a_new_user_runs_the_readme_and_the_build_job_in_an_empty_store
     them: tests/images.py; or, where root's podman store holds both, pushed from there into
     the registry first and pulled by the account), then build.yml's build job's
     steps in another fresh clone (the base and builder reused); the image build without
-    /dev/net/tun refused in one line."""
+    /dev/net/tun refused in one line. The README run compiles through the run's shared tier
+    (the build job, with no repository variables, through its own cache)."""
     if os.geteuid() != 0 or shutil.which("useradd", path="/usr/sbin:/usr/bin") is None:
         pytest.skip("needs root, to make the account")
     if shutil.which("mmdebstrap") is None or shutil.which("newuidmap") is None:
