@@ -86,6 +86,21 @@ def account() -> Iterator[Path]:
         left_behind = (f"/tmp/podman-run-{uid}", f"/tmp/containers-user-{uid}", f"/tmp/wheelmill-run-{uid}")  # noqa: S108
         for left in left_behind:
             shutil.rmtree(left, ignore_errors=True)
+        _remove_owned_by(uid, Path("/tmp"))  # noqa: S108 - e.g. uv's lock files for its build backends
+
+
+def _remove_owned_by(uid: int, directory: Path) -> None:
+    """What the account left directly in ``directory``: every entry it owns."""
+    for entry in directory.iterdir():
+        try:
+            if entry.lstat().st_uid != uid:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink()
+        except OSError:
+            continue  # gone meanwhile, or not ours to remove
 
 
 def as_account(command: str) -> list[str]:
