@@ -54,14 +54,14 @@ from botocore.config import Config  # noqa: E402
 from packaging.utils import parse_wheel_filename  # noqa: E402
 
 from tests.objectstore import running_object_store  # noqa: E402 - the tests' own SeaweedFS
+from tests.storages import Watched  # noqa: E402
 from tests.wheels import make_wheel  # noqa: E402 - the test helper that writes real wheels
 from wheelmill.errors import WheelmillError  # noqa: E402
-from wheelmill.files import Linked  # noqa: E402
 from wheelmill.index import objects  # noqa: E402
 from wheelmill.index.objects import ObjectChannel  # noqa: E402
 from wheelmill.index.pages import FileEntry  # noqa: E402
 from wheelmill.index.s3 import BucketPath, S3Storage  # noqa: E402
-from wheelmill.index.storage import Headers, Storage, Stored, TreeStorage  # noqa: E402
+from wheelmill.index.storage import Headers, Storage, TreeStorage  # noqa: E402
 from wheelmill.index.store import abi_of_wheel, agreeing, gpu_archs, now_rfc3339  # noqa: E402
 from wheelmill.machine.net import sha256_of  # noqa: E402
 
@@ -110,49 +110,18 @@ class Index:
         return ObjectChannel(Counting(storage) if counting else storage, CHANNEL)
 
 
-class Counting:
+class Counting(Watched):
     """A storage that counts the page writes another writer's change refused (a page another
     made first, or changed since it was read): each a render of the page started again. A
     tree's writers race for its pages as a bucket's do: neither has a lock."""
 
     def __init__(self, storage: Storage) -> None:
-        self.storage = storage
+        super().__init__(storage)
         self.lost = 0
 
-    @property
-    def location(self) -> str:
-        return self.storage.location
-
-    def get(self, key: str) -> Stored | None:
-        return self.storage.get(key)
-
-    def fetch(self, key: str, dest: Path) -> bool:
-        return self.storage.fetch(key, dest)
-
-    def create(self, key: str, source: bytes | Path | Linked, *, headers: Headers | None = None) -> bool:
-        return self._counted(key, self.storage.create(key, source, headers=headers))
-
-    def swap(self, key: str, data: bytes, *, version: str, headers: Headers | None = None) -> bool:
-        return self._counted(key, self.storage.swap(key, data, version=version, headers=headers))
-
-    def copy(self, source: str, key: str) -> bool:
-        return self.storage.copy(source, key)
-
-    def keys_under(self, prefix: str = "") -> list[str]:
-        return self.storage.keys_under(prefix)
-
-    def children(self, prefix: str) -> list[str]:
-        return self.storage.children(prefix)
-
-    def delete(self, key: str) -> None:
-        self.storage.delete(key)
-
-    def local(self, key: str) -> Path | None:
-        return self.storage.local(key)
-
-    def _counted(self, key: str, written: bool) -> bool:
-        self.lost += not written and key.startswith(f"{CHANNEL}/simple/")
-        return written
+    def written(self, key: str, done: bool) -> bool:
+        self.lost += not done and key.startswith(f"{CHANNEL}/simple/")
+        return done
 
 
 def publish(channel: ObjectChannel, wheel: Path) -> float:

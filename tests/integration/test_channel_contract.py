@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.storages import Watched
 from tests.wheels import make_wheel
 from wheelmill.errors import IndexConflict
-from wheelmill.files import Linked
 from wheelmill.index.objects import ObjectChannel, blob_key, provenance_of, publish, remove_files, render, set_yanked
 from wheelmill.index.objects import verify as verify_channel
 from wheelmill.index.pages import FileEntry
-from wheelmill.index.storage import Headers, Storage, Stored
+from wheelmill.index.storage import Storage
 from wheelmill.index.store import PublishOutcome, built_by_key
 
 pytestmark = pytest.mark.integration
@@ -184,52 +184,18 @@ class Killed(Exception):
     """The writer's process ended here: nothing after this request happened."""
 
 
-class Dying:
+class Dying(Watched):
     """``storage``, but every write after the first ``writes`` raises ``Killed``."""
 
     def __init__(self, storage: Storage, writes: int) -> None:
-        self.storage, self.left, self.made = storage, writes, 0
+        super().__init__(storage)
+        self.left, self.made = writes, 0
 
-    @property
-    def location(self) -> str:
-        return self.storage.location
-
-    def _write(self) -> None:
+    def before_write(self, key: str) -> None:
         if self.left == 0:
             raise Killed
         self.left -= 1
         self.made += 1
-
-    def get(self, key: str) -> Stored | None:
-        return self.storage.get(key)
-
-    def fetch(self, key: str, dest: Path) -> bool:
-        return self.storage.fetch(key, dest)
-
-    def create(self, key: str, source: bytes | Path | Linked, *, headers: Headers | None = None) -> bool:
-        self._write()
-        return self.storage.create(key, source, headers=headers)
-
-    def swap(self, key: str, data: bytes, *, version: str, headers: Headers | None = None) -> bool:
-        self._write()
-        return self.storage.swap(key, data, version=version, headers=headers)
-
-    def copy(self, source: str, key: str) -> bool:
-        self._write()
-        return self.storage.copy(source, key)
-
-    def keys_under(self, prefix: str = "") -> list[str]:
-        return self.storage.keys_under(prefix)
-
-    def children(self, prefix: str) -> list[str]:
-        return self.storage.children(prefix)
-
-    def delete(self, key: str) -> None:
-        self._write()
-        self.storage.delete(key)
-
-    def local(self, key: str) -> Path | None:
-        return self.storage.local(key)
 
 
 def test_a_publisher_killed_between_any_two_writes_leaves_a_valid_channel_that_a_render_heals(
