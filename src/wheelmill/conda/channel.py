@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import functools
 import os
 import tempfile
 import time
@@ -223,13 +224,15 @@ class BucketCondaChannel:
         return added
 
     def package_names(self) -> set[str]:
-        keys = (key for subdir in SUBDIRS for key in self._storage().keys_under(f"{subdir}/"))
+        keys = (key for subdir in SUBDIRS for key in self._storage.keys_under(f"{subdir}/"))
         return {key.rsplit("/", 1)[1] for key in keys if key.endswith(".conda")}
 
     def indexed(self) -> bool:
-        return REPODATA in self._storage().keys_under(REPODATA)
+        return REPODATA in self._storage.keys_under(REPODATA)
 
+    @functools.cached_property
     def _storage(self) -> S3Storage:
+        """One S3 client for all of the channel's calls, not one a call."""
         from wheelmill.index.s3 import S3Storage  # noqa: PLC0415 - the SDK loads only for a bucket
 
         return S3Storage.of(self.url)
@@ -246,7 +249,7 @@ class BucketCondaChannel:
                 f"{package}: not a .conda archive in a subdir of {', '.join(SUBDIRS)}",
                 fix="write packages with wheelmill conda package",
             )
-        storage = self._storage()
+        storage = self._storage
         key = f"{subdir}/{package.name}"
         if storage.create(key, package, headers=Headers(content_type="application/octet-stream")):
             return Added(path=package, outcome=AddOutcome.ADDED)
