@@ -58,11 +58,11 @@ from tests.storages import Watched  # noqa: E402
 from tests.wheels import make_wheel  # noqa: E402 - the test helper that writes real wheels
 from wheelmill.errors import WheelmillError  # noqa: E402
 from wheelmill.index import objects  # noqa: E402
+from wheelmill.index.channels import abi_of_wheel, agreeing, gpu_archs, now_rfc3339  # noqa: E402
 from wheelmill.index.objects import ObjectChannel  # noqa: E402
 from wheelmill.index.pages import FileEntry  # noqa: E402
 from wheelmill.index.s3 import BucketPath, S3Storage  # noqa: E402
 from wheelmill.index.storage import Headers, Storage, TreeStorage  # noqa: E402
-from wheelmill.index.store import abi_of_wheel, agreeing, gpu_archs, now_rfc3339  # noqa: E402
 from wheelmill.machine.net import sha256_of  # noqa: E402
 
 if TYPE_CHECKING:

@@ -250,7 +250,7 @@ def _project_problems(channel: Path, name: str, *, pairs: bool) -> list[str]:
 
 def index_problems(index: Path, *, pairs: bool = True) -> list[str]:
     """Every wheel channel's problems, and a release record's object that does not parse."""
-    from wheelmill.index.store import channel_dirs  # noqa: PLC0415
+    from wheelmill.index.channels import channel_dirs  # noqa: PLC0415
 
     problems = [p for name in channel_dirs(index) for p in channel_problems(index / name, pairs=pairs)]
     for record in sorted((index / "releases").rglob("*.json")) if (index / "releases").is_dir() else []:

@@ -106,7 +106,7 @@ class IndexConflict(WheelmillError):
     exit_code = 14
 
 
-class IndexStoreError(WheelmillError):
+class ChannelError(WheelmillError):
     """The index cannot take this: not a wheel, an unknown channel or project, a bad tree."""
 
     exit_code = 15
@@ -125,7 +125,7 @@ class ReleaseError(WheelmillError):
     exit_code = 17
 
 
-class InvalidWheel(IndexStoreError):
+class InvalidWheel(ChannelError):
     """A file is not a valid wheel: its name, its zip, its one .dist-info or its METADATA.
     Wherever a wheel is read (a build's output, a publish, a promotion) this is the error,
     with the index's exit code: the index refuses such a file for the same reason."""

@@ -22,10 +22,10 @@ import pytest
 
 from tests.channels import stored_file, tree_channel
 from tests.integration.test_cells import ROOT
+from wheelmill.index.channels import built_by_key
 from wheelmill.index.objects import ObjectChannel
 from wheelmill.index.roots import problems
 from wheelmill.index.serve import make_server
-from wheelmill.index.store import built_by_key
 
 pytestmark = pytest.mark.integration
 CELL = "cpu-py311"

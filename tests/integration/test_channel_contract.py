@@ -22,11 +22,11 @@ import pytest
 from tests.storages import Watched
 from tests.wheels import make_wheel
 from wheelmill.errors import IndexConflict
+from wheelmill.index.channels import PublishOutcome, built_by_key
 from wheelmill.index.objects import ObjectChannel, blob_key, provenance_of, publish, remove_files, render, set_yanked
 from wheelmill.index.objects import verify as verify_channel
 from wheelmill.index.pages import FileEntry
 from wheelmill.index.storage import Storage
-from wheelmill.index.store import PublishOutcome, built_by_key
 
 pytestmark = pytest.mark.integration
 UPSTREAM = "https://pypi.example/packages/demo-1.0-py3-none-any.whl"

@@ -19,7 +19,7 @@ import pytest
 from tests.integration.test_conda import LINUX, wheelmill
 from tests.unit.test_bad_input import assert_one_line_error
 from tests.wheels import make_wheel
-from wheelmill.errors import IndexStoreError, IntegrityError
+from wheelmill.errors import ChannelError, IntegrityError
 
 pytestmark = pytest.mark.integration
 TINY = "noarch/tiny-1.0-0.conda"
@@ -58,7 +58,7 @@ def test_a_package_overwritten_in_place_stops_conda_index_naming_it(tmp_path: Pa
     assert_one_line_error(
         done.stderr,
         code=done.returncode,
-        expected_code=IndexStoreError.exit_code,
+        expected_code=ChannelError.exit_code,
         expected=[f"{channel}: linux-64/ops-0.1.0-cpu_py311_0.conda is not a .conda archive", f"its member {member}-"],
     )
     assert "free space" not in done.stderr and "index.json" not in done.stderr

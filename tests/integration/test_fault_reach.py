@@ -36,7 +36,7 @@ from tests.faults import (
     wheelmill,
 )
 from tests.wheels import make_wheel
-from wheelmill.index import store
+from wheelmill.index import channels
 from wheelmill.index.roots import Index, problems, publish
 from wheelmill.index.storage import TreeStorage
 from wheelmill.inputs.versions import Track, VersionRule
@@ -327,7 +327,7 @@ def test_a_migration_killed_at_every_point(tmp_path: Path) -> None:
     with tarfile.open(LEGACY) as tar:
         tar.extractall(tmp_path / "legacy", filter="data")
     index = tmp_path / "legacy" / "index"
-    before = {name: _files(store.Channel(index, name).projects()) for name in ("cpu", "test/cpu")}
+    before = {name: _files(channels.Channel(index, name).projects()) for name in ("cpu", "test/cpu")}
 
     def migrated(root: Path) -> list[str]:
         found = healed(root)

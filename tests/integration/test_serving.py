@@ -20,8 +20,8 @@ import pytest
 from tests.channels import tree_channel
 from tests.integration.test_cells import ROOT, report
 from tests.integration.test_index import Served, isolated_env, uv
+from wheelmill.index.channels import built_by_key
 from wheelmill.index.roots import problems
-from wheelmill.index.store import built_by_key
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.machine.envs import UvBackend
 from wheelmill.machine.package_sources import machine_sources

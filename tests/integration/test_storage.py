@@ -22,7 +22,7 @@ from botocore.config import Config
 
 from tests.objectstore import ObjectStore
 from tests.ports import free_port
-from wheelmill.errors import ConfigError, FetchError, IndexStoreError, IndexWriteError
+from wheelmill.errors import ChannelError, ConfigError, FetchError, IndexWriteError
 from wheelmill.index.s3 import BucketPath, S3Storage
 from wheelmill.index.storage import Headers, Storage, TreeStorage
 from wheelmill.inputs.versions import Track
@@ -48,7 +48,7 @@ print(json.dumps(won))
 
 
 @pytest.fixture(params=["tree", "s3"])
-def storage(
+def storage_at(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[Storage, str, dict[str, str]]]:
     """A storage of each kind, empty: a directory, or a prefix of the bucket of its own; its
@@ -67,52 +67,52 @@ def storage(
 
 
 def test_an_object_is_created_once_and_swapped_only_from_the_version_read(
-    storage: tuple[Storage, str, dict[str, str]],
+    storage_at: tuple[Storage, str, dict[str, str]],
 ) -> None:
-    store, _, _ = storage
-    assert store.get("cu130/simple/index.json") is None
-    assert store.create("cu130/simple/index.json", b"one", headers=Headers(cache_control="no-cache"))
-    assert not store.create("cu130/simple/index.json", b"two"), "a second create finds it there"
-    first = store.get("cu130/simple/index.json")
+    storage, _, _ = storage_at
+    assert storage.get("cu130/simple/index.json") is None
+    assert storage.create("cu130/simple/index.json", b"one", headers=Headers(cache_control="no-cache"))
+    assert not storage.create("cu130/simple/index.json", b"two"), "a second create finds it there"
+    first = storage.get("cu130/simple/index.json")
     assert first is not None and first.data == b"one"
-    assert store.swap("cu130/simple/index.json", b"three", version=first.version)
-    assert not store.swap("cu130/simple/index.json", b"four", version=first.version), "a stale version loses"
-    now = store.get("cu130/simple/index.json")
+    assert storage.swap("cu130/simple/index.json", b"three", version=first.version)
+    assert not storage.swap("cu130/simple/index.json", b"four", version=first.version), "a stale version loses"
+    now = storage.get("cu130/simple/index.json")
     assert now is not None and now.data == b"three" and now.version != first.version
-    assert not store.swap("cu130/simple/none.json", b"x", version=first.version), "nothing there to swap"
-    assert store.get("cu130/simple/none.json") is None
+    assert not storage.swap("cu130/simple/none.json", b"x", version=first.version), "nothing there to swap"
+    assert storage.get("cu130/simple/none.json") is None
 
 
 def test_a_copy_is_made_once_from_another_object_and_keys_list_by_prefix(
-    storage: tuple[Storage, str, dict[str, str]], tmp_path: Path
+    storage_at: tuple[Storage, str, dict[str, str]], tmp_path: Path
 ) -> None:
-    store, _, _ = storage
+    storage, _, _ = storage_at
     wheel = tmp_path / "w.whl"
     wheel.write_bytes(os.urandom(3 << 20))  # a file, streamed, not read whole by the caller
-    assert store.create("blobs/sha256/ab/w.whl", wheel)
-    assert store.copy("blobs/sha256/ab/w.whl", "cu130/files/w.whl")
-    assert not store.copy("blobs/sha256/ab/w.whl", "cu130/files/w.whl"), "the copy is there already"
+    assert storage.create("blobs/sha256/ab/w.whl", wheel)
+    assert storage.copy("blobs/sha256/ab/w.whl", "cu130/files/w.whl")
+    assert not storage.copy("blobs/sha256/ab/w.whl", "cu130/files/w.whl"), "the copy is there already"
     fetched = tmp_path / "fetched.whl"
-    assert store.fetch("cu130/files/w.whl", fetched) and fetched.read_bytes() == wheel.read_bytes()
-    assert not store.fetch("cu130/files/none.whl", tmp_path / "none.whl")
-    with pytest.raises(IndexStoreError, match="no object blobs/none to copy"):
-        store.copy("blobs/none", "cu130/files/none.whl")
-    assert store.create("cu130/simple/index.json", b"{}")
-    assert store.keys_under("cu130/") == ["cu130/files/w.whl", "cu130/simple/index.json"]
-    assert store.keys_under() == ["blobs/sha256/ab/w.whl", "cu130/files/w.whl", "cu130/simple/index.json"]
-    assert store.children("") == ["blobs", "cu130"] and store.children("cu130/") == ["files", "simple"]
-    assert store.children("none/") == []
-    store.delete("cu130/files/w.whl")
-    store.delete("cu130/files/w.whl")  # gone already: no error
-    assert store.keys_under("cu130/") == ["cu130/simple/index.json"]
-    with pytest.raises(IndexStoreError, match=r"'\.\./x' is not a storage key"):
-        store.get("../x")
+    assert storage.fetch("cu130/files/w.whl", fetched) and fetched.read_bytes() == wheel.read_bytes()
+    assert not storage.fetch("cu130/files/none.whl", tmp_path / "none.whl")
+    with pytest.raises(ChannelError, match="no object blobs/none to copy"):
+        storage.copy("blobs/none", "cu130/files/none.whl")
+    assert storage.create("cu130/simple/index.json", b"{}")
+    assert storage.keys_under("cu130/") == ["cu130/files/w.whl", "cu130/simple/index.json"]
+    assert storage.keys_under() == ["blobs/sha256/ab/w.whl", "cu130/files/w.whl", "cu130/simple/index.json"]
+    assert storage.children("") == ["blobs", "cu130"] and storage.children("cu130/") == ["files", "simple"]
+    assert storage.children("none/") == []
+    storage.delete("cu130/files/w.whl")
+    storage.delete("cu130/files/w.whl")  # gone already: no error
+    assert storage.keys_under("cu130/") == ["cu130/simple/index.json"]
+    with pytest.raises(ChannelError, match=r"'\.\./x' is not a storage key"):
+        storage.get("../x")
 
 
 def test_of_sixteen_processes_racing_to_create_a_key_exactly_one_wins(
-    storage: tuple[Storage, str, dict[str, str]], tmp_path: Path
+    storage_at: tuple[Storage, str, dict[str, str]], tmp_path: Path
 ) -> None:
-    store, where, environ = storage
+    storage, where, environ = storage_at
     start = tmp_path / "start"
     racers = [
         subprocess.Popen(
@@ -120,7 +120,7 @@ def test_of_sixteen_processes_racing_to_create_a_key_exactly_one_wins(
                 sys.executable,
                 "-c",
                 RACER,
-                "tree" if isinstance(store, TreeStorage) else "s3",
+                "tree" if isinstance(storage, TreeStorage) else "s3",
                 where,
                 f"racer-{n}",
                 str(start),
@@ -145,7 +145,7 @@ def test_of_sixteen_processes_racing_to_create_a_key_exactly_one_wins(
     assert winners == dict.fromkeys((f"race/{k}" for k in range(KEYS)), 1), "each key made once"
     for name, keys in won.items():
         for key in keys:
-            stored = store.get(key)
+            stored = storage.get(key)
             assert stored is not None and stored.data == name.encode(), "the key holds its winner's bytes"
 
 
@@ -210,11 +210,11 @@ record_gpu(storage, Track.TEST, "2.4.0rc1", [passed])
 """
 
 
-def test_jobs_recording_one_release_at_once_lose_nothing(storage: tuple[Storage, str, dict[str, str]]) -> None:
+def test_jobs_recording_one_release_at_once_lose_nothing(storage_at: tuple[Storage, str, dict[str, str]]) -> None:
     """Eight jobs of one rc, each publishing its cell and recording its GPU stage, at once:
     the record read afterwards holds every one of them (objects made once, never rewritten)."""
-    store, where, environ = storage
-    kind = "tree" if isinstance(store, TreeStorage) else "s3"
+    storage, where, environ = storage_at
+    kind = "tree" if isinstance(storage, TreeStorage) else "s3"
     jobs = [
         subprocess.Popen(
             [sys.executable, "-c", RECORDER, kind, where, str(n)],
@@ -228,7 +228,7 @@ def test_jobs_recording_one_release_at_once_lose_nothing(storage: tuple[Storage,
     for job in jobs:
         _, err = job.communicate(timeout=300)
         assert job.returncode == 0, err[-2000:]
-    read = load_manifest(store, Track.TEST, "2.4.0rc1")
+    read = load_manifest(storage, Track.TEST, "2.4.0rc1")
     assert sorted(f.filename for f in read.files) == [f"ops-{n}.whl" for n in range(8)]
     assert sorted(g.cell for g in read.gpu if g.passed) == sorted(f"cuda130-job{n}-py311" for n in range(8))
     assert read.gpu_runners == {f"cuda130-job{n}-py311": ("linux-gpu-h100",) for n in range(8)}

@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import CliRunner
 from tests.unit.test_report import written
 from tests.wheels import make_wheel
-from wheelmill.errors import ConfigError, FetchError, IndexStoreError, PrecheckError, SelectionError, UsageError
+from wheelmill.errors import ChannelError, ConfigError, FetchError, PrecheckError, SelectionError, UsageError
 from wheelmill.index.roots import Index
 
 GOOD_RECIPE = """
@@ -658,7 +658,7 @@ def test_publish_refuses_metadata_that_would_fill_every_page(
         wheel = make_wheel(tmp_path / "dist", "lib", "1.0+cu130", tag="py3-none-any", gpu_archs=record)
     monkeypatch.setenv("WHEELMILL_INDEX_ROOT", str(tmp_path / "index"))
     result = cli("--recipes", str(repo_root / "recipes"), "publish", "--channel", "cu130", str(wheel))
-    assert_one_line_error(result.err, code=result.code, expected_code=IndexStoreError.exit_code, expected=[expected])
+    assert_one_line_error(result.err, code=result.code, expected_code=ChannelError.exit_code, expected=[expected])
     assert not [p for p in (tmp_path / "index").rglob("*") if p.is_file()], "nothing published: no blob, entry or page"
 
 
@@ -701,7 +701,7 @@ def test_a_damaged_conda_package_is_named_not_blamed_on_the_disk(
     assert_one_line_error(
         result.err,
         code=result.code,
-        expected_code=IndexStoreError.exit_code,
+        expected_code=ChannelError.exit_code,
         expected=["linux-64/ops-0.1.0-cpu_py311_0.conda is not a .conda archive", "publish its wheel again"],
     )
     assert not (channel / "linux-64" / "repodata.json").exists()

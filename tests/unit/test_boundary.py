@@ -118,7 +118,7 @@ def test_a_wheel_tagged_newer_than_its_baseline_fails_the_post_repair_checks_wit
     picked up), tagged manylinux_2_34 by its repair: the promise of what it was built on is
     broken, so the post-repair checks fail, naming the tag, the baseline and the file; nothing
     is published."""
-    monkeypatch.setattr("wheelmill.building.steps.verify.host_glibc", lambda: "2.31")
+    monkeypatch.setattr("wheelmill.building.steps.checks_after.host_glibc", lambda: "2.31")
     library = make_elf(tmp_path / "_C.so", {".text": b"\xc3"}, version_needs={"libc.so.6": ["GLIBC_2.34"]})
 
     def retag(ctx: StepContext, spec: RecipeSpec) -> Outcome:

@@ -23,9 +23,9 @@ from wheelmill.building.report import CellReport, Done, StepRecord
 from wheelmill.building.steps.keys import build_keys_step
 from wheelmill.checks import CheckResult, Verdict
 from wheelmill.errors import FetchError, IntegrityError, SelectionError
+from wheelmill.index.channels import built_by_key
 from wheelmill.index.roots import problems, publish, set_yanked
 from wheelmill.index.serve import make_server
-from wheelmill.index.store import built_by_key
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.inputs.recipes import GitSource, SdistSource, load_recipes
 from wheelmill.machine.process import StepLog

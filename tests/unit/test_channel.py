@@ -15,7 +15,7 @@ from wheelmill.building.pipeline import host
 from wheelmill.building.plan import plan_cell
 from wheelmill.building.report import CellReport, StepRecord
 from wheelmill.building.steps.channel import channel_checks
-from wheelmill.errors import IndexStoreError
+from wheelmill.errors import ChannelError
 from wheelmill.index.roots import Index, publish
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.inputs.recipes import load_recipes
@@ -65,7 +65,7 @@ def checks_after_publishing(tmp_path: Path, damage: str | None = None) -> list[s
         )
         try:
             return [f"{c.name} {c.verdict}" for c in channel_checks(ctx).checks]
-        except IndexStoreError as error:
+        except ChannelError as error:
             return [error.one_line()]
 
 

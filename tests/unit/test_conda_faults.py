@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import CliRunner
 from tests.unit.test_bad_input import assert_one_line_error
-from wheelmill.errors import ConfigError, IndexStoreError
+from wheelmill.errors import ChannelError, ConfigError
 
 ENVS = 'schema = 1\nspecs = ["python {python}.*"]\n'
 
@@ -81,7 +81,7 @@ def test_a_package_overwritten_in_place_is_exit_15_naming_it_and_the_repodata_st
     assert_one_line_error(
         result.err,
         code=result.code,
-        expected_code=IndexStoreError.exit_code,
+        expected_code=ChannelError.exit_code,
         expected=[
             "linux-64/ops-0.1.0-cpu_py311_0.conda is not a .conda archive",
             "its member pkg-ops-0.1.0-cpu_py311_0.tar.zst is damaged",

@@ -21,8 +21,8 @@ from tests.wheels import install
 from wheelmill import errors
 from wheelmill.building.plan import ContainerSetup, Options, plan_cell
 from wheelmill.building.steps import REGISTRY, CellStep
+from wheelmill.building.steps.checks_after import baseline_of
 from wheelmill.building.steps.keys import unpublished_reason
-from wheelmill.building.steps.verify import baseline_of
 from wheelmill.checks import Verdict
 from wheelmill.checks import gpu as gpu_checks
 from wheelmill.checks.abi import judge_abi, judge_cuda_runtime, judge_serving

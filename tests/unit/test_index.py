@@ -12,14 +12,14 @@ import pytest
 
 from tests.channels import pages_dir, stored_file, tree_channel
 from tests.wheels import make_wheel
-from wheelmill.errors import IndexConflict, IndexStoreError
+from wheelmill.errors import ChannelError, IndexConflict
 from wheelmill.index import objects
-from wheelmill.index.consumer import render
+from wheelmill.index.channels import PublishOutcome
+from wheelmill.index.consumer import format_settings
 from wheelmill.index.objects import ObjectChannel, blob_key
 from wheelmill.index.pages import HTML_TYPE, JSON_TYPE, FileEntry, Project, project_html, project_json
 from wheelmill.index.roots import problems, provenance_of, publish, set_yanked
 from wheelmill.index.serve import negotiate
-from wheelmill.index.store import PublishOutcome
 
 ANY = "py3-none-any"
 
@@ -175,7 +175,7 @@ def test_yank_and_unyank_a_version(tmp_path: Path) -> None:
     project = channel.project("lib")
     assert project is not None and project.files[0].yanked is None
     assert "data-yanked" not in (pages_dir(channel) / "lib" / "index.html").read_text()
-    with pytest.raises(IndexStoreError, match=r"has no version 2\.0"):
+    with pytest.raises(ChannelError, match=r"has no version 2\.0"):
         set_yanked(channel, "lib", "2.0", "x")
 
 
@@ -184,23 +184,23 @@ def test_a_wheel_whose_metadata_disagrees_with_its_name_is_refused(tmp_path: Pat
     renamed = wheel.with_name("other-1.0-py3-none-any.whl")
     wheel.rename(renamed)
     channel = tree_channel(tmp_path / "index", "cpu")
-    with pytest.raises(IndexStoreError, match=r"its METADATA says lib 1\.0"):
+    with pytest.raises(ChannelError, match=r"its METADATA says lib 1\.0"):
         publish(channel, renamed)
     assert not channel.exists() and not (tmp_path / "index" / "blobs").exists(), "nothing of it is stored"
 
 
 @pytest.mark.parametrize("name", ["", "CU118", "../x", ".hidden", "a/b"])
 def test_channel_names_are_checked(tmp_path: Path, name: str) -> None:
-    with pytest.raises(IndexStoreError, match="not a channel name"):
+    with pytest.raises(ChannelError, match="not a channel name"):
         tree_channel(tmp_path, name)
 
 
 def test_consumer_settings_name_one_index_only() -> None:
-    pip = render("https://wheels.internal", "cu118", "pip")
+    pip = format_settings("https://wheels.internal", "cu118", "pip")
     assert pip == "[global]\nindex-url = https://wheels.internal/cu118/simple/\nextra-index-url =\nfind-links =\n"
-    uv = render("https://wheels.internal/", "rocm6.2", "uv")
+    uv = format_settings("https://wheels.internal/", "rocm6.2", "uv")
     assert 'url = "https://wheels.internal/rocm6.2/simple/"' in uv and "default = true" in uv
-    assert "extra" not in render("https://w", "cpu", "env").replace("PIP_EXTRA_INDEX_URL=\n", "")
+    assert "extra" not in format_settings("https://w", "cpu", "env").replace("PIP_EXTRA_INDEX_URL=\n", "")
 
 
 def test_a_channel_under_a_relative_index_root_keeps_its_pages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

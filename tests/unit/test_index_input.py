@@ -18,9 +18,9 @@ import pytest
 from tests.channels import pages_dir, stored_file, tree_channel
 from tests.conftest import CliResult, CliRunner
 from tests.wheels import make_wheel
-from wheelmill.errors import IndexStoreError, InvalidWheel, UsageError
+from wheelmill.errors import ChannelError, InvalidWheel, UsageError
 from wheelmill.files import TMP_PREFIX, TMP_SUFFIX
-from wheelmill.index.blobs import STALE_AFTER, Blobs
+from wheelmill.index.downloads import STALE_AFTER, Downloads
 from wheelmill.index.objects import ObjectChannel
 from wheelmill.index.roots import problems, publish, set_yanked
 
@@ -73,7 +73,7 @@ def test_a_damaged_page_is_named_by_verify_and_mended_by_render_and_by_the_next_
     before = snapshot(channel)
     where = "cpu" if page == "simple/index.json" else "cpu/lib"
     one_line(
-        cli("index", "verify"), IndexStoreError.exit_code, f"{where}: not a valid index page", "wheelmill index render"
+        cli("index", "verify"), ChannelError.exit_code, f"{where}: not a valid index page", "wheelmill index render"
     )
     assert snapshot(channel) == before, "a check writes nothing"
     rendered = cli("index", "render", "--channel", "cpu")
@@ -121,7 +121,7 @@ def test_a_lost_sidecar_is_named_by_render_and_publishing_the_file_again_stores_
     sidecar.unlink()
     one_line(
         cli("index", "render", "--channel", "cpu"),
-        IndexStoreError.exit_code,
+        ChannelError.exit_code,
         "cpu/lib-2.0-py3-none-any.whl: listed but the file or its .metadata is missing",
         "publish again what it names",
     )
@@ -137,7 +137,7 @@ def test_a_missing_html_page_is_a_problem_verify_names_and_render_mends(cli: Cli
     (pages_dir(channel) / "lib" / "index.html").unlink()
     one_line(
         cli("index", "verify"),
-        IndexStoreError.exit_code,
+        ChannelError.exit_code,
         "cpu/lib: index.html and index.json list different files",
         "wheelmill index render",
     )
@@ -158,7 +158,7 @@ def test_verify_reads_every_files_bytes_with_hashes_on_a_tree_as_on_a_bucket(
     damaged.write_bytes(bytes(data))
     damaged.replace(wheel)
     assert cli("index", "verify").code == 0
-    one_line(cli("index", "verify", "--hashes"), IndexStoreError.exit_code, f"cpu/{wheel.name}: sha256 differs")
+    one_line(cli("index", "verify", "--hashes"), ChannelError.exit_code, f"cpu/{wheel.name}: sha256 differs")
 
 
 def test_a_wheel_whose_metadata_version_is_no_version(
@@ -225,10 +225,10 @@ def test_a_count_that_is_no_count_is_a_usage_error(cli: CliRunner, repo_root: Pa
 
 
 def test_a_stale_download_is_a_note_of_verify_and_sweep_removes_it(cli: CliRunner, channel: ObjectChannel) -> None:
-    """A mirror killed midway leaves a partial download in the tree's download store: verify
+    """A mirror killed midway leaves a partial download in the tree's download area: verify
     notes it (no problem of any channel) and names the command that removes it; one written
     to a moment ago is a download in progress, and both commands leave it alone."""
-    incoming = Blobs(Path(channel.storage.location)).incoming
+    incoming = Downloads(Path(channel.storage.location)).incoming
     incoming.mkdir(parents=True)
     leftover = incoming / f"{TMP_PREFIX}lib-3.0-py3-none-any.whl.x1y2z3{TMP_SUFFIX}"
     leftover.write_bytes(b"half")

@@ -20,8 +20,8 @@ import pytest
 from tests.channels import pages_dir, tree_channel
 from tests.conftest import CliRunner
 from tests.wheels import make_wheel
-from wheelmill.errors import IndexStoreError
-from wheelmill.index import store
+from wheelmill.errors import ChannelError
+from wheelmill.index import channels
 from wheelmill.index.legacy import is_legacy
 from wheelmill.index.roots import problems, provenance_of
 
@@ -67,7 +67,7 @@ def test_an_old_layout_channel_is_refused_for_writing_with_the_command_that_migr
         ("index", "verify", "--channel", "cpu"),
     ):
         result = cli(*args)
-        assert result.code == IndexStoreError.exit_code, (args, result.err)
+        assert result.code == ChannelError.exit_code, (args, result.err)
         (line,) = result.err.strip().splitlines()
         assert "channel cpu is in the layout of an earlier wheelmill" in line and "wheelmill index migrate" in line
     assert snapshot(legacy) == before, "nothing written"
@@ -76,7 +76,7 @@ def test_an_old_layout_channel_is_refused_for_writing_with_the_command_that_migr
 def test_a_migration_keeps_every_file_key_yank_and_provenance_and_a_second_changes_nothing(
     legacy: Path, cli: CliRunner
 ) -> None:
-    before = {name: listing(store.Channel(legacy, name).projects()) for name in CHANNELS}
+    before = {name: listing(channels.Channel(legacy, name).projects()) for name in CHANNELS}
     assert sum(len(files) for files in before.values()) == 5
     result = cli("index", "migrate")
     assert result.code == 0, result.err

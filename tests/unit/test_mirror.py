@@ -3,7 +3,7 @@ the closure locks torch and every dependency as wheels with sha256; mirroring pu
 them as mirrored files that verify and install on their own; a file whose bytes differ
 from the lock is exit 7 and an upstream that drops the connection exit 6, both leaving the
 channel as it was; built beats mirrored both ways; two channels share one stored copy; what a
-killed mirror leaves in the download store is noted by verify and removed by sweep."""
+killed mirror leaves in the download area is noted by verify and removed by sweep."""
 
 from __future__ import annotations
 
@@ -26,12 +26,12 @@ from tests.reports import write_report as report_of
 from tests.sandbox import PYTHON, TORCH, Sandbox
 from tests.wheels import make_wheel
 from wheelmill.errors import EnvError
-from wheelmill.index.blobs import Blobs
+from wheelmill.index.channels import PublishOutcome
 from wheelmill.index.closure import Closure, ClosureInputs, Mirrored, mirror, read, resolve
+from wheelmill.index.downloads import Downloads
 from wheelmill.index.objects import ObjectChannel
 from wheelmill.index.roots import Index, problems, publish, usage
 from wheelmill.index.storage import TreeStorage
-from wheelmill.index.store import PublishOutcome
 from wheelmill.machine import envs
 from wheelmill.machine.net import sha256_of
 from wheelmill.machine.package_sources import PackageSources
@@ -115,7 +115,7 @@ def index_root(channel: ObjectChannel) -> Path:
 
 
 def mirrored(closure: Closure, channel: ObjectChannel, tmp_path: Path) -> Mirrored:
-    # A tree index keeps the downloads in its own store: what it publishes is another name of them.
+    # A tree index keeps the downloads in the tree itself: what it publishes is another name of them.
     with StepLog(tmp_path / "mirror.log") as log:
         return mirror(
             closure,
@@ -130,7 +130,7 @@ def mirrored(closure: Closure, channel: ObjectChannel, tmp_path: Path) -> Mirror
 
 def objects_of(root: Path) -> dict[str, bytes]:
     """Every object of an index tree and its bytes: every channel's entries and pages, and the
-    blobs; not the download store or the tree's own work (dot directories, no objects)."""
+    blobs; not the download area or the tree's own work (dot directories, no objects)."""
     storage = TreeStorage(root)
     return {key: storage.path(key).read_bytes() for key in storage.keys_under()}
 
@@ -267,7 +267,7 @@ def refused_mirror(
     assert result.code == code, result.out + result.err
     (line,) = result.err.splitlines()
     assert "the channel is unchanged" in line
-    assert objects_of(root) == before  # verified downloads may stay in the download store, named by content
+    assert objects_of(root) == before  # verified downloads may stay in the download area, named by content
     assert not list(root.rglob("*.part"))
     return line
 
@@ -369,13 +369,13 @@ def test_a_wheel_on_local_disk_is_stored_as_another_name_of_its_file(
     sandbox: Sandbox, upstream: Upstream, tmp_path: Path
 ) -> None:
     """A file:// source (a mirror on this machine's disk): its bytes checked, then linked
-    into the store, not copied a second time; its mode left as it was."""
+    into the download area, not copied a second time; its mode left as it was."""
     channel = tree_channel(sandbox.output / "index", "cpu")
     publish(channel, built_app(sandbox))
     leaf = upstream.file("leaf-2.0-py3-none-any.whl")
     leaf.chmod(0o444)
     mirrored(resolved(sandbox, channel, built_app(sandbox), upstream.url, tmp_path), channel, tmp_path)
-    download = Blobs(index_root(channel)).path_of(sha256_of(leaf))
+    download = Downloads(index_root(channel)).path_of(sha256_of(leaf))
     assert download.stat().st_ino == leaf.stat().st_ino == stored_file(channel, leaf.name).stat().st_ino
     assert leaf.stat().st_mode & 0o777 == 0o444
     assert "stored from" in (tmp_path / "mirror.log").read_text()
@@ -391,7 +391,7 @@ def test_two_channels_holding_the_same_dependency_store_it_once(
         mirrored(resolved(sandbox, channel, built_app(sandbox), upstream.url, tmp_path), channel, tmp_path)
     torch = "torch-2.13.0+cpu-py3-none-any.whl"
     assert stored_file(first, torch) == stored_file(second, torch), "both entries name the one blob"
-    download = Blobs(root).path_of(sha256_of(stored_file(first, torch)))
+    download = Downloads(root).path_of(sha256_of(stored_file(first, torch)))
     assert stored_file(first, torch).stat().st_ino == download.stat().st_ino
     # Two names in the index, the blob and the download (a local source's file may be one more outside).
     assert len([p for p in root.rglob("*") if p.is_file() and p.stat().st_ino == download.stat().st_ino]) == 2
@@ -419,11 +419,11 @@ def test_a_killed_mirrors_download_is_noted_by_verify_and_removed_by_sweep(
     channel = tree_channel(root, "cpu")
     publish(channel, built_app(sandbox))
     mirrored(resolved(sandbox, channel, built_app(sandbox), upstream.url, tmp_path), channel, tmp_path)
-    blobs = Blobs(root)
-    kept = sorted(blobs.all())  # the mirrored downloads, each another name of a blob the channel lists
+    downloads = Downloads(root)
+    kept = sorted(downloads.all())  # the mirrored downloads, each another name of a blob the channel lists
     assert len(kept) == 3
-    stale = blobs.incoming / ".wm-tmp-torch-2.13.0.whl.x1.part"
-    live = blobs.incoming / ".wm-tmp-nvidia_cublas.whl.x2.part"
+    stale = downloads.incoming / ".wm-tmp-torch-2.13.0.whl.x1.part"
+    live = downloads.incoming / ".wm-tmp-nvidia_cublas.whl.x2.part"
     for path in (stale, live):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"half a download")
@@ -435,7 +435,7 @@ def test_a_killed_mirrors_download_is_noted_by_verify_and_removed_by_sweep(
     )
     assert live.name not in checked.out  # still being written, for all it knows
     # A download that no blob of the index is another name of (its file removed everywhere, then swept).
-    orphan = blobs.path_of("f" * 64)
+    orphan = downloads.path_of("f" * 64)
     orphan.parent.mkdir(parents=True)
     orphan.write_bytes(b"x" * 1000)
     os.utime(orphan, (time.time() - 3600, time.time() - 3600))
@@ -443,7 +443,7 @@ def test_a_killed_mirrors_download_is_noted_by_verify_and_removed_by_sweep(
     assert swept.code == 0, swept.err
     assert "downloads: removed 2 files no channel holds or a mirror left (1015 B)" in swept.out
     assert not stale.exists() and live.exists() and not orphan.exists()
-    assert sorted(blobs.all()) == kept, "a download the channel's blob is another name of stays"
+    assert sorted(downloads.all()) == kept, "a download the channel's blob is another name of stays"
     assert problems(channel) == []
 
 

@@ -13,7 +13,8 @@ import pytest
 
 from tests.channels import stored_file, tree_channel
 from tests.wheels import make_wheel
-from wheelmill.errors import IndexConflict, IndexStoreError
+from wheelmill.errors import ChannelError, IndexConflict
+from wheelmill.index.channels import PublishOutcome, built_by_key
 from wheelmill.index.objects import (
     BUILT,
     ObjectChannel,
@@ -27,7 +28,6 @@ from wheelmill.index.objects import (
 )
 from wheelmill.index.roots import export
 from wheelmill.index.storage import Storage, TreeStorage
-from wheelmill.index.store import PublishOutcome, built_by_key
 
 
 @pytest.fixture
@@ -98,7 +98,7 @@ def test_a_yank_and_an_unyank_show_on_both_pages(channel: ObjectChannel, tmp_pat
     set_yanked(channel, "demo", "1.0", None)
     project = channel.project("demo")
     assert project is not None and project.files[0].yanked is None
-    with pytest.raises(IndexStoreError, match=r"has no version 3\.0"):
+    with pytest.raises(ChannelError, match=r"has no version 3\.0"):
         set_yanked(channel, "demo", "3.0", "x")
 
 
@@ -149,7 +149,7 @@ def test_a_damaged_page_is_an_error_that_names_render_and_render_mends_it(
     storage = channel.storage
     assert isinstance(storage, TreeStorage)
     (storage.root / "test/cu130/simple/demo/index.json").write_text("{not json")
-    with pytest.raises(IndexStoreError, match="not a valid index page") as damaged:
+    with pytest.raises(ChannelError, match="not a valid index page") as damaged:
         channel.project("demo")
     assert "wheelmill index render" in (damaged.value.fix or "")
     assert verify(channel)
@@ -160,7 +160,7 @@ def test_a_damaged_page_is_an_error_that_names_render_and_render_mends_it(
 
 
 def test_a_channel_name_that_is_none_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(IndexStoreError, match="is not a channel name"):
+    with pytest.raises(ChannelError, match="is not a channel name"):
         ObjectChannel(TreeStorage(tmp_path), "blobs")
 
 

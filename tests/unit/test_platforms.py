@@ -15,7 +15,7 @@ from tests.elves import EM_AARCH64, EM_CUDA, make_elf
 from tests.matrix_table import BOOTSTRAP, REGISTRY, table_rows
 from wheelmill.building.plan import ContainerSetup, Options, plan_cell
 from wheelmill.building.steps.cell import _platform
-from wheelmill.building.steps.verify import baseline_of
+from wheelmill.building.steps.checks_after import baseline_of
 from wheelmill.checks import Verdict
 from wheelmill.checks.platform import judge_machine
 from wheelmill.errors import SelectionError, UsageError

@@ -23,11 +23,11 @@ from wheelmill.building.plan import Options, plan
 from wheelmill.checks.gpu import GpuOutcome
 from wheelmill.cli import main
 from wheelmill.cli.release import release_json
-from wheelmill.errors import IndexStoreError, IntegrityError, ReleaseError, SignatureError
+from wheelmill.errors import ChannelError, IntegrityError, ReleaseError, SignatureError
 from wheelmill.gpu.report import GpuReport, WheelResult
+from wheelmill.index.channels import built_by_key
 from wheelmill.index.roots import Index, problems, publish
 from wheelmill.index.storage import TreeStorage
-from wheelmill.index.store import built_by_key
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.inputs.recipes import load_recipes
 from wheelmill.inputs.selection import affected_cells
@@ -667,7 +667,7 @@ def test_channels_of_the_test_and_nightly_tracks(tmp_path: Path) -> None:
     for good in ("cu118", "test/cu118", "nightly/rocm6.2"):
         assert pages_dir(tree_channel(tmp_path, good)) == tmp_path / good / "simple"
     for bad in ("test", "nightly", "releases", "stable/cu118", "test/test", "../cu118"):
-        with pytest.raises(IndexStoreError, match="not a channel name"):
+        with pytest.raises(ChannelError, match="not a channel name"):
             tree_channel(tmp_path, bad)
     for name in ("cpu", "test/cpu", "nightly/cu130"):
         publish(tree_channel(tmp_path, name), make_wheel(tmp_path / "w", "wm-x", "1.0"))
@@ -832,14 +832,14 @@ def test_a_cell_alone_on_its_runner_lists_the_one_build_another_job_published(tm
     built_cell(oldest, "cuda130-torch2.12-py311", "test/cu130-torch2.12", one, key="k" * 64)
     built_cell(newer, "cuda130-py311", "test/cu130", test_only, key="k" * 64, unpublished=True)
 
-    def served(channel: str, key: str) -> tuple[str, str, str] | None:
+    def lookup(channel: str, key: str) -> tuple[str, str, str] | None:
         found = built_by_key(index.channel("test/cu130-torch2.12")).get(key)
         return ("test/cu130-torch2.12", found[1].filename, found[1].sha256) if found else None
 
     with pytest.raises(ReleaseError, match="no cell of this release made its one build"):
-        collect_built(newer, RC, served=served)  # the other job has not published yet
+        collect_built(newer, RC, lookup=lookup)  # the other job has not published yet
     publish_release(index, RC, collect_built(oldest, RC), gpu_runners={}, on_file=lambda _p: None)
-    wheels = collect_built(newer, RC, served=served)
+    wheels = collect_built(newer, RC, lookup=lookup)
     assert [(w.path, w.listed_in, w.sha256) for w in wheels] == [(None, "test/cu130-torch2.12", sha256_of(one))]
     publish_release(index, RC, wheels, gpu_runners={}, on_file=lambda _p: None)
     listed = index.channel("test/cu130").project("example-stable-ops")

@@ -27,8 +27,8 @@ from wheelmill.building.report import CellReport, StepRecord
 from wheelmill.checks import Verdict
 from wheelmill.checks.abi import judge_serving
 from wheelmill.conda.package import CondaTarget, conda_meta
+from wheelmill.index.channels import conda_channel_root
 from wheelmill.index.roots import publish
-from wheelmill.index.store import conda_channel_root
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.inputs.recipes import load_recipes
 from wheelmill.inputs.variants import Cell

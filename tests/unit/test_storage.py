@@ -14,21 +14,21 @@ from wheelmill.index.storage import TreeStorage
 
 
 def test_an_object_that_cannot_be_written_is_one_error_and_nothing_changes(tmp_path: Path) -> None:
-    store = TreeStorage(tmp_path / "index")
-    assert store.create("cu130/files", b"a file where a folder must be")
+    storage = TreeStorage(tmp_path / "index")
+    assert storage.create("cu130/files", b"a file where a folder must be")
     with pytest.raises(IndexWriteError, match=r"cannot write cu130/files/w\.whl: ") as failed:
-        store.create("cu130/files/w.whl", b"wheel")
+        storage.create("cu130/files/w.whl", b"wheel")
     assert failed.value.fix is not None and "as it was" in failed.value.fix
-    assert store.keys_under() == ["cu130/files"]
+    assert storage.keys_under() == ["cu130/files"]
 
 
 def test_the_trees_working_files_are_no_objects(tmp_path: Path) -> None:
-    store = TreeStorage(tmp_path / "index")
-    assert store.create("a/b", b"1")
-    stored = store.get("a/b")
-    assert stored is not None and store.swap("a/b", b"2", version=stored.version)
+    storage = TreeStorage(tmp_path / "index")
+    assert storage.create("a/b", b"1")
+    stored = storage.get("a/b")
+    assert stored is not None and storage.swap("a/b", b"2", version=stored.version)
     assert (tmp_path / "index" / ".storage" / "locks").is_dir(), "the swap's lock"
-    assert store.keys_under() == ["a/b"] and not list((tmp_path / "index" / ".storage" / "tmp").iterdir())
+    assert storage.keys_under() == ["a/b"] and not list((tmp_path / "index" / ".storage" / "tmp").iterdir())
 
 
 def test_a_file_is_written_once_whole(tmp_path: Path) -> None:

@@ -377,9 +377,10 @@ class Blocked:
 
 def blocked(step: Step, plan: CellPlan, report: CellReport) -> Blocked | None:
     """Why a step does not run: it need not (its recipe is published for its build key, or
-    served from another channel, or every recipe is published and the step only serves
-    builds), or it cannot (a cell step failed, or its recipe, or one it needs, failed). A
-    published or served step is no failure: what depends on it goes on."""
+    its group's one build was found in another channel, or every recipe is published and the
+    step is only there for builds), or it cannot (a cell step failed, or its recipe, or one it
+    needs, failed). A step that is ``published`` or ``served`` (given the group's one build)
+    is no failure: what depends on it goes on."""
     keys = report.done.find(BuildKeys)
     found = _skip_published(step, keys) or _skip_served(step, plan, report, keys) or _skip_test_build(step, keys)
     if found is not None:
@@ -415,12 +416,12 @@ def _any_reused(keys: BuildKeys) -> bool:
     return any(found.reused_from for found in keys.published.values())
 
 
-# A served recipe's steps that make its wheel: the one build elsewhere made it.
+# The steps that make the wheel of a recipe built once for its group: the one build elsewhere made it.
 _NOT_SERVED = frozenset({StepKind.BUILD, StepKind.STAMP, StepKind.POST_BUILD_CHECKS, StepKind.REPAIR})
 
 
 def _skip_served(step: Step, plan: CellPlan, report: CellReport, keys: BuildKeys | None) -> Blocked | None:
-    """A served recipe's steps: its build's do not run (repair's record holds the wheel);
+    """The steps of a recipe given its group's one build: its build's do not run (repair's record holds the wheel);
     fetch and the install test run only where the plan tests it; its checks after repair
     and its publishing run."""
     found = keys.served.get(step.recipe) if keys is not None and step.recipe else None
@@ -443,7 +444,7 @@ def _skip_served(step: Step, plan: CellPlan, report: CellReport, keys: BuildKeys
 
 
 def _skip_test_build(step: Step, keys: BuildKeys | None) -> Blocked | None:
-    """A served recipe built in a cell not of its group's oldest torch is never published."""
+    """A recipe built once for its group, built in a cell not of the group's oldest torch, is never published."""
     why = keys.unpublished.get(step.recipe) if keys is not None and step.recipe else None
     return Blocked(status=Status.SKIPPED, reason=why) if why and step.kind is StepKind.PUBLISH else None
 

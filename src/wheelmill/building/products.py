@@ -17,9 +17,9 @@ from typing import Any
 
 from wheelmill.building.compiler_cache import CacheStats, CompilerCache
 from wheelmill.building.context import Where
+from wheelmill.index.channels import Published, PublishOutcome
 from wheelmill.index.closure import Closure, Mirrored
 from wheelmill.index.pages import FileEntry
-from wheelmill.index.store import Published, PublishOutcome
 from wheelmill.machine.builder_images import Ready
 from wheelmill.machine.envs import Env
 from wheelmill.machine.package_sources import PackageSources
@@ -197,7 +197,7 @@ class ServedBuild:
         return Repaired(wheel=self.wheel)
 
     def delivered_record(self, abi: str | None) -> WheelRecord:
-        assert self.delivered is not None, "a served wheel without an install test here is delivered at once"
+        assert self.delivered is not None, "the group's one build without an install test here is delivered at once"
         return WheelRecord(
             name=self.entry.filename, size=self.entry.size, sha256=self.entry.sha256, path=str(self.delivered), abi=abi
         )
@@ -208,8 +208,8 @@ class BuildKeys:
     channel: str
     keys: Mapping[str, BuildKey]  # every recipe's, by name
     published: Mapping[str, PublishedBuild]  # the recipes not built again
-    served: Mapping[str, ServedBuild] = field(default_factory=dict)  # built in a sibling channel: served here
-    # Served recipes this cell builds although not of their group's oldest torch (no channel has
+    served: Mapping[str, ServedBuild] = field(default_factory=dict)  # the group's one build, from a sibling channel
+    # Recipes built once for their group that this cell builds although not of the group's oldest torch (no channel has
     # the one build, or --rebuild): checked and tested here, never published; why, by recipe.
     unpublished: Mapping[str, str] = field(default_factory=dict)
 

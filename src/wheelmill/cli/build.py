@@ -142,11 +142,11 @@ def cmd_validate(_args: argparse.Namespace, settings: Settings, _console: Consol
 
 def cmd_plan(args: argparse.Namespace, settings: Settings, _console: Console) -> int:
     for cell_plan in prepare(args, settings, probe=False).plans:
-        print(render_plan(cell_plan))
+        print(format_plan(cell_plan))
     return 0
 
 
-def render_plan(cell_plan: CellPlan) -> str:
+def format_plan(cell_plan: CellPlan) -> str:
     cell = cell_plan.cell
     lines = [f"plan for {cell.id}: {cell.variant.describe()}; Python {cell.python}; engine {cell_plan.engine}"]
     lines.append(f"recipes, in build order: {', '.join(r.name for r in cell_plan.recipes)}")

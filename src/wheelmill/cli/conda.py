@@ -24,9 +24,9 @@ from wheelmill.conda.seed import fits, probe_interpreter, seed
 from wheelmill.conda.solve import check_bytes, create, find_locked, locked, picked, solve
 from wheelmill.errors import CommandFailed, ConfigError, EnvError, UsageError
 from wheelmill.files import write_atomic
+from wheelmill.index.channels import CONDA_DIR
 from wheelmill.index.closure import read as read_closure
 from wheelmill.index.roots import Index, file_of
-from wheelmill.index.store import CONDA_DIR
 from wheelmill.inputs.variants import Cell
 from wheelmill.machine.builder_images import debian_mirror, prepare_builder
 from wheelmill.machine.engine import Mount

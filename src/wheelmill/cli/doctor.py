@@ -29,7 +29,7 @@ def cmd_doctor(args: argparse.Namespace, _settings: Settings, _console: Console)
         result = doctor.run(args, os.environ)
     except doctor.Problem as exc:
         raise UsageError(f"doctor: {exc.message}", fix=exc.fix) from None
-    sys.stdout.write(doctor.as_json(result) if args.json else doctor.render(result))
+    sys.stdout.write(doctor.as_json(result) if args.json else doctor.format_report(result))
     failure = result.failure()
     if failure is not None:
         raise DoctorError(f"doctor: {failure[0]}", fix=failure[1])

@@ -33,8 +33,8 @@ from wheelmill.gpu.report import GpuReport, table
 from wheelmill.gpu.stage import GpuStage, StageInputs, channel_location
 from wheelmill.images import doctor
 from wheelmill.index.consumer import base_url
+from wheelmill.index.http_channel import HttpChannel
 from wheelmill.index.roots import Index
-from wheelmill.index.served import ServedChannel
 from wheelmill.inputs.recipes import ResolvedRecipe, resolve_all
 from wheelmill.inputs.variants import Cell, Family
 from wheelmill.inputs.versions import Track
@@ -161,7 +161,7 @@ def _provenance_source(index_url: str | None, channel: str, settings: Settings) 
     """Where the wheels' provenance is read: the served channel the stage installs from, or
     the index root's."""
     if index_url is not None:
-        return served_source(ServedChannel(base=index_url, name=channel, retry=settings.retry))
+        return served_source(HttpChannel(base=index_url, name=channel, retry=settings.retry))
     return local_source(Index.of(settings).channel(channel))
 
 

@@ -16,15 +16,15 @@ from rich.console import Console
 
 from wheelmill.cli.basics import Commands, days, load_inputs, port, positive, seconds
 from wheelmill.config import format_size
-from wheelmill.errors import IndexStoreError, SelectionError, UsageError, did_you_mean
+from wheelmill.errors import ChannelError, SelectionError, UsageError, did_you_mean
 from wheelmill.index import consumer
-from wheelmill.index.blobs import Blobs
+from wheelmill.index.channels import checked_channel
+from wheelmill.index.downloads import Downloads
 from wheelmill.index.objects import render
 from wheelmill.index.pages import FileEntry
 from wheelmill.index.remote import Remote, upload
 from wheelmill.index.roots import AnyChannel, Index, migrate, problems, publish, set_yanked, tidy, usage
 from wheelmill.index.serve import IDLE_TIMEOUT, PER_CLIENT, IndexServer, make_server
-from wheelmill.index.store import checked_channel
 from wheelmill.index.sweep import sweep
 from wheelmill.inputs.versions import Track
 from wheelmill.machine.process import HostRunner, StepLog
@@ -123,7 +123,7 @@ def _channel(args: argparse.Namespace, settings: Settings, *, existing: bool = T
     channel = index.channel(args.channel)
     if existing and not channel.exists():
         known = ", ".join(index.channel_names()) or "none"
-        raise IndexStoreError(
+        raise ChannelError(
             f"{index.location}: no channel '{args.channel}' in the index",
             fix=f"publish to it first; channels here: {known}",
         )
@@ -261,7 +261,7 @@ def _access_log(path: Path) -> IO[str]:
 
 def cmd_config(args: argparse.Namespace, _settings: Settings, _console: Console) -> int:
     checked_channel(args.channel)
-    sys.stdout.write(consumer.render(consumer.base_url(args.url), args.channel, args.form))
+    sys.stdout.write(consumer.format_settings(consumer.base_url(args.url), args.channel, args.form))
     return 0
 
 
@@ -269,7 +269,7 @@ def _channels(args: argparse.Namespace, settings: Settings) -> list[AnyChannel]:
     index = Index.of(settings)
     names = args.channel or index.channel_names()
     if not names:
-        raise IndexStoreError(f"{index.location}: no channels", fix="publish a wheel first")
+        raise ChannelError(f"{index.location}: no channels", fix="publish a wheel first")
     return [index.channel(name) for name in names]
 
 
@@ -287,15 +287,15 @@ def cmd_verify(args: argparse.Namespace, settings: Settings, console: Console) -
         )
     if found_all:
         more = f" and {len(found_all) - 5} more" if len(found_all) > 5 else ""
-        raise IndexStoreError(
+        raise ChannelError(
             "index verify: " + "; ".join(found_all[:5]) + more,
             fix="run `wheelmill index render`, then republish what it reports",
         )
     return 0
 
 
-def _downloads(settings: Settings) -> Blobs:
-    return Blobs(Index.of(settings).downloads(settings.output))
+def _downloads(settings: Settings) -> Downloads:
+    return Downloads(Index.of(settings).downloads(settings.output))
 
 
 def cmd_render(args: argparse.Namespace, settings: Settings, console: Console) -> int:
@@ -307,7 +307,7 @@ def cmd_render(args: argparse.Namespace, settings: Settings, console: Console) -
         found = problems(channel, hashes=False)
         console.print(f"{channel.name}: rendered, {'ok' if not found else '; '.join(found[:5])}", highlight=False)
         if found:
-            raise IndexStoreError(
+            raise ChannelError(
                 f"index render: {channel.name} is still not valid: {found[0]}",
                 fix="publish again what it names (its bytes are missing from the index's storage)",
             )

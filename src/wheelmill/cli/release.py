@@ -30,8 +30,8 @@ from wheelmill.cli.basics import Commands, load_inputs, positive
 from wheelmill.cli.common import add_cell_options, build_cells, mirror_cells, prepare
 from wheelmill.errors import SignatureError, UsageError
 from wheelmill.gpu.report import GpuReport, load_gpu_report
+from wheelmill.index.channels import Published
 from wheelmill.index.roots import Index
-from wheelmill.index.store import Published
 from wheelmill.inputs.matrix import Matrix, github_matrix
 from wheelmill.inputs.variants import Family
 from wheelmill.inputs.versions import Action, Release, Track, VersionRule, for_nightly, for_tag
@@ -178,7 +178,7 @@ def _publish(release: Release, settings: Settings, console: Console, *, mirror: 
     """Publish the release's wheels and record it; then each cell's runtime closure into
     its channel, so the track's channels install on their own too."""
     say = _sayer(console)
-    built = collect_built(settings.output, release, served=one_build_lookup(Index.of(settings), wait, say))
+    built = collect_built(settings.output, release, lookup=one_build_lookup(Index.of(settings), wait, say))
     refuse_unattested(built, required=settings.signatures is Signatures.REQUIRED)
     matrix, _recipes = load_inputs(settings)
     cells = [matrix.cell(cell) for cell in sorted({wheel.cell for wheel in built})]

@@ -14,8 +14,8 @@ from rich.console import Console
 
 from wheelmill.cli.basics import Commands, print_error
 from wheelmill.errors import ConfigError, UsageError
+from wheelmill.index.http_channel import HttpChannel
 from wheelmill.index.roots import Index
-from wheelmill.index.served import ServedChannel
 from wheelmill.provenance.signing import TrustedKey, trusted_keys, trusted_keys_of
 from wheelmill.provenance.statement import beside
 from wheelmill.provenance.verification import Claims, Verdict, verify_file
@@ -112,7 +112,7 @@ def _source(args: argparse.Namespace, settings: Settings) -> tuple[Source, str |
             f"verify: {target} is not a channel's address", fix="give <index>/<channel>/simple/ or a project page"
         )
     base, _, name = head.rpartition("/")
-    channel = ServedChannel(base=base, name=name, retry=settings.retry)
+    channel = HttpChannel(base=base, name=name, retry=settings.retry)
     if not channel.exists():
         raise UsageError(f"verify: {target}: no project list there", fix="give <index>/<channel>/simple/")
     return served_source(channel), tail.strip("/") or None

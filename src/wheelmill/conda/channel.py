@@ -24,9 +24,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wheelmill.errors import IndexConflict, IndexStoreError, IndexWriteError, UsageError
+from wheelmill.errors import ChannelError, IndexConflict, IndexWriteError, UsageError
 from wheelmill.files import Linked, file_lock, write_all
-from wheelmill.index.store import CONDA_DIR
+from wheelmill.index.channels import CONDA_DIR
+from wheelmill.index.roots import is_bucket_location
 from wheelmill.machine.net import sha256_of
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ def index_channels(index: Index) -> list[AnyCondaChannel]:
 def channel_at(location: str) -> AnyCondaChannel:
     """The conda channel at ``location``, as ``--channel`` and the index give it: an object
     store's (``s3://bucket/prefix/conda/cu130``), else a directory."""
-    return BucketCondaChannel(location) if location.startswith("s3://") else CondaChannel(Path(location))
+    return BucketCondaChannel(location) if is_bucket_location(location) else CondaChannel(Path(location))
 
 
 class CondaChannel:
@@ -196,7 +197,7 @@ def _refuse_damaged(root: Path, packages: list[Path]) -> None:
     damaged = [(p, why) for p in packages if (why := archive_damage(p)) is not None]
     if damaged:
         first, why = damaged[0]
-        raise IndexStoreError(
+        raise ChannelError(
             f"{root}: {first.relative_to(root)} is not a .conda archive: {why}"
             + (f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""),
             fix=f"remove {first.name}, publish its wheel again (wheelmill conda package), "

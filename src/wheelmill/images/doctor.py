@@ -511,7 +511,7 @@ def report(gpus: Gpus, wheels: Iterable[Installed], *, list_all: bool = False) -
     return Report(gpus=gpus, findings=findings, unlisted=len(wheels) - len(listed))
 
 
-def render(result: Report) -> str:
+def format_report(result: Report) -> str:
     """The report as lines: the GPUs, one line a wheel, the summary."""
     if result.gpus.found:
         lines = [f"checking against {', '.join(g.label for g in result.gpus.found)}"]
@@ -611,7 +611,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_BUG
-    sys.stdout.write(as_json(result) if args.json else render(result))
+    sys.stdout.write(as_json(result) if args.json else format_report(result))
     failure = result.failure()
     if failure is not None:
         print(f"wheelmill-doctor: error: {failure[0]}; fix: {failure[1]}", file=sys.stderr)

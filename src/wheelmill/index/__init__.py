@@ -1,3 +1,3 @@
-"""The internal wheel index: a static tree per channel that wheelmill writes (store),
-renders (pages), checks (verify), serves (serve), mirrors to external indexes (remote),
-and tells consumers how to use (consumer)."""
+"""The internal wheel index: channels that wheelmill writes on a tree or a bucket (objects,
+channels), their pages (pages), served over HTTP (serve) and read there (http_channel),
+mirrored to external indexes (remote), and told to consumers (consumer)."""

@@ -9,10 +9,10 @@ Projects built in the channel are resolved against the built wheels (offered fir
 index of their own: uv takes a project from the first index that has it) and are never
 mirrored: built beats mirrored.
 
-Mirroring downloads every other wheel of the lock into the index's store (each retried
-with backoff, its sha256 checked against the lock, a mismatch never retried) and only when
-all of them are there publishes them into the channel, marked as mirrored: a failed
-download leaves the channel as it was.
+Mirroring downloads every other wheel of the lock into the mirror's download area (each
+retried with backoff, its sha256 checked against the lock, a mismatch never retried) and
+only when all of them are there publishes them into the channel, marked as mirrored: a
+failed download leaves the channel as it was.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from wheelmill.config import format_size
 from wheelmill.errors import CommandFailed, EnvError, FetchError, IntegrityError, PrecheckError
 from wheelmill.files import Linked, write_all, write_atomic
-from wheelmill.index.blobs import Blobs
+from wheelmill.index.channels import Published, now_rfc3339
+from wheelmill.index.downloads import Downloads
 from wheelmill.index.objects import ObjectChannel, publish
-from wheelmill.index.store import Published, now_rfc3339
 from wheelmill.inputs.manylinux import oldest_glibc
 from wheelmill.inputs.variants import X86_64
 from wheelmill.machine.envs import EnvBackend, Target
@@ -114,7 +114,7 @@ class Mirrored:
 
     channel: str
     published: tuple[Published, ...]
-    fetched_bytes: int  # downloaded now; the rest was in the store already
+    fetched_bytes: int  # downloaded now; the rest was in the download area already
 
     def facts(self) -> dict[str, Any]:
         counts: dict[str, int] = {}
@@ -343,13 +343,13 @@ def mirror(
     log: StepLog,
     on_line: Callable[[str], None],
 ) -> Mirrored:
-    """Download what the closure needs from upstream into the store under ``downloads``
-    (kept there: the next cell needs the same torch), every file verified, then publish it
-    all into ``channel`` as mirrored. Projects built in the channel are left out (the
-    channel says so again at publish time)."""
-    blobs = Blobs(downloads)
+    """Download what the closure needs from upstream into the download area under
+    ``downloads`` (kept there: the next cell needs the same torch), every file verified,
+    then publish it all into ``channel`` as mirrored. Projects built in the channel are left
+    out (the channel says so again at publish time)."""
+    area = Downloads(downloads)
     wanted = [w for w in closure.to_mirror if not _built_in(channel, w.project)]
-    missing = {w.sha256 for w in wanted if not blobs.holds(w.sha256)}
+    missing = {w.sha256 for w in wanted if not area.holds(w.sha256)}
     digests = local_digests([w for w in wanted if w.sha256 in missing])
     fetched = 0
     for number, wheel in enumerate(wanted, start=1):
@@ -360,10 +360,10 @@ def mirror(
             f"mirror [{number}/{len(wanted)}] {wheel.filename}"
             + (f" ({format_size(wheel.size)})" if wheel.size else "")
         )
-        _fetch(wheel, blobs, sources=sources, policy=policy, log=log, digests=digests)
-        fetched += blobs.path_of(wheel.sha256).stat().st_size
+        _fetch(wheel, area, sources=sources, policy=policy, log=log, digests=digests)
+        fetched += area.path_of(wheel.sha256).stat().st_size
         missing.discard(wheel.sha256)  # the same bytes under two names: stored once
-    published = tuple(_publish(channel, blobs, wheel) for wheel in wanted)
+    published = tuple(_publish(channel, area, wheel) for wheel in wanted)
     for done in published:
         log.note(f"{done.outcome}: {channel.name}/{done.filename}")
     return Mirrored(channel=channel.name, published=published, fetched_bytes=fetched)
@@ -392,7 +392,7 @@ def _built_in(channel: ObjectChannel, project: str) -> bool:
 
 def _fetch(
     wheel: LockedWheel,
-    blobs: Blobs,
+    downloads: Downloads,
     *,
     sources: PackageSources,
     policy: RetryPolicy,
@@ -402,22 +402,22 @@ def _fetch(
     shown = _without_credentials(wheel.url)
     local = _local_file(wheel.url)
     if local is not None:
-        _link_local(wheel, local, blobs, log, digest=digests.get(local))
+        _link_local(wheel, local, downloads, log, digest=digests.get(local))
         return
 
     def attempt(_number: int) -> Path:
         return download(
             wheel.url,
-            blobs.path_of(wheel.sha256),
+            downloads.path_of(wheel.sha256),
             sha256=wheel.sha256,
             auth=_auth_for(wheel.url, sources),
-            tmp_dir=blobs.incoming,
+            tmp_dir=downloads.incoming,
         )
 
     def on_retry(attempt: int, error: Exception, pause: float) -> None:
         log.note(f"{wheel.filename}: attempt {attempt} failed: {error}; retrying in {pause:.1f}s")
 
-    blobs.path_of(wheel.sha256).parent.mkdir(parents=True, exist_ok=True)
+    downloads.path_of(wheel.sha256).parent.mkdir(parents=True, exist_ok=True)
     try:
         with_retries(attempt, policy=policy, on_retry=on_retry)
     except TransientError as exc:
@@ -443,7 +443,9 @@ def _local_file(url: str) -> Path | None:
     return Path(urllib.request.url2pathname(parsed.path)) if parsed.scheme == "file" else None
 
 
-def _link_local(wheel: LockedWheel, source: Path, blobs: Blobs, log: StepLog, *, digest: str | None = None) -> None:
+def _link_local(
+    wheel: LockedWheel, source: Path, downloads: Downloads, log: StepLog, *, digest: str | None = None
+) -> None:
     """A wheel already on this machine's disk: its sha256 (``digest``, where it was computed
     already) checked, then stored as another name of the same file where the file system
     allows (no second copy of a closure's gigabytes), else copied. A source rewritten in
@@ -461,23 +463,23 @@ def _link_local(wheel: LockedWheel, source: Path, blobs: Blobs, log: StepLog, *,
             fix="the file changed or was tampered with; check the source and lock again only if you trust it; "
             "the channel is unchanged",
         )
-    blobs.path_of(wheel.sha256).parent.mkdir(parents=True, exist_ok=True)
-    write_all({blobs.path_of(wheel.sha256): Linked(source)}, tmp_dir=blobs.incoming)
+    downloads.path_of(wheel.sha256).parent.mkdir(parents=True, exist_ok=True)
+    write_all({downloads.path_of(wheel.sha256): Linked(source)}, tmp_dir=downloads.incoming)
     log.note(
         f"{wheel.filename}: stored from {source} (linked where the file system allows), sha256 {wheel.sha256} as locked"
     )
 
 
-def _publish(channel: ObjectChannel, blobs: Blobs, wheel: LockedWheel) -> Published:
+def _publish(channel: ObjectChannel, downloads: Downloads, wheel: LockedWheel) -> Published:
     """Publish a stored wheel under its own name: another name of the download, briefly,
     handed to the index (a tree keeps it as one more name of the same bytes)."""
-    staged = blobs.incoming / f"{os.getpid()}" / wheel.filename
+    staged = downloads.incoming / f"{os.getpid()}" / wheel.filename
     staged.parent.mkdir(parents=True, exist_ok=True)
     staged.unlink(missing_ok=True)
     try:
-        os.link(blobs.path_of(wheel.sha256), staged)
+        os.link(downloads.path_of(wheel.sha256), staged)
     except OSError:  # a file system without hard links
-        shutil.copyfile(blobs.path_of(wheel.sha256), staged)
+        shutil.copyfile(downloads.path_of(wheel.sha256), staged)
     try:
         upload_time = wheel.upload_time or now_rfc3339()
         return publish(

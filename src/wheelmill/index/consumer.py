@@ -51,7 +51,8 @@ def environment(url: str) -> str:
     return f"PIP_INDEX_URL={url}\nPIP_EXTRA_INDEX_URL=\nPIP_FIND_LINKS=\nUV_DEFAULT_INDEX={url}\n"
 
 
-def render(base: str, channel: str, form: str) -> str:
+def format_settings(base: str, channel: str, form: str) -> str:
+    """What `wheelmill index config` prints: the settings of one ``form`` (pip, uv, env), or all three."""
     url = channel_url(base, channel)
     match form:
         case "pip":

@@ -2,7 +2,7 @@
 read where they are and migrated once by ``wheelmill index migrate``:
 
     <root>/<channel>/simple -> .simple-<n>/       the pages (a link to their current generation)
-    <root>/<channel>/files/<wheel>                the bytes (another name of <root>/.store's blob)
+    <root>/<channel>/files/<wheel>                the bytes (another name of a download in <root>/.store)
     <root>/<channel>/files/<wheel>.metadata       the core metadata; .intoto.jsonl: the provenance
 
 Such a channel is served as it is (its pages link to ``files/``), and no command writes it:
@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from wheelmill.errors import IndexStoreError
-from wheelmill.index import objects, store
+from wheelmill.errors import ChannelError
+from wheelmill.index import channels, objects
 from wheelmill.index.objects import BUILT, KEYS, MIRRORED, YANKED, ObjectChannel, blob_key
 from wheelmill.index.pages import FileEntry
 from wheelmill.index.storage import TreeStorage
@@ -50,13 +50,13 @@ def is_legacy(root: Path, name: str) -> bool:
 
 def legacy_channels(root: Path) -> list[str]:
     """The channels under ``root`` still in the old layout, those of the tracks included."""
-    return [name for name in store.channel_dirs(root) if is_legacy(root, name)]
+    return [name for name in channels.channel_dirs(root) if is_legacy(root, name)]
 
 
 def refuse_legacy(root: Path, name: str) -> None:
-    """An ``IndexStoreError`` where channel ``name`` of the tree at ``root`` is in the old layout."""
+    """A ``ChannelError`` where channel ``name`` of the tree at ``root`` is in the old layout."""
     if is_legacy(root, name):
-        raise IndexStoreError(
+        raise ChannelError(
             f"{root}: channel {name} is in the layout of an earlier wheelmill ({name}/{FILES}/ beside its pages)",
             fix=f"run `wheelmill index migrate` once (WHEELMILL_INDEX_ROOT={root}); it is served as it is meanwhile",
         )
@@ -68,13 +68,13 @@ def migrate(root: Path, *, on_channel: Callable[[Migrated], None] = lambda _m: N
     for name in legacy_channels(root):
         done.append(_migrate_channel(root, name))
         on_channel(done[-1])
-    for name in store.channel_dirs(root):
+    for name in channels.channel_dirs(root):
         _drop_leftovers(root / name)
     return done
 
 
 def _migrate_channel(root: Path, name: str) -> Migrated:
-    old = store.Channel(root, name)
+    old = channels.Channel(root, name)
     channel = ObjectChannel(TreeStorage(root), name)
     projects = list(old.projects()) if old.exists() else []
     for project in projects:
@@ -84,7 +84,7 @@ def _migrate_channel(root: Path, name: str) -> Migrated:
     objects.render_root(channel)
     problems = objects.verify(channel, hashes=False)
     if problems:
-        raise IndexStoreError(
+        raise ChannelError(
             f"{root}: channel {name} after its migration: {'; '.join(problems[:3])}",
             fix=f"the old files are still in {name}/{FILES}/: see `wheelmill index verify`, then migrate again",
         )
@@ -92,7 +92,7 @@ def _migrate_channel(root: Path, name: str) -> Migrated:
     return Migrated(channel=name, projects=len(projects), files=sum(len(p.files) for p in projects))
 
 
-def _migrate_file(channel: ObjectChannel, old: store.Channel, project: str, entry: FileEntry) -> None:
+def _migrate_file(channel: ObjectChannel, old: channels.Channel, project: str, entry: FileEntry) -> None:
     """One listed file as objects: its bytes and sidecar (other names of the old ones), its
     provenance, then its entry, keys and yank; each made once, so a second run skips it."""
     storage = channel.storage
@@ -118,7 +118,7 @@ def _provenance(storage: TreeStorage, files: str, entry: FileEntry) -> str | Non
         return None
     found = storage.get(f"{files}{PROVENANCE}")
     if found is None:
-        raise IndexStoreError(
+        raise ChannelError(
             f"{storage.location}: {files}: listed with a provenance that is not there",
             fix="publish the file again with its provenance, or remove it, then migrate again",
         )
@@ -137,6 +137,6 @@ def _drop_leftovers(path: Path) -> None:
         else:
             leftover.unlink(missing_ok=True)
     current = (path / "simple").readlink().name if (path / "simple").is_symlink() else None
-    for generation in path.glob(f"{store.GENERATION}*"):
+    for generation in path.glob(f"{channels.GENERATION}*"):
         if generation.name != current:
             shutil.rmtree(generation)

@@ -44,12 +44,10 @@ from typing import Any, TypeVar
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from wheelmill.errors import IndexConflict, IndexStoreError, IndexWriteError
+from wheelmill.errors import ChannelError, IndexConflict, IndexWriteError
 from wheelmill.files import Linked
 from wheelmill.index import pages
-from wheelmill.index.pages import FileEntry, Project, agreement
-from wheelmill.index.storage import Headers, Storage, Stored
-from wheelmill.index.store import (
+from wheelmill.index.channels import (
     BLOBS_DIR,
     UNLISTED_DIR,
     Published,
@@ -60,6 +58,8 @@ from wheelmill.index.store import (
     gpu_archs,
     now_rfc3339,
 )
+from wheelmill.index.pages import FileEntry, Project, agreement
+from wheelmill.index.storage import Headers, Storage, Stored
 from wheelmill.machine.net import sha256_of
 from wheelmill.provenance.statement import SUFFIX as PROVENANCE
 
@@ -171,7 +171,7 @@ def _parsed(found: Stored, parse: Callable[[str], T], where: str) -> T:
     try:
         return parse(found.data.decode())
     except (ValueError, KeyError, TypeError) as exc:
-        raise IndexStoreError(
+        raise ChannelError(
             f"{where}: not a valid index page ({type(exc).__name__}: {str(exc)[:120]})",
             fix="run `wheelmill index render`: it writes the pages again from the entries",
         ) from None
@@ -406,7 +406,7 @@ def publish(
         abi=abi_of_wheel(wheel) if kind == BUILT else None,
     )
     source = Linked(wheel) if handed_over else wheel
-    made = kind not in there.kinds and _store(
+    made = kind not in there.kinds and _put_file(
         channel, source, info.metadata, project=info.name, entry=entry, kind=kind, provenance=provenance
     )
     if not made and provenance is not None and not there.learnt:
@@ -432,7 +432,7 @@ def _same_bytes(channel: ObjectChannel, project: str, filename: str, kind: str, 
         )
 
 
-def _store(
+def _put_file(
     channel: ObjectChannel,
     wheel: Path | Linked,
     metadata: bytes,
@@ -523,7 +523,7 @@ def _built_here(channel: ObjectChannel, project: str) -> bool:
     one added in a race with the first build is never listed: built beats mirrored)."""
     try:
         page = channel.project(project)
-    except IndexStoreError:  # a damaged page: the render after the entry mends it
+    except ChannelError:  # a damaged page: the render after the entry mends it
         return False
     return page is not None and any(f.built for f in page.files)
 
@@ -544,18 +544,18 @@ def set_yanked(channel: ObjectChannel, project_name: str, version: str, reason: 
     try:
         wanted = Version(version)
     except InvalidVersion:
-        raise IndexStoreError(
+        raise ChannelError(
             f"'{version}' is not a version", fix="give the version as the index lists it (`wheelmill index list`)"
         ) from None
     project = channel.project(project_name)
     if project is None:
-        raise IndexStoreError(
+        raise ChannelError(
             f"{channel.name}: no project '{project_name}'",
             fix=f"`wheelmill index list --channel {channel.name}` shows what is there",
         )
     hits = [f for f in project.files if Version(f.version) == wanted]
     if not hits:
-        raise IndexStoreError(
+        raise ChannelError(
             f"{channel.name}: {project.name} has no version {version}",
             fix=f"published versions: {', '.join(project.versions)}",
         )
@@ -602,7 +602,7 @@ def _on_the_page(channel: ObjectChannel, project: str) -> set[str]:
     """The files the project's page lists (none where it has no readable page)."""
     try:
         found = channel.project(project)
-    except IndexStoreError:
+    except ChannelError:
         return set()
     return {f.filename for f in found.files} if found is not None else set()
 
@@ -639,7 +639,7 @@ def _readable_projects(channel: ObjectChannel) -> Iterator[Project]:
     a project without files)."""
     for name in channel.storage.children(f"{channel.name}/simple/"):
         found: Project | None = Project(name=name, files=())
-        with contextlib.suppress(IndexStoreError):
+        with contextlib.suppress(ChannelError):
             found = channel.project(name)
         if found is not None:
             yield found
@@ -655,7 +655,7 @@ def verify(channel: ObjectChannel, *, hashes: bool = True) -> list[str]:
         return [f"{channel.name}: no simple/index.json"]
     try:
         names = channel.project_names()
-    except IndexStoreError as exc:
+    except ChannelError as exc:
         return [exc.message]
     problems = []
     with_entries = channel.storage.children(channel.entries())
@@ -679,7 +679,7 @@ def _project_problems(
     where = f"{channel.name}/{name}"
     try:
         project = channel.project(name)
-    except IndexStoreError as exc:
+    except ChannelError as exc:
         return [exc.message]
     if project is None:
         return [f"{where}: listed but has no index.json"]
@@ -751,7 +751,7 @@ def promote_file(
     project built."""
     kind = source.listing(project).get(filename, Listed()).kind
     if kind is None:
-        raise IndexStoreError(
+        raise ChannelError(
             f"{source.name}: {filename} has no entry to promote", fix="publish it again, or `wheelmill index render`"
         )
     found = source.storage.get(f"{source.entries(project, filename)}{kind}")

@@ -17,19 +17,25 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from wheelmill.errors import ConfigError, IndexStoreError
+from wheelmill.errors import ChannelError, ConfigError
 from wheelmill.index import legacy, objects
-from wheelmill.index.blobs import STALE_AFTER, Usage
+from wheelmill.index.channels import CONDA_DIR, TRACK_DIRS, Published, bucket_channel_url, conda_channel_root
+from wheelmill.index.downloads import STALE_AFTER, Usage
 from wheelmill.index.legacy import Migrated, refuse_legacy
 from wheelmill.index.objects import ObjectChannel
 from wheelmill.index.pages import FileEntry
 from wheelmill.index.storage import Storage, TreeStorage
-from wheelmill.index.store import CONDA_DIR, TRACK_DIRS, Published, bucket_channel_url, conda_channel_root
 from wheelmill.index.sweep import channels_of
 from wheelmill.provenance.statement import read_beside
 from wheelmill.settings import Settings
 
 AnyChannel = ObjectChannel  # the one channel, on either storage
+
+
+def is_bucket_location(location: str) -> bool:
+    """Whether ``location`` (an index root, a conda channel) is in an object store
+    (``s3://bucket/prefix``) rather than a directory: the one place that tells them apart."""
+    return location.startswith("s3://")
 
 
 @dataclass(frozen=True)
@@ -44,7 +50,7 @@ class Index:
         """Where ``WHEELMILL_INDEX_ROOT`` says: an ``s3://`` location is an object store's,
         anything else a directory; unset, ``<output>/index``."""
         root = settings.index_root
-        if root is not None and root.startswith("s3://"):
+        if root is not None and is_bucket_location(root):
             return cls(bucket=root)
         return cls(tree=Path(root) if root else settings.output / "index")
 
@@ -77,7 +83,7 @@ class Index:
         return self.tree
 
     def downloads(self, output: Path) -> Path:
-        """Where a mirror keeps what it downloads for this index: a tree's own store (what it
+        """Where a mirror keeps what it downloads for this index: in a tree itself (what it
         publishes is then one more name of the same bytes), else under the output root."""
         return self.tree if self.tree is not None else output
 
@@ -153,7 +159,7 @@ def copy_file(
     provenance = provenance or provenance_of(source, entry)
     with file_of(source, entry, scratch) as wheel:
         if wheel is None:
-            raise IndexStoreError(
+            raise ChannelError(
                 f"{source.name}: {entry.filename} is listed but not stored",
                 fix="`wheelmill index verify` says what is missing; publish it again",
             )

@@ -27,7 +27,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
-from wheelmill.errors import ConfigError, FetchError, IndexStoreError, IndexWriteError, WheelmillError
+from wheelmill.errors import ChannelError, ConfigError, FetchError, IndexWriteError, WheelmillError
 from wheelmill.files import Linked, atomic_path
 from wheelmill.index.storage import Headers, Stored, checked_key
 
@@ -153,7 +153,7 @@ class S3Storage:
                 )
             except ClientError as exc:
                 if _code(exc) in ("NoSuchKey", "404"):
-                    raise IndexStoreError(
+                    raise ChannelError(
                         f"{self.location}: no object {source} to copy", fix="copy an object that is there"
                     ) from None
                 raise

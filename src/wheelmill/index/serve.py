@@ -30,8 +30,8 @@ from typing import IO, Any, ClassVar
 
 from packaging.utils import canonicalize_name
 
+from wheelmill.index.channels import TRACK_DIRS, channel_names
 from wheelmill.index.pages import HTML_TYPE, JSON_TYPE
-from wheelmill.index.store import TRACK_DIRS, channel_names
 
 _SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,254}$")  # a file name: 255 bytes at most
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")

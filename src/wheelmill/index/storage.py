@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from wheelmill.errors import IndexStoreError, IndexWriteError
+from wheelmill.errors import ChannelError, IndexWriteError
 from wheelmill.files import Content, Linked, file_lock, write_all, write_once
 
 _SEGMENT = re.compile(r"^[A-Za-z0-9_+=@,-][A-Za-z0-9._+=@,-]*$")
@@ -54,7 +54,7 @@ class Stored:
 
 @dataclass(frozen=True, kw_only=True)
 class Headers:
-    """What a server in front of the store sends with an object: a bucket keeps them with
+    """What a server in front of the storage sends with an object: a bucket keeps them with
     the object; a tree's server (deploy/nginx-index.conf) sets its own by path."""
 
     content_type: str | None = None
@@ -92,7 +92,7 @@ class Storage(Protocol):
 
 def checked_key(key: str, *, prefix: bool = False) -> str:
     """``key`` where it is one (``prefix``: an empty one, or one ending in ``/``, too); an
-    ``IndexStoreError`` naming it otherwise: a key never escapes the root, whatever reads it.
+    ``ChannelError`` naming it otherwise: a key never escapes the root, whatever reads it.
 
     >>> checked_key("cu130/simple/torch/index.json")
     'cu130/simple/torch/index.json'
@@ -101,12 +101,12 @@ def checked_key(key: str, *, prefix: bool = False) -> str:
     >>> checked_key("cu130/../x")
     Traceback (most recent call last):
     ...
-    wheelmill.errors.IndexStoreError: 'cu130/../x' is not a storage key
+    wheelmill.errors.ChannelError: 'cu130/../x' is not a storage key
     """
     body = key.removesuffix("/") if prefix else key
     if (prefix and not body) or all(_SEGMENT.match(part) for part in body.split("/")):
         return key
-    raise IndexStoreError(
+    raise ChannelError(
         f"'{key}' is not a storage key",
         fix="name objects by /-separated plain segments (letters, digits, ._+=@,-; none starting with a dot)",
     )
@@ -167,7 +167,7 @@ class TreeStorage:
     def copy(self, source: str, key: str) -> bool:
         origin = self.path(source)
         if not origin.is_file():
-            raise IndexStoreError(f"{self.location}: no object {source} to copy", fix="copy an object that is there")
+            raise ChannelError(f"{self.location}: no object {source} to copy", fix="copy an object that is there")
         return self._write_once(key, Linked(origin))
 
     def _write_once(self, key: str, content: Content) -> bool:

@@ -31,7 +31,8 @@ from datetime import UTC, datetime, timedelta
 
 from packaging.utils import canonicalize_name
 
-from wheelmill.errors import IndexStoreError
+from wheelmill.errors import ChannelError
+from wheelmill.index.channels import BLOBS_DIR, RESERVED, TRACK_DIRS, UNLISTED_DIR, checked_channel
 from wheelmill.index.objects import (
     BUILT,
     LEARNT,
@@ -44,7 +45,6 @@ from wheelmill.index.objects import (
     read_all,
 )
 from wheelmill.index.storage import Storage
-from wheelmill.index.store import BLOBS_DIR, RESERVED, TRACK_DIRS, UNLISTED_DIR, checked_channel
 from wheelmill.provenance.statement import SUFFIX as PROVENANCE
 
 MARKS = f"{UNLISTED_DIR}/marks/"
@@ -88,7 +88,7 @@ def _is_channel(name: str) -> bool:
     """A name a channel may have: anything else beside the channels is none of the sweep's."""
     try:
         checked_channel(name)
-    except IndexStoreError:
+    except ChannelError:
         return False
     return True
 
@@ -201,5 +201,5 @@ def _last_look(storage: Storage, deleted: Sequence[str]) -> list[str]:
 def _put_back(storage: Storage, blob: str) -> bool:
     try:
         return storage.copy(f"{TRASH}{blob}", blob) or True
-    except IndexStoreError:  # emptied by another sweep: the waiting publisher stores it again
+    except ChannelError:  # emptied by another sweep: the waiting publisher stores it again
         return False

@@ -1,5 +1,5 @@
 """A recipe's build key: one hash of every input of its build in a cell. The channel lists
-each built wheel's keys (``wheelmill.index.store``), so a build whose key is listed there
+each built wheel's keys (``wheelmill.index.channels``), so a build whose key is listed there
 made those bytes already and need not run again.
 
 The inputs, each a part of the key:

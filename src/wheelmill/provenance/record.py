@@ -72,7 +72,7 @@ class BuildRecord:
         inputs that change no byte a build makes (wheelmill's own code, the recipe's spec),
         and without a path source's tree hash, which changes with files the wheel does not
         carry (its tests, a comment). So a rebuild for such a change gives the same wheel,
-        and the index learns its new key (``wheelmill.index.store``); the signed provenance
+        and the index learns its new key (``wheelmill.index.channels``); the signed provenance
         beside the wheel says both."""
         source = replace(self.source, sha256=None) if self.source.kind == "path" else self.source
         return replace(self, build_key="", source=source)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wheelmill.errors import FetchError, IntegrityError
+from wheelmill.index.http_channel import HttpChannel
 from wheelmill.index.pages import FileEntry, Project
 from wheelmill.index.roots import AnyChannel, file_of, provenance_of
-from wheelmill.index.served import ServedChannel
 from wheelmill.machine.net import fetch_bytes, fetch_unchecked, sha256_of, split_credentials
 from wheelmill.provenance.signing import TrustedKey
 from wheelmill.provenance.verification import Claims, Failure, Verdict, verify_file
@@ -49,7 +49,7 @@ def local_source(channel: AnyChannel) -> Source:
     )
 
 
-def served_source(channel: ServedChannel) -> Source:
+def served_source(channel: HttpChannel) -> Source:
     """A channel served over HTTP: files and provenance by the URLs its pages give."""
 
     @contextmanager

@@ -31,10 +31,10 @@ from packaging.version import InvalidVersion, Version
 from wheelmill.checks.gpu import GpuOutcome
 from wheelmill.errors import IntegrityError, ReleaseError
 from wheelmill.index import objects
+from wheelmill.index.channels import Published
 from wheelmill.index.pages import FileEntry
 from wheelmill.index.roots import AnyChannel, Index, copy_file, file_of, provenance_of, publish
 from wheelmill.index.storage import Storage
-from wheelmill.index.store import Published
 from wheelmill.inputs.versions import Track, VersionRule
 from wheelmill.machine.net import sha256_of
 from wheelmill.provenance.signing import SigningKey, envelope_line, sign_envelope

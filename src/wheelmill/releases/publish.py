@@ -6,7 +6,7 @@ A release publishes the cells built for it (their report.json says for which rel
 the track's channels and records them, with the GPU runners the matrix of its commit names
 for each GPU cell (a runner label per GPU kind). Each build job of a fleet publishes its own
 cell: a cell of a newer torch lists its serving group's one build, which another job
-published (``Served``), and records it as its own.
+published (a ``GroupBuildLookup`` finds it), and records it as its own.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from pathlib import Path
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from wheelmill.errors import CommandFailed, IndexConflict, IndexWriteError, IntegrityError, ReleaseError, SignatureError
+from wheelmill.index.channels import Published, built_by_key
 from wheelmill.index.pages import Project
 from wheelmill.index.roots import Index, copy_file, publish, remove_files
-from wheelmill.index.store import Published, built_by_key
 from wheelmill.inputs.versions import Release, Track, VersionRule
 from wheelmill.machine.process import HostRunner, StepLog, base_environment, wheelmill_command
 from wheelmill.output.layout import CellLayout, built_cells
@@ -70,16 +70,16 @@ class BuiltWheel:
 # key) -> the channel of the track that lists it, its filename and sha256; or None. Each build
 # job of a fleet publishes its own cell, and a cell of a newer torch finds the one build its
 # group's oldest cell published.
-Served = Callable[[str, str], tuple[str, str, str] | None]
+GroupBuildLookup = Callable[[str, str], tuple[str, str, str] | None]
 
 
-def collect_built(output: Path, release: Release, *, served: Served | None = None) -> list[BuiltWheel]:
+def collect_built(output: Path, release: Release, *, lookup: GroupBuildLookup | None = None) -> list[BuiltWheel]:
     """The wheels built for ``release`` under ``output`` (``<cell>/report.json`` and
     ``<cell>/dist/``): every such cell must have passed, and nothing built for another
     release may be mixed in. A stable recipe that a cell of a newer torch built only to test
     it (its report's ``unpublished``) is not its to publish: the cell gets the one build a
     cell of the group's oldest torch made (the same build key), which this release must have:
-    under ``output``, or (``served``) in the index, where that cell's own job published it."""
+    under ``output``, or (``lookup``) in the index, where that cell's own job published it."""
     wheels: list[BuiltWheel] = []
     borrowed: list[tuple[BuiltCell, RecipeRecord]] = []
     for layout in built_cells(output):
@@ -93,7 +93,7 @@ def collect_built(output: Path, release: Release, *, served: Served | None = Non
             if r.wheel is not None and r.name not in unpublished
         ]
         borrowed += [(built, r) for r in built.recipes if r.name in unpublished]
-    wheels += [_one_build(built, recipe, wheels, served) for built, recipe in borrowed]
+    wheels += [_one_build(built, recipe, wheels, lookup) for built, recipe in borrowed]
     if not wheels:
         raise ReleaseError(
             f"{output}: no wheels built for {release.version}",
@@ -128,13 +128,13 @@ def _release_cell(layout: CellLayout, release: Release) -> BuiltCell | None:
 
 
 def _one_build(
-    built: BuiltCell, recipe: RecipeRecord, wheels: Sequence[BuiltWheel], served: Served | None
+    built: BuiltCell, recipe: RecipeRecord, wheels: Sequence[BuiltWheel], lookup: GroupBuildLookup | None
 ) -> BuiltWheel:
     """The one build of a stable recipe, made by a cell of its group's oldest torch with the
     same build key, for a cell that built it only to test it."""
     key = built.facts.get("build_keys", {}).get(recipe.name)
     found = next((w for w in wheels if w.recipe == recipe.name and key is not None and w.key == key), None)
-    listed = served(built.channel, key) if found is None and served is not None and key is not None else None
+    listed = lookup(built.channel, key) if found is None and lookup is not None and key is not None else None
     if listed is not None:
         listed_in, filename, sha256 = listed
         return BuiltWheel(
@@ -263,7 +263,7 @@ def _listed_too(index: Index, wheel: BuiltWheel) -> Published:
             f"{wheel.listed_in}: {wheel.name} is no longer listed as the one build it was",
             fix="publish the cell of its serving group's oldest torch again, then this one",
         )
-    with tempfile.TemporaryDirectory(prefix="wheelmill-served-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="wheelmill-one-build-") as scratch:
         return copy_file(source, target, listed, Path(scratch))
 
 
@@ -290,7 +290,7 @@ def prune(index: Index, track: Track, keep: int) -> list[str]:
     return removed
 
 
-def one_build_lookup(index: Index, wait: float, say: Callable[[str], None]) -> Served:
+def one_build_lookup(index: Index, wait: float, say: Callable[[str], None]) -> GroupBuildLookup:
     """The one build of a serving group, by its build key, as a channel of the same track
     lists it: looked up once, or every few seconds for ``wait`` seconds (the job of the group's
     oldest torch runs beside this one, and publishes it when its build passed)."""

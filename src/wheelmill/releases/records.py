@@ -32,8 +32,8 @@ from packaging.version import InvalidVersion, Version
 
 from wheelmill.checks.gpu import GpuOutcome
 from wheelmill.errors import ReleaseError, UsageError
+from wheelmill.index.channels import RECORDS_DIR
 from wheelmill.index.storage import Storage
-from wheelmill.index.store import RECORDS_DIR
 from wheelmill.inputs.versions import Track, VersionRule
 
 # 2: the GPU runners of each GPU cell, and GPU records per cell and runner with each file's outcome

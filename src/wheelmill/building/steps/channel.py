@@ -11,11 +11,11 @@ from pathlib import Path
 
 from wheelmill.building.context import Outcome, StepContext
 from wheelmill.checks import CheckResult, require
-from wheelmill.errors import IndexStoreError
+from wheelmill.errors import ChannelError
+from wheelmill.index.channels import Published
 from wheelmill.index.closure import Closure
 from wheelmill.index.objects import ObjectChannel
 from wheelmill.index.roots import Index, file_of, problems
-from wheelmill.index.store import Published
 from wheelmill.machine.net import sha256_of
 from wheelmill.output.report import WheelRecord
 from wheelmill.planning.spec import CellPlan
@@ -44,8 +44,8 @@ def channel_checks(ctx: StepContext) -> Outcome:
     closure = ctx.done.find(Closure)
     results += [_closure(channel, closure)] if closure is not None else []
 
-    def failure(what: str, fix: str) -> IndexStoreError:
-        return IndexStoreError(f"{ctx.run.plan.cell.id}: channel {channel.name}: {what}", fix=fix)
+    def failure(what: str, fix: str) -> ChannelError:
+        return ChannelError(f"{ctx.run.plan.cell.id}: channel {channel.name}: {what}", fix=fix)
 
     return Outcome(checks=require(results, ctx.log, failure=failure))
 

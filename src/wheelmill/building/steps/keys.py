@@ -4,8 +4,8 @@ one (the index the fleet's jobs publish to, read over HTTP). A recipe whose key 
 was built from these very inputs and published: its steps do not run, and its wheel is the
 channel's file (fetched by URL from the served index, its sha256 checked), which is what the
 recipes that depend on it install and pin (in ``dist/`` too, where a built wheel is delivered
-and where the report's readers look). Where every recipe is published, the steps that only
-serve builds (the container, the env and their checks, the closure and the channel checks) do
+and where the report's readers look). Where every recipe is published, the steps that are only
+there for builds (the container, the env and their checks, the closure and the channel checks) do
 not run either. ``--rebuild`` builds everything all the same. It runs with ``--no-publish``
 too: a job that publishes elsewhere afterwards builds nothing that was published before.
 """
@@ -26,11 +26,11 @@ from wheelmill.checks import CheckResult
 from wheelmill.conda.package import CondaTarget, conda_meta
 from wheelmill.errors import FetchError, WheelmillError
 from wheelmill.files import Linked, write_all
+from wheelmill.index.channels import built_by_key
+from wheelmill.index.http_channel import HttpChannel
 from wheelmill.index.objects import ObjectChannel
 from wheelmill.index.pages import FileEntry
 from wheelmill.index.roots import Index, provenance_of
-from wheelmill.index.served import ServedChannel
-from wheelmill.index.store import built_by_key
 from wheelmill.machine.net import download, fetch_bytes
 from wheelmill.machine.toolchain import Found, find_compiler
 from wheelmill.planning.buildkey import BuildKey, build_keys, host_identity, image_identity
@@ -118,7 +118,7 @@ class Listings:
         settings = self.ctx.run.settings
         if settings.served_index is None:
             return {}
-        served = ServedChannel(base=settings.served_index, name=name, retry=settings.retry)
+        served = HttpChannel(base=settings.served_index, name=name, retry=settings.retry)
         try:
             found = built_by_key(served)
         except (FetchError, TransientError) as exc:
@@ -179,10 +179,11 @@ def build_keys_step(ctx: StepContext) -> Outcome:
 
 
 def unpublished_reason(spec: RecipeSpec, plan: CellPlan) -> str:
-    """Why a served recipe that a cell of a newer torch builds (no channel of its group has the
-    one build, or --rebuild) is never published: the one build is made against the group's
-    oldest torch, whose stable shims every torch it serves has; this cell's torch may add some."""
-    assert spec.serving is not None, "only a served recipe has one build elsewhere"
+    """Why a recipe built once for its group, which a cell of a newer torch builds (no channel
+    of its group has the one build, or --rebuild), is never published: the one build is made
+    against the group's oldest torch, whose stable shims every torch of the group has; this
+    cell's torch may add some."""
+    assert spec.serving is not None, "only a recipe built once for its group has one build elsewhere"
     why = "--rebuild" if spec.name in plan.rebuild else "no channel of its serving group has its one build"
     return (
         f"built here against torch {plan.cell.variant.torch} to be checked and tested, not published ({why}): "
@@ -195,14 +196,15 @@ def _published_for_this_cell(ctx: StepContext, hit: Listed) -> bool:
     """Whether this cell published a recipe built once, which its channel lists for every
     Python of it once one cell put it there: its publish step makes the wheel's conda package
     for the cell's Python too, so that package is there. Else another Python's cell did, and
-    this one is served the file: its checks, its corner's install test, its conda package.
-    Found in the served index only, it is served here: checked and tested as such."""
+    this one is given the group's one build: its checks, its corner's install test, its conda
+    package. Found in the served index only (over HTTP), it is the group's one build here too:
+    checked and tested as such."""
     plan = ctx.run.plan
     if hit.file is None:
         return False
     try:
         meta = conda_meta(read_wheel(hit.file), CondaTarget.of(plan.cell.variant, plan.cell.python))
-    except WheelmillError:  # no conda package can be made of it: served, its publish step says why
+    except WheelmillError:  # no conda package can be made of it: given as the one build, its publish step says why
         return False
     return Index.of(ctx.run.settings).holds_conda(hit.channel, meta.subdir, meta.filename)
 
@@ -210,7 +212,7 @@ def _published_for_this_cell(ctx: StepContext, hit: Listed) -> bool:
 def _find_served(ctx: StepContext, spec: RecipeSpec, key: BuildKey, listings: Listings) -> ServedBuild | None:
     """The recipe's one build, where a channel of its serving group has it: this cell's own
     (another Python's cell put it there), else another one."""
-    assert spec.serving is not None, "only a served recipe is looked up in other channels"
+    assert spec.serving is not None, "only a recipe built once for its group is looked up in other channels"
     cell = ctx.run.plan.cell.id
     for name in spec.serving.channels:
         hit = listings.of(name).get(key.digest)

@@ -9,9 +9,9 @@ from pathlib import Path
 from wheelmill.building.context import Outcome, StepContext
 from wheelmill.building.products import BuildEnv, Sources
 from wheelmill.checks import CheckResult
+from wheelmill.index.channels import Published, PublishOutcome
 from wheelmill.index.closure import Closure, ClosureInputs, mirror, resolve
 from wheelmill.index.roots import Index
-from wheelmill.index.store import Published, PublishOutcome
 from wheelmill.machine import envs
 from wheelmill.machine.process import HostRunner
 from wheelmill.output.layout import CLOSURE_LOCK_NAME

@@ -101,7 +101,7 @@ def _source(source: Source, tree: str | None, patches: tuple[str, ...]) -> Sourc
 
 def attest(ctx: StepContext, spec: RecipeSpec, wheel: Path) -> bytes | None:
     """The signed provenance of ``wheel``, the tested wheel of ``spec``: the build's statement
-    where this cell built it, the one build's own where it is served here; None without a
+    where this cell built it, the one build's own where this cell was given its group's one build; None without a
     signing key."""
     settings = ctx.run.settings
     signing = signing_key_of(settings)

@@ -4,8 +4,8 @@ or the output root for a bucket), verified before they are named by their sha256
 index's blob of the same bytes is another name (a hard link) of the download, so a closure's
 gigabytes take their disk once; the next cell that needs the same torch finds it here.
 
-The store is a dot directory, so no server shows it; a file is named by its content, so
-mirrors of different channels that store the same bytes at once agree.
+The download area is a dot directory, so no server shows it; a file is named by its
+content, so mirrors of different channels that keep the same bytes at once agree.
 """
 
 from __future__ import annotations
@@ -17,13 +17,17 @@ from pathlib import Path
 
 from wheelmill.config import format_size
 
-STORE_DIR = ".store"
+# Named ".store" on disk: the indexes and output roots that earlier versions wrote hold it
+# under that name, so the directory keeps it.
+DOWNLOADS_DIR = ".store"
 STALE_AFTER = 600.0  # seconds without a write: a download's leftover, not a download
 
 
-class Blobs:
+class Downloads:
+    """A mirror's download area under ``root`` (``wheelmill.index.roots.Index.downloads``)."""
+
     def __init__(self, root: Path) -> None:
-        self.root = root / STORE_DIR / "sha256"
+        self.root = root / DOWNLOADS_DIR / "sha256"
 
     @property
     def incoming(self) -> Path:
@@ -63,7 +67,7 @@ class Usage:
     listed_files: int
     listed_bytes: int  # the sum of the sizes the channels' pages list
     stored_files: int
-    stored_bytes: int  # each distinct file (inode) once: the store and the channels' files
+    stored_bytes: int  # each distinct file (inode) once: the downloads and the channels' files
 
     def describe(self) -> str:
         saved = self.listed_bytes - self.stored_bytes

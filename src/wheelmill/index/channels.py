@@ -21,7 +21,7 @@ from typing import Protocol, TypeVar
 
 from packaging.utils import canonicalize_name
 
-from wheelmill.errors import CheckError, IndexStoreError, InvalidWheel
+from wheelmill.errors import ChannelError, CheckError, InvalidWheel
 from wheelmill.index import pages
 from wheelmill.index.pages import FileEntry, Project
 from wheelmill.inputs.archs import ARCH_RECORD, ArchRecord
@@ -91,9 +91,9 @@ def bucket_channel_url(index_bucket: str, channel: str) -> str:
 
 
 def checked_channel(name: str) -> str:
-    """``name`` where it names a channel; an ``IndexStoreError`` saying what one is otherwise."""
+    """``name`` where it names a channel; a ``ChannelError`` saying what one is otherwise."""
     if not _CHANNEL.match(name) or name.rpartition("/")[2] in RESERVED:
-        raise IndexStoreError(
+        raise ChannelError(
             f"'{name}' is not a channel name",
             fix="use lower-case letters, digits, '.', '+', '_' and '-', e.g. cu118, "
             "optionally in a track: test/cu118, nightly/cu118",
@@ -142,7 +142,7 @@ class Channel:
         try:
             return parse(page.read_text(encoding="utf-8"))
         except (ValueError, KeyError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
-            raise IndexStoreError(
+            raise ChannelError(
                 f"{page}: not a valid index page ({type(exc).__name__}: {str(exc)[:120]})",
                 fix="restore the page from the index's backup, then migrate again",
             ) from None
@@ -153,7 +153,7 @@ def agreeing(wheel: Path) -> WheelInfo:
     or carries into the pages more than a listing holds (every client downloads the pages)."""
     info = read_wheel(wheel)
     if canonicalize_name(info.metadata_name) != info.name or info.metadata_version != str(info.version):
-        raise IndexStoreError(
+        raise ChannelError(
             f"{wheel}: its METADATA says {info.metadata_name} {info.metadata_version}",
             fix="the file name and the metadata must agree",
         )

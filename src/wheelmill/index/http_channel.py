@@ -1,6 +1,6 @@
 """A channel of the index the team serves, read over HTTP through its PEP 691 JSON pages: the
 same ``Listing`` a local channel is, so a build looks up its build keys there as it does in
-its own index (``wheelmill.index.store.built_by_key``), and fetches what it finds by URL.
+its own index (``wheelmill.index.channels.built_by_key``), and fetches what it finds by URL.
 
 Every page of the channel's projects is read once per lookup, a few at a time: a channel
 holds tens of projects, and a build asks once per cell.
@@ -26,7 +26,7 @@ PAGES_AT_ONCE = 8
 
 
 @dataclass(frozen=True, kw_only=True)
-class ServedChannel:
+class HttpChannel:
     """Channel ``name`` of the index served at ``base`` (its root: ``<base>/<name>/simple/``)."""
 
     base: str
