@@ -317,7 +317,7 @@ def _prune(index: Path, track: str, keep: str) -> None:
 
 def _conda_index(index: Path) -> None:
     """``wheelmill conda index``: every local conda channel indexed again."""
-    from wheelmill.conda.channel import index_channels  # noqa: PLC0415
+    from wheelmill.index.conda_channels import index_channels  # noqa: PLC0415
     from wheelmill.index.roots import Index  # noqa: PLC0415
 
     for channel in index_channels(Index(tree=index)):

@@ -37,9 +37,9 @@ from wheelmill.building.products import BuildKeys, ShippedAbi
 from wheelmill.building.report import CellReport, StepRecord
 from wheelmill.building.steps import BY_KIND, CellStep, RecipeStep, StepDefinition
 from wheelmill.building.ui import UI, step_label
-from wheelmill.conda.channel import configured_channels
 from wheelmill.errors import BusyError, CommandFailed, InternalError, Interrupted, UsageError, WheelmillError
 from wheelmill.files import file_lock
+from wheelmill.index.conda_channels import configured_channels
 from wheelmill.index.roots import Index
 from wheelmill.machine import envs
 from wheelmill.machine.engine import Engine

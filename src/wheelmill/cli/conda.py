@@ -17,7 +17,6 @@ from rich.console import Console
 from wheelmill.cli.basics import Commands, load_inputs
 from wheelmill.cli.common import cell_python, prepare
 from wheelmill.conda import envspec
-from wheelmill.conda.channel import AnyCondaChannel, channel_at, configured_channels, index_channels
 from wheelmill.conda.envspec import read_lock
 from wheelmill.conda.package import SUBDIRS, CondaTarget, describe, package_wheel
 from wheelmill.conda.seed import fits, probe_interpreter, seed
@@ -26,6 +25,7 @@ from wheelmill.errors import CommandFailed, ConfigError, EnvError, UsageError
 from wheelmill.files import write_atomic
 from wheelmill.index.channels import CONDA_DIR
 from wheelmill.index.closure import read as read_closure
+from wheelmill.index.conda_channels import AnyCondaChannel, channel_at, configured_channels, index_channels
 from wheelmill.index.roots import Index, file_of
 from wheelmill.inputs.variants import Cell
 from wheelmill.machine.builder_images import debian_mirror, prepare_builder

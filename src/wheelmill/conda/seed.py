@@ -20,9 +20,9 @@ from pathlib import Path
 
 from packaging.tags import Tag
 
-from wheelmill.conda.channel import AddOutcome, AnyCondaChannel
 from wheelmill.conda.package import CondaTarget, conda_meta, package_wheel
 from wheelmill.errors import EnvError
+from wheelmill.index.conda_channels import AddOutcome, AnyCondaChannel
 from wheelmill.inputs.variants import X86_64
 from wheelmill.machine.process import capture
 from wheelmill.machine.tools import patchelf_bin

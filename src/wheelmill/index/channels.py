@@ -34,7 +34,7 @@ from wheelmill.wheel.wheelfile import WheelInfo, read_wheel
 # are no channels.
 TRACK_DIRS = tuple(t.value for t in Track if t is not Track.RELEASE)
 RECORDS_DIR = "releases"
-CONDA_DIR = "conda"  # the conda channels beside the wheel channels (wheelmill.conda.channel)
+CONDA_DIR = "conda"  # the conda channels beside the wheel channels (wheelmill.index.conda_channels)
 BLOBS_DIR = "blobs"  # an object store's content-addressed bytes (wheelmill.index.objects)
 UNLISTED_DIR = "unlisted"  # the sweep's marks and trash (wheelmill.index.sweep)
 RESERVED = (*TRACK_DIRS, RECORDS_DIR, CONDA_DIR, BLOBS_DIR, UNLISTED_DIR)

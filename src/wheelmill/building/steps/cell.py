@@ -17,9 +17,9 @@ from wheelmill.building.products import BuildEnv, CheckedEnv, CondaLock, Sources
 from wheelmill.checks import CheckResult, failures, require
 from wheelmill.checks.torchenv import judge_torch
 from wheelmill.conda import envspec
-from wheelmill.conda.channel import configured_channels
 from wheelmill.config import format_size
 from wheelmill.errors import CommandFailed, FetchError, PrecheckError, UsageError, WheelmillError
+from wheelmill.index.conda_channels import configured_channels
 from wheelmill.index.roots import Index
 from wheelmill.inputs.variants import X86_64, Cell, Family
 from wheelmill.machine.emulation import Execution, emulation_fix, emulation_problem, execution, host_machine
