@@ -14,7 +14,7 @@ from typing import IO
 
 from rich.console import Console
 
-from wheelmill.cli.basics import Commands, days, load_inputs, port, positive, seconds
+from wheelmill.cli.basics import Commands, days, port, positive, seconds
 from wheelmill.config import format_size
 from wheelmill.errors import ChannelError, SelectionError, UsageError, did_you_mean
 from wheelmill.index import consumer
@@ -26,6 +26,7 @@ from wheelmill.index.remote import Remote, upload
 from wheelmill.index.roots import AnyChannel, Index, migrate, problems, publish, set_yanked, tidy, usage
 from wheelmill.index.serve import IDLE_TIMEOUT, PER_CLIENT, IndexServer, make_server
 from wheelmill.index.sweep import sweep
+from wheelmill.inputs.matrix import load_matrix
 from wheelmill.inputs.versions import Track
 from wheelmill.machine.process import HostRunner, StepLog
 from wheelmill.settings import Settings
@@ -118,10 +119,10 @@ def register(commands: Commands) -> None:
     move.set_defaults(func=cmd_migrate)
 
 
-def _channel(args: argparse.Namespace, settings: Settings, *, existing: bool = True) -> AnyChannel:
+def _channel(args: argparse.Namespace, settings: Settings) -> AnyChannel:
     index = Index.of(settings)
     channel = index.channel(args.channel)
-    if existing and not channel.exists():
+    if not channel.exists():
         known = ", ".join(index.channel_names()) or "none"
         raise ChannelError(
             f"{index.location}: no channel '{args.channel}' in the index",
@@ -130,21 +131,23 @@ def _channel(args: argparse.Namespace, settings: Settings, *, existing: bool = T
     return channel
 
 
-def _defined(name: str, settings: Settings) -> None:
+def _defined(name: str, settings: Settings, index: Index) -> None:
     """A channel is a variant's (in some track): publishing never makes up another one. On an
     index host without the repository (no matrix), a channel the index has is one."""
     if not (settings.recipes / "matrix.toml").is_file():
-        index = Index.of(settings)
-        existing = index.channel_names()
-        if name in existing:
+        # Its project list read, the one object that makes it a channel of the index (as
+        # ``channel_names`` decides); every channel listed only to say which there are.
+        if _is_channel_name(name) and index.channel(name).exists():
             return
+        existing = index.channel_names()
         raise UsageError(
             f"publish: no matrix.toml in {settings.recipes.resolve()} to define channel '{name}', "
             f"and the index {index.location} has no such channel{did_you_mean(name, existing)}",
             fix=f"publish into a channel the index has ({', '.join(existing) or 'none yet'}), "
             "or run from the repository (--recipes DIR)",
         )
-    matrix, _recipes = load_inputs(settings)
+    # The matrix alone names the channels: the recipes, and their cells' check, are a build's.
+    matrix = load_matrix(settings.recipes / "matrix.toml")
     channels = [track.channel(v.channel) for track in Track for v in matrix.variants.values()]
     if name not in channels:
         raise SelectionError(
@@ -152,6 +155,14 @@ def _defined(name: str, settings: Settings) -> None:
             fix=f"use a variant's channel: {', '.join(v.channel for v in matrix.variants.values())} "
             "(or test/..., nightly/...)",
         )
+
+
+def _is_channel_name(name: str) -> bool:
+    try:
+        checked_channel(name)
+    except ChannelError:
+        return False
+    return True
 
 
 def cmd_publish(args: argparse.Namespace, settings: Settings, console: Console) -> int:
@@ -165,8 +176,9 @@ def cmd_publish(args: argparse.Namespace, settings: Settings, console: Console) 
         )
     if args.to:
         return _publish_remote(args, settings, console)
-    _defined(args.channel, settings)
-    channel = _channel(args, settings, existing=False)
+    index = Index.of(settings)  # one for the check and the publish: a bucket's client is made once
+    _defined(args.channel, settings, index)
+    channel = index.channel(args.channel)
     for wheel in args.wheels:
         done = publish(channel, wheel)
         console.print(f"{done.outcome}: {channel.name}/{done.filename}", highlight=False)
