@@ -18,7 +18,7 @@ from wheelmill.cli.basics import Commands, days, port, positive, seconds
 from wheelmill.config import format_size
 from wheelmill.errors import ChannelError, SelectionError, UsageError, did_you_mean
 from wheelmill.index import consumer
-from wheelmill.index.channels import checked_channel
+from wheelmill.index.channels import checked_channel, is_channel_name
 from wheelmill.index.downloads import Downloads
 from wheelmill.index.objects import render
 from wheelmill.index.pages import FileEntry
@@ -137,7 +137,7 @@ def _defined(name: str, settings: Settings, index: Index) -> None:
     if not (settings.recipes / "matrix.toml").is_file():
         # Its project list read, the one object that makes it a channel of the index (as
         # ``channel_names`` decides); every channel listed only to say which there are.
-        if _is_channel_name(name) and index.channel(name).exists():
+        if is_channel_name(name) and index.channel(name).exists():
             return
         existing = index.channel_names()
         raise UsageError(
@@ -155,14 +155,6 @@ def _defined(name: str, settings: Settings, index: Index) -> None:
             fix=f"use a variant's channel: {', '.join(v.channel for v in matrix.variants.values())} "
             "(or test/..., nightly/...)",
         )
-
-
-def _is_channel_name(name: str) -> bool:
-    try:
-        checked_channel(name)
-    except ChannelError:
-        return False
-    return True
 
 
 def cmd_publish(args: argparse.Namespace, settings: Settings, console: Console) -> int:

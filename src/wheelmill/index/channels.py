@@ -90,9 +90,14 @@ def bucket_channel_url(index_bucket: str, channel: str) -> str:
     return f"{index_bucket.rstrip('/')}/{CONDA_DIR}/{channel}"
 
 
+def is_channel_name(name: str) -> bool:
+    """Whether ``name`` is a name a channel may have (a track's included)."""
+    return bool(_CHANNEL.match(name)) and name.rpartition("/")[2] not in RESERVED
+
+
 def checked_channel(name: str) -> str:
     """``name`` where it names a channel; a ``ChannelError`` saying what one is otherwise."""
-    if not _CHANNEL.match(name) or name.rpartition("/")[2] in RESERVED:
+    if not is_channel_name(name):
         raise ChannelError(
             f"'{name}' is not a channel name",
             fix="use lower-case letters, digits, '.', '+', '_' and '-', e.g. cu118, "

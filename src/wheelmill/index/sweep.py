@@ -32,7 +32,7 @@ from datetime import UTC, datetime, timedelta
 from packaging.utils import canonicalize_name
 
 from wheelmill.errors import ChannelError
-from wheelmill.index.channels import BLOBS_DIR, RESERVED, TRACK_DIRS, UNLISTED_DIR, checked_channel
+from wheelmill.index.channels import BLOBS_DIR, RESERVED, TRACK_DIRS, UNLISTED_DIR, is_channel_name
 from wheelmill.index.objects import (
     BUILT,
     LEARNT,
@@ -80,17 +80,9 @@ def stored_names(storage: Storage) -> list[str]:
 
 def channels_of(storage: Storage) -> list[ObjectChannel]:
     """Every channel that may hold entries (those of the tracks too), listed now: one that
-    has none yet may have one by the time a sweep looks again."""
-    return [ObjectChannel(storage, name) for name in stored_names(storage) if _is_channel(name)]
-
-
-def _is_channel(name: str) -> bool:
-    """A name a channel may have: anything else beside the channels is none of the sweep's."""
-    try:
-        checked_channel(name)
-    except ChannelError:
-        return False
-    return True
+    has none yet may have one by the time a sweep looks again. Anything else beside the
+    channels is none of the sweep's."""
+    return [ObjectChannel(storage, name) for name in stored_names(storage) if is_channel_name(name)]
 
 
 def sweep(storage: Storage, *, grace: timedelta, now: datetime | None = None) -> Swept:
