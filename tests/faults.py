@@ -214,7 +214,7 @@ def channel_problems(channel: Path, *, pairs: bool = True) -> list[str]:
 
 
 def _project_problems(channel: Path, name: str, *, pairs: bool) -> list[str]:
-    from wheelmill.index.pages import links  # noqa: PLC0415
+    from wheelmill.index.pages import PROVENANCE_ATTRIBUTE, links  # noqa: PLC0415
 
     page = channel / "simple" / name
     if not (page / "index.json").is_file() or not (page / "index.html").is_file():
@@ -240,8 +240,8 @@ def _project_problems(channel: Path, name: str, *, pairs: bool) -> list[str]:
         metadata = anchor.get("data-core-metadata")
         if metadata is not None:
             problems += _listed(page, f"{url}.metadata", metadata.removeprefix("sha256="), where)
-        if anchor.get("data-provenance"):
-            problems += _listed(page, str(anchor["data-provenance"]), None, where)
+        if anchor.get(PROVENANCE_ATTRIBUTE):
+            problems += _listed(page, str(anchor[PROVENANCE_ATTRIBUTE]), None, where)
         in_html.add((filename, "data-yanked" in anchor))
     if pairs and in_json != in_html:
         problems.append(f"{channel.name}/{name}: JSON {sorted(in_json)}, HTML {sorted(in_html)}")

@@ -18,6 +18,7 @@ a step failed the way the error boundary promises.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -30,8 +31,12 @@ import pytest
 from tests.channels import pages_dir, tree_channel
 from tests.conftest import CliResult, CliRunner
 from tests.wheels import make_wheel
+from wheelmill.building.context import Outcome, StepContext
+from wheelmill.building.products import Repaired, Stamped
+from wheelmill.building.steps import BY_KIND
 from wheelmill.index.roots import publish
 from wheelmill.machine.process import TRACEBACK_MARK
+from wheelmill.planning.spec import RecipeSpec, StepKind
 
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 PY = PYTHON.replace(".", "")
@@ -201,6 +206,20 @@ def build(
     for key, value in sandbox.environ().items():
         monkeypatch.setenv(key, value)
     return cli("--recipes", str(sandbox.recipes), "build", "--cell", sandbox.cell(variant), "--engine", engine)
+
+
+def repair_as_auditwheel_tags(monkeypatch: pytest.MonkeyPatch, platform: str = "manylinux_2_17") -> None:
+    """The repair step as auditwheel ends, the wheel tagged ``platform`` (as for one with no
+    library): the sandbox's build env has no auditwheel, and a build past repair needs one."""
+
+    def repair(ctx: StepContext, spec: RecipeSpec) -> Outcome:
+        stamped = ctx.done.get(Stamped, spec.name).wheel
+        out = ctx.run.layout.build / spec.name / "repaired" / stamped.name.replace("linux_", f"{platform}_")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(stamped, out)
+        return Outcome(made=(Repaired(wheel=out),))
+
+    monkeypatch.setitem(BY_KIND, StepKind.REPAIR, dataclasses.replace(BY_KIND[StepKind.REPAIR], run=repair))  # type: ignore[arg-type]
 
 
 def assert_recorded(result: CliResult, sandbox: Sandbox, variant: str, *, step: str, code: int, says: str) -> str:

@@ -3,14 +3,79 @@
 Every failure a user can cause or meet is a ``WheelmillError`` subclass with its own exit
 code. The CLI (and the nox session wrapper, which calls it) is the only place that turns
 them into a one-line message and an exit status; nothing else prints a traceback.
+
+The error line and everything else wheelmill writes where a person or a CI artifact reads it
+(the terminal, step logs, crash logs, the JSON reports) pass one redaction, ``redact``:
+whatever carries a credential is masked whatever the credential is (a password in a URL, an
+Authorization header, a token after its scheme), and so is every secret this process was
+given (the values of its environment's credential variables, the key material it read).
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
+
+# The names of the variables whose values are credentials: never written anywhere.
+SECRET_NAME = re.compile(r"PASSWORD|TOKEN|SECRET|CREDENTIAL|CONNECTION_STRING|SIGNING_KEY$", re.IGNORECASE)
+# What carries a credential in what a command or a server says, whatever the credential is:
+# an Authorization header (a server may echo it in an error page), a token after its scheme,
+# a password in a URL, a long token given as a URL's user alone.
+_CARRIERS = (
+    (re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?)[^\s\"'<>,;]+(\s+[^\s\"'<>,;]+)?"), r"\1***"),
+    (re.compile(r"\b(Basic|Bearer)\s+(?=[A-Za-z0-9+/._~-]*[0-9+/=])[A-Za-z0-9+/._~-]{12,}=*"), r"\1 ***"),
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]+):[^/\s@]+@"), r"\1:***@"),
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[A-Za-z0-9._~%+-]{20,}@"), r"\1***@"),
+)
+# Shorter values are not masked on their own: "1" or "true" would mask half of every line.
+_SHORTEST = 8
+_known: set[str] = set()
+
+
+def remember(secrets: Iterable[str | None]) -> None:
+    """Mask these values in everything redacted from now on in this process; a multi-line
+    secret (a PEM key) by each of its lines too, so that a part of it quoted alone is masked."""
+    for secret in secrets:
+        if not secret:
+            continue
+        text = secret.strip()
+        parts = [text, *(line.strip() for line in text.splitlines())]
+        _known.update(part for part in parts if len(part) >= _SHORTEST and not part.startswith("-----"))
+
+
+def remember_environment(environ: Mapping[str, str]) -> None:
+    """Every credential variable's value (``SECRET_NAME``): they are masked wherever they appear."""
+    remember(value for key, value in environ.items() if SECRET_NAME.search(key))
+
+
+def redact(text: str, secrets: Sequence[str] = ()) -> str:
+    """``text`` with every known secret, and whatever carries a credential, as ``***``.
+
+    >>> redact("401: Authorization: Basic dXNlcjpodW50ZXIy sent by https://me:hunter2@host/x", ["hunter2"])
+    '401: Authorization: *** sent by https://me:***@host/x'
+    >>> redact("pulled https://ghp_0123456789abcdefghijklmn@git.example/r.git")
+    'pulled https://***@git.example/r.git'
+    """
+    # the longest first: a secret that holds another is masked whole
+    for secret in sorted({*(s for s in secrets if s), *_known}, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    for pattern, replacement in _CARRIERS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def redact_data(value: Any) -> Any:
+    """``value`` (what JSON holds) with every string in it redacted, keys included."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, Mapping):
+        return {redact_data(key): redact_data(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_data(item) for item in value]
+    return value
 
 
 class WheelmillError(Exception):
@@ -25,7 +90,7 @@ class WheelmillError(Exception):
 
     def one_line(self) -> str:
         text = self.message if not self.fix else f"{self.message}; fix: {self.fix}"
-        return " ".join(text.split())
+        return redact(" ".join(text.split()))  # a URL or a key quoted in it masked
 
 
 class UsageError(WheelmillError):

@@ -7,19 +7,16 @@ expect at all is an internal error, exit 70, its traceback in a log."""
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import CliRunner
 from tests.elves import EM_AARCH64, EM_CUDA, make_elf
-from tests.sandbox import TAG, Sandbox, assert_recorded, build, dist_info, script
-from wheelmill.building.context import Outcome, StepContext
-from wheelmill.building.products import Repaired, Stamped
+from tests.sandbox import TAG, Sandbox, assert_recorded, build, dist_info, repair_as_auditwheel_tags, script
 from wheelmill.building.steps import BY_KIND
 from wheelmill.errors import CheckError, EnvError, InternalError, InvalidWheel, PrecheckError
-from wheelmill.planning.spec import RecipeSpec, StepKind
+from wheelmill.planning.spec import StepKind
 
 
 @pytest.fixture
@@ -121,15 +118,7 @@ def test_a_wheel_tagged_newer_than_its_baseline_fails_the_post_repair_checks_wit
     monkeypatch.setattr("wheelmill.building.steps.checks_after.host_glibc", lambda: "2.31")
     library = make_elf(tmp_path / "_C.so", {".text": b"\xc3"}, version_needs={"libc.so.6": ["GLIBC_2.34"]})
 
-    def retag(ctx: StepContext, spec: RecipeSpec) -> Outcome:
-        """auditwheel, as it tags such a wheel: by the newest glibc its libraries need."""
-        stamped = ctx.done.get(Stamped, spec.name).wheel
-        out = ctx.run.layout.build / spec.name / "repaired" / stamped.name.replace("linux_", "manylinux_2_34_")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(stamped, out)
-        return Outcome(made=(Repaired(wheel=out),))
-
-    monkeypatch.setitem(BY_KIND, StepKind.REPAIR, dataclasses.replace(BY_KIND[StepKind.REPAIR], run=retag))  # type: ignore[arg-type]
+    repair_as_auditwheel_tags(monkeypatch, "manylinux_2_34")  # by the newest glibc its libraries need
     files = {"thing/_C.so": library.read_bytes(), **dist_info("thing", "1.0")}
     sandbox.recipe("thing", files, wheel=f"thing-1.0-{TAG}.whl")
     result = build(cli, monkeypatch, sandbox, "cpu")

@@ -17,7 +17,16 @@ from wheelmill.index import objects
 from wheelmill.index.channels import PublishOutcome
 from wheelmill.index.consumer import format_settings
 from wheelmill.index.objects import ObjectChannel, blob_key
-from wheelmill.index.pages import HTML_TYPE, JSON_TYPE, FileEntry, Project, project_html, project_json
+from wheelmill.index.pages import (
+    HTML_TYPE,
+    JSON_TYPE,
+    PROVENANCE_ATTRIBUTE,
+    FileEntry,
+    Project,
+    links,
+    project_html,
+    project_json,
+)
 from wheelmill.index.roots import problems, provenance_of, publish, set_yanked
 from wheelmill.index.serve import negotiate
 
@@ -221,7 +230,7 @@ def test_a_channel_under_a_relative_index_root_keeps_its_pages(tmp_path: Path, m
 
 def test_a_provenance_is_published_with_its_file_named_by_both_pages_and_learnt_once(tmp_path: Path) -> None:
     """A file published with its provenance lists it as ``_provenance`` (JSON) and
-    ``data-provenance`` (HTML), relative to the page like the file; a file listed without one
+    ``data-wheelmill-provenance`` (HTML), relative to the page like the file; a file listed without one
     learns the first one published with the same bytes, and keeps it; a render keeps it."""
     channel = tree_channel(tmp_path / "index", "cpu")
     wheel = make_wheel(tmp_path / "dist", "demo", "1.0")
@@ -236,7 +245,7 @@ def test_a_provenance_is_published_with_its_file_named_by_both_pages_and_learnt_
     assert (page / entry.provenance).read_bytes() == b'{"first": 1}\n'
     assert provenance_of(channel, entry) == b'{"first": 1}\n'
     assert json.loads((page / "index.json").read_text())["files"][0]["_provenance"] == entry.provenance
-    assert f'data-provenance="{entry.provenance}"' in (page / "index.html").read_text()
+    assert f'data-wheelmill-provenance="{entry.provenance}"' in (page / "index.html").read_text()
     (page / "index.json").unlink()  # a damaged page: written again from the entries
     objects.render(channel)
     assert channel.project("demo").files[0].provenance == entry.provenance  # type: ignore[union-attr]
@@ -259,3 +268,24 @@ def test_a_built_wheels_provenance_beside_it_is_published_with_it(tmp_path: Path
     assert (page / entry.provenance).read_bytes() == statement
     assert (page / entry.url).read_bytes() == wheel.read_bytes()
     assert problems(channel) == []
+
+
+def test_an_attribute_value_cannot_add_an_attribute_to_a_link() -> None:
+    """A build key or a provenance path read from another index's page holds a quote: the
+    HTML link still carries exactly the attributes it was given, with those values."""
+    entry = FileEntry(
+        filename='demo-1.0-py3-none-any.whl"><script>x</script>',
+        version="1.0",
+        sha256="a" * 64,
+        size=1,
+        upload_time="2026-11-22T13:05:01.123456Z",
+        requires_python=None,
+        metadata_sha256="b" * 64,
+        build_keys=('k1" onmouseover="alert(1)',),
+        provenance='p.intoto.jsonl" data-yanked="x',
+    )
+    (anchor,) = links(project_html(Project(name="demo", files=(entry,))))
+    assert set(anchor) == {"href", "data-core-metadata", "data-build-keys", PROVENANCE_ATTRIBUTE}
+    assert anchor["data-build-keys"] == 'k1" onmouseover="alert(1)'
+    assert anchor[PROVENANCE_ATTRIBUTE] == 'p.intoto.jsonl" data-yanked="x'
+    assert "data-provenance" not in anchor, "PEP 740's name on PyPI's pages: not this"

@@ -112,7 +112,7 @@ def test_bad_input_gets_one_line_and_its_exit_code(cli: CliRunner, tmp_path: Pat
         (["key"], UsageError, ["the following arguments are required"]),
         (["key", "new"], UsageError, ["the following arguments are required: --out"]),
         (["key", "new", "--out", str(tmp_path / "k"), "--type", "rsa"], UsageError, ["invalid choice: 'rsa'"]),
-        (["key", "new", "--out", str(tmp_path / "no" / "k")], UsageError, ["cannot write", "No such file"]),
+        (["key", "new", "--out", str(tmp_path / "junk.pub" / "k")], UsageError, ["cannot write", "junk.pub/k"]),
         (["key", "id", str(tmp_path / "gone.pem")], ConfigError, [f"the key file {tmp_path / 'gone.pem'}"]),
         (["key", "id", str(rsa_key)], ConfigError, [f"{rsa_key}: an RSA key (2048 bits)", "key new"]),
         (["key", "id", str(tmp_path / "junk.pub")], ConfigError, ["junk.pub: no PEM public key in it"]),

@@ -115,6 +115,7 @@ THEMED = {
     "layers",
     "platforms",
     "plumbing",
+    "secrets",
     "view",
     "workers",
     "workflows",

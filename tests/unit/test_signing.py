@@ -388,3 +388,9 @@ def test_a_path_in_the_pem_setting_says_which_setting_takes_a_path(tmp_path: Pat
 def test_an_unknown_signatures_choice_is_refused() -> None:
     with pytest.raises(ConfigError, match="WHEELMILL_SIGNATURES='always' is not one of optional, required"):
         Settings.from_environ({"WHEELMILL_SIGNATURES": "always"})
+
+
+def test_a_provenance_line_nested_past_reason_is_a_signature_error() -> None:
+    line = '{"payload": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    with pytest.raises(SignatureError, match="line 1 is not a DSSE envelope: JSON nested deeper"):
+        read_envelopes(line + "\n", source="x.whl.intoto.jsonl")

@@ -9,9 +9,12 @@ import io
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from tests.wheels import make_wheel
 from wheelmill.checks import Verdict
 from wheelmill.checks.contents import judge_label, judge_pins
+from wheelmill.errors import InvalidWheel
 from wheelmill.wheel.wheelfile import read_wheel, rewrite_metadata
 
 
@@ -74,3 +77,20 @@ def test_missing_or_wrong_label_fails(tmp_path: Path) -> None:
     assert judge_label(read_wheel(make_wheel(tmp_path, "pkg", "1.0")), "cu130").verdict is Verdict.FAIL
     assert judge_label(read_wheel(make_wheel(tmp_path, "pkg", "1.1+cu126")), "cu130").verdict is Verdict.FAIL
     assert judge_label(read_wheel(make_wheel(tmp_path, "pkg", "1.2")), None).verdict is Verdict.SKIP
+
+
+@pytest.mark.parametrize("member", ["../../etc/cron.d/x", "/etc/passwd", "demo/../../x.py", "C:/x.py", "\\x.py"])
+def test_a_member_outside_the_wheel_is_no_wheel(tmp_path: Path, member: str) -> None:
+    wheel = make_wheel(tmp_path, "demo", "1.0", files={member: b"x"})
+    with pytest.raises(InvalidWheel, match="is not a path inside the wheel"):
+        read_wheel(wheel)
+
+
+def test_a_member_that_inflates_a_hundredfold_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    """64 MiB and more of zeros from some 70 KB: refused from the zip's directory alone."""
+    wheel = make_wheel(tmp_path, "demo", "1.0", files={"demo/zeros.bin": bytes(65 << 20)})
+    assert wheel.stat().st_size < 1 << 20
+    with pytest.raises(InvalidWheel, match=r"demo/zeros.bin' unpacks to 68157440 bytes from \d+"):
+        read_wheel(wheel)
+    plain = make_wheel(tmp_path / "plain", "demo", "1.0", files={"demo/zeros.bin": bytes(65 << 20)}, stored=True)
+    assert read_wheel(plain).name == "demo", "stored, the same bytes are no bomb"

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from wheelmill.checks import CheckResult
+from wheelmill.errors import redact_data
 from wheelmill.files import write_atomic
 from wheelmill.machine.emulation import execution
 from wheelmill.output.report import BuiltCell, RecipeRecord, ReleaseRecord, Status, WheelRecord
@@ -199,7 +200,7 @@ class CellReport:
 
     def write(self) -> None:
         """Write report.json atomically: a reader never sees half a report."""
-        write_atomic(self.path, (json.dumps(self.as_built().as_dict(), indent=2) + "\n").encode())
+        write_atomic(self.path, (json.dumps(redact_data(self.as_built().as_dict()), indent=2) + "\n").encode())
 
 
 def _iso(timestamp: float) -> str:

@@ -26,7 +26,7 @@ from typing import NoReturn
 
 from wheelmill import __version__
 from wheelmill.cli.basics import Parser, print_error
-from wheelmill.errors import InternalError, Interrupted, WheelmillError
+from wheelmill.errors import InternalError, Interrupted, WheelmillError, remember_environment
 from wheelmill.machine.process import StepLog
 from wheelmill.settings import Settings
 from wheelmill.terminal import make_console
@@ -101,6 +101,7 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    remember_environment(os.environ)  # a credential variable's value is masked in all it prints and writes
     console = make_console()
     try:
         with _sigterm_as_interrupt():

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn, TypeAlias, TypeVar
 
-from wheelmill.errors import UsageError
+from wheelmill.errors import UsageError, redact
 from wheelmill.inputs.matrix import Matrix, load_matrix
 from wheelmill.inputs.recipes import Recipe, check_cells, load_recipes
 from wheelmill.settings import Settings
@@ -77,7 +77,7 @@ def days(text: str) -> float:
 
 
 def print_error(text: str) -> None:
-    print(f"wheelmill: error: {' '.join(text.split())}", file=sys.stderr, flush=True)
+    print(f"wheelmill: error: {redact(' '.join(text.split()))}", file=sys.stderr, flush=True)
 
 
 def load_inputs(settings: Settings) -> tuple[Matrix, dict[str, Recipe]]:

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from wheelmill.cli.basics import Commands
 from wheelmill.errors import UsageError
+from wheelmill.machine.git import would_be_committed
 from wheelmill.provenance.signing import ALGORITHMS, SigningKey, key_ids_in, new_signing_key
 from wheelmill.settings import Settings
 
@@ -57,7 +58,15 @@ def cmd_key_id(args: argparse.Namespace, _settings: Settings, console: Console) 
 
 def _write_pair(key: SigningKey, private_path: Path, public_path: Path) -> None:
     """Both files or neither; an existing file is never replaced (a lost private key cannot be
-    made again, and files its public half verifies may still be served)."""
+    made again, and files its public half verifies may still be served); the private key never
+    where a commit would take it."""
+    repository = would_be_committed(private_path)
+    if repository is not None:
+        raise UsageError(
+            f"key new: {private_path} is inside the git repository {repository} and not ignored by it: "
+            "a commit would publish the private key",
+            fix="write it outside the repository, or add its path to the repository's .gitignore first",
+        )
     for path in (private_path, public_path):
         if path.exists() or path.is_symlink():
             raise UsageError(
@@ -65,6 +74,7 @@ def _write_pair(key: SigningKey, private_path: Path, public_path: Path) -> None:
                 fix="choose another --out, or move the old key away first",
             )
     try:
+        private_path.parent.mkdir(parents=True, exist_ok=True)  # keys/ of the docs' example, made on first use
         _write_private(private_path, key.private_pem())
     except OSError as exc:
         raise UsageError(

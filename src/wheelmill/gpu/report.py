@@ -19,7 +19,7 @@ from rich.table import Table
 
 from wheelmill.checks.gpu import GpuOutcome
 from wheelmill.checks.tally import Tally
-from wheelmill.errors import UsageError
+from wheelmill.errors import UsageError, redact_data
 from wheelmill.files import write_atomic
 
 GPU_REPORT = "gpu-report.json"
@@ -137,7 +137,7 @@ class GpuReport:
 
     def write(self, directory: Path) -> Path:
         path = directory / GPU_REPORT
-        write_atomic(path, (json.dumps(self.as_dict(), indent=2) + "\n").encode())
+        write_atomic(path, (json.dumps(redact_data(self.as_dict()), indent=2) + "\n").encode())
         return path
 
     def counts(self) -> str:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from wheelmill.errors import ConfigError, ImageError, PrecheckError, UsageError
+from wheelmill.errors import ConfigError, ImageError, PrecheckError, UsageError, redact_data
 from wheelmill.files import write_atomic
 from wheelmill.images import doctor
 from wheelmill.images.editions import (
@@ -288,4 +288,4 @@ def _record(path: Path, built: list[BuiltImage]) -> None:
     except (OSError, ValueError, KeyError, TypeError):
         known = {}
     known |= {image.spec.kind: image.as_dict() for image in built}
-    write_atomic(path, (json.dumps({"images": list(known.values())}, indent=2) + "\n").encode())
+    write_atomic(path, (json.dumps(redact_data({"images": list(known.values())}), indent=2) + "\n").encode())

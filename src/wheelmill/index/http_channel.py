@@ -8,7 +8,6 @@ holds tens of projects, and a build asks once per cell.
 
 from __future__ import annotations
 
-import urllib.parse
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from packaging.utils import canonicalize_name
 
 from wheelmill.errors import FetchError
 from wheelmill.index.pages import FileEntry, Project, project_of
-from wheelmill.machine.net import read_json_page, split_credentials
+from wheelmill.machine.net import linked, read_json_page, split_credentials
 from wheelmill.retry import RetryPolicy, with_retries
 
 PAGES_AT_ONCE = 8
@@ -41,8 +40,14 @@ class HttpChannel:
         return f"{self.simple}{canonicalize_name(project)}/"
 
     def file_url(self, project: str, entry: FileEntry) -> str:
-        """Where the file is: its page's link, resolved against the page."""
-        return urllib.parse.urljoin(self.project_url(project), entry.url)
+        """Where the file is: its page's link, resolved against the page, on the index's host."""
+        return linked(self.project_url(project), entry.url, what=entry.filename)
+
+    def provenance_url(self, project: str, entry: FileEntry) -> str | None:
+        """Where the file's provenance is, where its page names one, on the index's host."""
+        if entry.provenance is None:
+            return None
+        return linked(self.project_url(project), entry.provenance, what=f"the provenance of {entry.filename}")
 
     def where(self) -> str:
         """The channel's address, without credentials: for messages and reports."""
@@ -53,7 +58,15 @@ class HttpChannel:
 
     def project(self, name: str) -> Project | None:
         data = self._read(self.project_url(name))
-        return None if data is None else project_of(data)
+        if data is None:
+            return None
+        where = split_credentials(self.project_url(name))[0]
+        try:
+            return project_of(data, where=where)
+        except (KeyError, TypeError, ValueError) as exc:  # a file name packaging refuses is a ValueError
+            raise FetchError(
+                f"{where}: not a project page wheelmill wrote ({exc})", fix="check WHEELMILL_SERVED_INDEX"
+            ) from None
 
     def projects(self) -> Iterator[Project]:
         names = self._names or []

@@ -14,7 +14,10 @@ A wheel wheelmill built shows the GPU archs it carries (its ``gpu-archs.json``:
 (``wheelmill.planning.buildkey``: a hash of every input of its build, so a build whose key
 is listed here need not run), ``_build-keys`` in the JSON, ``data-build-keys`` on the link;
 and where its signed provenance is (``wheelmill.provenance``), ``_provenance`` and
-``data-provenance``: installers that know nothing of it read past it.
+``data-wheelmill-provenance`` (not ``data-provenance``: on PyPI's pages that names a PEP 740
+provenance object, which this is not): installers that know nothing of them read past them.
+Every attribute value is escaped, whatever it holds (a build key read from another index's
+page included).
 A page written before there was such a key reads back without it. File URLs are relative
 and percent-encoded, so ``+`` in a local version label reaches the file on servers that
 read ``+`` as a space (S3).
@@ -32,6 +35,8 @@ from typing import Any
 
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
+
+from wheelmill.machine.net import file_name
 
 API_VERSION = "1.1"  # PEP 700 fields need 1.1
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
@@ -144,9 +149,11 @@ def parse_project_json(text: str) -> Project:
     return project_of(json.loads(text))
 
 
-def project_of(data: dict[str, Any]) -> Project:
-    """A project from its parsed JSON page."""
-    files = tuple(FileEntry.from_json(f, str(parse_wheel_filename(f["filename"])[1])) for f in data["files"])
+def project_of(data: dict[str, Any], *, where: str = "a project page") -> Project:
+    """A project from its parsed JSON page (``where``: the page, for messages)."""
+    files = tuple(
+        FileEntry.from_json(f, str(parse_wheel_filename(file_name(f["filename"], where))[1])) for f in data["files"]
+    )
     return Project(name=data["name"], files=files)
 
 
@@ -160,11 +167,14 @@ def build_keys_of(attribute: str | None) -> tuple[str, ...]:
     return tuple((attribute or "").split())
 
 
+PROVENANCE_ATTRIBUTE = "data-wheelmill-provenance"
+
+
 def _link(f: FileEntry) -> str:
-    attrs = [f'href="{html.escape(f.url)}#sha256={f.sha256}"']
+    attrs = [f'href="{html.escape(f.url)}#sha256={html.escape(f.sha256)}"']
     if f.requires_python:
         attrs.append(f'data-requires-python="{html.escape(f.requires_python)}"')
-    attrs.append(f'data-core-metadata="sha256={f.metadata_sha256}"')
+    attrs.append(f'data-core-metadata="sha256={html.escape(f.metadata_sha256)}"')
     if f.yanked is not None:
         attrs.append(f'data-yanked="{html.escape(f.yanked)}"')
     if f.mirrored_from is not None:
@@ -174,9 +184,9 @@ def _link(f: FileEntry) -> str:
     if f.abi is not None:
         attrs.append(f'data-abi="{html.escape(f.abi)}"')
     if f.build_keys:
-        attrs.append(f'data-build-keys="{" ".join(f.build_keys)}"')
+        attrs.append(f'data-build-keys="{html.escape(" ".join(f.build_keys))}"')
     if f.provenance is not None:
-        attrs.append(f'data-provenance="{html.escape(f.provenance)}"')
+        attrs.append(f'{PROVENANCE_ATTRIBUTE}="{html.escape(f.provenance)}"')
     return f"<a {' '.join(attrs)}>{html.escape(f.filename)}</a><br>"
 
 

@@ -32,3 +32,14 @@ def read_state(repo: Path) -> GitState:
         name, obj, *peeled = line.split()
         tags[name] = peeled[0] if peeled else obj  # an annotated tag points at its commit through the tag object
     return GitState(commit=commit, committed=committed, dirty=dirty, tags=tags)
+
+
+def would_be_committed(path: Path) -> Path | None:
+    """The root of the git work tree ``path`` would be added to by ``git add -A``: inside one,
+    and not ignored by it. None outside any work tree, for an ignored path, or without git."""
+    folder = next(parent for parent in path.absolute().parents if parent.is_dir())  # it may not exist yet
+    top = capture(["git", "-C", str(folder), "rev-parse", "--show-toplevel"])
+    if top.returncode != 0 or not top.stdout.strip():
+        return None
+    ignored = capture(["git", "-C", str(folder), "check-ignore", "--quiet", "--no-index", str(path.resolve())])
+    return Path(top.stdout.strip()) if ignored.returncode == 1 else None

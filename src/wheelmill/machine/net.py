@@ -19,8 +19,9 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
+from http.client import HTTPMessage
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 from packaging.utils import canonicalize_name
 
@@ -32,6 +33,8 @@ TIMEOUT = 60.0
 CHUNK = 1 << 20
 # A project's page: PyPI's torch page, the largest an index here reads, is a few MB of JSON.
 PAGE_LIMIT = 64 << 20
+# A small file read whole into memory (a provenance: a few envelopes of some KB each).
+SMALL_FILE_LIMIT = 16 << 20
 _ABSENT_STATUS = {404, 410}
 PEP691_JSON = "application/vnd.pypi.simple.v1+json"
 _TRANSIENT_STATUS = {408, 425, 429, 500, 502, 503, 504}
@@ -70,6 +73,46 @@ class IndexFile:
     mirrored: bool = False  # a wheelmill channel's copy of an upstream file, not one it built
 
 
+class _CredentialsStayHome(urllib.request.HTTPRedirectHandler):
+    """urllib gives a redirect every header of the request, Authorization too, whatever host
+    the redirect names: an index's credential would reach any host its answer points at. It
+    is kept only for a redirect to the same scheme, host and port."""
+
+    def redirect_request(  # noqa: PLR0917 - urllib calls it so
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: HTTPMessage,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and origin(newurl) != origin(req.full_url):
+            new.remove_header("Authorization")
+        return new
+
+
+_OPENER = urllib.request.build_opener(_CredentialsStayHome)
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    """A URL's scheme, host and port (the scheme's own where none is given).
+
+    >>> origin("https://Wheels.example/simple/") == origin("https://wheels.example:443/x")
+    True
+    """
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    return scheme, (parts.hostname or "").lower(), parts.port or {"http": 80, "https": 443}.get(scheme)
+
+
+def open_url(request: urllib.request.Request | str, *, timeout: float = TIMEOUT) -> urllib.response.addinfourl:
+    """The one way wheelmill opens a URL: a credential it sends goes to the URL's own host alone."""
+    response: urllib.response.addinfourl = _OPENER.open(request, timeout=timeout)
+    return response
+
+
 def _open(
     url: str, *, accept: str | None = None, auth: tuple[str, str] | None = None, timeout: float = TIMEOUT
 ) -> urllib.response.addinfourl:
@@ -80,7 +123,7 @@ def _open(
         headers["Authorization"] = "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
     request = urllib.request.Request(url, headers=headers)  # noqa: S310 - http(s) and file URLs by design
     try:
-        response: urllib.response.addinfourl = urllib.request.urlopen(request, timeout=timeout)  # noqa: S310
+        response = open_url(request, timeout=timeout)
     except urllib.error.HTTPError as exc:
         exc.close()
         raise _http_error(url, exc.code, str(exc.reason)) from None
@@ -118,7 +161,7 @@ def upload_refusal(url: str, auth: tuple[str, str] | None, *, timeout: float = T
     body = urllib.parse.urlencode({":action": "file_upload", "protocol_version": "1"}).encode()
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")  # noqa: S310 - the index's own URL
     try:
-        urllib.request.urlopen(request, timeout=timeout).close()  # noqa: S310
+        open_url(request, timeout=timeout).close()
     except urllib.error.HTTPError as exc:
         exc.close()
         return f"status code {exc.code} {exc.reason}" if exc.code in (401, 403) else None
@@ -166,13 +209,36 @@ def fetch_unchecked(url: str, dest: Path) -> str:
     return digest.hexdigest()
 
 
-def fetch_bytes(url: str) -> bytes:
+def linked(page: str, href: str, *, what: str) -> str:
+    """Where a page's link points, on the page's own host alone: a served page that points a
+    file or its provenance at another host, or at ``file://`` (this machine's own files), is
+    refused, so what the page's writer controls is what it serves.
+
+    >>> linked("https://w.example/cu130/simple/torch/", "../../../blobs/x.whl", what="x.whl")
+    'https://w.example/blobs/x.whl'
+    """
+    target = urllib.parse.urljoin(page, href)
+    if origin(target) != origin(page):
+        elsewhere = split_credentials(target)[0][:200]
+        raise FetchError(
+            f"{split_credentials(page)[0]}: links {what} at {elsewhere}, not on the index's own host; refused",
+            fix="serve the index's files and provenance from the index's own host and port",
+        )
+    return target
+
+
+def fetch_bytes(url: str, *, limit: int = SMALL_FILE_LIMIT) -> bytes:
     """The bytes at ``url``, held in memory (a small file: a provenance, a page), credentials
     in it sent as Basic auth; unchecked, like ``fetch_unchecked``."""
     bare, username, password = split_credentials(url)
     auth = (username or "", password or "") if username or password else None
     out = io.BytesIO()
-    _copy_response(bare, out, hashlib.sha256(), None, auth)
+
+    def bounded(done: int, _size: int | None) -> None:
+        if done > limit:
+            raise FetchError(f"{bare}: more than {limit >> 20} MiB; not read further", fix="check what serves it")
+
+    _copy_response(bare, out, hashlib.sha256(), bounded, auth)
     return out.getvalue()
 
 
@@ -267,7 +333,7 @@ def read_json_page(url: str, *, auth: tuple[str, str] | None = None) -> dict[str
         )
     try:
         data = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested some thousand deep is no page either
         raise FetchError(f"{url}: not JSON", fix="check that the URL is the index's simple API") from None
     if not isinstance(data, dict):
         raise FetchError(f"{url}: not a PEP 691 page", fix="check that the URL is the index's simple API")
@@ -290,17 +356,34 @@ def _read_page(response: urllib.response.addinfourl, page: str) -> bytes:
 
 
 def _parse_json(body: str, page: str) -> list[IndexFile]:
-    data = json.loads(body)
-    return [
-        IndexFile(
-            filename=f["filename"],
-            url=urllib.parse.urljoin(page, f["url"]),
-            sha256=f.get("hashes", {}).get("sha256"),
-            yanked=f.get("yanked", False) not in (False, None),
-            mirrored="_mirrored-from" in f,
+    try:
+        return [
+            IndexFile(
+                filename=file_name(f["filename"], page),
+                url=urllib.parse.urljoin(page, f["url"]),
+                sha256=f.get("hashes", {}).get("sha256"),
+                yanked=f.get("yanked", False) not in (False, None),
+                mirrored="_mirrored-from" in f,
+            )
+            for f in json.loads(body).get("files", [])
+        ]
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        raise FetchError(f"{page}: not a PEP 691 project page", fix="check that the URL is a package index") from None
+
+
+def file_name(name: object, page: str) -> str:
+    """A file name an index lists, as a name alone: it becomes a path here, so a name that
+    holds a directory (``../x.whl``; packaging takes ``/../`` inside a build tag) is refused.
+
+    >>> file_name("torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl", "p")
+    'torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl'
+    """
+    text = str(name)
+    if not text or text in (".", "..") or any(c in text for c in "/\\\0") or text != text.strip():
+        raise FetchError(
+            f"{page}: lists a file named {text[:120]!r}, which is no file name", fix="check what serves that index"
         )
-        for f in data.get("files", [])
-    ]
+    return text
 
 
 class _Links(html.parser.HTMLParser):
@@ -322,7 +405,10 @@ def _parse_html(body: str, page: str) -> list[IndexFile]:
     for href, attributes in parser.hrefs:
         url, _, fragment = urllib.parse.urljoin(page, href).partition("#")
         sha = fragment.removeprefix("sha256=") if fragment.startswith("sha256=") else None
-        filename = urllib.parse.unquote(url.rsplit("/", 1)[-1])
+        last = urllib.parse.unquote(url.rsplit("/", 1)[-1])
+        if not last:
+            continue  # a folder's link, as a find-links page of a directory listing has
+        filename = file_name(last, page)
         yanked, mirrored = "data-yanked" in attributes, "data-mirrored-from" in attributes
         files.append(IndexFile(filename=filename, url=url, sha256=sha, yanked=yanked, mirrored=mirrored))
     return files

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -27,7 +26,7 @@ from functools import cache
 from pathlib import Path
 from typing import IO, Protocol
 
-from wheelmill.errors import CommandFailed
+from wheelmill.errors import SECRET_NAME, CommandFailed, redact
 
 # Variables a build may legitimately need from the caller; everything else is explicit.
 PASSTHROUGH = (
@@ -69,29 +68,6 @@ _RUNNING_LOCK = threading.Lock()
 YIELD_NICE = 10
 _YIELD_SCRIPT = f'echo {YIELD_NICE} > /proc/self/autogroup 2>/dev/null; exec nice -n {YIELD_NICE} "$@"'
 _YIELDING: ContextVar[Callable[[], bool] | None] = ContextVar("yielding", default=None)
-# Never written to a log: credentials travel in the environment, not in argv.
-_SECRET = re.compile(r"PASSWORD|TOKEN|SECRET|CREDENTIAL|CONNECTION_STRING", re.IGNORECASE)
-# What carries a credential in what a command or a server says, whatever the credential is:
-# an Authorization header (a server may echo it in an error page), a token after its scheme,
-# a password in a URL.
-_CARRIERS = (
-    (re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?)[^\s\"'<>,;]+(\s+[^\s\"'<>,;]+)?"), r"\1***"),
-    (re.compile(r"\b(Basic|Bearer)\s+(?=[A-Za-z0-9+/._~-]*[0-9+/=])[A-Za-z0-9+/._~-]{12,}=*"), r"\1 ***"),
-    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]+):[^/\s@]+@"), r"\1:***@"),
-)
-
-
-def redact(text: str, secrets: Sequence[str] = ()) -> str:
-    """``text`` with every known secret, and whatever carries a credential, as ``***``.
-
-    >>> redact("401: Authorization: Basic dXNlcjpodW50ZXIy sent by https://me:hunter2@host/x", ["hunter2"])
-    '401: Authorization: *** sent by https://me:***@host/x'
-    """
-    for secret in secrets:
-        text = text.replace(secret, "***")
-    for pattern, replacement in _CARRIERS:
-        text = pattern.sub(replacement, text)
-    return text
 
 
 class StepLog:
@@ -462,7 +438,7 @@ def _log_command(log: StepLog, argv: Sequence[str], env: Mapping[str, str], cwd:
     if cwd:
         log.note(f"cwd {cwd}")
     for key in sorted(env):
-        log.note(f"env {key}={'***' if _SECRET.search(key) else env[key]}")
+        log.note(f"env {key}={'***' if SECRET_NAME.search(key) else env[key]}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wheelmill.errors import FetchError
+from wheelmill.machine.net import open_url
 
 MANIFEST_TYPES = ", ".join(
     [
@@ -107,7 +108,7 @@ def _head(url: str, *, token: str | None, timeout: float) -> str:
         headers["Authorization"] = f"Bearer {token}"
     request = urllib.request.Request(url, method="HEAD", headers=headers)  # noqa: S310 - registry URLs by design
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+        with open_url(request, timeout=timeout) as response:
             digest = response.headers.get("Docker-Content-Digest", "")
     except urllib.error.URLError as exc:
         if isinstance(exc, urllib.error.HTTPError):
@@ -125,7 +126,7 @@ def _token(challenge: str, *, timeout: float) -> str:
             f"unsupported registry authentication: {challenge!r}", fix="log in with the engine and pin by hand"
         )
     query = urllib.parse.urlencode({k: v for k, v in params.items() if k in ("service", "scope")})
-    with urllib.request.urlopen(f"{params['realm']}?{query}", timeout=timeout) as response:  # noqa: S310
+    with open_url(f"{params['realm']}?{query}", timeout=timeout) as response:
         data = json.loads(response.read())
     return str(data.get("token") or data.get("access_token") or "")
 

@@ -306,7 +306,7 @@ def validate_sbom(data: bytes) -> list[str]:
     """
     try:
         errors = _validator().validate_str(data.decode(), all_errors=True)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
         return [f"not JSON: {err}"]
     return [f"{e.data.json_path}: {e.data.message}" for e in errors or ()]
 
@@ -354,7 +354,7 @@ def _say(value: object) -> str:
 def _load(data: bytes) -> dict[str, Any]:
     try:
         document = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
         raise SbomError(f"the SBOM is not JSON: {err}; fix: rebuild the wheel") from None
     if not isinstance(document, dict) or document.get("bomFormat") != "CycloneDX":
         raise SbomError("the SBOM is not a CycloneDX document; fix: rebuild the wheel")

@@ -27,7 +27,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 
-from wheelmill.errors import ConfigError, SignatureError
+from wheelmill.errors import ConfigError, SignatureError, remember
 from wheelmill.settings import Settings
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -165,7 +165,8 @@ def signing_key_of(settings: Settings) -> SigningKey | None:
     text, as CI hands a secret) or ``WHEELMILL_SIGNING_KEY_FILE``; None when neither is set."""
     if settings.signing_key is not None:
         text = settings.signing_key.strip()
-        if "-----BEGIN" not in text and Path(text).is_file():
+        remember([text])  # no message, log or report quotes it, whatever form it has
+        if "-----BEGIN" not in text and _names_a_file(text):
             raise ConfigError(
                 "WHEELMILL_SIGNING_KEY names a file; it holds the key's PEM text itself",
                 fix="set WHEELMILL_SIGNING_KEY_FILE to the file instead, or put the PEM text in WHEELMILL_SIGNING_KEY",
@@ -173,7 +174,9 @@ def signing_key_of(settings: Settings) -> SigningKey | None:
         return signing_key_from_pem(text.encode() + b"\n", source="WHEELMILL_SIGNING_KEY")
     if settings.signing_key_file is not None:
         path = settings.signing_key_file
-        return signing_key_from_pem(_read(path, setting="WHEELMILL_SIGNING_KEY_FILE"), source=str(path))
+        data = _read(path, setting="WHEELMILL_SIGNING_KEY_FILE")
+        remember([data.decode("utf-8", "replace")])
+        return signing_key_from_pem(data, source=str(path))
     return None
 
 
@@ -211,6 +214,8 @@ def read_envelopes(text: str, *, source: str) -> list[dict[str, Any]]:
             envelope = json.loads(line)
         except json.JSONDecodeError as exc:
             problem: str | None = f"not JSON ({exc.msg} at column {exc.colno})"
+        except RecursionError:  # Python's parser gives up on a line nested some thousand deep
+            problem = "JSON nested deeper than any envelope is"
         else:
             problem = _shape_problem(envelope)
         if problem is not None:
@@ -368,6 +373,15 @@ def _public_key(label: str, block: bytes, *, source: str) -> TrustedKey:
     algorithm = _algorithm(public, source=source)
     assert isinstance(public, PublicKey)  # _algorithm refused every other type
     return TrustedKey(key_id=key_id(public), algorithm=algorithm, public_key=public, source=source)
+
+
+def _names_a_file(text: str) -> bool:
+    """Whether ``text`` is the path of a file: a key's text in another form (DER in hex, or
+    base64) is too long a name for the file system, which is no reason to stop."""
+    try:
+        return "\n" not in text and Path(text).is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def _what_pem(data: bytes) -> str:

@@ -237,7 +237,7 @@ def read_statement(payload: bytes, *, source: str) -> Statement:
             predicate=data["predicate"],
         )
         kinds = (data["_type"], data["predicateType"])
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
+    except (ValueError, KeyError, IndexError, TypeError, RecursionError) as exc:
         raise SignatureError(
             f"{source}: its signed payload is not an in-toto v1 SLSA provenance statement ({exc})",
             fix="publish the file again: its provenance is not one wheelmill wrote",

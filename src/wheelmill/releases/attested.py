@@ -8,7 +8,6 @@ hashed against its page only where asked (installers check that much themselves)
 from __future__ import annotations
 
 import tempfile
-import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -62,9 +61,8 @@ def served_source(channel: HttpChannel) -> Source:
             target.unlink(missing_ok=True)
 
     def provenance(project: Project, entry: FileEntry) -> bytes | None:
-        if entry.provenance is None:
-            return None
-        return fetch_bytes(urllib.parse.urljoin(channel.project_url(project.name), entry.provenance))
+        url = channel.provenance_url(project.name, entry)
+        return None if url is None else fetch_bytes(url)
 
     name = split_credentials(channel.simple)[0]
     return Source(name=name, projects=channel.projects, project=channel.project, fetch=fetch, provenance=provenance)

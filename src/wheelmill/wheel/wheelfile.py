@@ -35,6 +35,9 @@ from wheelmill.wheel.elf import ELF_MAGIC, ElfSummary, is_elf, summarize
 # is refused before it is read (a small zip can expand to gigabytes).
 MAX_METADATA = 16 * 2**20
 MAX_ARCH_RECORD = 64 * 2**10  # gpu-archs.json is one short line
+# A member bigger than this that inflates more than MAX_RATIO times is refused as a zip bomb.
+MAX_INFLATED_PLAINLY = 64 << 20
+MAX_RATIO = 100
 T = TypeVar("T")
 
 
@@ -100,6 +103,7 @@ def read_wheel(path: Path) -> WheelInfo:
         ) from None
     try:
         with zipfile.ZipFile(path) as zf:
+            _check_members(zf.infolist(), path)
             files = tuple(zf.namelist())
             dist_info = _dist_info_dir(files, path)
             metadata = _read_bounded(zf, f"{dist_info}/METADATA", path, MAX_METADATA)
@@ -119,6 +123,25 @@ def read_wheel(path: Path) -> WheelInfo:
     )
     _check_metadata(info)
     return info
+
+
+def _check_members(members: list[zipfile.ZipInfo], path: Path) -> None:
+    """Every member a relative path inside the wheel, and none a zip bomb: an installer
+    would write ``../x`` or ``/x`` outside site-packages, and a member of tens of MB that
+    inflates a hundredfold is no library (torch's libtorch_cpu.so, 434 MB, compresses under fourfold)."""
+    for member in members:
+        name = member.filename
+        if name.startswith(("/", "\\")) or ".." in name.replace("\\", "/").split("/") or ":" in name.split("/")[0]:
+            raise InvalidWheel(
+                f"{path}: member {name[:200]!r} is not a path inside the wheel",
+                fix="rebuild it; an installer would write that member outside its install",
+            )
+        inflated = member.file_size > MAX_INFLATED_PLAINLY and member.file_size > MAX_RATIO * member.compress_size
+        if inflated:
+            raise InvalidWheel(
+                f"{path}: member {name[:200]!r} unpacks to {member.file_size} bytes from {member.compress_size}",
+                fix="rebuild it; no file of a wheel compresses a hundredfold at that size (a zip bomb?)",
+            )
 
 
 def _dist_info_dir(files: tuple[str, ...], path: Path) -> str:
