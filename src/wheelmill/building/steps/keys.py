@@ -8,11 +8,15 @@ and where the report's readers look). Where every recipe is published, the steps
 there for builds (the container, the env and their checks, the closure and the channel checks) do
 not run either. ``--rebuild`` builds everything all the same. It runs with ``--no-publish``
 too: a job that publishes elsewhere afterwards builds nothing that was published before.
+
+A file of the served index is taken only once it verifies against its signed provenance and
+the team's keys, wherever keys are set (and never without them under
+``WHEELMILL_SIGNATURES=required``): the page's sha256 is the word of the server that sent the
+file. One that does not verify is a warning, and its recipe is built here instead.
 """
 
 from __future__ import annotations
 
-import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +39,10 @@ from wheelmill.machine.net import download, fetch_bytes
 from wheelmill.machine.toolchain import Found, find_compiler
 from wheelmill.planning.buildkey import BuildKey, build_keys, host_identity, image_identity
 from wheelmill.planning.spec import CellPlan, RecipeSpec
+from wheelmill.provenance.signing import trusted_keys_of
+from wheelmill.provenance.verification import Claims, verify_file
 from wheelmill.retry import TransientError, with_retries
+from wheelmill.settings import Settings, Signatures
 from wheelmill.wheel.wheelfile import read_wheel
 
 CHECK = "served-index"  # the verdict on reading it
@@ -102,6 +109,18 @@ class Listings:
         self.read: dict[str, dict[str, Listed]] = {}
         self.problems: list[str] = []
 
+    def admits(self, hit: Listed, wheel: Path) -> bool:
+        """Whether the served index's ``wheel`` is taken: the local index's always (this
+        machine published it). Where it is not, why is a problem, and the file is removed."""
+        if hit.url is None:
+            return True
+        why = refusal(self.ctx.run.settings, hit, wheel)
+        if why is None:
+            return True
+        wheel.unlink(missing_ok=True)
+        self.problems.append(f"{hit.entry.filename} of {hit.served_from} not taken: {why}")
+        return False
+
     def of(self, name: str) -> dict[str, Listed]:
         if name not in self.read:
             self.read[name] = {**self._served(name), **self._local(name)}
@@ -121,23 +140,22 @@ class Listings:
         served = HttpChannel(base=settings.served_index, name=name, retry=settings.retry)
         try:
             found = built_by_key(served)
+            listed = {
+                key: Listed(
+                    channel=name,
+                    project=project,
+                    entry=entry,
+                    url=served.file_url(project, entry),
+                    served_from=served.where(),
+                    provenance_url=served.provenance_url(project, entry),
+                )
+                for key, (project, entry) in found.items()
+            }
         except (FetchError, TransientError) as exc:
             self.problems.append(f"channel {name} of the served index could not be read: {exc}")
             return {}
         self.ctx.log.note(f"{served.where()}: {len(found)} build keys")
-        return {
-            key: Listed(
-                channel=name,
-                project=project,
-                entry=entry,
-                url=served.file_url(project, entry),
-                served_from=served.where(),
-                provenance_url=urllib.parse.urljoin(served.project_url(project), entry.provenance)
-                if entry.provenance
-                else None,
-            )
-            for key, (project, entry) in found.items()
-        }
+        return listed
 
 
 def build_keys_step(ctx: StepContext) -> Outcome:
@@ -148,10 +166,11 @@ def build_keys_step(ctx: StepContext) -> Outcome:
     listings = Listings(ctx)
     listed = {} if plan.rebuilds_all else listings.of(plan.channel)
     published = {
-        spec.name: _found_published(ctx, keys[spec.name], hit)
+        spec.name: reused
         for spec in plan.recipes
         if spec.name not in plan.rebuild and (hit := listed.get(keys[spec.name].digest)) is not None
         if spec.serving is None or _published_for_this_cell(ctx, hit)
+        if (reused := _found_published(ctx, keys[spec.name], hit, listings)) is not None
     }
     served = {
         spec.name: found
@@ -171,7 +190,9 @@ def build_keys_step(ctx: StepContext) -> Outcome:
         for name, key in keys.items()
     ]
     checks += [
-        CheckResult.warned(CHECK, f"{problem}; its recipes are built here", "check WHEELMILL_SERVED_INDEX")
+        CheckResult.warned(CHECK, f"{problem}; built here instead", "check what publishes to WHEELMILL_SERVED_INDEX")
+        if " not taken: " in problem
+        else CheckResult.warned(CHECK, f"{problem}; its recipes are built here", "check WHEELMILL_SERVED_INDEX")
         for problem in listings.problems
     ]
     made = BuildKeys(channel=plan.channel, keys=keys, published=published, served=served, unpublished=unpublished)
@@ -220,6 +241,8 @@ def _find_served(ctx: StepContext, spec: RecipeSpec, key: BuildKey, listings: Li
             # Into the cell's tree, where its checks and install test reach it (in a container
             # too, which sees the cell and not the index): the published bytes.
             wheel = hit.into(ctx, ctx.run.layout.build / spec.name / "served" / hit.entry.filename)
+            if not listings.admits(hit, wheel):
+                continue
             # Tested where a corner, and where this cell's own channel (its torch's) does not list
             # it yet: no cell of this torch has tested it, so none is published untested with it.
             tested = spec.serving.tests_in(cell) or name != ctx.run.plan.channel or hit.file is None
@@ -240,8 +263,10 @@ def _find_served(ctx: StepContext, spec: RecipeSpec, key: BuildKey, listings: Li
     return None
 
 
-def _found_published(ctx: StepContext, key: BuildKey, hit: Listed) -> PublishedBuild:
+def _found_published(ctx: StepContext, key: BuildKey, hit: Listed, listings: Listings) -> PublishedBuild | None:
     wheel = hit.file or hit.into(ctx, ctx.run.layout.build / key.recipe / "reused" / hit.entry.filename)
+    if not listings.admits(hit, wheel):
+        return None
     pins = [
         str(r.specifier).removeprefix("==")
         for r in map(Requirement, read_wheel(wheel).requires_dist)
@@ -258,6 +283,25 @@ def _found_published(ctx: StepContext, key: BuildKey, hit: Listed) -> PublishedB
         torch=pins[0] if pins else None,
         reused_from=hit.served_from,
     )
+
+
+def refusal(settings: Settings, hit: Listed, wheel: Path) -> str | None:
+    """Why a file of the served index is not taken (None: it is): it must verify against its
+    provenance and the trusted keys, wherever there are keys; under ``required`` there must be."""
+    trusted = trusted_keys_of(settings)
+    if not trusted:
+        if settings.signatures is Signatures.REQUIRED:
+            return "WHEELMILL_SIGNATURES=required, and no trusted key to verify it with (WHEELMILL_TRUSTED_KEYS)"
+        return None
+    claims = Claims(
+        filename=hit.entry.filename,
+        sha256=hit.entry.sha256,
+        build_keys=hit.entry.build_keys,
+        provenance=hit.provenance(),
+        source=hit.provenance_url or "",
+    )
+    verdict = verify_file(wheel, claims, trusted=trusted)
+    return None if verdict.ok else verdict.failures[0].line
 
 
 def _verdict(
