@@ -54,15 +54,32 @@ def published_signed(
 ) -> Path:
     """A wheel with wheelmill's SBOM, published into ``channel`` with its build statement
     signed by ``key`` (None: published without provenance); the wheel."""
+    wheel, provenance = signed_wheel(
+        directory, name, version, key=key, tag=tag, files=files, requires=requires, gpu_archs=gpu_archs
+    )
+    publish(channel, wheel, provenance=provenance)
+    return wheel
+
+
+def signed_wheel(
+    directory: Path,
+    name: str,
+    version: str,
+    *,
+    key: SigningKey | None,
+    tag: str = "py3-none-any",
+    files: Mapping[str, bytes] | None = None,
+    requires: Sequence[str] = (),
+    gpu_archs: bytes | None = None,
+) -> tuple[Path, bytes | None]:
+    """A wheel with wheelmill's SBOM, and its build statement signed by ``key`` (None: none)."""
     record = replace(RECORD, project=name, version=version, recipe=name)
     dist = f"{name.replace('-', '_')}-{version}.dist-info"
     sbom = {f"{dist}/{SBOM_FILE}": sbom_bytes(record.carried())}
     wheel = make_wheel(
         directory, name, version, tag=tag, files={**(files or {}), **sbom}, requires=requires, gpu_archs=gpu_archs
     )
-    provenance = None if key is None else signed(statement_for(wheel, record=record), key)
-    publish(channel, wheel, provenance=provenance)
-    return wheel
+    return wheel, None if key is None else signed(statement_for(wheel, record=record), key)
 
 
 def statement_for(

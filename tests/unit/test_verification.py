@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.attest import INPUTS, RECORD, RUN, signed, statement_for
+from tests.attest import INPUTS, RECORD, RUN, signed, signed_wheel, statement_for
+from tests.conftest import CliRunner
 from wheelmill.errors import (
     BuildKeyMismatch,
     IntegrityError,
@@ -25,6 +26,7 @@ from wheelmill.provenance.record import Locked
 from wheelmill.provenance.sbom import SBOM_FILE, sbom_bytes
 from wheelmill.provenance.signing import SigningKey, new_signing_key
 from wheelmill.provenance.statement import (
+    beside,
     key_digest,
     promotion_statement,
     read_statement,
@@ -169,3 +171,31 @@ def test_a_statement_reads_back_as_written(tmp_path: Path) -> None:
     assert statement.record() == RECORD
     assert statement.key == RECORD.build_key == key_digest(statement.key_inputs)
     assert not statement.dirty
+
+
+@pytest.mark.parametrize("given", ["none", "junk", "another key"])
+def test_publish_under_required_takes_nothing_that_does_not_verify(
+    cli: CliRunner, repo_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, team: SigningKey, given: str
+) -> None:
+    """``wheelmill publish`` is a door into a channel like a build's: under ``required``, with
+    the team's key trusted, every wheel given is verified before any is published."""
+    (tmp_path / "team.pub").write_bytes(team.public_pem())
+    monkeypatch.setenv("WHEELMILL_TRUSTED_KEYS", str(tmp_path / "team.pub"))
+    monkeypatch.setenv("WHEELMILL_SIGNATURES", "required")
+    good, provenance = signed_wheel(tmp_path / "good", "demo", "1.0", key=team)
+    assert provenance is not None
+    beside(good).write_bytes(provenance)
+    other = new_signing_key("ed25519")
+    bad, _ = signed_wheel(tmp_path / "bad", "other", "1.0", key=None)
+    if given != "none":
+        junk = b'{"not": "an envelope"}\n'
+        beside(bad).write_bytes(junk if given == "junk" else signed(statement_for(bad), other))
+    publish = ("--recipes", str(repo_root / "recipes"), "publish", "--channel", "cpu")
+    refused = cli(*publish, str(good), str(bad))
+    assert refused.code == SignatureError.exit_code, refused.out + refused.err
+    (line,) = refused.err.splitlines()
+    assert line.startswith(f"wheelmill: error: {bad.name}"), line
+    assert not (tmp_path / "wheels" / "index" / "cpu").exists(), "nothing published: the good one waits for the bad"
+    taken = cli(*publish, str(good))
+    assert taken.code == 0, taken.err
+    assert f"added: cpu/{good.name}" in taken.out

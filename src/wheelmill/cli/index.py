@@ -29,7 +29,11 @@ from wheelmill.index.sweep import sweep
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.inputs.versions import Track
 from wheelmill.machine.process import HostRunner, StepLog
-from wheelmill.settings import Settings
+from wheelmill.provenance.signing import trusted_keys_of
+from wheelmill.provenance.statement import read_beside
+from wheelmill.provenance.verification import refuse_unverified
+from wheelmill.settings import Settings, Signatures
+from wheelmill.wheel.wheelfile import read_wheel
 
 SWEEP_GRACE = 7.0  # days: a week's nightlies, and a publisher long gone
 
@@ -166,6 +170,10 @@ def cmd_publish(args: argparse.Namespace, settings: Settings, console: Console) 
             "publish: give either --channel (the local index) or --to URL (another index)",
             fix="see `wheelmill publish --help`",
         )
+    trusted, required = trusted_keys_of(settings), settings.signatures is Signatures.REQUIRED
+    for wheel in args.wheels:  # every one before any is published: all or nothing
+        read_wheel(wheel)  # a wheel at all, first
+        refuse_unverified(wheel, read_beside(wheel), trusted=trusted, required=required)
     if args.to:
         return _publish_remote(args, settings, console)
     index = Index.of(settings)  # one for the check and the publish: a bucket's client is made once

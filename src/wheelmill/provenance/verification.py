@@ -107,6 +107,25 @@ def verify_file(wheel: Path, claims: Claims, *, trusted: Sequence[TrustedKey]) -
     )
 
 
+def refuse_unverified(wheel: Path, provenance: bytes | None, *, trusted: Sequence[TrustedKey], required: bool) -> None:
+    """Raise the first failure of a file about to enter a channel from outside a build (``publish``):
+    where trusted keys are set, the provenance given with it must verify; under ``required``
+    there must be one, and keys to verify it. A file with no provenance and no such demand passes."""
+    if provenance is None and not required:
+        return
+    if not trusted:
+        if required:
+            raise SignatureError(
+                f"{wheel.name}: WHEELMILL_SIGNATURES=required, and no trusted key to verify its provenance",
+                fix="set WHEELMILL_TRUSTED_KEYS to the team's public keys",
+            )
+        return
+    claims = Claims(filename=wheel.name, provenance=provenance, source=f"{wheel.name}.intoto.jsonl")
+    verdict = verify_file(wheel, claims, trusted=trusted)
+    if not verdict.ok:
+        raise verdict.failures[0].error
+
+
 def _opened(
     claims: Claims, trusted: Sequence[TrustedKey], failures: list[WheelmillError]
 ) -> tuple[list[Statement], list[str]]:
