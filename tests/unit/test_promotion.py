@@ -5,10 +5,14 @@ a promotion with no signer copies the build's statement alone."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from tests.attest import published_signed
+import pytest
+
+from tests.attest import published_signed, signed_wheel
 from tests.channels import tree_channel
-from wheelmill.index.roots import Index
+from wheelmill.errors import SignatureError
+from wheelmill.index.roots import Index, publish
 from wheelmill.index.storage import TreeStorage
 from wheelmill.inputs.versions import Track, VersionRule
 from wheelmill.machine.net import sha256_of
@@ -21,12 +25,20 @@ from wheelmill.releases.records import Manifest, ReleasedFile, record
 HEAD = "a" * 40
 
 
-def released_rc(root: Path, scratch: Path, key: SigningKey) -> None:
+def released_rc(root: Path, scratch: Path, key: SigningKey | None, *, junk: bool = False) -> None:
     """An rc in test/cpu: the repo's own wheel (re-stamped when promoted) and a source-versioned
-    one (promoted byte for byte), each published with its build's signed statement."""
+    one (promoted byte for byte), each published with its build's signed statement (``junk``:
+    with a line that is no envelope instead)."""
     channel = tree_channel(root, "test/cpu")
-    ours = published_signed(channel, scratch, "wm-ops", "2.4.0rc1+cpu", key=key)
-    theirs = published_signed(channel, scratch, "demo", "1.0+cpu", key=key)
+
+    def published(name: str, version: str) -> Path:
+        if not junk:
+            return published_signed(channel, scratch, name, version, key=key)
+        wheel, _ = signed_wheel(scratch, name, version, key=None)
+        publish(channel, wheel, provenance=b'{"not": "an envelope"}\n')
+        return wheel
+
+    ours, theirs = published("wm-ops", "2.4.0rc1+cpu"), published("demo", "1.0+cpu")
     files = tuple(
         ReleasedFile(
             channel="test/cpu", cell="cpu-py311", recipe=name, filename=wheel.name, sha256=sha256_of(wheel), rule=rule
@@ -81,3 +93,30 @@ def test_without_a_signer_the_builds_statement_goes_alone_and_a_restamped_file_f
     assert released["demo-1.0+cpu-py3-none-any.whl"].ok
     restamped = released["wm_ops-2.4.0+cpu-py3-none-any.whl"]
     assert [f.code for f in restamped.failures] == [27]
+
+
+def _promote(root: Path, key: SigningKey, **trust: Any) -> Manifest:
+    return promote(
+        Index(tree=root),
+        Track.TEST,
+        Track.RELEASE,
+        "2.4.0",
+        commit=HEAD,
+        on_file=lambda _p: None,
+        signer=signer_of(key, ci_run=None),
+        **trust,
+    )
+
+
+@pytest.mark.parametrize("given", ["another key", "junk", "none"])
+def test_a_promotion_countersigns_nothing_it_did_not_verify(tmp_path: Path, given: str) -> None:
+    """An rc file signed by another key, with junk beside it, or with none under ``required``:
+    the promotion stops before its first file (exit 26), and the release channel stays empty."""
+    root, team = tmp_path / "index", new_signing_key("ed25519")
+    built = {"another key": new_signing_key("ed25519"), "junk": team, "none": None}[given]
+    released_rc(root, tmp_path / "built", built, junk=given == "junk")
+    with pytest.raises(SignatureError) as refused:
+        _promote(root, team, trusted=(team.trusted(),), required=given == "none")
+    assert refused.value.exit_code == 26
+    assert not tree_channel(root, "cpu").project_names(), "nothing promoted"
+    assert refused.value.one_line().startswith(("wm_ops-", "demo-")), refused.value.one_line()

@@ -21,7 +21,7 @@ import argparse
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from rich.console import Console
 from rich.table import Table
@@ -37,7 +37,7 @@ from wheelmill.inputs.variants import Family
 from wheelmill.inputs.versions import Action, Release, Track, VersionRule, for_nightly, for_tag
 from wheelmill.machine.git import read_state
 from wheelmill.planning.spec import CellPlan, RecipeSpec
-from wheelmill.provenance.signing import signing_key_of
+from wheelmill.provenance.signing import TrustedKey, signing_key_of, trusted_keys_of
 from wheelmill.releases.promotion import Signer, promote, signer_of
 from wheelmill.releases.publish import (
     collect_built,
@@ -158,7 +158,7 @@ def cmd_release(args: argparse.Namespace, settings: Settings, console: Console) 
             commit=release.commit,
             tag=release.tag,
             on_file=_printer(console),
-            signer=_promotion_signer(settings),
+            **_promotion_trust(settings),
         )
         _print_gpu(manifest, console)
         return 0
@@ -207,7 +207,7 @@ def cmd_promote(args: argparse.Namespace, settings: Settings, console: Console) 
         args.version,
         commit=commit,
         on_file=_printer(console),
-        signer=_promotion_signer(settings),
+        **_promotion_trust(settings),
     )
     console.print(
         f"{manifest.promoted_from} -> {manifest.track}/{manifest.version}: {len(manifest.files)} files, "
@@ -216,6 +216,19 @@ def cmd_promote(args: argparse.Namespace, settings: Settings, console: Console) 
     )
     _print_gpu(manifest, console)
     return 0
+
+
+class _Trust(TypedDict):
+    signer: Signer | None
+    trusted: tuple[TrustedKey, ...]
+    required: bool
+
+
+def _promotion_trust(settings: Settings) -> _Trust:
+    """What a promotion signs with, and what it holds each built file's provenance to first."""
+    signer = _promotion_signer(settings)
+    required = settings.signatures is Signatures.REQUIRED
+    return _Trust(signer=signer, trusted=trusted_keys_of(settings), required=required)
 
 
 def _promotion_signer(settings: Settings) -> Signer | None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import tempfile
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,8 +37,9 @@ from wheelmill.index.roots import AnyChannel, Index, copy_file, file_of, provena
 from wheelmill.index.storage import Storage
 from wheelmill.inputs.versions import Track, VersionRule
 from wheelmill.machine.net import sha256_of
-from wheelmill.provenance.signing import SigningKey, envelope_line, sign_envelope
+from wheelmill.provenance.signing import SigningKey, TrustedKey, envelope_line, sign_envelope
 from wheelmill.provenance.statement import promotion_statement, this_run
+from wheelmill.provenance.verification import refuse_unverified
 from wheelmill.releases.records import GpuRecord, Manifest, ReleasedFile, find_manifest, manifests, record
 from wheelmill.wheel.wheelfile import read_wheel, rewrite_metadata
 
@@ -133,12 +134,16 @@ def promote(
     tag: str | None = None,
     on_file: Callable[[Published], None],
     signer: Signer | None = None,
+    trusted: Sequence[TrustedKey] = (),
+    required: bool = False,
 ) -> Manifest:
     """Copy a release's files from one track's channels to another's, re-verified; the
     repo's files get ``version`` stamped in when it differs from theirs. ``commit``: promote
     only what was released from it. Into the release track, promotion waits for the GPU stage
     the origin's own record asks for (``gpu_gate``): no caller can leave it out. A built file's
-    provenance goes with it, with ``signer``'s statement of the promotion after the build's."""
+    provenance goes with it, with ``signer``'s statement of the promotion after the build's,
+    once it verifies against ``trusted`` (wherever keys are given; under ``required`` a built
+    file must have provenance, and keys to verify it): nothing is countersigned unchecked."""
     if source == target:
         raise ReleaseError(
             f"promote: --from and --to are both {source}",
@@ -160,6 +165,9 @@ def promote(
     with tempfile.TemporaryDirectory(prefix="wheelmill-promote-") as scratch:
         # Every file is checked before the first is published: a bad one promotes nothing.
         checked = [(entry, verified(index, entry)) for entry in origin.files]
+        for entry, listed in checked:
+            if listed.built:
+                _attested(index.channel(entry.channel), listed, Path(scratch), trusted=trusted, required=required)
         for entry, listed in checked:
             channel = index.channel(target.channel(entry.channel.rpartition("/")[2]))
             renamed = canonicalize_name(parse_wheel_filename(entry.filename)[0]) in renames
@@ -276,6 +284,16 @@ def verified(index: Index, entry: ReleasedFile) -> FileEntry:
         )
     assert listed is not None
     return listed
+
+
+def _attested(
+    channel: AnyChannel, listed: FileEntry, scratch: Path, *, trusted: Sequence[TrustedKey], required: bool
+) -> None:
+    """A built file's provenance held to the trusted keys before its promotion is signed over it."""
+    provenance = provenance_of(channel, listed)
+    with file_of(channel, listed, scratch) as wheel:
+        assert wheel is not None  # verified: stored as listed
+        refuse_unverified(wheel, provenance, trusted=trusted, required=required)
 
 
 def _stored(channel: AnyChannel, entry: ReleasedFile, listed: FileEntry) -> list[str]:
