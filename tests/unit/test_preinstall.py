@@ -114,6 +114,31 @@ def test_with_no_trusted_key_nothing_is_read_and_one_line_says_so() -> None:
     assert NO_KEY_LINE == "provenance: not verified: no trusted key (WHEELMILL_TRUSTED_KEYS)"
 
 
+def test_under_required_with_no_trusted_key_nothing_is_installed_and_one_line_says_why() -> None:
+    def unread() -> Iterator[Project]:
+        raise AssertionError("the channel is read only to verify")
+
+    source = Source(name="cpu", projects=unread, project=None, fetch=None, provenance=None)  # type: ignore[arg-type]
+    said: list[str] = []
+    checked = verify_before_install(source, ["a.whl"], trusted=(), on_failure=said.append, required=True)
+    assert checked.code == 26 and checked.failures[0].line == said[0]
+    why = "WHEELMILL_SIGNATURES=required with no trusted key to verify them"
+    assert said == [
+        f"1 file(s) built here to be installed, and {why}; fix: set WHEELMILL_TRUSTED_KEYS to the team's public keys"
+    ]
+    nothing = verify_before_install(source, [], trusted=(), on_failure=said.append, required=True)
+    assert nothing.code == 0, "nothing built here to install: nothing to verify"
+
+
+def test_an_image_under_required_with_no_trusted_key_is_exit_26_before_anything_is_built(
+    cli: CliRunner, built_cell: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    build_with(built_cell, None)
+    monkeypatch.setenv("WHEELMILL_SIGNATURES", "required")
+    code, _out, err = image_build(cli, built_cell, "--extras")
+    assert code == 26 and "WHEELMILL_SIGNATURES=required with no trusted key" in err[0], err
+
+
 # -- images -------------------------------------------------------------------------------
 
 

@@ -47,7 +47,7 @@ from wheelmill.provenance.signing import trusted_keys_of
 from wheelmill.releases.attested import Source, local_source, served_source
 from wheelmill.releases.records import find_manifest, manifests
 from wheelmill.retry import TransientError, with_retries
-from wheelmill.settings import Settings
+from wheelmill.settings import Settings, Signatures
 
 _NO_PYTHON = "install it (pyenv install), or give --python an interpreter that has the cell's torch"
 # The stage's exit codes, by the error that carries each.
@@ -139,6 +139,7 @@ def cmd_test_gpu(args: argparse.Namespace, settings: Settings, console: Console)
         work=layout.root / "gpu-stage",
         provenance=_provenance_source(args.index_url, channel, settings),
         trusted=trusted,
+        required=settings.signatures is Signatures.REQUIRED,
     )
     _say_plan(plan, console)
     with StepLog(layout.logs / "gpu-stage.log") as log:

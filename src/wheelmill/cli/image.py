@@ -35,7 +35,7 @@ from wheelmill.output.report import ReportError, load_report
 from wheelmill.provenance.signing import trusted_keys_of
 from wheelmill.releases.attested import local_source
 from wheelmill.releases.preinstall import verify_before_install
-from wheelmill.settings import Settings
+from wheelmill.settings import Settings, Signatures
 
 
 def register(commands: Commands) -> None:
@@ -165,6 +165,7 @@ def _verify_provenance(
         built_installed(list(wanted.built), extras=args.extras),
         trusted=trusted_keys_of(settings),
         on_failure=print_error,
+        required=settings.signatures is Signatures.REQUIRED,
     )
     console.print(checked.line(), highlight=False, markup=False)
     return checked.code

@@ -119,6 +119,7 @@ class StageInputs:
     work: Path  # the stage's scratch directory (removed after)
     provenance: Source  # the channel's pages, files and provenance, read as a verifier reads them
     trusted: tuple[TrustedKey, ...] = ()  # the team's keys; none: the wheels are not verified
+    required: bool = False  # WHEELMILL_SIGNATURES=required: with no key, nothing is installed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -205,6 +206,7 @@ class GpuStage:
             self.inputs.provenance,
             [wheel.filename for wheel in self.inputs.plan.wheels],
             trusted=self.inputs.trusted,
+            required=self.inputs.required,
             on_failure=self.complain,
         )
         self.say(self.checked.line())

@@ -12,7 +12,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from wheelmill.errors import FetchError
+from wheelmill.errors import FetchError, SignatureError
 from wheelmill.index.pages import Project
 from wheelmill.provenance.signing import TrustedKey
 from wheelmill.provenance.verification import Failure, Verdict
@@ -74,11 +74,23 @@ def verify_before_install(
     *,
     trusted: tuple[TrustedKey, ...],
     on_failure: Callable[[str], None],
+    required: bool = False,
 ) -> Checked:
     """Each of ``filenames`` (files built here) held to its provenance in ``source``, where
-    ``trusted`` names keys; each failure's line given to ``on_failure`` as it is reached."""
+    ``trusted`` names keys; each failure's line given to ``on_failure`` as it is reached.
+    ``required`` (``WHEELMILL_SIGNATURES=required``): with no key, nothing is installed."""
     if not trusted:
-        return Checked(keys=())
+        if not required or not filenames:
+            return Checked(keys=())
+        refused = Failure(
+            error=SignatureError(
+                f"{len(filenames)} file(s) built here to be installed, and WHEELMILL_SIGNATURES=required "
+                "with no trusted key to verify them",
+                fix="set WHEELMILL_TRUSTED_KEYS to the team's public keys",
+            )
+        )
+        on_failure(refused.line)
+        return Checked(keys=(), unlisted=(refused,))
     wanted = frozenset(filenames)
 
     def said(verdict: Verdict) -> None:
