@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.attest import signed, statement_for
+from tests.attest import signed, signed_wheel, statement_for
 from tests.channels import pages_dir, stored_file, tree_channel
 from tests.conftest import CliResult, CliRunner
 from tests.wheels import make_wheel
@@ -872,6 +872,34 @@ def test_a_release_refuses_a_wheel_built_from_a_dirty_tree_or_unsigned_where_req
     assert refused.value.exit_code == 17
     beside(dirty=False)
     refuse_unattested([built], required=True)
+
+
+@pytest.mark.parametrize("given", ["another key", "junk", "empty"])
+def test_a_release_refuses_a_provenance_that_does_not_verify_or_cannot_be_read(tmp_path: Path, given: str) -> None:
+    """With the team's key trusted, the provenance beside each wheel is verified before anything
+    is published; without keys, one that cannot be read is refused all the same (its tree
+    cannot be told), never taken as clean."""
+    team = new_signing_key("ed25519")
+    wheel, provenance = signed_wheel(tmp_path / "dist", "demo", "1.0+cpu", key=team)
+    assert provenance is not None
+    built = BuiltWheel(
+        cell="cpu-py311", channel="test/cpu", recipe="demo", rule=VersionRule.REPO, path=wheel, sha256=sha256_of(wheel)
+    )
+    kept = wheel.with_name(f"{wheel.name}.intoto.jsonl")
+    kept.write_bytes(provenance)
+    refuse_unattested([built], required=True, trusted=(team.trusted(),))
+    bad = {
+        "another key": signed(statement_for(wheel), new_signing_key("ed25519")),
+        "junk": b'{"not": "an envelope"}\n',
+        "empty": b"",
+    }[given]
+    kept.write_bytes(bad)
+    with pytest.raises(SignatureError) as refused:
+        refuse_unattested([built], required=True, trusted=(team.trusted(),))
+    assert refused.value.exit_code == 26
+    if given != "another key":
+        with pytest.raises(SignatureError):
+            refuse_unattested([built], required=False)
 
 
 def test_a_build_that_must_sign_without_a_key_is_refused_before_anything_runs(

@@ -179,7 +179,7 @@ def _publish(release: Release, settings: Settings, console: Console, *, mirror: 
     its channel, so the track's channels install on their own too."""
     say = _sayer(console)
     built = collect_built(settings.output, release, lookup=one_build_lookup(Index.of(settings), wait, say))
-    refuse_unattested(built, required=settings.signatures is Signatures.REQUIRED)
+    refuse_unattested(built, required=settings.signatures is Signatures.REQUIRED, trusted=trusted_keys_of(settings))
     matrix, _recipes = load_inputs(settings)
     cells = [matrix.cell(cell) for cell in sorted({wheel.cell for wheel in built})]
     gpu_cells = {cell.id: matrix.gpu_runners_of(cell) for cell in cells if cell.variant.family is not Family.CPU}

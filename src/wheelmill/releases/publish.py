@@ -37,8 +37,9 @@ from wheelmill.output.report import (
     found_beside,
     load_report,
 )
-from wheelmill.provenance.signing import read_envelopes
+from wheelmill.provenance.signing import TrustedKey, read_envelopes
 from wheelmill.provenance.statement import Statement, beside, read_statement
+from wheelmill.provenance.verification import refuse_unverified
 from wheelmill.releases.records import (
     Manifest,
     ReleasedFile,
@@ -177,10 +178,12 @@ def _built_wheel(layout: CellLayout, built: BuiltCell, recipe: RecipeRecord, whe
     )
 
 
-def refuse_unattested(wheels: Sequence[BuiltWheel], *, required: bool) -> None:
+def refuse_unattested(wheels: Sequence[BuiltWheel], *, required: bool, trusted: Sequence[TrustedKey] = ()) -> None:
     """Before anything is published: a wheel whose provenance says it was built from a dirty
-    tree is refused (a released version names one commit, and a dirty tree is not one); and
-    where signatures are required, a wheel built here without a provenance beside it."""
+    tree is refused (a released version names one commit, and a dirty tree is not one), and
+    so is one whose provenance cannot be read; where signatures are required, a wheel built
+    here without a provenance beside it; and where ``trusted`` keys are given, one whose
+    provenance does not verify against them."""
     for wheel in wheels:
         if wheel.path is None:  # another job published it, and refused it there if it had to
             continue
@@ -192,8 +195,15 @@ def refuse_unattested(wheels: Sequence[BuiltWheel], *, required: bool) -> None:
                     fix=f"build cell {wheel.cell} again with WHEELMILL_SIGNING_KEY set",
                 )
             continue
+        if trusted:
+            refuse_unverified(wheel.path, kept.read_bytes(), trusted=trusted, required=required)
         statement = first_statement(kept)
-        if statement is not None and statement.dirty:
+        if statement is None:  # no statement to read its tree from: not one to release
+            raise SignatureError(
+                f"{wheel.name}: its provenance beside it cannot be read",
+                fix=f"build cell {wheel.cell} again; a build writes its provenance whole",
+            )
+        if statement.dirty:
             raise ReleaseError(
                 f"{wheel.name}: its provenance says cell {wheel.cell} was built from a dirty tree",
                 fix="commit the changes, then build the cell again from the clean tree",
