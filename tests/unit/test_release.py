@@ -546,6 +546,32 @@ def test_a_file_published_after_the_gpu_stage_ran_is_not_promoted_untested(tmp_p
         promote_rc(root)
 
 
+def test_a_pass_stamped_in_the_far_future_does_not_outvote_a_later_failure(tmp_path: Path) -> None:
+    """A writer of the bucket puts a pass under a number far past any clock; the runner's
+    real failure, recorded after it, is numbered past it and counts: promotion stops."""
+    root = tmp_path / "index"
+    rc = _release_rc(root, tmp_path, runners=(A100,))
+    forged = TreeStorage(root)
+    key = f"releases/test/2.4.0rc1/gpu/cuda118-py311/{A100}/{'9' * 20}-1-forged.json"
+    assert forged.create(key, (json.dumps(stage(rc, A100).as_dict()) + "\n").encode())
+    record_gpu(TreeStorage(root), Track.TEST, "2.4.0rc1", [stage(rc, A100, GpuOutcome.MISMATCH)])
+    (kept,) = load_manifest(TreeStorage(root), Track.TEST, "2.4.0rc1").gpu
+    assert kept.status is GpuOutcome.MISMATCH, "the result recorded last counts"
+    with pytest.raises(ReleaseError, match=r"cuda118-py311: mismatch on runner linux-gpu-a100"):
+        promote_rc(root)
+
+
+def test_a_later_part_that_names_no_runner_does_not_lift_the_gate(tmp_path: Path) -> None:
+    """The cell published again into the same rc by a part with ``gpu-runners: []``: the
+    runners the first part named are still asked for."""
+    root = tmp_path / "index"
+    rc = _release_rc(root, tmp_path, runners=(A100,))
+    record(TreeStorage(root), replace(rc, gpu_runners={"cuda118-py311": ()}))
+    assert load_manifest(TreeStorage(root), Track.TEST, "2.4.0rc1").gpu_runners == {"cuda118-py311": (A100,)}
+    with pytest.raises(ReleaseError, match=r"on runner linux-gpu-a100: no GPU stage recorded"):
+        promote_rc(root)
+
+
 def test_an_import_only_stage_is_recorded_as_such_and_promotes_nothing(tmp_path: Path) -> None:
     root = tmp_path / "index"
     rc = _release_rc(root, tmp_path, runners=(A100,))

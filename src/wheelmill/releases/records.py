@@ -321,15 +321,19 @@ def _assembled(
 def _runners(
     head: Mapping[str, Any], legacy: Mapping[str, Any] | None, parts: Sequence[Mapping[str, Any]]
 ) -> dict[str, tuple[str, ...]] | None:
-    """Each GPU cell's runners, from every part that says them; None where the release was
-    recorded without them (by an older wheelmill): no gate lets such a record through."""
+    """Each GPU cell's runners, from every part that says them, each part adding to what the
+    parts before it named and none taking any away (a later part with ``gpu-runners: []``
+    does not lift the gate); None where the release was recorded without them (by an older
+    wheelmill): no gate lets such a record through."""
     recorded = head.get("gpu-runners-recorded", head.get("gpu-runners") is not None)
     if not recorded or (legacy is not None and legacy.get("gpu-runners") is None):
         return None
     runners = {cell: tuple(labels) for cell, labels in ((legacy or {}).get("gpu-runners") or {}).items()}
     for part in parts:
         if part.get("gpu-runners") is not None and part.get("files"):
-            runners[part["files"][0]["cell"]] = tuple(part["gpu-runners"])
+            cell = part["files"][0]["cell"]
+            named = runners.get(cell, ())
+            runners[cell] = (*named, *(label for label in part["gpu-runners"] if label not in named))
     return runners
 
 
@@ -341,18 +345,28 @@ def _legacy_gpu(legacy: Mapping[str, Any] | None) -> list[GpuRecord]:
 
 
 def _newest(keys: Sequence[str], prefix: str, kind: str) -> list[str]:
-    """Of the stamped objects under ``kind`` (``gpu/<cell>/<runner>/<stamp>.json``), the newest
-    of each thing (each cell and runner), in key order."""
+    """Of the numbered objects under ``kind`` (``gpu/<cell>/<runner>/<number>-....json``), the
+    newest of each thing (each cell and runner): the highest number, in key order."""
     newest: dict[str, str] = {}
-    for key in sorted(k for k in keys if k.startswith(prefix + kind)):
-        thing = key.rpartition("/")[0]
-        newest[thing] = key  # sorted: the last is the newest stamp
+    for key in sorted((k for k in keys if k.startswith(prefix + kind)), key=lambda k: (_sequence(k), k)):
+        newest[key.rpartition("/")[0]] = key  # in the record's order: the last is the newest
     return sorted(newest.values())
 
 
 def _create_gpu(storage: Storage, prefix: str, result: GpuRecord) -> None:
+    """A GPU result, numbered one past the highest its cell and runner have: the record's own
+    order, not a clock the writer reads, so a result written after another always counts over
+    it (a far-future number written by hand does not pin a pass: the next result is past it)."""
     runner = result.runner or "-"  # no runner: a promoted release's "not covered" (a label starts alphanumeric)
-    storage.create(f"{prefix}gpu/{result.cell}/{runner}/{_stamp()}.json", _encoded(result.as_dict()))
+    where = f"{prefix}gpu/{result.cell}/{runner}/"
+    number = max((_sequence(key) + 1 for key in storage.keys_under(where)), default=time.time_ns())
+    storage.create(f"{where}{number:020d}-{os.getpid()}-{uuid.uuid4().hex[:8]}.json", _encoded(result.as_dict()))
+
+
+def _sequence(key: str) -> int:
+    """The number a record object's name begins with (its stamp, or its place); -1 for none."""
+    digits = key.rpartition("/")[2].partition("-")[0]
+    return int(digits) if digits.isdigit() else -1
 
 
 def _legacy_key(prefix: str) -> str:
