@@ -725,6 +725,30 @@ def one_line(result: CliResult, code: int, *words: str) -> None:
         assert word in lines[0], lines[0]
 
 
+def test_a_release_reads_its_recipes_from_its_commit_alone(
+    cli: CliRunner, project: tuple[Path, str], tmp_path: Path
+) -> None:
+    """Recipes from a folder git ignores (the tree reads clean), or with an ignored recipe
+    inside the committed folder: what would be released is not the commit, so nothing is."""
+    repo, _head = project
+    git(repo, "tag", "v2.4.0-rc1")
+    (repo / ".gitignore").write_text("/elsewhere/\n/recipes/extra.toml\n")
+    git(repo, "add", ".gitignore")
+    git(repo, "commit", "-q", "-m", "ignore")
+    git(repo, "tag", "-f", "v2.4.0-rc1")
+    shutil.copytree(repo / "recipes", repo / "elsewhere" / "recipes")
+    for command in (["release", "--tag", "v2.4.0-rc1"], ["release", "publish", "--tag", "v2.4.0-rc1"]):
+        one_line(cli("--recipes", str(repo / "elsewhere" / "recipes"), *command), 17, "is not tracked by git")
+    (repo / "recipes" / "extra.toml").write_text('name = "extra"\n')
+    one_line(
+        cli("--recipes", str(repo / "recipes"), "release", "--tag", "v2.4.0-rc1"),
+        17,
+        "holds files git ignores",
+        "extra",
+    )
+    assert not (tmp_path / "index").exists(), "nothing built or published"
+
+
 def test_a_final_tag_without_an_rc_on_its_commit_builds_nothing(cli: CliRunner, project: tuple[Path, str]) -> None:
     repo, _head = project
     git(repo, "tag", "v2.4.0")

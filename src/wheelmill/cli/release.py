@@ -28,14 +28,14 @@ from rich.table import Table
 
 from wheelmill.cli.basics import Commands, load_inputs, positive
 from wheelmill.cli.common import add_cell_options, build_cells, mirror_cells, prepare
-from wheelmill.errors import SignatureError, UsageError
+from wheelmill.errors import ReleaseError, SignatureError, UsageError
 from wheelmill.gpu.report import GpuReport, load_gpu_report
 from wheelmill.index.channels import Published
 from wheelmill.index.roots import Index
 from wheelmill.inputs.matrix import Matrix, github_matrix
 from wheelmill.inputs.variants import Family
 from wheelmill.inputs.versions import Action, Release, Track, VersionRule, for_nightly, for_tag
-from wheelmill.machine.git import read_state
+from wheelmill.machine.git import read_state, recipes_problem
 from wheelmill.planning.spec import CellPlan, RecipeSpec
 from wheelmill.provenance.signing import TrustedKey, signing_key_of, trusted_keys_of
 from wheelmill.releases.promotion import Signer, promote, signer_of
@@ -130,6 +130,11 @@ def _release(args: argparse.Namespace, settings: Settings, *, preview: bool = Fa
     if bool(tag) == bool(nightly):
         raise UsageError("release: give either --tag vX.Y.Z[-rcN] or --nightly", fix="see `wheelmill release --help`")
     state = read_state(settings.root)
+    problem = None if preview else recipes_problem(settings.recipes.resolve())
+    if problem is not None:  # a release is built from its commit: recipes from elsewhere make another
+        raise ReleaseError(
+            f"release: {problem}", fix="release from the repository's own recipes, committed (unset WHEELMILL_RECIPES)"
+        )
     return for_tag(state, tag, preview=preview) if tag else for_nightly(state, preview=preview)
 
 

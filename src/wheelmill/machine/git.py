@@ -43,3 +43,17 @@ def would_be_committed(path: Path) -> Path | None:
         return None
     ignored = capture(["git", "-C", str(folder), "check-ignore", "--quiet", "--no-index", str(path.resolve())])
     return Path(top.stdout.strip()) if ignored.returncode == 1 else None
+
+
+def recipes_problem(recipes: Path) -> str | None:
+    """Why the recipes directory is not the commit's (None: it is): its ``matrix.toml`` is
+    not tracked by git (a folder outside the repository, or one git ignores), or it holds
+    files git ignores, which no commit carries and a clean tree does not show."""
+    tracked = capture(["git", "-C", str(recipes), "ls-files", "--error-unmatch", "matrix.toml"])
+    if tracked.returncode != 0:
+        return f"{recipes}/matrix.toml is not tracked by git (a folder outside the repository, or one it ignores)"
+    ignored = capture(["git", "-C", str(recipes), "ls-files", "--others", "--ignored", "--exclude-standard", "."])
+    found = ignored.stdout.split()
+    if found:
+        return f"{recipes} holds files git ignores, which no commit carries: {', '.join(found[:5])}"
+    return None
