@@ -73,11 +73,12 @@ def signed_wheel(
     gpu_archs: bytes | None = None,
 ) -> tuple[Path, bytes | None]:
     """A wheel with wheelmill's SBOM, and its build statement signed by ``key`` (None: none)."""
-    record = replace(RECORD, project=name, version=version, recipe=name)
+    pins = tuple(requires) if requires else RECORD.requires  # the record says what METADATA does
+    record = replace(RECORD, project=name, version=version, recipe=name, requires=pins)
     dist = f"{name.replace('-', '_')}-{version}.dist-info"
     sbom = {f"{dist}/{SBOM_FILE}": sbom_bytes(record.carried())}
     wheel = make_wheel(
-        directory, name, version, tag=tag, files={**(files or {}), **sbom}, requires=requires, gpu_archs=gpu_archs
+        directory, name, version, tag=tag, files={**(files or {}), **sbom}, requires=pins, gpu_archs=gpu_archs
     )
     return wheel, None if key is None else signed(statement_for(wheel, record=record), key)
 

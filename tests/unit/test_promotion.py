@@ -92,7 +92,7 @@ def test_without_a_signer_the_builds_statement_goes_alone_and_a_restamped_file_f
     released = verdicts(root, "cpu", key)
     assert released["demo-1.0+cpu-py3-none-any.whl"].ok
     restamped = released["wm_ops-2.4.0+cpu-py3-none-any.whl"]
-    assert [f.code for f in restamped.failures] == [27]
+    assert {f.code for f in restamped.failures} == {27}, "its subject, and its METADATA's version, are not the record's"
 
 
 def _promote(root: Path, key: SigningKey, **trust: Any) -> Manifest:

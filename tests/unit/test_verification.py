@@ -44,7 +44,10 @@ def team() -> SigningKey:
 def make_wheel(path: Path, *, sbom: bytes | None) -> Path:
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("demo/__init__.py", "x = 1\n")
-        archive.writestr("demo-1.0+cpu.dist-info/METADATA", "Metadata-Version: 2.1\nName: demo\nVersion: 1.0+cpu\n")
+        pins = "".join(f"Requires-Dist: {pin}\n" for pin in RECORD.requires)  # as the signed record says
+        archive.writestr(
+            "demo-1.0+cpu.dist-info/METADATA", f"Metadata-Version: 2.1\nName: demo\nVersion: 1.0+cpu\n{pins}"
+        )
         if sbom is not None:
             archive.writestr(f"demo-1.0+cpu.dist-info/{SBOM_FILE}", sbom)
     return path
@@ -199,3 +202,24 @@ def test_publish_under_required_takes_nothing_that_does_not_verify(
     taken = cli(*publish, str(good))
     assert taken.code == 0, taken.err
     assert f"added: cpu/{good.name}" in taken.out
+
+
+@pytest.mark.parametrize(
+    ("metadata", "says"),
+    [
+        ("Name: demo\nVersion: 1.0+cpu\nRequires-Dist: torch==2.99.0\n", "torch pin is ['torch==2.99.0']"),
+        ("Name: other\nVersion: 1.0+cpu\nRequires-Dist: torch==2.13.0+cpu\n", "name is other"),
+        ("Name: demo\nVersion: 1.0+cpu\nRequires-Dist: torch==2.13.0+cpu\nRequires-Dist: evil\n", "Requires-Dist"),
+    ],
+)
+def test_a_record_is_held_to_the_wheels_metadata(tmp_path: Path, team: SigningKey, metadata: str, says: str) -> None:
+    """The signed record says torch 2.13; the wheel's METADATA says another torch, another
+    name, or one more requirement: a line each, exit 27, whatever the signature says."""
+    wheel = tmp_path / NAME
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("demo/__init__.py", "x = 1\n")
+        archive.writestr("demo-1.0+cpu.dist-info/METADATA", "Metadata-Version: 2.1\n" + metadata)
+        archive.writestr(f"demo-1.0+cpu.dist-info/{SBOM_FILE}", sbom_bytes(RECORD.carried()))
+    verdict = check(wheel, signed(statement_for(wheel), team), team, sha256=sha256_of(wheel))
+    lines = [f.line for f in verdict.failures]
+    assert {f.code for f in verdict.failures} == {27} and any(says in line for line in lines), lines

@@ -13,6 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
 from wheelmill.errors import (
     BuildKeyMismatch,
     IntegrityError,
@@ -26,6 +29,7 @@ from wheelmill.machine.net import sha256_of
 from wheelmill.provenance.sbom import SBOM_FILE, sbom_differences, validate_sbom
 from wheelmill.provenance.signing import TrustedKey, open_envelope, read_envelopes
 from wheelmill.provenance.statement import Statement, chain_problems, key_digest, read_statement
+from wheelmill.wheel.wheelfile import read_wheel
 
 _REPUBLISH = "publish the file again from its build; never edit a published file"
 
@@ -97,6 +101,7 @@ def verify_file(wheel: Path, claims: Claims, *, trusted: Sequence[TrustedKey]) -
         build = statements[0]
         if build.is_build:
             failures += _sbom_failures(wheel, claims.filename, build)
+            failures += _metadata_failures(wheel, claims.filename, build, promoted=len(statements) > 1)
             failures += _key_failures(claims, build)
     return Verdict(
         filename=claims.filename,
@@ -169,6 +174,46 @@ def _sbom_failures(wheel: Path, filename: str, build: Statement) -> list[Wheelmi
     except (SbomError, SignatureError) as error:
         return [error]
     return [SbomError(f"{filename}: its SBOM and its provenance differ: {d}", fix=_REPUBLISH) for d in differences]
+
+
+def _metadata_failures(wheel: Path, filename: str, build: Statement, *, promoted: bool) -> list[WheelmillError]:
+    """The wheel's METADATA held to its signed record: its name, and its torch pin, always; its
+    version and every Requires-Dist too where the file is the build's own (a promotion
+    re-stamps the repo's version, and the pins on its siblings with it)."""
+    try:
+        info, record = read_wheel(wheel), build.record()
+    except (InvalidWheel, SignatureError) as error:
+        return [error]
+    said = {
+        "name": (canonicalize_name(info.metadata_name or ""), canonicalize_name(record.project)),
+        "torch pin": (_torch_pins(info.requires_dist), _torch_pins(record.requires)),
+    }
+    if not promoted:
+        said["version"] = (str(info.version), record.version)
+        said["Requires-Dist"] = (_normalized(info.requires_dist), _normalized(record.requires))
+    return [
+        SubjectMismatch(f"{filename}: its METADATA's {what} is {found}, its signed record's {recorded}", fix=_REPUBLISH)
+        for what, (found, recorded) in said.items()
+        if found != recorded
+    ]
+
+
+def _normalized(requirements: Sequence[str], *, only: str | None = None) -> list[str]:
+    """Requirements as packaging writes them, sorted (``only``: those of that project)."""
+    found = []
+    for text in requirements:
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement:
+            found += [] if only else [text]
+            continue
+        if only is None or canonicalize_name(requirement.name) == only:
+            found.append(str(requirement))
+    return sorted(found)
+
+
+def _torch_pins(requirements: Sequence[str]) -> list[str]:
+    return _normalized(requirements, only="torch")
 
 
 def _key_failures(claims: Claims, build: Statement) -> list[WheelmillError]:
