@@ -60,15 +60,7 @@ def verdicts(root: Path, channel: str, key: SigningKey) -> dict[str, Verdict]:
 def test_a_promoted_file_carries_the_builds_statement_and_the_promotions(tmp_path: Path) -> None:
     root, key = tmp_path / "index", new_signing_key("ed25519")
     released_rc(root, tmp_path / "built", key)
-    done = promote(
-        Index(tree=root),
-        Track.TEST,
-        Track.RELEASE,
-        "2.4.0",
-        commit=HEAD,
-        on_file=lambda _p: None,
-        signer=signer_of(key, ci_run=None),
-    )
+    done = _promote(root, key)
     assert sorted(f.filename for f in done.files) == [
         "demo-1.0+cpu-py3-none-any.whl",
         "wm_ops-2.4.0+cpu-py3-none-any.whl",

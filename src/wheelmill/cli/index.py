@@ -29,9 +29,6 @@ from wheelmill.index.sweep import sweep
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.inputs.versions import Track
 from wheelmill.machine.process import HostRunner, StepLog
-from wheelmill.provenance.signing import trusted_keys_of
-from wheelmill.provenance.statement import read_beside
-from wheelmill.provenance.verification import refuse_unverified
 from wheelmill.settings import Settings, Signatures
 from wheelmill.wheel.wheelfile import read_wheel
 
@@ -170,6 +167,11 @@ def cmd_publish(args: argparse.Namespace, settings: Settings, console: Console) 
             "publish: give either --channel (the local index) or --to URL (another index)",
             fix="see `wheelmill publish --help`",
         )
+    # Signing and verification import cryptography: loaded by a publish alone, not by every index command.
+    from wheelmill.provenance.signing import trusted_keys_of  # noqa: PLC0415
+    from wheelmill.provenance.statement import read_beside  # noqa: PLC0415
+    from wheelmill.provenance.verification import refuse_unverified  # noqa: PLC0415
+
     trusted, required = trusted_keys_of(settings), settings.signatures is Signatures.REQUIRED
     for wheel in args.wheels:  # every one before any is published: all or nothing
         read_wheel(wheel)  # a wheel at all, first
