@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import boto3
 import pytest
 
+from tests.integration.test_index import pip
 from tests.objectstore import ACCESS_KEY, SECRET_KEY, ObjectStore
 from tests.ports import free_port
 from tests.wheels import make_wheel
@@ -519,10 +520,7 @@ def test_a_cell_built_with_a_bucket_root_publishes_there_and_installs_through_ng
             assert [k for k in storage.keys_under("conda/cpu/") if k.endswith(".conda")], "its conda package"
         with running_nginx(f"{object_store.endpoint}/{bucket}/{prefix}", tmp_path / "nginx") as base:
             python = fresh_venv(tmp_path / "consumer")
-            # torch's modules not compiled: nothing here imports them
-            argv = [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-cache-dir", "--no-compile"]
-            argv += ["--index-url", f"{base}/cpu/simple/", "example-cpp-ops"]
-            done = subprocess.run(argv, env=isolated_env(), capture_output=True, text=True, check=False, timeout=600)
+            done = pip(python, "install", "--no-cache-dir", "--index-url", f"{base}/cpu/simple/", "example-cpp-ops")
             assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         versions = installed(python)
         assert versions["example-cpp-ops"] == built.version and versions["torch"] == "2.13.0+cpu", versions
