@@ -23,6 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TAIL = 15  # lines of a failed command's log that are shown
+KEEP_WORK = "WHEELMILL_BENCHMARK_KEEP_WORK"
 
 
 class RunFailed(Exception):
@@ -98,8 +99,10 @@ def empty_compiler_cache(output: Path) -> None:
 
 @contextlib.contextmanager
 def workspace(prefix: str) -> Iterator[Path]:
-    """A fresh work directory, removed when the benchmark passes. A command that fails ends
-    the benchmark here: exit status 1, its log's last lines, and the directory kept."""
+    """A fresh work directory, removed when the benchmark passes, or kept and named where
+    ``WHEELMILL_BENCHMARK_KEEP_WORK`` is 1 (for a caller that reads what the benchmark made:
+    a test of the same builds). A command that fails ends the benchmark here: exit status 1,
+    its log's last lines, and the directory kept."""
     root = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         yield root
@@ -109,4 +112,7 @@ def workspace(prefix: str) -> Iterator[Path]:
         print(f"the last lines of {failed.log}:", *(f"  {line}" for line in lines), sep="\n", file=sys.stderr)
         print(f"kept for a look: {root}", file=sys.stderr)
         raise SystemExit(1) from None
+    if os.environ.get(KEEP_WORK) == "1":
+        print(f"work directory kept: {root}")
+        return
     shutil.rmtree(root, ignore_errors=True)

@@ -15,6 +15,7 @@ fleet) and the engine ones keep their own caches, marked ``own_compiler_cache``.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -31,6 +32,7 @@ pytestmark = pytest.mark.integration
 # What counts hits and misses compiles into its own cache: none taken from what other tests compiled.
 own_compiles = pytest.mark.own_compiler_cache
 ROOT = Path(__file__).resolve().parent.parent.parent
+KEEP_WORK = "WHEELMILL_BENCHMARK_KEEP_WORK"  # benchmarks/runs.py's: a passing benchmark's work directory kept
 NVCC = ("/usr/local/cuda-13.0/bin", os.environ.get("CUDA_HOME", "") + "/bin")
 # Each benchmark's smallest case, as docs/benchmarks.md's table of smoke runs shows it.
 SMOKES = {
@@ -54,9 +56,14 @@ SMOKES = {
 }
 
 
-def benchmark(tmp_path: Path, script: str, timeout: float = 1800, extra: tuple[str, ...] = ()) -> str:
-    """What ``benchmarks/SCRIPT`` printed in its smallest case (and ``extra``); it must exit 0."""
+def benchmark(
+    tmp_path: Path, script: str, timeout: float = 1800, extra: tuple[str, ...] = (), *, keep: bool = False
+) -> str:
+    """What ``benchmarks/SCRIPT`` printed in its smallest case (and ``extra``); it must exit 0.
+    ``keep``: its work directory stays (``work directory kept: PATH``), for the test to read
+    what it built."""
     env = {**os.environ, "WHEELMILL_ENGINE": "none", "TMPDIR": str(tmp_path)}  # a kept work directory lands here
+    env[KEEP_WORK] = "1" if keep else "0"
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / script), *SMOKES[script], *extra],
         cwd=ROOT,
@@ -67,8 +74,13 @@ def benchmark(tmp_path: Path, script: str, timeout: float = 1800, extra: tuple[s
         check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert not list(tmp_path.glob("*bench*")), "a passing benchmark removes its work directory"
+    assert keep or not list(tmp_path.glob("*bench*")), "a passing benchmark removes its work directory"
     return done.stdout
+
+
+def kept(out: str) -> Path:
+    (line,) = [line for line in out.splitlines() if line.startswith("work directory kept: ")]
+    return Path(line.removeprefix("work directory kept: "))
 
 
 def needs_cuda() -> None:
@@ -99,10 +111,26 @@ def test_noop_builds_a_cell_twice_and_the_second_time_builds_nothing(tmp_path: P
 
 @own_compiles
 def test_cache_rebuilds_torchsort_warm(tmp_path: Path) -> None:
-    out = benchmark(tmp_path, "cache.py")
+    """The benchmark's lines, and what its two builds into one output root show: the second
+    compiled nothing, every object a hit of the local disk cache under the output root, said
+    in the build step's check and the summary; the cache's server gone with the cell."""
+    out = benchmark(tmp_path, "cache.py", keep=True)
     assert "torchsort: torchsort in cpu-py311" in out
-    assert "cold (empty cache)" in out and "warm (same cache)" in out
+    cold = re.search(r"cold \(empty cache\) +build step +[\d.]+ s +\(\d+ hits, (\d+) misses\)", out)
+    assert cold and int(cold[1]) > 0, out
+    assert re.search(r"warm \(same cache\) +build step +[\d.]+ s +\([1-9]\d* hits, 0 misses\)", out), out
     assert "ratio cold/warm: build step " in out
+    output = kept(out) / "torchsort"
+    warm = json.loads((output / "cpu-py311" / "report.json").read_text())
+    stats = warm["facts"]["compiler_cache"]["torchsort"]
+    assert stats["hits"] > 0 and stats["misses"] == 0, stats
+    assert stats["hits_by_language"].get("C/C++", 0) > 0 and stats["location"].startswith("Local disk"), stats
+    assert (output / ".cache" / "sccache").is_dir(), "local disk under the output root"
+    checks = [(s["step"], c["verdict"], c["detail"]) for s in warm["steps"] for c in s["checks"]]
+    assert ("build", "pass", f"{stats['hits']} hits, 0 misses ({stats['location']})") in checks
+    *_, second = (kept(out) / "torchsort.log").read_text().split("\n$ ")  # the warm build's output
+    assert "compiler cache" in second, "the summary's table, after the second build"
+    assert not (output / "cpu-py311" / "sccache.sock").exists(), "the server is stopped when the cell ends"
 
 
 def test_pythons_builds_one_python_then_two(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """The compiler cache for real: a cell built twice into one output root compiles nothing the
-second time; a cache that cannot be reached is one warning and a build without it, never a
+second time (the cache benchmark's smoke, test_benchmarks.py, builds torchsort so and holds
+its reports to that); a cache that cannot be reached is one warning and a build without it, never a
 failed build; shared tiers (a real redis-server and S3 server) serve one runner what another
 compiled, and a read-only build writes nothing to them. In the container, and for nvcc's
 host and device steps: test_containers.py's second run, and the CUDA cell's test in
@@ -71,23 +72,6 @@ def cache_checks(report: dict[str, Any]) -> list[tuple[str, str, str]]:
         for check in step["checks"]
         if check["name"] == "compiler-cache"
     ]
-
-
-def assert_second_build_hits(output: Path, engine: str) -> None:
-    first = build(output, engine=engine)
-    assert first["facts"]["compiler_cache"][RECIPE]["misses"] > 0, first["facts"]
-    second = build(output, engine=engine)
-    stats = second["facts"]["compiler_cache"][RECIPE]
-    assert stats["hits"] > 0 and stats["misses"] == 0, stats
-    assert stats["hits_by_language"].get("C/C++", 0) > 0 and stats["location"].startswith("Local disk")
-    assert (output / ".cache" / "sccache").is_dir(), "local disk under the output root"
-    assert ("build", "pass", f"{stats['hits']} hits, 0 misses ({stats['location']})") in cache_checks(second)
-    assert "compiler cache" in second["stdout"]  # the summary's table
-    assert not (output / CELL / "sccache.sock").exists(), "the server is stopped when the cell ends"
-
-
-def test_a_rebuild_on_this_machine_takes_every_object_from_the_cache(tmp_path: Path) -> None:
-    assert_second_build_hits(tmp_path / "out", "none")
 
 
 def test_an_unreachable_cache_is_one_warning_and_a_build_without_it(tmp_path: Path) -> None:

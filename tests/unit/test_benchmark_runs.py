@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import pythons
 import runs
 
-from tests.integration.test_benchmarks import SMOKES
+from tests.integration.test_benchmarks import KEEP_WORK, SMOKES
 
 
 def test_a_passing_benchmark_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -28,6 +28,18 @@ def test_a_passing_benchmark_leaves_nothing_behind(tmp_path: Path, monkeypatch: 
         assert status.startswith("# exit status 0 after ")
         assert root.parent == tmp_path
     assert not root.exists()
+
+
+def test_a_passing_benchmark_asked_to_keep_its_work_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert runs.KEEP_WORK == KEEP_WORK, "the name the smokes set"
+    monkeypatch.setenv(KEEP_WORK, "1")
+    with runs.workspace("bench-") as root:
+        (root / "made").write_text("what a test reads")
+    assert (root / "made").read_text() == "what a test reads"
+    assert capsys.readouterr().out == f"work directory kept: {root}\n"
 
 
 def test_a_failed_command_stops_the_benchmark_with_its_log_and_keeps_the_directory(
