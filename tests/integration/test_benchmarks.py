@@ -8,6 +8,9 @@ under the test's temporary directory where a benchmark fails. The CUDA cells are
 cuda130-sm90 ones (one arch to compile) on Python 3.10 and 3.11, whose torch the serving and
 cell tests install too.
 
+The serving benchmark's smoke builds the cells test_serving.py tests, and runs there: that
+test reads what it built.
+
 A smoke gives no figure, so the smokes whose lines say nothing of where a compile came from
 (noop, pythons, serving, overhead) compile through the run's shared tier like the other
 integration tests (tests/compiles.py). The ones whose lines count hits and misses (cache,
@@ -138,15 +141,6 @@ def test_pythons_builds_one_python_then_two(tmp_path: Path) -> None:
     assert "round 1: cuda130-sm90-py310 alone " in out and "  cuda130-sm90-py311 in the run: " in out
     assert "each extra Python costs " in out and "the median of 1 rounds" in out
     assert "each extra Python's cell alone, every compile from the cache" in out
-
-
-def test_serving_builds_the_stable_example_once_for_its_group(tmp_path: Path) -> None:
-    """The group of cuda130-sm90 on this machine's platform: the aarch64 twin stays out."""
-    out = benchmark(tmp_path, "serving.py")
-    assert "cells cuda130-sm90-torch2.12-py310, cuda130-sm90-py310; cuda130-sm90-torch2.12-py310 builds" in out
-    assert "aarch64" not in out
-    assert "  cuda130-sm90-py310: its steps " in out and "(build served, install-test ok)" in out
-    assert "each extra torch or Python cost " in out and "the median of 1 rounds" in out
 
 
 @pytest.mark.cuda

@@ -1,11 +1,14 @@
 """Build once, serve many, for real: the stable example and the per-torch C++ example in two
 cells of one serving group (cuda130-sm90 on torch 2.14.1 and on torch 2.12.0, Python 3.10:
 both corners of the group, so both install-test). The stable example is compiled once, in
-the cell of the oldest torch (which the run builds first, although the command lists it
-second), and the same file is published into both channels, its floor checked against each
-channel's torch; the per-torch example is compiled in each cell, under a label of its own. A
-consumer resolves, from each channel's URL alone, the channel's torch, that torch's build of
-the per-torch example and the one stable build."""
+the cell of the oldest torch, and the same file is published into both channels, its floor
+checked against each channel's torch: the serving benchmark's smoke run builds exactly that,
+so the test runs it (benchmarks/serving.py, its lines checked as every smoke's are) and
+reads what it built. The per-torch example is then compiled in each cell, under a label of
+its own, into the same output root and index. A consumer resolves, from each channel's URL
+alone, the channel's torch, that torch's build of the per-torch example and the one stable
+build. (That a run builds the oldest torch's cell first, whichever the command lists first,
+is the plan's: tests/unit/test_docs.py.)"""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.channels import tree_channel
+from tests.integration.test_benchmarks import benchmark, kept
 from tests.integration.test_cells import ROOT, report
 from tests.integration.test_index import Served, isolated_env, uv
 from wheelmill.index.channels import built_by_key
@@ -38,10 +42,12 @@ CELLS = {
 STABLE, PER_TORCH = "example-stable-ops", "example-cpp-ops"
 
 
-def _build(output: Path) -> subprocess.CompletedProcess[str]:
+def _build(output: Path, index: Path) -> subprocess.CompletedProcess[str]:
+    """The per-torch example in both cells, the newer torch's listed first."""
     cells = [arg for cell in CELLS for arg in ("--cell", cell)]
-    command = [sys.executable, "-m", "wheelmill", "build", "--recipe", PER_TORCH, "--recipe", STABLE, *cells]
-    env = {**os.environ, "WHEELMILL_OUTPUT": str(output), "WHEELMILL_ENGINE": "none"}
+    command = [sys.executable, "-m", "wheelmill", "build", "--recipe", PER_TORCH, *cells]
+    env = {**os.environ, "WHEELMILL_OUTPUT": str(output), "WHEELMILL_INDEX_ROOT": str(index)}
+    env["WHEELMILL_ENGINE"] = "none"
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=2400, check=False)
 
 
@@ -56,35 +62,45 @@ def _check(data: dict[str, Any], recipe: str, kind: str, name: str) -> dict[str,
 
 
 def test_the_stable_example_is_built_once_and_served_to_the_other_torchs_channel(tmp_path: Path) -> None:
-    output = tmp_path / "wheels"
-    result = _build(output)
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr
-    newer, oldest = (report(output, cell) for cell in CELLS)
-    assert _steps(oldest, STABLE)["build"] == "ok", "built in the cell of the oldest torch, listed second"
+    out = benchmark(tmp_path, "serving.py", keep=True)
+    assert "cells cuda130-sm90-torch2.12-py310, cuda130-sm90-py310; cuda130-sm90-torch2.12-py310 builds" in out
+    assert "aarch64" not in out, "the group of this machine's platform: the aarch64 twin stays out"
+    assert "  cuda130-sm90-py310: its steps " in out and "(build served, install-test ok)" in out
+    assert "each extra torch or Python cost " in out and "the median of 1 rounds" in out
+    work = kept(out)
+    output, index = work / "wheels", work / "index"
+    newer, oldest = (report(output, cell) for cell in CELLS)  # the benchmark's run of both cells
+    assert _steps(oldest, STABLE)["build"] == "ok", "built in the cell of the oldest torch"
     served = _steps(newer, STABLE)
     assert {served[kind] for kind in ("build", "stamp", "post-build-checks", "repair")} == {"served"}, served
     assert served["post-repair-checks"] == served["install-test"] == served["publish"] == "ok", served
-    assert _steps(newer, PER_TORCH)["build"] == "ok", "built per torch: compiled in each cell"
     for data, torch in ((oldest, "2.12.0"), (newer, "2.14.1")):
         serves = _check(data, STABLE, "post-repair-checks", "serves")
         assert serves["verdict"] == "pass" and "stable shims of torch >= 2.10.0" in serves["detail"], serves
         assert serves["detail"].endswith(f"torch {torch}"), serves
-    assert "served from their one build in another channel of their serving group: example-stable-ops" in result.stdout
-    wheels = {cell: {r["name"]: r["wheel"] for r in report(output, cell)["recipes"]} for cell in CELLS}
-    one, other = (wheels[cell][STABLE] for cell in CELLS)
+    said = (work / "bench.log").read_text()
+    assert "served from their one build in another channel of their serving group: example-stable-ops" in said
+    one, other = ({r["name"]: r["wheel"] for r in report(output, cell)["recipes"]}[STABLE] for cell in CELLS)
     assert (one["name"], one["sha256"]) == (other["name"], other["sha256"]), "the same file in both"
     assert "+cu130.sm90-cp310-abi3-" in one["name"]
-    cpp = {cell: wheels[cell][PER_TORCH]["name"] for cell in CELLS}
+
+    result = _build(output, index)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr
+    cpp = {}
+    for cell in CELLS:
+        data = report(output, cell)
+        assert _steps(data, PER_TORCH)["build"] == "ok", "built per torch: compiled in each cell"
+        cpp[cell] = {r["name"]: r["wheel"] for r in data["recipes"]}[PER_TORCH]["name"]
     assert (
         "+cu130.sm90-" in cpp["cuda130-sm90-py310"] and "+cu130.sm90.torch2.12-" in cpp["cuda130-sm90-torch2.12-py310"]
     )
     keys = []
     for channel, _torch in CELLS.values():
-        index = tree_channel(output / "index", channel)
-        assert problems(index) == []
-        keys.append({key for key, (_project, entry) in built_by_key(index).items() if entry.filename == one["name"]})
+        listed = tree_channel(index, channel)
+        assert problems(listed) == []
+        keys.append({key for key, (_project, entry) in built_by_key(listed).items() if entry.filename == one["name"]})
     assert keys[0] == keys[1] and len(keys[0]) == 1, "listed in both channels under its one build key"
-    _each_channel_resolves_its_torch(output / "index", tmp_path, cpp, one["name"])
+    _each_channel_resolves_its_torch(index, tmp_path, cpp, one["name"])
 
 
 def _each_channel_resolves_its_torch(index_root: Path, tmp_path: Path, cpp: dict[str, str], stable: str) -> None:
