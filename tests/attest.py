@@ -41,22 +41,12 @@ RECORD = BuildRecord(
 
 
 def published_signed(
-    channel: ObjectChannel,
-    directory: Path,
-    name: str,
-    version: str,
-    *,
-    key: SigningKey | None,
-    tag: str = "py3-none-any",
-    files: Mapping[str, bytes] | None = None,
-    requires: Sequence[str] = (),
-    gpu_archs: bytes | None = None,
+    channel: ObjectChannel, directory: Path, name: str, version: str, *, key: SigningKey | None
 ) -> Path:
-    """A wheel with wheelmill's SBOM, published into ``channel`` with its build statement
-    signed by ``key`` (None: published without provenance); the wheel."""
-    wheel, provenance = signed_wheel(
-        directory, name, version, key=key, tag=tag, files=files, requires=requires, gpu_archs=gpu_archs
-    )
+    """A pure wheel with wheelmill's SBOM, published into ``channel`` with its build statement
+    signed by ``key`` (None: published without provenance); the wheel. Another tag, files or
+    requirements: ``signed_wheel``'s wheel and provenance, published."""
+    wheel, provenance = signed_wheel(directory, name, version, key=key)
     publish(channel, wheel, provenance=provenance)
     return wheel
 

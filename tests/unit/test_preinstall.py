@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.attest import published_signed
+from tests.attest import published_signed, signed_wheel
 from tests.channels import tree_channel
 from tests.conftest import CliRunner
 from tests.reports import write_report
@@ -26,6 +26,7 @@ from wheelmill.images import doctor
 from wheelmill.images.editions import built_installed
 from wheelmill.images.smoke import Smoke
 from wheelmill.index.pages import Project
+from wheelmill.index.roots import publish
 from wheelmill.machine.engine import Engine, EngineName
 from wheelmill.machine.process import StepLog
 from wheelmill.provenance.sbom import SBOM_FILE
@@ -299,7 +300,9 @@ def gpu_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def publish_gpu_wheel(tmp_path: Path, key: SigningKey | None) -> Path:
     archs = json.dumps({"arch_list": "9.0", "cell": GPU_CELL, "family": "cuda"}).encode()
     channel = tree_channel(tmp_path / "index", "cu130")
-    return published_signed(channel, tmp_path / "built", "wm-good", "1.0+cu130", key=key, tag=CUDA_TAG, gpu_archs=archs)
+    wheel, provenance = signed_wheel(tmp_path / "built", "wm-good", "1.0+cu130", key=key, tag=CUDA_TAG, gpu_archs=archs)
+    publish(channel, wheel, provenance=provenance)
+    return wheel
 
 
 def gpu_stage(cli: CliRunner, recipes: Path) -> tuple[int, str, list[str], dict[str, object]]:
