@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -87,9 +87,9 @@ def build(project: Path, output: Path, *args: str, served: str | None = None) ->
 
 
 @contextmanager
-def serving(root: Path) -> Iterator[str]:
+def serving(root: Path, access_log: IO[str] | None = None) -> Iterator[str]:
     """The index tree at ``root`` served over loopback, as a team serves its index."""
-    server = make_server(root, "127.0.0.1", 0)
+    server = make_server(root, "127.0.0.1", 0, access_log)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -20,9 +20,11 @@ from tests.integration.test_build_keys import serving
 from tests.sandbox import TAG, Sandbox, build, dist_info, repair_as_auditwheel_tags
 from tests.wheels import make_wheel
 from wheelmill.index.pages import FileEntry
-from wheelmill.index.roots import publish
+from wheelmill.index.roots import provenance_of, publish
+from wheelmill.index.serve import parse_access_log
 from wheelmill.machine.net import sha256_of
 from wheelmill.provenance.signing import new_signing_key
+from wheelmill.provenance.statement import beside
 
 pytestmark = pytest.mark.integration
 
@@ -82,10 +84,16 @@ def test_a_served_wheel_that_does_not_verify_is_built_here_and_a_verified_one_is
             pytest.fail(f"the refused file was left in the cell's tree: {leftover}")
         shutil.rmtree(sandbox.output)  # the next case's runner starts empty again
 
-    # The team's own index, served: its signed build verifies and is taken.
-    with serving(team_index) as url:
+    # The team's own index, served: its signed build verifies and is taken, with the
+    # provenance it was verified against, read once (a second read could be other bytes).
+    with (tmp_path / "access.log").open("a") as log, serving(team_index, log) as url:
         monkeypatch.setenv("WHEELMILL_SERVED_INDEX", url)
         result = build(cli, monkeypatch, sandbox, "cpu")
     assert result.code == 0, result.out[-3000:] + result.err
     (recipe,) = report(sandbox)["recipes"]
     assert recipe["status"] == "reused", recipe
+    requests = parse_access_log((tmp_path / "access.log").read_text().splitlines())
+    read = [path for path, _status, _size in requests if path.endswith(".intoto.jsonl")]
+    assert len(read) == 1, read
+    delivered = beside(Path(recipe["wheel"]["path"]))
+    assert delivered.read_bytes() == provenance_of(tree_channel(team_index, "cpu"), built), "the bytes verified"

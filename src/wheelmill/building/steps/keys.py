@@ -18,6 +18,7 @@ file. One that does not verify is a warning, and its recipe is built here instea
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ from wheelmill.machine.net import download, fetch_bytes
 from wheelmill.machine.toolchain import Found, find_compiler
 from wheelmill.planning.buildkey import BuildKey, build_keys, host_identity, image_identity
 from wheelmill.planning.spec import CellPlan, RecipeSpec
-from wheelmill.provenance.signing import trusted_keys_of
+from wheelmill.provenance.signing import TrustedKey, trusted_keys_of
 from wheelmill.provenance.verification import Claims, verify_file
 from wheelmill.retry import TransientError, with_retries
 from wheelmill.settings import Settings, Signatures
@@ -86,9 +87,11 @@ class Listed:
         ctx.log.note(f"fetched {self.entry.filename} from {url} (sha256 {self.entry.sha256[:12]}... checked)")
         return target
 
+    @cached_property
     def provenance(self) -> bytes | None:
         """Its signed provenance, delivered with it (a release publishes it from dist/); None
-        where it has none, or the served one cannot be read (the publish step says so)."""
+        where it has none, or the served one cannot be read (the publish step says so). Read
+        once: the bytes verified are the bytes delivered, whatever the server answers later."""
         if self.held is not None:
             return provenance_of(self.held, self.entry)
         if self.provenance_url is None:
@@ -109,12 +112,17 @@ class Listings:
         self.read: dict[str, dict[str, Listed]] = {}
         self.problems: list[str] = []
 
+    @cached_property
+    def trusted(self) -> tuple[TrustedKey, ...]:
+        """The trusted keys, read once for every file of the served index the step looks at."""
+        return trusted_keys_of(self.ctx.run.settings)
+
     def admits(self, hit: Listed, wheel: Path) -> bool:
         """Whether the served index's ``wheel`` is taken: the local index's always (this
         machine published it). Where it is not, why is a problem, and the file is removed."""
         if hit.url is None:
             return True
-        why = refusal(self.ctx.run.settings, hit, wheel)
+        why = refusal(self.ctx.run.settings, self.trusted, hit, wheel)
         if why is None:
             return True
         wheel.unlink(missing_ok=True)
@@ -247,7 +255,7 @@ def _find_served(ctx: StepContext, spec: RecipeSpec, key: BuildKey, listings: Li
             # it yet: no cell of this torch has tested it, so none is published untested with it.
             tested = spec.serving.tests_in(cell) or name != ctx.run.plan.channel or hit.file is None
             # Untested here, it is delivered now, as a published one is; tested, its test delivers it.
-            delivered = None if tested else deliver(ctx.run.layout.dist, wheel, link=True, provenance=hit.provenance())
+            delivered = None if tested else deliver(ctx.run.layout.dist, wheel, link=True, provenance=hit.provenance)
             return ServedBuild(
                 recipe=spec.name,
                 key=key.digest,
@@ -258,7 +266,7 @@ def _find_served(ctx: StepContext, spec: RecipeSpec, key: BuildKey, listings: Li
                 tested=tested,
                 delivered=delivered,
                 served_from=hit.served_from,
-                provenance=hit.provenance(),
+                provenance=hit.provenance,
             )
     return None
 
@@ -272,7 +280,7 @@ def _found_published(ctx: StepContext, key: BuildKey, hit: Listed, listings: Lis
         for r in map(Requirement, read_wheel(wheel).requires_dist)
         if r.name == "torch"
     ]
-    path = deliver(ctx.run.layout.dist, wheel, link=True, provenance=hit.provenance())
+    path = deliver(ctx.run.layout.dist, wheel, link=True, provenance=hit.provenance)
     return PublishedBuild(
         recipe=key.recipe,
         key=key.digest,
@@ -285,10 +293,9 @@ def _found_published(ctx: StepContext, key: BuildKey, hit: Listed, listings: Lis
     )
 
 
-def refusal(settings: Settings, hit: Listed, wheel: Path) -> str | None:
+def refusal(settings: Settings, trusted: tuple[TrustedKey, ...], hit: Listed, wheel: Path) -> str | None:
     """Why a file of the served index is not taken (None: it is): it must verify against its
-    provenance and the trusted keys, wherever there are keys; under ``required`` there must be."""
-    trusted = trusted_keys_of(settings)
+    provenance and the ``trusted`` keys, wherever there are keys; under ``required`` there must be."""
     if not trusted:
         if settings.signatures is Signatures.REQUIRED:
             return "WHEELMILL_SIGNATURES=required, and no trusted key to verify it with (WHEELMILL_TRUSTED_KEYS)"
@@ -297,7 +304,7 @@ def refusal(settings: Settings, hit: Listed, wheel: Path) -> str | None:
         filename=hit.entry.filename,
         sha256=hit.entry.sha256,
         build_keys=hit.entry.build_keys,
-        provenance=hit.provenance(),
+        provenance=hit.provenance,
         source=hit.provenance_url or "",
     )
     verdict = verify_file(wheel, claims, trusted=trusted)
