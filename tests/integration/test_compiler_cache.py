@@ -1,7 +1,7 @@
 """The compiler cache for real: a cell built twice into one output root compiles nothing the
 second time (the cache benchmark's smoke, test_benchmarks.py, builds torchsort so and holds
-its reports to that); a cache that cannot be reached is one warning and a build without it, never a
-failed build; shared tiers (a real redis-server and S3 server) serve one runner what another
+its reports to that); a cache that cannot be reached is one warning and a build without it,
+never a failed build; shared tiers (a real redis-server and S3 server) serve one runner what another
 compiled, and a read-only build writes nothing to them. In the container, and for nvcc's
 host and device steps: test_containers.py's second run, and the CUDA cell's test in
 test_cells.py, which builds example-cuda-ops again."""
