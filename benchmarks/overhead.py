@@ -186,6 +186,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.smoke:
         args.rounds, args.warm_up = 1, False
+    if args.fresh_output:  # a first build's: no bytecode store kept outside the output root either
+        os.environ.pop("WHEELMILL_BYTECODE_STORE", None)
     rounds: list[tuple[float, float, float]] = []  # wheelmill, of which publishing, baseline
     with runs.workspace("wheelmill-bench-") as root:
         log = root / "bench.log"

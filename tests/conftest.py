@@ -43,7 +43,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(SkipsInCi(), "wheelmill-skips-in-ci")
     config.pluginmanager.register(NamelessImages(), "wheelmill-nameless-images")
     config.pluginmanager.register(CpuTimes(), "wheelmill-cpu-times")
-    _uv_cache(config)
+    _run_directories(config)
     if not hasattr(config, "workerinput"):  # the controller's, before the workers start: they inherit them
         images, cache = RunImages(), RunCache()
         config.pluginmanager.register(images, "wheelmill-run-images")  # each one's pytest_unconfigure stops it
@@ -52,26 +52,35 @@ def pytest_configure(config: pytest.Config) -> None:
         cache.start()
 
 
-def _uv_cache(config: pytest.Config) -> None:
-    """One uv cache for the whole run, removed at its end. uv keys a wheel by the URL it
-    came from, and the tests serve channels on new ports every time: in the user's cache,
-    each run would leave gigabytes of unpacked torch behind for good. Made before the
-    workers start (they inherit the environment), so that they share it."""
-    if "UV_CACHE_DIR" in os.environ:
-        return
-    path = Path(tempfile.mkdtemp(prefix="uv-cache-of-wheelmill-tests-"))
-    os.environ["UV_CACHE_DIR"] = str(path)
-    config.stash[_MADE_UV_CACHE] = path
+# Directories of the whole run, each named by its variable, made before the workers start
+# (they inherit the environment, and so share them) and removed at the run's end:
+RUN_DIRECTORIES = {
+    # uv keys a wheel by the URL it came from, and the tests serve channels on new ports every
+    # time: in the user's cache, each run would leave gigabytes of unpacked torch behind.
+    "UV_CACHE_DIR": "uv-cache-of-wheelmill-tests-",
+    # Every test builds into an output root of its own: one bytecode store for them all
+    # compiles torch's modules once a run, not once a test (docs/design/compiler-cache.md).
+    "WHEELMILL_BYTECODE_STORE": "bytecode-of-wheelmill-tests-",
+}
+
+
+def _run_directories(config: pytest.Config) -> None:
+    """Each of RUN_DIRECTORIES that the caller's environment does not name already."""
+    made = {}
+    for variable, prefix in RUN_DIRECTORIES.items():
+        if variable not in os.environ:
+            made[variable] = Path(tempfile.mkdtemp(prefix=prefix))
+            os.environ[variable] = str(made[variable])
+    config.stash[_MADE_DIRECTORIES] = made
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    path = config.stash.get(_MADE_UV_CACHE, None)
-    if path is not None:
-        del os.environ["UV_CACHE_DIR"]
+    for variable, path in config.stash.get(_MADE_DIRECTORIES, {}).items():
+        del os.environ[variable]
         shutil.rmtree(path, ignore_errors=True)
 
 
-_MADE_UV_CACHE = pytest.StashKey[Path]()
+_MADE_DIRECTORIES = pytest.StashKey[dict[str, Path]]()
 
 # In CI (CI=true) a skipped test fails the run: scripts/setup --system installs every
 # prerequisite there, so a skip means one went missing and its checks silently did not run.

@@ -149,6 +149,10 @@ class Settings:
     # signing key's own public half, where one is set.
     trusted_keys: tuple[Path, ...] = ()
     signatures: Signatures = Signatures.OPTIONAL
+    # Where envs' compiled bytecode is kept (wheelmill.building.bytecode): None, under the
+    # output root; a directory shared by every output root of a machine saves each new root
+    # compiling torch's modules again.
+    bytecode_store: Path | None = None
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -184,6 +188,7 @@ class Settings:
             signing_key_file=Path(file) if (file := env.get("WHEELMILL_SIGNING_KEY_FILE")) else None,
             trusted_keys=tuple(Path(p) for p in env.get("WHEELMILL_TRUSTED_KEYS", "").split(os.pathsep) if p),
             signatures=_enum(env, "WHEELMILL_SIGNATURES", Signatures),
+            bytecode_store=Path(store) if (store := env.get("WHEELMILL_BYTECODE_STORE")) else None,
         )
 
     def layered(

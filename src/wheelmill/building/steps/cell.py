@@ -37,10 +37,11 @@ from wheelmill.machine.toolchain import (
     find_python,
     find_toolkit,
 )
+from wheelmill.output.layout import CellLayout
 from wheelmill.planning.locks import locate_torch, mismatch, none_reachable, path_of, requirements_text
 from wheelmill.planning.spec import CellPlan
 from wheelmill.retry import TransientError
-from wheelmill.settings import EnvBackendName
+from wheelmill.settings import EnvBackendName, Settings
 
 
 def _failure(cell: Cell, step: str, kind: type[WheelmillError] = PrecheckError) -> Callable[[str, str], WheelmillError]:
@@ -375,7 +376,7 @@ def home_as_seen(runner: Runner, env: Env, python: Path) -> None:
 
 
 def keep_bytecode(ctx: StepContext, env: Env, what: str) -> None:
-    """Keep ``env``'s compiled modules in the output root's bytecode store (``wheelmill.building.bytecode``)."""
+    """Keep ``env``'s compiled modules in the bytecode store (``wheelmill.building.bytecode``)."""
     for site in site_packages(ctx.where.runner.host_path(env.root))[:1]:
         ctx.log.note(f"{_bytecode_store(ctx).keep(site)} compiled modules {what}")
 
@@ -390,7 +391,20 @@ def lend_bytecode(ctx: StepContext, env: Env) -> None:
 
 
 def _bytecode_store(ctx: StepContext) -> BytecodeStore:
-    return BytecodeStore(ctx.run.layout.cache / "bytecode")
+    return bytecode_store(ctx.run.settings, ctx.run.layout)
+
+
+def bytecode_store(settings: Settings, layout: CellLayout) -> BytecodeStore:
+    """The one ``WHEELMILL_BYTECODE_STORE`` names (every output root of a machine sharing it:
+    what one compiled, the next need not), else the output root's own.
+
+    >>> layout = CellLayout(output=Path("/o"), cell="cpu-py311")
+    >>> bytecode_store(Settings(), layout).root
+    PosixPath('/o/.cache/bytecode')
+    >>> bytecode_store(Settings.from_environ({"WHEELMILL_BYTECODE_STORE": "/machine/bytecode"}), layout).root
+    PosixPath('/machine/bytecode')
+    """
+    return BytecodeStore(settings.bytecode_store or layout.cache / "bytecode")
 
 
 def env_checks(ctx: StepContext) -> Outcome:
