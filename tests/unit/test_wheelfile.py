@@ -1,4 +1,5 @@
-"""Rewriting a wheel's metadata: new version label, exact pins, a valid RECORD."""
+"""Reading and rewriting wheels: a new version label, exact pins, a valid RECORD; and a RECORD held
+true of every file (a wheel edited after its build is neither published nor reused)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,15 @@ from pathlib import Path
 import pytest
 
 from tests.wheels import make_wheel
+from wheelmill.building.steps.keys import Listed, refusal
 from wheelmill.checks import Verdict
 from wheelmill.checks.contents import judge_label, judge_pins
 from wheelmill.errors import InvalidWheel
-from wheelmill.wheel.wheelfile import read_wheel, rewrite_metadata
+from wheelmill.index.objects import ObjectChannel, publish
+from wheelmill.index.pages import FileEntry
+from wheelmill.index.storage import TreeStorage
+from wheelmill.settings import Settings
+from wheelmill.wheel.wheelfile import check_record, read_wheel, rewrite_metadata
 
 
 def test_stamp_adds_label_and_exact_pins(tmp_path: Path) -> None:
@@ -94,3 +100,53 @@ def test_a_member_that_inflates_a_hundredfold_is_refused_before_it_is_read(tmp_p
         read_wheel(wheel)
     plain = make_wheel(tmp_path / "plain", "demo", "1.0", files={"demo/zeros.bin": bytes(65 << 20)}, stored=True)
     assert read_wheel(plain).name == "demo", "stored, the same bytes are no bomb"
+
+
+def edited(wheel: Path, where: Path, *, replace: dict[str, bytes] | None = None, drop: str = "") -> Path:
+    """A copy of ``wheel`` in ``where`` with members replaced, added or dropped after its build,
+    its RECORD as the build wrote it."""
+    changes: dict[str, bytes] = dict(replace or {})
+    out = where / wheel.name
+    where.mkdir()
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(out, "w") as target:
+        for name in source.namelist():
+            if name != drop:
+                target.writestr(name, changes.pop(name) if name in changes else source.read(name))
+        for name, data in changes.items():
+            target.writestr(name, data)
+    return out
+
+
+def test_a_record_true_of_every_file_passes_and_a_lying_one_is_named(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path, "demo", "1.0", files={"demo/__init__.py": b"A = 1\n", "demo/data.txt": b"d"})
+    check_record(wheel)
+    lies = {
+        "has other bytes than its RECORD says": edited(wheel, tmp_path / "a", replace={"demo/__init__.py": b"B\n"}),
+        "demo/extra.py is not in its RECORD": edited(wheel, tmp_path / "b", replace={"demo/extra.py": b"x = 1\n"}),
+        "its RECORD lists demo/data.txt, which it does not hold": edited(wheel, tmp_path / "c", drop="demo/data.txt"),
+    }
+    for said, lying in lies.items():
+        with pytest.raises(InvalidWheel, match=said):
+            check_record(lying)
+    record = "demo-1.0.dist-info/RECORD"
+    with zipfile.ZipFile(wheel) as zf:
+        rows = zf.read(record) + b"demo-1.0.dist-info/,,\n"
+    check_record(edited(wheel, tmp_path / "d", replace={record: rows}))  # a directory's row: what promotion writes
+
+
+def test_a_lying_wheel_is_neither_published_nor_reused_from_a_served_index(tmp_path: Path) -> None:
+    """Built and served files alike: a publish refuses it and lists nothing; the build-keys
+    step does not take it from a served index (and so builds the recipe here)."""
+    honest = make_wheel(tmp_path, "demo", "1.0", files={"demo/__init__.py": b"A = 1\n"})
+    lying = edited(honest, tmp_path / "lying", replace={"demo/__init__.py": b"import os\n"})
+    channel = ObjectChannel(TreeStorage(tmp_path / "index"), "cpu")
+    with pytest.raises(InvalidWheel, match="has other bytes than its RECORD says") as refused:
+        publish(channel, lying, build_key="k")
+    assert refused.value.exit_code == InvalidWheel.exit_code and channel.project("demo") is None
+    entry = FileEntry(
+        filename=lying.name, version="1.0", sha256="0" * 64, size=1, upload_time="", requires_python=None,
+        metadata_sha256="", build_keys=("k",),
+    )  # fmt: skip
+    served = Listed(channel="cpu", project="demo", entry=entry, url="http://127.0.0.1:9/cpu/", served_from="x")
+    assert "has other bytes than its RECORD says" in (refusal(Settings(), (), served, lying) or "")
+    assert refusal(Settings(), (), served, honest) is None

@@ -62,6 +62,7 @@ from wheelmill.index.pages import FileEntry, Project, agreement
 from wheelmill.index.storage import Headers, Storage, Stored
 from wheelmill.machine.net import sha256_of
 from wheelmill.provenance.statement import SUFFIX as PROVENANCE
+from wheelmill.wheel.wheelfile import check_record
 
 BUILT, MIRRORED, KEYS, YANKED, LEARNT = "built.json", "mirrored.json", "keys", "yanked", "provenance"
 IMMUTABLE = "public, max-age=31536000, immutable"
@@ -380,8 +381,10 @@ def publish(
     pages, each made once or swapped, never locked. ``handed_over``: the file is the index's
     to keep (a download made for it), so a tree stores it as another name, not a copy."""
     info = agreeing(wheel)
-    sha256 = sha256 or sha256_of(wheel)
     kind = MIRRORED if mirrored_from is not None else BUILT
+    if kind == BUILT:  # a mirrored file's bytes are its lock's: pinned by sha256, as its upstream made them
+        check_record(wheel)
+    sha256 = sha256 or sha256_of(wheel)
     there = channel.listing(info.name, wheel.name).get(wheel.name, Listed())
 
     def done(outcome: PublishOutcome, replaced: Sequence[str] = ()) -> Published:

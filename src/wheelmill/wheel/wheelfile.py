@@ -12,6 +12,7 @@ import csv
 import hashlib
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from email.message import Message
@@ -245,22 +246,66 @@ MAX_RECORD = 16 * 2**20  # RECORD: a line per file; a wheel of 100,000 files sta
 def recorded_hashes(path: Path) -> dict[str, str]:
     """What a wheel's RECORD says of each file that has a hash: its path in the wheel, and its
     hash as RECORD writes it (``sha256=...``); ``InvalidWheel`` for a wheel without one."""
+    _info, rows = _record_rows(path)
+    return {row[0]: row[1] for row in rows if len(row) >= 2 and row[1].startswith("sha256=")}
+
+
+def check_record(path: Path) -> None:
+    """Every file of the wheel listed in its RECORD with the hash of its bytes, and nothing
+    listed that is not there (RECORD itself and its signatures aside, which it cannot hash):
+    an installer takes RECORD's word for what it wrote, and a file that disagrees with it was
+    changed after the build that wrote it. ``InvalidWheel`` names the first that does not."""
+    info, rows = _record_rows(path)
+    unhashed = {f"{info.dist_info}/{name}" for name in ("RECORD", "RECORD.jws", "RECORD.p7s")}
+    listed = {row[0]: row[1] if len(row) >= 2 else "" for row in rows if row}
+    edited = "rebuild it; a wheel is never edited after its build"
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for member in zf.infolist():
+                said = listed.pop(member.filename, None)
+                if member.is_dir() or member.filename in unhashed:
+                    continue
+                if said is None:
+                    raise InvalidWheel(f"{path.name}: {member.filename[:200]} is not in its RECORD", fix=edited)
+                if said != _member_hash(zf, member):
+                    raise InvalidWheel(
+                        f"{path.name}: {member.filename[:200]} has other bytes than its RECORD says", fix=edited
+                    )
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError) as exc:
+        raise InvalidWheel(f"{path}: unreadable wheel ({exc})", fix="rebuild it; a wheel is a zip file") from None
+    missing = sorted(name for name in listed if name not in unhashed and not name.endswith("/"))  # a directory's row
+    if missing:
+        raise InvalidWheel(f"{path.name}: its RECORD lists {missing[0][:200]}, which it does not hold", fix=edited)
+
+
+def _record_rows(path: Path) -> tuple[WheelInfo, list[list[str]]]:
     info = read_wheel(path)
     try:
         with zipfile.ZipFile(path) as zf:
             text = _read_bounded(zf, f"{info.dist_info}/RECORD", path, MAX_RECORD).decode("utf-8")
-    except (KeyError, UnicodeDecodeError, zipfile.BadZipFile, OSError) as exc:
+        return info, list(csv.reader(text.splitlines()))
+    except (KeyError, UnicodeDecodeError, csv.Error, zipfile.BadZipFile, OSError) as exc:
         raise InvalidWheel(
             f"{path}: no readable RECORD ({exc})", fix="rebuild it with a standard build backend"
         ) from None
-    rows = csv.reader(text.splitlines())
-    return {row[0]: row[1] for row in rows if len(row) >= 2 and row[1].startswith("sha256=")}
+
+
+def _member_hash(zf: zipfile.ZipFile, member: zipfile.ZipInfo) -> str:
+    """A member's hash as RECORD writes it, read a megabyte at a time (a library can be GBs)."""
+    digest = hashlib.sha256()
+    with zf.open(member) as data:
+        while chunk := data.read(2**20):
+            digest.update(chunk)
+    return _recorded(digest.digest())
 
 
 def record_hash(data: bytes) -> str:
     """Bytes' hash as a RECORD writes it: ``sha256=`` and the digest in urlsafe base64, unpadded."""
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"sha256={digest}"
+    return _recorded(hashlib.sha256(data).digest())
+
+
+def _recorded(digest: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
 def rewrite_metadata(

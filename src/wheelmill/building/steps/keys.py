@@ -29,7 +29,7 @@ from wheelmill.building.products import BuildKeys, PublishedBuild, ServedBuild, 
 from wheelmill.building.steps.install import deliver
 from wheelmill.checks import CheckResult
 from wheelmill.conda.package import CondaTarget, conda_meta
-from wheelmill.errors import FetchError, WheelmillError
+from wheelmill.errors import FetchError, InvalidWheel, WheelmillError
 from wheelmill.files import Linked, write_all
 from wheelmill.index.channels import built_by_key
 from wheelmill.index.http_channel import HttpChannel
@@ -44,7 +44,7 @@ from wheelmill.provenance.signing import TrustedKey, trusted_keys_of
 from wheelmill.provenance.verification import Claims, verify_file
 from wheelmill.retry import TransientError, with_retries
 from wheelmill.settings import Settings, Signatures
-from wheelmill.wheel.wheelfile import read_wheel
+from wheelmill.wheel.wheelfile import check_record, read_wheel
 
 CHECK = "served-index"  # the verdict on reading it
 
@@ -294,8 +294,13 @@ def _found_published(ctx: StepContext, key: BuildKey, hit: Listed, listings: Lis
 
 
 def refusal(settings: Settings, trusted: tuple[TrustedKey, ...], hit: Listed, wheel: Path) -> str | None:
-    """Why a file of the served index is not taken (None: it is): it must verify against its
-    provenance and the ``trusted`` keys, wherever there are keys; under ``required`` there must be."""
+    """Why a file of the served index is not taken (None: it is): a wheel whose RECORD is
+    true of it, verified against its provenance and the ``trusted`` keys wherever there are
+    keys; under ``required`` there must be."""
+    try:
+        check_record(wheel)
+    except InvalidWheel as error:
+        return error.one_line()
     if not trusted:
         if settings.signatures is Signatures.REQUIRED:
             return "WHEELMILL_SIGNATURES=required, and no trusted key to verify it with (WHEELMILL_TRUSTED_KEYS)"
