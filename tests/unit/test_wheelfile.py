@@ -128,10 +128,11 @@ def test_a_record_true_of_every_file_passes_and_a_lying_one_is_named(tmp_path: P
     for said, lying in lies.items():
         with pytest.raises(InvalidWheel, match=said):
             check_record(lying)
-    record = "demo-1.0.dist-info/RECORD"
+    stamped = rewrite_metadata(wheel, tmp_path / "e", version="1.0+cpu", pins={})
     with zipfile.ZipFile(wheel) as zf:
-        rows = zf.read(record) + b"demo-1.0.dist-info/,,\n"
-    check_record(edited(wheel, tmp_path / "d", replace={record: rows}))  # a directory's row: what promotion writes
+        directory = {"demo/": b"", "demo-1.0.dist-info/RECORD": zf.read("demo-1.0.dist-info/RECORD") + b"demo/,,0\n"}
+    check_record(edited(wheel, tmp_path / "d", replace=directory))  # a directory member, and its row
+    check_record(stamped)  # as a stamp or a promotion writes it: a row for every member it copies
 
 
 def test_a_lying_wheel_is_neither_published_nor_reused_from_a_served_index(tmp_path: Path) -> None:

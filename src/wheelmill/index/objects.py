@@ -383,7 +383,7 @@ def publish(
     info = agreeing(wheel)
     kind = MIRRORED if mirrored_from is not None else BUILT
     if kind == BUILT:  # a mirrored file's bytes are its lock's: pinned by sha256, as its upstream made them
-        check_record(wheel)
+        check_record(wheel, info)
     sha256 = sha256 or sha256_of(wheel)
     there = channel.listing(info.name, wheel.name).get(wheel.name, Listed())
 

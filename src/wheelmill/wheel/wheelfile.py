@@ -246,21 +246,27 @@ MAX_RECORD = 16 * 2**20  # RECORD: a line per file; a wheel of 100,000 files sta
 def recorded_hashes(path: Path) -> dict[str, str]:
     """What a wheel's RECORD says of each file that has a hash: its path in the wheel, and its
     hash as RECORD writes it (``sha256=...``); ``InvalidWheel`` for a wheel without one."""
-    _info, rows = _record_rows(path)
+    info = read_wheel(path)
+    try:
+        with zipfile.ZipFile(path) as zf:
+            rows = _record_rows(zf, info)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise InvalidWheel(f"{path}: unreadable wheel ({exc})", fix="rebuild it; a wheel is a zip file") from None
     return {row[0]: row[1] for row in rows if len(row) >= 2 and row[1].startswith("sha256=")}
 
 
-def check_record(path: Path) -> None:
+def check_record(path: Path, info: WheelInfo | None = None) -> None:
     """Every file of the wheel listed in its RECORD with the hash of its bytes, and nothing
     listed that is not there (RECORD itself and its signatures aside, which it cannot hash):
     an installer takes RECORD's word for what it wrote, and a file that disagrees with it was
-    changed after the build that wrote it. ``InvalidWheel`` names the first that does not."""
-    info, rows = _record_rows(path)
+    changed after the build that wrote it. ``InvalidWheel`` names the first that does not.
+    ``info``: the wheel as ``read_wheel`` read it already."""
+    info = info or read_wheel(path)
     unhashed = {f"{info.dist_info}/{name}" for name in ("RECORD", "RECORD.jws", "RECORD.p7s")}
-    listed = {row[0]: row[1] if len(row) >= 2 else "" for row in rows if row}
     edited = "rebuild it; a wheel is never edited after its build"
     try:
         with zipfile.ZipFile(path) as zf:
+            listed = {row[0]: row[1] if len(row) >= 2 else "" for row in _record_rows(zf, info) if row}
             for member in zf.infolist():
                 said = listed.pop(member.filename, None)
                 if member.is_dir() or member.filename in unhashed:
@@ -273,20 +279,19 @@ def check_record(path: Path) -> None:
                     )
     except (zipfile.BadZipFile, zlib.error, OSError, EOFError) as exc:
         raise InvalidWheel(f"{path}: unreadable wheel ({exc})", fix="rebuild it; a wheel is a zip file") from None
-    missing = sorted(name for name in listed if name not in unhashed and not name.endswith("/"))  # a directory's row
+    missing = sorted(name for name in listed if name not in unhashed)
     if missing:
         raise InvalidWheel(f"{path.name}: its RECORD lists {missing[0][:200]}, which it does not hold", fix=edited)
 
 
-def _record_rows(path: Path) -> tuple[WheelInfo, list[list[str]]]:
-    info = read_wheel(path)
+def _record_rows(zf: zipfile.ZipFile, info: WheelInfo) -> list[list[str]]:
+    """The rows of the open wheel's RECORD; ``InvalidWheel`` where it has none it can read."""
     try:
-        with zipfile.ZipFile(path) as zf:
-            text = _read_bounded(zf, f"{info.dist_info}/RECORD", path, MAX_RECORD).decode("utf-8")
-        return info, list(csv.reader(text.splitlines()))
-    except (KeyError, UnicodeDecodeError, csv.Error, zipfile.BadZipFile, OSError) as exc:
+        text = _read_bounded(zf, f"{info.dist_info}/RECORD", info.path, MAX_RECORD).decode("utf-8")
+        return list(csv.reader(text.splitlines()))
+    except (KeyError, UnicodeDecodeError, csv.Error) as exc:
         raise InvalidWheel(
-            f"{path}: no readable RECORD ({exc})", fix="rebuild it with a standard build backend"
+            f"{info.path}: no readable RECORD ({exc})", fix="rebuild it with a standard build backend"
         ) from None
 
 
