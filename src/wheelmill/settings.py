@@ -148,6 +148,9 @@ class Settings:
     # Public key files or folders of them: the keys provenance is verified with. (): the
     # signing key's own public half, where one is set.
     trusted_keys: tuple[Path, ...] = ()
+    # The GPU runners' public keys: the GPU stage results a release records and promotion
+    # counts are verified with these alone (wheelmill.releases.gpu_attestation). (): none.
+    gpu_trusted_keys: tuple[Path, ...] = ()
     signatures: Signatures = Signatures.OPTIONAL
     # Where envs' compiled bytecode is kept (wheelmill.building.bytecode): None, under the
     # output root; a directory shared by every output root of a machine saves each new root
@@ -186,7 +189,8 @@ class Settings:
             publish_password=env.get("WHEELMILL_PUBLISH_PASSWORD") or None,
             signing_key=_signing_key(env),
             signing_key_file=Path(file) if (file := env.get("WHEELMILL_SIGNING_KEY_FILE")) else None,
-            trusted_keys=tuple(Path(p) for p in env.get("WHEELMILL_TRUSTED_KEYS", "").split(os.pathsep) if p),
+            trusted_keys=_paths(env, "WHEELMILL_TRUSTED_KEYS"),
+            gpu_trusted_keys=_paths(env, "WHEELMILL_GPU_TRUSTED_KEYS"),
             signatures=_enum(env, "WHEELMILL_SIGNATURES", Signatures),
             bytecode_store=Path(store) if (store := env.get("WHEELMILL_BYTECODE_STORE")) else None,
         )
@@ -254,6 +258,10 @@ def _shared_writes(env: Mapping[str, str]) -> SharedWrites:
         return chosen
     pull_request = env.get("GITHUB_EVENT_NAME", "") in PULL_REQUEST_EVENTS
     return SharedWrites.READ_ONLY if pull_request else SharedWrites.READ_WRITE
+
+
+def _paths(env: Mapping[str, str], name: str) -> tuple[Path, ...]:
+    return tuple(Path(p) for p in env.get(name, "").split(os.pathsep) if p)
 
 
 def _signing_key(env: Mapping[str, str]) -> str | None:

@@ -26,11 +26,14 @@ import pytest
 
 from tests.wheels import make_wheel
 from wheelmill.errors import EnvError, GpuCheckError, GpuUnproven, GpuVerdictMismatch, NoGpuError, PrecheckError
+from wheelmill.gpu.report import load_gpu_report
 from wheelmill.index.storage import TreeStorage
 from wheelmill.inputs.versions import Track, VersionRule
 from wheelmill.machine.net import sha256_of
 from wheelmill.machine.package_sources import machine_sources
 from wheelmill.machine.tools import uv_bin
+from wheelmill.provenance.signing import new_signing_key
+from wheelmill.releases.gpu_attestation import envelope_beside, opened
 from wheelmill.releases.records import Manifest, ReleasedFile, record
 from wheelmill.settings import Settings
 
@@ -114,10 +117,11 @@ def project(tmp_path: Path) -> Path:
 
 
 def wheelmill(
-    project: Path, *args: str, path: Path | None = None, gpus: str | None = None
+    project: Path, *args: str, path: Path | None = None, gpus: str | None = None, extra: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
+        **(extra or {}),
         "WHEELMILL_INDEX_ROOT": str(project.parent / "index"),
         "WHEELMILL_OUTPUT": str(project.parent / "out"),
         "PATH": f"{path}:{os.environ['PATH']}" if path else os.environ["PATH"],
@@ -254,14 +258,40 @@ def test_fresh_env_from_the_channel_alone_judges_each_wheel_against_doctor(proje
     assert "2 passed, 1 import-only, 2 skipped, 3 failed, 1 mismatch" in done.stdout
     assert not (project.parent / "out" / CELL / "gpu-stage").exists()  # the env is gone, the report stays
 
-    # What proved nothing, alone beside a pass: not a pass either, its own exit (25), one line.
+    signed = project.parent / "out" / CELL / "gpu-report.json.intoto.jsonl"
+    assert "gpu-report.json: unsigned (no signing key set)" in done.stdout and not signed.exists()
     for name in ("wm-skips", "wm-sm80", "wm-lies", "wm-wrong", "wm-cpu", "wm-norecord"):
         (project / f"{name}.toml").unlink()
-    done = wheelmill(project, "test-gpu", "--cell", CELL, path=stand_in_nvidia_smi(tmp_path / "bin"), gpus="0")
+    _proving_nothing_is_its_own_exit_and_the_runners_key_signs_it(project, tmp_path)
+
+
+def _proving_nothing_is_its_own_exit_and_the_runners_key_signs_it(project: Path, tmp_path: Path) -> None:
+    """What proved nothing, alone beside a pass: not a pass either, its own exit (25), one
+    line. The runner's key set: the report's record signed beside it, and nothing else."""
+    signed = project.parent / "out" / CELL / "gpu-report.json.intoto.jsonl"
+    runner = new_signing_key("ed25519")
+    (tmp_path / "runner.pem").write_bytes(runner.private_pem())
+    done = wheelmill(
+        project,
+        "test-gpu",
+        "--cell",
+        CELL,
+        path=stand_in_nvidia_smi(tmp_path / "bin"),
+        gpus="0",
+        extra={"WHEELMILL_SIGNING_KEY_FILE": str(tmp_path / "runner.pem")},
+    )
     assert done.returncode == GpuUnproven.exit_code, done.stdout[-3000:] + done.stderr
     (line,) = done.stderr.splitlines()
     assert "proved nothing of 2 wheel(s)" in line and "wm-nocheck" in line and "import-only" in line, line
     assert report(project)["status"] == "skipped"
+    assert f"signed by key {runner.key_id}: {signed}" in " ".join(done.stdout.split()), done.stdout[-2000:]
+    written = project.parent / "out" / CELL / "gpu-report.json"
+    record = opened(envelope_beside(written) or {}, [runner.trusted()], source=str(written))
+    assert record.signed_by == runner.key_id and record.facts() == load_gpu_report(written).record().facts()
+    assert record.status.value == "skipped" and len(record.tested) == 3
+    # Run again with no key: the earlier statement does not stay beside the new report.
+    done = wheelmill(project, "test-gpu", "--cell", CELL, path=stand_in_nvidia_smi(tmp_path / "bin"), gpus="0")
+    assert done.returncode == GpuUnproven.exit_code and not signed.exists()
 
 
 @pytest.fixture(scope="module")

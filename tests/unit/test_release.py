@@ -37,6 +37,7 @@ from wheelmill.machine.net import sha256_of
 from wheelmill.output.layout import CellLayout
 from wheelmill.output.report import BuiltCell, RecipeRecord, ReleaseRecord, Status, WheelRecord
 from wheelmill.provenance.signing import new_signing_key
+from wheelmill.releases.gpu_attestation import sign_gpu_record, write_signed
 from wheelmill.releases.promotion import promote, same_payload
 from wheelmill.releases.publish import BuiltWheel, collect_built, prune, publish_release, refuse_unattested
 from wheelmill.releases.records import (
@@ -808,6 +809,93 @@ def test_promotion_from_the_cli_is_gated_by_the_rcs_own_record(
     assert "test/2.4.0rc1 -> release/2.4.0" in promoted.out, "rc1, its commit's, not the newer rc2"
     git(repo, "commit", "-q", "--allow-empty", "-m", "later")
     one_line(cli(*promote_cli), 17, "no test release of 2.4.0 from commit")
+
+
+def _passed_report(rc: Manifest, runner: str) -> GpuReport:
+    """The GPU stage of the rc's cell on ``runner``, every file passed, as test-gpu reports it."""
+    return GpuReport(
+        cell="cuda118-py311", channel="test/cu118", index="https://wheels.internal", env="fresh", python="3.11",
+        runner=runner, torch="2.7.1+cu118", gpus=("GPU 0 (NVIDIA A100, 8.0)",),
+        torch_gpus=("GPU 0 (NVIDIA A100, 8.0)",), notes=(),
+        wheels=tuple(
+            WheelResult(recipe=f.recipe, filename=f.filename, sha256=f.sha256, doctor="ok", doctor_detail="sm_80",
+                        runs=(), outcome=GpuOutcome.PASSED, why="its GPU check passed")
+            for f in rc.files
+        ),
+        missing=(), status=GpuOutcome.PASSED, exit_code=0, error=None, seconds=1.0,
+    )  # fmt: skip
+
+
+def test_a_gpu_stage_opens_the_gate_only_as_its_runner_signed_it(
+    cli: CliRunner, project: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The GPU runners' keys trusted (a set of their own): record-gpu refuses a hand-written
+    report, one signed by the team's build key, and a signed one edited after signing, each
+    in one line (exit 26); a pass written into the record by hand, or a signed one whose
+    record was edited, does not open promotion; the report its runner signed does."""
+    repo, head = project
+    index = tmp_path / "index"
+    rc = _release_rc(index, tmp_path, runners=(A100,), commit=head)
+    runner, team = new_signing_key("ed25519"), new_signing_key("ed25519")
+    (tmp_path / "gpu-keys").mkdir()
+    (tmp_path / "gpu-keys" / "a100.pem.pub").write_bytes(runner.public_pem())
+    monkeypatch.setenv("WHEELMILL_GPU_TRUSTED_KEYS", str(tmp_path / "gpu-keys"))
+    recipes = ("--recipes", str(repo / "recipes"))
+    report = _passed_report(rc, A100)
+    written = report.write(tmp_path / "a100")
+
+    def record_it() -> CliResult:
+        return cli(*recipes, "release", "record-gpu", "--track", "test", "2.4.0rc1", str(written))
+
+    one_line(record_it(), 26, "not signed: no gpu-report.json.intoto.jsonl beside it")
+    write_signed(written, sign_gpu_record(report.record(), report.tested_files(), team))
+    one_line(record_it(), 26, f"signed by {team.key_id}, which none of the trusted keys", "WHEELMILL_GPU_TRUSTED_KEYS")
+    write_signed(written, sign_gpu_record(report.record(), report.tested_files(), runner))
+    data = json.loads(written.read_text())
+    written.write_text(json.dumps({**data, "gpus": ["GPU 0 (NVIDIA H100, 9.0)"]}))
+    one_line(record_it(), 26, "the report says otherwise than what its runner signed")
+    assert load_manifest(TreeStorage(index), Track.TEST, "2.4.0rc1").gpu == (), "nothing recorded"
+
+    promote_cli = (*recipes, "release", "promote", "--from", "test", "--to", "release", "2.4.0")
+    record_gpu(TreeStorage(index), Track.TEST, "2.4.0rc1", [stage(rc, A100)])  # by hand, into the storage
+    one_line(cli(*promote_cli), 26, "linux-gpu-a100: its GPU stage was recorded unsigned")
+    failed = replace(report, status=GpuOutcome.FAILED, error="its GPU check failed").record()
+    edited = replace(report.record(), envelope=sign_gpu_record(failed, report.tested_files(), runner))
+    record_gpu(TreeStorage(index), Track.TEST, "2.4.0rc1", [edited])  # a failure's statement under a pass
+    one_line(cli(*promote_cli), 26, "its record says otherwise than what its runner signed")
+    assert not tree_channel(index, "cu118").exists(), "nothing promoted"
+
+    written.write_text(json.dumps(data))
+    recorded = record_it()
+    assert recorded.code == 0, recorded.err
+    assert f"GPU stage: cuda118-py311: passed on runner {A100}" in recorded.out
+    assert f"(signed by {runner.key_id})" in recorded.out
+    (kept,) = load_manifest(TreeStorage(index), Track.TEST, "2.4.0rc1").gpu
+    assert kept.signed_by == runner.key_id and kept.envelope is not None
+    promoted = cli(*promote_cli)
+    assert promoted.code == 0, promoted.err
+    assert load_manifest(TreeStorage(index), Track.RELEASE, "2.4.0").gpu[0].signed_by == runner.key_id
+
+
+def test_signatures_required_and_no_gpu_runners_key_trusted_records_and_promotes_nothing(
+    cli: CliRunner, project: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo, head = project
+    index = tmp_path / "index"
+    rc = _release_rc(index, tmp_path, runners=(A100,), commit=head)
+    written = _passed_report(rc, A100).write(tmp_path / "a100")
+    monkeypatch.setenv("WHEELMILL_SIGNATURES", "required")
+    recipes = ("--recipes", str(repo / "recipes"))
+    one_line(
+        cli(*recipes, "release", "record-gpu", "--track", "test", "2.4.0rc1", str(written)),
+        26,
+        "WHEELMILL_SIGNATURES=required, and no GPU runner's key is trusted",
+        "WHEELMILL_GPU_TRUSTED_KEYS",
+    )
+    record_gpu(TreeStorage(index), Track.TEST, "2.4.0rc1", [stage(rc, A100)])
+    with pytest.raises(SignatureError, match="no GPU runner's key is trusted"):
+        promote(Index(tree=index), Track.TEST, Track.RELEASE, "2.4.0", commit=head, on_file=print, required=True)
+    assert not tree_channel(index, "cu118").exists(), "nothing promoted"
 
 
 def test_a_cell_published_in_two_parts_is_not_promoted_on_its_first_parts_stage(

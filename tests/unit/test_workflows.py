@@ -257,11 +257,14 @@ def secret_scope_problems(workflow: Workflow) -> list[str]:
 
 def _needs_its_secrets(step: dict[str, Any]) -> bool:
     """A registry login gets the registry's secrets; a release's build or promotion, which signs
-    provenance (docs/provenance.md), gets the signing key and no other."""
+    provenance (docs/provenance.md), gets the signing key and no other; the GPU stage, which
+    signs its report (docs/gpu-stage.md), the GPU runners' key."""
     run = str(step.get("run", ""))
     if re.search(r"docker login |podman login ", run):
         return True
     secrets = {key for key, value in (step.get("env") or {}).items() if reads_secret(value)}
+    if re.search(r"wheelmill test-gpu ", run):
+        return secrets == {"WHEELMILL_SIGNING_KEY"} and "WHEELMILL_GPU_SIGNING_KEY" in str(step["env"])
     return secrets == {"WHEELMILL_SIGNING_KEY"} and bool(re.search(r"wheelmill release (--|promote )", run))
 
 
@@ -623,7 +626,9 @@ def test_release_runs_on_version_tags_and_builds_or_promotes() -> None:
     every = jobs(workflow)
     assert every["build"]["if"] == "needs.plan.outputs.action == 'build'"
     assert every["promote"]["if"] == "needs.plan.outputs.action == 'promote'"
-    assert {job["environment"] for job in publishing_jobs(workflow).values()} == {"release"}
+    # (the GPU stage's environment holds the GPU runners' signing key; it publishes nothing)
+    assert {job["environment"] for job in publishing_jobs(workflow).values()} == {"release", "gpu"}
+    assert [line for line in run_lines(every["gpu"]) if PUBLISHES.search(line)] == []
     # the publish job is gone: what is left after the cells is render, then verify, of the bucket
     assert "publish" not in every
     render = every["render"]
@@ -643,14 +648,21 @@ def test_release_runs_on_version_tags_and_builds_or_promotes() -> None:
 
 def test_a_release_candidate_is_proven_on_gpu_runners_before_promotion() -> None:
     """Built on CPU runners, proven on GPU runners: the GPU stage runs per covered cell and
-    runner label from the plan, says which runner it ran on, reads the served test channel
-    with no secret, and its reports (one artifact per cell and runner) reach the rc's record
-    in the bucket, which promotion reads."""
+    runner label from the plan, says which runner it ran on, reads the served test channel,
+    signs its report with the GPU runners' key (a secret of the gpu environment, reaching
+    that step alone), and its reports with their statements (one artifact per cell and
+    runner) reach the rc's record in the bucket, which promotion reads; both count a GPU stage
+    only as a GPU runner's committed public key verifies it."""
     every = jobs(load("release"))
     gpu = every["gpu"]
     assert gpu["needs"] == ["plan", "render"] and gpu["runs-on"] == "${{ matrix.runner }}"
     assert gpu["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.gpu-matrix) }}"
-    assert gpu["strategy"]["fail-fast"] is False and "environment" not in gpu and not reads_secret(gpu)
+    assert gpu["strategy"]["fail-fast"] is False and gpu["environment"] == "gpu"
+    (signs,) = [step for step in steps(gpu) if reads_secret(step)]
+    assert signs["env"] == {"WHEELMILL_SIGNING_KEY": "${{ secrets.WHEELMILL_GPU_SIGNING_KEY }}"}
+    assert "wheelmill test-gpu" in signs["run"] and not reads_secret({k: v for k, v in gpu.items() if k != "steps"})
+    for job in ("record-gpu", "promote"):
+        assert env_of(every[job])["WHEELMILL_GPU_TRUSTED_KEYS"] == "keys/gpu-runners"
     assert gpu["permissions"] == {"contents": "read"}
     assert any(
         'wheelmill test-gpu --cell "$CELL" --runner "$RUNNER" --track test --index-url' in line
@@ -659,6 +671,7 @@ def test_a_release_candidate_is_proven_on_gpu_runners_before_promotion() -> None
     assert gpu["env"]["RUNNER"] == "${{ matrix.runner }}"
     uploads = [step for step in steps(gpu) if "upload-artifact" in step.get("uses", "")]
     assert [step["with"]["name"] for step in uploads] == ["gpu-report-${{ matrix.cell }}-${{ matrix.runner }}"]
+    assert "wheels/${{ matrix.cell }}/gpu-report.json.intoto.jsonl" in uploads[0]["with"]["path"].splitlines()
     assert "gpu-matrix" in every["plan"]["outputs"]
     record = every["record-gpu"]
     assert record["needs"] == ["plan", "render", "gpu"] and record["if"].startswith("always() && ")

@@ -43,8 +43,10 @@ from wheelmill.machine.package_sources import PackageSources, default_index_url,
 from wheelmill.machine.process import StepLog
 from wheelmill.output.layout import CellLayout
 from wheelmill.planning.gpu_stage import GpuStagePlan, plan_stage, source_of
-from wheelmill.provenance.signing import trusted_keys_of
+from wheelmill.provenance.signing import SigningKey, signing_key_of, trusted_keys
+from wheelmill.provenance.statement import beside
 from wheelmill.releases.attested import Source, local_source, served_source
+from wheelmill.releases.gpu_attestation import sign_gpu_record, write_signed
 from wheelmill.releases.records import find_manifest, manifests
 from wheelmill.retry import TransientError, with_retries
 from wheelmill.settings import Settings, Signatures
@@ -101,7 +103,11 @@ def cmd_test_gpu(args: argparse.Namespace, settings: Settings, console: Console)
             f"test-gpu: --runner {args.runner}: not a GPU runner of {cell.id} (ci.gpu-runners names: {labels})",
             fix="give the runner label the matrix maps the cell to, or leave --runner out",
         )
-    trusted = trusted_keys_of(settings)  # a key setting that is wrong is said before any channel is read
+    # The keys the wheels' provenance is verified with: WHEELMILL_TRUSTED_KEYS alone. The signing
+    # key here is the GPU runner's, which signs its report, not builds (a wrong setting of
+    # either is said before any channel is read).
+    trusted = trusted_keys(settings.trusted_keys) if settings.trusted_keys else ()
+    key = signing_key_of(settings)
     resolved = resolve_all(recipes, cell)
     track = Track(args.track)
     channel = track.channel(cell.variant.channel)
@@ -147,6 +153,7 @@ def cmd_test_gpu(args: argparse.Namespace, settings: Settings, console: Console)
         report = stage.run()
     written = report.write(layout.root)
     _summary(report, written, console)
+    _sign(report, written, key, console)
     if stage.failure is not None:
         raise stage.failure
     if stage.refused:  # a wheel did not verify: each failure is a line on stderr already
@@ -156,6 +163,22 @@ def cmd_test_gpu(args: argparse.Namespace, settings: Settings, console: Console)
             f"test-gpu: {cell.id}: {report.error}", fix=_fix(report, layout.logs / "gpu-stage.log")
         )
     return 0
+
+
+def _sign(report: GpuReport, written: Path, key: SigningKey | None, console: Console) -> None:
+    """The runner's signed statement of what the stage found, beside its report: the only
+    form of it ``record-gpu`` takes where GPU runners' keys are trusted. A statement left by
+    an earlier run never stays beside a new report."""
+    beside(written).unlink(missing_ok=True)
+    if key is None:
+        console.print(
+            "gpu-report.json: unsigned (no signing key set): a release that trusts its GPU runners' keys "
+            "will not record it",
+            highlight=False,
+        )
+        return
+    signed = write_signed(written, sign_gpu_record(report.record(), report.tested_files(), key))
+    console.print(f"signed by key {key.key_id}: {signed}", highlight=False)
 
 
 def _provenance_source(index_url: str | None, channel: str, settings: Settings) -> Source:

@@ -29,7 +29,7 @@ from rich.table import Table
 from wheelmill.cli.basics import Commands, load_inputs, positive
 from wheelmill.cli.common import add_cell_options, build_cells, mirror_cells, prepare
 from wheelmill.errors import ReleaseError, SignatureError, UsageError
-from wheelmill.gpu.report import GpuReport, load_gpu_report
+from wheelmill.gpu.report import load_gpu_report
 from wheelmill.index.channels import Published
 from wheelmill.index.roots import Index
 from wheelmill.inputs.matrix import Matrix, github_matrix
@@ -37,7 +37,8 @@ from wheelmill.inputs.variants import Family
 from wheelmill.inputs.versions import Action, Release, Track, VersionRule, for_nightly, for_tag
 from wheelmill.machine.git import read_state, recipes_problem
 from wheelmill.planning.spec import CellPlan, RecipeSpec
-from wheelmill.provenance.signing import TrustedKey, signing_key_of, trusted_keys_of
+from wheelmill.provenance.signing import TrustedKey, gpu_trusted_keys_of, signing_key_of, trusted_keys_of
+from wheelmill.releases.gpu_attestation import admitted, envelope_beside
 from wheelmill.releases.promotion import Signer, promote, signer_of
 from wheelmill.releases.publish import (
     collect_built,
@@ -47,7 +48,7 @@ from wheelmill.releases.publish import (
     publish_release,
     refuse_unattested,
 )
-from wheelmill.releases.records import GpuRecord, Manifest, load_manifest, record_gpu
+from wheelmill.releases.records import Manifest, load_manifest, record_gpu
 from wheelmill.settings import Settings, Signatures
 
 
@@ -226,14 +227,17 @@ def cmd_promote(args: argparse.Namespace, settings: Settings, console: Console) 
 class _Trust(TypedDict):
     signer: Signer | None
     trusted: tuple[TrustedKey, ...]
+    gpu_trusted: tuple[TrustedKey, ...]
     required: bool
 
 
 def _promotion_trust(settings: Settings) -> _Trust:
-    """What a promotion signs with, and what it holds each built file's provenance to first."""
+    """What a promotion signs with, what it holds each built file's provenance to first, and
+    the keys each GPU stage it counts must be signed with."""
     signer = _promotion_signer(settings)
     required = settings.signatures is Signatures.REQUIRED
-    return _Trust(signer=signer, trusted=trusted_keys_of(settings), required=required)
+    gpu_trusted = gpu_trusted_keys_of(settings)
+    return _Trust(signer=signer, trusted=trusted_keys_of(settings), gpu_trusted=gpu_trusted, required=required)
 
 
 def _promotion_signer(settings: Settings) -> Signer | None:
@@ -254,24 +258,22 @@ def _print_gpu(manifest: Manifest, console: Console) -> None:
 
 
 def cmd_record_gpu(args: argparse.Namespace, settings: Settings, console: Console) -> int:
-    found = [_gpu_record(load_gpu_report(path)) for path in args.reports]
+    """Each report as its runner signed it (where a GPU runner's key is trusted, or signatures
+    are required), all checked before the first is recorded."""
+    trusted = gpu_trusted_keys_of(settings)
+    required = settings.signatures is Signatures.REQUIRED
+    found = [
+        admitted(
+            load_gpu_report(path).record(), envelope_beside(path), trusted=trusted, required=required, source=str(path)
+        )
+        for path in args.reports
+    ]
     path = record_gpu(Index.of(settings).storage, Track(args.track), args.version, found)
     for record in found:
-        console.print(f"GPU stage: {record.describe()}", highlight=False)
+        signed = f"signed by {record.signed_by}" if record.signed_by else "unsigned: no GPU runner's key is trusted"
+        console.print(f"GPU stage: {record.describe()} ({signed})", highlight=False)
     console.print(f"{args.version}: {len(found)} GPU stage report(s) recorded in {path}", highlight=False)
     return 0
-
-
-def _gpu_record(report: GpuReport) -> GpuRecord:
-    return GpuRecord(
-        cell=report.cell,
-        status=report.status,
-        runner=report.runner,
-        gpus=report.gpus,
-        torch=report.torch,
-        tested={w.sha256: w.outcome for w in report.wheels if w.sha256},
-        note=report.error or report.counts(),
-    )
 
 
 def cmd_show(args: argparse.Namespace, settings: Settings, console: Console) -> int:

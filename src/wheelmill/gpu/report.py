@@ -21,6 +21,7 @@ from wheelmill.checks.gpu import GpuOutcome
 from wheelmill.checks.tally import Tally
 from wheelmill.errors import UsageError, redact_data
 from wheelmill.files import write_atomic
+from wheelmill.releases.records import GpuRecord
 
 GPU_REPORT = "gpu-report.json"
 # 2: the runner, and each wheel's outcome from one set (import-only among them); 3: provenance
@@ -139,6 +140,22 @@ class GpuReport:
         path = directory / GPU_REPORT
         write_atomic(path, (json.dumps(redact_data(self.as_dict()), indent=2) + "\n").encode())
         return path
+
+    def record(self) -> GpuRecord:
+        """What a release records of this stage, and its runner signs."""
+        return GpuRecord(
+            cell=self.cell,
+            status=self.status,
+            runner=self.runner,
+            gpus=self.gpus,
+            torch=self.torch,
+            tested={w.sha256: w.outcome for w in self.wheels if w.sha256},
+            note=self.error or self.counts(),
+        )
+
+    def tested_files(self) -> dict[str, str]:
+        """Each tested wheel's sha256, and its file name."""
+        return {w.sha256: w.filename for w in self.wheels if w.sha256}
 
     def counts(self) -> str:
         """``2 passed, 1 skipped`` over the wheels."""

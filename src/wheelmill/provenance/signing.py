@@ -189,6 +189,12 @@ def trusted_keys_of(settings: Settings) -> tuple[TrustedKey, ...]:
     return (signing.trusted(),) if signing is not None else ()
 
 
+def gpu_trusted_keys_of(settings: Settings) -> tuple[TrustedKey, ...]:
+    """The keys a GPU stage's signed result is verified with: ``WHEELMILL_GPU_TRUSTED_KEYS``
+    alone (no key signs for a GPU because it signs builds); none where it is unset."""
+    return trusted_keys(settings.gpu_trusted_keys) if settings.gpu_trusted_keys else ()
+
+
 def sign_envelope(payload: bytes, key: SigningKey) -> dict[str, Any]:
     """A DSSE envelope around ``payload`` (an in-toto statement's JSON bytes), signed by ``key``."""
     signature = key.sign(pae(PAYLOAD_TYPE, payload))

@@ -40,15 +40,18 @@ from wheelmill.machine.net import sha256_of
 from wheelmill.provenance.signing import SigningKey, TrustedKey, envelope_line, sign_envelope
 from wheelmill.provenance.statement import promotion_statement, this_run
 from wheelmill.provenance.verification import refuse_unverified
+from wheelmill.releases.gpu_attestation import check_signed
 from wheelmill.releases.records import GpuRecord, Manifest, ReleasedFile, find_manifest, manifests, record
 from wheelmill.wheel.wheelfile import read_wheel, rewrite_metadata
 
 
-def gpu_gate(origin: Manifest) -> tuple[GpuRecord, ...]:
+def gpu_gate(origin: Manifest, *, trusted: Sequence[TrustedKey] = (), required: bool = False) -> tuple[GpuRecord, ...]:
     """What promotion carries of the GPU stage, from the release's own record: for each GPU
     cell and each runner the record names for it, a passed stage that passed every file the
     cell has in the record now; "not covered" where the record names no runner for a cell.
-    Anything short of that stops promotion, naming each cell and runner."""
+    Anything short of that stops promotion, naming each cell and runner. Where a GPU runner's
+    key is trusted (``trusted``) or signatures are ``required``, each stage counted must be
+    one its runner signed (``gpu_attestation.check_signed``): a record written by hand is not."""
     what = f"{origin.track.value} {origin.version}"
     if origin.gpu_runners is None:
         raise ReleaseError(
@@ -63,6 +66,8 @@ def gpu_gate(origin: Manifest) -> tuple[GpuRecord, ...]:
             carried.append(GpuRecord(cell=cell, status=GpuOutcome.NOT_COVERED, note="no GPU runner covers its variant"))
         for runner in runners:
             found = recorded.get((cell, runner))
+            if found is not None and found.passed:
+                check_signed(found, trusted=trusted, required=required)
             problem = _not_passed(found, files) if found else f"{cell} on runner {runner}: no GPU stage recorded"
             missing += [problem] if problem else []
             carried += [found] if found and not problem else []
@@ -135,6 +140,7 @@ def promote(
     on_file: Callable[[Published], None],
     signer: Signer | None = None,
     trusted: Sequence[TrustedKey] = (),
+    gpu_trusted: Sequence[TrustedKey] = (),
     required: bool = False,
 ) -> Manifest:
     """Copy a release's files from one track's channels to another's, re-verified; the
@@ -143,7 +149,8 @@ def promote(
     the origin's own record asks for (``gpu_gate``): no caller can leave it out. A built file's
     provenance goes with it, with ``signer``'s statement of the promotion after the build's,
     once it verifies against ``trusted`` (wherever keys are given; under ``required`` a built
-    file must have provenance, and keys to verify it): nothing is countersigned unchecked."""
+    file must have provenance, and keys to verify it): nothing is countersigned unchecked. The GPU
+    stages counted must verify against ``gpu_trusted``, the GPU runners' keys, on the same terms."""
     if source == target:
         raise ReleaseError(
             f"promote: --from and --to are both {source}",
@@ -155,7 +162,7 @@ def promote(
             fix="promote from a checkout of the final tag's commit: its rc is the one promoted",
         )
     origin = source_release(index.storage, source, version, commit=commit)
-    gpu = gpu_gate(origin) if target is Track.RELEASE else origin.gpu
+    gpu = gpu_gate(origin, trusted=gpu_trusted, required=required) if target is Track.RELEASE else origin.gpu
     # The repo's own projects, by their version in the origin; they get ``version`` instead.
     repo_files = [parse_wheel_filename(f.filename) for f in origin.files if f.rule is VersionRule.REPO]
     renames: dict[str, str] = (

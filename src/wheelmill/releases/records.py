@@ -72,6 +72,10 @@ class GpuRecord:
     torch: str | None = None
     tested: Mapping[str, GpuOutcome] = field(default_factory=dict)  # each file's sha256, and its outcome
     note: str = ""
+    # The runner's signed statement of the above (a DSSE envelope, wheelmill.releases.gpu_attestation)
+    # and the id of the trusted key it verified with; None: recorded unsigned.
+    envelope: Mapping[str, Any] | None = None
+    signed_by: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -82,7 +86,8 @@ class GpuRecord:
         where = f" ({', '.join(self.gpus)})" if self.gpus else ""
         return f"{self.cell}: {self.status.value}{runner}{where}" + (f": {self.note}" if self.note else "")
 
-    def as_dict(self) -> dict[str, Any]:
+    def facts(self) -> dict[str, Any]:
+        """What the stage found, as its runner signs it: everything but the signature."""
         return {
             "cell": self.cell,
             "status": self.status.value,
@@ -93,8 +98,13 @@ class GpuRecord:
             "note": self.note,
         }
 
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.facts(), "signed_by": self.signed_by, "envelope": self.envelope}
 
-def _gpu_record(data: Mapping[str, Any]) -> GpuRecord:
+
+def gpu_record_from(data: Mapping[str, Any]) -> GpuRecord:
+    """A GPU record from its dict (``as_dict``, or a signed statement's ``facts``)."""
+    envelope = data.get("envelope")
     return GpuRecord(
         cell=data["cell"],
         status=GpuOutcome(data["status"]),
@@ -103,6 +113,8 @@ def _gpu_record(data: Mapping[str, Any]) -> GpuRecord:
         torch=data.get("torch"),
         tested={sha: GpuOutcome(outcome) for sha, outcome in dict(data["tested"]).items()},
         note=data.get("note", ""),
+        envelope=dict(envelope) if isinstance(envelope, Mapping) else None,
+        signed_by=data.get("signed_by"),
     )
 
 
@@ -299,7 +311,7 @@ def _assembled(
             files.setdefault((released.channel, released.filename), released)
     gpu = {(g.cell, g.runner): g for g in _legacy_gpu(legacy)}
     gpu |= {
-        (g.cell, g.runner): g for g in (_gpu_record(_json(storage, k) or {}) for k in _newest(keys, prefix, "gpu/"))
+        (g.cell, g.runner): g for g in (gpu_record_from(_json(storage, k) or {}) for k in _newest(keys, prefix, "gpu/"))
     }
     images = {(i["cell"], i["kind"]): ReleasedImage(**i) for i in (legacy or {}).get("images", [])}
     for key in _newest(keys, prefix, "images/"):
@@ -341,7 +353,7 @@ def _legacy_gpu(legacy: Mapping[str, Any] | None) -> list[GpuRecord]:
     """The GPU results of a whole record; a schema 1 one kept no runner or outcome: none counts."""
     if legacy is None or legacy.get("schema", 1) < 2:
         return []
-    return [_gpu_record(g) for g in legacy.get("gpu", [])]
+    return [gpu_record_from(g) for g in legacy.get("gpu", [])]
 
 
 def _newest(keys: Sequence[str], prefix: str, kind: str) -> list[str]:
