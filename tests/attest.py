@@ -61,8 +61,10 @@ def signed_wheel(
     files: Mapping[str, bytes] | None = None,
     requires: Sequence[str] = (),
     gpu_archs: bytes | None = None,
+    channels: Sequence[str] | None = None,
 ) -> tuple[Path, bytes | None]:
-    """A wheel with wheelmill's SBOM, and its build statement signed by ``key`` (None: none)."""
+    """A wheel with wheelmill's SBOM, and its build statement (for ``channels``) signed by
+    ``key`` (None: none)."""
     pins = tuple(requires) if requires else RECORD.requires  # the record says what METADATA does
     record = replace(RECORD, project=name, version=version, recipe=name, requires=pins)
     dist = f"{name.replace('-', '_')}-{version}.dist-info"
@@ -70,13 +72,18 @@ def signed_wheel(
     wheel = make_wheel(
         directory, name, version, tag=tag, files={**(files or {}), **sbom}, requires=pins, gpu_archs=gpu_archs
     )
-    return wheel, None if key is None else signed(statement_for(wheel, record=record), key)
+    return wheel, None if key is None else signed(statement_for(wheel, record=record, channels=channels), key)
 
 
 def statement_for(
-    wheel: Path, *, record: BuildRecord = RECORD, inputs: Mapping[str, object] = INPUTS, dirty: bool = False
+    wheel: Path,
+    *,
+    record: BuildRecord = RECORD,
+    inputs: Mapping[str, object] = INPUTS,
+    dirty: bool = False,
+    channels: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """The build statement of ``wheel``, as a build of ``record`` makes it."""
+    """The build statement of ``wheel``, as a build of ``record`` for ``channels`` makes it."""
     return build_statement(
         filename=wheel.name,
         sha256=sha256_of(wheel),
@@ -84,6 +91,7 @@ def statement_for(
         key_inputs=inputs,
         repository=Repository(commit="f" * 40, dirty=dirty),
         run=RUN,
+        channels=channels,
     )
 
 

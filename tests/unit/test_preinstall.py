@@ -109,7 +109,7 @@ def test_with_no_trusted_key_nothing_is_read_and_one_line_says_so() -> None:
     def unread() -> Iterator[Project]:
         raise AssertionError("the channel is read only to verify")
 
-    source = Source(name="cpu", projects=unread, project=None, fetch=None, provenance=None)  # type: ignore[arg-type]
+    source = Source(name="cpu", channel="cpu", projects=unread, project=None, fetch=None, provenance=None)  # type: ignore[arg-type]
     checked = verify_before_install(source, ["a.whl"], trusted=(), on_failure=print)
     assert (checked.code, checked.line(), checked.record()) == (0, NO_KEY_LINE, NOT_VERIFIED)
     assert NO_KEY_LINE == "provenance: not verified: no trusted key (WHEELMILL_TRUSTED_KEYS)"
@@ -119,7 +119,7 @@ def test_under_required_with_no_trusted_key_nothing_is_installed_and_one_line_sa
     def unread() -> Iterator[Project]:
         raise AssertionError("the channel is read only to verify")
 
-    source = Source(name="cpu", projects=unread, project=None, fetch=None, provenance=None)  # type: ignore[arg-type]
+    source = Source(name="cpu", channel="cpu", projects=unread, project=None, fetch=None, provenance=None)  # type: ignore[arg-type]
     said: list[str] = []
     checked = verify_before_install(source, ["a.whl"], trusted=(), on_failure=said.append, required=True)
     assert checked.code == 26 and checked.failures[0].line == said[0]

@@ -168,6 +168,44 @@ def test_a_promotion_chain_leads_back_to_the_build(tmp_path: Path, team: Signing
     assert "does not follow" in broken.failures[0].line
 
 
+def test_a_file_is_where_its_provenance_puts_it(tmp_path: Path, team: SigningKey) -> None:
+    """The channel a file is listed in against where its signed statements put it: an rc never
+    promoted, copied into the release channel; a cuda118 build in cu130; a dirty build in a
+    test channel, or promoted; and a served recipe's one build, in each channel of its group."""
+    built = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD.carried()))
+    promoted = make_wheel(tmp_path / "demo-1.0.1+cpu-cp311-cp311-linux_x86_64.whl", sbom=sbom_bytes(RECORD.carried()))
+    rc = signed(statement_for(built, channels=["test/cpu"]), team)
+    assert check(built, rc, team, channel="test/cpu").ok
+    never_promoted = check(built, rc, team, channel="cpu")
+    assert codes(never_promoted) == [(27, SubjectMismatch)]
+    assert never_promoted.failures[0].line.startswith(
+        f"{NAME}: listed in channel cpu, but built for test/cpu; "
+        "a release channel takes files by promotion alone; fix: "
+    )
+    other_variant = check(built, signed(statement_for(built, channels=["cu118"]), team), team, channel="cu130")
+    assert "listed in channel cu130, but built for cu118" in other_variant.failures[0].line
+    served = signed(statement_for(built, channels=["cu128", "cu130"]), team)
+    assert check(built, served, team, channel="cu130").ok and check(built, served, team, channel="cu128").ok
+    assert check(built, signed(statement_for(built), team), team, channel="cu130").ok, "a statement naming none"
+    dirty = signed(statement_for(built, channels=["test/cpu", "cpu"], dirty=True), team)
+    assert "built from a tree that was not its commit" in check(built, dirty, team, channel="test/cpu").failures[0].line
+    assert check(built, dirty, team, channel="cpu").ok, "a plain build of a working tree, in its own channel"
+    promotion = promotion_statement(
+        filename=promoted.name,
+        sha256=sha256_of(promoted),
+        source_channel="test/cpu",
+        source=built.name,
+        source_sha256=sha256_of(built),
+        target_channel="cpu",
+        run=RUN,
+    )
+    assert check(promoted, rc + signed(promotion, team), team, channel="cpu").ok
+    elsewhere = check(promoted, rc + signed(promotion, team), team, channel="nightly/cpu")
+    assert "listed in channel nightly/cpu, but promoted into cpu" in elsewhere.failures[0].line
+    dirty_rc = signed(statement_for(built, channels=["test/cpu"], dirty=True), team)
+    assert "(dirty)" in check(promoted, dirty_rc + signed(promotion, team), team, channel="cpu").failures[0].line
+
+
 def test_a_statement_reads_back_as_written(tmp_path: Path) -> None:
     wheel = make_wheel(tmp_path / NAME, sbom=sbom_bytes(RECORD.carried()))
     statement = read_statement(json.dumps(statement_for(wheel)).encode(), source="test")
@@ -202,6 +240,13 @@ def test_publish_under_required_takes_nothing_that_does_not_verify(
     taken = cli(*publish, str(good))
     assert taken.code == 0, taken.err
     assert f"added: cpu/{good.name}" in taken.out
+    # Signed by the team, but for another channel: a door that reads where the file goes.
+    elsewhere, provenance = signed_wheel(tmp_path / "elsewhere", "demo", "1.1", key=team, channels=["cu130"])
+    assert provenance is not None
+    beside(elsewhere).write_bytes(provenance)
+    refused = cli(*publish, str(elsewhere))
+    assert refused.code == SubjectMismatch.exit_code, refused.err
+    assert "listed in channel cpu, but built for cu130" in refused.err
 
 
 @pytest.mark.parametrize(

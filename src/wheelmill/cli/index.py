@@ -175,7 +175,7 @@ def cmd_publish(args: argparse.Namespace, settings: Settings, console: Console) 
     trusted, required = trusted_keys_of(settings), settings.signatures is Signatures.REQUIRED
     for wheel in args.wheels:  # every one before any is published: all or nothing
         read_wheel(wheel)  # a wheel at all, first
-        refuse_unverified(wheel, read_beside(wheel), trusted=trusted, required=required)
+        refuse_unverified(wheel, read_beside(wheel), trusted=trusted, required=required, channel=args.channel)
     if args.to:
         return _publish_remote(args, settings, console)
     index = Index.of(settings)  # one for the check and the publish: a bucket's client is made once

@@ -16,6 +16,7 @@ from wheelmill.cli.basics import Commands, print_error
 from wheelmill.errors import ConfigError, UsageError
 from wheelmill.index.http_channel import HttpChannel
 from wheelmill.index.roots import Index
+from wheelmill.inputs.versions import Track
 from wheelmill.provenance.signing import TrustedKey, trusted_keys, trusted_keys_of
 from wheelmill.provenance.statement import beside
 from wheelmill.provenance.verification import Claims, Verdict, verify_file
@@ -111,11 +112,28 @@ def _source(args: argparse.Namespace, settings: Settings) -> tuple[Source, str |
         raise UsageError(
             f"verify: {target} is not a channel's address", fix="give <index>/<channel>/simple/ or a project page"
         )
-    base, _, name = head.rpartition("/")
+    base, name = _channel_in(head)
     channel = HttpChannel(base=base, name=name, retry=settings.retry)
     if not channel.exists():
         raise UsageError(f"verify: {target}: no project list there", fix="give <index>/<channel>/simple/")
     return served_source(channel), tail.strip("/") or None
+
+
+def _channel_in(address: str) -> tuple[str, str]:
+    """The index's address and the channel's name in it, from a channel's address: a test or
+    nightly track's channel is named with its track (``test/cu130``), as its files'
+    provenance names it.
+
+    >>> _channel_in("https://wheels.internal/test/cu130")
+    ('https://wheels.internal', 'test/cu130')
+    >>> _channel_in("https://wheels.internal/cu130")
+    ('https://wheels.internal', 'cu130')
+    """
+    rest, _, name = address.rpartition("/")
+    base, _, track = rest.rpartition("/")
+    if track in (Track.TEST.value, Track.NIGHTLY.value) and "://" in base:
+        return base, f"{track}/{name}"
+    return rest, name
 
 
 def _print(console: Console, verdict: Verdict) -> None:

@@ -98,6 +98,15 @@ class Statement:
         digest = self.internal.get("buildKey", {}).get("digest")
         return None if digest is None else str(digest)
 
+    def placed_in(self) -> tuple[str, ...] | None:
+        """The channels this statement puts its file in: a promotion's target, or the channels
+        a build published to (a served recipe's one build goes to each of its group's); None
+        for a build's statement from before builds named them."""
+        if self.build_type == PROMOTION_TYPE:
+            return (str(self.external.get("to")),)
+        channels = self.external.get("channels")
+        return None if channels is None else tuple(str(c) for c in channels)
+
     @property
     def dirty(self) -> bool:
         return bool(self.external.get("repository", {}).get("dirty", False))
@@ -143,14 +152,18 @@ def build_statement(
     key_inputs: Mapping[str, Any],
     repository: Repository,
     run: Run,
+    channels: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """The statement of a file a build made."""
+    """The statement of a file a build made, for ``channels``, the channels it publishes to
+    (None: not said, as a statement from before builds said it)."""
+    where = {} if channels is None else {"channels": list(channels)}
     definition = {
         "buildType": BUILD_TYPE,
         "externalParameters": {
             "cell": record.cell,
             "recipe": record.recipe,
             "repository": {"commit": repository.commit, "dirty": repository.dirty},
+            **where,
         },
         "internalParameters": {
             "buildKey": {"digest": record.build_key, "inputs": dict(key_inputs)},

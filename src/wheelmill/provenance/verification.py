@@ -74,6 +74,7 @@ class Claims:
     build_keys: tuple[str, ...] = ()
     provenance: bytes | None = None
     source: str = ""  # where the provenance came from, for messages
+    channel: str | None = None  # the channel it is listed in (None: not read from one)
 
 
 def verify_file(wheel: Path, claims: Claims, *, trusted: Sequence[TrustedKey]) -> Verdict:
@@ -103,6 +104,7 @@ def verify_file(wheel: Path, claims: Claims, *, trusted: Sequence[TrustedKey]) -
             failures += _sbom_failures(wheel, claims.filename, build)
             failures += _metadata_failures(wheel, claims.filename, build, promoted=len(statements) > 1)
             failures += _key_failures(claims, build)
+            failures += _channel_failures(claims, statements)
     return Verdict(
         filename=claims.filename,
         failures=_failures(failures),
@@ -112,10 +114,18 @@ def verify_file(wheel: Path, claims: Claims, *, trusted: Sequence[TrustedKey]) -
     )
 
 
-def refuse_unverified(wheel: Path, provenance: bytes | None, *, trusted: Sequence[TrustedKey], required: bool) -> None:
-    """Raise the first failure of a file about to enter a channel from outside a build (``publish``):
-    where trusted keys are set, the provenance given with it must verify; under ``required``
-    there must be one, and keys to verify it. A file with no provenance and no such demand passes."""
+def refuse_unverified(
+    wheel: Path,
+    provenance: bytes | None,
+    *,
+    trusted: Sequence[TrustedKey],
+    required: bool,
+    channel: str | None = None,
+) -> None:
+    """Raise the first failure of a file about to enter ``channel`` from outside a build
+    (``publish``): where trusted keys are set, the provenance given with it must verify, and
+    put it there; under ``required`` there must be one, and keys to verify it. A file with no
+    provenance and no such demand passes."""
     if provenance is None and not required:
         return
     if not trusted:
@@ -125,7 +135,7 @@ def refuse_unverified(wheel: Path, provenance: bytes | None, *, trusted: Sequenc
                 fix="set WHEELMILL_TRUSTED_KEYS to the team's public keys",
             )
         return
-    claims = Claims(filename=wheel.name, provenance=provenance, source=f"{wheel.name}.intoto.jsonl")
+    claims = Claims(filename=wheel.name, provenance=provenance, source=f"{wheel.name}.intoto.jsonl", channel=channel)
     verdict = verify_file(wheel, claims, trusted=trusted)
     if not verdict.ok:
         raise verdict.failures[0].error
@@ -214,6 +224,36 @@ def _normalized(requirements: Sequence[str], *, only: str | None = None) -> list
 
 def _torch_pins(requirements: Sequence[str]) -> list[str]:
     return _normalized(requirements, only="torch")
+
+
+def _channel_failures(claims: Claims, statements: Sequence[Statement]) -> list[WheelmillError]:
+    """The channel the file is in against where its provenance puts it: a promoted file where
+    a promotion took it, any other where its build published it (a build's statement from
+    before builds named their channels says nothing of it); and a file promoted, or in a
+    test or nightly channel, built from a tree that is not its commit."""
+    channel = claims.channel
+    if channel is None:
+        return []
+    build, promotions = statements[0], [s for s in statements[1:] if not s.is_build]
+    failures: list[WheelmillError] = []
+    placed = sorted({c for s in promotions for c in s.placed_in() or ()}) if promotions else build.placed_in()
+    if placed is not None and channel not in placed:
+        how = "promoted into" if promotions else "built for"
+        alone = "" if promotions or "/" in channel else "; a release channel takes files by promotion alone"
+        failures.append(
+            SubjectMismatch(
+                f"{claims.filename}: listed in channel {channel}, but {how} {', '.join(placed)}{alone}",
+                fix="remove it from this channel; publish or promote it where it belongs",
+            )
+        )
+    if build.dirty and (promotions or "/" in channel):
+        failures.append(
+            SubjectMismatch(
+                f"{claims.filename}: in channel {channel}, built from a tree that was not its commit (dirty)",
+                fix="remove it; a release or nightly is built from a clean checkout of its commit",
+            )
+        )
+    return failures
 
 
 def _key_failures(claims: Claims, build: Statement) -> list[WheelmillError]:

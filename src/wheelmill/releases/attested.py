@@ -31,6 +31,7 @@ class Source:
     """Where a channel's files and their provenance are read from."""
 
     name: str  # for messages: the channel's name or address
+    channel: str  # the channel's name in its index (test/cu130): where its files' provenance must put them
     projects: Callable[[], Iterator[Project]]
     project: Callable[[str], Project | None]  # one project's page, by its name
     fetch: Fetch
@@ -41,6 +42,7 @@ def local_source(channel: AnyChannel) -> Source:
     """A channel of this machine's index: its own files."""
     return Source(
         name=channel.name,
+        channel=channel.name,
         projects=channel.projects,
         project=channel.project,
         fetch=lambda _project, entry, scratch: file_of(channel, entry, scratch),
@@ -65,7 +67,14 @@ def served_source(channel: HttpChannel) -> Source:
         return None if url is None else fetch_bytes(url)
 
     name = split_credentials(channel.simple)[0]
-    return Source(name=name, projects=channel.projects, project=channel.project, fetch=fetch, provenance=provenance)
+    return Source(
+        name=name,
+        channel=channel.name,
+        projects=channel.projects,
+        project=channel.project,
+        fetch=fetch,
+        provenance=provenance,
+    )
 
 
 def verify_channel(
@@ -106,6 +115,7 @@ def _verify_entry(
                 build_keys=entry.build_keys,
                 provenance=source.provenance(project, entry),
                 source=f"{source.name}: {entry.filename}'s provenance",
+                channel=source.channel,
             )
             return verify_file(wheel, claims, trusted=trusted)
     except FetchError as error:

@@ -300,7 +300,7 @@ def _attested(
     provenance = provenance_of(channel, listed)
     with file_of(channel, listed, scratch) as wheel:
         assert wheel is not None  # verified: stored as listed
-        refuse_unverified(wheel, provenance, trusted=trusted, required=required)
+        refuse_unverified(wheel, provenance, trusted=trusted, required=required, channel=channel.name)
 
 
 def _stored(channel: AnyChannel, entry: ReleasedFile, listed: FileEntry) -> list[str]:

@@ -196,7 +196,7 @@ def refuse_unattested(wheels: Sequence[BuiltWheel], *, required: bool, trusted: 
                 )
             continue
         if trusted:
-            refuse_unverified(wheel.path, kept.read_bytes(), trusted=trusted, required=required)
+            refuse_unverified(wheel.path, kept.read_bytes(), trusted=trusted, required=required, channel=wheel.channel)
         statement = first_statement(kept)
         if statement is None:  # no statement to read its tree from: not one to release
             raise SignatureError(

@@ -119,6 +119,7 @@ def attest(ctx: StepContext, spec: RecipeSpec, wheel: Path) -> bytes | None:
         key_inputs=keys.keys[spec.name].inputs,
         repository=repository_of(settings.root),
         run=this_run(ci_run=settings.ci_run, started=ctx.run.started),
+        channels=spec.serving.channels if spec.serving else (ctx.run.plan.channel,),
     )
     return envelope_line(sign_envelope(json.dumps(statement, sort_keys=True).encode(), signing)).encode()
 
