@@ -166,18 +166,22 @@ def _cell(variant: str = "cpu", python: str = "3.11") -> Cell:
     return load_matrix(ROOT / "recipes" / "matrix.toml").cell(f"{variant}-py{python.replace('.', '')}")
 
 
+VARIANTS = load_matrix(ROOT / "recipes" / "matrix.toml").variants  # the names [variants] may use
+
+
 def test_a_cells_conda_env_specs_are_every_cells_then_its_variants_with_its_python(recipes_copy: Path) -> None:
     (recipes_copy / "conda" / "envs.toml").write_text(
         'schema = 1\nspecs = ["python {python}.*", "python_abi {python}.* *_cp{nodot}", "ninja"]\n'
         '[variants]\ncuda130 = ["cuda-nvcc 13.0.*", "ninja"]\n'
     )
-    cpu, cuda = envspec.inputs(recipes_copy, _cell("cpu")), envspec.inputs(recipes_copy, _cell("cuda130", "3.12"))
+    cpu = envspec.inputs(recipes_copy, _cell("cpu"), known=VARIANTS)
+    cuda = envspec.inputs(recipes_copy, _cell("cuda130", "3.12"), known=VARIANTS)
     assert cpu.specs == ("python 3.11.*", "python_abi 3.11.* *_cp311", "ninja")
     assert (
         cuda.specs == ("python 3.12.*", "python_abi 3.12.* *_cp312", "ninja", "cuda-nvcc 13.0.*")
         and cuda.cell == "cuda130-py312"
     )
-    assert cpu.digest != envspec.inputs(recipes_copy, _cell("cpu", "3.12")).digest, "the Python is an input"
+    assert cpu.digest != envspec.inputs(recipes_copy, _cell("cpu", "3.12"), known=VARIANTS).digest, "the Python is"
 
 
 @pytest.mark.parametrize(
@@ -185,15 +189,22 @@ def test_a_cells_conda_env_specs_are_every_cells_then_its_variants_with_its_pyth
     [("specs = 'python'\n", "specs: not a list of match specs"),
      ('specs = ["python"]\nvariants = 3\n', "variants: not a table"),
      ('specs = ["python"]\n[variants]\ncpu = [""]\n', "variants.cpu: not a list of match specs"),
+     ('specs = ["python"]\n[variants]\ncuda13O = ["cuda-nvcc"]\n',
+      "variants.cuda13O: the matrix has no variant cuda13O (perhaps you meant 'cuda130'?)"),
      ("specs = [\n", "invalid TOML")],
 )  # fmt: skip
 def test_a_malformed_conda_env_spec_file_is_one_error_naming_the_file_and_key(
-    recipes_copy: Path, text: str, says: str
+    cli: CliRunner, recipes_copy: Path, text: str, says: str
 ) -> None:
     (recipes_copy / "conda" / "envs.toml").write_text(text)
     with pytest.raises(ConfigError) as caught:
-        envspec.inputs(recipes_copy, _cell())
+        envspec.inputs(recipes_copy, _cell(), known=VARIANTS)
     assert str(recipes_copy / "conda" / "envs.toml") in caught.value.message and says in caught.value.message
+    with pytest.raises(ConfigError) as validated:  # the lint's `wheelmill validate` reads it the same way
+        envspec.check_spec_file(recipes_copy, VARIANTS)
+    assert validated.value.message == caught.value.message
+    validate = cli("--recipes", str(recipes_copy), "validate")
+    assert validate.code == ConfigError.exit_code and validate.err.count("\n") == 1 and says in validate.err
 
 
 def test_a_conda_lock_reads_back_and_knows_when_its_specs_changed(tmp_path: Path) -> None:
@@ -246,5 +257,5 @@ def test_a_conda_env_is_activated_for_builds_and_a_venv_is_not() -> None:
 def test_the_repositorys_conda_env_specs_load_for_every_cell(repo_root: Path) -> None:
     matrix = load_matrix(repo_root / "recipes" / "matrix.toml")
     for cell in matrix.cells:
-        specs = envspec.inputs(repo_root / "recipes", cell).specs
+        specs = envspec.inputs(repo_root / "recipes", cell, known=matrix.variants).specs
         assert specs[0] == f"python {cell.python}.*" and "{" not in " ".join(specs)

@@ -13,6 +13,7 @@ from rich.table import Table
 from wheelmill.building.plan import Options, plan_cell
 from wheelmill.cli.basics import Commands, load_inputs
 from wheelmill.cli.common import add_cell_options, build_cells, mirror_cells, prepare
+from wheelmill.conda import envspec
 from wheelmill.errors import UsageError
 from wheelmill.inputs.matrix import MATRIX_COLUMNS, Matrix, github_matrix, matrix_markdown, matrix_row
 from wheelmill.inputs.selection import affected_cells
@@ -127,6 +128,7 @@ def cmd_validate(_args: argparse.Namespace, settings: Settings, _console: Consol
     too: what only a cell can tell (a recipe's arch list for its toolkit, its templates, its
     switches) is checked for each one."""
     matrix, recipes = load_inputs(settings)
+    envspec.check_spec_file(settings.recipes, matrix.variants)
     plans = [
         plan_cell(
             matrix, recipes, cell, [n for n, r in sorted(recipes.items()) if r.applies_to(cell)], settings, Options()

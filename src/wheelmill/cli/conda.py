@@ -130,6 +130,11 @@ def _target(args: argparse.Namespace, settings: Settings) -> tuple[Cell, CondaTa
     return cell, CondaTarget.of(cell.variant, cell.python), _conda_channel(args.channel, settings, cell)
 
 
+def _env_inputs(settings: Settings, cell: Cell) -> envspec.CondaEnvInputs:
+    """The cell's conda env specs, the spec file's variant names held to the matrix's."""
+    return envspec.inputs(settings.recipes, cell, known=load_inputs(settings)[0].variants)
+
+
 def _conda_channel(given: str | None, settings: Settings, cell: Cell) -> AnyCondaChannel:
     """The channel given (a directory, or an s3:// location), else the cell's beside the index."""
     return channel_at(given or Index.of(settings).conda_channel(cell.variant.channel))
@@ -152,7 +157,7 @@ def _seed_wheels(args: argparse.Namespace, settings: Settings, cell: Cell, held:
 def cmd_seed(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     cell, target, channel = _target(args, settings)
     if args.build_env:
-        envspec.inputs(settings.recipes, cell)  # a malformed spec file stops it before any image or interpreter
+        _env_inputs(settings, cell)  # a malformed spec file stops it before any image or interpreter
     with ExitStack() as held, tempfile.TemporaryDirectory(prefix="wheelmill-conda-") as work:
         wheels, where = ([], "") if args.build_env else _seed_wheels(args, settings, cell, held)
         if not wheels and not args.build_env:
@@ -193,7 +198,7 @@ def _tool_wheels(cell: Cell, channel: AnyCondaChannel, settings: Settings, work:
     Python (ninja, cmake) and the channel lacks: downloaded, sha256 as resolved, to be
     repackaged like the rest."""
     have = {package_name(Path(name)) for name in channel.package_names()}
-    names = [spec.split()[0] for spec in envspec.inputs(settings.recipes, cell).specs]
+    names = [spec.split()[0] for spec in _env_inputs(settings, cell).specs]
     missing = [name for name in names if name not in ("python", "python_abi", *have)]
     if not missing:
         return []
@@ -339,7 +344,7 @@ def cmd_create(args: argparse.Namespace, settings: Settings, console: Console) -
 def cmd_lock(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     matrix, _recipes = load_inputs(settings)
     cell = matrix.cell(args.cell)
-    wanted = envspec.inputs(settings.recipes, cell)
+    wanted = envspec.inputs(settings.recipes, cell, known=matrix.variants)
     committed = envspec.lock_path(settings.root / "locks", wanted.cell)
     channels = channel_urls(args, settings)
     if args.check:

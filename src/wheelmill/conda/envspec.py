@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,21 +72,47 @@ class LockedPackage:
         return f"{self.subdir}/{self.filename} sha256:{self.sha256}"
 
 
-def inputs(recipes_dir: Path, cell: Cell) -> CondaEnvInputs:
-    """The specs of ``cell``'s conda env, ``{python}`` and ``{nodot}`` filled in."""
+def inputs(recipes_dir: Path, cell: Cell, *, known: Collection[str]) -> CondaEnvInputs:
+    """The specs of ``cell``'s conda env, ``{python}`` and ``{nodot}`` filled in; ``known``:
+    the matrix's variant names, which every name under ``[variants]`` must be."""
     path = recipes_dir / SPEC_FILE
     data = load_toml(path)
     _known_keys(data, path)
     every = _strings(data.get("specs"), path, "specs")
+    variants = _variants(data, path, known)
+    own = _strings(variants.get(cell.variant.name, []), path, f"variants.{cell.variant.name}")
+    nodot = cell.python.replace(".", "")
+    specs = [spec.replace("{python}", cell.python).replace("{nodot}", nodot) for spec in (*every, *own)]
+    return CondaEnvInputs(cell=cell.lock_id, specs=tuple(dict.fromkeys(specs)))
+
+
+def check_spec_file(recipes_dir: Path, known: Collection[str]) -> None:
+    """The spec file, where the recipes have one, read as a cell's env would read it."""
+    path = recipes_dir / SPEC_FILE
+    if path.is_file():
+        data = load_toml(path)
+        _known_keys(data, path)
+        _strings(data.get("specs"), path, "specs")
+        for name, specs in _variants(data, path, known).items():
+            _strings(specs, path, f"variants.{name}")
+
+
+def _variants(data: dict[str, object], path: Path, known: Collection[str]) -> dict[str, object]:
+    """``[variants]``, each of its names one of the matrix's variants: a typo (``cuda13O``)
+    would otherwise leave its specs out of the env without a word."""
     variants = data.get("variants", {})
     if not isinstance(variants, dict):
         raise ConfigError(
             f"{path}: variants: not a table", fix="write [variants] with one list of specs per variant name"
         )
-    own = _strings(variants.get(cell.variant.name, []), path, f"variants.{cell.variant.name}")
-    nodot = cell.python.replace(".", "")
-    specs = [spec.replace("{python}", cell.python).replace("{nodot}", nodot) for spec in (*every, *own)]
-    return CondaEnvInputs(cell=cell.lock_id, specs=tuple(dict.fromkeys(specs)))
+    unknown = sorted(set(variants) - set(known))
+    if unknown:
+        name = unknown[0]
+        raise ConfigError(
+            f"{path}: variants.{name}: the matrix has no variant {name}{did_you_mean(name, known)}",
+            fix="name a variant of recipes/matrix.toml, or remove the entry",
+        )
+    return variants
 
 
 def _known_keys(data: dict[str, object], path: Path) -> None:
