@@ -47,6 +47,9 @@ INDEX_GROUP = "index-publish"  # the lock the index once needed: no workflow has
 BUCKET_ROOT = "s3://${{ vars.WHEELMILL_INDEX_BUCKET }}/index"
 OIDC_ACTION = "aws-actions/configure-aws-credentials@"
 INDEX_ROLE = "${{ vars.WHEELMILL_INDEX_ROLE }}"
+# The role a job that only reads the index assumes (the GPU stage reads its rc's record).
+INDEX_READ_ROLE = "${{ vars.WHEELMILL_INDEX_READ_ROLE }}"
+READS_ONLY = re.compile(r"wheelmill\s+(?:test-gpu|verify|release\s+show)\b")
 # The compiler cache's shared tier's roles: one that may write its bucket (release.yml and
 # nightly.yml, on tags and main), one that may only read it (build.yml, pull requests).
 CACHE_ROLE = "${{ vars.WHEELMILL_CACHE_ROLE }}"
@@ -313,7 +316,8 @@ def ordering_problems(workflow: Workflow) -> list[str]:
 def oidc_problems(workflow: Workflow) -> list[str]:
     """Every job that reaches the index's object store gets its credentials by OIDC: it may
     ask for the token (id-token: write, and contents: read, nothing else), it assumes the
-    role vars.WHEELMILL_INDEX_ROLE with the pinned configure-aws-credentials action before
+    role vars.WHEELMILL_INDEX_ROLE (vars.WHEELMILL_INDEX_READ_ROLE where every wheelmill
+    command it runs only reads) with the pinned configure-aws-credentials action before
     its first step that reaches the store, in an environment (whose name is what the role's
     trust policy checks), and nothing anywhere names a static key. No other job may ask for
     the token."""
@@ -335,10 +339,10 @@ def oidc_problems(workflow: Workflow) -> list[str]:
             problems.append(f"{name}: no OIDC step ({OIDC_ACTION}...)")
             continue
         given = dict(steps(job)[assumed[0]].get("with") or {})
-        if given.get("role-to-assume") != INDEX_ROLE:
-            problems.append(
-                f"{name}: the OIDC step assumes {given.get('role-to-assume')!r}, not vars.WHEELMILL_INDEX_ROLE"
-            )
+        commands = [line for line in run_lines(job) if re.search(r"wheelmill\s", line)]
+        role = INDEX_READ_ROLE if commands and all(READS_ONLY.search(line) for line in commands) else INDEX_ROLE
+        if given.get("role-to-assume") != role:
+            problems.append(f"{name}: the OIDC step assumes {given.get('role-to-assume')!r}, not {role}")
         if "vars.WHEELMILL_INDEX_REGION" not in str(given.get("aws-region", "")):
             problems.append(f"{name}: the OIDC step's region is not vars.WHEELMILL_INDEX_REGION")
         problems += [
@@ -605,7 +609,7 @@ def test_no_workflow_syncs_the_index_or_locks_it(name: str) -> None:
     ("name", "expected"),
     [
         ("build", set()),
-        ("release", {"build", "render", "record-gpu", "promote", "final-images"}),
+        ("release", {"build", "render", "gpu", "record-gpu", "promote", "final-images"}),
         ("nightly", {"build", "prune"}),
     ],
 )
@@ -663,11 +667,17 @@ def test_a_release_candidate_is_proven_on_gpu_runners_before_promotion() -> None
     assert "wheelmill test-gpu" in signs["run"] and not reads_secret({k: v for k, v in gpu.items() if k != "steps"})
     for job in ("record-gpu", "promote"):
         assert env_of(every[job])["WHEELMILL_GPU_TRUSTED_KEYS"] == "keys/gpu-runners"
-    assert gpu["permissions"] == {"contents": "read"}
+    assert gpu["permissions"] == {"contents": "read", "id-token": "write"}
+    # Its own rc's files, named by the rc's record (read with the index's read-only role): a
+    # re-run after a newer rc tests its own.
     assert any(
-        'wheelmill test-gpu --cell "$CELL" --runner "$RUNNER" --track test --index-url' in line
+        'wheelmill test-gpu --cell "$CELL" --runner "$RUNNER" --track test --release "$VERSION" --index-url' in line
         for line in run_lines(gpu)
     )
+    assert gpu["env"]["VERSION"] == "${{ needs.plan.outputs.version }}"
+    assert gpu["env"]["WHEELMILL_INDEX_ROOT"] == BUCKET_ROOT
+    (assumed,) = index_oidc_steps(gpu)
+    assert steps(gpu)[assumed]["with"]["role-to-assume"] == INDEX_READ_ROLE
     assert gpu["env"]["RUNNER"] == "${{ matrix.runner }}"
     uploads = [step for step in steps(gpu) if "upload-artifact" in step.get("uses", "")]
     assert [step["with"]["name"] for step in uploads] == ["gpu-report-${{ matrix.cell }}-${{ matrix.runner }}"]
