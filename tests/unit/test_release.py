@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import zipfile
 from dataclasses import replace
-from datetime import date
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -54,7 +54,7 @@ from wheelmill.wheel.wheelfile import read_wheel
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 HEAD, OTHER = "a" * 40, "b" * 40
-DAY = date(2026, 11, 22)
+DAY = datetime(2026, 11, 22, 9, 30, 15, tzinfo=UTC)  # HEAD's commit time
 
 
 def state(tags: dict[str, str] | None = None, *, dirty: bool = False) -> GitState:
@@ -113,7 +113,7 @@ VERSION_CASES = [
         {"v2.4.0": OTHER},
         False,
         "nightly",
-        "2.4.1.dev20261122",
+        "2.4.1.dev20261122093015",
         Track.NIGHTLY,
         Action.BUILD,
         None,
@@ -123,18 +123,18 @@ VERSION_CASES = [
         {"v2.4.0": OTHER, "v2.5.0-rc1": OTHER},
         False,
         "nightly",
-        "2.5.0.dev20261122",
+        "2.5.0.dev20261122093015",
         Track.NIGHTLY,
         Action.BUILD,
         None,
     ),
-    ("nightly, no tag yet", {}, False, "nightly", "0.1.0.dev20261122", Track.NIGHTLY, Action.BUILD, None),
+    ("nightly, no tag yet", {}, False, "nightly", "0.1.0.dev20261122093015", Track.NIGHTLY, Action.BUILD, None),
     (
         "nightly ignores other tags",
         {"deploy-2026": OTHER, "v1": OTHER},
         False,
         "nightly",
-        "0.1.0.dev20261122",
+        "0.1.0.dev20261122093015",
         Track.NIGHTLY,
         Action.BUILD,
         None,
@@ -144,7 +144,7 @@ VERSION_CASES = [
         {"v9.9.9": OTHER, "v10.0.0": OTHER},
         False,
         "nightly",
-        "10.0.1.dev20261122",
+        "10.0.1.dev20261122093015",
         Track.NIGHTLY,
         Action.BUILD,
         None,
@@ -154,7 +154,7 @@ VERSION_CASES = [
         {"v2.4.0": HEAD},
         False,
         "nightly",
-        "2.4.1.dev20261122",
+        "2.4.1.dev20261122093015",
         Track.NIGHTLY,
         Action.BUILD,
         None,
@@ -215,12 +215,42 @@ def test_a_preview_takes_a_missing_tag_as_made_on_head_and_says_so() -> None:
 
 
 RC = Release(version="2.4.0rc1", track=Track.TEST, action=Action.BUILD, commit=HEAD, tag="v2.4.0-rc1")
-NIGHTLY = Release(version="2.4.1.dev20261122", track=Track.NIGHTLY, action=Action.BUILD, commit=HEAD)
+
+
+def test_two_commits_of_one_day_are_two_nightlies_and_a_run_publishes_one_version() -> None:
+    """A nightly is numbered by its commit's time to the second: a commit at 01:00 and one at
+    12:00 of one day are two versions. A job given the plan job's version (``--version``)
+    takes it, where it is this commit's nightly of the tags at HEAD with or without those on
+    HEAD itself (a final tag pushed between the plan job's clone and its own); any other is
+    refused in one line."""
+    early, late = (replace(state({"v2.4.0": OTHER}), committed=DAY.replace(hour=h)) for h in (1, 12))
+    assert (for_nightly(early).version, for_nightly(late).version) == (
+        "2.4.1.dev20261122013015",
+        "2.4.1.dev20261122123015",
+    )
+    tagged_since = state({"v2.4.0": OTHER, "v2.4.1": HEAD})  # the final tag, pushed after the plan job cloned
+    assert for_nightly(tagged_since).version == "2.4.2.dev20261122093015"
+    planned = for_nightly(state({"v2.4.0": OTHER})).version
+    assert for_nightly(tagged_since, given=planned).version == planned == "2.4.1.dev20261122093015"
+    for wrong in ("2.4.1.dev20261122093016", "9.9.9.dev20261122093015", "2.4.1"):
+        with pytest.raises(
+            ReleaseError, match=rf"--version {re.escape(wrong)} is not a nightly of commit aaaaaaaaaaaa"
+        ):
+            for_nightly(tagged_since, given=wrong)
+
+
+def test_a_nightlys_version_is_given_with_nightly_alone(cli: CliRunner, project: tuple[Path, str]) -> None:
+    repo, _head = project
+    refused = cli("--recipes", str(repo / "recipes"), "release", "--tag", "v2.4.0-rc1", "--version", "2.4.0")
+    one_line(refused, 2, "--version is for a nightly")
+
+
+NIGHTLY = Release(version="2.4.1.dev20261122093015", track=Track.NIGHTLY, action=Action.BUILD, commit=HEAD)
 
 # (rule, version as built, release, label, stamped version or None for unchanged)
 STAMP_CASES = [
     (VersionRule.REPO, "0.1.0", RC, "cu118", "2.4.0rc1+cu118"),
-    (VersionRule.REPO, "0.1.0", NIGHTLY, "rocm6.2", "2.4.1.dev20261122+rocm6.2"),
+    (VersionRule.REPO, "0.1.0", NIGHTLY, "rocm6.2", "2.4.1.dev20261122093015+rocm6.2"),
     (VersionRule.REPO, "0.1.0", RC, None, "2.4.0rc1"),
     (VersionRule.REPO, "0.1.0", None, "cpu", "0.1.0+cpu"),
     (VersionRule.SOURCE, "0.1.10", RC, "cu118", "0.1.10+cu118"),

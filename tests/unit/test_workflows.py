@@ -702,6 +702,11 @@ def test_nightly_runs_daily_publishes_and_prunes() -> None:
     assert build["environment"] == "${{ github.ref == 'refs/heads/main' && 'nightly' || '' }}"
     for index in (index_oidc_steps(build)[0], publish_step(build, "wheelmill release publish --nightly")):
         assert steps(build)[index]["if"] == "github.ref == 'refs/heads/main'"
+    # one version for the run, the plan job's: a job that clones after a final tag takes it too
+    assert every["plan"]["outputs"]["version"] == "${{ steps.plan.outputs.version }}"
+    assert build["env"]["VERSION"] == "${{ needs.plan.outputs.version }}"
+    nightly_commands = [line for line in run_lines(build) if "wheelmill release" in line]
+    assert len(nightly_commands) == 2 and all('--nightly --version "$VERSION"' in line for line in nightly_commands)
     prune = every["prune"]
     assert prune["needs"] == ["plan", "build"] and prune["if"] == "github.ref == 'refs/heads/main'"
     assert env_of(prune)["WHEELMILL_INDEX_ROOT"] == BUCKET_ROOT

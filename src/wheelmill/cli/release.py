@@ -122,21 +122,30 @@ def _which(parser: argparse.ArgumentParser) -> None:
         "--nightly",
         action="store_true",
         default=argparse.SUPPRESS,
-        help="the nightly of HEAD: the next version's .devYYYYMMDD",
+        help="the nightly of HEAD: the next version's .devYYYYMMDDHHMMSS (HEAD's commit time)",
+    )
+    parser.add_argument(
+        "--version",
+        default=argparse.SUPPRESS,
+        metavar="VERSION",
+        help="with --nightly: the version the nightly's plan job computed for HEAD, which every job takes",
     )
 
 
 def _release(args: argparse.Namespace, settings: Settings, *, preview: bool = False) -> Release:
     tag, nightly = getattr(args, "tag", None), getattr(args, "nightly", False)
+    given = getattr(args, "version", None)
     if bool(tag) == bool(nightly):
         raise UsageError("release: give either --tag vX.Y.Z[-rcN] or --nightly", fix="see `wheelmill release --help`")
+    if given is not None and not nightly:
+        raise UsageError("release: --version is for a nightly", fix="give --nightly --version VERSION, or leave it out")
     state = read_state(settings.root)
     problem = None if preview else recipes_problem(settings.recipes.resolve())
     if problem is not None:  # a release is built from its commit: recipes from elsewhere make another
         raise ReleaseError(
             f"release: {problem}", fix="release from the repository's own recipes, committed (unset WHEELMILL_RECIPES)"
         )
-    return for_tag(state, tag, preview=preview) if tag else for_nightly(state, preview=preview)
+    return for_tag(state, tag, preview=preview) if tag else for_nightly(state, preview=preview, given=given)
 
 
 def cmd_release(args: argparse.Namespace, settings: Settings, console: Console) -> int:

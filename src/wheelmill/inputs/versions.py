@@ -3,8 +3,9 @@
     tag vX.Y.Z at HEAD        X.Y.Z        the release channels (cpu, cu118, ...), promoted from
                                            the rc tagged on the same commit, never built
     tag vX.Y.Z-rcN at HEAD    X.Y.ZrcN     the test channels (test/cpu, test/cu118, ...)
-    a nightly                 X.Y.Z.devYYYYMMDD, X.Y.Z the next release, the date HEAD's
-                                           commit date: the nightly channels (nightly/...)
+    a nightly                 X.Y.Z.devYYYYMMDDHHMMSS, X.Y.Z the next release, the number
+                                           HEAD's commit time (UTC): the nightly channels
+                                           (nightly/...)
 
 A recipe's version rule says whose version its wheel carries: ``repo`` (in-house code:
 the version above) or ``source`` (a third-party sdist or tag: that project's own). Either
@@ -23,7 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import date
+from datetime import datetime
 from enum import StrEnum
 
 from packaging.version import InvalidVersion, Version
@@ -63,7 +64,7 @@ class GitState:
     reachable from HEAD (name -> the commit it points at)."""
 
     commit: str
-    committed: date
+    committed: datetime  # HEAD's commit time, UTC
     dirty: bool
     tags: Mapping[str, str]
 
@@ -165,15 +166,39 @@ def _tag_problem(state: GitState, name: str) -> ReleaseError | None:
     return None
 
 
-def for_nightly(state: GitState, *, preview: bool = False) -> Release:
-    """The next release's dev version, dated by HEAD's commit: the same commit gives the
-    same version (and the same bytes), so a nightly with nothing new is a no-op."""
+def for_nightly(state: GitState, *, preview: bool = False, given: str | None = None) -> Release:
+    """The next release's dev version, numbered by HEAD's commit time to the second: the same
+    commit gives the same version (and the same bytes), so a nightly with nothing new is a
+    no-op, and two commits of one day give two. ``given``: the version the nightly's plan
+    job computed, which its other jobs take (one whose clone sees a final tag pushed since
+    would otherwise compute another); it must be this commit's nightly of a version the
+    tags at HEAD lead to, with or without those tagged on HEAD itself."""
     problem = _dirty_problem(state, "a nightly")
     if problem is not None and not preview:
         raise problem
-    version = f"{next_version(state)}.dev{state.committed:%Y%m%d}"
+    version = f"{next_version(state)}.dev{state.committed:%Y%m%d%H%M%S}"
+    if given is not None and given != version:
+        _check_given(state, given)
+        version = given
     notes = (problem.one_line(),) if problem else ()
     return Release(version=version, track=Track.NIGHTLY, action=Action.BUILD, commit=state.commit, notes=notes)
+
+
+def _check_given(state: GitState, given: str) -> None:
+    earlier = GitState(
+        commit=state.commit,
+        committed=state.committed,
+        dirty=state.dirty,
+        tags={name: commit for name, commit in state.tags.items() if commit != state.commit},
+    )
+    dev = f".dev{state.committed:%Y%m%d%H%M%S}"
+    allowed = {f"{next_version(s)}{dev}" for s in (state, earlier)}
+    if given not in allowed:
+        raise ReleaseError(
+            f"release: --version {given} is not a nightly of commit {state.commit[:12]} "
+            f"(it would be {' or '.join(sorted(allowed))})",
+            fix="give the version the nightly's plan job printed for this commit, or leave --version out",
+        )
 
 
 def next_version(state: GitState) -> Version:

@@ -22,7 +22,7 @@ def read_state(repo: Path) -> GitState:
         return done.stdout
 
     commit = git("rev-parse", "HEAD").strip()
-    committed = datetime.fromtimestamp(int(git("log", "-1", "--format=%ct", "HEAD").strip()), tz=UTC).date()
+    committed = datetime.fromtimestamp(int(git("log", "-1", "--format=%ct", "HEAD").strip()), tz=UTC)
     # Untracked files count: a build of a path recipe would pick them up.
     dirty = bool(git("status", "--porcelain", "--untracked-files=normal").strip())
     tags = {}
