@@ -22,7 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from wheelmill.errors import SignatureError
-from wheelmill.provenance.signing import SigningKey, TrustedKey, open_envelope, read_envelopes, sign_envelope
+from wheelmill.files import write_atomic
+from wheelmill.provenance.signing import (
+    SigningKey,
+    TrustedKey,
+    envelope_line,
+    open_envelope,
+    read_envelopes,
+    sign_envelope,
+)
 from wheelmill.provenance.statement import STATEMENT_TYPE, beside
 from wheelmill.releases.records import GpuRecord, gpu_record_from
 
@@ -46,7 +54,7 @@ def sign_gpu_record(record: GpuRecord, filenames: Mapping[str, str], key: Signin
 def write_signed(report: Path, envelope: Mapping[str, Any]) -> Path:
     """The envelope beside the report it signs: ``gpu-report.json.intoto.jsonl``."""
     path = beside(report)
-    path.write_text(json.dumps(envelope, sort_keys=True, separators=(",", ":")) + "\n", encoding="utf-8")
+    write_atomic(path, envelope_line(envelope).encode())
     return path
 
 
@@ -96,32 +104,57 @@ def admitted(
     """What ``record-gpu`` records of one report: where a GPU runner's key is trusted, or
     signatures are required, the record its runner signed, which must say what the report
     beside it says; else the report's record, unsigned."""
-    if not trusted and not required:
-        return record
-    if not trusted:
-        raise SignatureError(
-            f"{source}: WHEELMILL_SIGNATURES=required, and no GPU runner's key is trusted", fix=_NO_KEY_FIX
-        )
-    if envelope is None:
-        raise SignatureError(f"{source}: not signed: no {beside(Path(source)).name} beside it", fix=_SIGN_FIX)
-    signed = opened(envelope, trusted, source=source)
-    if signed.facts() != record.facts():
-        raise SignatureError(f"{source}: the report says otherwise than what its runner signed", fix=_SIGN_FIX)
-    return signed
+    return _as_signed(
+        record,
+        envelope,
+        trusted=trusted,
+        required=required,
+        where=source,
+        opened_as=source,
+        unsigned=(f"not signed: no {beside(Path(source)).name} beside it", _SIGN_FIX),
+        differs="the report says otherwise than what its runner signed",
+    )
 
 
 def check_signed(record: GpuRecord, *, trusted: Sequence[TrustedKey], required: bool) -> None:
     """A recorded result the gate may count: signed by a trusted GPU runner's key, saying
     what the record says (where a key is trusted or signatures are required)."""
-    if not trusted and not required:
-        return
     what = f"{record.cell} on runner {record.runner}"
+    _as_signed(
+        record,
+        record.envelope,
+        trusted=trusted,
+        required=required,
+        where=what,
+        opened_as=f"{what}: its recorded GPU stage",
+        unsigned=("its GPU stage was recorded unsigned", _SIGN_FIX + " with record-gpu"),
+        differs="its record says otherwise than what its runner signed",
+    )
+
+
+def _as_signed(
+    record: GpuRecord,
+    envelope: Mapping[str, Any] | None,
+    *,
+    trusted: Sequence[TrustedKey],
+    required: bool,
+    where: str,
+    opened_as: str,
+    unsigned: tuple[str, str],
+    differs: str,
+) -> GpuRecord:
+    """The one check of both doors: ``record`` as its runner signed it in ``envelope`` (the
+    record itself where no GPU key is trusted and signatures are optional); ``where`` names
+    it in each refusal."""
+    if not trusted and not required:
+        return record
     if not trusted:
         raise SignatureError(
-            f"{what}: WHEELMILL_SIGNATURES=required, and no GPU runner's key is trusted", fix=_NO_KEY_FIX
+            f"{where}: WHEELMILL_SIGNATURES=required, and no GPU runner's key is trusted", fix=_NO_KEY_FIX
         )
-    if record.envelope is None:
-        raise SignatureError(f"{what}: its GPU stage was recorded unsigned", fix=_SIGN_FIX + " with record-gpu")
-    signed = opened(record.envelope, trusted, source=f"{what}: its recorded GPU stage")
+    if envelope is None:
+        raise SignatureError(f"{where}: {unsigned[0]}", fix=unsigned[1])
+    signed = opened(envelope, trusted, source=opened_as)
     if signed.facts() != record.facts():
-        raise SignatureError(f"{what}: its record says otherwise than what its runner signed", fix=_SIGN_FIX)
+        raise SignatureError(f"{where}: {differs}", fix=_SIGN_FIX)
+    return signed
