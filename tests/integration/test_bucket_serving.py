@@ -31,6 +31,7 @@ import boto3
 import pytest
 
 from tests.integration.test_index import pip
+from tests.nginx import CONTENT_TYPES, DEPLOY, accept_cases, main_context
 from tests.objectstore import ACCESS_KEY, SECRET_KEY, ObjectStore
 from tests.ports import free_port
 from tests.wheels import make_wheel
@@ -156,6 +157,7 @@ def nginx_config(bucket_url: str, port: int, prefix: Path) -> Path:
         .replace("@PORT@", f"127.0.0.1:{port}")
         .replace("@BUCKET_URL@", bucket_url)
         .replace("@RESOLVER@", "127.0.0.1")
+        .replace("@DEPLOY@", str(DEPLOY))
     )
     assert not re.findall(r"@[A-Z_]+@", server), "every placeholder rendered"
     (prefix / "tmp").mkdir(parents=True, exist_ok=True)
@@ -170,7 +172,7 @@ def nginx_config(bucket_url: str, port: int, prefix: Path) -> Path:
     )
     config = prefix / "nginx.conf"
     config.write_text(
-        f"worker_processes 1;\nerror_log {prefix / 'error.log'};\npid {prefix / 'nginx.pid'};\n"
+        f"{main_context()}worker_processes 1;\nerror_log {prefix / 'error.log'};\npid {prefix / 'nginx.pid'};\n"
         "events { worker_connections 64; }\n"
         f"http {{\n{log}{temp}{server}\n}}\n"
     )
@@ -377,6 +379,15 @@ def test_pages_negotiate_and_keep_the_objects_caching(served: Served) -> None:
     again = get(page, {"Accept": JSON, "If-None-Match": etag})
     assert again.status == 304 and again.headers["ETag"] == etag and again.body == b""
     assert not any(h.lower().startswith(("x-amz-", "seaweed-")) for h in as_json.headers), as_json.headers
+    # The one table `index serve` and deploy/nginx-index.conf are held to (tests/data/accept.toml).
+    for case in accept_cases():
+        answer = get(page + case.query, case.headers)
+        assert answer.headers.get_all("Vary") == ["Accept"], case
+        if case.chosen is None:
+            assert answer.status == 406, (case, answer.status)
+            continue
+        assert (answer.status, answer.headers["Content-Type"]) == (200, CONTENT_TYPES[case.chosen]), case
+        assert (json.loads(answer.body)["name"] == "demo") if case.chosen.endswith("+json") else b"<a " in answer.body
 
 
 def test_files_and_sidecars_come_by_sha256_immutable_with_ranges(served: Served) -> None:

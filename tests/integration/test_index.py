@@ -19,6 +19,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from email.message import Message
 from pathlib import Path
 from typing import NoReturn
 from urllib.parse import unquote
@@ -27,6 +28,7 @@ import jsonschema
 import pytest
 
 from tests.channels import stored_file, tree_channel
+from tests.nginx import CONTENT_TYPES, DEPLOY, accept_cases, main_context
 from tests.ports import free_port
 from tests.wheels import make_wheel
 from wheelmill.files import TMP_PREFIX
@@ -660,11 +662,12 @@ def test_the_server_stays_inside_its_root_and_speaks_http_properly(
 
 
 def nginx_config(template: Path, root: Path, port: int, prefix: Path) -> Path:
-    server = template.read_text().replace("@ROOT@", str(root)).replace("@PORT@", f"127.0.0.1:{port}")
+    rendered = {"@ROOT@": str(root), "@PORT@": f"127.0.0.1:{port}", "@DEPLOY@": str(DEPLOY)}
+    server = re.sub(r"@[A-Z_]+@", lambda m: rendered[m.group(0)], template.read_text())
     (prefix / "logs").mkdir(parents=True, exist_ok=True)
     config = prefix / "nginx.conf"
     config.write_text(
-        "user root;\nworker_processes 1;\nerror_log stderr;\npid " + str(prefix / "nginx.pid") + ";\n"
+        main_context() + "user root;\nworker_processes 1;\nerror_log stderr;\npid " + str(prefix / "nginx.pid") + ";\n"
         "events { worker_connections 64; }\n"
         "http {\n access_log " + str(prefix / "logs" / "access.log") + ";\n"
         " client_body_temp_path " + str(prefix / "tmp") + ";\n proxy_temp_path " + str(prefix / "tmp") + ";\n"
@@ -758,6 +761,36 @@ def test_nginx_serves_the_same_tree(index_root: Path, tmp_path: Path) -> None:
             ["curl", "-s", "-r", "0-9", "-o", "-", f"{base}{blob}"], capture_output=True, check=True
         ).stdout
         assert ranged == lib.read_bytes()[:10]
+
+
+def test_index_serve_and_nginx_negotiate_by_the_one_table(served: Served, index_root: Path, tmp_path: Path) -> None:
+    """Every row of tests/data/accept.toml, over HTTP, against `wheelmill index serve` and
+    nginx with deploy/nginx-index.conf: the same format chosen (q-values, ``latest``, the
+    query first), the same Content-Type, and 406 where nothing served is acceptable."""
+    lib, _app = small_wheels(tmp_path / "dist")
+    wheelmill(index_root, "publish", "--channel", "cu118", str(lib))
+    with serving_nginx(index_root, tmp_path / "nginx") as base:
+        for url in (served.url, base):
+            for case in accept_cases():
+                page = f"{url}/cu118/simple/wm-lib/{case.query}"
+                status, headers, body = fetched(page, case.headers)
+                assert headers["Vary"] == "Accept", (page, case)
+                if case.chosen is None:
+                    assert status == 406, (page, case, status)
+                    continue
+                assert (status, headers["Content-Type"]) == (200, CONTENT_TYPES[case.chosen]), (page, case)
+                if case.chosen.endswith("+json"):
+                    assert json.loads(body)["name"] == "wm-lib", (page, case)
+                else:
+                    assert b"<a href=" in body, (page, case)
+
+
+def fetched(url: str, headers: dict[str, str]) -> tuple[int, Message, bytes]:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30) as answer:
+            return answer.status, answer.headers, answer.read()
+    except urllib.error.HTTPError as refused:
+        return refused.code, refused.headers, refused.read()
 
 
 def http_status(url: str) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.channels import pages_dir, stored_file, tree_channel
+from tests.nginx import AcceptCase, accept_cases
 from tests.wheels import make_wheel
 from wheelmill.errors import ChannelError, IndexConflict
 from wheelmill.index import objects
@@ -18,8 +19,6 @@ from wheelmill.index.channels import PublishOutcome
 from wheelmill.index.consumer import format_settings
 from wheelmill.index.objects import ObjectChannel, blob_key
 from wheelmill.index.pages import (
-    HTML_TYPE,
-    JSON_TYPE,
     PROVENANCE_ATTRIBUTE,
     FileEntry,
     Project,
@@ -28,7 +27,7 @@ from wheelmill.index.pages import (
     project_json,
 )
 from wheelmill.index.roots import problems, provenance_of, publish, set_yanked
-from wheelmill.index.serve import negotiate
+from wheelmill.index.serve import negotiate, query_format
 
 ANY = "py3-none-any"
 
@@ -76,22 +75,10 @@ def test_json_page_has_pep700_fields() -> None:
     assert first["core-metadata"] == {"sha256": "b" * 64}
 
 
-@pytest.mark.parametrize(
-    ("accept", "fmt", "chosen"),
-    [
-        (None, None, "text/html"),
-        ("*/*", None, JSON_TYPE),
-        ("application/vnd.pypi.simple.v1+json", None, JSON_TYPE),
-        ("application/vnd.pypi.simple.v1+json;q=0.2, text/html", None, "text/html"),
-        ("application/vnd.pypi.simple.latest+json", None, JSON_TYPE),  # PEP 691's alias of the newest version
-        ("application/vnd.pypi.simple.latest+html", None, HTML_TYPE),
-        (None, "application/vnd.pypi.simple.latest+json", JSON_TYPE),
-        ("text/html", "application/vnd.pypi.simple.v1+json", JSON_TYPE),
-        (None, "application/xml", None),
-    ],
-)
-def test_content_negotiation(accept: str | None, fmt: str | None, chosen: str | None) -> None:
-    assert negotiate(accept, fmt) == chosen
+@pytest.mark.parametrize("case", accept_cases(), ids=lambda c: f"{c.accept}|{c.format}")
+def test_content_negotiation(case: AcceptCase) -> None:
+    """The table every server of the index is held to (nginx's configs too: integration)."""
+    assert negotiate(case.accept, query_format(case.query.removeprefix("?"))) == case.chosen
 
 
 def test_publish_is_idempotent_and_refuses_other_bytes(tmp_path: Path) -> None:

@@ -79,6 +79,17 @@ def negotiate(accept: str | None, fmt: str | None) -> str | None:
     return None
 
 
+def query_format(query: str) -> str | None:
+    """The ``format=`` a query asks for, or None.
+
+    >>> query_format("format=application/vnd.pypi.simple.v1+json"), query_format("format=text%2Fhtml&x=1")
+    ('application/vnd.pypi.simple.v1+json', 'text/html')
+    """
+    fmt = urllib.parse.parse_qs(query).get("format", [None])[0]
+    # A raw "+" in a query reads as a space; media types have none, so put it back.
+    return fmt.replace(" ", "+") if fmt else None
+
+
 def request_target(target: str) -> tuple[str, str] | HTTPStatus:
     """The path and query a request target names, or the status that refuses it.
 
@@ -154,7 +165,6 @@ class IndexHandler(BaseHTTPRequestHandler):
             self._status(target, "not found" if target is HTTPStatus.NOT_FOUND else "bad request target", body=body)
             return
         path, raw_query = target
-        query = urllib.parse.parse_qs(raw_query)
         segments = [urllib.parse.unquote(s) for s in path.split("/")[1:]]
         if segments == [""]:
             self._channels(body=body)
@@ -165,9 +175,7 @@ class IndexHandler(BaseHTTPRequestHandler):
         if not all(_SEGMENT.match(s) for s in segments if s):
             self._status(HTTPStatus.NOT_FOUND, "not found", body=body)
             return
-        # A raw "+" in a query reads as a space; media types have none, so put it back.
-        fmt = query.get("format", [None])[0]
-        self._route(segments, fmt.replace(" ", "+") if fmt else None, body=body)
+        self._route(segments, query_format(raw_query), body=body)
 
     def _route(self, segments: list[str], fmt: str | None, *, body: bool) -> None:
         if len(segments) > 2 and segments[0] in TRACK_DIRS:  # test/cu118/simple/... is one channel
