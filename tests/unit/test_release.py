@@ -4,6 +4,7 @@ and small real wheels (no build runs)."""
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import re
 import shutil
@@ -22,12 +23,11 @@ from tests.wheels import make_wheel
 from wheelmill.building.plan import Options, plan
 from wheelmill.checks.gpu import GpuOutcome
 from wheelmill.cli import main
-from wheelmill.cli.release import release_json
+from wheelmill.cli.release import one_build_channels, release_json
 from wheelmill.errors import ChannelError, IntegrityError, ReleaseError, SignatureError
 from wheelmill.gpu.report import GpuReport, WheelResult
-from wheelmill.index.channels import built_by_key
 from wheelmill.index.roots import Index, problems, publish
-from wheelmill.index.storage import TreeStorage
+from wheelmill.index.storage import Storage, Stored, TreeStorage
 from wheelmill.inputs.matrix import load_matrix
 from wheelmill.inputs.recipes import load_recipes
 from wheelmill.inputs.selection import affected_cells
@@ -39,7 +39,14 @@ from wheelmill.output.report import BuiltCell, RecipeRecord, ReleaseRecord, Stat
 from wheelmill.provenance.signing import new_signing_key
 from wheelmill.releases.gpu_attestation import sign_gpu_record, write_signed
 from wheelmill.releases.promotion import promote, same_payload
-from wheelmill.releases.publish import BuiltWheel, collect_built, prune, publish_release, refuse_unattested
+from wheelmill.releases.publish import (
+    BuiltWheel,
+    collect_built,
+    one_build_lookup,
+    prune,
+    publish_release,
+    refuse_unattested,
+)
 from wheelmill.releases.records import (
     GpuRecord,
     Manifest,
@@ -948,6 +955,21 @@ def test_a_cell_published_in_two_parts_is_not_promoted_on_its_first_parts_stage(
 # --- a release's wheels, collected from its cells' reports ----------------------------------
 
 
+class CountedReads:
+    """A storage whose reads of pages are counted, by key."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self.keys: list[str] = []
+
+    def get(self, key: str) -> Stored | None:
+        self.keys.append(key)
+        return self.storage.get(key)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.storage, name)
+
+
 def built_cell(output: Path, cell: str, channel: str, wheel: Path, *, key: str, unpublished: bool = False) -> None:
     """``<output>/<cell>/`` as a --no-publish release build of example-stable-ops leaves it."""
     layout = CellLayout(output=output, cell=cell)
@@ -996,18 +1018,28 @@ def test_a_cell_alone_on_its_runner_lists_the_one_build_another_job_published(tm
         tmp_path / "test", "example-stable-ops", "2.4.0rc1+cu130", tag="cp310-abi3-linux_x86_64", files={"x": b"2.14"}
     )
     index = Index(tree=tmp_path / "index")
+    reads = CountedReads(index.storage)
+    index.__dict__["storage"] = reads  # the cached property, counted
     oldest, newer = tmp_path / "runner-a", tmp_path / "runner-b"
     built_cell(oldest, "cuda130-torch2.12-py311", "test/cu130-torch2.12", one, key="k" * 64)
     built_cell(newer, "cuda130-py311", "test/cu130", test_only, key="k" * 64, unpublished=True)
+    # A busy index: other projects in the same channel and in every other of the track.
+    for channel in ("test/cu130-torch2.12", "test/cu130", "test/cpu", "test/cu118"):
+        publish(index.channel(channel), make_wheel(tmp_path / channel, "other", "1.0", tag="py3-none-any"))
+    said: list[str] = []
+    matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
+    assert one_build_channels(matrix, RC, "cuda130-py311") == ["test/cu130-torch2.12"]
+    lookup = one_build_lookup(index, functools.partial(one_build_channels, matrix, RC), 0, said.append)
 
-    def lookup(channel: str, key: str) -> tuple[str, str, str] | None:
-        found = built_by_key(index.channel("test/cu130-torch2.12")).get(key)
-        return ("test/cu130-torch2.12", found[1].filename, found[1].sha256) if found else None
-
+    reads.keys.clear()
     with pytest.raises(ReleaseError, match="no cell of this release made its one build"):
         collect_built(newer, RC, lookup=lookup)  # the other job has not published yet
+    assert reads.keys == ["test/cu130-torch2.12/simple/example-stable-ops/index.json"], "one page a look"
     publish_release(index, RC, collect_built(oldest, RC), gpu_runners={}, on_file=lambda _p: None)
+    reads.keys.clear()
     wheels = collect_built(newer, RC, lookup=lookup)
+    assert reads.keys == ["test/cu130-torch2.12/simple/example-stable-ops/index.json"], "one page a look"
+    assert said == [f"cuda130-py311: the one build test/cu130-torch2.12/{one.name}"]
     assert [(w.path, w.listed_in, w.sha256) for w in wheels] == [(None, "test/cu130-torch2.12", sha256_of(one))]
     publish_release(index, RC, wheels, gpu_runners={}, on_file=lambda _p: None)
     listed = index.channel("test/cu130").project("example-stable-ops")

@@ -18,6 +18,7 @@ Each works on the index WHEELMILL_INDEX_ROOT names: a tree, or an object store
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +37,7 @@ from wheelmill.inputs.matrix import Matrix, github_matrix
 from wheelmill.inputs.variants import Family
 from wheelmill.inputs.versions import Action, Release, Track, VersionRule, for_nightly, for_tag
 from wheelmill.machine.git import read_state, recipes_problem
+from wheelmill.planning.serving import channel_of, serving
 from wheelmill.planning.spec import CellPlan, RecipeSpec
 from wheelmill.provenance.signing import TrustedKey, gpu_trusted_keys_of, signing_key_of, trusted_keys_of
 from wheelmill.releases.gpu_attestation import admitted, envelope_beside
@@ -189,13 +191,20 @@ def cmd_publish(args: argparse.Namespace, settings: Settings, console: Console) 
     return _publish(release, settings, console, mirror=getattr(args, "mirror", True), wait=args.wait)
 
 
+def one_build_channels(matrix: Matrix, release: Release, cell: str) -> list[str]:
+    """The channels of the cells that make ``cell``'s serving group's one build (its oldest torch's)."""
+    builders = serving(matrix, matrix.cell(cell), (), release).builders
+    return list(dict.fromkeys(channel_of(matrix.cell(c).variant, release) for c in builders))
+
+
 def _publish(release: Release, settings: Settings, console: Console, *, mirror: bool, wait: float = 0) -> int:
     """Publish the release's wheels and record it; then each cell's runtime closure into
     its channel, so the track's channels install on their own too."""
     say = _sayer(console)
-    built = collect_built(settings.output, release, lookup=one_build_lookup(Index.of(settings), wait, say))
-    refuse_unattested(built, required=settings.signatures is Signatures.REQUIRED, trusted=trusted_keys_of(settings))
     matrix, _recipes = load_inputs(settings)
+    lookup = one_build_lookup(Index.of(settings), functools.partial(one_build_channels, matrix, release), wait, say)
+    built = collect_built(settings.output, release, lookup=lookup)
+    refuse_unattested(built, required=settings.signatures is Signatures.REQUIRED, trusted=trusted_keys_of(settings))
     cells = [matrix.cell(cell) for cell in sorted({wheel.cell for wheel in built})]
     gpu_cells = {cell.id: matrix.gpu_runners_of(cell) for cell in cells if cell.variant.family is not Family.CPU}
     index = Index.of(settings)

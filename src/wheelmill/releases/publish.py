@@ -22,8 +22,8 @@ from pathlib import Path
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from wheelmill.errors import CommandFailed, IndexConflict, IndexWriteError, IntegrityError, ReleaseError, SignatureError
-from wheelmill.index.channels import Published, built_by_key
-from wheelmill.index.pages import Project
+from wheelmill.index.channels import Published
+from wheelmill.index.pages import FileEntry, Project
 from wheelmill.index.roots import Index, copy_file, publish, remove_files
 from wheelmill.inputs.versions import Release, Track, VersionRule
 from wheelmill.machine.process import HostRunner, StepLog, base_environment, wheelmill_command
@@ -71,7 +71,8 @@ class BuiltWheel:
 # key) -> the channel of the track that lists it, its filename and sha256; or None. Each build
 # job of a fleet publishes its own cell, and a cell of a newer torch finds the one build its
 # group's oldest cell published.
-GroupBuildLookup = Callable[[str, str], tuple[str, str, str] | None]
+POLL_SECONDS = 15.0  # how often a waiting job reads the one page again
+GroupBuildLookup = Callable[[str, str, str], tuple[str, str, str] | None]  # cell, project, key
 
 
 def collect_built(output: Path, release: Release, *, lookup: GroupBuildLookup | None = None) -> list[BuiltWheel]:
@@ -135,7 +136,9 @@ def _one_build(
     same build key, for a cell that built it only to test it."""
     key = built.facts.get("build_keys", {}).get(recipe.name)
     found = next((w for w in wheels if w.recipe == recipe.name and key is not None and w.key == key), None)
-    listed = lookup(built.channel, key) if found is None and lookup is not None and key is not None else None
+    project = str(parse_wheel_filename(recipe.wheel.name)[0]) if recipe.wheel is not None else None
+    looked_up = found is None and lookup is not None and key is not None and project is not None
+    listed = lookup(built.cell, str(project), str(key)) if looked_up and lookup is not None else None
     if listed is not None:
         listed_in, filename, sha256 = listed
         return BuiltWheel(
@@ -300,26 +303,37 @@ def prune(index: Index, track: Track, keep: int) -> list[str]:
     return removed
 
 
-def one_build_lookup(index: Index, wait: float, say: Callable[[str], None]) -> GroupBuildLookup:
-    """The one build of a serving group, by its build key, as a channel of the same track
-    lists it: looked up once, or every few seconds for ``wait`` seconds (the job of the group's
-    oldest torch runs beside this one, and publishes it when its build passed)."""
+def one_build_lookup(
+    index: Index, builders_of: Callable[[str], Sequence[str]], wait: float, say: Callable[[str], None]
+) -> GroupBuildLookup:
+    """The one build of a serving group, by its build key, as the channel of the group's
+    oldest torch lists it (``builders_of``: a cell's channels of that torch, in the release's
+    track): looked up once, or every 15 seconds for ``wait`` seconds (the job of that torch's
+    cell runs beside this one, and publishes it when its build passed). Each look reads one
+    page, the project's in that channel, whatever the size of the index: what a fleet's
+    waiting jobs cost the bucket (docs/releases.md)."""
 
-    def lookup(channel: str, key: str) -> tuple[str, str, str] | None:
-        track = channel.rpartition("/")[0]
+    def lookup(cell: str, project: str, key: str) -> tuple[str, str, str] | None:
+        channels = builders_of(cell)
         deadline = time.monotonic() + wait
         while True:
-            for name in (n for n in index.channel_names() if n.rpartition("/")[0] == track):
-                found = built_by_key(index.channel(name)).get(key)
-                if found is not None:
-                    say(f"{channel}: the one build {name}/{found[1].filename}")
-                    return name, found[1].filename, found[1].sha256
+            for name in channels:
+                entry = _built_with_key(index.channel(name).project(project), key)
+                if entry is not None:
+                    say(f"{cell}: the one build {name}/{entry.filename}")
+                    return name, entry.filename, entry.sha256
             if time.monotonic() >= deadline:
                 return None
-            say(f"{channel}: waiting for the one build with key {key[:12]}...")
-            time.sleep(min(15.0, max(0.0, deadline - time.monotonic())))
+            say(f"{cell}: waiting for the one build of {project} (key {key[:12]}) in {', '.join(channels)}...")
+            time.sleep(min(POLL_SECONDS, max(0.0, deadline - time.monotonic())))
 
     return lookup
+
+
+def _built_with_key(project: Project | None, key: str) -> FileEntry | None:
+    """The project's built file of ``key``; a yanked one answers for no key (whoever yanked it wanted another)."""
+    files = project.files if project is not None else ()
+    return next((f for f in files if f.built and f.yanked is None and key in f.build_keys), None)
 
 
 def publish_conda_packages(built: list[BuiltWheel], settings: Settings, say: Callable[[str], None]) -> None:
