@@ -190,6 +190,12 @@ class ReleaseError(WheelmillError):
     exit_code = 17
 
 
+class ReleasePending(ReleaseError):
+    """A promotion that time may let through: its rc is not recorded yet, or a GPU stage its
+    record asks for has not been recorded yet (none failed). ``release promote --wait`` waits
+    on this one alone."""
+
+
 class InvalidWheel(ChannelError):
     """A file is not a valid wheel: its name, its zip, its one .dist-info or its METADATA.
     Wherever a wheel is read (a build's output, a publish, a promotion) this is the error,

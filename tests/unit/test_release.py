@@ -952,6 +952,43 @@ def test_a_cell_published_in_two_parts_is_not_promoted_on_its_first_parts_stage(
     assert not tree_channel(index, "cu118").exists()
 
 
+def test_a_final_pushed_with_its_rc_waits_for_the_rcs_record_and_gpu_stage_and_never_for_a_failure(
+    cli: CliRunner, project: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A final tag and its rc in one push: the final's promotion runs before the rc's record
+    exists. With --wait it looks again until the rc is recorded and its GPU stage passed,
+    then promotes; a stage that failed stops it at once; without --wait it stops at once."""
+    repo, head = project
+    index = tmp_path / "index"
+    promote_cli = ("--recipes", str(repo / "recipes"), "release", "promote", "--from", "test", "--to", "release")
+    one_line(cli(*promote_cli, "2.4.0"), 17, "nothing to promote: no test release of 2.4.0 from commit")
+    looks: list[float] = []
+
+    def meanwhile(seconds: float) -> None:  # what the rc's run does while the final's waits
+        looks.append(seconds)
+        if len(looks) == 1:
+            _release_rc(index, tmp_path, runners=(A100,), commit=head)
+        elif len(looks) == 2:
+            rc = load_manifest(TreeStorage(index), Track.TEST, "2.4.0rc1")
+            record_gpu(TreeStorage(index), Track.TEST, "2.4.0rc1", [stage(rc, A100)])
+
+    monkeypatch.setattr("wheelmill.cli.release.sleep", meanwhile)
+    waited = cli(*promote_cli, "--wait", "3600", "2.4.0")
+    assert waited.code == 0, waited.err
+    assert looks == [60.0, 60.0], "a look a minute, until the record holds a passed stage"
+    assert "s left): nothing to promote: no test release of 2.4.0 from commit" in waited.out
+    assert (
+        f"s left): promote: 2.4.0rc1 has no passed GPU stage for cuda118-py311 on runner {A100}: no GPU" in waited.out
+    )
+    assert load_manifest(TreeStorage(index), Track.RELEASE, "2.4.0").promoted_from == "test/2.4.0rc1"
+
+    rc = _release_rc(index, tmp_path, runners=(A100,), version="2.5.0rc1", commit=head)
+    record_gpu(TreeStorage(index), Track.TEST, "2.5.0rc1", [stage(rc, A100, GpuOutcome.FAILED)])
+    looks.clear()
+    one_line(cli(*promote_cli, "--wait", "3600", "2.5.0"), 17, "2.5.0rc1 has no passed GPU stage")
+    assert looks == [], "a failed stage is not waited on"
+
+
 # --- a release's wheels, collected from its cells' reports ----------------------------------
 
 

@@ -626,7 +626,9 @@ def test_every_job_that_reaches_the_index_gets_credentials_by_oidc(name: str, ex
 def test_release_runs_on_version_tags_and_builds_or_promotes() -> None:
     workflow = load("release")
     assert triggers(workflow) == {"push": {"tags": ["v*"]}}
-    assert workflow["concurrency"] == {"group": "release", "cancel-in-progress": False, "queue": "max"}
+    # rcs queue behind rcs, finals behind finals: a final beside its rc waits for its record (promote --wait)
+    group = "release-${{ contains(github.ref_name, '-rc') && 'rc' || 'final' }}"
+    assert workflow["concurrency"] == {"group": group, "cancel-in-progress": False, "queue": "max"}
     every = jobs(workflow)
     assert every["build"]["if"] == "needs.plan.outputs.action == 'build'"
     assert every["promote"]["if"] == "needs.plan.outputs.action == 'promote'"
@@ -641,7 +643,9 @@ def test_release_runs_on_version_tags_and_builds_or_promotes() -> None:
     lines = [line for line in run_lines(render) if "wheelmill" in line]
     assert re.findall(r"wheelmill index (\w+)", " ".join(lines)) == ["render", "verify"]
     assert all('"${args[@]}"' in line for line in lines)  # the run's channels, not every channel
-    assert 'wheelmill release promote --from test --to release "$VERSION"' in " ".join(run_lines(every["promote"]))
+    promote_run = " ".join(run_lines(every["promote"]))
+    assert 'wheelmill release promote --from test --to release --wait 18000 "$VERSION"' in promote_run
+    assert every["promote"]["timeout-minutes"] * 60 > 18000, "the job outlives its wait"
     assert env_of(every["promote"])["WHEELMILL_INDEX_ROOT"] == BUCKET_ROOT
     # the record is read through wheelmill (its objects, read whole), never as a file of the tree
     promote_lines = " ".join(run_lines(every["promote"]))

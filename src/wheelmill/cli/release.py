@@ -22,6 +22,7 @@ import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
+from time import monotonic, sleep
 from typing import Any, TypedDict
 
 from rich.console import Console
@@ -29,7 +30,7 @@ from rich.table import Table
 
 from wheelmill.cli.basics import Commands, load_inputs, positive
 from wheelmill.cli.common import add_cell_options, build_cells, mirror_cells, prepare
-from wheelmill.errors import ReleaseError, SignatureError, UsageError
+from wheelmill.errors import ReleaseError, ReleasePending, SignatureError, UsageError
 from wheelmill.gpu.report import load_gpu_report
 from wheelmill.index.channels import Published
 from wheelmill.index.roots import Index
@@ -93,6 +94,14 @@ def register(commands: Commands) -> None:
     promo.add_argument("--from", dest="source", required=True, choices=[t.value for t in Track])
     promo.add_argument("--to", dest="target", required=True, choices=[t.value for t in Track])
     promo.add_argument("version", help="the version to promote (2.4.0 picks the newest 2.4.0 release candidate)")
+    promo.add_argument(
+        "--wait",
+        type=positive,
+        default=0,
+        metavar="SECONDS",
+        help="where the rc of this commit, or a GPU stage its record asks for, is not recorded yet (a final tag "
+        "pushed with its rc), look again every minute for this long; a failed stage stops at once (default: once)",
+    )
     promo.set_defaults(func=cmd_promote)
 
     gpu = actions.add_parser(
@@ -220,19 +229,23 @@ def _sayer(console: Console) -> Callable[[str], None]:
     return lambda line: console.print(line, highlight=False)
 
 
+# How often a waiting promotion reads the rc's record again (one object).
+PROMOTE_POLL_SECONDS = 60.0
+
+
 def cmd_promote(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     target = Track(args.target)
     # Into the release track, the rc of the checked-out commit (the final tag's), and no other.
     commit = read_state(settings.root).commit if target is Track.RELEASE else None
-    manifest = promote(
-        Index.of(settings),
-        Track(args.source),
-        target,
-        args.version,
-        commit=commit,
-        on_file=_printer(console),
-        **_promotion_trust(settings),
-    )
+    trust = _promotion_trust(settings)
+    manifest = _waiting(
+        lambda: promote(
+            Index.of(settings), Track(args.source), target, args.version, commit=commit,
+            on_file=_printer(console), **trust,
+        ),
+        args.wait,
+        console,
+    )  # fmt: skip
     console.print(
         f"{manifest.promoted_from} -> {manifest.track}/{manifest.version}: {len(manifest.files)} files, "
         "every sha256 re-verified",
@@ -240,6 +253,21 @@ def cmd_promote(args: argparse.Namespace, settings: Settings, console: Console) 
     )
     _print_gpu(manifest, console)
     return 0
+
+
+def _waiting(attempt: Callable[[], Manifest], wait: float, console: Console) -> Manifest:
+    """``attempt``'s promotion, tried again every minute for ``wait`` seconds while what it
+    needs is not recorded yet; nothing is copied before that is known."""
+    deadline = monotonic() + wait
+    while True:
+        try:
+            return attempt()
+        except ReleasePending as pending:
+            left = deadline - monotonic()
+            if left <= 0:
+                raise
+            console.print(f"waiting ({int(left)} s left): {pending.message}", highlight=False)
+            sleep(min(PROMOTE_POLL_SECONDS, left))
 
 
 class _Trust(TypedDict):

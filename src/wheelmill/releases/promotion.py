@@ -29,7 +29,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from wheelmill.checks.gpu import GpuOutcome
-from wheelmill.errors import IntegrityError, ReleaseError
+from wheelmill.errors import IntegrityError, ReleaseError, ReleasePending
 from wheelmill.index import objects
 from wheelmill.index.channels import Published
 from wheelmill.index.pages import FileEntry
@@ -59,7 +59,7 @@ def gpu_gate(origin: Manifest, *, trusted: Sequence[TrustedKey] = (), required: 
             fix=f"publish {origin.version} again with this wheelmill, run its GPU stage, then promote",
         )
     recorded = {(g.cell, g.runner): g for g in origin.gpu}
-    carried, missing = [], []
+    carried, missing, failed = [], [], False
     for cell, runners in sorted(origin.gpu_runners.items()):
         files = {f.sha256: f.filename for f in origin.files if f.cell == cell}
         if not runners:
@@ -70,9 +70,11 @@ def gpu_gate(origin: Manifest, *, trusted: Sequence[TrustedKey] = (), required: 
                 check_signed(found, trusted=trusted, required=required)
             problem = _not_passed(found, files) if found else f"{cell} on runner {runner}: no GPU stage recorded"
             missing += [problem] if problem else []
+            failed = failed or (problem is not None and found is not None)
             carried += [found] if found and not problem else []
     if missing:
-        raise ReleaseError(
+        # A stage not recorded yet may be running now; one that failed, or missed a file, stays so.
+        raise (ReleaseError if failed else ReleasePending)(
             f"promote: {origin.version} has no passed GPU stage for {'; '.join(missing)}",
             fix="run the GPU stage of each cell on each of its GPU runners (`wheelmill test-gpu --track test "
             f"--runner LABEL`), record it (`wheelmill release record-gpu --track {origin.track.value} "
@@ -122,7 +124,7 @@ def source_release(records: Storage, source: Track, version: str, *, commit: str
     if not mine:
         known = ", ".join(f"{m.version} ({m.commit[:12]})" for m in manifests(records, source)) or "none"
         at = f" from commit {commit[:12]}" if commit is not None else ""
-        raise ReleaseError(
+        raise ReleasePending(
             f"nothing to promote: no {source} release of {version}{at} (there: {known})",
             fix=f"tag and publish a release candidate of this commit first (v{version}-rc1)",
         )
