@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.attest import RECORD, signed_wheel
 from tests.wheels import make_wheel
 from wheelmill.building.steps.keys import Listed, refusal
 from wheelmill.checks import Verdict
@@ -20,6 +21,7 @@ from wheelmill.errors import InvalidWheel
 from wheelmill.index.objects import ObjectChannel, publish
 from wheelmill.index.pages import FileEntry
 from wheelmill.index.storage import TreeStorage
+from wheelmill.provenance.signing import new_signing_key
 from wheelmill.settings import Settings
 from wheelmill.wheel.wheelfile import check_record, read_wheel, rewrite_metadata
 
@@ -151,3 +153,23 @@ def test_a_lying_wheel_is_neither_published_nor_reused_from_a_served_index(tmp_p
     served = Listed(channel="cpu", project="demo", entry=entry, url="http://127.0.0.1:9/cpu/", served_from="x")
     assert "has other bytes than its RECORD says" in (refusal(Settings(), (), served, lying) or "")
     assert refusal(Settings(), (), served, honest) is None
+
+
+def test_a_served_wheel_listed_in_a_channel_it_was_not_built_for_is_not_reused(tmp_path: Path) -> None:
+    """A signed build for cu118, listed by a served index in cu130 (or a dirty build in a
+    track's channel): the build-keys step does not take it, and says why; the same file in
+    its own channel is taken."""
+    key = new_signing_key("ed25519")
+    trusted = (key.trusted(),)
+    wheel, provenance = signed_wheel(tmp_path, "demo", "1.0+cu118", key=key, channels=["cu118"])
+    held = ObjectChannel(TreeStorage(tmp_path / "served"), "cu118")  # as the served index keeps it
+    publish(held, wheel, provenance=provenance, build_key=RECORD.build_key)
+    listed = held.project("demo")
+    assert listed is not None
+
+    def served_in(channel: str) -> Listed:
+        return Listed(channel=channel, project="demo", entry=listed.files[0], held=held, served_from="x")
+
+    why = refusal(Settings(), trusted, served_in("cu130"), wheel)
+    assert why is not None and "listed in channel cu130, but built for cu118" in why, why
+    assert refusal(Settings(), trusted, served_in("cu118"), wheel) is None

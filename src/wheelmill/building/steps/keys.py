@@ -296,7 +296,8 @@ def _found_published(ctx: StepContext, key: BuildKey, hit: Listed, listings: Lis
 def refusal(settings: Settings, trusted: tuple[TrustedKey, ...], hit: Listed, wheel: Path) -> str | None:
     """Why a file of the served index is not taken (None: it is): a wheel whose RECORD is
     true of it, verified against its provenance and the ``trusted`` keys wherever there are
-    keys; under ``required`` there must be."""
+    keys (its provenance placing it in the channel that lists it, as ``verify`` holds it);
+    under ``required`` there must be."""
     try:
         check_record(wheel)
     except InvalidWheel as error:
@@ -311,6 +312,7 @@ def refusal(settings: Settings, trusted: tuple[TrustedKey, ...], hit: Listed, wh
         build_keys=hit.entry.build_keys,
         provenance=hit.provenance,
         source=hit.provenance_url or "",
+        channel=hit.channel,
     )
     verdict = verify_file(wheel, claims, trusted=trusted)
     return None if verdict.ok else verdict.failures[0].line
