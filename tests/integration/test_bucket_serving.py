@@ -474,7 +474,8 @@ def test_the_docs_name_every_placeholder_of_the_config() -> None:
     text = DOCS.read_text()
     table = text[text.index("## Serving from a bucket") :].split("```json", 1)[0]
     documented = set(re.findall(r"^\| `(@[A-Z_]+@)` \|", table, flags=re.MULTILINE))
-    assert documented == set(re.findall(r"@[A-Z_]+@", TEMPLATE.read_text())) == {"@PORT@", "@BUCKET_URL@", "@RESOLVER@"}
+    placeholders = {"@PORT@", "@BUCKET_URL@", "@RESOLVER@", "@DEPLOY@"}
+    assert documented == set(re.findall(r"@[A-Z_]+@", TEMPLATE.read_text())) == placeholders
 
 
 def test_the_documented_policy_opens_pages_and_files_alone(object_store: ObjectStore, tmp_path: Path) -> None:

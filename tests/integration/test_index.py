@@ -785,6 +785,21 @@ def test_index_serve_and_nginx_negotiate_by_the_one_table(served: Served, index_
                     assert b"<a href=" in body, (page, case)
 
 
+def test_the_docs_name_every_placeholder_of_the_tree_config() -> None:
+    docs = (ROOT / "docs" / "wheel-index.md").read_text()
+    sentence = docs[docs.index("The config's placeholders are") :].split(".", 1)[0]
+    config = (DEPLOY / "nginx-index.conf").read_text()
+    assert (
+        set(re.findall(r"@[A-Z_]+@", sentence))
+        == set(re.findall(r"@[A-Z_]+@", config))
+        == {
+            "@ROOT@",
+            "@PORT@",
+            "@DEPLOY@",
+        }
+    )
+
+
 def fetched(url: str, headers: dict[str, str]) -> tuple[int, Message, bytes]:
     try:
         with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30) as answer:
