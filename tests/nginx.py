@@ -1,11 +1,15 @@
-"""What the tests need to run nginx with the configs in deploy/: the njs module that
-negotiates the simple API's format, and the one table of Accept headers every server of
-the index is held to (tests/data/accept.toml)."""
+"""What the tests need to run nginx with the configs in deploy/ and ask it: the njs module
+that negotiates the simple API's format, the one table of Accept headers every server of
+the index is held to (tests/data/accept.toml), and a GET that returns any status."""
 
 from __future__ import annotations
 
 import tomllib
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
+from email.message import Message
 from pathlib import Path
 
 import pytest
@@ -56,3 +60,19 @@ CONTENT_TYPES = {
     "application/vnd.pypi.simple.v1+html": "application/vnd.pypi.simple.v1+html",
     "text/html": "text/html; charset=utf-8",
 }
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    headers: Message  # names in any case; get_all() for a header sent more than once
+    body: bytes
+
+
+def get(url: str, headers: Mapping[str, str] | None = None, method: str = "GET") -> Answer:
+    request = urllib.request.Request(url, headers=dict(headers or {}), method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return Answer(response.status, response.headers, response.read())
+    except urllib.error.HTTPError as exc:
+        return Answer(exc.code, exc.headers, exc.read())

@@ -20,10 +20,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from email.message import Message
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,7 +30,7 @@ import boto3
 import pytest
 
 from tests.integration.test_index import pip
-from tests.nginx import CONTENT_TYPES, DEPLOY, accept_cases, main_context
+from tests.nginx import CONTENT_TYPES, DEPLOY, accept_cases, get, main_context
 from tests.objectstore import ACCESS_KEY, SECRET_KEY, ObjectStore
 from tests.ports import free_port
 from tests.wheels import make_wheel
@@ -91,22 +90,6 @@ class Served:
         since ``since``, and what it got."""
         lines = self.settled_log()[since:]
         return [r for r in map(json.loads, lines) if r["agent"].startswith(agent)]
-
-
-@dataclass(frozen=True)
-class Answer:
-    status: int
-    headers: Message  # names in any case; get_all() for a header sent more than once
-    body: bytes
-
-
-def get(url: str, headers: Mapping[str, str] | None = None, method: str = "GET") -> Answer:
-    request = urllib.request.Request(url, headers=dict(headers or {}), method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return Answer(response.status, response.headers, response.read())
-    except urllib.error.HTTPError as exc:
-        return Answer(exc.code, exc.headers, exc.read())
 
 
 def s3_client(store: ObjectStore) -> S3Client:

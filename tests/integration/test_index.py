@@ -19,7 +19,6 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from email.message import Message
 from pathlib import Path
 from typing import NoReturn
 from urllib.parse import unquote
@@ -28,7 +27,7 @@ import jsonschema
 import pytest
 
 from tests.channels import stored_file, tree_channel
-from tests.nginx import CONTENT_TYPES, DEPLOY, accept_cases, main_context
+from tests.nginx import CONTENT_TYPES, DEPLOY, accept_cases, get, main_context
 from tests.ports import free_port
 from tests.wheels import make_wheel
 from wheelmill.files import TMP_PREFIX
@@ -773,16 +772,17 @@ def test_index_serve_and_nginx_negotiate_by_the_one_table(served: Served, index_
         for url in (served.url, base):
             for case in accept_cases():
                 page = f"{url}/cu118/simple/wm-lib/{case.query}"
-                status, headers, body = fetched(page, case.headers)
-                assert headers["Vary"] == "Accept", (page, case)
+                answer = get(page, case.headers)
+                assert answer.headers["Vary"] == "Accept", (page, case)
                 if case.chosen is None:
-                    assert status == 406, (page, case, status)
+                    assert answer.status == 406, (page, case, answer.status)
                     continue
-                assert (status, headers["Content-Type"]) == (200, CONTENT_TYPES[case.chosen]), (page, case)
+                answered = (answer.status, answer.headers["Content-Type"])
+                assert answered == (200, CONTENT_TYPES[case.chosen]), (page, case)
                 if case.chosen.endswith("+json"):
-                    assert json.loads(body)["name"] == "wm-lib", (page, case)
+                    assert json.loads(answer.body)["name"] == "wm-lib", (page, case)
                 else:
-                    assert b"<a href=" in body, (page, case)
+                    assert b"<a href=" in answer.body, (page, case)
 
 
 def test_the_docs_name_every_placeholder_of_the_tree_config() -> None:
@@ -798,14 +798,6 @@ def test_the_docs_name_every_placeholder_of_the_tree_config() -> None:
             "@DEPLOY@",
         }
     )
-
-
-def fetched(url: str, headers: dict[str, str]) -> tuple[int, Message, bytes]:
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30) as answer:
-            return answer.status, answer.headers, answer.read()
-    except urllib.error.HTTPError as refused:
-        return refused.code, refused.headers, refused.read()
 
 
 def http_status(url: str) -> str:
