@@ -211,12 +211,12 @@ def _publish(release: Release, settings: Settings, console: Console, *, mirror: 
     its channel, so the track's channels install on their own too."""
     say = _sayer(console)
     matrix, _recipes = load_inputs(settings)
-    lookup = one_build_lookup(Index.of(settings), functools.partial(one_build_channels, matrix, release), wait, say)
+    index = Index.of(settings)
+    lookup = one_build_lookup(index, functools.partial(one_build_channels, matrix, release), wait, say)
     built = collect_built(settings.output, release, lookup=lookup)
     refuse_unattested(built, required=settings.signatures is Signatures.REQUIRED, trusted=trusted_keys_of(settings))
     cells = [matrix.cell(cell) for cell in sorted({wheel.cell for wheel in built})]
     gpu_cells = {cell.id: matrix.gpu_runners_of(cell) for cell in cells if cell.variant.family is not Family.CPU}
-    index = Index.of(settings)
     record = publish_release(index, release, built, gpu_runners=gpu_cells, on_file=_printer(console))
     console.print(f"{release.version}: recorded in {index.location}: {record}", highlight=False)
     publish_conda_packages(built, settings, say)

@@ -212,12 +212,17 @@ class Listing(Protocol):
 
 def built_by_key(channel: Listing) -> dict[str, tuple[str, FileEntry]]:
     """Every build key of the channel's built wheels, with the project and the listing of
-    its wheel: a build whose key is here made those bytes already. A yanked wheel answers
-    for no key: whoever yanked it wanted another."""
+    its wheel: a build whose key is here made those bytes already."""
     if not channel.exists():
         return {}
     found: dict[str, tuple[str, FileEntry]] = {}
     for project in channel.projects():
-        for entry in (f for f in project.files if f.built and f.yanked is None):
+        for entry in keyed_files(project):
             found |= dict.fromkeys(entry.build_keys, (project.name, entry))
     return found
+
+
+def keyed_files(project: Project | None) -> Iterator[FileEntry]:
+    """The project's files that answer for their build keys: those built here, and not
+    yanked (whoever yanked one wanted another)."""
+    return (f for f in (project.files if project is not None else ()) if f.built and f.yanked is None)

@@ -22,8 +22,8 @@ from pathlib import Path
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from wheelmill.errors import CommandFailed, IndexConflict, IndexWriteError, IntegrityError, ReleaseError, SignatureError
-from wheelmill.index.channels import Published
-from wheelmill.index.pages import FileEntry, Project
+from wheelmill.index.channels import Published, keyed_files
+from wheelmill.index.pages import Project
 from wheelmill.index.roots import Index, copy_file, publish, remove_files
 from wheelmill.inputs.versions import Release, Track, VersionRule
 from wheelmill.machine.process import HostRunner, StepLog, base_environment, wheelmill_command
@@ -67,12 +67,12 @@ class BuiltWheel:
         return self.path.name if self.path is not None else self.filename
 
 
-# Where a serving group's one build is listed when this output root lacks it: (channel, build
-# key) -> the channel of the track that lists it, its filename and sha256; or None. Each build
-# job of a fleet publishes its own cell, and a cell of a newer torch finds the one build its
-# group's oldest cell published.
+# Where a serving group's one build is listed when this output root lacks it: (cell, project,
+# build key) -> the channel of the track that lists it, its filename and sha256; or None. Each
+# build job of a fleet publishes its own cell, and a cell of a newer torch finds the one build
+# its group's oldest cell published.
+GroupBuildLookup = Callable[[str, str, str], tuple[str, str, str] | None]
 POLL_SECONDS = 15.0  # how often a waiting job reads the one page again
-GroupBuildLookup = Callable[[str, str, str], tuple[str, str, str] | None]  # cell, project, key
 
 
 def collect_built(output: Path, release: Release, *, lookup: GroupBuildLookup | None = None) -> list[BuiltWheel]:
@@ -136,9 +136,9 @@ def _one_build(
     same build key, for a cell that built it only to test it."""
     key = built.facts.get("build_keys", {}).get(recipe.name)
     found = next((w for w in wheels if w.recipe == recipe.name and key is not None and w.key == key), None)
-    project = str(parse_wheel_filename(recipe.wheel.name)[0]) if recipe.wheel is not None else None
-    looked_up = found is None and lookup is not None and key is not None and project is not None
-    listed = lookup(built.cell, str(project), str(key)) if looked_up and lookup is not None else None
+    listed = None
+    if found is None and lookup is not None and key is not None and recipe.wheel is not None:
+        listed = lookup(built.cell, parse_wheel_filename(recipe.wheel.name)[0], key)
     if listed is not None:
         listed_in, filename, sha256 = listed
         return BuiltWheel(
@@ -318,7 +318,8 @@ def one_build_lookup(
         deadline = time.monotonic() + wait
         while True:
             for name in channels:
-                entry = _built_with_key(index.channel(name).project(project), key)
+                listed = keyed_files(index.channel(name).project(project))
+                entry = next((f for f in listed if key in f.build_keys), None)
                 if entry is not None:
                     say(f"{cell}: the one build {name}/{entry.filename}")
                     return name, entry.filename, entry.sha256
@@ -328,12 +329,6 @@ def one_build_lookup(
             time.sleep(min(POLL_SECONDS, max(0.0, deadline - time.monotonic())))
 
     return lookup
-
-
-def _built_with_key(project: Project | None, key: str) -> FileEntry | None:
-    """The project's built file of ``key``; a yanked one answers for no key (whoever yanked it wanted another)."""
-    files = project.files if project is not None else ()
-    return next((f for f in files if f.built and f.yanked is None and key in f.build_keys), None)
 
 
 def publish_conda_packages(built: list[BuiltWheel], settings: Settings, say: Callable[[str], None]) -> None:
