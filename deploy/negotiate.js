@@ -21,9 +21,10 @@ function quality(params) {
         var eq = params[i].indexOf("=");
         var key = (eq < 0 ? params[i] : params[i].slice(0, eq)).trim();
         if (key === "q") {
-            var value = Number(eq < 0 ? "" : params[i].slice(eq + 1).trim());
-            // A q the server cannot read refuses the type, as a malformed one does there.
-            q = (eq < 0 || params[i].slice(eq + 1).trim() === "" || isNaN(value)) ? 0.0 : value;
+            // Number() reads "" as 0, and anything else it cannot read as NaN: either refuses
+            // the type, as a q index serve cannot read does.
+            var value = Number(eq < 0 ? "" : params[i].slice(eq + 1));
+            q = isNaN(value) ? 0.0 : value;
         }
     }
     return q;
@@ -86,4 +87,4 @@ function format(r) {
     return chosen(r.headersIn["Accept"] || "", queryFormat(r.variables.args || ""));
 }
 
-export default {format, chosen};
+export default {format};
