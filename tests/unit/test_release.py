@@ -19,6 +19,7 @@ import pytest
 from tests.attest import signed, signed_wheel, statement_for
 from tests.channels import pages_dir, stored_file, tree_channel
 from tests.conftest import CliResult, CliRunner
+from tests.storages import Watched
 from tests.wheels import make_wheel
 from wheelmill.building.plan import Options, plan
 from wheelmill.checks.gpu import GpuOutcome
@@ -992,19 +993,16 @@ def test_a_final_pushed_with_its_rc_waits_for_the_rcs_record_and_gpu_stage_and_n
 # --- a release's wheels, collected from its cells' reports ----------------------------------
 
 
-class CountedReads:
-    """A storage whose reads of pages are counted, by key."""
+class CountedReads(Watched):
+    """A storage whose reads of objects are counted, by key."""
 
     def __init__(self, storage: Storage) -> None:
-        self.storage = storage
+        super().__init__(storage)
         self.keys: list[str] = []
 
     def get(self, key: str) -> Stored | None:
         self.keys.append(key)
         return self.storage.get(key)
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.storage, name)
 
 
 def built_cell(output: Path, cell: str, channel: str, wheel: Path, *, key: str, unpublished: bool = False) -> None:
