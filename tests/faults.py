@@ -6,8 +6,10 @@ hard and symbolic links, unlinks (``shutil.rmtree`` removes an old generation of
 ``unlinkat``), and the making and removing of directories. A clean traced run counts each;
 strace counts calls per thread, so a syscall's points are 1 up to the most calls one thread
 makes (``when=n`` kills the first thread that makes its n-th). Where a command has more
-points than a run can afford, a deterministic sample is taken: every k-th, and the first and
-the last of each syscall.
+points than a run can afford, a sample is taken: the first and the last of each syscall, and
+the rest drawn by a seed that the summary line prints (``WHEELMILL_TESTS_FAULT_SEED``; by
+default the day's number, so a run is repeated by its seed, and the runs of a few weeks walk
+every point, where a fixed sample would kill at the same few forever).
 
 Run as ``python -m tests.faults mirror|promote|migrate ...``, it is the process the tests kill for
 the commands that have no command line of their own here (a mirror of a locked closure, a
@@ -19,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import subprocess
 import sys
 import urllib.parse
@@ -26,6 +29,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,6 +53,7 @@ WATCHED = (
     "rmdir",
 )
 KILLED = (-9, 137)
+SEED = "WHEELMILL_TESTS_FAULT_SEED"
 
 
 @dataclass(frozen=True)
@@ -112,18 +117,35 @@ def environment(index_root: Path) -> dict[str, str]:
     }
 
 
-def points(counts: Counter[str], budget: int) -> list[tuple[str, int]]:
+def fault_seed(environ: dict[str, str] | None = None, *, today: datetime | None = None) -> int:
+    """``WHEELMILL_TESTS_FAULT_SEED``, else the day's number (UTC).
+
+    >>> fault_seed({"WHEELMILL_TESTS_FAULT_SEED": "7"}), fault_seed({}, today=datetime(2026, 12, 1, tzinfo=UTC))
+    (7, 739951)
+    """
+    given = (os.environ if environ is None else environ).get(SEED, "").strip()
+    return int(given) if given else (today or datetime.now(UTC)).toordinal()
+
+
+def points(counts: Counter[str], budget: int, seed: int) -> list[tuple[str, int]]:
     """Every injection point, or where there are more than ``budget``: the first and the last
-    of each syscall, and points evenly spread over the rest up to ``budget`` (the same points
-    every run)."""
+    of each syscall, and points of the rest drawn by ``seed`` up to ``budget``.
+
+    >>> points(Counter(write=3), 10, 1)
+    [('write', 1), ('write', 2), ('write', 3)]
+    >>> chosen = points(Counter(write=50, rename=4), 8, 1)
+    >>> len(chosen), {("write", 1), ("write", 50), ("rename", 1), ("rename", 4)} <= set(chosen)
+    (8, True)
+    >>> chosen == points(Counter(write=50, rename=4), 8, 1) != points(Counter(write=50, rename=4), 8, 2)
+    True
+    """
     every = [(name, n) for name in sorted(counts) for n in range(1, counts[name] + 1)]
     if len(every) <= budget:
         return every
     ends = {(name, n) for name in counts for n in (1, counts[name])}
     rest = [point for point in every if point not in ends]
-    slots = max(budget - len(ends), 0)
-    spread = {rest[i * len(rest) // slots] for i in range(slots)} if slots else set()
-    return [point for point in every if point in ends or point in spread]
+    drawn = set(random.Random(seed).sample(rest, min(max(budget - len(ends), 0), len(rest))))  # noqa: S311 - a sample
+    return [point for point in every if point in ends or point in drawn]
 
 
 @dataclass(frozen=True)
@@ -137,11 +159,12 @@ def kill_everywhere(
     counts: Counter[str],
     *,
     budget: int,
+    seed: int,
     attempt: Callable[[str, int], tuple[bool, list[str]]],
 ) -> list[Outcome]:
     """``attempt`` (a kill at a point, its checks, the command again and its checks) at each
-    point, side by side."""
-    chosen = points(counts, budget)
+    point of the sample, side by side."""
+    chosen = points(counts, budget, seed)
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
         return list(pool.map(lambda point: Outcome(point, *_tupled(attempt(*point))), chosen))
 
@@ -150,12 +173,12 @@ def _tupled(done: tuple[bool, list[str]]) -> tuple[bool, tuple[str, ...]]:
     return done[0], tuple(done[1])
 
 
-def summary(command: str, counts: Counter[str], outcomes: Sequence[Outcome]) -> str:
+def summary(command: str, counts: Counter[str], outcomes: Sequence[Outcome], seed: int) -> str:
     """``<command>: <N> injection points (<per syscall>), <M> inconsistent states``, with
-    how many were sampled and reached where not all."""
+    how many were sampled (and the seed that repeats the sample) and reached where not all."""
     total = sum(counts.values())
     per = ", ".join(f"{name} {counts[name]}" for name in sorted(counts))
-    said = [f"{len(outcomes)} of them sampled"] if len(outcomes) != total else []
+    said = [f"{len(outcomes)} of them sampled ({SEED}={seed})"] if len(outcomes) != total else []
     unreached = sum(1 for o in outcomes if not o.reached)
     said += [f"{len(outcomes) - unreached} of {len(outcomes)} runs killed"] if unreached else []
     bad = sum(1 for o in outcomes if o.problems)

@@ -1,6 +1,8 @@
-"""The index under faults, for real: a publisher SIGKILLed at every write, fsync, rename,
-hard link and unlink it makes (strace's fault injection, one run per invocation), a full disk at every
-point of a publish (a small tmpfs, filled a page at a time), and a read-only index. The
+"""The index under faults, for real: a publisher SIGKILLed at its writes, fsyncs, renames,
+hard links and unlinks (strace's fault injection, one run per kill; past twenty points, the
+first and the last of each syscall and a sample of the rest drawn by the day's seed:
+tests/faults.py), a full disk at every point of a publish (a small tmpfs, filled a page at a
+time), and a read-only index. The
 other syscalls that change the tree (unlinkat, symlink, mkdir, rmdir) and the other writers
 (mirror, promote, prune, the conda channel's index) are test_fault_reach.py's.
 
@@ -27,7 +29,7 @@ from unittest import mock
 import pytest
 
 from tests.channels import tree_channel
-from tests.faults import channel_problems
+from tests.faults import SEED, channel_problems, fault_seed, points
 from tests.wheels import make_wheel
 from wheelmill.cli import main
 from wheelmill.errors import IndexWriteError
@@ -40,6 +42,7 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parent.parent.parent
 ANY = "py3-none-any"
 WATCHED = ("write", "fsync", "rename", "link", "linkat", "unlink")
+BUDGET = 20  # kills per command at most: the ends of each syscall, the rest drawn by the day (tests/faults.py)
 
 
 def wheelmill(index_root: Path, *args: str, inject: tuple[str, int] | None = None) -> subprocess.CompletedProcess[str]:
@@ -145,30 +148,33 @@ def test_a_publisher_killed_at_every_write_leaves_nothing_half_written_and_the_n
     counted = calls(_copy(baseline, tmp_path / "counting"), "publish", "--channel", "cpu", str(wheel))
     # wheel, sidecar, entry and the new project's two pages linked in; the project list swapped
     assert counted["link"] >= 5 and counted["rename"] >= 2, counted
-    runs = 0
-    for syscall, total in sorted(counted.items()):
-        for n in range(1, total + 1):
-            index = _copy(baseline, tmp_path / f"{syscall}-{n}")
-            killed = wheelmill(index, "publish", "--channel", "cpu", str(wheel), inject=(syscall, n))
-            assert killed.returncode in (-9, 137), (syscall, n, killed.returncode, killed.stderr[-500:])
-            assert whole(index, wheel) == [], (syscall, n)
-            assert channel_problems(index / "cpu", pairs=False) == [], (syscall, n)
-            mended = _copy(index, tmp_path / f"{syscall}-{n}-rendered")
-            # The next writer, of anything, renders its own project's pages; then the wheel again.
-            other = make_wheel(tmp_path / "others", f"wm-other-{syscall}-{n}", "1.0", tag=ANY)
-            assert mend(index, "publish", "--channel", "cpu", str(other)) == 0
-            assert mend(index, "publish", "--channel", "cpu", str(wheel)) == 0
-            channel = tree_channel(index, "cpu")
-            assert verify(channel) == [], (syscall, n)
-            assert {"wm-first", "wm-second"} <= set(channel.project_names()) and listed(index, wheel)
-            # Or `index render`: valid, listing the wheel where its entry was made; the job's
-            # retry (the same publish) lists it in any case.
-            assert mend(mended, "index", "render", "--channel", "cpu") == 0, (syscall, n)
-            assert verify(tree_channel(mended, "cpu")) == [], (syscall, n)
-            assert mend(mended, "publish", "--channel", "cpu", str(wheel)) == 0
-            assert verify(tree_channel(mended, "cpu")) == [] and listed(mended, wheel), (syscall, n)
-            runs += 1
-    print(f"\n{runs} kills: {dict(counted)}; 0 states with a page listing a file that is not there")
+    seed = fault_seed()
+    chosen = points(counted, BUDGET, seed)
+    for syscall, n in chosen:
+        at = (syscall, n, f"{SEED}={seed}")
+        index = _copy(baseline, tmp_path / f"{syscall}-{n}")
+        killed = wheelmill(index, "publish", "--channel", "cpu", str(wheel), inject=(syscall, n))
+        assert killed.returncode in (-9, 137), (*at, killed.returncode, killed.stderr[-500:])
+        assert whole(index, wheel) == [], at
+        assert channel_problems(index / "cpu", pairs=False) == [], at
+        mended = _copy(index, tmp_path / f"{syscall}-{n}-rendered")
+        # The next writer, of anything, renders its own project's pages; then the wheel again.
+        other = make_wheel(tmp_path / "others", f"wm-other-{syscall}-{n}", "1.0", tag=ANY)
+        assert mend(index, "publish", "--channel", "cpu", str(other)) == 0
+        assert mend(index, "publish", "--channel", "cpu", str(wheel)) == 0
+        channel = tree_channel(index, "cpu")
+        assert verify(channel) == [], at
+        assert {"wm-first", "wm-second"} <= set(channel.project_names()) and listed(index, wheel)
+        # Or `index render`: valid, listing the wheel where its entry was made; the job's
+        # retry (the same publish) lists it in any case.
+        assert mend(mended, "index", "render", "--channel", "cpu") == 0, at
+        assert verify(tree_channel(mended, "cpu")) == [], at
+        assert mend(mended, "publish", "--channel", "cpu", str(wheel)) == 0
+        assert verify(tree_channel(mended, "cpu")) == [] and listed(mended, wheel), at
+    print(
+        f"\n{len(chosen)} kills of {sum(counted.values())} points ({SEED}={seed}): {dict(counted)}; "
+        "0 states with a page listing a file that is not there"
+    )
 
 
 YANK = ("yank", "--channel", "cpu", "--reason", "broken kernels", "wm-first", "1.0")
@@ -180,20 +186,23 @@ def test_a_yank_killed_at_every_write_leaves_pages_that_list_what_is_there(basel
     (the pair may be a render apart, yanked in one and not yet in the other); the yank run
     again leaves both saying yanked."""
     counted = calls(_copy(baseline, tmp_path / "counting"), *YANK)
-    runs = 0
-    for syscall, total in sorted(counted.items()):
-        for n in range(1, total + 1):
-            index = _copy(baseline, tmp_path / f"yank-{syscall}-{n}")
-            killed = wheelmill(index, *YANK, inject=(syscall, n))
-            assert killed.returncode in (-9, 137), (syscall, n, killed.returncode, killed.stderr[-500:])
-            assert channel_problems(index / "cpu", pairs=False) == [], (syscall, n)
-            assert mend(index, *YANK) == 0
-            channel = tree_channel(index, "cpu")
-            assert verify(channel) == [] and channel_problems(index / "cpu") == [], (syscall, n)
-            (entry,) = channel.project("wm-first").files  # type: ignore[union-attr]
-            assert entry.yanked is not None, (syscall, n)
-            runs += 1
-    print(f"\n{runs} kills of a yank: {dict(counted)}; 0 states with a page listing a file that is not there")
+    seed = fault_seed()
+    chosen = points(counted, BUDGET, seed)
+    for syscall, n in chosen:
+        at = (syscall, n, f"{SEED}={seed}")
+        index = _copy(baseline, tmp_path / f"yank-{syscall}-{n}")
+        killed = wheelmill(index, *YANK, inject=(syscall, n))
+        assert killed.returncode in (-9, 137), (*at, killed.returncode, killed.stderr[-500:])
+        assert channel_problems(index / "cpu", pairs=False) == [], at
+        assert mend(index, *YANK) == 0
+        channel = tree_channel(index, "cpu")
+        assert verify(channel) == [] and channel_problems(index / "cpu") == [], at
+        (entry,) = channel.project("wm-first").files  # type: ignore[union-attr]
+        assert entry.yanked is not None, at
+    print(
+        f"\n{len(chosen)} kills of a yank, of {sum(counted.values())} points ({SEED}={seed}): {dict(counted)}; "
+        "0 states with a page listing a file that is not there"
+    )
 
 
 def _copy(index: Path, to: Path) -> Path:
