@@ -1,6 +1,6 @@
 """A cell's images, built: the runtime or devel image (and the extras image on it) from the
-cell's channel alone, served on loopback while they build, each smoke-tested in every tier,
-optionally pushed, and recorded (``<cell>/images.json``; a release's record where they were
+cell's channel alone, served on loopback while they build, each smoke-tested (the launch tiers
+on the top of the chain), optionally pushed, and recorded (``<cell>/images.json``; a release's record where they were
 pushed for one). What ``wheelmill image build`` runs, after it has checked what the images
 install against its provenance."""
 
@@ -64,7 +64,7 @@ class ImageJob:
 
 def build_cell_images(job: ImageJob, settings: Settings, *, root: Path, say: Callable[[str], None]) -> list[BuiltImage]:
     """The job's images from the index tree ``root`` (served on loopback while they build),
-    each smoke-tested in every tier, pushed where the job says, recorded in the cell's
+    each smoke-tested (the launch tiers on the top of the chain), pushed where the job says, recorded in the cell's
     ``images.json`` (and, pushed for a release, in its record); every image removed again
     where a tier or a push fails."""
     cell, layout, edition = job.cell, job.layout, job.edition
@@ -105,8 +105,9 @@ def build_cell_images(job: ImageJob, settings: Settings, *, root: Path, say: Cal
             access_log=access_log,
         )
         try:
+            top = built[-1].spec.reference  # the images are a chain, each FROM the one before
             built = [
-                _smoked(engine, image, output=output, channel=channel, log=log, say=say, work=layout.cache)
+                _smoked(engine, image, output=output, channel=channel, log=log, say=say, work=layout.cache, top=top)
                 for image in built
             ]
             if job.push:
@@ -232,8 +233,12 @@ def _smoked(
     log: StepLog,
     say: Callable[[str], None],
     work: Path,
+    top: str,
 ) -> BuiltImage:
-    """Every tier on the image; the lines they printed, kept with it."""
+    """Tier a on the image, and the launch tiers (b, c, d) on the top of the chain alone
+    (``top``): it holds every layer of the images below it, so a launch that works there
+    works with their torch and variables, and they are not started again for each (a dozen
+    containers, each importing torch). The lines they printed, kept with the image."""
     say(f"smoke-testing {image.spec.reference}")
     # as in the build's container: emulated aarch64 code reads CPU registers sysfs lacks here
     standin = emulated_cpu(output.cell.variant.platform, work / "emulation" / "cpu")
@@ -253,17 +258,25 @@ def _smoked(
         smoke.no_compiler()
     if image.spec.kind == Edition.DEVEL.value:
         smoke.compiles()
+    if image.spec.reference == top:
+        _launch_tiers(smoke, cuda=output.cell.variant.family is Family.CUDA)
+    else:
+        smoke.say(f"tiers b, c, d: run on {top}, which is built on this image")
+    return BuiltImage(
+        spec=image.spec, image_id=image.image_id, size=image.size, smoke=tuple(smoke.said), pushed=image.pushed
+    )
+
+
+def _launch_tiers(smoke: Smoke, *, cuda: bool) -> None:
+    """torchrun standalone, the PyTorchJob emulation of both operators, NCCL where a GPU is."""
     smoke.standalone()
     smoke.pytorchjob(trainer_v2=False)
     smoke.pytorchjob(trainer_v2=True)
     gpus = doctor.visible()
     smoke.nccl(
-        cuda=output.cell.variant.family is Family.CUDA,
+        cuda=cuda,
         gpus=[gpu.label for gpu in gpus.found if gpu.family == "cuda"],
         why_none="; ".join(gpus.notes) or "none found",
-    )
-    return BuiltImage(
-        spec=image.spec, image_id=image.image_id, size=image.size, smoke=tuple(smoke.said), pushed=image.pushed
     )
 
 
