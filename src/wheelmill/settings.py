@@ -97,6 +97,7 @@ class Signatures(StrEnum):
 class InstallTests(StrEnum):
     BESIDE = "beside"  # a recipe's install test runs beside the next recipe's steps
     AFTER = "after"  # every step waits for the one before
+    NONE = "none"  # no install test: wheels delivered to dist/ untested, and never published (a build refuses to)
 
 
 @dataclass(frozen=True, kw_only=True)

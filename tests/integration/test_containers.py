@@ -53,10 +53,19 @@ def engine(request: pytest.FixtureRequest) -> tuple[str, str]:
     return request.param, answering(request.param)
 
 
+CPP_OPS_UNPUBLISHED = ("--cell", "cpu-py311", "--recipe", "example-cpp-ops", "--no-publish")
+
+
 def build(
-    output: Path, *args: str, engine: str = "podman", recipes: Path | None = None, timeout: float = 3600
+    output: Path,
+    *args: str,
+    engine: str = "podman",
+    recipes: Path | None = None,
+    timeout: float = 3600,
+    tested: bool = True,
 ) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "WHEELMILL_OUTPUT": str(output)}
+    """``tested=False``: no install test (WHEELMILL_INSTALL_TESTS=none), for a test of what comes before it."""
+    env = {**os.environ, "WHEELMILL_OUTPUT": str(output), **({} if tested else {"WHEELMILL_INSTALL_TESTS": "none"})}
     prefix = ["--recipes", str(recipes)] if recipes else []
     command = [sys.executable, "-m", "wheelmill", *prefix, "build", "--engine", engine, *args]
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False)
@@ -91,7 +100,7 @@ def test_a_second_run_reuses_the_builder_image_and_the_compiler_cache_and_the_gl
     older. podman's reuse is the rootless run's (tests/integration/test_benchmarks.py)."""
     docker = answering("docker")
     for _ in range(2):
-        result = build(tmp_path, "--cell", "cpu-py311", "--recipe", "example-cpp-ops", "--no-publish", engine="docker")
+        result = build(tmp_path, *CPP_OPS_UNPUBLISHED, engine="docker", tested=False)
         assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     data = report(tmp_path, "cpu-py311")
     image = step(data, "prepare-image")
@@ -109,7 +118,7 @@ def test_a_second_run_reuses_the_builder_image_and_the_compiler_cache_and_the_gl
     lent = re.search(r"^# (\d+) compiled modules from the bytecode store", prepare, re.MULTILINE)
     assert lent is not None and int(lent[1]) > 500, prepare[-2000:]
     # The container's glibc, not this machine's, sets the platform tag.
-    here = build(tmp_path / "here", "--cell", "cpu-py311", "--recipe", "example-cpp-ops", "--no-publish", engine="none")
+    here = build(tmp_path / "here", *CPP_OPS_UNPUBLISHED, engine="none", tested=False)
     assert here.returncode == 0, (here.stdout + here.stderr)[-3000:]
     tags = {
         where: min(read_wheel(next((root / "cpu-py311" / "dist").glob("*.whl"))).platforms)

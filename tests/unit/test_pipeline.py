@@ -24,7 +24,7 @@ from wheelmill.building.products import Repaired
 from wheelmill.building.steps import BY_KIND
 from wheelmill.building.steps.build import wheel_of
 from wheelmill.building.ui import UI
-from wheelmill.errors import BuildError, ConfigError, InstallTestError, Interrupted
+from wheelmill.errors import BuildError, ConfigError, InstallTestError, Interrupted, UsageError
 from wheelmill.machine.process import base_environment
 from wheelmill.output.report import WheelRecord
 from wheelmill.planning.spec import RecipeSpec, Step, StepKind
@@ -212,10 +212,31 @@ def test_an_unknown_install_tests_mode_is_one_line_naming_the_variable(
     )
     assert result.code == ConfigError.exit_code
     expected = (
-        "environment: WHEELMILL_INSTALL_TESTS='sometimes' is not one of beside, after; "
+        "environment: WHEELMILL_INSTALL_TESTS='sometimes' is not one of beside, after, none; "
         "fix: set WHEELMILL_INSTALL_TESTS to one of them or unset it"
     )
     assert result.err.strip().splitlines() == [f"wheelmill: error: {expected}"]
+
+
+def test_no_install_tests_never_publishes_a_build_refuses_before_anything_runs(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox
+) -> None:
+    monkeypatch.setenv("WHEELMILL_INSTALL_TESTS", "none")
+    for key, value in sandbox.environ().items():
+        monkeypatch.setenv(key, value)
+    args = ("--recipes", str(sandbox.recipes), "build", "--cell", sandbox.cell("cpu"), "--recipe", "b")
+    result = cli(*args, "--engine", "none")
+    assert result.code == UsageError.exit_code == 2
+    expected = (
+        "WHEELMILL_INSTALL_TESTS=none delivers wheels that no install test has run: they are never published; "
+        "fix: build with --no-publish, or unset WHEELMILL_INSTALL_TESTS"
+    )
+    assert result.err.strip().splitlines() == [f"wheelmill: error: {expected}"]
+    assert not (sandbox.output / sandbox.cell("cpu")).exists(), "nothing ran"
+    planned = cli("--recipes", str(sandbox.recipes), "plan", "--cell", sandbox.cell("cpu"), "--recipe", "b",
+                  "--no-publish", "--engine", "none")  # fmt: skip
+    assert planned.code == 0, planned.err
+    assert "install tests none (wheels untested, not published)" in " ".join(planned.out.split()), planned.out
 
 
 def test_a_run_of_several_cells_ends_with_a_row_a_cell_and_a_count(

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from wheelmill.building.plan import REBUILD_ALL, ContainerSetup, Options, plan
 from wheelmill.cli.basics import load_inputs, print_error
-from wheelmill.errors import EnvError, SignatureError
+from wheelmill.errors import EnvError, SignatureError, UsageError
 from wheelmill.index.roots import Index, usage
 from wheelmill.inputs.variants import Cell
 from wheelmill.inputs.versions import Release
@@ -25,7 +25,7 @@ from wheelmill.machine.toolchain import NotFound, find_python
 from wheelmill.output.layout import CellLayout
 from wheelmill.planning.spec import CellPlan
 from wheelmill.provenance.signing import signing_key_of
-from wheelmill.settings import ENGINE_CHOICES, Settings, Signatures
+from wheelmill.settings import ENGINE_CHOICES, InstallTests, Settings, Signatures
 
 
 def add_cell_options(
@@ -80,8 +80,14 @@ class Prepared:
 def prepare(args: argparse.Namespace, settings: Settings, *, probe: bool, release: Release | None = None) -> Prepared:
     """Load, pick the engine (``probe``: ask it to answer; ``plan`` only looks for it),
     and plan the cells ``args`` selects."""
+    publishes = bool(getattr(args, "publish", False) or release is not None)
+    if publishes and settings.install_tests is InstallTests.NONE:
+        raise UsageError(
+            "WHEELMILL_INSTALL_TESTS=none delivers wheels that no install test has run: they are never published",
+            fix="build with --no-publish, or unset WHEELMILL_INSTALL_TESTS",
+        )
     if probe:  # a build: its key is read before anything is built (a malformed one is exit 3 now, not after)
-        _signing(settings, publishes=bool(getattr(args, "publish", False) or release is not None))
+        _signing(settings, publishes=publishes)
     matrix, recipes = load_inputs(settings)
     cells = matrix.select(args.cell)
     engine = detect(settings.engine) if probe else detect(settings.engine, probe=None)

@@ -198,11 +198,11 @@ class RunChoices:
     cache_tiers: str | None = None  # the compiler cache's tiers where shared ones are set: "disk, redis (read-only)"
 
     def describe(self) -> str:
-        tests = (
-            "beside the next recipe's steps"
-            if self.install_tests is InstallTests.BESIDE
-            else "each after the one before"
-        )
+        tests = {
+            InstallTests.BESIDE: "beside the next recipe's steps",
+            InstallTests.AFTER: "each after the one before",
+            InstallTests.NONE: "none (wheels untested, not published)",
+        }[self.install_tests]
         cache = f"{self.compiler_cache}" + (
             f" (tiers {self.cache_tiers})" if self.cache_tiers and self.compiler_cache is CompilerCacheMode.ON else ""
         )

@@ -33,9 +33,18 @@ from wheelmill.provenance.statement import beside
 from wheelmill.settings import InstallTests
 from wheelmill.wheel.wheelfile import read_wheel
 
+UNTESTED = "WHEELMILL_INSTALL_TESTS=none"
+
 
 def install_test(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     wheel = ctx.done.get(Repaired, spec.name).wheel
+    abi = ctx.done.get(ShippedAbi, spec.name).text
+    if ctx.run.plan.choices.install_tests is InstallTests.NONE:
+        # No provenance: a signed statement is a claim that the checks ran, and this one did not.
+        delivered = deliver(ctx.run.layout.dist, wheel)
+        keep_bytecode(ctx, ctx.done.get(BuildEnv).env, "of the build env kept")  # as a test env's start keeps it
+        untested = CheckResult.skipped("install-test", f"{UNTESTED}: {delivered.name} delivered untested")
+        return Outcome(checks=[untested], made=(WheelRecord.of(delivered, abi=abi),))
     env = _test_env(ctx, spec, wheel)
     smoke = _smoke_argv(ctx, spec, env)
     then = joined(smoke, str(env.python)) if smoke and (spec.imports or spec.torch_ops) else None
@@ -45,7 +54,6 @@ def install_test(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     delivered = deliver(ctx.run.layout.dist, wheel, provenance=attest(ctx, spec, wheel))
     keep_bytecode(ctx, env, "of the test env kept, for the next envs")
     shutil.rmtree(env.root, ignore_errors=True)
-    abi = ctx.done.get(ShippedAbi, spec.name).text
     return Outcome(checks=results, made=(WheelRecord.of(delivered, abi=abi),))
 
 
@@ -212,6 +220,8 @@ def deliver(dist: Path, wheel: Path, *, link: bool = False, provenance: bytes | 
 
 
 def describe(plan: CellPlan, spec: RecipeSpec) -> str:
+    if plan.choices.install_tests is InstallTests.NONE:
+        return f"none ({UNTESTED}): the wheel delivered to dist/ untested, unsigned"
     what = [f"import {', '.join(spec.imports)}"] if spec.imports else []
     what += [f"torch.ops {', '.join(spec.torch_ops)}"] if spec.torch_ops else []
     what += [f"smoke: {' '.join(spec.smoke)}"] if spec.smoke else []
