@@ -69,14 +69,24 @@ for _cell in load_matrix(ROOT / "recipes" / "matrix.toml").cells:
         _gpu_session(_cell.id)
 
 
+# Two workers on any machine: more would hold several cells' envs (GBs each) at once.
+WORKERS = ("--numprocesses=2", "--dist=loadgroup")
+
+
 @nox.session(python=False)
 def tests(session: nox.Session) -> None:
     """Unit and integration tests (-- -m "not integration" for the unit tests alone), on two
     workers (-- -n 0 for one process); the slowest twenty are listed at the end, where the
-    suite's time goes."""
-    # Two workers on any machine: more would hold several cells' envs (GBs each) at once.
-    workers = ("--numprocesses=2", "--dist=loadgroup")
-    session.run(sys.executable, "-m", "pytest", "--durations=20", *workers, *session.posargs)
+    suite's time goes. The smokes of the benchmarks that measure only are the benchmarks
+    session's."""
+    session.run(sys.executable, "-m", "pytest", "--durations=20", "-m", "not benchmark", *WORKERS, *session.posargs)
+
+
+@nox.session(python=False)
+def benchmarks(session: nox.Session) -> None:
+    """The smoke runs of the benchmarks that measure only (docs/benchmarks.md): after a change
+    to one of them, or to what it reads (reports, the CLI's lines)."""
+    session.run(sys.executable, "-m", "pytest", "--durations=20", "-m", "benchmark", *WORKERS, *session.posargs)
 
 
 @nox.session(python=False)

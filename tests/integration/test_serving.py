@@ -1,14 +1,13 @@
 """Build once, serve many, for real: the stable example and the per-torch C++ example in two
 cells of one serving group (cuda130-sm90 on torch 2.14.1 and on torch 2.12.0, Python 3.10:
-both corners of the group, so both install-test). The stable example is compiled once, in
-the cell of the oldest torch, and the same file is published into both channels, its floor
-checked against each channel's torch: the serving benchmark's smoke run builds exactly that,
-so the test runs it (benchmarks/serving.py, its lines checked as every smoke's are) and
-reads what it built. The per-torch example is then compiled in each cell, under a label of
-its own, into the same output root and index. A consumer resolves, from each channel's URL
-alone, the channel's torch, that torch's build of the per-torch example and the one stable
-build. (That a run builds the oldest torch's cell first, whichever the command lists first,
-is the plan's: tests/unit/test_docs.py.)"""
+both corners of the group, so both install-test), built in one run into one output root and
+index. The stable example is compiled once, in the cell of the oldest torch, and the same file
+is published into both channels, its floor checked against each channel's torch; the per-torch
+example is compiled in each cell, under a label of its own. A consumer resolves, from each
+channel's URL alone, the channel's torch, that torch's build of the per-torch example and the
+one stable build. (That a run builds the oldest torch's cell first, whichever the command
+lists first, is the plan's: tests/unit/test_docs.py; what serving costs is
+benchmarks/serving.py's, whose smoke is the benchmarks session's.)"""
 
 from __future__ import annotations
 
@@ -21,7 +20,6 @@ from typing import Any
 import pytest
 
 from tests.channels import tree_channel
-from tests.integration.test_benchmarks import benchmark, kept
 from tests.integration.test_cells import ROOT, report
 from tests.integration.test_index import Served, isolated_env, uv
 from wheelmill.index.channels import built_by_key
@@ -43,9 +41,9 @@ STABLE, PER_TORCH = "example-stable-ops", "example-cpp-ops"
 
 
 def _build(output: Path, index: Path) -> subprocess.CompletedProcess[str]:
-    """The per-torch example in both cells, the newer torch's listed first."""
+    """Both examples in both cells, the newer torch's listed first."""
     cells = [arg for cell in CELLS for arg in ("--cell", cell)]
-    command = [sys.executable, "-m", "wheelmill", "build", "--recipe", PER_TORCH, *cells]
+    command = [sys.executable, "-m", "wheelmill", "build", "--recipe", STABLE, "--recipe", PER_TORCH, *cells]
     env = {**os.environ, "WHEELMILL_OUTPUT": str(output), "WHEELMILL_INDEX_ROOT": str(index)}
     env["WHEELMILL_ENGINE"] = "none"
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=2400, check=False)
@@ -62,14 +60,12 @@ def _check(data: dict[str, Any], recipe: str, kind: str, name: str) -> dict[str,
 
 
 def test_the_stable_example_is_built_once_and_served_to_the_other_torchs_channel(tmp_path: Path) -> None:
-    out = benchmark(tmp_path, "serving.py", keep=True)
-    assert "cells cuda130-sm90-torch2.12-py310, cuda130-sm90-py310; cuda130-sm90-torch2.12-py310 builds" in out
-    assert "aarch64" not in out, "the group of this machine's platform: the aarch64 twin stays out"
-    assert "  cuda130-sm90-py310: its steps " in out and "(build served, install-test ok)" in out
-    assert "each extra torch or Python cost " in out and "the median of 1 rounds" in out
-    work = kept(out)
-    output, index = work / "wheels", work / "index"
-    newer, oldest = (report(output, cell) for cell in CELLS)  # the benchmark's run of both cells
+    output, index = tmp_path / "wheels", tmp_path / "index"
+    result = _build(output, index)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr
+    said = result.stdout
+    assert "served from their one build in another channel of their serving group: example-stable-ops" in said
+    newer, oldest = (report(output, cell) for cell in CELLS)
     assert _steps(oldest, STABLE)["build"] == "ok", "built in the cell of the oldest torch"
     served = _steps(newer, STABLE)
     assert {served[kind] for kind in ("build", "stamp", "post-build-checks", "repair")} == {"served"}, served
@@ -78,14 +74,10 @@ def test_the_stable_example_is_built_once_and_served_to_the_other_torchs_channel
         serves = _check(data, STABLE, "post-repair-checks", "serves")
         assert serves["verdict"] == "pass" and "stable shims of torch >= 2.10.0" in serves["detail"], serves
         assert serves["detail"].endswith(f"torch {torch}"), serves
-    said = (work / "bench.log").read_text()
-    assert "served from their one build in another channel of their serving group: example-stable-ops" in said
     one, other = ({r["name"]: r["wheel"] for r in report(output, cell)["recipes"]}[STABLE] for cell in CELLS)
     assert (one["name"], one["sha256"]) == (other["name"], other["sha256"]), "the same file in both"
     assert "+cu130.sm90-cp310-abi3-" in one["name"]
 
-    result = _build(output, index)
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr
     cpp = {}
     for cell in CELLS:
         data = report(output, cell)

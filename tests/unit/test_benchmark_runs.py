@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import pythons
 import runs
 
-from tests.integration.test_benchmarks import KEEP_WORK, SMOKES
+from tests.integration.test_benchmarks import KEEP_WORK, MEASURES_ONLY, SMOKES
 
 
 def test_a_passing_benchmark_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -106,3 +106,23 @@ def test_every_benchmark_has_a_smoke_run_and_the_docs_show_it() -> None:
     table = text[text.index("## Smoke runs") : text.index("## Overhead against the raw build")]
     rows = dict(re.findall(r"^\| `([a-z_]+\.py)` \| `([^`]+)`", table, flags=re.MULTILINE))
     assert rows == {script: " ".join(args) for script, args in SMOKES.items()}
+
+
+def test_the_smokes_left_to_the_benchmarks_session_are_the_ones_the_docs_name() -> None:
+    """Each smoke of a benchmark that measures only carries the marker the tests session
+    leaves out, and no other does; docs/benchmarks.md names them, and the session's command."""
+    from tests.integration import test_benchmarks  # noqa: PLC0415 - the module's test functions
+
+    marked = {
+        name
+        for name, test in vars(test_benchmarks).items()
+        if name.startswith("test_") and any(m.name == "benchmark" for m in getattr(test, "pytestmark", []))
+    }
+    scripts = {name.split("_")[1] + ".py" for name in marked}
+    assert scripts == set(MEASURES_ONLY) < set(SMOKES)
+    text = " ".join((runs.ROOT / "docs" / "benchmarks.md").read_text().split())
+    said = "`publish.py`, `noop.py`, `pythons.py`, `serving.py` and `overhead.py`"
+    assert "`.venv/bin/nox -s benchmarks`" in text and said in text
+    assert all(f"`{script}`" in said for script in MEASURES_ONLY)
+    nox = (runs.ROOT / "noxfile.py").read_text()
+    assert '"-m", "not benchmark"' in nox and '"-m", "benchmark"' in nox
