@@ -98,21 +98,20 @@ def two_recipes(tmp_path: Path, *, pythons: tuple[str, ...] = (PYTHON,)) -> Sand
     return box
 
 
-def build(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox) -> tuple[CliResult, list[dict[str, Any]]]:
+def on_b(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, command: str = "build", *, publish: bool = False
+) -> CliResult:
+    """``command`` (build or plan) for recipe b in the sandbox's CPU cell, engine none, in the
+    sandbox's environment; not published unless ``publish``."""
     for key, value in sandbox.environ().items():
         monkeypatch.setenv(key, value)
-    result = cli(
-        "--recipes",
-        str(sandbox.recipes),
-        "build",
-        "--cell",
-        sandbox.cell("cpu"),
-        "--recipe",
-        "b",
-        "--no-publish",
-        "--engine",
-        "none",
-    )
+    unpublished = () if publish else ("--no-publish",)
+    args = ("--recipes", str(sandbox.recipes), command, "--cell", sandbox.cell("cpu"), "--recipe", "b")
+    return cli(*args, *unpublished, "--engine", "none")
+
+
+def build(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox) -> tuple[CliResult, list[dict[str, Any]]]:
+    result = on_b(cli, monkeypatch, sandbox)
     report = json.loads((sandbox.output / sandbox.cell("cpu") / "report.json").read_text())
     return result, [step for step in report["steps"] if step["recipe"]]
 
@@ -196,20 +195,7 @@ def test_an_unknown_install_tests_mode_is_one_line_naming_the_variable(
     cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox
 ) -> None:
     monkeypatch.setenv("WHEELMILL_INSTALL_TESTS", "sometimes")
-    for key, value in sandbox.environ().items():
-        monkeypatch.setenv(key, value)
-    result = cli(
-        "--recipes",
-        str(sandbox.recipes),
-        "build",
-        "--cell",
-        sandbox.cell("cpu"),
-        "--recipe",
-        "b",
-        "--no-publish",
-        "--engine",
-        "none",
-    )
+    result = on_b(cli, monkeypatch, sandbox)
     assert result.code == ConfigError.exit_code
     expected = (
         "environment: WHEELMILL_INSTALL_TESTS='sometimes' is not one of beside, after, none; "
@@ -222,10 +208,7 @@ def test_no_install_tests_never_publishes_a_build_refuses_before_anything_runs(
     cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox
 ) -> None:
     monkeypatch.setenv("WHEELMILL_INSTALL_TESTS", "none")
-    for key, value in sandbox.environ().items():
-        monkeypatch.setenv(key, value)
-    args = ("--recipes", str(sandbox.recipes), "build", "--cell", sandbox.cell("cpu"), "--recipe", "b")
-    result = cli(*args, "--engine", "none")
+    result = on_b(cli, monkeypatch, sandbox, publish=True)
     assert result.code == UsageError.exit_code == 2
     expected = (
         "WHEELMILL_INSTALL_TESTS=none delivers wheels that no install test has run: they are never published; "
@@ -233,8 +216,7 @@ def test_no_install_tests_never_publishes_a_build_refuses_before_anything_runs(
     )
     assert result.err.strip().splitlines() == [f"wheelmill: error: {expected}"]
     assert not (sandbox.output / sandbox.cell("cpu")).exists(), "nothing ran"
-    planned = cli("--recipes", str(sandbox.recipes), "plan", "--cell", sandbox.cell("cpu"), "--recipe", "b",
-                  "--no-publish", "--engine", "none")  # fmt: skip
+    planned = on_b(cli, monkeypatch, sandbox, "plan")
     assert planned.code == 0, planned.err
     assert "install tests none (wheels untested, not published)" in " ".join(planned.out.split()), planned.out
 

@@ -1,8 +1,8 @@
 """A cell's images, built: the runtime or devel image (and the extras image on it) from the
-cell's channel alone, served on loopback while they build, each smoke-tested (the launch tiers
-on the top of the chain), optionally pushed, and recorded (``<cell>/images.json``; a release's record where they were
-pushed for one). What ``wheelmill image build`` runs, after it has checked what the images
-install against its provenance."""
+cell's channel alone, served on loopback while they build, each smoke-tested (the launch
+tiers on the top of the chain), optionally pushed, and recorded (``<cell>/images.json``; a
+release's record where they were pushed for one). What ``wheelmill image build`` runs,
+after it has checked what the images install against its provenance."""
 
 from __future__ import annotations
 
@@ -64,9 +64,9 @@ class ImageJob:
 
 def build_cell_images(job: ImageJob, settings: Settings, *, root: Path, say: Callable[[str], None]) -> list[BuiltImage]:
     """The job's images from the index tree ``root`` (served on loopback while they build),
-    each smoke-tested (the launch tiers on the top of the chain), pushed where the job says, recorded in the cell's
-    ``images.json`` (and, pushed for a release, in its record); every image removed again
-    where a tier or a push fails."""
+    each smoke-tested (the launch tiers on the top of the chain), pushed where the job says,
+    recorded in the cell's ``images.json`` (and, pushed for a release, in its record); every
+    image removed again where a tier or a push fails."""
     cell, layout, edition = job.cell, job.layout, job.edition
     index = Index.of(settings)
     output = (
