@@ -2,8 +2,8 @@
 lists a wheel of its own making under the cell's build key, with no provenance or with junk
 beside it. With the team's key trusted, the build does not take it, says why, builds the
 recipe itself and publishes its own signed build; the same index with the team's real build
-is taken, so the gate is no wall. In the sandbox (tests/sandbox.py): the build is seconds,
-the index is real, served over loopback."""
+is taken, so the gate is no wall, served by `index serve` and by nginx alike. In the sandbox
+(tests/sandbox.py): the build is seconds, the index is real, served over loopback."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pytest
 from tests.channels import tree_channel
 from tests.conftest import CliRunner
 from tests.integration.test_build_keys import serving
+from tests.integration.test_index import serving_nginx
 from tests.sandbox import TAG, Sandbox, build, dist_info, repair_as_auditwheel_tags
 from tests.wheels import make_wheel
 from wheelmill.index.pages import FileEntry
@@ -84,16 +85,30 @@ def test_a_served_wheel_that_does_not_verify_is_built_here_and_a_verified_one_is
             pytest.fail(f"the refused file was left in the cell's tree: {leftover}")
         shutil.rmtree(sandbox.output)  # the next case's runner starts empty again
 
-    # The team's own index, served: its signed build verifies and is taken, with the
-    # provenance it was verified against, read once (a second read could be other bytes).
+    # The team's own index, served by `index serve`, then by nginx with deploy/nginx-index.conf
+    # (as a team deploys it): its signed build verifies and is taken, with the provenance it
+    # was verified against, read once (a second read could be other bytes).
     with (tmp_path / "access.log").open("a") as log, serving(team_index, log) as url:
-        monkeypatch.setenv("WHEELMILL_SERVED_INDEX", url)
-        result = build(cli, monkeypatch, sandbox, "cpu")
+        _taken(cli, monkeypatch, sandbox, url)
+    _read_once(tmp_path / "access.log", sandbox, team_index, built)
+    sandbox.output = tmp_path / "runner-c"
+    with serving_nginx(team_index, tmp_path / "nginx") as url:
+        _taken(cli, monkeypatch, sandbox, url)
+    _read_once(tmp_path / "nginx" / "logs" / "access.log", sandbox, team_index, built)
+
+
+def _taken(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, url: str) -> None:
+    monkeypatch.setenv("WHEELMILL_SERVED_INDEX", url)
+    result = build(cli, monkeypatch, sandbox, "cpu")
     assert result.code == 0, result.out[-3000:] + result.err
     (recipe,) = report(sandbox)["recipes"]
     assert recipe["status"] == "reused", recipe
-    requests = parse_access_log((tmp_path / "access.log").read_text().splitlines())
+
+
+def _read_once(log: Path, sandbox: Sandbox, team_index: Path, built: FileEntry) -> None:
+    requests = parse_access_log(log.read_text().splitlines())
     read = [path for path, _status, _size in requests if path.endswith(".intoto.jsonl")]
     assert len(read) == 1, read
+    (recipe,) = report(sandbox)["recipes"]
     delivered = beside(Path(recipe["wheel"]["path"]))
     assert delivered.read_bytes() == provenance_of(tree_channel(team_index, "cpu"), built), "the bytes verified"
