@@ -9,8 +9,8 @@ HTTP (``wheelmill index serve``), which B reads as ``WHEELMILL_SERVED_INDEX``.
    the one build of its stable recipes first, in a cell of their serving group's oldest torch
    (``--stable-from``), as a run orders them;
 2. B builds the same cell with ``--no-publish``, nothing changed: every recipe's build key is
-   in the served index, so B builds nothing and fetches every wheel (sha256 checked; a stable
-   recipe's one build is served to the cell: checked and install-tested there);
+   in the served index, so B builds nothing and fetches every wheel (sha256 checked, checked
+   after repair and install-tested there, as a stable recipe's one build served to the cell is);
 3. B rebuilds the measured recipe (``--rebuild``), its local cache empty: its compiles come
    from the shared tier. Its build step against A's cold one is the ratio (target >= 5x,
    hits >= 95 %);

@@ -99,6 +99,10 @@ def serving(root: Path, access_log: IO[str] | None = None) -> Iterator[str]:
         server.server_close()
 
 
+# What runs of a recipe reused from the served index: its install test, and what that needs.
+REUSED_RUN = ("fetch", "post-repair-checks", "install-test")
+
+
 def statuses(report: dict[str, Any], kind: str) -> dict[str | None, str]:
     return {step["recipe"]: step["status"] for step in report["steps"] if step["step"] == kind}
 
@@ -142,14 +146,19 @@ def test_a_published_build_is_not_built_again_and_a_changed_source_rebuilds_its_
     assert files(channel) == published, "nothing published again"
 
     # Runner B, another output root with an empty index of its own, its build publishing
-    # nothing (a CI job): every wheel is fetched from A's index, served over HTTP.
+    # nothing (a CI job): every wheel is fetched from A's index, served over HTTP, and
+    # install-tested here before it is delivered, as one built here is; nothing compiled.
     with serving(output / "index") as url:
         other, out = build(project, tmp_path / "runner-b", "--no-publish", served=url)
     assert {r["name"]: r["status"] for r in other["recipes"]} == {
         "example-cpp-ops": "reused",
         "example-dependent": "reused",
     }
-    assert {s["step"] for s in other["steps"] if s["status"] == "ok"} == {"pre-checks", "build-keys"}
+    ran = {(s["step"], s["recipe"]) for s in other["steps"] if s["status"] == "ok"}
+    env = {("pre-checks", None), ("build-keys", None), ("prepare-env", None), ("env-checks", None)}
+    tested = {(step, r) for r in ("example-cpp-ops", "example-dependent") for step in REUSED_RUN}
+    assert ran == env | tested, ran
+    assert statuses(other, "build") == {"example-cpp-ops": "reused", "example-dependent": "reused"}
     assert {r["wheel"]["sha256"] for r in other["recipes"]} == {r["wheel"]["sha256"] for r in again["recipes"]}
     assert all(Path(r["wheel"]["path"]).is_file() for r in other["recipes"])
     assert "reused: example_cpp_ops-0.1.0+cpu" in out and f"from {url}/cpu/simple/" in out

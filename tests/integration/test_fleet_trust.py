@@ -101,8 +101,11 @@ def _taken(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, ur
     monkeypatch.setenv("WHEELMILL_SERVED_INDEX", url)
     result = build(cli, monkeypatch, sandbox, "cpu")
     assert result.code == 0, result.out[-3000:] + result.err
-    (recipe,) = report(sandbox)["recipes"]
+    data = report(sandbox)
+    (recipe,) = data["recipes"]
     assert recipe["status"] == "reused", recipe
+    tested = [s["status"] for s in data["steps"] if s["step"] == "install-test"]
+    assert tested == ["ok"], "taken, then install-tested here before it is delivered"
 
 
 def _read_once(log: Path, sandbox: Sandbox, team_index: Path, built: FileEntry) -> None:

@@ -415,8 +415,9 @@ def test_a_key_listed_in_the_served_index_is_fetched_from_it_not_built(
     project: Path, tmp_path: Path, served: tuple[Path, str]
 ) -> None:
     """Runner B, with an empty index of its own, finds runner A's wheel by its build key in the
-    served index, fetches it into its dist/ (its own bytes, not a link into A's tree) and says
-    where it came from; its local index stays empty."""
+    served index, fetches it into its cell's build tree (its own bytes, not a link into A's
+    tree), for its checks and install test, which deliver it to dist/; says where it came from;
+    its local index stays empty."""
     root, url = served
     plan = cell_plan(project, names=("example-cpp-ops", "torchsort"))
     b = tmp_path / "b"
@@ -427,9 +428,13 @@ def test_a_key_listed_in_the_served_index_is_fetched_from_it_not_built(
     found = _run_keys_step(plan, b, served_index=url).published["example-cpp-ops"]
     assert found.status is Status.REUSED and found.reused_from == f"{url}/cpu/simple/"
     assert found.describe().startswith(f"reused: {wheel.name} from {url}/cpu/simple/ (build key ")
-    assert found.path == b / "wheels" / "cpu-py311" / "dist" / wheel.name
+    assert (
+        found.tested_here
+        and found.path == b / "wheels" / "cpu-py311" / "build" / "example-cpp-ops" / "reused" / wheel.name
+    )
     assert found.path.read_bytes() == wheel.read_bytes() and found.path.stat().st_ino != wheel.stat().st_ino
-    assert [type(m).__name__ for m in found.made()] == ["WheelRecord"], "the local index is not said to have it"
+    assert found.repaired().wheel == found.path, "its checks after repair and its install test take it"
+    assert not (b / "wheels" / "cpu-py311" / "dist").exists(), "its install test delivers it"
     assert not (b / "wheels" / "index" / "cpu").exists()
     assert found.torch == "2.13.0+cpu"
 

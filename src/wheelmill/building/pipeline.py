@@ -33,7 +33,7 @@ from functools import partial
 from typing import NoReturn, Protocol, TypeVar
 
 from wheelmill.building.context import Hold, Outcome, RunContext, StepContext, Where
-from wheelmill.building.products import BuildKeys, ShippedAbi
+from wheelmill.building.products import BuildKeys, PublishedBuild, ShippedAbi
 from wheelmill.building.report import CellReport, StepRecord
 from wheelmill.building.steps import BY_KIND, CellStep, RecipeStep, StepDefinition
 from wheelmill.building.ui import UI, step_label
@@ -401,19 +401,37 @@ def _skip_published(step: Step, keys: BuildKeys | None) -> Blocked | None:
         return None
     if step.recipe is not None:
         found = keys.published.get(step.recipe)
+        if found is not None and found.tested_here:
+            return _skip_reused(step, found)
         return Blocked(status=found.status, reason=found.describe(), made=found.made()) if found else None
     definition = BY_KIND[step.kind]
-    if isinstance(definition, CellStep) and definition.for_builds and keys.nothing_to_build:
-        return Blocked(
-            status=Status.PUBLISHED,
-            reason=f"nothing to build: every recipe is published in channel {keys.channel} for its build key"
-            + (" (the served index's or the local one's)" if _any_reused(keys) else ""),
-        )
-    return None
+    if not isinstance(definition, CellStep) or not definition.for_builds or not keys.nothing_to_build:
+        return None
+    if definition.for_tests and not keys.nothing_to_test:  # a reused wheel's install test needs it
+        return None
+    return Blocked(
+        status=Status.PUBLISHED,
+        reason=f"nothing to build: every recipe is published in channel {keys.channel} for its build key"
+        + (" (the served index's or the local one's)" if _any_reused(keys) else ""),
+    )
 
 
 def _any_reused(keys: BuildKeys) -> bool:
     return any(found.reused_from for found in keys.published.values())
+
+
+# What runs of a recipe reused from the served index: the steps after its build, as for a wheel built here.
+_REUSED_RUN = frozenset({StepKind.FETCH, StepKind.POST_REPAIR_CHECKS, StepKind.INSTALL_TEST})
+
+
+def _skip_reused(step: Step, found: PublishedBuild) -> Blocked | None:
+    """The steps of a recipe reused from the served index: its build's do not run (repair's
+    record holds the fetched wheel); fetch (its tests' source), its checks after repair and
+    its install test run, which delivers it; the served index has it published."""
+    if step.kind in _REUSED_RUN:
+        return None
+    made = (found.repaired(),) if step.kind is StepKind.REPAIR else ()
+    return Blocked(status=found.status, reason=found.describe(), made=made)
 
 
 # The steps that make the wheel of a recipe built once for its group: the one build elsewhere made it.

@@ -139,16 +139,29 @@ class ShippedAbi:
 
 @dataclass(frozen=True, kw_only=True)
 class PublishedBuild:
-    """A recipe's wheel, published for its build key: the recipe is not built again."""
+    """A recipe's wheel, published for its build key: the recipe is not built again. One of
+    the local index is delivered as it is (a run of this machine tested it); one reused from
+    the served index is install-tested here first, as a wheel built here is (``tested_here``):
+    another runner's test is not this one's."""
 
     recipe: str
     key: str
     channel: str
     project: str
     entry: FileEntry
-    path: Path  # the channel's file, linked into dist/
+    path: Path  # the local channel's file, linked into dist/; a reused one's copy in the cell's build tree
     torch: str | None  # the torch it pins, for the report's facts where no env says it
     reused_from: str | None = None  # the served index's channel it was fetched from; None: the local index
+    provenance: bytes | None = field(default=None, repr=False)  # a reused one's, verified, delivered with it
+
+    @property
+    def tested_here(self) -> bool:
+        return self.reused_from is not None
+
+    def repaired(self) -> Repaired:
+        """A reused wheel, as the repair step would have made it: what its checks after
+        repair and its install test take."""
+        return Repaired(wheel=self.path)
 
     @property
     def status(self) -> Status:
@@ -160,13 +173,12 @@ class PublishedBuild:
         return f"published: {self.entry.filename} (build key {self.key[:12]}...)"
 
     def made(self) -> tuple[object, ...]:
-        """What the recipe's steps would have made: its wheel (the channel's file, with the
-        listed size and sha256) and its publication."""
+        """What the recipe's steps would have made: its wheel (the local channel's file, with
+        the listed size and sha256) and its publication."""
+        assert not self.tested_here, "a reused wheel's record is its install test's"
         wheel = WheelRecord(
             name=self.entry.filename, size=self.entry.size, sha256=self.entry.sha256, path=str(self.path)
         )
-        if self.reused_from is not None:  # the served index has it; the local one need not
-            return (wheel,)
         return wheel, Published(
             channel=self.channel, project=self.project, filename=self.entry.filename, outcome=PublishOutcome.UNCHANGED
         )
@@ -216,6 +228,11 @@ class BuildKeys:
     @property
     def nothing_to_build(self) -> bool:
         return set(self.published) == set(self.keys)
+
+    @property
+    def nothing_to_test(self) -> bool:
+        """Nothing to build, and no wheel reused from the served index to install-test here."""
+        return self.nothing_to_build and not any(found.tested_here for found in self.published.values())
 
     def facts(self) -> Mapping[str, Any]:
         """The keys; the torch the published wheels pin, which the env checks say instead

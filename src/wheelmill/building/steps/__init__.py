@@ -77,6 +77,7 @@ class CellStep:
     publishing: bool = False  # only when the wheels are published
     mirroring: bool = False  # only when the closure is mirrored too (not with --no-mirror)
     for_builds: bool = False  # serves the recipes' builds only: not run where every recipe is published
+    for_tests: bool = False  # of those, what a reused wheel's install test needs too: run where one is to test
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,6 +133,7 @@ REGISTRY: tuple[StepDefinition, ...] = (
         error=PrecheckError,
         container=True,
         for_builds=True,
+        for_tests=True,
     ),
     CellStep(
         kind=StepKind.PREPARE_CONTAINER,
@@ -142,6 +144,7 @@ REGISTRY: tuple[StepDefinition, ...] = (
         error=PrecheckError,
         container=True,
         for_builds=True,
+        for_tests=True,
     ),
     CellStep(
         kind=StepKind.TOOLCHAIN_CHECKS,
@@ -151,6 +154,7 @@ REGISTRY: tuple[StepDefinition, ...] = (
         error=PrecheckError,
         container=True,
         for_builds=True,
+        for_tests=True,
     ),
     CellStep(
         kind=StepKind.PREPARE_ENV,
@@ -162,6 +166,7 @@ REGISTRY: tuple[StepDefinition, ...] = (
         error=EnvError,
         retries=True,
         for_builds=True,
+        for_tests=True,
     ),
     CellStep(
         kind=StepKind.ENV_CHECKS,
@@ -171,6 +176,7 @@ REGISTRY: tuple[StepDefinition, ...] = (
         describe=cell.describe_env_checks,
         error=PrecheckError,
         for_builds=True,
+        for_tests=True,
     ),
     # Where the network is: a remote cache needs it, and the builds reach the server over
     # a Unix socket from where there is none.

@@ -280,7 +280,9 @@ def _found_published(ctx: StepContext, key: BuildKey, hit: Listed, listings: Lis
         for r in map(Requirement, read_wheel(wheel).requires_dist)
         if r.name == "torch"
     ]
-    path = deliver(ctx.run.layout.dist, wheel, link=True, provenance=hit.provenance)
+    # The local index's file, tested by the run that published it, is delivered now; the served
+    # index's is delivered by its install test here.
+    path = wheel if hit.served_from else deliver(ctx.run.layout.dist, wheel, link=True, provenance=hit.provenance)
     return PublishedBuild(
         recipe=key.recipe,
         key=key.digest,
@@ -290,6 +292,7 @@ def _found_published(ctx: StepContext, key: BuildKey, hit: Listed, listings: Lis
         path=path,
         torch=pins[0] if pins else None,
         reused_from=hit.served_from,
+        provenance=hit.provenance,
     )
 
 

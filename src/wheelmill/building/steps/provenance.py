@@ -101,15 +101,15 @@ def _source(source: Source, tree: str | None, patches: tuple[str, ...]) -> Sourc
 
 def attest(ctx: StepContext, spec: RecipeSpec, wheel: Path) -> bytes | None:
     """The signed provenance of ``wheel``, the tested wheel of ``spec``: the build's statement
-    where this cell built it, the one build's own where this cell was given its group's one build; None without a
-    signing key."""
+    where this cell built it, the one build's own where this cell was given its group's one build, the served
+    index's where it was reused from there; None without a signing key."""
     settings = ctx.run.settings
     signing = signing_key_of(settings)
     keys = ctx.done.get(BuildKeys)
     stamped = ctx.done.find(Stamped, spec.name)
-    if stamped is None:
-        served = keys.served.get(spec.name)
-        return served.provenance if served is not None else None
+    if stamped is None:  # not built here: the group's one build, or a wheel reused from the served index
+        given = keys.served.get(spec.name) or keys.published.get(spec.name)
+        return given.provenance if given is not None else None
     if signing is None:
         return None
     statement = build_statement(
