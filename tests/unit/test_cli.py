@@ -1,10 +1,12 @@
 """The command line's table of groups: each command imports its own group alone, and the
-table says what the groups register."""
+table says what the groups register; every command's help teaches (its arguments described,
+examples that parse)."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import shlex
 import subprocess
 import sys
 
@@ -12,6 +14,7 @@ import pytest
 
 from wheelmill.cli import GROUPS, ORDER, build_parser, main
 from wheelmill.cli.basics import Parser
+from wheelmill.cli.examples import EXAMPLES
 
 
 def test_the_table_names_every_command_of_every_group_and_nothing_else() -> None:
@@ -46,3 +49,39 @@ def test_an_index_command_starts_without_the_build_machinery() -> None:
 def test_a_mistyped_command_still_gets_its_did_you_mean(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["pubish", "x.whl"]) == 2
     assert "publish" in capsys.readouterr().err
+
+
+def leaves(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> dict[str, argparse.ArgumentParser]:
+    """Every command a user runs (``index serve``), by its words, and its parser."""
+    found: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found |= leaves(sub, (*path, name))
+    return found or {" ".join(path): parser}
+
+
+def test_every_command_has_examples_and_each_parses_as_the_command_it_shows() -> None:
+    commands = leaves(build_parser(None))
+    assert set(EXAMPLES) == set(commands)
+    for command, examples in EXAMPLES.items():
+        assert f"examples:\n  {examples[0][0]}\n" in commands[command].format_help(), command
+        for line, does in examples:
+            words = shlex.split(line)
+            while "=" in words[0]:  # settings before the command, as a shell takes them
+                words.pop(0)
+            assert words[0] == "wheelmill" and does, line
+            argv = words[1:]
+            assert argv[: len(command.split())] == command.split(), line
+            args = build_parser(argv).parse_args(argv)  # a line that no longer parses raises UsageError
+            assert callable(args.func), line
+
+
+def test_every_argument_of_every_command_says_what_it_is() -> None:
+    silent = [
+        (command, action.option_strings or action.dest)
+        for command, parser in leaves(build_parser(None)).items()
+        for action in parser._actions
+        if action.help is None and not isinstance(action, argparse._HelpAction)
+    ]
+    assert silent == []

@@ -26,6 +26,7 @@ from typing import NoReturn
 
 from wheelmill import __version__
 from wheelmill.cli.basics import Parser, print_error
+from wheelmill.cli.examples import add_examples
 from wheelmill.errors import InternalError, Interrupted, WheelmillError, remember_environment
 from wheelmill.machine.process import StepLog
 from wheelmill.settings import Settings
@@ -83,6 +84,7 @@ def build_parser(argv: Sequence[str] | None = None) -> Parser:
     command = None if argv is None else command_word(argv)
     for group in [GROUPS[command]] if command in GROUPS else ORDER:
         importlib.import_module(f"wheelmill.cli.{group}").register(commands)
+    add_examples(parser)
     return parser
 
 

@@ -65,10 +65,10 @@ def register(commands: Commands) -> None:
     sow.set_defaults(func=cmd_seed)
     pack = actions.add_parser("package", help="repackage wheels as conda packages into a cell's conda channel")
     _cell(pack)
-    pack.add_argument("wheels", nargs="+", type=Path, metavar="WHEEL")
+    pack.add_argument("wheels", nargs="+", type=Path, metavar="WHEEL", help="wheel files built for the cell")
     pack.set_defaults(func=cmd_package)
     ask = actions.add_parser("solve", help="what specs resolve to, with or without a CUDA driver (__cuda)")
-    ask.add_argument("specs", nargs="+", metavar="SPEC")
+    ask.add_argument("specs", nargs="+", metavar="SPEC", help="conda match specs (example-cpp-ops, python=3.11)")
     ask.add_argument(
         "--cuda",
         type=cuda_version,
@@ -91,8 +91,8 @@ def register(commands: Commands) -> None:
     _channels(pin)
     pin.set_defaults(func=cmd_lock)
     make = actions.add_parser("create", help="make a conda env from the channels")
-    make.add_argument("prefix", type=Path)
-    make.add_argument("specs", nargs="*", metavar="SPEC")
+    make.add_argument("prefix", type=Path, help="a new or empty directory, or an earlier env's prefix (replaced)")
+    make.add_argument("specs", nargs="*", metavar="SPEC", help="conda match specs, where no --lock is given")
     make.add_argument(
         "--pkgs-dir",
         type=Path,

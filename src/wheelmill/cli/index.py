@@ -39,7 +39,7 @@ def register(commands: Commands) -> None:
     pub = commands.add_parser(
         "publish", help="add wheels to a channel of the local index, or upload them to another index"
     )
-    pub.add_argument("wheels", nargs="+", type=Path, metavar="WHEEL")
+    pub.add_argument("wheels", nargs="+", type=Path, metavar="WHEEL", help="wheel files (each verified first)")
     pub.add_argument("--channel", help="the local channel (cpu, cu118, rocm6.2, ...)")
     pub.add_argument("--to", metavar="URL", help="upload to this index's upload API instead")
     pub.add_argument("--check-url", metavar="URL", help="that index's simple API (default: URL/simple/)")
@@ -47,9 +47,9 @@ def register(commands: Commands) -> None:
 
     for name, func in (("yank", cmd_yank), ("unyank", cmd_unyank)):
         sub = commands.add_parser(name, help=f"{name} every file of a version (PEP 592)")
-        sub.add_argument("project")
-        sub.add_argument("version")
-        sub.add_argument("--channel", required=True)
+        sub.add_argument("project", help="the project's name, as pip takes it (torchsort)")
+        sub.add_argument("version", help="the exact version, local label included (0.1.10+cu130)")
+        sub.add_argument("--channel", required=True, help="the local channel that lists it (cpu, cu130, ...)")
         if name == "yank":
             sub.add_argument("--reason", required=True, help="shown to whoever still installs it")
         sub.set_defaults(func=func)
@@ -57,7 +57,9 @@ def register(commands: Commands) -> None:
     index = commands.add_parser("index", help="serve, check and describe the local index")
     actions = index.add_subparsers(dest="action", required=True, parser_class=type(index))
     serve = actions.add_parser("serve", help="serve the index over HTTP (read-only)")
-    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1: this machine alone)"
+    )
     serve.add_argument("--port", type=port, default=8080, help="0 picks a free one")
     serve.add_argument("--access-log", type=Path, help="append an access log here (with bytes sent)")
     serve.add_argument(
@@ -76,9 +78,14 @@ def register(commands: Commands) -> None:
     )
     serve.set_defaults(func=cmd_serve)
     config = actions.add_parser("config", help="pip and uv settings that use one channel, and only it")
-    config.add_argument("--channel", required=True)
+    config.add_argument("--channel", required=True, help="the channel the settings install from (cpu, cu130, ...)")
     config.add_argument("--url", default="http://127.0.0.1:8080", help="where the index is served")
-    config.add_argument("--form", choices=("all", "pip", "uv", "env"), default="all")
+    config.add_argument(
+        "--form",
+        choices=("all", "pip", "uv", "env"),
+        default="all",
+        help="pip.conf, uv's pyproject table, environment variables, or all three (default)",
+    )
     config.set_defaults(func=cmd_config)
     check = actions.add_parser("verify", help="check that channels are valid indexes")
     check.add_argument("--channel", action="append", help="default: every channel")
@@ -99,7 +106,6 @@ def register(commands: Commands) -> None:
         "sweep",
         help="delete the stored files no channel lists any more (pruned nightlies, removed files), "
         "a grace period after a sweep first found them unlisted",
-        epilog="example: wheelmill index sweep --grace 7   (a weekly job: what no channel has listed for a week goes)",
     )
     clean.add_argument(
         "--grace",
@@ -110,12 +116,11 @@ def register(commands: Commands) -> None:
     )
     clean.set_defaults(func=cmd_sweep)
     listing = actions.add_parser("list", help="projects and versions of a channel")
-    listing.add_argument("--channel", required=True)
+    listing.add_argument("--channel", required=True, help="the local channel (cpu, cu130, ...)")
     listing.set_defaults(func=cmd_list)
     move = actions.add_parser(
         "migrate",
         help="write a tree's channels of an earlier wheelmill's layout as objects (once; run it again after a kill)",
-        epilog="example: WHEELMILL_INDEX_ROOT=/srv/index wheelmill index migrate",
     )
     move.set_defaults(func=cmd_migrate)
 

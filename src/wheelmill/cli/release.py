@@ -91,8 +91,12 @@ def register(commands: Commands) -> None:
     promo = actions.add_parser(
         "promote", help="copy a release's files to another track's channels, re-verified, without rebuilding"
     )
-    promo.add_argument("--from", dest="source", required=True, choices=[t.value for t in Track])
-    promo.add_argument("--to", dest="target", required=True, choices=[t.value for t in Track])
+    promo.add_argument(
+        "--from", dest="source", required=True, choices=[t.value for t in Track], help="the track it is in (test)"
+    )
+    promo.add_argument(
+        "--to", dest="target", required=True, choices=[t.value for t in Track], help="the track it goes to (release)"
+    )
     promo.add_argument("version", help="the version to promote (2.4.0 picks the newest 2.4.0 release candidate)")
     promo.add_argument(
         "--wait",
@@ -107,19 +111,21 @@ def register(commands: Commands) -> None:
     gpu = actions.add_parser(
         "record-gpu", help="record GPU stage reports (gpu-report.json) in a release's record; promotion needs them"
     )
-    gpu.add_argument("--track", required=True, choices=[t.value for t in Track])
+    gpu.add_argument("--track", required=True, choices=[t.value for t in Track], help="the release's track")
     gpu.add_argument("version", help="the release whose cells the reports tested, e.g. 2.4.0rc1")
     gpu.add_argument("reports", nargs="+", type=Path, metavar="REPORT", help="gpu-report.json files")
     gpu.set_defaults(func=cmd_record_gpu)
 
     show = actions.add_parser("show", help="a release's record: its files, GPU stages and images, read whole")
-    show.add_argument("--track", required=True, choices=[t.value for t in Track])
+    show.add_argument("--track", required=True, choices=[t.value for t in Track], help="the release's track")
     show.add_argument("version", help="the release, e.g. 2.4.0rc1")
     show.add_argument("--json", action="store_true", help="the record as JSON (for CI's steps)")
     show.set_defaults(func=cmd_show)
 
     retention = actions.add_parser("prune", help="keep a track's newest releases, remove older ones' files")
-    retention.add_argument("--track", required=True, choices=[Track.NIGHTLY.value, Track.TEST.value])
+    retention.add_argument(
+        "--track", required=True, choices=[Track.NIGHTLY.value, Track.TEST.value], help="the track to prune"
+    )
     retention.add_argument(
         "--keep", type=positive, required=True, metavar="N", help="how many of the newest releases to keep (at least 1)"
     )

@@ -1,0 +1,133 @@
+"""An example or two at the foot of every command's ``--help``: the command line as a user
+types it, and what it does. One table, so that a unit test runs each line through the parser
+(an example that stopped parsing fails it) and holds every command to having one."""
+
+from __future__ import annotations
+
+import argparse
+
+HEADING = "examples:"
+
+# Each command's examples: (the command line, what it does). A line may start with settings
+# (NAME=value) as a shell takes them; the test parses what follows `wheelmill`.
+EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
+    "matrix": (
+        ("wheelmill matrix", "every cell: variant, torch, Python, platform, base"),
+        ("wheelmill matrix --json --changed-files changed.txt", "CI: the cells the changed paths affect"),
+    ),
+    "validate": (("wheelmill validate", "the matrix and every recipe read and checked; nothing built"),),
+    "plan": (("wheelmill plan --cell cuda130-py311 --recipe torchsort", "what a build would do, and why"),),
+    "build": (
+        ("wheelmill build --cell cpu-py311", "every recipe of the cell, tested and published"),
+        ("wheelmill build --cell cuda130-py311 --recipe torchsort --no-publish", "one recipe, kept out of the index"),
+    ),
+    "mirror": (("wheelmill mirror --cell cpu-py311", "the cell's runtime closure (torch, ...) into its channel"),),
+    "lock": (
+        ("wheelmill lock --cell cuda130-py311", "resolve the cell's build env and commit locks/cuda130-py311.txt"),
+        ("wheelmill lock --check --cell '*'", "CI: every committed lock still matches its inputs"),
+    ),
+    "publish": (("wheelmill publish --channel cu130 dist/*.whl", "wheels built elsewhere, verified, into a channel"),),
+    "yank": (
+        (
+            "wheelmill yank --channel cu130 torchsort 0.1.10+cu130 --reason 'wrong kernels on sm_90'",
+            "installers skip it unless pinned",
+        ),
+    ),
+    "unyank": (("wheelmill unyank --channel cu130 torchsort 0.1.10+cu130", "offered again"),),
+    "index serve": (
+        ("wheelmill index serve --port 8000", "the index over HTTP on 127.0.0.1, read-only"),
+        ("wheelmill index serve --host 0.0.0.0 --port 8000", "to the machine's network (a team's box)"),
+    ),
+    "index config": (
+        ("wheelmill index config --channel cu130 --url https://wheels.example.com", "pip's, uv's and env settings"),
+        ("wheelmill index config --channel cu130 --form uv", "uv's pyproject settings alone"),
+    ),
+    "index verify": (
+        ("wheelmill index verify", "every page lists what is stored; nothing stored is unlisted"),
+        ("wheelmill index verify --channel cu130 --hashes", "every file hashed against its page too"),
+    ),
+    "index render": (("wheelmill index render --channel cu130", "a channel's pages written again from its entries"),),
+    "index sweep": (("wheelmill index sweep --grace 7", "a weekly job: what no channel has listed for a week goes"),),
+    "index list": (("wheelmill index list --channel cu130", "its projects and their versions"),),
+    "index migrate": (
+        ("WHEELMILL_INDEX_ROOT=/srv/index wheelmill index migrate", "an earlier layout's tree, as objects, once"),
+    ),
+    "conda seed": (
+        ("wheelmill conda seed --cell cpu-py311", "the cell's CPython, torch and wheels as conda packages"),
+    ),
+    "conda package": (
+        ("wheelmill conda package --cell cpu-py311 wheels/cpu-py311/dist/*.whl", "wheels as conda packages"),
+    ),
+    "conda solve": (("wheelmill conda solve example-cpp-ops --cuda 13.0", "what a CUDA 13.0 driver's machine gets"),),
+    "conda lock": (("wheelmill conda lock --cell cpu-py311 --check", "the committed conda lock matches its inputs"),),
+    "conda create": (("wheelmill conda create /tmp/env example-cpp-ops torchsort", "an env from the local channels"),),
+    "conda index": (("wheelmill conda index", "each conda channel's repodata.json written again"),),
+    "image build": (
+        ("wheelmill image build --cell cpu-py311 --edition runtime", "the runtime image, smoke-tested"),
+        (
+            "wheelmill image build --cell cuda130-py311 --edition devel --extras --push registry.example.com/ml",
+            "devel and extras images, pushed",
+        ),
+    ),
+    "image manifest": (
+        (
+            "wheelmill image manifest --cell cpu-py311 --cell cpu-aarch64-py311 --push registry.example.com/ml",
+            "one tag for both platforms",
+        ),
+    ),
+    "release publish": (
+        ("wheelmill release publish --tag v2.4.0-rc1", "an rc's cell into the test track, recorded"),
+        ("wheelmill release publish --nightly", "HEAD's nightly into the nightly track"),
+    ),
+    "release promote": (
+        ("wheelmill release promote --from test --to release 2.4.0", "the rc of HEAD's commit, without a build"),
+    ),
+    "release record-gpu": (
+        ("wheelmill release record-gpu --track test 2.4.0rc1 gpu-report.json", "a GPU stage's signed report"),
+    ),
+    "release show": (("wheelmill release show --track test 2.4.0rc1", "a release's record: cells, files, GPU"),),
+    "release prune": (("wheelmill release prune --track nightly --keep 14", "the 14 newest nightlies stay"),),
+    "doctor": (
+        ("wheelmill doctor", "this Python's GPU wheels against the visible GPUs"),
+        ("wheelmill doctor --capability 9.0 --path dist/", "a folder of wheels against an H100"),
+    ),
+    "test-gpu": (
+        ("wheelmill test-gpu --cell cuda130-py311", "the local channel's wheels on this GPU"),
+        ("wheelmill test-gpu --cell cuda130-py311 --track test --release 2.4.0rc1", "the files an rc names"),
+    ),
+    "key new": (("wheelmill key new --out ~/.config/wheelmill/signing.pem", "a private key; its .pub beside it"),),
+    "key id": (("wheelmill key id keys/team.pub", "the key id that statements signed with it name"),),
+    "verify": (
+        ("wheelmill verify dist/torchsort-0.1.10+cpu-cp311-cp311-manylinux_2_31_x86_64.whl", "one file"),
+        ("wheelmill verify --channel cu130", "every file of a local channel"),
+        ("wheelmill verify https://wheels.example.com/cu130/simple/", "a served channel, as installers read it"),
+    ),
+}
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's own, but the examples keep their lines."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith(HEADING):
+            return "\n".join(indent + line for line in text.splitlines())
+        return super()._fill_text(text, width, indent)
+
+
+def epilog(command: str) -> str:
+    """The examples' block of ``command`` (``index serve``): each line, then what it does."""
+    lines = [HEADING]
+    for line, does in EXAMPLES[command]:
+        lines += [f"  {line}", f"      {does}"]
+    return "\n".join(lines)
+
+
+def add_examples(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> None:
+    """Every command below ``parser`` with a table entry gets its examples."""
+    for action in parser._actions:  # argparse offers no other way to its subparsers
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                command = " ".join((*path, name))
+                if command in EXAMPLES:
+                    sub.epilog, sub.formatter_class = epilog(command), _Formatter
+                add_examples(sub, (*path, name))
