@@ -281,6 +281,36 @@ def test_doctor_reads_what_the_stamp_writes() -> None:
         assert doctor.parse_record(record.to_bytes().decode()).describe() == record.describe()
 
 
+def test_a_folder_of_wheel_files_is_read_file_by_file_and_an_empty_one_is_an_error(
+    cli: CliRunner, tmp_path: Path, site: Path
+) -> None:
+    """``--path dist/``: each .whl read in place (two builds of one version for two cells both
+    judged), a file that is no wheel named; a folder with neither wheels nor distributions is
+    one line and the usage code, not an empty report."""
+    dist = tmp_path / "dist"
+    for cell, archs in (("cuda130-py311", "8.0;9.0"), ("cuda130-sm90-py311", "9.0")):
+        record = ArchRecord(family=Family.CUDA, arch_list=archs, cell=cell).to_bytes()
+        wheel = wheels.make_wheel(dist, "example-cuda-ops", "0.1.0+cu130", gpu_archs=record, tag=f"cp311-{cell}")
+        assert wheel.is_file()
+    (dist / "broken-1.0-py3-none-any.whl").write_bytes(b"not a zip")
+    result = cli("doctor", "--path", str(dist), "--capability", "8.0")
+    assert result.code == doctor.EXIT_WOULD_FAIL, result.err
+    assert result.out.splitlines()[1:4] == [
+        "broken-1.0-py3-none-any.whl: unknown (not a wheel: File is not a zip file)",
+        "example_cuda_ops-0.1.0+cu130-cp311-cuda130-py311.whl: ok (sm_80 SASS on declared 8.0 (--capability))",
+        (
+            "example_cuda_ops-0.1.0+cu130-cp311-cuda130-sm90-py311.whl: FAILS: declared 8.0 (--capability): the wheel "
+            f"carries cuda 9.0, which lacks sm_80 (PTX for 8.0 or lower would also run); fix: {FIX} 8.0"
+        ),
+    ], result.out
+    empty = cli("doctor", "--path", str(site))
+    assert (empty.code, empty.out) == (UsageError.exit_code, "")
+    assert empty.err == (
+        f"wheelmill: error: doctor: --path {site}: no installed distribution and no .whl file in it; "
+        "fix: give a site-packages directory or a folder of wheels (dist/)\n"
+    )
+
+
 def test_doctor_is_standard_library_only_runs_on_python_3_9_and_runs_alone(site: Path) -> None:
     source = DOCTOR.read_text()
     tree = ast.parse(source, feature_version=(3, 9))  # the oldest Python of a cell

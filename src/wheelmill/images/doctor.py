@@ -26,6 +26,7 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -395,14 +396,35 @@ class Installed:
 
 def installed(paths: Sequence[str] = ()) -> list[Installed]:
     """Every distribution on ``paths`` (default: this interpreter's path), the first of a
-    name only (the one that imports), by name."""
+    name only (the one that imports), by name; then every wheel file in ``paths`` (a dist/
+    folder), each on its own, by file name."""
     found: dict[str, Installed] = {}
     dists = importlib.metadata.distributions(path=list(paths)) if paths else importlib.metadata.distributions()
     for dist in dists:
         name = dist.metadata["Name"] if "Name" in dist.metadata else None  # noqa: SIM401 - PackageMetadata's get() is typed from 3.12 on
         if name and _canonical(name) not in found:
             found[_canonical(name)] = _installed(dist, name)
-    return [found[key] for key in sorted(found)]
+    files = sorted(wheel for path in paths for wheel in Path(path).glob("*.whl") if wheel.is_file())
+    return [found[key] for key in sorted(found)] + [_wheel_file(wheel) for wheel in files]
+
+
+def _wheel_file(wheel: Path) -> Installed:
+    """A wheel file read in place, as its installed distribution would be (its name in the
+    output is the file's: a folder may hold builds of one version for several cells)."""
+    try:
+        archive = zipfile.ZipFile(wheel)
+        infos = sorted({n.split("/")[0] for n in archive.namelist() if n.endswith(".dist-info/METADATA")})
+    except (OSError, zipfile.BadZipFile) as exc:
+        return Installed(name=wheel.name, version="", record=None, problem=f"not a wheel: {exc}", gpu_related=True)
+    if len(infos) != 1:
+        problem = f"not a wheel: {len(infos)} .dist-info/METADATA files"
+        return Installed(name=wheel.name, version="", record=None, problem=problem, gpu_related=True)
+    dist = importlib.metadata.PathDistribution(zipfile.Path(archive, at=f"{infos[0]}/"))
+    name = dist.metadata["Name"] if "Name" in dist.metadata else wheel.name  # noqa: SIM401 - as in installed()
+    found = _installed(dist, name)
+    return Installed(
+        name=wheel.name, version="", record=found.record, problem=found.problem, gpu_related=found.gpu_related
+    )
 
 
 def _installed(dist: importlib.metadata.Distribution, name: str) -> Installed:
@@ -441,7 +463,8 @@ class Finding:
             JIT: f"ok, will JIT ({self.detail})",
             FAILS: f"FAILS: {self.detail}; fix: {self.fix}",
         }
-        return f"{self.name} {self.version}: {said.get(self.status, self.detail)}"
+        what = f"{self.name} {self.version}" if self.version else self.name  # a wheel file: its name says both
+        return f"{what}: {said.get(self.status, self.detail)}"
 
 
 def examine(wheel: Installed, gpus: Sequence[Gpu]) -> Finding:
@@ -568,7 +591,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--path",
         action="append",
         metavar="DIR",
-        help="scan the distributions in this directory instead of this Python's (repeatable)",
+        help="scan the distributions installed in this directory, and the .whl files in it, instead of this "
+        "Python's (repeatable)",
     )
     parser.add_argument(
         "--all", action="store_true", help="list every distribution, not only those that may carry GPU code"
@@ -590,7 +614,13 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> Report:
         gpus = declared(environ[CAPABILITY_VARIABLE], CAPABILITY_VARIABLE)
     else:
         gpus = visible()
-    return report(gpus, installed(args.path or ()), list_all=args.all)
+    found = installed(args.path or ())
+    if args.path and not found:
+        raise Problem(
+            f"--path {', '.join(args.path)}: no installed distribution and no .whl file in it",
+            fix="give a site-packages directory or a folder of wheels (dist/)",
+        )
+    return report(gpus, found, list_all=args.all)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
