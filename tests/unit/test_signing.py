@@ -1,5 +1,6 @@
 """DSSE envelopes signed and opened again: what verifies, what does not and the one line that
-says why, the keys wheelmill accepts and refuses, and the settings that name them."""
+says why, the keys wheelmill accepts and refuses, the settings that name them, and what a build's
+publish step says where nothing was signed."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import pytest
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 
+from wheelmill.building.steps.publish import provenance_check
+from wheelmill.checks import Verdict
 from wheelmill.errors import ConfigError, SignatureError
 from wheelmill.provenance.signing import (
     ALGORITHMS,
@@ -394,3 +397,13 @@ def test_a_provenance_line_nested_past_reason_is_a_signature_error() -> None:
     line = '{"payload": ' + "[" * 100_000 + "]" * 100_000 + "}"
     with pytest.raises(SignatureError, match="line 1 is not a DSSE envelope: JSON nested deeper"):
         read_envelopes(line + "\n", source="x.whl.intoto.jsonl")
+
+
+def test_the_publish_step_passes_provenance_only_where_one_was_signed(tmp_path: Path) -> None:
+    """An unsigned build's publish says skip, not pass: `wheelmill verify` refuses the wheel."""
+    wheel = tmp_path / "ext-1.0-py3-none-any.whl"
+    signed = provenance_check(wheel, b"{}\n")
+    assert (signed.verdict, signed.detail) == (Verdict.PASS, "ext-1.0-py3-none-any.whl.intoto.jsonl beside it")
+    unsigned = provenance_check(wheel, None)
+    assert unsigned.verdict is Verdict.SKIP and unsigned.detail.startswith("not signed: no signing key"), unsigned
+    assert "wheelmill verify refuses" in unsigned.detail
