@@ -154,6 +154,21 @@ def parse_size(text: str) -> int:
     return int(float(match.group(1)) * _UNITS[match.group(2)])
 
 
+def format_duration(seconds: float) -> str:
+    """A duration as every terminal line shows it: seconds to the tenth under a minute, then
+    minutes and seconds, then hours.
+
+    >>> format_duration(4.25), format_duration(59.96), format_duration(1280.7), format_duration(3725)
+    ('4.2s', '60.0s', '21m20s', '1h02m05s')
+    """
+    whole = int(seconds)
+    if whole < 60:
+        return f"{seconds:.1f}s"
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
 def format_size(n: int) -> str:
     """Human size with binary units.
 

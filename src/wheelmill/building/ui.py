@@ -22,7 +22,7 @@ from rich.table import Table
 
 from wheelmill.building.report import CellReport, StepRecord
 from wheelmill.checks import Verdict
-from wheelmill.config import format_size
+from wheelmill.config import format_duration, format_size
 from wheelmill.inputs.variants import Family
 from wheelmill.machine.process import TRACEBACK_MARK
 from wheelmill.output.report import Status
@@ -125,12 +125,12 @@ class UI:
         now = time.monotonic()
         if self._spinner and now - self._last_draw > 0.1:
             self._last_draw = now
-            elapsed = _clock(now - self._started)
+            elapsed = format_duration(now - self._started)
             self._spinner.update(f"{escape(self._label)} {elapsed}  [dim]{escape(self._last_line[:120])}[/]")
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(HEARTBEAT):
-            elapsed = _clock(time.monotonic() - self._started)
+            elapsed = format_duration(time.monotonic() - self._started)
             self.console.print(f"  ... {escape(self._label)} running {elapsed}: {escape(self._last_line[:120])}")
 
     def retrying(self, attempt: int, error: Exception, pause: float) -> None:
@@ -155,7 +155,7 @@ class UI:
 
     def verdict(self, record: StepRecord, label: str) -> None:
         tries = f", {record.attempts} attempts" if record.attempts > 1 else ""
-        self.console.print(f"{_MARK[record.status]} {escape(label)} {record.seconds:.1f}s{tries}")
+        self.console.print(f"{_MARK[record.status]} {escape(label)} {format_duration(record.seconds)}{tries}")
         if record.error:
             self.console.print(f"  [red]{escape(record.error)}[/]")
         if record.status is Status.FAILED and record.log:
@@ -229,7 +229,7 @@ class UI:
         self._untested(report)
         status = _MARK[report.status]
         self.console.print(
-            f"{report.plan.cell.id}: {status} in {_clock(report.seconds)}; report {escape(str(report.path))}"
+            f"{report.plan.cell.id}: {status} in {format_duration(report.seconds)}; report {escape(str(report.path))}"
         )
 
     def _untested(self, report: CellReport) -> None:
@@ -257,7 +257,7 @@ class UI:
         counts = Counter(report.status for report in reports)
         said = [f"{counts[status]} {mark}" for status, mark in _MARK.items() if counts[status]]
         said += [f"{len(not_started)} {_NOT_STARTED}"] if not_started else []
-        self.console.print(f"{len(reports) + len(not_started)} cells in {_clock(seconds)}: {', '.join(said)}")
+        self.console.print(f"{len(reports) + len(not_started)} cells in {format_duration(seconds)}: {', '.join(said)}")
 
     def _steps_table(self, report: CellReport) -> Table:
         table = Table(title=f"{report.plan.cell.id} ({_where(report)})", title_justify="left")
@@ -269,7 +269,7 @@ class UI:
                 record.step.recipe or "(cell)",
                 str(record.step.kind),
                 _MARK[record.status],
-                f"{record.seconds:.1f}s",
+                format_duration(record.seconds),
                 str(record.attempts),
                 checks or escape(record.error or ""),
             )
@@ -290,7 +290,7 @@ def _cell_row(report: CellReport) -> tuple[str, ...]:
     return (
         report.plan.cell.id,
         _MARK[report.status],
-        _clock(report.seconds),
+        format_duration(report.seconds),
         f"{len(report.recipes_with(Status.OK))} of {len(report.plan.recipes)}",
         ", ".join(report.recipes_with(Status.PUBLISHED) + report.recipes_with(Status.REUSED)) or "-",
         ", ".join(report.recipes_with(Status.SERVED)) or "-",
@@ -338,11 +338,6 @@ def _cache_table(caches: Mapping[str, Mapping[str, Any]]) -> Table:
 
 def step_label(step: Step, index: int, total: int) -> str:
     return f"[{index}/{total}] {step.id}"
-
-
-def _clock(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    return f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
 
 
 def _where(report: CellReport) -> str:

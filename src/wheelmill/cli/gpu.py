@@ -19,6 +19,7 @@ from rich.console import Console
 
 from wheelmill.cli.basics import Commands, load_inputs, print_error
 from wheelmill.cli.common import cell_python
+from wheelmill.config import format_duration
 from wheelmill.errors import (
     FetchError,
     GpuCheckError,
@@ -269,7 +270,7 @@ def _summary(report: GpuReport, written: Path, console: Console) -> None:
         console.print(table(report))
     torch = f"torch {report.torch} sees {', '.join(report.torch_gpus) or 'no GPU'}" if report.torch else "no env"
     console.print(
-        f"{report.cell}: {report.status} ({report.counts()}) in {report.seconds:.1f}s on "
+        f"{report.cell}: {report.status} ({report.counts()}) in {format_duration(report.seconds)} on "
         f"{', '.join(report.gpus) or 'no GPU'}; {torch}; report {written}",
         highlight=False,
     )

@@ -14,6 +14,7 @@ from pathlib import Path
 from wheelmill.building.context import Outcome, StepContext, Where
 from wheelmill.building.steps.cache import server_files
 from wheelmill.checks import CheckResult
+from wheelmill.config import format_duration
 from wheelmill.machine import envs
 from wheelmill.machine.builder_images import Ready, debian_mirror, prepare_builder
 from wheelmill.machine.container import Container
@@ -64,7 +65,8 @@ def store_checks(engine: Engine) -> list[CheckResult]:
 
 def describe_ready(ready: Ready, seconds: float) -> str:
     """``built <tag> (<id>) in 93.1s; base bootstrapped; pushed to <ref> (digest sha256:...)``."""
-    parts = [f"{ready.origin} {ready.tag} ({ready.image_id[:19]}) in {seconds:.1f}s", f"base {ready.base_origin}"]
+    made = f"{ready.origin} {ready.tag} ({ready.image_id[:19]}) in {format_duration(seconds)}"
+    parts = [made, f"base {ready.base_origin}"]
     parts += [transfer.describe() for transfer in ready.transfers]
     parts += [ready.unpushed] if ready.unpushed else []
     return "; ".join(parts)
