@@ -147,6 +147,9 @@ def test_cpu_cell_builds_end_to_end(tmp_path: Path) -> None:
     assert abi["example-cpp-ops"] == "python limited>=3.2; torch unstable" and abi["torchsort"].endswith("unstable")
     assert "cpu-py311: ok" in result.stdout
     assert "wheels" in result.stdout and "sha256" in result.stdout  # the summary tables
+    assert "next: `wheelmill index serve` serves the index over HTTP, and `wheelmill index config --channel cpu`" in (
+        result.stdout
+    )
     assert [line for line in result.stderr.splitlines() if not line.startswith("nox > ")] == [], (
         "stderr is for the error line only"
     )

@@ -401,7 +401,9 @@ def test_a_cells_steps_from_its_first_build_on_run_beside_the_next_cell(
         assert [(s["recipe"], s["step"], s["status"]) for s in report["steps"] if s["recipe"]] == [
             (r, k.value, "ok") for r in ("a", "b") for k in KINDS
         ]
-    assert re.fullmatch(r"2 cells in \d+\.\ds: 2 ok", out.splitlines()[-1])
+    assert re.fullmatch(r"2 cells in \d+\.\ds: 2 ok", out.splitlines()[-2])
+    dists = ", ".join(str(sandbox.output / cell / "dist") for cell in cells)  # both built unpublished
+    assert out.splitlines()[-1] == f"next: the wheels are in {dists} (not published: `wheelmill publish` adds them)"
     # The next cell's env was made while the first cell built: at a lower priority.
     (made,) = [text for name, text in sandbox.logs("cuda130").items() if name.endswith("-prepare-env.log")]
     assert re.search(r"^\$ sh -c .*wheelmill-yield ", made, re.MULTILINE), made[:2000]
@@ -507,4 +509,6 @@ def test_a_run_of_one_cell_ends_with_its_own_summary(
 ) -> None:
     result, _steps = build(cli, monkeypatch, sandbox)
     assert result.code == 0, result.out + result.err
-    assert result.out.splitlines()[-1].startswith(f"{sandbox.cell('cpu')}: ok in ") and " cells in " not in result.out
+    *_, summary, then = result.out.splitlines()
+    assert summary.startswith(f"{sandbox.cell('cpu')}: ok in ") and " cells in " not in result.out
+    assert then.startswith("next: ") and sandbox.cell("cpu") in then, then  # the command to run next

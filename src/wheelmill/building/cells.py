@@ -179,6 +179,8 @@ class RunOfCells:
                 stopping=self.stopping,
             )
             self._say_failed(report)
+            if report.exit_code == 0:
+                UI(self.console).next_steps([report])
             return report.exit_code
         started = time.monotonic()
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="wheelmill-finishing") as pool:
@@ -195,7 +197,10 @@ class RunOfCells:
                     raise said from None
                 raise
         UI(self.console).run_summary(self.reports, time.monotonic() - started)
-        return next((report.exit_code for report in self.reports if report.exit_code), 0)
+        code = next((report.exit_code for report in self.reports if report.exit_code), 0)
+        if code == 0:
+            UI(self.console).next_steps(self.reports)
+        return code
 
     def _start(self, plan: CellPlan, *, pool: ThreadPoolExecutor | None) -> None:
         """``plan``'s cell, beside the one before it; ``pool``: where its steps from its first

@@ -26,7 +26,7 @@ from wheelmill.config import format_duration, format_size
 from wheelmill.inputs.variants import Family
 from wheelmill.machine.process import TRACEBACK_MARK
 from wheelmill.output.report import Status
-from wheelmill.planning.spec import Step
+from wheelmill.planning.spec import Step, StepKind
 from wheelmill.terminal import make_console
 
 HEARTBEAT = 60.0
@@ -258,6 +258,22 @@ class UI:
         said = [f"{counts[status]} {mark}" for status, mark in _MARK.items() if counts[status]]
         said += [f"{len(not_started)} {_NOT_STARTED}"] if not_started else []
         self.console.print(f"{len(reports) + len(not_started)} cells in {format_duration(seconds)}: {', '.join(said)}")
+
+    def next_steps(self, reports: Sequence[CellReport]) -> None:
+        """After a run that ended ok: the command a user runs next, where its wheels went."""
+        channels = sorted({r.plan.channel for r in reports if any(s.kind is StepKind.PUBLISH for s in r.plan.steps)})
+        if channels:
+            configs = "; ".join(f"wheelmill index config --channel {channel}" for channel in channels)
+            self.console.print(
+                f"next: `wheelmill index serve` serves the index over HTTP, and `{configs}` prints the pip and uv "
+                "settings that install from it",
+                soft_wrap=True,
+            )
+            return
+        folders = ", ".join(escape(str(r.path.parent / "dist")) for r in reports)
+        self.console.print(
+            f"next: the wheels are in {folders} (not published: `wheelmill publish` adds them)", soft_wrap=True
+        )
 
     def _steps_table(self, report: CellReport) -> Table:
         table = Table(title=f"{report.plan.cell.id} ({_where(report)})", title_justify="left")
