@@ -9,12 +9,14 @@ import importlib
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from wheelmill.cli import GROUPS, ORDER, build_parser, main
 from wheelmill.cli.basics import Parser
 from wheelmill.cli.examples import EXAMPLES
+from wheelmill.cli.reference import page
 
 
 def test_the_table_names_every_command_of_every_group_and_nothing_else() -> None:
@@ -85,3 +87,11 @@ def test_every_argument_of_every_command_says_what_it_is() -> None:
         if action.help is None and not isinstance(action, argparse._HelpAction)
     ]
     assert silent == []
+
+
+def test_the_command_reference_page_is_what_the_parser_says() -> None:
+    """docs/reference/cli.md, written by ``python -m wheelmill.cli.reference``: every command,
+    its arguments' help and its examples, equal to the parser's."""
+    committed = (Path(__file__).parents[2] / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
+    assert committed == page(), "run: python -m wheelmill.cli.reference > docs/reference/cli.md"
+    assert all(f"## wheelmill {words}\n" in committed for words in EXAMPLES)
