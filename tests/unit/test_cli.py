@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from wheelmill.cli import GROUPS, ORDER, build_parser, main
-from wheelmill.cli.basics import Parser
+from wheelmill.cli.basics import Parser, commands
 from wheelmill.cli.examples import EXAMPLES
 from wheelmill.cli.reference import page
 
@@ -53,14 +53,9 @@ def test_a_mistyped_command_still_gets_its_did_you_mean(capsys: pytest.CaptureFi
     assert "publish" in capsys.readouterr().err
 
 
-def leaves(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> dict[str, argparse.ArgumentParser]:
+def leaves(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     """Every command a user runs (``index serve``), by its words, and its parser."""
-    found: dict[str, argparse.ArgumentParser] = {}
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                found |= leaves(sub, (*path, name))
-    return found or {" ".join(path): parser}
+    return {words: command for words, _said, command in commands(parser)}
 
 
 def test_every_command_has_examples_and_each_parses_as_the_command_it_shows() -> None:

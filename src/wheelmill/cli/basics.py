@@ -27,6 +27,19 @@ Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 _N = TypeVar("_N", int, float)
 
 
+def commands(parser: argparse.ArgumentParser) -> list[tuple[str, str, argparse.ArgumentParser]]:
+    """Every command a user runs below ``parser`` (``index serve``), in the parser's order:
+    its words, its line of help and its parser."""
+    found = []
+    for action in parser._actions:  # argparse offers no other way to its subparsers
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {choice.dest: choice.help or "" for choice in action._choices_actions}
+            for name, sub in action.choices.items():
+                below = [(f"{name} {words}", said, leaf) for words, said, leaf in commands(sub)]
+                found += below or [(name, helps.get(name, ""), sub)]
+    return found
+
+
 def _number(text: str, parse: Callable[[str], _N], *, what: str, fits: Callable[[_N], bool], bounds: str) -> _N:
     """``text`` as a number (or ``what`` it is not), within ``bounds`` (or not)."""
     try:

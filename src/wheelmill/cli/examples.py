@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 
+from wheelmill.cli.basics import commands
+
 HEADING = "examples:"
 
 # Each command's examples: (the command line, what it does). A line may start with settings
@@ -122,12 +124,8 @@ def epilog(command: str) -> str:
     return "\n".join(lines)
 
 
-def add_examples(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> None:
+def add_examples(parser: argparse.ArgumentParser) -> None:
     """Every command below ``parser`` with a table entry gets its examples."""
-    for action in parser._actions:  # argparse offers no other way to its subparsers
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                command = " ".join((*path, name))
-                if command in EXAMPLES:
-                    sub.epilog, sub.formatter_class = epilog(command), _Formatter
-                add_examples(sub, (*path, name))
+    for words, _said, command in commands(parser):
+        if words in EXAMPLES:
+            command.epilog, command.formatter_class = epilog(words), _Formatter

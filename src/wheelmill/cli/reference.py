@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from wheelmill.cli import build_parser
+from wheelmill.cli.basics import commands
 from wheelmill.cli.examples import EXAMPLES
 
 INTRO = """# Commands
@@ -19,20 +20,6 @@ examples at the foot of its help. Settings that every command reads (`WHEELMILL_
 [Settings](settings.md), what each failure's exit code means in [Exit codes](exit-codes.md).
 Written by `python -m wheelmill.cli.reference`; a unit test keeps it equal to the parser.
 """
-
-
-def commands(parser: argparse.ArgumentParser) -> list[tuple[str, str, argparse.ArgumentParser]]:
-    """Every command a user runs (``index serve``), in the parser's order: its words, its
-    line of help and its parser."""
-    found = []
-    for action in parser._actions:  # argparse offers no other way to its subparsers
-        if isinstance(action, argparse._SubParsersAction):
-            helps = {choice.dest: choice.help or "" for choice in action._choices_actions}
-            for name, sub in action.choices.items():
-                below = commands(sub)
-                words = [(f"{name} {w}", h, p) for w, h, p in below]
-                found += words or [(name, helps.get(name, ""), sub)]
-    return found
 
 
 def page() -> str:

@@ -412,16 +412,16 @@ def _wheel_file(wheel: Path) -> Installed:
     """A wheel file read in place, as its installed distribution would be (its name in the
     output is the file's: a folder may hold builds of one version for several cells)."""
     try:
-        archive = zipfile.ZipFile(wheel)
-        infos = sorted({n.split("/")[0] for n in archive.namelist() if n.endswith(".dist-info/METADATA")})
+        with zipfile.ZipFile(wheel) as archive:  # closed once read: _installed reads all it needs
+            infos = sorted({n.split("/")[0] for n in archive.namelist() if n.endswith(".dist-info/METADATA")})
+            if len(infos) != 1:
+                problem = f"not a wheel: {len(infos)} .dist-info/METADATA files"
+                return Installed(name=wheel.name, version="", record=None, problem=problem, gpu_related=True)
+            dist = importlib.metadata.PathDistribution(zipfile.Path(archive, at=f"{infos[0]}/"))
+            name = dist.metadata["Name"] if "Name" in dist.metadata else wheel.name  # noqa: SIM401 - as in installed()
+            found = _installed(dist, name)
     except (OSError, zipfile.BadZipFile) as exc:
         return Installed(name=wheel.name, version="", record=None, problem=f"not a wheel: {exc}", gpu_related=True)
-    if len(infos) != 1:
-        problem = f"not a wheel: {len(infos)} .dist-info/METADATA files"
-        return Installed(name=wheel.name, version="", record=None, problem=problem, gpu_related=True)
-    dist = importlib.metadata.PathDistribution(zipfile.Path(archive, at=f"{infos[0]}/"))
-    name = dist.metadata["Name"] if "Name" in dist.metadata else wheel.name  # noqa: SIM401 - as in installed()
-    found = _installed(dist, name)
     return Installed(
         name=wheel.name, version="", record=found.record, problem=found.problem, gpu_related=found.gpu_related
     )
