@@ -6,7 +6,7 @@ cache; they share what a fleet shares: a Redis server as the compiler cache's sh
 HTTP (``wheelmill index serve``), which B reads as ``WHEELMILL_SERVED_INDEX``.
 
 1. A builds the cell's recipes cold (an empty Redis, an empty local cache) and publishes them,
-   the one build of its stable recipes first, in a cell of their serving group's oldest torch
+   the one build of its stable recipes first, in a cell of their ABI group's oldest torch
    (``--stable-from``), as a run orders them;
 2. B builds the same cell with ``--no-publish``, nothing changed: every recipe's build key is
    in the served index, so B builds nothing and fetches every wheel (sha256 checked, checked
@@ -227,7 +227,7 @@ def summary(args: argparse.Namespace, f: Figures) -> int:
         f"{f.pr_cache['misses']} misses; Redis keys {f.keys_before} before, {f.keys_after} after"
     )
     built = [s["recipe"] for s in f.b_report["steps"] if s["step"] == "build" and s["status"] == "ok"]
-    if built or not set(b_statuses.values()) <= {"reused", "served"}:
+    if built or not set(b_statuses.values()) <= {"reused", "from-group"}:
         return runs.broken(f"runner B built {built} although nothing changed: {b_statuses}")
     if f.keys_after != f.keys_before:
         return runs.broken("the pull request's build wrote to the shared tier")

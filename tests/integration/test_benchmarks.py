@@ -38,7 +38,7 @@ own_compiles = pytest.mark.own_compiler_cache
 # in the suite: cache's reports are the compiler cache's rebuild test, fleet's the fleet's,
 # builder_registry's and rootless's the builder images' and the README's.
 measures_only = pytest.mark.benchmark
-MEASURES_ONLY = ("publish.py", "noop.py", "pythons.py", "serving.py", "overhead.py")
+MEASURES_ONLY = ("publish.py", "noop.py", "pythons.py", "groups.py", "overhead.py")
 ROOT = Path(__file__).resolve().parent.parent.parent
 KEEP_WORK = "WHEELMILL_BENCHMARK_KEEP_WORK"  # benchmarks/runs.py's: a passing benchmark's work directory kept
 NVCC = ("/usr/local/cuda-13.0/bin", os.environ.get("CUDA_HOME", "") + "/bin")
@@ -48,7 +48,7 @@ SMOKES = {
     "noop.py": ("--cell", "cpu-py311", "--recipe", "example-cpp-ops"),
     "cache.py": ("--case", "torchsort"),
     "pythons.py": ("--variant", "cuda130-sm90", "--pythons", "3.10,3.11", "--recipe", "example-cpp-ops", "--smoke"),
-    "serving.py": ("--variant", "cuda130-sm90", "--pythons", "3.10", "--smoke"),
+    "groups.py": ("--variant", "cuda130-sm90", "--pythons", "3.10", "--smoke"),
     "overhead.py": ("--cell", "cuda130-sm90-py311", "--smoke"),
     "builder_registry.py": ("--smoke",),
     "rootless.py": ("--cell", "cpu-py311"),
@@ -152,12 +152,12 @@ def test_pythons_builds_one_python_then_two(tmp_path: Path) -> None:
 
 
 @measures_only
-def test_serving_builds_the_stable_example_once_for_the_group(tmp_path: Path) -> None:
-    """The group's two corners on Python 3.10: the oldest torch's cell builds, the other is served."""
-    out = benchmark(tmp_path, "serving.py")
+def test_groups_builds_the_stable_example_once_for_the_group(tmp_path: Path) -> None:
+    """The group's two corners on Python 3.10: the oldest torch's cell builds, the other takes the group build."""
+    out = benchmark(tmp_path, "groups.py")
     assert "cells cuda130-sm90-torch2.12-py310, cuda130-sm90-py310; cuda130-sm90-torch2.12-py310 builds" in out
     assert "aarch64" not in out, "the group of this machine's platform: the aarch64 twin stays out"
-    assert "  cuda130-sm90-py310: its steps " in out and "(build served, install-test ok)" in out
+    assert "  cuda130-sm90-py310: its steps " in out and "(build from-group, install-test ok)" in out
     assert "each extra torch or Python cost " in out and "the median of 1 rounds" in out
 
 

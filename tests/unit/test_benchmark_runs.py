@@ -93,7 +93,7 @@ def test_a_broken_result_is_an_exit_status_not_a_line(capsys: pytest.CaptureFixt
     re-run that compiled) ends with exit status 1 and says why on stderr."""
     assert runs.broken("the re-run compiled example-cpp-ops: nothing was to be built") == 1
     assert capsys.readouterr().err == "benchmark broken: the re-run compiled example-cpp-ops: nothing was to be built\n"
-    for script in ("noop.py", "publish.py", "serving.py"):
+    for script in ("noop.py", "publish.py", "groups.py"):
         assert "runs.broken(" in (Path(runs.__file__).parent / script).read_text(), script
 
 
@@ -121,7 +121,7 @@ def test_the_smokes_left_to_the_benchmarks_session_are_the_ones_the_docs_name() 
     scripts = {name.split("_")[1] + ".py" for name in marked}
     assert scripts == set(MEASURES_ONLY) < set(SMOKES)
     text = " ".join((runs.ROOT / "docs" / "benchmarks.md").read_text().split())
-    said = "`publish.py`, `noop.py`, `pythons.py`, `serving.py` and `overhead.py`"
+    said = "`publish.py`, `noop.py`, `pythons.py`, `groups.py` and `overhead.py`"
     assert "`.venv/bin/nox -s benchmarks`" in text and said in text
     assert all(f"`{script}`" in said for script in MEASURES_ONLY)
     nox = (runs.ROOT / "noxfile.py").read_text()

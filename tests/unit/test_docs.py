@@ -25,7 +25,7 @@ from wheelmill.building.steps.checks_after import baseline_of
 from wheelmill.building.steps.keys import unpublished_reason
 from wheelmill.checks import Verdict
 from wheelmill.checks import gpu as gpu_checks
-from wheelmill.checks.abi import judge_abi, judge_cuda_runtime, judge_serving
+from wheelmill.checks.abi import judge_abi, judge_abi_group, judge_cuda_runtime
 from wheelmill.checks.platform import judge_baseline
 from wheelmill.cli import main
 from wheelmill.inputs.archs import ArchRecord, arch_tag
@@ -317,11 +317,11 @@ def test_the_abi_pages_cuda_major_example_is_the_checks_own() -> None:
     assert f"`{result.detail}`" in " ".join(text.split())
 
 
-def test_the_abi_pages_serving_line_is_what_the_plan_prints(cli: CliRunner) -> None:
-    """The `serves:` line docs/design/abi.md shows, for the command it names, and the order
+def test_the_abi_pages_group_build_line_is_what_the_plan_prints(cli: CliRunner) -> None:
+    """The `group build:` line docs/design/abi.md shows, for the command it names, and the order
     of that run: the cell of the oldest torch first, whichever the command lists first."""
-    text = section("design/abi.md", "## Build once, serve many")
-    (shown,) = [row for row in text.splitlines() if row.startswith("serves: ")]
+    text = section("design/abi.md", "## One build for a group")
+    (shown,) = [row for row in text.splitlines() if row.startswith("group build: ")]
     command = re.search(r"for `(--cell [^`]+)`, the line of `([^`]+)`", " ".join(text.split()))
     assert command is not None
     result = cli("--recipes", str(ROOT / "recipes"), "plan", *command.group(1).split(), "--engine", "none")
@@ -331,22 +331,22 @@ def test_the_abi_pages_serving_line_is_what_the_plan_prints(cli: CliRunner) -> N
     assert f"\n{shown}\n" in plans[1]
 
 
-def test_the_abi_pages_serves_error_line_is_the_checks_own() -> None:
-    """A library calling a shim torch 2.13 added, served to a cell of torch 2.12: the line the
-    page shows is the `serves` check's."""
-    text = section("design/abi.md", "## Build once, serve many")
+def test_the_abi_pages_abi_group_error_line_is_the_checks_own() -> None:
+    """A library calling a shim torch 2.13 added, taken by a cell of torch 2.12: the line the
+    page shows is the `abi-group` check's."""
+    text = section("design/abi.md", "## One build for a group")
     (line,) = [row.strip() for row in text.splitlines() if row.strip().startswith("wheelmill: error:")]
     name = "example_stable_ops/_C.abi3.so"
     library = summary(Path("/x") / name, undefined=("aoti_torch_cpu_grid_sampler_3d", "PyModule_Create2"))
     abi = WheelAbi(libraries=(classify(library, name),))
     tags = frozenset(parse_tag("cp310-abi3-manylinux_2_28_x86_64"))
-    result = judge_serving(tags, ["torch>=2.10"], abi, python="3.11", torch="2.12.0")
-    prefix = "wheelmill: error: example-stable-ops/post-repair-checks: example-stable-ops: serves:"
-    assert line.startswith(f"{prefix} {result.detail} (wheel kept in ...); fix: serves: {result.fix}")
-    assert line.endswith(f"fix: serves: {result.fix}")
+    result = judge_abi_group(tags, ["torch>=2.10"], abi, python="3.11", torch="2.12.0")
+    prefix = "wheelmill: error: example-stable-ops/post-repair-checks: example-stable-ops: abi-group:"
+    assert line.startswith(f"{prefix} {result.detail} (wheel kept in ...); fix: abi-group: {result.fix}")
+    assert line.endswith(f"fix: abi-group: {result.fix}")
 
 
-def test_the_serving_sections_skip_line_is_the_build_keys_steps_own() -> None:
+def test_the_group_sections_skip_line_is_the_build_keys_steps_own() -> None:
     """What a cell of a newer torch says where no channel has the one build, as the page quotes it."""
     text = " ".join(section("design/abi.md", "- **No cell of the oldest torch.**", "- **No `TORCH").split())
     matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
@@ -358,17 +358,19 @@ def test_the_serving_sections_skip_line_is_the_build_keys_steps_own() -> None:
     assert "`facts.unpublished`" in text
 
 
-def test_the_serving_section_says_no_recipe_must_set_torch_target_version() -> None:
+def test_the_group_section_says_no_recipe_must_set_torch_target_version() -> None:
     """wheelmill sets no TORCH_TARGET_VERSION and builds against the oldest torch; the
     example sets it to 2.10, below cuda130's oldest torch, as the page says."""
-    text = " ".join(section("design/abi.md", "## Build once, serve many").split())
+    text = " ".join(section("design/abi.md", "## One build for a group").split())
     assert "wheelmill neither sets `TORCH_TARGET_VERSION` nor requires a recipe to" in text
     assert "the example targets 2.10, below cuda130's 2.12" in text
     matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
     recipes = load_recipes(ROOT / "recipes")
     cell_plan = plan_cell(matrix, recipes, matrix.cell("cuda130-py311"), ["example-stable-ops"], Settings())
     spec = cell_plan.recipe("example-stable-ops")
-    assert spec.serving is not None and spec.serving.torch == "2.12.0" == min(matrix.variants["cuda130"].other_torch)
+    assert spec.group_build is not None and spec.group_build.torch == "2.12.0" == min(
+        matrix.variants["cuda130"].other_torch
+    )
     assert not any("TORCH_TARGET_VERSION" in key or "TORCH_TARGET_VERSION" in value for key, value in spec.env.items())
     assert "TORCH_TARGET_VERSION" not in spec.build_variables()
     setup = (ROOT / "extensions" / "stable-ops" / "setup.py").read_text()

@@ -70,7 +70,7 @@ def test_the_newest_fitting_unyanked_file_of_the_cells_label_is_chosen() -> None
 
 def test_another_torchs_cell_takes_its_per_torch_wheels_and_the_ones_built_once() -> None:
     variant = MATRIX.variants["cuda130-torch2.12"]
-    labels = {variant.wheel_label, variant.serving_label}
+    labels = {variant.wheel_label, variant.group_label}
     per_torch = listed("ops-1.0+cu130.torch2.12-cp311-cp311-manylinux_2_28_x86_64.whl")
     stable = listed("stable-1.0+cu130-cp39-abi3-manylinux_2_28_x86_64.whl")
     assert (

@@ -256,7 +256,7 @@ def test_a_run_of_several_cells_ends_with_a_row_a_cell_and_a_count(
     assert "│ skipped" not in table
     # The first cell's failure does not stop the next; the run's table comes after both.
     *_, title, _top, head, _rule, failed, ok, _bottom, counted = result.out.splitlines()
-    columns = ["cell", "status", "time", "built", "published", "served", "compiler cache", "failed step"]
+    columns = ["cell", "status", "time", "built", "published", "from group", "compiler cache", "failed step"]
     assert title.strip() == "cells" and [c.strip() for c in head.split("┃")[1:-1]] == columns, head
     assert [c.strip() for c in ok.split("│")[1:3]] == [cells[1], "ok"] and [c.strip() for c in ok.split("│")[4:]] == [
         "2 of 2",

@@ -182,11 +182,11 @@ def test_a_run_of_both_torches_plans_the_stable_example_once_golden(cli: CliRunn
     if os.environ.get("WHEELMILL_UPDATE_GOLDEN"):
         golden.write_text(result.out)
     assert result.out == golden.read_text(), f"plan changed; rerun with WHEELMILL_UPDATE_GOLDEN=1 and review {golden}"
-    served = (
-        "serves: example-stable-ops built once for cu130 (torch stable ABI, abi3) against torch 2.12.0, "
-        "the oldest of the 8 cells it serves"
+    grouped = (
+        "group build: example-stable-ops built once for cu130 (torch stable ABI, abi3) against torch 2.12.0, "
+        "the oldest of the 8 cells it is for"
     )
-    assert result.out.count(served) == 2
+    assert result.out.count(grouped) == 2
     assert result.out.index("plan for cuda130-torch2.12-py311") < result.out.index("plan for cuda130-py311")
     assert "where none has it, built by cuda130-torch2.12-py311 earlier in this run;" in result.out
     assert "example-cpp-ops/stamp" in result.out and "version +cu130.torch2.12;" in result.out

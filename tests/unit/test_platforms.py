@@ -28,8 +28,8 @@ from wheelmill.machine.emulation import Execution, cpu_standin, emulation_proble
 from wheelmill.machine.engine import Engine, EngineName, Mount
 from wheelmill.machine.pins import Pins, load_pins
 from wheelmill.machine.tools import pinned_hashes
+from wheelmill.planning.groups import group_of
 from wheelmill.planning.locks import target
-from wheelmill.planning.serving import group_of
 from wheelmill.planning.spec import StepKind
 from wheelmill.settings import EnvBackendName, Settings
 from wheelmill.wheel.elf import summarize

@@ -66,12 +66,12 @@ class Builds:
         built = self._ended.get(step.recipe)
         return built if built is not None and not built.is_set() else None
 
-    def serving(self, step: Step, plan: CellPlan) -> threading.Event | None:
+    def builds_for_group(self, step: Step, plan: CellPlan) -> threading.Event | None:
         """What the next cell's build keys wait for: this cell's end, where it builds (or
         serves) a recipe the next cell would be served, so the next finds it published."""
         if step.kind is not StepKind.BUILD_KEYS or self.over.is_set():
             return None
-        shared = any(r.serving and self.cell.id in r.serving.cells for r in plan.recipes)
+        shared = any(r.group_build and self.cell.id in r.group_build.cells for r in plan.recipes)
         return self.over if shared else None
 
 
@@ -91,15 +91,15 @@ class SideBySide:
         ``rest`` (this step on) is recorded interrupted where Ctrl-C ended that cell."""
         if self.before is None:
             return
-        served, built = self.before.serving(step, cell.plan), self.before.awaited(step, cell.plan)
-        awaited = served or built
+        grouped, built = self.before.builds_for_group(step, cell.plan), self.before.awaited(step, cell.plan)
+        awaited = grouped or built
         if awaited is None:
             return
         before = self.before.cell.id
         cell.ui.waiting(
             step,
-            f"{before}'s end: it builds what this cell is served, one build for every torch and Python"
-            if served
+            f"{before}'s end: it builds what this cell takes, one build for every torch and Python"
+            if grouped
             else f"{before}'s build of {step.recipe}, whose compiles it takes from the cache",
         )
         try:

@@ -379,15 +379,15 @@ def blocked(step: Step, plan: CellPlan, report: CellReport) -> Blocked | None:
     """Why a step does not run: it need not (its recipe is published for its build key, or
     its group's one build was found in another channel, or every recipe is published and the
     step is only there for builds), or it cannot (a cell step failed, or its recipe, or one it
-    needs, failed). A step that is ``published`` or ``served`` (given the group's one build)
+    needs, failed). A step that is ``published`` or ``from-group`` (given the group build)
     is no failure: what depends on it goes on."""
     keys = report.done.find(BuildKeys)
-    found = _skip_published(step, keys) or _skip_served(step, plan, report, keys) or _skip_test_build(step, keys)
+    found = _skip_published(step, keys) or _skip_from_group(step, plan, report, keys) or _skip_test_build(step, keys)
     if found is not None:
         return found
     needs = {step.recipe, *plan.recipe(step.recipe).needs} if step.recipe else set()
     for done in report.steps:
-        if done.status in (Status.OK, Status.PUBLISHED, Status.REUSED, Status.SERVED):
+        if done.status in (Status.OK, Status.PUBLISHED, Status.REUSED, Status.FROM_GROUP):
             continue
         if done.step.recipe is None:
             return Blocked(status=Status.SKIPPED, reason=f"cell step {done.step.kind} did not succeed")
@@ -438,26 +438,28 @@ def _skip_reused(step: Step, found: PublishedBuild) -> Blocked | None:
 _NOT_SERVED = frozenset({StepKind.BUILD, StepKind.STAMP, StepKind.POST_BUILD_CHECKS, StepKind.REPAIR})
 
 
-def _skip_served(step: Step, plan: CellPlan, report: CellReport, keys: BuildKeys | None) -> Blocked | None:
+def _skip_from_group(step: Step, plan: CellPlan, report: CellReport, keys: BuildKeys | None) -> Blocked | None:
     """The steps of a recipe given its group's one build: its build's do not run (repair's record holds the wheel);
     fetch and the install test run only where the plan tests it; its checks after repair
     and its publishing run."""
-    found = keys.served.get(step.recipe) if keys is not None and step.recipe else None
+    found = keys.from_group.get(step.recipe) if keys is not None and step.recipe else None
     if found is None:
         return None
-    serving = plan.recipe(found.recipe).serving
+    group = plan.recipe(found.recipe).group_build
     if step.kind is StepKind.REPAIR:
-        return Blocked(status=Status.SERVED, reason=found.describe(), made=(found.repaired(),))
+        return Blocked(status=Status.FROM_GROUP, reason=found.describe(), made=(found.repaired(),))
     if step.kind in _NOT_SERVED or (step.kind is StepKind.FETCH and not found.tested):
-        return Blocked(status=Status.SERVED, reason=found.describe())
+        return Blocked(status=Status.FROM_GROUP, reason=found.describe())
     if step.kind is StepKind.INSTALL_TEST and not found.tested:
         abi = report.done.find(ShippedAbi, found.recipe)
-        corners = ", ".join(serving.tested) if serving else "-"
+        corners = ", ".join(group.tested) if group else "-"
         reason = (
             f"{found.describe()}; not install-tested here: its channel lists it, published after a test with "
             f"this torch (the corners: {corners})"
         )
-        return Blocked(status=Status.SERVED, reason=reason, made=(found.delivered_record(abi.text if abi else None),))
+        return Blocked(
+            status=Status.FROM_GROUP, reason=reason, made=(found.delivered_record(abi.text if abi else None),)
+        )
     return None
 
 

@@ -25,7 +25,7 @@ from wheelmill.machine.net import split_credentials
 from wheelmill.machine.package_sources import torch_index_url
 from wheelmill.machine.pins import Pins
 from wheelmill.planning import locks
-from wheelmill.planning.serving import building_order, channel_of, serves, serving
+from wheelmill.planning.groups import building_order, built_once, channel_of, group_build
 from wheelmill.planning.spec import CellPlan, EnvPlace, RunChoices, Step, StepKind, recipe_spec
 from wheelmill.settings import Settings
 
@@ -73,7 +73,7 @@ def plan(  # noqa: PLR0917 - the inputs of the pure function, in their order
     options: Options | None = None,
 ) -> tuple[CellPlan, ...]:
     """Each cell's plan, in the order the run builds them: as given, but for the cells of a
-    serving group's oldest torch, which go before the group's others (``building_order``)."""
+    ABI group's oldest torch, which go before the group's others (``building_order``)."""
     run = building_order(matrix, cells)
     return tuple(plan_cell(matrix, recipes, cell, names, settings, options or Options(), run=run) for cell in run)
 
@@ -91,14 +91,14 @@ def plan_cell(  # noqa: PLR0917 - the inputs of the pure function, in their orde
     """The ordered steps of one cell: its own, then each recipe's, dependencies first.
     With ``options.publish``, each wheel that passes everything goes into the local index.
     ``run``: the cells built with it, in their order (a stable recipe is built by the first of
-    its serving group's oldest torch)."""
+    its ABI group's oldest torch)."""
     options = options or Options()
     chosen = select(recipes, cell, names)
     resolved = resolve_all(recipes, cell)
     depends = {name: cell_dependencies(recipes[name], chosen) for name in chosen}
     needs = {name: tuple(n for n in chosen if n in closure(depends, depends[name])) for name in chosen}
     stable = {name for name in chosen if resolved[name].abi is AbiPromise.STABLE}
-    served = serving(matrix, cell, run, options.release)
+    group = group_build(matrix, cell, run, options.release)
     specs = tuple(
         recipe_spec(
             matrix,
@@ -107,7 +107,7 @@ def plan_cell(  # noqa: PLR0917 - the inputs of the pure function, in their orde
             depends_on=depends[name],
             needs=needs[name],
             release=options.release,
-            serving=served if serves(resolved[name], stable, needs[name]) else None,
+            group_build=group if built_once(resolved[name], stable, needs[name]) else None,
         )
         for name in chosen
     )

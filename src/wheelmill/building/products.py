@@ -185,9 +185,9 @@ class PublishedBuild:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ServedBuild:
+class GroupWheel:
     """A recipe built once for every torch and Python, found in another channel of its
-    serving group: not built here; its wheel goes through this cell's checks after repair,
+    ABI group: not built here; its wheel goes through this cell's checks after repair,
     its install test where the plan has one, and into this cell's channel."""
 
     recipe: str
@@ -203,7 +203,7 @@ class ServedBuild:
 
     def describe(self) -> str:
         where = self.served_from or f"channel {self.channel}"
-        return f"served: {self.entry.filename} from {where} (build key {self.key[:12]}...)"
+        return f"from the group build: {self.entry.filename} from {where} (build key {self.key[:12]}...)"
 
     def repaired(self) -> Repaired:
         return Repaired(wheel=self.wheel)
@@ -220,7 +220,7 @@ class BuildKeys:
     channel: str
     keys: Mapping[str, BuildKey]  # every recipe's, by name
     published: Mapping[str, PublishedBuild]  # the recipes not built again
-    served: Mapping[str, ServedBuild] = field(default_factory=dict)  # the group's one build, from a sibling channel
+    from_group: Mapping[str, GroupWheel] = field(default_factory=dict)  # the group's one build, from a sibling channel
     # Recipes built once for their group that this cell builds although not of the group's oldest torch (no channel has
     # the one build, or --rebuild): checked and tested here, never published; why, by recipe.
     unpublished: Mapping[str, str] = field(default_factory=dict)
@@ -277,12 +277,12 @@ __all__ = [
     "CompilerCache",
     "CondaLock",
     "Fetched",
+    "GroupWheel",
     "Mirrored",
     "Published",
     "PublishedBuild",
     "Ready",
     "Repaired",
-    "ServedBuild",
     "ShippedAbi",
     "Sources",
     "Stamped",

@@ -158,7 +158,14 @@ class CellReport:
 
     def recipe_status(self, recipe: str) -> Status:
         mine = [s for s in self.steps if s.step.recipe == recipe]
-        settled = (Status.INTERRUPTED, Status.FAILED, Status.SKIPPED, Status.PUBLISHED, Status.REUSED, Status.SERVED)
+        settled = (
+            Status.INTERRUPTED,
+            Status.FAILED,
+            Status.SKIPPED,
+            Status.PUBLISHED,
+            Status.REUSED,
+            Status.FROM_GROUP,
+        )
         for status in settled:
             if any(s.status is status for s in mine):
                 return status

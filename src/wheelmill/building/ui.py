@@ -37,7 +37,7 @@ _MARK = {
     Status.INTERRUPTED: "[yellow]interrupted[/]",
     Status.PUBLISHED: "[cyan]published[/]",
     Status.REUSED: "[cyan]reused[/]",
-    Status.SERVED: "[cyan]served[/]",
+    Status.FROM_GROUP: "[cyan]from group[/]",
 }
 _NOT_STARTED = "[dim]not started[/]"  # a cell after one that Ctrl-C stopped, or that could not start
 _VERDICT = {
@@ -211,11 +211,11 @@ class UI:
                 f"not built again, fetched from the served index (sha256 checked) for their build keys: "
                 f"{', '.join(reused)} ({report.plan.choices.served_index})"
             )
-        served = report.recipes_with(Status.SERVED)
-        if served:
+        grouped = report.recipes_with(Status.FROM_GROUP)
+        if grouped:
             self.console.print(
-                f"not built here, served from their one build in another channel of their serving group: "
-                f"{', '.join(served)} (checked, tested in a corner or where this torch's channel lacked it, "
+                f"not built here, taken from their group build in another channel of their ABI group: "
+                f"{', '.join(grouped)} (checked, tested in a corner or where this torch's channel lacked it, "
                 f"and published in {report.plan.channel})"
             )
         caches = report.compiler_cache
@@ -247,7 +247,7 @@ class UI:
         """After a run of several cells: a row a cell (each one's own summary is above), those
         an interruption kept from starting included, and a line that counts them."""
         table = Table(title="cells", title_justify="left")
-        for column in ("cell", "status", "time", "built", "published", "served", "compiler cache", "failed step"):
+        for column in ("cell", "status", "time", "built", "published", "from group", "compiler cache", "failed step"):
             table.add_column(column, overflow="fold")
         for report in reports:
             table.add_row(*_cell_row(report))
@@ -309,7 +309,7 @@ def _cell_row(report: CellReport) -> tuple[str, ...]:
         format_duration(report.seconds),
         f"{len(report.recipes_with(Status.OK))} of {len(report.plan.recipes)}",
         ", ".join(report.recipes_with(Status.PUBLISHED) + report.recipes_with(Status.REUSED)) or "-",
-        ", ".join(report.recipes_with(Status.SERVED)) or "-",
+        ", ".join(report.recipes_with(Status.FROM_GROUP)) or "-",
         cache,
         escape(failed.step.id) if failed else "-",
     )

@@ -32,7 +32,7 @@ from wheelmill.wheel.elf import ElfSummary
 
 NAME = "abi"
 CUDA_RUNTIME = "cuda-runtime"
-SERVES = "serves"
+ABI_GROUP = "abi-group"
 _SHOWN = 3  # offending symbols named in a failure
 # The CUDA libraries whose SONAME carries the toolkit's major (cuFFT, cuSPARSE and others
 # carry versions of their own).
@@ -64,7 +64,7 @@ def _torch_problem(lib: LibraryAbi, promise: AbiPromise | None, recipe_file: str
     if promise is not AbiPromise.STABLE or lib.torch is not TorchUse.UNSTABLE:
         return None
     fix = (
-        "call torch only through torch/csrc/stable (set TORCH_TARGET_VERSION to the oldest torch it serves), "
+        "call torch only through torch/csrc/stable (set TORCH_TARGET_VERSION to the oldest torch it runs on), "
         f'or remove abi = "stable" from {recipe_file}'
     )
     return f'declared abi = "stable" but uses libtorch\'s C++ API: {_first(lib.unstable)}', fix
@@ -111,7 +111,7 @@ def judge_cuda_runtime(libraries: Sequence[ElfSummary], root: Path, torch_cuda: 
     return CheckResult.passed(CUDA_RUNTIME, f"CUDA {major}, as its torch's ({torch_cuda})")
 
 
-def judge_serving(
+def judge_abi_group(
     tags: frozenset[Tag], requires: Sequence[str], abi: WheelAbi, *, python: str, torch: str
 ) -> CheckResult:
     """A wheel built once for every torch and Python, in one cell of its range: tagged for
@@ -125,35 +125,37 @@ def judge_serving(
     fix = 'build it with the limited API (py_limited_api, an abi3 tag), or remove abi = "stable" from its recipe'
     if not every:
         shown = ", ".join(sorted(f"{t.interpreter}-{t.abi}" for t in tags))
-        return CheckResult.failed(SERVES, f"built once for every Python, but tagged {shown}", fix)
+        return CheckResult.failed(ABI_GROUP, f"built once for every Python, but tagged {shown}", fix)
     oldest = _abi3_python(tags)
     if oldest is not None and Version(oldest) > Version(python):
         return CheckResult.failed(
-            SERVES, f"tagged abi3 from Python {oldest}: no wheel for this cell's Python {python}", "leave this cell out"
+            ABI_GROUP,
+            f"tagged abi3 from Python {oldest}: no wheel for this cell's Python {python}",
+            "leave this cell out",
         )
     wanted = next((r for r in map(Requirement, requires) if canonicalize_name(r.name) == "torch"), None)
     problem = _torch_floor_problem(abi, wanted, torch)
     if problem is not None:
-        return CheckResult.failed(SERVES, *problem)
+        return CheckResult.failed(ABI_GROUP, *problem)
     needs = f"Python >= {oldest}" if oldest else "any Python"
-    return CheckResult.passed(SERVES, f"{needs}, {_torch_floor(abi, wanted)}: fits Python {python}, torch {torch}")
+    return CheckResult.passed(ABI_GROUP, f"{needs}, {_torch_floor(abi, wanted)}: fits Python {python}, torch {torch}")
 
 
 def _torch_floor_problem(abi: WheelAbi, wanted: Requirement | None, torch: str) -> tuple[str, str] | None:
     """Why the wheel does not run on the cell's ``torch``, and the fix; None where it does."""
     floor = abi.torch_minimum
     if abi.torch is TorchUse.UNSTABLE:
-        what = "its libraries use libtorch's C++ API: built for one torch, it serves no other"
+        what = "its libraries use libtorch's C++ API: built for one torch, it runs on no other"
         fix = 'call torch only through torch/csrc/stable, or remove abi = "stable" from its recipe'
     elif floor is not None and Version(floor) > Version(torch):
         what = f"its libraries call a stable shim of torch {floor}, which this cell's torch {torch} lacks"
         fix = (
-            f"build it against the oldest torch it serves, no newer than {torch}, with its code kept to that "
+            f"build it against the oldest torch it runs on, no newer than {torch}, with its code kept to that "
             "torch's shims (TORCH_TARGET_VERSION), or leave this cell out"
         )
     elif wanted is not None and not wanted.specifier.contains(torch, prereleases=True):
         what = f"requires {wanted}, which this cell's torch {torch} does not satisfy"
-        fix = "require no newer torch than the oldest it serves (Requires-Dist: torch>=...), or leave this cell out"
+        fix = "require no newer torch than the oldest it runs on (Requires-Dist: torch>=...), or leave this cell out"
     elif floor is not None and (wanted is None or (_lower_bound(wanted) or Version("0")) < Version(floor)):
         said = "names no torch" if wanted is None else f"admits older ones ({wanted})"
         what = (
@@ -164,7 +166,9 @@ def _torch_floor_problem(abi: WheelAbi, wanted: Requirement | None, torch: str) 
     elif floor is None and (wanted is None or _lower_bound(wanted) is None):
         said = "names no torch" if wanted is None else f"{wanted} has no lower bound"
         what = f"says no oldest torch it runs on: its libraries call no stable shim and its Requires-Dist {said}"
-        fix = 'require the oldest torch it serves (Requires-Dist: torch>=...), or remove abi = "stable" from its recipe'
+        fix = (
+            'require the oldest torch it runs on (Requires-Dist: torch>=...), or remove abi = "stable" from its recipe'
+        )
     else:
         return None
     return what, fix

@@ -153,7 +153,7 @@ def format_plan(cell_plan: CellPlan) -> str:
     lines = [f"plan for {cell.id}: {cell.variant.describe()}; Python {cell.python}; engine {cell_plan.engine}"]
     lines.append(f"recipes, in build order: {', '.join(r.name for r in cell_plan.recipes)}")
     lines.append(f"choices: {cell_plan.choices.describe()}")
-    lines += [f"serves: {r.name} {r.serving.describe(cell.id)}" for r in cell_plan.recipes if r.serving]
+    lines += [f"group build: {r.name} {r.group_build.describe(cell.id)}" for r in cell_plan.recipes if r.group_build]
     width = max(len(s.id) for s in cell_plan.steps)
     for index, step in enumerate(cell_plan.steps, start=1):
         lines.append(f"{index:3d}. {step.id:<{width}}  {step.detail}")

@@ -38,7 +38,7 @@ from wheelmill.inputs.matrix import Matrix, github_matrix
 from wheelmill.inputs.variants import Family
 from wheelmill.inputs.versions import Action, Release, Track, VersionRule, for_nightly, for_tag
 from wheelmill.machine.git import read_state, recipes_problem
-from wheelmill.planning.serving import channel_of, serving
+from wheelmill.planning.groups import channel_of, group_build
 from wheelmill.planning.spec import CellPlan, RecipeSpec
 from wheelmill.provenance.signing import TrustedKey, gpu_trusted_keys_of, signing_key_of, trusted_keys_of
 from wheelmill.releases.gpu_attestation import admitted, envelope_beside
@@ -83,7 +83,7 @@ def register(commands: Commands) -> None:
         type=positive,
         default=0,
         metavar="SECONDS",
-        help="a cell of a newer torch waits this long for its serving group's one build, which the job of the "
+        help="a cell of a newer torch waits this long for its ABI group's group build, which the job of the "
         "group's oldest torch publishes (default: look once)",
     )
     pub.set_defaults(func=cmd_publish)
@@ -207,8 +207,8 @@ def cmd_publish(args: argparse.Namespace, settings: Settings, console: Console) 
 
 
 def one_build_channels(matrix: Matrix, release: Release, cell: str) -> list[str]:
-    """The channels of the cells that make ``cell``'s serving group's one build (its oldest torch's)."""
-    builders = serving(matrix, matrix.cell(cell), (), release).builders
+    """The channels of the cells that make ``cell``'s group build (its oldest torch's)."""
+    builders = group_build(matrix, matrix.cell(cell), (), release).builders
     return list(dict.fromkeys(channel_of(matrix.cell(c).variant, release) for c in builders))
 
 

@@ -106,10 +106,10 @@ class Variant:
         return ".".join(self._tags)
 
     @property
-    def serving_label(self) -> str:
+    def group_label(self) -> str:
         """The label of a wheel built once for every torch of the variant (stable ABI): its
         toolkit and arch set alone (``cu130``, ``cu130.sm90``), the same in every channel it
-        is served to."""
+        is published to."""
         return ".".join(tag for tag in (self.label, self.slim_tag) if tag)
 
     @property

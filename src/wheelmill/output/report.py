@@ -27,8 +27,8 @@ class Status(StrEnum):
     # cell step that only serves builds, every recipe's). Its record holds the wheel.
     PUBLISHED = "published"
     # Not run, and no need: the recipe is built once for every torch and Python, and another
-    # channel of its serving group has the build; the wheel is checked, tested and published here.
-    SERVED = "served"
+    # channel of its ABI group has the group build; the wheel is checked, tested and published here.
+    FROM_GROUP = "from-group"
     # Not run, and no need: the served index (WHEELMILL_SERVED_INDEX) has the recipe's wheel for
     # its build key, which was fetched from there (its sha256 checked) into dist/.
     REUSED = "reused"
@@ -141,8 +141,8 @@ class BuiltCell:
     @property
     def delivered(self) -> list[WheelRecord]:
         """The wheels in ``dist/`` of recipes built and passed here, or found published
-        already, or served from their one build, in build order."""
-        delivered = (Status.OK, Status.PUBLISHED, Status.REUSED, Status.SERVED)
+        already, or taken from their group build, in build order."""
+        delivered = (Status.OK, Status.PUBLISHED, Status.REUSED, Status.FROM_GROUP)
         return [r.wheel for r in self.recipes if r.wheel is not None and r.status in delivered]
 
 

@@ -19,12 +19,12 @@ The inputs, each a part of the key:
 - ``dependencies``: the keys of the recipes it depends on, so a changed dependency changes
   the keys of what depends on it, and of nothing else.
 
-A recipe built once for every torch and Python (``wheelmill.planning.serving``) has a key
+A recipe built once for every torch and Python (``wheelmill.planning.groups``) has a key
 that says neither the cell's torch nor its Python, but the torch it is built against: its
 ``lock`` part is the cell's requirements but torch (on the platform), the building torch
 (the group's oldest) and the committed locks of the cells that may build it (that torch's,
 every Python: re-locking one builds again); its ``builder`` leaves out the Python, its
-``variant`` part is its serving group (family, label, toolkit, arch list, glibc) and its
+``variant`` part is its ABI group (family, label, toolkit, arch list, glibc) and its
 ``recipe`` part leaves out the cell. Every cell of the group computes the same key, so each
 finds the one build in any of the group's channels, and only a cell of that torch builds
 what is published under it: one key, one file.
@@ -56,8 +56,8 @@ from wheelmill.inputs.recipes import GitSource, PathSource, SdistSource, Source,
 from wheelmill.inputs.variants import Variant
 from wheelmill.machine.builder_images import BuilderImage
 from wheelmill.machine.net import sha256_of
+from wheelmill.planning.groups import GroupBuild
 from wheelmill.planning.locks import path_of
-from wheelmill.planning.serving import Serving
 from wheelmill.planning.spec import CellPlan, RecipeSpec
 
 # What fetch never copies from a path source (build outputs, VCS and tool state): no part
@@ -98,28 +98,28 @@ def build_keys(plan: CellPlan, builder: Mapping[str, Any]) -> dict[str, BuildKey
         dependencies = {name: found[name].digest for name in spec.depends_on}
         recipe = recipe_identity(spec)
         inputs = {
-            **(served_parts(plan, spec.serving, builder) if spec.serving else shared),
+            **(group_parts(plan, spec.group_build, builder) if spec.group_build else shared),
             "source": source_identity(spec),
-            "recipe": {k: v for k, v in recipe.items() if k not in _CELL_FIELDS} if spec.serving else recipe,
+            "recipe": {k: v for k, v in recipe.items() if k not in _CELL_FIELDS} if spec.group_build else recipe,
             "dependencies": dependencies,
         }
         found[spec.name] = BuildKey(recipe=spec.name, inputs=inputs)
     return found
 
 
-def served_parts(plan: CellPlan, serving: Serving, builder: Mapping[str, Any]) -> dict[str, Any]:
-    """The parts of a served recipe's key besides its source, recipe and dependencies: the
-    same in every cell of its serving group."""
+def group_parts(plan: CellPlan, group: GroupBuild, builder: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of a group build's key besides its source, recipe and dependencies: the
+    same in every cell of its ABI group."""
     return {
-        "lock": served_lock_identity(plan, serving),
+        "lock": group_lock_identity(plan, group),
         "builder": without_python(builder),
-        "variant": serving_identity(plan.cell.variant),
+        "variant": group_identity(plan.cell.variant),
         "wheelmill": wheelmill_identity(),
     }
 
 
-# What a served recipe's spec says of the cell it was planned in, not of its build.
-_CELL_FIELDS = frozenset({"cell", "serving"})
+# What a group build's spec says of the cell it was planned in, not of its build.
+_CELL_FIELDS = frozenset({"cell", "group_build"})
 # What of a variant a build once for every torch and Python does not depend on.
 _NOT_SERVING = frozenset(
     {
@@ -137,12 +137,12 @@ _NOT_SERVING = frozenset(
 )
 
 
-def serving_identity(variant: Variant) -> dict[str, Any]:
+def group_identity(variant: Variant) -> dict[str, Any]:
     """The variant of a recipe built once: its toolkit and arch set, not its torch or Pythons."""
     return {key: value for key, value in plain(variant).items() if key not in _NOT_SERVING}
 
 
-def served_lock_identity(plan: CellPlan, serving: Serving) -> dict[str, Any]:
+def group_lock_identity(plan: CellPlan, group: GroupBuild) -> dict[str, Any]:
     """What the build env of the one build installs, the same in every cell of the group: the
     requirements but torch, on its platform; the torch it is built against; and the committed
     lock of each cell that may build it (a slim cell's is its parent's)."""
@@ -150,8 +150,8 @@ def served_lock_identity(plan: CellPlan, serving: Serving) -> dict[str, Any]:
     return {
         "requirements": sorted(requirements),
         "platform": plan.lock.target.platform,
-        "torch": serving.torch,
-        "committed": {lock: committed_identity(plan.locks_dir, lock) for lock in serving.locks},
+        "torch": group.torch,
+        "committed": {lock: committed_identity(plan.locks_dir, lock) for lock in group.locks},
     }
 
 

@@ -111,7 +111,7 @@ def plan_stage(
             wanted = named.get(name)
             found = next((f for f in files if f.filename == wanted), None) if wanted else None
         else:
-            labels = {cell.variant.wheel_label, cell.variant.serving_label}
+            labels = {cell.variant.wheel_label, cell.variant.group_label}
             found = file_for_cell(files, cell.python, labels=labels, machine=cell.variant.platform)
         if found is None:
             missing.append(name)

@@ -19,8 +19,8 @@ from wheelmill.inputs.recipes import AbiPromise, GitSource, PathSource, Resolved
 from wheelmill.inputs.variants import Cell, Family
 from wheelmill.inputs.versions import Release, VersionRule, stamp_version
 from wheelmill.machine.builder_images import BuilderImage, Sharing
+from wheelmill.planning.groups import GroupBuild
 from wheelmill.planning.locks import LockInputs
-from wheelmill.planning.serving import Serving
 from wheelmill.settings import CompilerCacheMode, EnvBackendName, InstallTests
 
 # PEP 517's build_wheel alone, through pypa/build: pip wheel asks the backend for the
@@ -140,7 +140,7 @@ class RecipeSpec:
     smoke: tuple[str, ...] | None
     device_code: bool | None
     abi: AbiPromise | None = None
-    serving: Serving | None = None  # built once for its toolkit and arch set, served to every torch and Python
+    group_build: GroupBuild | None = None  # built once for its toolkit and arch set, for every torch and Python
 
     @property
     def arch_list(self) -> str | None:
@@ -246,17 +246,17 @@ def recipe_spec(
     depends_on: tuple[str, ...],
     needs: tuple[str, ...],
     release: Release | None,
-    serving: Serving | None = None,
+    group_build: GroupBuild | None = None,
 ) -> RecipeSpec:
     """The spec of ``recipe`` (already resolved for ``cell``): the matrix's defaults filled in,
     and what only a cell can tell checked now, not when a step gets to it. A recipe built
-    once for every torch (``serving``) carries the label of its toolkit and arch set alone."""
+    once for every torch (``group_build``) carries the label of its toolkit and arch set alone."""
     _check_templates(recipe)
     _check_archs(recipe, cell)
     _check_switches(recipe)
     variant = cell.variant
     family = variant.family.value
-    label = variant.serving_label if serving else variant.wheel_label
+    label = variant.group_label if group_build else variant.wheel_label
     return RecipeSpec(
         name=recipe.name,
         file=recipe.file,
@@ -286,7 +286,7 @@ def recipe_spec(
         smoke=recipe.smoke,
         device_code=recipe.device_code,
         abi=recipe.abi,
-        serving=serving,
+        group_build=group_build,
     )
 
 

@@ -5,7 +5,7 @@ and the records they all write are ``wheelmill.releases.records``.
 A release publishes the cells built for it (their report.json says for which release) into
 the track's channels and records them, with the GPU runners the matrix of its commit names
 for each GPU cell (a runner label per GPU kind). Each build job of a fleet publishes its own
-cell: a cell of a newer torch lists its serving group's one build, which another job
+cell: a cell of a newer torch lists its ABI group's group build, which another job
 published (a ``GroupBuildLookup`` finds it), and records it as its own.
 """
 
@@ -56,7 +56,7 @@ class BuiltWheel:
     channel: str
     recipe: str
     rule: VersionRule
-    path: Path | None  # None: the one build of a serving group, published by another job already
+    path: Path | None  # None: the group build of an ABI group, published by another job already
     sha256: str
     key: str | None = None  # its build key, where the report names one
     filename: str = ""  # where ``path`` is None
@@ -67,7 +67,7 @@ class BuiltWheel:
         return self.path.name if self.path is not None else self.filename
 
 
-# Where a serving group's one build is listed when this output root lacks it: (cell, project,
+# Where an ABI group's group build is listed when this output root lacks it: (cell, project,
 # build key) -> the channel of the track that lists it, its filename and sha256; or None. Each
 # build job of a fleet publishes its own cell, and a cell of a newer torch finds the one build
 # its group's oldest cell published.
@@ -154,9 +154,9 @@ def _one_build(
         )
     if found is None:
         raise ReleaseError(
-            f"{built.cell}: {recipe.name} was built there only to be tested (its torch is newer than its serving "
+            f"{built.cell}: {recipe.name} was built there only to be tested (its torch is newer than its ABI "
             f"group's oldest), and no cell of this release made its one build (build key {str(key)[:12]})",
-            fix="build the cells of its serving group's oldest torch for this release too (where each job "
+            fix="build the cells of its ABI group's oldest torch for this release too (where each job "
             "publishes its own cell, `release publish --wait SECONDS` waits for that job's)",
         )
     return replace(found, cell=built.cell, channel=built.channel)
@@ -274,7 +274,7 @@ def _listed_too(index: Index, wheel: BuiltWheel) -> Published:
     if listed is None or listed.sha256 != wheel.sha256:
         raise ReleaseError(
             f"{wheel.listed_in}: {wheel.name} is no longer listed as the one build it was",
-            fix="publish the cell of its serving group's oldest torch again, then this one",
+            fix="publish the cell of its ABI group's oldest torch again, then this one",
         )
     with tempfile.TemporaryDirectory(prefix="wheelmill-one-build-") as scratch:
         return copy_file(source, target, listed, Path(scratch))
@@ -306,7 +306,7 @@ def prune(index: Index, track: Track, keep: int) -> list[str]:
 def one_build_lookup(
     index: Index, builders_of: Callable[[str], Sequence[str]], wait: float, say: Callable[[str], None]
 ) -> GroupBuildLookup:
-    """The one build of a serving group, by its build key, as the channel of the group's
+    """The group build of an ABI group, by its build key, as the channel of the group's
     oldest torch lists it (``builders_of``: a cell's channels of that torch, in the release's
     track): looked up once, or every 15 seconds for ``wait`` seconds (the job of that torch's
     cell runs beside this one, and publishes it when its build passed). Each look reads one

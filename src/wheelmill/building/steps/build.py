@@ -433,9 +433,9 @@ def stamp(ctx: StepContext, spec: RecipeSpec) -> Outcome:
 def arch_record(spec: RecipeSpec, elves: list[ElfSummary]) -> ArchRecord:
     """The arch record of a wheel of ``spec`` whose libraries are ``elves``: the spec's arch
     list where they carry device code (the post-build checks hold them to exactly that list).
-    A wheel built once for every torch and Python names its serving group (``cu130.sm90``),
-    not the cell that happened to build it: every cell it is served to checks the same file."""
-    built_for = spec.serving.group if spec.serving else spec.cell
+    A wheel built once for every torch and Python names its ABI group (``cu130.sm90``),
+    not the cell that happened to build it: every cell that takes it checks the same file."""
+    built_for = spec.group_build.group if spec.group_build else spec.cell
     return ArchRecord.of_build(
         spec.family, spec.arch_list, built_for, device_code=carries_device_code(elves, spec.family)
     )

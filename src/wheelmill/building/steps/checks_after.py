@@ -16,7 +16,7 @@ from wheelmill.building.products import BuildEnv, CheckedEnv, Repaired, ShippedA
 from wheelmill.building.steps.build import arch_record, expected_pins
 from wheelmill.checks import CheckResult, require
 from wheelmill.checks.abi import describe as describe_abi
-from wheelmill.checks.abi import judge_abi, judge_cuda_runtime, judge_serving
+from wheelmill.checks.abi import judge_abi, judge_abi_group, judge_cuda_runtime
 from wheelmill.checks.contents import judge_arch_record, judge_bundled, judge_label, judge_pins, judge_size
 from wheelmill.checks.device import find_cuobjdump, judge_cuda, judge_rocm, scan_cuda, scan_rocm
 from wheelmill.checks.platform import Baseline, judge_baseline, judge_machine, judge_platform
@@ -184,16 +184,16 @@ def post_repair_checks(ctx: StepContext, spec: RecipeSpec) -> Outcome:
             judge_arch_record(info, arch_record(spec, elves)),  # as shipped: repair must have kept it
             judge_abi(abi, info.tags, spec.abi, recipe_file=str(spec.file)),
             judge_cuda_runtime(elves, root, torch.cuda),
-            *([_serves(ctx, info, abi)] if spec.serving else []),
+            *([_abi_group(ctx, info, abi)] if spec.group_build else []),
         ], abi
 
     results, abi = inspect_wheel(wheel, judge)
     return Outcome(checks=_verdict(ctx, spec, wheel, results), made=(ShippedAbi(text=abi.listed),))
 
 
-def _serves(ctx: StepContext, info: WheelInfo, abi: WheelAbi) -> CheckResult:
+def _abi_group(ctx: StepContext, info: WheelInfo, abi: WheelAbi) -> CheckResult:
     cell = ctx.run.plan.cell
-    return judge_serving(info.tags, info.requires_dist, abi, python=cell.python, torch=cell.variant.torch)
+    return judge_abi_group(info.tags, info.requires_dist, abi, python=cell.python, torch=cell.variant.torch)
 
 
 def describe_post_build(_plan: CellPlan, spec: RecipeSpec) -> str:
@@ -228,9 +228,9 @@ def describe_post_repair(plan: CellPlan, spec: RecipeSpec) -> str:
         f"size <= {format_size(spec.max_wheel_size)}; gpu-archs.json as stamped; {describe_abi(spec.abi)}; "
         "CUDA runtimes of its torch's major"
         + (
-            "; for every Python and torch it serves: abi3 (or no Python), this cell's Python and torch in its range "
+            "; for every Python and torch of its group: abi3 (or no Python), this cell's Python and torch in its range "
             "(its libraries' stable shims and its Requires-Dist)"
-            if spec.serving
+            if spec.group_build
             else ""
         )
     )

@@ -25,7 +25,7 @@ from typing import Any
 from packaging.requirements import Requirement
 
 from wheelmill.building.context import Outcome, StepContext
-from wheelmill.building.products import BuildKeys, PublishedBuild, ServedBuild, Toolchain
+from wheelmill.building.products import BuildKeys, GroupWheel, PublishedBuild, Toolchain
 from wheelmill.building.steps.install import deliver
 from wheelmill.checks import CheckResult
 from wheelmill.conda.package import CondaTarget, conda_meta
@@ -177,22 +177,22 @@ def build_keys_step(ctx: StepContext) -> Outcome:
         spec.name: reused
         for spec in plan.recipes
         if spec.name not in plan.rebuild and (hit := listed.get(keys[spec.name].digest)) is not None
-        if spec.serving is None or _published_for_this_cell(ctx, hit)
+        if spec.group_build is None or _published_for_this_cell(ctx, hit)
         if (reused := _found_published(ctx, keys[spec.name], hit, listings)) is not None
     }
-    served = {
+    from_group = {
         spec.name: found
         for spec in plan.recipes
-        if spec.serving and spec.name not in published and spec.name not in plan.rebuild
-        if (found := _find_served(ctx, spec, keys[spec.name], listings)) is not None
+        if spec.group_build and spec.name not in published and spec.name not in plan.rebuild
+        if (found := _find_group_build(ctx, spec, keys[spec.name], listings)) is not None
     }
     unpublished = {
         spec.name: unpublished_reason(spec, plan)
         for spec in plan.recipes
-        if spec.serving and not spec.serving.builds_in(plan.cell.id)
-        if spec.name not in published and spec.name not in served
+        if spec.group_build and not spec.group_build.builds_in(plan.cell.id)
+        if spec.name not in published and spec.name not in from_group
     }
-    hits: dict[str, PublishedBuild | ServedBuild] = {**published, **served}
+    hits: dict[str, PublishedBuild | GroupWheel] = {**published, **from_group}
     checks = [
         _verdict(key, hits.get(name), rebuild=name in plan.rebuild, to_test=unpublished.get(name))
         for name, key in keys.items()
@@ -203,7 +203,9 @@ def build_keys_step(ctx: StepContext) -> Outcome:
         else CheckResult.warned(CHECK, f"{problem}; its recipes are built here", "check WHEELMILL_SERVED_INDEX")
         for problem in listings.problems
     ]
-    made = BuildKeys(channel=plan.channel, keys=keys, published=published, served=served, unpublished=unpublished)
+    made = BuildKeys(
+        channel=plan.channel, keys=keys, published=published, from_group=from_group, unpublished=unpublished
+    )
     return Outcome(checks=checks, made=(made,))
 
 
@@ -212,12 +214,12 @@ def unpublished_reason(spec: RecipeSpec, plan: CellPlan) -> str:
     of its group has the one build, or --rebuild), is never published: the one build is made
     against the group's oldest torch, whose stable shims every torch of the group has; this
     cell's torch may add some."""
-    assert spec.serving is not None, "only a recipe built once for its group has one build elsewhere"
-    why = "--rebuild" if spec.name in plan.rebuild else "no channel of its serving group has its one build"
+    assert spec.group_build is not None, "only a recipe built once for its group has one build elsewhere"
+    why = "--rebuild" if spec.name in plan.rebuild else "no channel of its ABI group has its group build"
     return (
         f"built here against torch {plan.cell.variant.torch} to be checked and tested, not published ({why}): "
-        f"its one build is made against torch {spec.serving.torch}, the oldest it serves, by a cell of that torch "
-        f"({spec.serving.builders[0]} or another Python's), and served to this cell once published"
+        f"its one build is made against torch {spec.group_build.torch}, the oldest of its group, by a cell of that "
+        f"torch ({spec.group_build.builders[0]} or another Python's), and taken by this cell once published"
     )
 
 
@@ -238,25 +240,25 @@ def _published_for_this_cell(ctx: StepContext, hit: Listed) -> bool:
     return Index.of(ctx.run.settings).holds_conda(hit.channel, meta.subdir, meta.filename)
 
 
-def _find_served(ctx: StepContext, spec: RecipeSpec, key: BuildKey, listings: Listings) -> ServedBuild | None:
-    """The recipe's one build, where a channel of its serving group has it: this cell's own
+def _find_group_build(ctx: StepContext, spec: RecipeSpec, key: BuildKey, listings: Listings) -> GroupWheel | None:
+    """The recipe's one build, where a channel of its ABI group has it: this cell's own
     (another Python's cell put it there), else another one."""
-    assert spec.serving is not None, "only a recipe built once for its group is looked up in other channels"
+    assert spec.group_build is not None, "only a recipe built once for its group is looked up in other channels"
     cell = ctx.run.plan.cell.id
-    for name in spec.serving.channels:
+    for name in spec.group_build.channels:
         hit = listings.of(name).get(key.digest)
         if hit is not None:
             # Into the cell's tree, where its checks and install test reach it (in a container
             # too, which sees the cell and not the index): the published bytes.
-            wheel = hit.into(ctx, ctx.run.layout.build / spec.name / "served" / hit.entry.filename)
+            wheel = hit.into(ctx, ctx.run.layout.build / spec.name / "group" / hit.entry.filename)
             if not listings.admits(hit, wheel):
                 continue
             # Tested where a corner, and where this cell's own channel (its torch's) does not list
             # it yet: no cell of this torch has tested it, so none is published untested with it.
-            tested = spec.serving.tests_in(cell) or name != ctx.run.plan.channel or hit.file is None
+            tested = spec.group_build.tests_in(cell) or name != ctx.run.plan.channel or hit.file is None
             # Untested here, it is delivered now, as a published one is; tested, its test delivers it.
             delivered = None if tested else deliver(ctx.run.layout.dist, wheel, link=True, provenance=hit.provenance)
-            return ServedBuild(
+            return GroupWheel(
                 recipe=spec.name,
                 key=key.digest,
                 channel=name,
@@ -322,7 +324,7 @@ def refusal(settings: Settings, trusted: tuple[TrustedKey, ...], hit: Listed, wh
 
 
 def _verdict(
-    key: BuildKey, published: PublishedBuild | ServedBuild | None, *, rebuild: bool, to_test: str | None
+    key: BuildKey, published: PublishedBuild | GroupWheel | None, *, rebuild: bool, to_test: str | None
 ) -> CheckResult:
     if published is not None:
         return CheckResult.passed(key.recipe, published.describe())
@@ -359,11 +361,11 @@ def describe(plan: CellPlan) -> str:
             f"{inputs}; --rebuild {', '.join(sorted(plan.rebuild))}: "
             f"built even where channel {plan.channel} lists it, the rest looked up there"
         )
-    served = [r.name for r in plan.recipes if r.serving]
+    grouped = [r.name for r in plan.recipes if r.group_build]
     others = (
-        f"; {', '.join(served)} (built once for every torch and Python, against the oldest torch: that torch "
-        "in its key, no Python) in the other channels of its serving group too, and served from there"
-        if served
+        f"; {', '.join(grouped)} (built once for every torch and Python, against the oldest torch: that torch "
+        "in its key, no Python) in the other channels of its ABI group too, and taken from there"
+        if grouped
         else ""
     )
     where = f"channel {plan.channel} of the local index" + (

@@ -101,14 +101,14 @@ def _source(source: Source, tree: str | None, patches: tuple[str, ...]) -> Sourc
 
 def attest(ctx: StepContext, spec: RecipeSpec, wheel: Path) -> bytes | None:
     """The signed provenance of ``wheel``, the tested wheel of ``spec``: the build's statement
-    where this cell built it, the one build's own where this cell was given its group's one build, the served
+    where this cell built it, the one build's own where this cell was given its group build, the served
     index's where it was reused from there; None without a signing key."""
     settings = ctx.run.settings
     signing = signing_key_of(settings)
     keys = ctx.done.get(BuildKeys)
     stamped = ctx.done.find(Stamped, spec.name)
     if stamped is None:  # not built here: the group's one build, or a wheel reused from the served index
-        given = keys.served.get(spec.name) or keys.published.get(spec.name)
+        given = keys.from_group.get(spec.name) or keys.published.get(spec.name)
         return given.provenance if given is not None else None
     if signing is None:
         return None
@@ -119,7 +119,7 @@ def attest(ctx: StepContext, spec: RecipeSpec, wheel: Path) -> bytes | None:
         key_inputs=keys.keys[spec.name].inputs,
         repository=repository_of(settings.root),
         run=this_run(ci_run=settings.ci_run, started=ctx.run.started),
-        channels=spec.serving.channels if spec.serving else (ctx.run.plan.channel,),
+        channels=spec.group_build.channels if spec.group_build else (ctx.run.plan.channel,),
     )
     return envelope_line(sign_envelope(json.dumps(statement, sort_keys=True).encode(), signing)).encode()
 

@@ -1,6 +1,6 @@
 """What every extra torch and Python costs a recipe built once for all of them (the stable
-example, ``abi = "stable"``): one cell built alone, then the serving group's cells in one
-run, where the first builds it and the others are served (no compile: their checks after
+example, ``abi = "stable"``): one cell built alone, then the ABI group's cells in one
+run, where the first builds it and the others take its group build (no compile: their checks after
 repair, their install test in the group's corners, and publishing). The group is the
 variant and its variants of other torch releases on the variant's own platform (an aarch64
 twin is another machine's group), its oldest torch first: that torch's cells build the one
@@ -10,7 +10,7 @@ After an untimed warm-up (every cell's lock and env made once, nothing published
 happen here, one after the other, in this process tree, in the warm-up's output root, each
 into an empty index (so the first cell always builds) and from an empty compiler cache,
 without mirroring the closure (``--no-mirror``: a channel's torch is mirrored once, whatever
-is built; it is no cost of serving):
+is built; it is no cost of the group build):
 
 1. ``wheelmill build --cell FIRST --recipe RECIPE``: the first cell alone;
 2. ``wheelmill build --cell FIRST --cell ... --recipe RECIPE``: the same, then every other
@@ -22,7 +22,7 @@ the difference of the two runs over the extra cells (target: <= 0.05; the per-to
 extra Python costs 0.13, see ``pythons.py``). The median of the rounds is the result.
 ``--smoke`` runs the least that goes through all of it (one round, no warm-up): a check that
 the script works, not a figure. Usage:
-``.venv/bin/python benchmarks/serving.py [--variant cuda130] [--pythons 3.10,3.13] [--rounds 3] [--smoke]``
+``.venv/bin/python benchmarks/groups.py [--variant cuda130] [--pythons 3.10,3.13] [--rounds 3] [--smoke]``
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def fresh_build(cells: list[str], output: Path, log: Path) -> tuple[float, dict[
 
 
 def group_cells(matrix: Matrix, name: str, pythons: list[str]) -> list[str]:
-    """The cells of variant ``name``'s serving group for ``pythons`` (``311``): the variant and
+    """The cells of variant ``name``'s ABI group for ``pythons`` (``311``): the variant and
     its variants of other torch releases on its platform, the oldest torch's first."""
     variant = matrix.variants[name]
     declared = name.removesuffix(f"-{variant.platform_tag}") if variant.platform_tag else name
@@ -71,7 +71,7 @@ def group_cells(matrix: Matrix, name: str, pythons: list[str]) -> list[str]:
 
 
 def own_seconds(report: dict[str, Any]) -> float:
-    """A cell's steps but its waiting for the cell that builds what it is served (the steps'
+    """A cell's steps but its waiting for the cell that builds what it takes (the steps'
     sum: the wait is before its build-keys step, in no step)."""
     return float(sum(step["seconds"] for step in report["steps"]))
 
@@ -97,9 +97,10 @@ def main() -> int:
         parser.error(f"--variant {args.variant}: not a variant of recipes/matrix.toml")
     cells = group_cells(matrix, args.variant, pythons)
     if len(cells) < 2:
-        parser.error(f"{args.variant} with --pythons {args.pythons} is one cell: nothing is served")
-    print(f"recipe {RECIPE}, cells {', '.join(cells)}; {cells[0]} builds, the rest are served; {rounds} round(s)")
-    with runs.workspace("wheelmill-bench-serving-") as tmp:
+        parser.error(f"{args.variant} with --pythons {args.pythons} is one cell: no other takes its group build")
+    said = f"{cells[0]} builds, the rest take its group build"
+    print(f"recipe {RECIPE}, cells {', '.join(cells)}; {said}; {rounds} round(s)")
+    with runs.workspace("wheelmill-bench-groups-") as tmp:
         output, log = tmp / "wheels", tmp / "bench.log"
         if not args.smoke:
             warm = build(cells, output, log, index=None, publish=False)
@@ -116,7 +117,7 @@ def main() -> int:
                 print(f"  {cell}: its steps {own_seconds(report):.1f} s ({statuses(report)})")
             compiled = [cell for cell, report in list(reports.items())[1:] if "build ok" in statuses(report)]
             if compiled:
-                return runs.broken(f"{', '.join(compiled)} compiled {RECIPE}: it was to be served")
+                return runs.broken(f"{', '.join(compiled)} compiled {RECIPE}: it was to take the group build")
             print(f"  each extra torch or Python cost {extra:.3f} of the first", flush=True)
     print(
         f"each extra torch or Python costs {median_high(figures):.3f} of the first cell, "

@@ -1,13 +1,13 @@
-"""Build once, serve many, for real: the stable example and the per-torch C++ example in two
-cells of one serving group (cuda130-sm90 on torch 2.14.1 and on torch 2.12.0, Python 3.10:
+"""One build for a group, for real: the stable example and the per-torch C++ example in two
+cells of one ABI group (cuda130-sm90 on torch 2.14.1 and on torch 2.12.0, Python 3.10:
 both corners of the group, so both install-test), built in one run into one output root and
 index. The stable example is compiled once, in the cell of the oldest torch, and the same file
 is published into both channels, its floor checked against each channel's torch; the per-torch
 example is compiled in each cell, under a label of its own. A consumer resolves, from each
 channel's URL alone, the channel's torch, that torch's build of the per-torch example and the
 one stable build. (That a run builds the oldest torch's cell first, whichever the command
-lists first, is the plan's: tests/unit/test_docs.py; what serving costs is
-benchmarks/serving.py's, whose smoke is the benchmarks session's.)"""
+lists first, is the plan's: tests/unit/test_docs.py; what a group build costs is
+benchmarks/groups.py's, whose smoke is the benchmarks session's.)"""
 
 from __future__ import annotations
 
@@ -59,21 +59,21 @@ def _check(data: dict[str, Any], recipe: str, kind: str, name: str) -> dict[str,
     return dict(check)
 
 
-def test_the_stable_example_is_built_once_and_served_to_the_other_torchs_channel(tmp_path: Path) -> None:
+def test_the_stable_example_is_built_once_and_taken_by_the_other_torchs_channel(tmp_path: Path) -> None:
     output, index = tmp_path / "wheels", tmp_path / "index"
     result = _build(output, index)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr
     said = result.stdout
-    assert "served from their one build in another channel of their serving group: example-stable-ops" in said
+    assert "taken from their group build in another channel of their ABI group: example-stable-ops" in said
     newer, oldest = (report(output, cell) for cell in CELLS)
     assert _steps(oldest, STABLE)["build"] == "ok", "built in the cell of the oldest torch"
-    served = _steps(newer, STABLE)
-    assert {served[kind] for kind in ("build", "stamp", "post-build-checks", "repair")} == {"served"}, served
-    assert served["post-repair-checks"] == served["install-test"] == served["publish"] == "ok", served
+    taken = _steps(newer, STABLE)
+    assert {taken[kind] for kind in ("build", "stamp", "post-build-checks", "repair")} == {"from-group"}, taken
+    assert taken["post-repair-checks"] == taken["install-test"] == taken["publish"] == "ok", taken
     for data, torch in ((oldest, "2.12.0"), (newer, "2.14.1")):
-        serves = _check(data, STABLE, "post-repair-checks", "serves")
-        assert serves["verdict"] == "pass" and "stable shims of torch >= 2.10.0" in serves["detail"], serves
-        assert serves["detail"].endswith(f"torch {torch}"), serves
+        group = _check(data, STABLE, "post-repair-checks", "abi-group")
+        assert group["verdict"] == "pass" and "stable shims of torch >= 2.10.0" in group["detail"], group
+        assert group["detail"].endswith(f"torch {torch}"), group
     one, other = ({r["name"]: r["wheel"] for r in report(output, cell)["recipes"]}[STABLE] for cell in CELLS)
     assert (one["name"], one["sha256"]) == (other["name"], other["sha256"]), "the same file in both"
     assert "+cu130.sm90-cp310-abi3-" in one["name"]

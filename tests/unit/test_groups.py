@@ -1,12 +1,12 @@
-"""Build once, serve many: a stable, abi3 recipe's plan names the cells and channels it
-serves, the cells of its oldest torch that build it (a run builds them first, whichever cell
+"""One build for a group: a stable, abi3 recipe's plan names the cells and channels it
+is for, the cells of its oldest torch that build it (a run builds them first, whichever cell
 it lists first) and the corners of each torch that install-test it; its build key says no
 cell's torch or Python but the torch it is built against and its building cells' committed
-locks, so every cell of its serving group finds the one build; the build-keys step finds it
+locks, so every cell of its ABI group finds the one build; the build-keys step finds it
 in a sibling channel, and the pipeline runs none of its build there but its checks after
 repair, its install test where the plan has one or the cell's own channel lacks it, and its
 publishing; a cell of a newer torch that finds it nowhere builds it only to test it; and a
-served wheel whose libraries need a newer torch than a cell's is refused there."""
+group build whose libraries need a newer torch than a cell's is refused there."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from wheelmill.building.plan import Options, plan
 from wheelmill.building.products import Repaired, ShippedAbi
 from wheelmill.building.report import CellReport, StepRecord
 from wheelmill.checks import Verdict
-from wheelmill.checks.abi import judge_serving
+from wheelmill.checks.abi import judge_abi_group
 from wheelmill.conda.package import CondaTarget, conda_meta
 from wheelmill.index.channels import conda_channel_root
 from wheelmill.index.roots import publish
@@ -34,7 +34,7 @@ from wheelmill.inputs.recipes import load_recipes
 from wheelmill.inputs.variants import Cell
 from wheelmill.output.report import Status, WheelRecord
 from wheelmill.planning.buildkey import build_keys
-from wheelmill.planning.serving import building_order, corners
+from wheelmill.planning.groups import building_order, corners
 from wheelmill.planning.spec import CellPlan, StepKind
 from wheelmill.settings import Settings
 from wheelmill.wheel.abi import WheelAbi, classify
@@ -70,7 +70,7 @@ def test_the_corners_are_each_torchs_oldest_and_newest_python() -> None:
     group = _cuda130_group()
     assert {c.id for c in group} >= {"cuda130-py310", "cuda130-torch2.12-py313"}
     assert corners(group) == ("cuda130-torch2.12-py310", "cuda130-torch2.12-py313", "cuda130-py310", "cuda130-py313")
-    # A torch between the oldest and the newest has corners of its own: no torch is served untested.
+    # A torch between the oldest and the newest has corners of its own: no torch takes it untested.
     middle = [
         Cell(variant=replace(c.variant, name="cuda130-torch2.13", torch="2.13.0"), python=c.python)
         for c in group
@@ -91,9 +91,9 @@ def test_the_group_builds_in_a_cell_of_its_oldest_torch_whichever_cell_the_run_l
     for cells in (listed, listed[::-1]):
         plans = _plans(project, *cells)
         assert [p.cell.id for p in plans] == ["cuda130-torch2.12-py312", "cuda130-py311"], "the builder runs first"
-        servings = [p.recipe(STABLE).serving for p in plans]
-        assert {(s.first, s.torch) for s in servings if s} == {("cuda130-torch2.12-py312", "2.12.0")}
-    said = {p.cell.id: p.recipe(STABLE).serving.describe(p.cell.id) for p in _plans(project, *listed)}  # type: ignore[union-attr]
+        groups = [p.recipe(STABLE).group_build for p in plans]
+        assert {(s.first, s.torch) for s in groups if s} == {("cuda130-torch2.12-py312", "2.12.0")}
+    said = {p.cell.id: p.recipe(STABLE).group_build.describe(p.cell.id) for p in _plans(project, *listed)}  # type: ignore[union-attr]
     assert "where none has it, built here;" in said["cuda130-torch2.12-py312"]
     assert "where none has it, built by cuda130-torch2.12-py312 earlier in this run;" in said["cuda130-py311"]
 
@@ -110,16 +110,18 @@ def test_a_run_keeps_its_order_but_a_groups_oldest_torch_goes_first_in_the_place
 def test_a_stable_recipe_is_planned_once_for_the_group_and_a_per_torch_one_per_cell(project: Path) -> None:  # noqa: F811
     first, second = _plans(project, "cuda130-torch2.12-py312", "cuda130-py311")
     stable, other = first.recipe(STABLE), first.recipe("example-cpp-ops")
-    assert stable.serving is not None and other.serving is None
-    assert stable.serving.first == "cuda130-torch2.12-py312" == second.recipe(STABLE).serving.first  # type: ignore[union-attr]
-    assert stable.serving.channels == ("cu130-torch2.12", "cu130"), "its own channel first, then the group's"
-    assert len(stable.serving.cells) == 8 and "cuda130-sm90-py311" not in stable.serving.cells, "a slim arch is apart"
-    assert stable.serving.builders == tuple(f"cuda130-torch2.12-py{p}" for p in ("310", "311", "312", "313"))
-    assert stable.serving.builds_in(first.cell.id) and not stable.serving.builds_in(second.cell.id)
+    assert stable.group_build is not None and other.group_build is None
+    assert stable.group_build.first == "cuda130-torch2.12-py312" == second.recipe(STABLE).group_build.first  # type: ignore[union-attr]
+    assert stable.group_build.channels == ("cu130-torch2.12", "cu130"), "its own channel first, then the group's"
+    assert len(stable.group_build.cells) == 8 and "cuda130-sm90-py311" not in stable.group_build.cells, (
+        "a slim arch is apart"
+    )
+    assert stable.group_build.builders == tuple(f"cuda130-torch2.12-py{p}" for p in ("310", "311", "312", "313"))
+    assert stable.group_build.builds_in(first.cell.id) and not stable.group_build.builds_in(second.cell.id)
     assert stable.label == "cu130" and stable.version.label == "cu130", "no torch in the label of the one build"
     assert other.label == "cu130.torch2.12", "built per torch, it carries its torch"
     (alone,) = _plans(project, "cuda130-py311")
-    said = alone.recipe(STABLE).serving.describe(alone.cell.id)  # type: ignore[union-attr]
+    said = alone.recipe(STABLE).group_build.describe(alone.cell.id)  # type: ignore[union-attr]
     assert "built here only to be checked and tested, and not published (no cell of torch 2.12.0 in this run" in said
 
 
@@ -142,20 +144,22 @@ def test_the_torch_the_one_build_is_made_against_is_in_its_key(project: Path) ->
     """One key names one file: a build against another torch (the matrix's oldest changed)
     is another key, whichever cell a run lists first."""
     (cell,) = _plans(project, "cuda130-py311")
-    serving = cell.recipe(STABLE).serving
-    assert serving is not None
+    group = cell.recipe(STABLE).group_build
+    assert group is not None
     other = replace(
         cell,
-        recipes=tuple(replace(r, serving=replace(serving, torch="2.11.0")) if r.serving else r for r in cell.recipes),
+        recipes=tuple(
+            replace(r, group_build=replace(group, torch="2.11.0")) if r.group_build else r for r in cell.recipes
+        ),
     )
     assert build_keys(other, HOST)[STABLE].digest != build_keys(cell, HOST)[STABLE].digest
     reversed_run = _plans(project, "cuda130-torch2.12-py311", "cuda130-py311")[1]
     assert build_keys(reversed_run, HOST)[STABLE].digest == build_keys(cell, HOST)[STABLE].digest
 
 
-def test_the_served_key_changes_when_a_committed_lock_of_its_building_cells_does(project: Path) -> None:  # noqa: F811
+def test_the_group_builds_key_changes_when_a_committed_lock_of_its_building_cells_does(project: Path) -> None:  # noqa: F811
     """Re-locking the env the one build is made in builds it again; the lock of a cell that
-    is only served it (its own torch) is no input of that build."""
+    only takes it (its own torch) is no input of that build."""
     (cell,) = _plans(project, "cuda130-py311")
     before = build_keys(cell, HOST)
     builder = project / "locks" / "cuda130-torch2.12-py310.txt"
@@ -171,7 +175,7 @@ def test_the_served_key_changes_when_a_committed_lock_of_its_building_cells_does
     own.write_text(own.read_text() + "# re-locked\n")
     relocked = build_keys(cell, HOST)
     assert relocked["example-cpp-ops"].digest != again["example-cpp-ops"].digest, "its own lock: a per-torch build's"
-    assert relocked[STABLE].digest == again[STABLE].digest, "the lock of a cell only served it: not the one build's"
+    assert relocked[STABLE].digest == again[STABLE].digest, "the lock of a cell that only takes it: not the one build's"
 
 
 def _walk(plan: CellPlan, report: CellReport) -> list[StepKind]:
@@ -184,7 +188,7 @@ def _walk(plan: CellPlan, report: CellReport) -> list[StepKind]:
             made = (ShippedAbi(text="python limited>=3.10"),) if step.kind is StepKind.POST_REPAIR_CHECKS else ()
             report.steps.append(StepRecord(step=step, status=Status.OK, made=made))
         else:
-            assert stop.status is Status.SERVED and "served: " in stop.reason, stop
+            assert stop.status is Status.FROM_GROUP and "from the group build: " in stop.reason, stop
             report.steps.append(StepRecord(step=step, status=stop.status, error=stop.reason, made=stop.made))
     return ran
 
@@ -198,8 +202,8 @@ def _keys_done(plan: CellPlan, tmp_path: Path) -> CellReport:
     return report
 
 
-def test_a_sibling_channels_build_is_served_and_only_its_own_steps_run(project: Path, tmp_path: Path) -> None:  # noqa: F811
-    """cuda130-py311 (torch 2.14.1, no corner): served from its torch's own channel, it is
+def test_a_sibling_channels_build_is_taken_and_only_its_own_steps_run(project: Path, tmp_path: Path) -> None:  # noqa: F811
+    """cuda130-py311 (torch 2.14.1, no corner): taken from its torch's own channel, it is
     checked and published; found only in a sibling's, no cell of its torch has tested it, so it is
     install-tested here too."""
     (cell,) = _plans(project, "cuda130-py311", names=(STABLE,))
@@ -210,7 +214,7 @@ def test_a_sibling_channels_build_is_served_and_only_its_own_steps_run(project: 
     index = tmp_path / "wheels" / "index"
     publish(tree_channel(index, "cu130-torch2.12"), wheel, build_key=keys.keys[STABLE].digest)
     keys = _run_keys_step(cell, tmp_path)
-    assert keys.served[STABLE].channel == "cu130-torch2.12" and keys.served[STABLE].tested
+    assert keys.from_group[STABLE].channel == "cu130-torch2.12" and keys.from_group[STABLE].tested
     assert _walk(cell, _keys_done(cell, tmp_path)) == [
         StepKind.FETCH,
         StepKind.POST_REPAIR_CHECKS,
@@ -219,31 +223,31 @@ def test_a_sibling_channels_build_is_served_and_only_its_own_steps_run(project: 
     ], "no cell of torch 2.14.1 tested it: tested here"
     publish(tree_channel(index, "cu130"), wheel, build_key=keys.keys[STABLE].digest)
     keys = _run_keys_step(cell, tmp_path)
-    served = keys.served[STABLE]
-    assert served.channel == "cu130" and served.wheel.name == wheel.name and keys.published == {}
-    assert not served.tested and keys.unpublished == {}
+    taken = keys.from_group[STABLE]
+    assert taken.channel == "cu130" and taken.wheel.name == wheel.name and keys.published == {}
+    assert not taken.tested and keys.unpublished == {}
     published = stored_file(tree_channel(index, "cu130"), wheel.name)
-    assert served.wheel.is_relative_to(tmp_path / "wheels" / cell.cell.id), "in the cell's tree: a container sees it"
-    assert served.wheel.stat().st_ino == published.stat().st_ino, "linked: the published bytes"
+    assert taken.wheel.is_relative_to(tmp_path / "wheels" / cell.cell.id), "in the cell's tree: a container sees it"
+    assert taken.wheel.stat().st_ino == published.stat().st_ino, "linked: the published bytes"
     report = _keys_done(cell, tmp_path)
     assert blocked(_step(cell, StepKind.PREPARE_ENV), cell, report) is None, "its torch's env checks it"
     assert _walk(cell, report) == [StepKind.POST_REPAIR_CHECKS, StepKind.PUBLISH], "its channel lists it: not tested"
-    assert report.done.get(Repaired, STABLE).wheel == served.wheel
+    assert report.done.get(Repaired, STABLE).wheel == taken.wheel
     record = report.done.get(WheelRecord, STABLE)
     assert (
         record.abi == "python limited>=3.10" and Path(record.path).parent == tmp_path / "wheels" / cell.cell.id / "dist"
     )
-    assert report.recipe_status(STABLE) is Status.SERVED
+    assert report.recipe_status(STABLE) is Status.FROM_GROUP
 
 
-def test_a_corner_cell_fetches_and_install_tests_what_it_is_served(project: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_a_corner_cell_fetches_and_install_tests_what_it_takes(project: Path, tmp_path: Path) -> None:  # noqa: F811
     _first, corner = _plans(project, "cuda130-torch2.12-py311", "cuda130-py313", names=(STABLE,))
     keys = _run_keys_step(corner, tmp_path)
     wheel = make_wheel(tmp_path / "dist", STABLE, "0.1.0+cu130", tag="cp310-abi3-linux_x86_64")
     publish(tree_channel(tmp_path / "wheels" / "index", "cu130"), wheel, build_key=keys.keys[STABLE].digest)
     keys = _run_keys_step(corner, tmp_path)
-    assert keys.served[STABLE].channel == "cu130", "its own channel: another Python of its torch published it"
-    assert keys.served[STABLE].delivered is None, "its install test delivers it"
+    assert keys.from_group[STABLE].channel == "cu130", "its own channel: another Python of its torch published it"
+    assert keys.from_group[STABLE].delivered is None, "its install test delivers it"
     report = CellReport(plan=corner, path=tmp_path / "report.json")
     report.steps += [StepRecord(step=corner.steps[1], status=Status.OK, made=(keys,))]
     for kind in (StepKind.FETCH, StepKind.INSTALL_TEST, StepKind.PUBLISH):
@@ -257,7 +261,7 @@ def test_a_cell_of_a_newer_torch_builds_what_no_channel_has_only_to_test_it(proj
     publishes it."""
     (newer,) = _plans(project, "cuda130-py311", names=(STABLE,))
     keys = _run_keys_step(newer, tmp_path)
-    assert keys.served == {} == keys.published and set(keys.unpublished) == {STABLE}
+    assert keys.from_group == {} == keys.published and set(keys.unpublished) == {STABLE}
     assert keys.facts()["unpublished"] == keys.unpublished, "report.json says so: a --no-publish run has no publish"
     report = _keys_done(newer, tmp_path)
     for kind in (StepKind.FETCH, StepKind.BUILD, StepKind.POST_REPAIR_CHECKS, StepKind.INSTALL_TEST):
@@ -265,7 +269,7 @@ def test_a_cell_of_a_newer_torch_builds_what_no_channel_has_only_to_test_it(proj
     stop = blocked(_step(newer, StepKind.PUBLISH, STABLE), newer, report)
     assert stop is not None and stop.status is Status.SKIPPED, stop
     assert stop.reason.startswith("built here against torch 2.14.1 to be checked and tested, not published"), stop
-    assert "made against torch 2.12.0, the oldest it serves, by a cell of that torch (cuda130-torch2.12-py310" in (
+    assert "made against torch 2.12.0, the oldest of its group, by a cell of that torch (cuda130-torch2.12-py310" in (
         stop.reason
     )
     assert report.exit_code == 0, "not published is no failure"
@@ -317,10 +321,10 @@ def _abi(*symbols: str) -> WheelAbi:
         ),
     ],
 )
-def test_a_served_wheel_must_fit_the_cell_it_is_published_to(
+def test_a_group_builds_wheel_must_fit_the_cell_it_is_published_to(
     tag: str, requires: list[str], symbols: tuple[str, ...], python: str, torch: str, said: str | None
 ) -> None:
-    verdict = judge_serving(frozenset(parse_tag(tag)), requires, _abi(*symbols), python=python, torch=torch)
+    verdict = judge_abi_group(frozenset(parse_tag(tag)), requires, _abi(*symbols), python=python, torch=torch)
     if said is None:
         assert verdict.verdict is Verdict.PASS, verdict
         assert "torch >=" in verdict.detail or "requires torch>=" in verdict.detail, "a pass names its floor"
@@ -330,14 +334,14 @@ def test_a_served_wheel_must_fit_the_cell_it_is_published_to(
 
 
 def test_a_wheel_whose_shims_need_a_newer_torch_says_the_floor_and_the_fix() -> None:
-    """A library that calls a shim torch 2.13 added, served to a cell of torch 2.12: refused
+    """A library that calls a shim torch 2.13 added, taken by a cell of torch 2.12: refused
     there, naming the floor and what to do; in a cell of torch 2.14 it fits."""
     tags = frozenset(parse_tag("cp310-abi3-manylinux_2_28_x86_64"))
-    refused = judge_serving(tags, ["torch>=2.10"], _abi(*SHIMS_OF_2_13), python="3.12", torch="2.12.0")
+    refused = judge_abi_group(tags, ["torch>=2.10"], _abi(*SHIMS_OF_2_13), python="3.12", torch="2.12.0")
     assert refused.verdict is Verdict.FAIL
     assert "torch 2.13.0" in refused.detail and "2.12.0" in refused.detail
-    assert refused.fix is not None and "the oldest torch it serves, no newer than 2.12.0" in refused.fix
-    fits = judge_serving(tags, ["torch>=2.13"], _abi(*SHIMS_OF_2_13), python="3.12", torch="2.14.1")
+    assert refused.fix is not None and "the oldest torch it runs on, no newer than 2.12.0" in refused.fix
+    fits = judge_abi_group(tags, ["torch>=2.13"], _abi(*SHIMS_OF_2_13), python="3.12", torch="2.14.1")
     assert fits.verdict is Verdict.PASS
     assert fits.detail == (
         "Python >= 3.10, stable shims of torch >= 2.13.0, requires torch>=2.13: fits Python 3.12, torch 2.14.1"
@@ -349,20 +353,20 @@ def test_in_its_own_channel_a_stable_build_is_published_for_the_cell_whose_conda
     tmp_path: Path,
 ) -> None:
     """The channel lists the one build for every Python of it once one cell put it there; a
-    cell of another Python is served it (its checks, corner test and conda package), the cell
+    cell of another Python takes it (its checks, corner test and conda package), the cell
     that published it (its conda package there) finds it published."""
     (cell,) = _plans(project, "cuda130-py313", names=(STABLE,))
     keys = _run_keys_step(cell, tmp_path)
     wheel = make_wheel(tmp_path / "dist", STABLE, "0.1.0+cu130", tag="cp310-abi3-linux_x86_64")
     publish(tree_channel(tmp_path / "wheels" / "index", "cu130"), wheel, build_key=keys.keys[STABLE].digest)
     keys = _run_keys_step(cell, tmp_path)
-    assert keys.published == {} and keys.served[STABLE].channel == "cu130", "another Python's cell published it"
+    assert keys.published == {} and keys.from_group[STABLE].channel == "cu130", "another Python's cell published it"
     meta = conda_meta(read_wheel(wheel), CondaTarget.of(cell.cell.variant, cell.cell.python))
     package = conda_channel_root(tmp_path / "wheels" / "index", "cu130") / meta.subdir / meta.filename
     package.parent.mkdir(parents=True)
     package.write_bytes(b"")
     keys = _run_keys_step(cell, tmp_path)
-    assert set(keys.published) == {STABLE} and keys.served == {}, "this cell published it: nothing to do"
+    assert set(keys.published) == {STABLE} and keys.from_group == {}, "this cell published it: nothing to do"
 
 
 @pytest.mark.parametrize(
@@ -380,7 +384,7 @@ def test_a_wheels_requires_dist_admits_no_torch_older_than_its_libraries_need(
     """Where its libraries say the oldest torch they load on, its metadata must too: an
     installer reads the metadata, never the libraries."""
     tags = frozenset(parse_tag("cp310-abi3-manylinux_2_28_x86_64"))
-    judged = judge_serving(tags, requires, _abi(*SHIMS_OF_2_13), python="3.12", torch="2.14.1")
+    judged = judge_abi_group(tags, requires, _abi(*SHIMS_OF_2_13), python="3.12", torch="2.14.1")
     assert judged.verdict is verdict, judged
     if verdict is Verdict.FAIL:
         assert "its libraries need torch 2.13.0 or newer" in judged.detail
