@@ -7,6 +7,7 @@ killed mirror leaves in the download area is noted by verify and removed by swee
 
 from __future__ import annotations
 
+import base64
 import http.server
 import json
 import os
@@ -25,12 +26,13 @@ from tests.conftest import CliRunner
 from tests.reports import write_report as report_of
 from tests.sandbox import PYTHON, TORCH, Sandbox
 from tests.wheels import make_wheel
-from wheelmill.errors import EnvError
+from wheelmill.errors import EnvError, SignatureError, SubjectMismatch
 from wheelmill.index.channels import PublishOutcome
 from wheelmill.index.closure import Closure, ClosureInputs, Mirrored, mirror, read, resolve
 from wheelmill.index.downloads import Downloads
 from wheelmill.index.objects import ObjectChannel
-from wheelmill.index.roots import Index, problems, publish, usage
+from wheelmill.index.objects import publish as publish_object
+from wheelmill.index.roots import Index, problems, provenance_of, publish, usage
 from wheelmill.index.storage import TreeStorage
 from wheelmill.machine import envs
 from wheelmill.machine.net import sha256_of
@@ -38,8 +40,13 @@ from wheelmill.machine.package_sources import PackageSources
 from wheelmill.machine.process import HostRunner, StepLog
 from wheelmill.machine.tools import uv_bin
 from wheelmill.output.layout import CLOSURE_LOCK_NAME, CellLayout
+from wheelmill.provenance.mirroring import MirrorSigner, mirror_signer
+from wheelmill.provenance.signing import new_signing_key, trusted_keys_of
+from wheelmill.provenance.verification import Verdict
+from wheelmill.releases.attested import local_source, verify_channel
 from wheelmill.releases.promotion import promote_mirrored
 from wheelmill.retry import RetryPolicy
+from wheelmill.settings import Settings
 
 FAST = RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.01)
 
@@ -114,7 +121,9 @@ def index_root(channel: ObjectChannel) -> Path:
     return Path(channel.storage.location)
 
 
-def mirrored(closure: Closure, channel: ObjectChannel, tmp_path: Path) -> Mirrored:
+def mirrored(
+    closure: Closure, channel: ObjectChannel, tmp_path: Path, *, signer: MirrorSigner | None = None
+) -> Mirrored:
     # A tree index keeps the downloads in the tree itself: what it publishes is another name of them.
     with StepLog(tmp_path / "mirror.log") as log:
         return mirror(
@@ -125,6 +134,7 @@ def mirrored(closure: Closure, channel: ObjectChannel, tmp_path: Path) -> Mirror
             policy=FAST,
             log=log,
             on_line=lambda _line: None,
+            signer=signer,
         )
 
 
@@ -410,6 +420,59 @@ def test_verify_checks_mirrored_files_like_built_ones(sandbox: Sandbox, upstream
     target.unlink()  # a file of its own: the download and upstream's file are other names of the bytes
     target.write_bytes(damaged)
     assert problems(channel) == [f"{channel.name}/leaf-2.0-py3-none-any.whl: sha256 differs from the page"]
+
+
+def test_a_signed_mirroring_holds_each_mirrored_file_to_its_locked_sha256_not_to_its_page(
+    sandbox: Sandbox, upstream: Upstream, tmp_path: Path
+) -> None:
+    """Mirrored with a signing key, each file carries a signed statement of the sha256 its
+    closure lock pinned: `verify --mirrored` passes them; a forger who lists other bytes under
+    the name with a page that agrees (and the real statement beside them) is caught; a file
+    mirrored without a key is named as vouched for by its page alone."""
+    key = new_signing_key("ed25519")
+    settings = Settings(signing_key=key.private_pem().decode())
+    channel = tree_channel(sandbox.output / "index", "cpu")
+    publish(channel, built_app(sandbox))
+    closure = resolved(sandbox, channel, built_app(sandbox), upstream.url, tmp_path)
+    mirrored(closure, channel, tmp_path, signer=mirror_signer(settings, channel=channel.name))
+    trusted = trusted_keys_of(settings)
+
+    def verdicts(of: ObjectChannel) -> dict[str, Verdict]:
+        found = verify_channel(local_source(of), trusted=trusted, mirrored=True, on_verdict=lambda _v: None)
+        return {v.filename: v for v in found}
+
+    genuine = verdicts(channel)
+    mirrored_files = {f"{w.filename}" for w in closure.to_mirror}
+    assert mirrored_files <= set(genuine) and all(genuine[name].ok for name in mirrored_files), genuine
+    assert {genuine[name].checked for name in mirrored_files} == {"sha256 against its signed mirroring, signature"}
+    leaf = "leaf-2.0-py3-none-any.whl"
+    (project,) = [p for p in channel.projects() if p.name == "leaf"]
+    statement = provenance_of(channel, project.files[0])
+    assert statement is not None and b"urn:wheelmill:mirror:v1" in base64.b64decode(json.loads(statement)["payload"])
+    # Other bytes under the name, a page that lists them, the genuine statement beside them.
+    forged = tree_channel(tmp_path / "forged-index", "cpu")
+    other = make_wheel(tmp_path / "forger", "leaf", "2.0", files={"leaf/evil.py": b"x = 1\n"}, tag="py3-none-any")
+    assert other.name == leaf
+    publish_object(forged, other, mirrored_from=upstream.file(leaf).as_uri(), provenance=statement)
+    assert problems(forged) == [], "the page agrees with the bytes: index verify finds nothing"
+    caught = verdicts(forged)[leaf]
+    assert not caught.ok and caught.failures[0].code == SubjectMismatch.exit_code
+    assert f"its provenance is for {leaf} (sha256 {sha256_of(upstream.file(leaf))[:16]}...)" in caught.failures[0].line
+    # Mirrored with no key: its page alone vouches for it, and verify says so.
+    unsigned = tree_channel(tmp_path / "unsigned-index", "cpu")
+    publish(unsigned, built_app(sandbox))
+    mirrored(resolved(sandbox, unsigned, built_app(sandbox), upstream.url, tmp_path / "u"), unsigned, tmp_path / "u")
+    bare = verdicts(unsigned)[leaf]
+    assert not bare.ok and bare.failures[0].code == SignatureError.exit_code
+    assert "mirrored with no signed statement of its upstream sha256" in bare.failures[0].line
+    # Mirrored again with the key, the listed file learns its statement.
+    mirrored(
+        resolved(sandbox, unsigned, built_app(sandbox), upstream.url, tmp_path / "u"),
+        unsigned,
+        tmp_path / "u",
+        signer=mirror_signer(settings, channel=unsigned.name),
+    )
+    assert verdicts(unsigned)[leaf].ok
 
 
 def test_a_killed_mirrors_download_is_noted_by_verify_and_removed_by_sweep(

@@ -137,6 +137,7 @@ def mirror_cells(cells: Sequence[str], settings: Settings, console: Console) -> 
     its report under the output root (a cell built earlier, with --no-mirror, or for a
     release), then say what the index stores."""
     from wheelmill.index.closure import inputs_of_report, mirror, resolve  # noqa: PLC0415 - loads only to mirror
+    from wheelmill.provenance.mirroring import mirror_signer  # noqa: PLC0415 - loads only to mirror
 
     matrix, _recipes = load_inputs(settings)
     backend = envs.backend(settings.env_backend, HostRunner())
@@ -161,6 +162,7 @@ def mirror_cells(cells: Sequence[str], settings: Settings, console: Console) -> 
                 policy=settings.retry,
                 log=log,
                 on_line=lambda line: console.print(line, highlight=False),
+                signer=mirror_signer(settings, channel=inputs.channel.name),
             )
         console.print(f"{cell.id}: mirror: {done.describe()}", highlight=False)
     console.print(usage(index).describe(), highlight=False)

@@ -44,7 +44,9 @@ def register(commands: Commands) -> None:
         help="a public key file (or a folder of them) to trust instead of WHEELMILL_TRUSTED_KEYS; repeatable",
     )
     verify.add_argument(
-        "--mirrored", action="store_true", help="hash the mirrored files against their pages too (downloads them)"
+        "--mirrored",
+        action="store_true",
+        help="check the mirrored files too, against the statements their mirroring signed (downloads them)",
     )
     verify.set_defaults(func=cmd_verify)
 

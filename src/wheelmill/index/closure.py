@@ -48,6 +48,7 @@ from wheelmill.machine.package_sources import PackageSources
 from wheelmill.machine.process import StepLog
 from wheelmill.output.layout import CellLayout
 from wheelmill.output.report import ReportError, found_beside, load_report
+from wheelmill.provenance.mirroring import MirrorSigner
 from wheelmill.retry import RetryPolicy, TransientError, with_retries
 
 _BUILT_LINE = "# built here, not mirrored: "
@@ -342,11 +343,13 @@ def mirror(
     policy: RetryPolicy,
     log: StepLog,
     on_line: Callable[[str], None],
+    signer: MirrorSigner | None = None,
 ) -> Mirrored:
     """Download what the closure needs from upstream into the download area under
     ``downloads`` (kept there: the next cell needs the same torch), every file verified,
-    then publish it all into ``channel`` as mirrored. Projects built in the channel are left
-    out (the channel says so again at publish time)."""
+    then publish it all into ``channel`` as mirrored, each with the statement ``signer``
+    signs of its upstream sha256 where one is given (a file listed unsigned learns it).
+    Projects built in the channel are left out (the channel says so again at publish time)."""
     area = Downloads(downloads)
     wanted = [w for w in closure.to_mirror if not _built_in(channel, w.project)]
     missing = {w.sha256 for w in wanted if not area.holds(w.sha256)}
@@ -363,7 +366,7 @@ def mirror(
         _fetch(wheel, area, sources=sources, policy=policy, log=log, digests=digests)
         fetched += area.path_of(wheel.sha256).stat().st_size
         missing.discard(wheel.sha256)  # the same bytes under two names: stored once
-    published = tuple(_publish(channel, area, wheel) for wheel in wanted)
+    published = tuple(_publish(channel, area, wheel, signer) for wheel in wanted)
     for done in published:
         log.note(f"{done.outcome}: {channel.name}/{done.filename}")
     return Mirrored(channel=channel.name, published=published, fetched_bytes=fetched)
@@ -470,7 +473,9 @@ def _link_local(
     )
 
 
-def _publish(channel: ObjectChannel, downloads: Downloads, wheel: LockedWheel) -> Published:
+def _publish(
+    channel: ObjectChannel, downloads: Downloads, wheel: LockedWheel, signer: MirrorSigner | None
+) -> Published:
     """Publish a stored wheel under its own name: another name of the download, briefly,
     handed to the index (a tree keeps it as one more name of the same bytes)."""
     staged = downloads.incoming / f"{os.getpid()}" / wheel.filename
@@ -480,14 +485,16 @@ def _publish(channel: ObjectChannel, downloads: Downloads, wheel: LockedWheel) -
         os.link(downloads.path_of(wheel.sha256), staged)
     except OSError:  # a file system without hard links
         shutil.copyfile(downloads.path_of(wheel.sha256), staged)
+    upstream = _without_credentials(wheel.url)
     try:
         upload_time = wheel.upload_time or now_rfc3339()
         return publish(
             channel,
             staged,
             upload_time=upload_time,
-            mirrored_from=_without_credentials(wheel.url),
+            mirrored_from=upstream,
             sha256=wheel.sha256,
+            provenance=signer(wheel.filename, wheel.sha256, upstream) if signer else None,
             handed_over=True,
         )
     finally:

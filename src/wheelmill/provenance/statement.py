@@ -3,13 +3,15 @@
 (``wheelmill.provenance.record``) and its build key's inputs, so that a verifier can recompute
 the key and hold the wheel's SBOM to the same record.
 
-Two kinds of statement, by ``buildType``: a build's, which says what went in (the cell and
+Three kinds of statement, by ``buildType``: a build's, which says what went in (the cell and
 recipe as external parameters; the key's inputs and the record as internal ones; torch, the
 toolkit's wheels, the source, the lock, the builder image and the repository's commit as
-resolved dependencies, each by digest; whether the tree was dirty), and a promotion's, whose
-one resolved dependency is the file it was promoted from (by sha256), so a chain of
-statements leads from the file served back to the build that made its bytes or their
-predecessor's.
+resolved dependencies, each by digest; whether the tree was dirty); a mirroring's, whose one
+resolved dependency is the upstream file by the sha256 the cell's closure lock pinned and the
+download was checked against (so a mirrored file is held to that pin, not to its page); and
+a promotion's, whose one resolved dependency is the file it was promoted from (by sha256), so
+a chain of statements leads from the file served back to the build or the mirroring that
+made its bytes or their predecessor's.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
 # released file from one track to another. Documented in docs/provenance.md.
 BUILD_TYPE = "urn:wheelmill:build:v1"
 PROMOTION_TYPE = "urn:wheelmill:promotion:v1"
+MIRROR_TYPE = "urn:wheelmill:mirror:v1"
+ORIGINS = (BUILD_TYPE, MIRROR_TYPE)  # what a chain of statements starts with: the file's bytes made or taken
 SUFFIX = ".intoto.jsonl"  # the envelopes of a file, one per line, beside it: <file>.intoto.jsonl
 
 
@@ -72,6 +76,10 @@ class Statement:
         return self.build_type == BUILD_TYPE
 
     @property
+    def is_mirror(self) -> bool:
+        return self.build_type == MIRROR_TYPE
+
+    @property
     def internal(self) -> Mapping[str, Any]:
         return dict(self.predicate["buildDefinition"].get("internalParameters", {}))
 
@@ -100,8 +108,11 @@ class Statement:
 
     def placed_in(self) -> tuple[str, ...] | None:
         """The channels this statement puts its file in: a promotion's target, or the channels
-        a build published to (a served recipe's one build goes to each of its group's); None
-        for a build's statement from before builds named them."""
+        a build published to (a group build goes to each of its group's); None
+        for a build's statement from before builds named them, and for a mirroring's (an
+        upstream file is the same file in every channel)."""
+        if self.is_mirror:
+            return None
         if self.build_type == PROMOTION_TYPE:
             return (str(self.external.get("to")),)
         channels = self.external.get("channels")
@@ -193,6 +204,17 @@ def promotion_statement(
     return _statement(filename, sha256, definition, run)
 
 
+def mirror_statement(*, filename: str, sha256: str, upstream: str, channel: str, run: Run) -> dict[str, Any]:
+    """The statement of a file mirrored into ``channel``: it is ``upstream``'s file, whose
+    sha256 the closure lock pinned and the download was checked against."""
+    definition = {
+        "buildType": MIRROR_TYPE,
+        "externalParameters": {"from": upstream, "to": channel},
+        "resolvedDependencies": [{"uri": upstream, "name": filename, "digest": {"sha256": sha256}}],
+    }
+    return _statement(filename, sha256, definition, run)
+
+
 def _statement(filename: str, sha256: str, definition: Mapping[str, Any], run: Run) -> dict[str, Any]:
     return {
         "_type": STATEMENT_TYPE,
@@ -263,9 +285,12 @@ def read_statement(payload: bytes, *, source: str) -> Statement:
     return statement
 
 
-def chain_problems(statements: Sequence[Statement], filename: str, sha256: str) -> list[str]:
+def chain_problems(
+    statements: Sequence[Statement], filename: str, sha256: str, *, origin: str = BUILD_TYPE
+) -> list[str]:
     """What is wrong with a file's statements as a chain: the last names the file; each
-    promotion names the one before it; the first is a build's."""
+    promotion names the one before it; the first is a build's (``origin``: a mirroring's
+    for a mirrored file)."""
     if not statements:
         return [f"{filename}: no statement"]
     problems = []
@@ -275,10 +300,11 @@ def chain_problems(statements: Sequence[Statement], filename: str, sha256: str) 
             f"{filename}: its provenance is for {last.subject} (sha256 {last.sha256[:16]}...), "
             f"not this file (sha256 {sha256[:16]}...)"
         )
-    if not statements[0].is_build:
-        problems.append(f"{filename}: its first statement is a {statements[0].build_type}, not a build's")
+    if statements[0].build_type != origin:
+        said = "a mirroring's" if origin == MIRROR_TYPE else "a build's"
+        problems.append(f"{filename}: its first statement is a {statements[0].build_type}, not {said}")
     for before, after in itertools.pairwise(statements):
-        if after.is_build or (before.subject, before.sha256) not in _promoted_from(after):
+        if after.build_type in ORIGINS or (before.subject, before.sha256) not in _promoted_from(after):
             problems.append(
                 f"{filename}: the statement for {after.subject} does not follow from the one for {before.subject}"
             )

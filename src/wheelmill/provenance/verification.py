@@ -28,10 +28,11 @@ from wheelmill.errors import (
 from wheelmill.machine.net import sha256_of
 from wheelmill.provenance.sbom import SBOM_FILE, sbom_differences, validate_sbom
 from wheelmill.provenance.signing import TrustedKey, open_envelope, read_envelopes
-from wheelmill.provenance.statement import Statement, chain_problems, key_digest, read_statement
+from wheelmill.provenance.statement import MIRROR_TYPE, Statement, chain_problems, key_digest, read_statement
 from wheelmill.wheel.wheelfile import read_wheel
 
 _REPUBLISH = "publish the file again from its build; never edit a published file"
+_REMIRROR = "mirror the file again from upstream (`wheelmill mirror --cell CELL`); never edit a published file"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,6 +112,41 @@ def verify_file(wheel: Path, claims: Claims, *, trusted: Sequence[TrustedKey]) -
         signed_by=tuple(signed_by),
         statements=len(statements),
         checked="sha256, signature, subject, SBOM, build key",
+    )
+
+
+def verify_mirrored(wheel: Path, claims: Claims, *, trusted: Sequence[TrustedKey]) -> Verdict:
+    """A mirrored file held to the statement its mirroring signed: its bytes to the upstream
+    pin that statement names (a page and its file rewritten together still fail), the
+    statement to the team's keys; the page's sha256 too."""
+    sha256 = sha256_of(wheel)
+    failures: list[WheelmillError] = []
+    if claims.sha256 is not None and claims.sha256 != sha256:
+        failures.append(
+            IntegrityError(
+                f"{claims.filename}: sha256 {sha256[:16]}... but its page lists {claims.sha256[:16]}...",
+                fix=_REMIRROR,
+            )
+        )
+    if claims.provenance is None:
+        failures.append(
+            SignatureError(
+                f"{claims.filename}: mirrored with no signed statement of its upstream sha256, so only its page "
+                "vouches for it",
+                fix="mirror it again with WHEELMILL_SIGNING_KEY set (`wheelmill mirror --cell CELL`)",
+            )
+        )
+        return Verdict(filename=claims.filename, failures=_failures(failures), checked="sha256 (mirrored)")
+    statements, signed_by = _opened(claims, trusted, failures)
+    if statements:
+        problems = chain_problems(statements, claims.filename, sha256, origin=MIRROR_TYPE)
+        failures += [SubjectMismatch(p, fix=_REMIRROR) for p in problems]
+    return Verdict(
+        filename=claims.filename,
+        failures=_failures(failures),
+        signed_by=tuple(signed_by),
+        statements=len(statements),
+        checked="sha256 against its signed mirroring, signature",
     )
 
 

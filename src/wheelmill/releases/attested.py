@@ -1,8 +1,8 @@
 """The files of a channel held to their provenance (``wheelmill.provenance.verification``):
 a channel of this machine's index (a tree or a bucket) or of an index served over HTTP,
 read through its pages as an installer reads them. Each file built here is fetched, hashed
-and verified; a mirrored file was built upstream and carries no provenance of ours, so it is
-hashed against its page only where asked (installers check that much themselves).
+and verified; a mirrored file, built upstream, is checked where asked against the statement
+its mirroring signed (the sha256 the closure lock pinned), not against its page alone.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from wheelmill.errors import FetchError, IntegrityError
 from wheelmill.index.http_channel import HttpChannel
 from wheelmill.index.pages import FileEntry, Project
 from wheelmill.index.roots import AnyChannel, file_of, provenance_of
-from wheelmill.machine.net import fetch_bytes, fetch_unchecked, sha256_of, split_credentials
+from wheelmill.machine.net import fetch_bytes, fetch_unchecked, split_credentials
 from wheelmill.provenance.signing import TrustedKey
-from wheelmill.provenance.verification import Claims, Failure, Verdict, verify_file
+from wheelmill.provenance.verification import Claims, Failure, Verdict, verify_file, verify_mirrored
 from wheelmill.retry import TransientError
 
 Fetch = Callable[[Project, FileEntry, Path], AbstractContextManager[Path | None]]
@@ -85,8 +85,8 @@ def verify_channel(
     project: str | None = None,
     on_verdict: Callable[[Verdict], None],
 ) -> list[Verdict]:
-    """Every file of the channel (or of ``project``) built here verified; mirrored ones
-    hashed against their pages where ``mirrored``; a verdict for each, as it is reached."""
+    """Every file of the channel (or of ``project``) built here verified; mirrored ones too
+    where ``mirrored``, against their signed mirroring; a verdict for each, as it is reached."""
     verdicts = []
     with tempfile.TemporaryDirectory(prefix="wheelmill-verify-") as scratch:
         for found in source.projects():
@@ -107,8 +107,6 @@ def _verify_entry(
         with source.fetch(project, entry, scratch) as wheel:
             if wheel is None:
                 return _failed(entry, FetchError(f"{entry.filename}: listed but not stored", fix="publish it again"))
-            if not entry.built:
-                return _hashed(entry, sha256_of(wheel))
             claims = Claims(
                 filename=entry.filename,
                 sha256=entry.sha256,
@@ -117,18 +115,11 @@ def _verify_entry(
                 source=f"{source.name}: {entry.filename}'s provenance",
                 channel=source.channel,
             )
-            return verify_file(wheel, claims, trusted=trusted)
+            return (verify_file if entry.built else verify_mirrored)(wheel, claims, trusted=trusted)
     except FetchError as error:
         return _failed(entry, error)
     except TransientError as error:  # tried once: a verifier says what it could not read, and goes on
         return _failed(entry, FetchError(f"{entry.filename}: {error}", fix="check the index's address, then retry"))
-
-
-def _hashed(entry: FileEntry, sha256: str) -> Verdict:
-    if sha256 == entry.sha256:
-        return Verdict(filename=entry.filename, failures=(), checked="sha256 (mirrored)")
-    what = f"{entry.filename}: sha256 {sha256[:16]}... but its page lists {entry.sha256[:16]}..."
-    return _failed(entry, IntegrityError(what, fix="mirror the file again from upstream"))
 
 
 def _failed(entry: FileEntry, error: FetchError | IntegrityError) -> Verdict:

@@ -17,6 +17,7 @@ from wheelmill.machine.process import HostRunner
 from wheelmill.output.layout import CLOSURE_LOCK_NAME
 from wheelmill.output.report import WheelRecord
 from wheelmill.planning.spec import CellPlan
+from wheelmill.provenance.mirroring import mirror_signer
 
 
 def closure_inputs(ctx: StepContext) -> ClosureInputs:
@@ -60,6 +61,7 @@ def mirror_closure(ctx: StepContext) -> Outcome:
         policy=ctx.run.settings.retry,
         log=ctx.log,
         on_line=ctx.run.on_line,
+        signer=mirror_signer(ctx.run.settings, channel=channel.name, started=ctx.run.started),
     )
     kept = [p.filename for p in done.published if p.outcome is PublishOutcome.BUILT_HERE]
     checks = [CheckResult.passed("mirror", done.describe())]
@@ -82,6 +84,6 @@ def describe_closure(plan: CellPlan) -> str:
 def describe_mirror(plan: CellPlan) -> str:
     return (
         "download the closure (retried, sha256 as locked) into the store "
-        f"and publish it into channel {plan.channel} as mirrored; "
+        f"and publish it into channel {plan.channel} as mirrored (signed where a key is set); "
         "built projects are never mirrored"
     )
