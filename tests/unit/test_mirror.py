@@ -42,7 +42,7 @@ from wheelmill.machine.tools import uv_bin
 from wheelmill.output.layout import CLOSURE_LOCK_NAME, CellLayout
 from wheelmill.provenance.mirroring import MirrorSigner, mirror_signer
 from wheelmill.provenance.signing import new_signing_key, trusted_keys_of
-from wheelmill.provenance.verification import Verdict
+from wheelmill.provenance.verification import Claims, Verdict, verify_file
 from wheelmill.releases.attested import local_source, verify_channel
 from wheelmill.releases.promotion import promote_mirrored
 from wheelmill.retry import RetryPolicy
@@ -423,7 +423,7 @@ def test_verify_checks_mirrored_files_like_built_ones(sandbox: Sandbox, upstream
 
 
 def test_a_signed_mirroring_holds_each_mirrored_file_to_its_locked_sha256_not_to_its_page(
-    sandbox: Sandbox, upstream: Upstream, tmp_path: Path
+    cli: CliRunner, sandbox: Sandbox, upstream: Upstream, tmp_path: Path
 ) -> None:
     """Mirrored with a signing key, each file carries a signed statement of the sha256 its
     closure lock pinned: `verify --mirrored` passes them; a forger who lists other bytes under
@@ -458,6 +458,18 @@ def test_a_signed_mirroring_holds_each_mirrored_file_to_its_locked_sha256_not_to
     caught = verdicts(forged)[leaf]
     assert not caught.ok and caught.failures[0].code == SubjectMismatch.exit_code
     assert f"its provenance is for {leaf} (sha256 {sha256_of(upstream.file(leaf))[:16]}...)" in caught.failures[0].line
+    # One file at the door of `wheelmill verify FILE`: held to its mirroring, not taken for a build.
+    public = tmp_path / "team.pub"
+    public.write_bytes(key.public_pem())
+    beside = tmp_path / "statement.intoto.jsonl"
+    beside.write_bytes(statement)
+    genuine_file = cli("verify", str(upstream.file(leaf)), "--provenance", str(beside), "--key", str(public))
+    assert genuine_file.code == 0, genuine_file.err
+    forged_file = cli("verify", str(other), "--provenance", str(beside), "--key", str(public))
+    # A door that expects a build (fleet reuse, publish) does not take a mirroring for one.
+    as_built = verify_file(upstream.file(leaf), Claims(filename=leaf, provenance=statement), trusted=trusted)
+    assert not as_built.ok and "not a build's" in as_built.failures[0].line
+    assert forged_file.code == SubjectMismatch.exit_code and f"its provenance is for {leaf}" in forged_file.err
     # Mirrored with no key: its page alone vouches for it, and verify says so.
     unsigned = tree_channel(tmp_path / "unsigned-index", "cpu")
     publish(unsigned, built_app(sandbox))

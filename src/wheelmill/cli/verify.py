@@ -19,7 +19,7 @@ from wheelmill.index.roots import Index
 from wheelmill.inputs.versions import Track
 from wheelmill.provenance.signing import TrustedKey, trusted_keys, trusted_keys_of
 from wheelmill.provenance.statement import beside
-from wheelmill.provenance.verification import Claims, Verdict, verify_file
+from wheelmill.provenance.verification import Claims, Verdict, verify_either
 from wheelmill.releases.attested import Source, local_source, served_source, verify_channel
 from wheelmill.settings import Settings
 
@@ -93,7 +93,7 @@ def _one_wheel(wheel: Path, provenance: Path | None, trusted: tuple[TrustedKey, 
         provenance=kept.read_bytes() if kept.is_file() else None,
         source=str(kept),
     )
-    return verify_file(wheel, claims, trusted=trusted)
+    return verify_either(wheel, claims, trusted=trusted)
 
 
 def _source(args: argparse.Namespace, settings: Settings) -> tuple[Source, str | None]:

@@ -150,6 +150,15 @@ def verify_mirrored(wheel: Path, claims: Claims, *, trusted: Sequence[TrustedKey
     )
 
 
+def verify_either(wheel: Path, claims: Claims, *, trusted: Sequence[TrustedKey]) -> Verdict:
+    """A file of no known origin (``wheelmill verify x.whl``): held as mirrored where its
+    trusted provenance opens with a mirroring's statement, else as built. Only this door
+    chooses: a door that expects a build (fleet reuse, publish) keeps ``verify_file``."""
+    statements, _signed_by = _opened(claims, trusted, [])
+    mirrored = bool(statements) and statements[0].is_mirror
+    return (verify_mirrored if mirrored else verify_file)(wheel, claims, trusted=trusted)
+
+
 def refuse_unverified(
     wheel: Path,
     provenance: bytes | None,
