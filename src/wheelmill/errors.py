@@ -165,6 +165,19 @@ class BusyError(WheelmillError):
     exit_code = 13
 
 
+# What to do about other bytes under a published name: a build of new inputs is named apart
+# by its stamp step (wheelmill.wheel.buildtags), so building it again gets it a name.
+NAME_TAKEN_FIX = (
+    "published files are immutable: build it again (a build names other bytes of one version apart with a build tag) "
+    "or bump the version"
+)
+# The same for a conda package: a wheel's build tag is its package's build number.
+PACKAGE_TAKEN_FIX = (
+    "published packages are immutable: build the wheel again (a rebuild of one version is named apart, and its "
+    "package's build number with it) or bump the version"
+)
+
+
 class IndexConflict(WheelmillError):
     """A file name already published with different bytes: published files are immutable."""
 

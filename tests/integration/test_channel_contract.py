@@ -90,7 +90,7 @@ def other_bytes_under_a_published_name_are_refused_with_exit_14(channel: ObjectC
     publish(channel, one)
     with pytest.raises(IndexConflict) as refused:
         publish(channel, changed)
-    assert refused.value.exit_code == 14 and "bump the version" in str(refused.value.fix)
+    assert refused.value.exit_code == 14 and "build it again" in str(refused.value.fix)
     assert listed(channel) == [one.name]
 
 

@@ -224,6 +224,9 @@ class BuildKeys:
     # Recipes built once for their group that this cell builds although not of the group's oldest torch (no channel has
     # the one build, or --rebuild): checked and tested here, never published; why, by recipe.
     unpublished: Mapping[str, str] = field(default_factory=dict)
+    # Every file name the channel lists, with its build keys: a build's new name takes none
+    # of them with other bytes (wheelmill.wheel.buildtags).
+    taken: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     @property
     def nothing_to_build(self) -> bool:

@@ -114,10 +114,13 @@ def is_pure(info: WheelInfo) -> bool:
 _PYTHON_MARKER = re.compile(r"\bpython_(full_)?version\b|\bimplementation_version\b")
 
 
-def conda_meta(info: WheelInfo, target: CondaTarget, *, build_number: int = 0) -> CondaMeta:
+def conda_meta(info: WheelInfo, target: CondaTarget, *, build_number: int | None = None) -> CondaMeta:
     """The package a wheel becomes for ``target``: pure wheels as noarch python packages,
-    the rest per variant and Python, with a local label moved into the build string."""
+    the rest per variant and Python, with a local label moved into the build string. Its
+    build number is the wheel's build tag's (a rebuild of one version named apart gets a
+    package of its own, which solvers prefer the same way), unless one is given."""
     version = info.version.public
+    build_number = info.build_number if build_number is None else build_number
     depends = [spec for req in info.requirements() if (spec := conda_spec(req, target)) is not None]
     summary, license_ = (
         str(info.headers.get("Summary", "")),
@@ -289,7 +292,13 @@ def _check_inside(where: PurePosixPath, wheel: Path) -> None:
 
 
 def package_wheel(
-    wheel: Path, target: CondaTarget, out_dir: Path, work: Path, *, build_number: int = 0, compression: int = 3
+    wheel: Path,
+    target: CondaTarget,
+    out_dir: Path,
+    work: Path,
+    *,
+    build_number: int | None = None,
+    compression: int = 3,
 ) -> tuple[Path, CondaMeta]:
     """Write ``wheel`` as a ``.conda`` package into ``out_dir/<subdir>/``, staged under ``work``."""
     from rattler_build import assemble_package  # noqa: PLC0415 - a 30 MB native module: loaded when used

@@ -12,7 +12,7 @@ Every channel is written by the one channel code, ``wheelmill.index.objects``.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -213,12 +213,23 @@ class Listing(Protocol):
 def built_by_key(channel: Listing) -> dict[str, tuple[str, FileEntry]]:
     """Every build key of the channel's built wheels, with the project and the listing of
     its wheel: a build whose key is here made those bytes already."""
+    return by_key(listed_files(channel))
+
+
+def listed_files(channel: Listing) -> list[tuple[str, FileEntry]]:
+    """Every file the channel lists (yanked and mirrored ones too), with its project: one
+    read of each page."""
     if not channel.exists():
-        return {}
+        return []
+    return [(project.name, entry) for project in channel.projects() for entry in project.files]
+
+
+def by_key(files: Iterable[tuple[str, FileEntry]]) -> dict[str, tuple[str, FileEntry]]:
+    """Of listed files, those that answer for their build keys (``keyed_files``), by key."""
     found: dict[str, tuple[str, FileEntry]] = {}
-    for project in channel.projects():
-        for entry in keyed_files(project):
-            found |= dict.fromkeys(entry.build_keys, (project.name, entry))
+    for project, entry in files:
+        if entry.built and entry.yanked is None:
+            found |= dict.fromkeys(entry.build_keys, (project, entry))
     return found
 
 

@@ -24,7 +24,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wheelmill.errors import ChannelError, IndexConflict, IndexWriteError, UsageError
+from wheelmill.errors import PACKAGE_TAKEN_FIX, ChannelError, IndexConflict, IndexWriteError, UsageError
 from wheelmill.files import Linked, file_lock, write_all
 from wheelmill.index.channels import CONDA_DIR
 from wheelmill.index.roots import is_bucket_location
@@ -121,7 +121,7 @@ class CondaChannel:
                 return Added(path=target, outcome=AddOutcome.UNCHANGED)
             raise IndexConflict(
                 f"{target}: already published with other bytes",
-                fix="published packages are immutable: raise the build number (or the version) to publish a new build",
+                fix=PACKAGE_TAKEN_FIX,
             )
         write_all({target: Linked(package)})  # the temporary's name ends in .part: no indexer lists it
         return Added(path=target, outcome=AddOutcome.ADDED)
@@ -260,7 +260,7 @@ class BucketCondaChannel:
                 return Added(path=package, outcome=AddOutcome.UNCHANGED)
         raise IndexConflict(
             f"{self.url}/{key}: already published with other bytes",
-            fix="published packages are immutable: raise the build number (or the version) to publish a new build",
+            fix=PACKAGE_TAKEN_FIX,
         )
 
     def _index(self) -> None:

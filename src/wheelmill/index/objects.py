@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from wheelmill.errors import ChannelError, IndexConflict, IndexWriteError
+from wheelmill.errors import NAME_TAKEN_FIX, ChannelError, IndexConflict, IndexWriteError
 from wheelmill.files import Linked
 from wheelmill.index import pages
 from wheelmill.index.channels import (
@@ -431,7 +431,7 @@ def _same_bytes(channel: ObjectChannel, project: str, filename: str, kind: str, 
         raise IndexConflict(
             f"{channel.name}: {filename} is already published with other bytes "
             f"(sha256 {listed[:16]}..., this one {sha256[:16]}...)",
-            fix="published files are immutable: bump the version (or the build tag) instead",
+            fix=NAME_TAKEN_FIX,
         )
 
 

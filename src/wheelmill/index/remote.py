@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from wheelmill.errors import CommandFailed, IndexConflict, PublishError
+from wheelmill.errors import NAME_TAKEN_FIX, CommandFailed, IndexConflict, PublishError
 from wheelmill.machine.net import is_transient, project_files, sha256_of, split_credentials, upload_refusal
 from wheelmill.machine.process import Runner, StepLog, base_environment
 from wheelmill.machine.tools import uv_bin
@@ -109,7 +109,7 @@ def upload(
             raise IndexConflict(
                 f"{remote.check_url}: {wheel.name} is already there with other bytes "
                 f"(sha256 {existing[:16]}..., this one {local[:16]}...)",
-                fix="published files are immutable: bump the version or the build tag",
+                fix=NAME_TAKEN_FIX,
             )
         _uv_publish(remote, wheel, runner=runner, log=log)
         if remote_sha256(remote, wheel) != local:

@@ -54,6 +54,7 @@ class WheelInfo:
     metadata: bytes  # METADATA as stored: what a PEP 658 sidecar serves
     files: tuple[str, ...]
     arch_record: bytes | None = None  # .dist-info/gpu-archs.json as stored (wheelmill.inputs.archs.ArchRecord), if any
+    build_number: int = 0  # its file name's build tag's number (wheelmill.wheel.buildtags); 0 where it has none
 
     @cached_property
     def headers(self) -> Message:
@@ -97,7 +98,7 @@ class WheelInfo:
 def read_wheel(path: Path) -> WheelInfo:
     """The one reader of wheels: every way a file can fail to be a wheel is ``InvalidWheel``."""
     try:
-        name, version, _build, tags = parse_wheel_filename(path.name)
+        name, version, build, tags = parse_wheel_filename(path.name)
     except InvalidWheelFilename as exc:
         raise InvalidWheel(
             f"{path}: not a wheel file name ({exc})", fix="give a .whl file named <name>-<version>-<tags>.whl"
@@ -121,6 +122,7 @@ def read_wheel(path: Path) -> WheelInfo:
         metadata=metadata,
         files=files,
         arch_record=arch_record,
+        build_number=build[0] if build else 0,
     )
     _check_metadata(info)
     return info
@@ -321,6 +323,7 @@ def rewrite_metadata(
     pins: Mapping[str, str],
     add: Sequence[str] = (),
     dist_files: Mapping[str, bytes] | None = None,
+    build_tag: str | None = None,
 ) -> Path:
     """A copy of ``wheel`` in ``dest_dir`` with a new version, exact pins, added requirements.
 
@@ -329,18 +332,38 @@ def rewrite_metadata(
     requirements are appended unless already declared. ``dist_files`` (a name in the
     .dist-info directory -> its bytes) are written there, replacing any of that name. The
     .dist-info directory and the file name follow the version, and RECORD is recomputed.
+    A ``build_tag`` goes into the file name and the WHEEL file's ``Build`` field
+    (``wheelmill.wheel.buildtags``).
     """
     info = read_wheel(wheel)
     new_version = version or str(info.version)
     name_part = wheel.name.split("-", 1)[0]
     new_dist_info = f"{name_part}-{new_version}.dist-info"
-    tag_part = wheel.name[len(name_part) + 1 + len(_filename_version(wheel.name)) + 1 :]
-    target = dest_dir / f"{name_part}-{new_version}-{tag_part}"
+    target = dest_dir / stamped_name(wheel.name, new_version, build_tag=build_tag)
     metadata = _rewrite_headers(info.metadata_text, version=new_version, pins=pins, add=add)
     _rewrite_zip(
-        wheel, target, old_dist=info.dist_info, new_dist=new_dist_info, metadata=metadata, dist_files=dist_files or {}
+        wheel,
+        target,
+        old_dist=info.dist_info,
+        new_dist=new_dist_info,
+        metadata=metadata,
+        dist_files=dist_files or {},
+        build_tag=build_tag,
     )
     return target
+
+
+def stamped_name(filename: str, version: str, *, build_tag: str | None = None) -> str:
+    """A wheel's file name with another version (and a build tag in place of any it had).
+
+    >>> stamped_name("t-1.0-cp311-cp311-linux_x86_64.whl", "1.0+cpu", build_tag="2")
+    't-1.0+cpu-2-cp311-cp311-linux_x86_64.whl'
+    >>> stamped_name("t-1.0-7-py3-none-any.whl", "1.0")
+    't-1.0-py3-none-any.whl'
+    """
+    parts = filename.split("-")
+    name_part, tag_part = parts[0], "-".join(parts[-3:])
+    return "-".join([name_part, version, *([build_tag] if build_tag else []), tag_part])
 
 
 def stamped_requires(
@@ -350,10 +373,6 @@ def stamped_requires(
     for what is written with it (its SBOM's run-time needs)."""
     text = _rewrite_headers(info.metadata_text, version=version, pins=pins, add=add)
     return tuple(str(v) for v in HeaderParser().parsestr(text).get_all("Requires-Dist") or ())
-
-
-def _filename_version(filename: str) -> str:
-    return filename.split("-")[1]
 
 
 def _rewrite_headers(text: str, *, version: str, pins: Mapping[str, str], add: Sequence[str] = ()) -> str:
@@ -398,7 +417,14 @@ def _pin_requirement(text: str, pins: Mapping[str, str]) -> tuple[str, str] | No
 
 
 def _rewrite_zip(
-    source: Path, target: Path, *, old_dist: str, new_dist: str, metadata: str, dist_files: Mapping[str, bytes]
+    source: Path,
+    target: Path,
+    *,
+    old_dist: str,
+    new_dist: str,
+    metadata: str,
+    dist_files: Mapping[str, bytes],
+    build_tag: str | None = None,
 ) -> None:
     records: list[str] = []
     replaced = {f"{old_dist}/RECORD", *(f"{old_dist}/{name}" for name in dist_files)}
@@ -411,6 +437,8 @@ def _rewrite_zip(
             if item.filename in replaced:
                 continue
             data = metadata.encode() if item.filename == f"{old_dist}/METADATA" else zin.read(item)
+            if item.filename == f"{old_dist}/WHEEL" and (build_tag or b"\nBuild:" in data):  # else byte for byte
+                data = _with_build(data.decode("utf-8"), build_tag).encode()
             name = (
                 new_dist + item.filename[len(old_dist) :] if item.filename.startswith(old_dist + "/") else item.filename
             )
@@ -424,6 +452,19 @@ def _rewrite_zip(
         record_name = f"{new_dist}/RECORD"
         records.append(f"{record_name},,")
         zout.writestr(_copy_info(zipfile.ZipInfo(record_name), record_name), "\n".join(records) + "\n")
+
+
+def _with_build(wheel_text: str, build_tag: str | None) -> str:
+    """The WHEEL file with ``Build: <tag>`` (the file name's, which it must match), or none.
+
+    >>> print(_with_build("Wheel-Version: 1.0" + chr(10) + "Build: 7" + chr(10) + "Tag: py3-none-any", "2"))
+    Wheel-Version: 1.0
+    Tag: py3-none-any
+    Build: 2
+    <BLANKLINE>
+    """
+    lines = [line for line in wheel_text.splitlines() if not line.startswith("Build:")]
+    return "\n".join([*lines, *([f"Build: {build_tag}"] if build_tag else [])]) + "\n"
 
 
 def _copy_info(item: zipfile.ZipInfo, name: str) -> zipfile.ZipInfo:

@@ -31,7 +31,7 @@ from wheelmill.checks import CheckResult
 from wheelmill.conda.package import CondaTarget, conda_meta
 from wheelmill.errors import FetchError, InvalidWheel, WheelmillError
 from wheelmill.files import Linked, write_all
-from wheelmill.index.channels import built_by_key
+from wheelmill.index.channels import Listing, by_key, listed_files
 from wheelmill.index.http_channel import HttpChannel
 from wheelmill.index.objects import ObjectChannel
 from wheelmill.index.pages import FileEntry
@@ -111,6 +111,8 @@ class Listings:
         self.ctx = ctx
         self.read: dict[str, dict[str, Listed]] = {}
         self.problems: list[str] = []
+        # Every file name each channel read lists, with its build keys: what a new build's name must not take.
+        self.names: dict[str, dict[str, frozenset[str]]] = {}
 
     @cached_property
     def trusted(self) -> tuple[TrustedKey, ...]:
@@ -134,11 +136,23 @@ class Listings:
             self.read[name] = {**self._served(name), **self._local(name)}
         return self.read[name]
 
+    def taken(self, name: str) -> dict[str, frozenset[str]]:
+        """The file names channel ``name`` lists, here or in the served index, with their keys."""
+        self.of(name)
+        return self.names.get(name, {})
+
+    def _files(self, name: str, channel: Listing) -> dict[str, tuple[str, FileEntry]]:
+        files = listed_files(channel)
+        names = self.names.setdefault(name, {})
+        for _project, entry in files:
+            names[entry.filename] = names.get(entry.filename, frozenset()) | frozenset(entry.build_keys)
+        return by_key(files)
+
     def _local(self, name: str) -> dict[str, Listed]:
         channel = Index.of(self.ctx.run.settings).channel(name)
         return {
             key: Listed(channel=name, project=project, entry=entry, held=channel, file=channel.local_file(entry))
-            for key, (project, entry) in built_by_key(channel).items()
+            for key, (project, entry) in self._files(name, channel).items()
         }
 
     def _served(self, name: str) -> dict[str, Listed]:
@@ -147,7 +161,7 @@ class Listings:
             return {}
         served = HttpChannel(base=settings.served_index, name=name, retry=settings.retry)
         try:
-            found = built_by_key(served)
+            found = self._files(name, served)
             listed = {
                 key: Listed(
                     channel=name,
@@ -173,6 +187,7 @@ def build_keys_step(ctx: StepContext) -> Outcome:
         ctx.log.note(f"{key.recipe}: build key {key.digest} of {key.inputs}")
     listings = Listings(ctx)
     listed = {} if plan.rebuilds_all else listings.of(plan.channel)
+    taken = listings.taken(plan.channel)  # read with the keys: --rebuild too names its builds apart
     published = {
         spec.name: reused
         for spec in plan.recipes
@@ -204,7 +219,12 @@ def build_keys_step(ctx: StepContext) -> Outcome:
         for problem in listings.problems
     ]
     made = BuildKeys(
-        channel=plan.channel, keys=keys, published=published, from_group=from_group, unpublished=unpublished
+        channel=plan.channel,
+        keys=keys,
+        published=published,
+        from_group=from_group,
+        unpublished=unpublished,
+        taken=taken,
     )
     return Outcome(checks=checks, made=(made,))
 
