@@ -9,7 +9,10 @@ docs/design/storage.md ("One channel, two storages") and its scenario says it:
   its own;
 - a project whose last file is removed leaves the project list, and its pages go;
 - verify checks every page, entry, listed blob and sidecar on either storage, and hashes
-  every file's bytes on either with ``hashes``.
+  every file's bytes on either with ``hashes``;
+- files published in one ``Staging`` (a cell's release publish, a promotion) are listed
+  together at its commit point, or not at all: a refused one removes what it staged, and a
+  killed one is committed by its retry.
 """
 
 from __future__ import annotations
@@ -23,7 +26,17 @@ from tests.storages import Watched
 from tests.wheels import make_wheel
 from wheelmill.errors import IndexConflict
 from wheelmill.index.channels import PublishOutcome, built_by_key
-from wheelmill.index.objects import ObjectChannel, blob_key, provenance_of, publish, remove_files, render, set_yanked
+from wheelmill.index.objects import (
+    COMMITS,
+    ObjectChannel,
+    Staging,
+    blob_key,
+    provenance_of,
+    publish,
+    remove_files,
+    render,
+    set_yanked,
+)
 from wheelmill.index.objects import verify as verify_channel
 from wheelmill.index.pages import FileEntry
 from wheelmill.index.storage import Storage
@@ -158,6 +171,39 @@ def verify_finds_a_missing_blob_always_and_other_bytes_with_hashes(channel: Obje
     assert any(one.name in p for p in thorough) and any(two.name in p and "sha256" in p for p in thorough)
 
 
+def every_file(channel: ObjectChannel) -> list[str]:
+    """What the channel's pages list, every project's."""
+    return sorted(f.filename for project in channel.projects() for f in project.files) if channel.exists() else []
+
+
+def files_of_one_staging_are_listed_at_its_commit_or_not_at_all(channel: ObjectChannel, tmp_path: Path) -> None:
+    other = ObjectChannel(channel.storage, f"{channel.name}-sm90")
+    one, two, three = wheel(tmp_path), wheel(tmp_path, "other"), wheel(tmp_path, "third")
+    publish(channel, three)  # listed already: a staging that names it again leaves it as it is
+    with Staging("release/test/1.0/cpu-py311") as staging:
+        for target, path in ((channel, one), (other, two), (channel, three)):
+            publish(target, path, staging=staging)
+        assert (every_file(channel), every_file(other)) == ([three.name], []), "nothing new before the commit"
+        render(channel)
+        assert every_file(channel) == [three.name], "a render lists no staged file either"
+        assert any("staged by release/test/1.0/cpu-py311, not committed" in p for p in verify_channel(channel))
+    assert (every_file(channel), every_file(other)) == (sorted([one.name, three.name]), [two.name])
+    assert verify_channel(channel, hashes=True) == [] and verify_channel(other, hashes=True) == []
+    # Refused midway (other bytes under a listed name): what it staged is removed, the names free again.
+    four, clash = wheel(tmp_path, "fourth"), wheel(tmp_path, "other", body=b"x = 2\n")
+
+    def refused() -> None:
+        with Staging("release/test/1.1/cpu-py311") as staging:
+            publish(channel, four, staging=staging)
+            publish(other, clash, staging=staging)
+
+    with pytest.raises(IndexConflict):
+        refused()
+    assert every_file(channel) == sorted([one.name, three.name]) and channel.listing("fourth") == {}
+    assert verify_channel(channel, hashes=True) == []
+    assert publish(channel, wheel(tmp_path, "fourth", body=b"y = 4\n")).outcome is PublishOutcome.ADDED
+
+
 SCENARIOS: dict[str, Callable[[ObjectChannel, Path], None]] = {
     f.__name__: f
     for f in (
@@ -171,6 +217,7 @@ SCENARIOS: dict[str, Callable[[ObjectChannel, Path], None]] = {
         a_project_whose_last_file_is_removed_leaves_the_list,
         prune_keeps_the_newest_and_removes_the_rest,
         verify_finds_a_missing_blob_always_and_other_bytes_with_hashes,
+        files_of_one_staging_are_listed_at_its_commit_or_not_at_all,
     )
 }
 
@@ -265,3 +312,35 @@ def test_a_remover_killed_between_any_two_writes_is_healed_by_the_same_remove_ag
         assert [p for p in problems if not p.endswith(HEALED_BY_A_RENDER)] == [], (writes, problems)
         remove_files(channel, "demo", dropped)
         assert listed(channel) == [wheels[2].name] and verify_channel(channel, hashes=True) == [], writes
+
+
+def test_a_staging_killed_between_any_two_writes_lists_all_or_nothing_and_its_retry_commits(
+    storage: Storage, tmp_path: Path
+) -> None:
+    """Two files of two projects in one staging (a promotion's), killed after each of its
+    writes in turn: the pages list neither, or the commit point exists (and then a render
+    lists both); the same staging run again lists both, and the channel verifies."""
+
+    def staged(store: Storage, name: str, wheels: list[Path]) -> None:
+        with Staging(f"promote/release/{name}") as staging:
+            for path in wheels:
+                publish(ObjectChannel(store, name), path, staging=staging)
+
+    def pair(n: int) -> list[Path]:
+        body = f"x = {n}\n".encode()
+        return [wheel(tmp_path, body=body), wheel(tmp_path, "other", body=body)]
+
+    counter = Dying(storage, writes=10_000)
+    staged(counter, "test/count", pair(-1))
+    assert counter.made > 8
+    for writes in range(counter.made):
+        name, wheels = f"test/s{writes}", pair(writes)
+        with pytest.raises(Killed):
+            staged(Dying(storage, writes), name, wheels)
+        channel, both = ObjectChannel(storage, name), sorted(w.name for w in wheels)
+        committed = storage.get(f"{COMMITS}promote/release/{name}") is not None
+        assert every_file(channel) == [] or committed, (writes, every_file(channel))
+        render(channel)
+        assert every_file(channel) == (both if committed else []), (writes, committed, every_file(channel))
+        staged(storage, name, wheels)  # the job's retry
+        assert every_file(channel) == both and verify_channel(channel, hashes=True) == [], writes

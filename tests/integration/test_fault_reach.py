@@ -39,6 +39,7 @@ from tests.faults import (
 )
 from tests.wheels import make_wheel
 from wheelmill.index import channels
+from wheelmill.index.objects import COMMITS
 from wheelmill.index.roots import Index, problems, publish
 from wheelmill.index.storage import TreeStorage
 from wheelmill.inputs.versions import Track, VersionRule
@@ -271,7 +272,20 @@ def test_a_promotion_killed_at_every_point(tmp_path: Path) -> None:
             problems.append(f"the release's record: {found}")
         return problems
 
-    run_all("promote", index, tmp_path, lambda root: driver(root, "promote", "2.4.0", HEAD), done=promoted)
+    def all_or_nothing(root: Path) -> list[str]:
+        """Right after the kill: no promoted file listed before the promotion's commit point."""
+        shown = {**_listed(root, "cu118", "wm-ops"), **_listed(root, "cu118", "thirdparty")}
+        committed = TreeStorage(root).get(f"{COMMITS}promote/{Track.RELEASE}/2.4.0") is not None
+        return [] if committed or not shown else [f"listed before the commit: {sorted(shown)}"]
+
+    run_all(
+        "promote",
+        index,
+        tmp_path,
+        lambda root: driver(root, "promote", "2.4.0", HEAD),
+        check=lambda root: read_back(root) + all_or_nothing(root),
+        done=promoted,
+    )
 
 
 def test_a_prune_killed_at_every_point(tmp_path: Path) -> None:

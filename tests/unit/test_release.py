@@ -25,7 +25,7 @@ from wheelmill.building.plan import Options, plan
 from wheelmill.checks.gpu import GpuOutcome
 from wheelmill.cli import main
 from wheelmill.cli.release import one_build_channels, release_json
-from wheelmill.errors import ChannelError, IntegrityError, ReleaseError, SignatureError
+from wheelmill.errors import ChannelError, IndexConflict, IntegrityError, ReleaseError, SignatureError
 from wheelmill.gpu.report import GpuReport, WheelResult
 from wheelmill.index.roots import Index, problems, publish
 from wheelmill.index.storage import Storage, Stored, TreeStorage
@@ -58,7 +58,7 @@ from wheelmill.releases.records import (
     record_gpu,
 )
 from wheelmill.settings import Settings
-from wheelmill.wheel.wheelfile import read_wheel
+from wheelmill.wheel.wheelfile import read_wheel, rewrite_metadata
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 HEAD, OTHER = "a" * 40, "b" * 40
@@ -1148,3 +1148,34 @@ def test_a_build_that_must_sign_without_a_key_is_refused_before_anything_runs(
     assert not (tmp_path / "wheels").exists(), "nothing was made"
     monkeypatch.setenv("WHEELMILL_SIGNING_KEY", "not a key")
     one_line(cli("build", "--cell", "cpu-py311", "--no-publish"), 3, "WHEELMILL_SIGNING_KEY")
+
+
+def test_a_cells_publish_refused_midway_lists_none_of_it_and_its_retry_lists_all(tmp_path: Path) -> None:
+    """A cell's second wheel refused (another build's bytes under its name): the first,
+    published before it, is no longer there (staged, never listed, removed), nor recorded;
+    the cell's retry, the refused one rebuilt under a build tag, lists and records both."""
+    index = Index(tree=tmp_path / "index")
+    ops = make_wheel(tmp_path / "ops", "demo-ops", "2.4.0rc1+cpu")
+    third = make_wheel(tmp_path / "third", "demo-third", "0.1.10+cpu", files={"demo_third/x.py": b"x = 1\n"})
+    other = make_wheel(tmp_path / "other", "demo-third", "0.1.10+cpu", files={"demo_third/x.py": b"x = 2\n"})
+    publish(index.channel("test/cpu"), other)  # an earlier rc's build of the same version
+
+    def built(path: Path, rule: VersionRule) -> BuiltWheel:
+        return BuiltWheel(cell="cpu-py311", channel="test/cpu", recipe=path.name.split("-")[0], rule=rule,
+                          path=path, sha256=sha256_of(path))  # fmt: skip
+
+    with pytest.raises(IndexConflict, match="already published with other bytes"):
+        publish_release(
+            index, RC, [built(ops, VersionRule.REPO), built(third, VersionRule.SOURCE)], gpu_runners={}, on_file=print
+        )
+    channel = index.channel("test/cpu")
+    assert channel.project("demo-ops") is None and channel.listing("demo-ops") == {}
+    assert [f.filename for f in load_manifest(index.storage, Track.TEST, "2.4.0rc1").files] == []
+    assert problems(channel) == []
+    tagged = rewrite_metadata(third, tmp_path / "tagged", version=None, pins={}, build_tag="1")
+    wheels = [built(ops, VersionRule.REPO), built(tagged, VersionRule.SOURCE)]
+    publish_release(index, RC, wheels, gpu_runners={}, on_file=print)
+    listed = {p.name: sorted(f.filename for f in p.files) for p in channel.projects()}
+    assert listed == {"demo-ops": [ops.name], "demo-third": sorted([other.name, tagged.name])}, listed
+    recorded = load_manifest(index.storage, Track.TEST, "2.4.0rc1").files
+    assert sorted(f.filename for f in recorded) == sorted([ops.name, tagged.name]) and problems(channel) == []

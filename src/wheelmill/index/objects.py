@@ -11,6 +11,8 @@ of writers on any number of machines at once, with no lock of wheelmill's own:
     <channel>/entries/<project>/<filename>/yanked        its yank reason, while it is yanked
     <channel>/entries/<project>/<filename>/provenance    the sha256 of a provenance learnt after the
                                                          entry was made without one; made once
+    <channel>/entries/<project>/<filename>/staged        the transaction it waits for, where one made it
+    unlisted/commits/<transaction>                       a transaction's commit point; made once
     <channel>/simple/index.json, index.html              the project list
     <channel>/simple/<project>/index.json, index.html    a project's files
 
@@ -24,6 +26,14 @@ writers converge on the pages of every entry. A writer killed after its entry an
 the pages leaves the file unlisted until the next render of its project: the next publish
 there, or ``wheelmill index render``. Blobs are never removed here: other channels and
 tracks may name the same bytes; ``wheelmill.index.sweep`` deletes those no entry names.
+
+A writer of several files that must appear together (a cell's release publish, a promotion)
+makes them in one ``Staging``: each entry it makes is named ``staged`` by the transaction
+first, and no page lists a staged entry until the transaction's commit point exists, one
+object made once (``commit``); then its projects are rendered. A transaction has the same
+name when run again, so a retry after a kill stages the same entries and commits them; a
+refused one is rolled back (``roll_back``: its uncommitted entries removed, their names free
+again).
 """
 
 from __future__ import annotations
@@ -37,14 +47,14 @@ import time
 import urllib.parse
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from wheelmill.errors import NAME_TAKEN_FIX, ChannelError, IndexConflict, IndexWriteError
+from wheelmill.errors import NAME_TAKEN_FIX, ChannelError, IndexConflict, IndexWriteError, WheelmillError
 from wheelmill.files import Linked
 from wheelmill.index import pages
 from wheelmill.index.channels import (
@@ -65,6 +75,8 @@ from wheelmill.provenance.statement import SUFFIX as PROVENANCE
 from wheelmill.wheel.wheelfile import check_record
 
 BUILT, MIRRORED, KEYS, YANKED, LEARNT = "built.json", "mirrored.json", "keys", "yanked", "provenance"
+STAGED = "staged"  # under a file's entry: the transaction whose commit lists it (Staging)
+COMMITS = f"{UNLISTED_DIR}/commits/"  # each transaction's commit point, made once
 IMMUTABLE = "public, max-age=31536000, immutable"
 _IMMUTABLE_BYTES = Headers(content_type="application/octet-stream", cache_control=IMMUTABLE)
 T = TypeVar("T")
@@ -88,6 +100,7 @@ class Listed:
     keys: tuple[str, ...] = ()
     yanked: bool = False
     learnt: bool = False  # a provenance learnt after the entry was made (LEARNT)
+    staged: bool = False  # made by a transaction, listed once it commits (STAGED)
 
     @property
     def kind(self) -> str | None:
@@ -149,6 +162,8 @@ class ObjectChannel:
                 now = replace(now, yanked=True)
             elif rest == LEARNT:
                 now = replace(now, learnt=True)
+            elif rest == STAGED:
+                now = replace(now, staged=True)
             elif rest.startswith(f"{KEYS}/"):
                 now = replace(now, keys=tuple(sorted({*now.keys, rest.removeprefix(f"{KEYS}/")})))
             found[filename] = now
@@ -233,7 +248,8 @@ def _assembled(
 ) -> tuple[FileEntry, ...]:
     """The project's files from its entries: an entry the page lists already is taken from
     the page (entries never change), the others read; the keys and yanks from the listing."""
-    kinds = {name: listed.kind for name, listed in listing.items() if listed.kind is not None}
+    waiting = uncommitted(channel, project, listing, known)
+    kinds = {name: listed.kind for name, listed in listing.items() if listed.kind is not None and name not in waiting}
 
     def trusted(name: str) -> bool:
         page = known.get(name)
@@ -268,6 +284,22 @@ def _assembled(
     built_here = any(f.built for f in files)
     kept = [f for f in files if f.built or not built_here]  # built beats mirrored
     return tuple(sorted(kept, key=lambda f: (f.upload_time, f.filename)))
+
+
+def uncommitted(
+    channel: ObjectChannel, project: str, listing: Mapping[str, Listed], known: Mapping[str, FileEntry]
+) -> dict[str, str]:
+    """The project's staged entries whose transaction has not committed, with its name. One
+    its page lists committed before (a page lists no other): it is not read again."""
+    staged = [name for name, listed in listing.items() if listed.staged and name not in known]
+    if not staged:
+        return {}
+    markers = read_all(channel.storage, [f"{channel.entries(project, name)}{STAGED}" for name in staged])
+    waits = {
+        name: found.data.decode() for name in staged if (found := markers[f"{channel.entries(project, name)}{STAGED}"])
+    }
+    committed = {name for name in set(waits.values()) if channel.storage.get(f"{COMMITS}{name}") is not None}
+    return {name: transaction for name, transaction in waits.items() if transaction not in committed}
 
 
 def _read_entry(channel: ObjectChannel, filename: str, data: bytes) -> FileEntry:
@@ -375,11 +407,13 @@ def publish(
     build_key: str | None = None,
     provenance: bytes | None = None,
     handed_over: bool = False,
+    staging: Staging | None = None,
 ) -> Published:
     """Add ``wheel`` to ``channel`` (immutable files, built beats mirrored, build keys learnt,
     a provenance learnt by a file listed without one), as objects: the bytes, the entry, the
     pages, each made once or swapped, never locked. ``handed_over``: the file is the index's
-    to keep (a download made for it), so a tree stores it as another name, not a copy."""
+    to keep (a download made for it), so a tree stores it as another name, not a copy. In a
+    ``staging``, a new entry is listed once the staging commits."""
     info = agreeing(wheel)
     kind = MIRRORED if mirrored_from is not None else BUILT
     if kind == BUILT:  # a mirrored file's bytes are its lock's: pinned by sha256, as its upstream made them
@@ -409,6 +443,8 @@ def publish(
         abi=abi_of_wheel(wheel) if kind == BUILT else None,
     )
     source = Linked(wheel) if handed_over else wheel
+    if staging is not None:
+        staging.stage(channel, info.name, wheel.name, new=kind not in there.kinds)
     made = kind not in there.kinds and _put_file(
         channel, source, info.metadata, project=info.name, entry=entry, kind=kind, provenance=provenance
     )
@@ -698,8 +734,12 @@ def _project_problems(
     unlisted = sorted(n for n, listed in listing.items() if listed.kind is not None and n not in shown)
     built_here = any(f.built for f in project.files)
     unlisted = [n for n in unlisted if listing[n].kind == BUILT or not built_here]
+    waiting = uncommitted(channel, name, listing, {})
     problems += [
-        f"{channel.name}/{n}: not listed (an interrupted publish): `wheelmill index render` lists it" for n in unlisted
+        f"{channel.name}/{n}: staged by {waiting[n]}, not committed: that publish or promotion run again lists it"
+        if n in waiting
+        else f"{channel.name}/{n}: not listed (an interrupted publish): `wheelmill index render` lists it"
+        for n in unlisted
     ]
     for entry in project.files:
         problems += list(agreement(f"{channel.name}/{entry.filename}", entry, anchors.get(entry.filename)))
@@ -745,7 +785,13 @@ def _bytes_problems(where: str, path: Path, entry: FileEntry) -> list[str]:
 
 
 def promote_file(
-    source: ObjectChannel, target: ObjectChannel, project: str, filename: str, *, provenance: bytes | None = None
+    source: ObjectChannel,
+    target: ObjectChannel,
+    project: str,
+    filename: str,
+    *,
+    provenance: bytes | None = None,
+    staging: Staging | None = None,
 ) -> Published:
     """A file of ``source`` listed in ``target`` too, as the same bytes: its entry copied
     server-side (the blob is the same object; no byte passes through this machine), then the
@@ -771,6 +817,8 @@ def promote_file(
         return done(PublishOutcome.BUILT_HERE)
     if provenance is None and source.listing(project, filename)[filename].learnt:
         provenance = _learnt_provenance(source, project, filename)  # the entry copied alone would not name it
+    if staging is not None:
+        staging.stage(target, project, filename, new=kind not in there.kinds)
     made = kind not in there.kinds and _copy_entry(source, target, project, filename, kind=kind, provenance=provenance)
     _listed(target, project)
     return done(PublishOutcome.ADDED if made else PublishOutcome.UNCHANGED)
@@ -796,3 +844,71 @@ def _learnt_provenance(channel: ObjectChannel, project: str, filename: str) -> b
         return None
     stored = channel.storage.get(blob_key(found.data.decode().strip(), f"{filename}{PROVENANCE}"))
     return None if stored is None else stored.data
+
+
+@dataclass
+class Staging:
+    """One transaction: files of several projects and channels of one index, listed together
+    once it commits. ``name`` is the same on every run of the same work (a cell's release
+    publish, a promotion), so a retry stages what a killed run staged, and commits it."""
+
+    name: str
+    touched: dict[tuple[str, str], ObjectChannel] = field(default_factory=dict)  # (channel, project)
+
+    def stage(self, channel: ObjectChannel, project: str, filename: str, *, new: bool) -> None:
+        """Before a file's entry is made (``new``): the entry named as this transaction's. An
+        entry made already is listed as it is (by its own transaction, or by none)."""
+        self.touched[(channel.name, str(canonicalize_name(project)))] = channel
+        if not new:
+            return
+        key, name = f"{channel.entries(project, filename)}{STAGED}", self.name.encode()
+        if channel.storage.create(key, name):
+            return
+        found = channel.storage.get(key)  # a transaction killed before it made the entry, or this one's
+        if found is not None and found.data != name:
+            channel.storage.swap(key, name, version=found.version)
+
+    def __enter__(self) -> Staging:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        """Committed where the block ended, else rolled back (a refusal, Ctrl-C). A roll-back
+        that fails itself (the storage gone) leaves the staged entries unlisted, and the
+        block's error stands."""
+        if kind is None:
+            self.commit()
+            return
+        with contextlib.suppress(WheelmillError, OSError):
+            self.roll_back()
+
+    @property
+    def commit_key(self) -> str:
+        return f"{COMMITS}{self.name}"
+
+    def commit(self) -> None:
+        """The commit point, then the pages of every project the transaction touched."""
+        channels = list(self.touched.values())
+        if channels:
+            channels[0].storage.create(self.commit_key, json.dumps({"committed": now_rfc3339()}).encode())
+        for (_name, project), channel in sorted(self.touched.items(), key=lambda item: item[0]):
+            _listed(channel, project)
+
+    def roll_back(self) -> list[str]:
+        """A transaction that will not commit: each entry it staged removed (its name free
+        for other bytes again), the pages rendered; the files removed, as channel/filename.
+        A committed one is left as it is."""
+        channels = list(self.touched.values())
+        if not channels or channels[0].storage.get(self.commit_key) is not None:
+            return []
+        removed = []
+        for (_name, project), channel in sorted(self.touched.items(), key=lambda item: item[0]):
+            mine = [f for f, t in uncommitted(channel, project, channel.listing(project), {}).items() if t == self.name]
+            for filename in mine:
+                for key in channel.storage.keys_under(channel.entries(project, filename)):
+                    channel.storage.delete(key)
+            removed += [f"{channel.name}/{filename}" for filename in mine]
+            render_project(channel, project)
+            render_root(channel)
+            if not channel.storage.keys_under(channel.entries(project)):
+                _drop_pages(channel, project)
+        return removed

@@ -117,13 +117,19 @@ class Index:
 
 
 def publish(
-    channel: AnyChannel, wheel: Path, *, provenance: bytes | None = None, handed_over: bool = False, **given: str | None
+    channel: AnyChannel,
+    wheel: Path,
+    *,
+    provenance: bytes | None = None,
+    handed_over: bool = False,
+    staging: objects.Staging | None = None,
+    **given: str | None,
 ) -> Published:
     """``objects.publish``. A built wheel's provenance is the one given, else the one beside
     it (``<wheel>.intoto.jsonl``, as a build delivers it into dist/)."""
     if provenance is None and given.get("mirrored_from") is None:
         provenance = read_beside(wheel)
-    return objects.publish(channel, wheel, provenance=provenance, handed_over=handed_over, **given)
+    return objects.publish(channel, wheel, provenance=provenance, handed_over=handed_over, staging=staging, **given)
 
 
 def provenance_of(channel: AnyChannel, entry: FileEntry) -> bytes | None:
@@ -145,7 +151,13 @@ def problems(channel: AnyChannel, *, hashes: bool = True) -> list[str]:
 
 
 def copy_file(
-    source: AnyChannel, target: AnyChannel, entry: FileEntry, scratch: Path, *, provenance: bytes | None = None
+    source: AnyChannel,
+    target: AnyChannel,
+    entry: FileEntry,
+    scratch: Path,
+    *,
+    provenance: bytes | None = None,
+    staging: objects.Staging | None = None,
 ) -> Published:
     """A listed file of ``source`` listed in ``target`` too, the same bytes: on one storage
     its entry copied (on a bucket server-side, no byte through this machine), else
@@ -154,7 +166,7 @@ def copy_file(
     if source.storage.location == target.storage.location:  # the entry names the source's blob
         project = entry.filename.split("-", 1)[0]
         return objects.promote_file(
-            source, target, str(canonicalize_name(project)), entry.filename, provenance=provenance
+            source, target, str(canonicalize_name(project)), entry.filename, provenance=provenance, staging=staging
         )
     provenance = provenance or provenance_of(source, entry)
     with file_of(source, entry, scratch) as wheel:
@@ -164,7 +176,7 @@ def copy_file(
                 fix="`wheelmill index verify` says what is missing; publish it again",
             )
         if entry.built:
-            return publish(target, wheel, sha256=entry.sha256, provenance=provenance)
+            return publish(target, wheel, sha256=entry.sha256, provenance=provenance, staging=staging)
         return publish(
             target, wheel, upload_time=entry.upload_time, mirrored_from=entry.mirrored_from, sha256=entry.sha256
         )

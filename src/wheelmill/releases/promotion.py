@@ -32,6 +32,7 @@ from wheelmill.checks.gpu import GpuOutcome
 from wheelmill.errors import IntegrityError, ReleaseError, ReleasePending
 from wheelmill.index import objects
 from wheelmill.index.channels import Published
+from wheelmill.index.objects import Staging
 from wheelmill.index.pages import FileEntry
 from wheelmill.index.roots import AnyChannel, Index, copy_file, file_of, provenance_of, publish
 from wheelmill.index.storage import Storage
@@ -171,7 +172,14 @@ def promote(
         {} if version == origin.version else {canonicalize_name(name): str(v) for name, v, _build, _tags in repo_files}
     )
     files = []
-    with tempfile.TemporaryDirectory(prefix="wheelmill-promote-") as scratch:
+    # All or nothing: the built files staged, the record written, then listed at one commit
+    # point; a refusal midway removes what it staged, and a run killed midway is committed by
+    # its retry (the same transaction). The mirrored closure is listed as it goes: shared by
+    # every release of the channel, it names no release.
+    with (
+        Staging(f"promote/{target}/{version}") as staging,
+        tempfile.TemporaryDirectory(prefix="wheelmill-promote-") as scratch,
+    ):
         # Every file is checked before the first is published: a bad one promotes nothing.
         checked = [(entry, verified(index, entry)) for entry in origin.files]
         for entry, listed in checked:
@@ -189,22 +197,23 @@ def promote(
                 version=version,
                 renames=renames,
                 signer=signer,
+                staging=staging,
             )
             on_file(done)
             files.append(replace(entry, channel=channel.name, filename=done.filename, sha256=sha256))
-    for pair in sorted({(entry.channel, file.channel) for entry, file in zip(origin.files, files, strict=True)}):
-        promote_mirrored(index.channel(pair[0]), index.channel(pair[1]), on_file=on_file)
-    manifest = Manifest(
-        version=version,
-        track=target,
-        commit=origin.commit,
-        tag=tag,
-        files=tuple(files),
-        promoted_from=f"{source}/{origin.version}",
-        gpu=gpu,
-        gpu_runners=origin.gpu_runners,
-    )
-    record(index.storage, manifest)
+        for pair in sorted({(entry.channel, file.channel) for entry, file in zip(origin.files, files, strict=True)}):
+            promote_mirrored(index.channel(pair[0]), index.channel(pair[1]), on_file=on_file)
+        manifest = Manifest(
+            version=version,
+            track=target,
+            commit=origin.commit,
+            tag=tag,
+            files=tuple(files),
+            promoted_from=f"{source}/{origin.version}",
+            gpu=gpu,
+            gpu_runners=origin.gpu_runners,
+        )
+        record(index.storage, manifest)
     return manifest
 
 
@@ -218,6 +227,7 @@ def _promote_file(
     version: str,
     renames: Mapping[str, str],
     signer: Signer | None = None,
+    staging: Staging | None = None,
 ) -> tuple[Published, str]:
     """One checked file into the target track's channel, and the sha256 it is listed with
     there: re-stamped where it carries the repo's version, else the same bytes (on an object
@@ -231,13 +241,13 @@ def _promote_file(
 
     if not renamed:
         return copy_file(
-            source, target, entry, scratch, provenance=attested(entry.filename, entry.sha256)
+            source, target, entry, scratch, provenance=attested(entry.filename, entry.sha256), staging=staging
         ), entry.sha256
     with file_of(source, entry, scratch) as wheel:
         assert wheel is not None  # verified
         stamped = restamp(wheel, scratch, version=version, renames=renames)
         sha256 = sha256_of(stamped)
-        return publish(target, stamped, provenance=attested(stamped.name, sha256)), sha256
+        return publish(target, stamped, provenance=attested(stamped.name, sha256), staging=staging), sha256
 
 
 class Signer(Protocol):

@@ -23,6 +23,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from wheelmill.errors import CommandFailed, IndexConflict, IndexWriteError, IntegrityError, ReleaseError, SignatureError
 from wheelmill.index.channels import Published, keyed_files
+from wheelmill.index.objects import Staging
 from wheelmill.index.pages import Project
 from wheelmill.index.roots import Index, copy_file, publish, remove_files
 from wheelmill.inputs.versions import Release, Track, VersionRule
@@ -233,7 +234,9 @@ def publish_release(
 ) -> str:
     """Publish the built wheels into their channels, then record the release, with the GPU
     runners of each of its GPU cells (``gpu_runners``: the matrix's, at the release's commit).
-    A version recorded from another commit is refused before anything is published."""
+    A version recorded from another commit is refused before anything is published. All or
+    nothing: the wheels are staged, recorded, then listed at one commit point; a refusal
+    midway removes what it staged, and a run killed midway is committed by its retry."""
     cells = {wheel.cell for wheel in wheels}
     manifest = Manifest(
         version=release.version,
@@ -246,25 +249,27 @@ def publish_release(
     records = index.storage
     record(records, manifest)  # the release's head, or the refusal of another commit's version
     files = []
-    for wheel in wheels:
-        if wheel.path is not None:
-            on_file(publish(index.channel(wheel.channel), wheel.path, build_key=wheel.key))
-        else:  # another job published it: listed in this cell's channel too, the same bytes
-            on_file(_listed_too(index, wheel))
-        files.append(
-            ReleasedFile(
-                channel=wheel.channel,
-                cell=wheel.cell,
-                recipe=wheel.recipe,
-                filename=wheel.name,
-                sha256=wheel.sha256,
-                rule=wheel.rule,
+    with Staging(f"release/{release.track}/{release.version}/{'+'.join(sorted(cells))}") as staging:
+        for wheel in wheels:
+            if wheel.path is not None:
+                on_file(publish(index.channel(wheel.channel), wheel.path, build_key=wheel.key, staging=staging))
+            else:  # another job published it: listed in this cell's channel too, the same bytes
+                on_file(_listed_too(index, wheel, staging))
+            files.append(
+                ReleasedFile(
+                    channel=wheel.channel,
+                    cell=wheel.cell,
+                    recipe=wheel.recipe,
+                    filename=wheel.name,
+                    sha256=wheel.sha256,
+                    rule=wheel.rule,
+                )
             )
-        )
-    return record(records, replace(manifest, files=tuple(files)))
+        # Recorded before the commit point: no listed file of it is ever without its record.
+        return record(records, replace(manifest, files=tuple(files)))
 
 
-def _listed_too(index: Index, wheel: BuiltWheel) -> Published:
+def _listed_too(index: Index, wheel: BuiltWheel, staging: Staging) -> Published:
     source, target = index.channel(wheel.listed_in), index.channel(wheel.channel)
     project = str(canonicalize_name(parse_wheel_filename(wheel.name)[0]))
     listed = next(
@@ -277,7 +282,7 @@ def _listed_too(index: Index, wheel: BuiltWheel) -> Published:
             fix="publish the cell of its ABI group's oldest torch again, then this one",
         )
     with tempfile.TemporaryDirectory(prefix="wheelmill-one-build-") as scratch:
-        return copy_file(source, target, listed, Path(scratch))
+        return copy_file(source, target, listed, Path(scratch), staging=staging)
 
 
 def prune(index: Index, track: Track, keep: int) -> list[str]:
