@@ -61,6 +61,9 @@ RUN_DIRECTORIES = {
     # Every test builds into an output root of its own: one bytecode store for them all
     # compiles torch's modules once a run, not once a test (docs/design/compiler-cache.md).
     "WHEELMILL_BYTECODE_STORE": "bytecode-of-wheelmill-tests-",
+    # py-rattler-build (conda seed's interpreter package) keeps a cache in the user's home
+    # unless told otherwise: the run's own, gone at its end.
+    "RATTLER_CACHE_DIR": "rattler-cache-of-wheelmill-tests-",
 }
 
 
