@@ -34,6 +34,7 @@ from tests.wheels import make_wheel
 from wheelmill.building.context import Outcome, StepContext
 from wheelmill.building.products import Repaired, Stamped
 from wheelmill.building.steps import BY_KIND
+from wheelmill.building.steps.checks_after import named_apart
 from wheelmill.index.roots import publish
 from wheelmill.machine.process import TRACEBACK_MARK
 from wheelmill.planning.spec import RecipeSpec, StepKind
@@ -215,9 +216,12 @@ def repair_as_auditwheel_tags(monkeypatch: pytest.MonkeyPatch, platform: str = "
     def repair(ctx: StepContext, spec: RecipeSpec) -> Outcome:
         stamped = ctx.done.get(Stamped, spec.name).wheel
         out = ctx.run.layout.build / spec.name / "repaired" / stamped.name.replace("linux_", f"{platform}_")
-        out.parent.mkdir(parents=True, exist_ok=True)
+        if out.parent.exists():
+            shutil.rmtree(out.parent)
+        out.parent.mkdir(parents=True)
         shutil.copyfile(stamped, out)
-        return Outcome(made=(Repaired(wheel=out),))
+        wheel, named = named_apart(ctx, spec, out)  # as the real step does after auditwheel
+        return Outcome(checks=named, made=(Repaired(wheel=wheel),))
 
     monkeypatch.setitem(BY_KIND, StepKind.REPAIR, dataclasses.replace(BY_KIND[StepKind.REPAIR], run=repair))  # type: ignore[arg-type]
 

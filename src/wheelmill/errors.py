@@ -166,7 +166,7 @@ class BusyError(WheelmillError):
 
 
 # What to do about other bytes under a published name: a build of new inputs is named apart
-# by its stamp step (wheelmill.wheel.buildtags), so building it again gets it a name.
+# by its build (wheelmill.wheel.buildtags), so building it again gets it a name.
 NAME_TAKEN_FIX = (
     "published files are immutable: build it again (a build names other bytes of one version apart with a build tag) "
     "or bump the version"

@@ -21,30 +21,36 @@ from tests.conftest import CliRunner
 from tests.sandbox import PY, TAG, Sandbox, build, dist_info, repair_as_auditwheel_tags, script
 from wheelmill.index.serve import make_server
 from wheelmill.machine.tools import uv_bin
-from wheelmill.wheel.buildtags import build_tag
+from wheelmill.wheel.buildtags import Taken, build_tag
 from wheelmill.wheel.wheelfile import check_record, read_wheel
 
 ONE = f"t-1.0-{TAG}.whl"
 
 
+PLAIN = "t-1.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+
+
 @pytest.mark.parametrize(
     ("listed", "tag"),
     [
-        ({"t-1.0-cp311-cp311-manylinux_2_28_x86_64.whl": {"a"}}, "1"),
-        ({"t-1.0-cp311-cp311-manylinux_2_28_x86_64.whl": {"a"}, "t-1.0-1-cp311-cp311-linux_x86_64.whl": set()}, "2"),
-        ({"t-1.0-7-cp311-cp311-linux_x86_64.whl": {"b"}}, "8"),
-        ({"t-1.0-cp311-cp311-manylinux_2_28_aarch64.whl": {"a"}, "t-1.0-cp310-cp310-linux_x86_64.whl": {"a"}}, None),
-        ({"t-1.1-cp311-cp311-linux_x86_64.whl": {"a"}, "other-1.0-cp311-cp311-linux_x86_64.whl": {"a"}}, None),
-        ({"t-1.0-cp311-cp311-linux_x86_64.whl": {"a"}, "t-1.0-3-cp311-cp311-manylinux_2_28_x86_64.whl": {"k"}}, "3"),
+        ({PLAIN: ("a", "s1")}, "1"),
+        ({PLAIN: ("a", "s1"), "t-1.0-1-cp311-cp311-linux_x86_64.whl": ("", "s2")}, "2"),
+        ({"t-1.0-7-cp311-cp311-linux_x86_64.whl": ("b", "s3")}, "8"),
+        ({"t-1.0-cp311-cp311-linux_aarch64.whl": ("a", "s1"), "t-1.0-cp310-cp310-linux_x86_64.whl": ("a", "s1")}, None),
+        ({"t-1.1-cp311-cp311-linux_x86_64.whl": ("a", "s1"), "o-1.0-cp311-cp311-linux_x86_64.whl": ("a", "s1")}, None),
+        ({PLAIN: ("a", "s1"), "t-1.0-3-cp311-cp311-manylinux_2_28_x86_64.whl": ("k", "s4")}, "3"),
+        ({PLAIN: ("a", "mine")}, None),
+        ({PLAIN: ("a", "s1"), "t-1.0-2-cp311-cp311-manylinux_2_28_x86_64.whl": ("b", "mine2")}, "2"),
     ],
     ids=["taken", "after-a-tagged-one", "after-its-highest", "other-machine-or-python", "other-version-or-project",
-         "its-own-key"],
+         "its-own-key", "the-same-bytes", "the-same-bytes-tagged"],
 )  # fmt: skip
-def test_a_build_is_named_apart_from_every_file_of_its_family_with_other_keys(
-    listed: dict[str, set[str]], tag: str | None
+def test_a_build_is_named_apart_from_every_file_of_its_family_but_its_own_bytes_and_key(
+    listed: dict[str, tuple[str, str]], tag: str | None
 ) -> None:
-    taken = {name: frozenset(keys) for name, keys in listed.items()}
-    assert build_tag("t-1.0-cp311-cp311-linux_x86_64.whl", key="k", taken=taken) == tag
+    taken = {name: Taken(frozenset(k for k in [keys] if k), sha) for name, (keys, sha) in listed.items()}
+    digest = lambda tag: f"mine{tag or ''}"  # noqa: E731 - the sha256 this wheel would have with a tag
+    assert build_tag("t-1.0-cp311-cp311-linux_x86_64.whl", key="k", taken=taken, digest=digest) == tag
 
 
 @pytest.fixture
@@ -93,8 +99,8 @@ def test_a_rebuild_with_another_compiler_publishes_under_a_build_tag_and_install
     assert second.code == 0, (second.out + second.err)[-3000:]
     assert listed(sandbox) == sorted([published(), published("1")])
     report = json.loads((sandbox.output / sandbox.cell("cpu") / "report.json").read_text())
-    (metadata,) = [c for s in report["steps"] for c in s["checks"] if c["name"] == "metadata"]
-    assert "build tag 1 (channel cpu lists this version's name from another build)" in metadata["detail"]
+    (named,) = [c for s in report["steps"] for c in s["checks"] if c["name"] == "build-tag"]
+    assert "build tag 1, as channel cpu lists this version from another build" in named["detail"]
     wheel = next((sandbox.output / sandbox.cell("cpu") / "dist").glob("t-1.0+cpu-1-*.whl"))
     check_record(wheel, read_wheel(wheel))
     with zipfile.ZipFile(wheel) as zf:

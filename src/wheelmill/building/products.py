@@ -28,6 +28,7 @@ from wheelmill.machine.toolchain import Toolkit
 from wheelmill.output.report import Status, WheelRecord
 from wheelmill.planning.buildkey import BuildKey
 from wheelmill.provenance.record import BuildRecord
+from wheelmill.wheel.buildtags import Taken
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -224,9 +225,9 @@ class BuildKeys:
     # Recipes built once for their group that this cell builds although not of the group's oldest torch (no channel has
     # the one build, or --rebuild): checked and tested here, never published; why, by recipe.
     unpublished: Mapping[str, str] = field(default_factory=dict)
-    # Every file name the channel lists, with its build keys: a build's new name takes none
-    # of them with other bytes (wheelmill.wheel.buildtags).
-    taken: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # Every file name the channel lists, with its build keys and sha256: a build's new name
+    # takes none of them with other bytes (wheelmill.wheel.buildtags).
+    taken: Mapping[str, Taken] = field(default_factory=dict)
 
     @property
     def nothing_to_build(self) -> bool:

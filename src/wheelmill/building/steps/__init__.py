@@ -230,7 +230,7 @@ REGISTRY: tuple[StepDefinition, ...] = (
     ),
     RecipeStep(
         kind=StepKind.REPAIR,
-        needs=(BuildEnv, CheckedEnv, Stamped),
+        needs=(BuildEnv, BuildKeys, CheckedEnv, Stamped),
         makes=(Repaired,),
         run=checks_after.repair,
         describe=checks_after.describe_repair,

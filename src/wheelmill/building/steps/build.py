@@ -29,7 +29,7 @@ from wheelmill.building.compiler_cache import (
     zero_stats,
 )
 from wheelmill.building.context import Outcome, StepContext
-from wheelmill.building.products import BuildEnv, BuildKeys, Built, CheckedEnv, Fetched, Repaired, Sources, Stamped
+from wheelmill.building.products import BuildEnv, Built, CheckedEnv, Fetched, Repaired, Sources, Stamped
 from wheelmill.building.report import Done
 from wheelmill.building.steps.provenance import build_record
 from wheelmill.checks import CheckResult
@@ -45,9 +45,8 @@ from wheelmill.machine.toolchain import Toolkit
 from wheelmill.output.report import WheelRecord
 from wheelmill.planning.spec import CellPlan, RecipeSpec
 from wheelmill.provenance.sbom import SBOM_FILE, sbom_bytes
-from wheelmill.wheel.buildtags import build_tag
 from wheelmill.wheel.elf import ElfSummary
-from wheelmill.wheel.wheelfile import inspect_wheel, read_wheel, rewrite_metadata, stamped_name, stamped_requires
+from wheelmill.wheel.wheelfile import inspect_wheel, read_wheel, rewrite_metadata, stamped_requires
 
 
 def wheel_of(done: Done, recipe: str) -> Path:
@@ -411,8 +410,6 @@ def stamp(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     made = build_record(
         ctx, spec, project=info.name, version=final, requires=stamped_requires(info, version=final, pins=pins, add=add)
     )
-    keys = ctx.done.get(BuildKeys)
-    tag = build_tag(stamped_name(built.name, final), key=keys.keys[spec.name].digest, taken=keys.taken)
     stamped = rewrite_metadata(
         built,
         out,
@@ -420,13 +417,10 @@ def stamp(ctx: StepContext, spec: RecipeSpec) -> Outcome:
         pins=pins,
         add=add,
         dist_files={ARCH_RECORD: record.to_bytes(), SBOM_FILE: sbom_bytes(made.carried())},
-        build_tag=tag,
     )
     changes = (
         ([f"version {info.version} -> {version}"] if version else []) + [f"{k}=={v}" for k, v in pins.items()] + add
     )
-    if tag:
-        changes.append(f"build tag {tag} (channel {keys.channel} lists this version's name from another build)")
     changes.append(f"{ARCH_RECORD} {record.describe()}")
     changes.append(f"{SBOM_FILE} ({len(made.toolkit_packages) + 1 + bool(made.torch)} inputs by digest)")
     ctx.log.note(f"{built.name} -> {stamped.name}: {', '.join(changes)}")

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from wheelmill.building.context import Outcome, StepContext
-from wheelmill.building.products import BuildEnv, CheckedEnv, Repaired, ShippedAbi, Stamped, Toolchain
+from wheelmill.building.products import BuildEnv, BuildKeys, CheckedEnv, Repaired, ShippedAbi, Stamped, Toolchain
 from wheelmill.building.steps.build import arch_record, expected_pins
 from wheelmill.checks import CheckResult, require
 from wheelmill.checks.abi import describe as describe_abi
@@ -27,13 +27,15 @@ from wheelmill.inputs.archs import CudaArchs, RocmArchs
 from wheelmill.inputs.manylinux import manylinux_of
 from wheelmill.inputs.variants import Family
 from wheelmill.machine.builder_images import BaseKind
+from wheelmill.machine.net import sha256_of
 from wheelmill.machine.probes import TorchInfo
 from wheelmill.machine.process import Runner, base_environment
 from wheelmill.machine.toolchain import Toolkit
 from wheelmill.planning.spec import CellPlan, RecipeSpec
 from wheelmill.wheel.abi import WheelAbi, abi_of
+from wheelmill.wheel.buildtags import build_tag
 from wheelmill.wheel.elf import ElfSummary, LibraryFinder, system_lib_dirs
-from wheelmill.wheel.wheelfile import WheelInfo, inspect_wheel, read_wheel
+from wheelmill.wheel.wheelfile import WheelInfo, inspect_wheel, read_wheel, rewrite_metadata
 
 
 def post_build_checks(ctx: StepContext, spec: RecipeSpec) -> Outcome:
@@ -128,7 +130,33 @@ def repair(ctx: StepContext, spec: RecipeSpec) -> Outcome:
     check = CheckResult.passed(
         "auditwheel", f"{wheels[0].name}: {tags}, {len(spec.repair_excludes)} libraries excluded"
     )
-    return Outcome(checks=[check], made=(Repaired(wheel=wheels[0]),))
+    wheel, named = named_apart(ctx, spec, wheels[0])
+    return Outcome(checks=[check, *named], made=(Repaired(wheel=wheel),))
+
+
+def named_apart(ctx: StepContext, spec: RecipeSpec, wheel: Path) -> tuple[Path, list[CheckResult]]:
+    """The repaired wheel under the name its channel leaves it (``wheelmill.wheel.buildtags``):
+    given a build tag, in place of the plain one, where the channel lists this version's name
+    from another build; a check saying so."""
+    keys = ctx.done.get(BuildKeys)
+    scratch = wheel.parent.parent / "tagged"
+    made: dict[str | None, Path] = {None: wheel}
+
+    def digest(tag: str | None) -> str:
+        if tag not in made:
+            made[tag] = rewrite_metadata(wheel, scratch / (tag or ""), version=None, pins={}, build_tag=tag)
+        return sha256_of(made[tag])
+
+    tag = build_tag(wheel.name, key=keys.keys[spec.name].digest, taken=keys.taken, digest=digest)
+    if tag is None:
+        return wheel, []
+    digest(tag)
+    tagged = wheel.with_name(made[tag].name)
+    made[tag].replace(tagged)
+    wheel.unlink()
+    shutil.rmtree(scratch, ignore_errors=True)
+    said = f"{tagged.name}: build tag {tag}, as channel {keys.channel} lists this version from another build"
+    return tagged, [CheckResult.passed("build-tag", said)]
 
 
 def host_glibc() -> str:

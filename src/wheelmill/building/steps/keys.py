@@ -44,6 +44,7 @@ from wheelmill.provenance.signing import TrustedKey, trusted_keys_of
 from wheelmill.provenance.verification import Claims, verify_file
 from wheelmill.retry import TransientError, with_retries
 from wheelmill.settings import Settings, Signatures
+from wheelmill.wheel.buildtags import Taken
 from wheelmill.wheel.wheelfile import check_record, read_wheel
 
 CHECK = "served-index"  # the verdict on reading it
@@ -111,8 +112,8 @@ class Listings:
         self.ctx = ctx
         self.read: dict[str, dict[str, Listed]] = {}
         self.problems: list[str] = []
-        # Every file name each channel read lists, with its build keys: what a new build's name must not take.
-        self.names: dict[str, dict[str, frozenset[str]]] = {}
+        # Every file name each channel read lists, its keys and sha256: what a new build's name must not take.
+        self.names: dict[str, dict[str, Taken]] = {}
 
     @cached_property
     def trusted(self) -> tuple[TrustedKey, ...]:
@@ -136,8 +137,9 @@ class Listings:
             self.read[name] = {**self._served(name), **self._local(name)}
         return self.read[name]
 
-    def taken(self, name: str) -> dict[str, frozenset[str]]:
-        """The file names channel ``name`` lists, here or in the served index, with their keys."""
+    def taken(self, name: str) -> dict[str, Taken]:
+        """The file names channel ``name`` lists, here or in the served index (the local
+        index's sha256 where both list one), with their keys."""
         self.of(name)
         return self.names.get(name, {})
 
@@ -145,7 +147,8 @@ class Listings:
         files = listed_files(channel)
         names = self.names.setdefault(name, {})
         for _project, entry in files:
-            names[entry.filename] = names.get(entry.filename, frozenset()) | frozenset(entry.build_keys)
+            before = names.get(entry.filename, Taken(frozenset(), entry.sha256))
+            names[entry.filename] = Taken(before.keys | frozenset(entry.build_keys), entry.sha256)
         return by_key(files)
 
     def _local(self, name: str) -> dict[str, Listed]:
