@@ -34,6 +34,7 @@ from wheelmill.inputs.recipes import AbiPromise, GitSource, SdistSource, load_re
 from wheelmill.inputs.variants import Family
 from wheelmill.machine.pins import load_pins
 from wheelmill.planning.buildkey import build_keys
+from wheelmill.planning.spec import StepKind
 from wheelmill.settings import Settings
 from wheelmill.wheel.abi import WheelAbi, classify
 
@@ -65,6 +66,21 @@ def test_the_exit_code_table_is_the_error_family() -> None:
         if isinstance(cls, type) and issubclass(cls, errors.WheelmillError) and cls is not errors.WheelmillError
     }
     assert documented == family
+
+
+def test_the_troubleshooting_page_has_a_section_for_every_exit_code() -> None:
+    """Keyed by exit code: each of the table's codes is a heading (``## 9: ...`` or a range,
+    ``## 21 to 25: ...``), in order; and each log it names is a step's."""
+    table = section("reference/exit-codes.md", "# Exit codes")
+    documented = [int(code) for code in re.findall(r"^\| (\d+) \|", table, flags=re.MULTILINE)]
+    page = section("troubleshooting.md", "# Troubleshooting")
+    headed = []
+    for first, last in re.findall(r"^## (\d+)(?: to (\d+))?:", page, flags=re.MULTILINE):
+        headed += range(int(first), int(last or first) + 1)
+    assert headed == documented
+    steps = {kind.value for kind in StepKind}
+    named = re.findall(r"`logs/\*-(?:<recipe>-)?([a-z-]+)\.log`", page)
+    assert named and set(named) <= steps, set(named) - steps
 
 
 def test_the_slim_section_names_what_the_matrix_makes() -> None:
