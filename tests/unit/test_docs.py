@@ -74,7 +74,7 @@ def test_the_troubleshooting_page_has_a_section_for_every_exit_code() -> None:
     table = section("reference/exit-codes.md", "# Exit codes")
     documented = [int(code) for code in re.findall(r"^\| (\d+) \|", table, flags=re.MULTILINE)]
     page = section("troubleshooting.md", "# Troubleshooting")
-    headed = []
+    headed: list[int] = []
     for first, last in re.findall(r"^## (\d+)(?: to (\d+))?:", page, flags=re.MULTILINE):
         headed += range(int(first), int(last or first) + 1)
     assert headed == documented

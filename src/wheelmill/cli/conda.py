@@ -294,7 +294,7 @@ def channel_urls(args: argparse.Namespace, settings: Settings) -> list[str]:
 
 
 def cmd_solve(args: argparse.Namespace, settings: Settings, console: Console) -> int:
-    records = solve(channel_urls(args, settings), args.specs, cuda=args.cuda)
+    records = solve(channel_urls(args, settings), args.specs, cache_dir=repodata_cache(settings), cuda=args.cuda)
     console.print(
         f"as on a machine with {f'a CUDA {args.cuda} driver (__cuda)' if args.cuda else 'no GPU (no __cuda)'}:",
         highlight=False,
@@ -326,9 +326,11 @@ def cmd_create(args: argparse.Namespace, settings: Settings, console: Console) -
         raise UsageError("conda create: give specs or --lock FILE, not both or neither", fix=fix)
     if args.lock:
         packages = read_lock(_readable(args.lock))
-        records = find_locked(channel_urls(args, settings), packages, lock=args.lock)
+        records = find_locked(
+            channel_urls(args, settings), packages, lock=args.lock, cache_dir=repodata_cache(settings)
+        )
     else:
-        records = solve(channel_urls(args, settings), args.specs, cuda=args.cuda)
+        records = solve(channel_urls(args, settings), args.specs, cache_dir=repodata_cache(settings), cuda=args.cuda)
         check_bytes(records)
     cache = args.pkgs_dir or settings.output / ".cache" / "conda-pkgs"
     create(
@@ -352,13 +354,13 @@ def cmd_lock(args: argparse.Namespace, settings: Settings, console: Console) -> 
         if problem:
             raise ConfigError(problem, fix=f"run `wheelmill conda lock --cell {wanted.cell}` and commit {committed}")
         packages = read_lock(committed)
-        find_locked(channels, packages, lock=committed)
+        find_locked(channels, packages, lock=committed, cache_dir=repodata_cache(settings))
         console.print(
             f"{committed}: fits its specs; the channels hold its {len(packages)} packages, sha256 as locked",
             highlight=False,
         )
         return 0
-    packages = locked(solve(channels, wanted.specs))
+    packages = locked(solve(channels, wanted.specs, cache_dir=repodata_cache(settings)))
     out = args.out or committed
     write_atomic(out, envspec.lock_text(wanted, packages).encode())
     shown = ", ".join(f"{p.name} {p.version}" for p in packages)
@@ -382,3 +384,9 @@ def cmd_index(_args: argparse.Namespace, settings: Settings, console: Console) -
     if not channels:
         console.print(f"no conda channels under {index.location.rstrip('/')}/{CONDA_DIR}", highlight=False)
     return 0
+
+
+def repodata_cache(settings: Settings) -> Path:
+    """Where a solve keeps served channels' repodata: under the output root, beside the
+    package cache, never in the user's home."""
+    return settings.output / ".cache" / "conda-repodata"

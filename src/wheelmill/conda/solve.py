@@ -35,11 +35,15 @@ class Picked:
         return f"{self.name} {self.version} {self.build}"
 
 
-def solve(channels: Sequence[str], specs: Sequence[str], *, cuda: str | None = None) -> list[RepoDataRecord]:
+def solve(
+    channels: Sequence[str], specs: Sequence[str], *, cache_dir: Path, cuda: str | None = None
+) -> list[RepoDataRecord]:
     """The records ``specs`` resolve to from ``channels`` on linux-64, as on a machine whose
     driver supports CUDA ``cuda`` (``__cuda``), or none where it is None. Channels are not
     ranked: each variant has its own, and a CUDA channel listed first must not hide the CPU
-    build from a machine without a GPU (versions and build numbers decide)."""
+    build from a machine without a GPU (versions and build numbers decide). A served
+    channel's repodata is kept in ``cache_dir``: py-rattler's default is the user's home,
+    whatever RATTLER_CACHE_DIR says."""
     import rattler  # noqa: PLC0415 - a native module of a tenth of a second: loaded when used
     from rattler.exceptions import GatewayError, InvalidMatchSpecError, SolverError  # noqa: PLC0415
 
@@ -61,6 +65,7 @@ def solve(channels: Sequence[str], specs: Sequence[str], *, cuda: str | None = N
                 platforms=["linux-64", "noarch"],
                 virtual_packages=virtual,
                 channel_priority=unranked,
+                gateway=rattler.Gateway(cache_dir=cache_dir),
             )
         )
     except InvalidMatchSpecError as exc:
@@ -111,11 +116,13 @@ def locked(records: Sequence[RepoDataRecord]) -> list[LockedPackage]:
     return out
 
 
-def find_locked(channels: Sequence[str], packages: Sequence[LockedPackage], *, lock: Path) -> list[RepoDataRecord]:
+def find_locked(
+    channels: Sequence[str], packages: Sequence[LockedPackage], *, lock: Path, cache_dir: Path
+) -> list[RepoDataRecord]:
     """The records of a lock's packages in ``channels``, each with the lock's bytes (sha256):
     a solve of specs that only the locked packages meet, so a channel that lacks one, or is
     unreachable, says so the way any solve does; then the bytes of those in local channels."""
-    records = solve(channels, [p.spec for p in packages])
+    records = solve(channels, [p.spec for p in packages], cache_dir=cache_dir)
     by_name = {r.name.normalized: r for r in records}
     for package in packages:
         found = by_name.get(package.name)
