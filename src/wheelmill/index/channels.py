@@ -225,15 +225,20 @@ def listed_files(channel: Listing) -> list[tuple[str, FileEntry]]:
 
 
 def by_key(files: Iterable[tuple[str, FileEntry]]) -> dict[str, tuple[str, FileEntry]]:
-    """Of listed files, those that answer for their build keys (``keyed_files``), by key."""
+    """Of listed files, those that answer for their build keys (``answers_for_keys``), by key."""
     found: dict[str, tuple[str, FileEntry]] = {}
     for project, entry in files:
-        if entry.built and entry.yanked is None:
+        if answers_for_keys(entry):
             found |= dict.fromkeys(entry.build_keys, (project, entry))
     return found
 
 
 def keyed_files(project: Project | None) -> Iterator[FileEntry]:
-    """The project's files that answer for their build keys: those built here, and not
-    yanked (whoever yanked one wanted another)."""
-    return (f for f in (project.files if project is not None else ()) if f.built and f.yanked is None)
+    """The project's files that answer for their build keys."""
+    return (f for f in (project.files if project is not None else ()) if answers_for_keys(f))
+
+
+def answers_for_keys(entry: FileEntry) -> bool:
+    """Whether a listed file answers for its build keys: built here, and not yanked (whoever
+    yanked one wanted another)."""
+    return entry.built and entry.yanked is None

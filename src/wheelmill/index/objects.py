@@ -734,7 +734,7 @@ def _project_problems(
     unlisted = sorted(n for n, listed in listing.items() if listed.kind is not None and n not in shown)
     built_here = any(f.built for f in project.files)
     unlisted = [n for n in unlisted if listing[n].kind == BUILT or not built_here]
-    waiting = uncommitted(channel, name, listing, {})
+    waiting = uncommitted(channel, name, listing, {f.filename: f for f in project.files})  # the unlisted alone
     problems += [
         f"{channel.name}/{n}: staged by {waiting[n]}, not committed: that publish or promotion run again lists it"
         if n in waiting
@@ -903,12 +903,5 @@ class Staging:
         removed = []
         for (_name, project), channel in sorted(self.touched.items(), key=lambda item: item[0]):
             mine = [f for f, t in uncommitted(channel, project, channel.listing(project), {}).items() if t == self.name]
-            for filename in mine:
-                for key in channel.storage.keys_under(channel.entries(project, filename)):
-                    channel.storage.delete(key)
-            removed += [f"{channel.name}/{filename}" for filename in mine]
-            render_project(channel, project)
-            render_root(channel)
-            if not channel.storage.keys_under(channel.entries(project)):
-                _drop_pages(channel, project)
+            removed += [f"{channel.name}/{filename}" for filename in remove_files(channel, project, mine)]
         return removed

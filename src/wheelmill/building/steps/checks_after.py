@@ -6,6 +6,7 @@ to, against what its tag and its recipe promise)."""
 
 from __future__ import annotations
 
+import functools
 import platform
 import shutil
 from collections.abc import Sequence
@@ -140,19 +141,22 @@ def named_apart(ctx: StepContext, spec: RecipeSpec, wheel: Path) -> tuple[Path, 
     from another build; a check saying so."""
     keys = ctx.done.get(BuildKeys)
     scratch = wheel.parent.parent / "tagged"
-    made: dict[str | None, Path] = {None: wheel}
 
+    @functools.cache
+    def given(tag: str | None) -> Path:
+        """The wheel with ``tag`` (None: as repaired), written once."""
+        return wheel if tag is None else rewrite_metadata(wheel, scratch / tag, version=None, pins={}, build_tag=tag)
+
+    @functools.cache
     def digest(tag: str | None) -> str:
-        if tag not in made:
-            made[tag] = rewrite_metadata(wheel, scratch / (tag or ""), version=None, pins={}, build_tag=tag)
-        return sha256_of(made[tag])
+        return sha256_of(given(tag))
 
     tag = build_tag(wheel.name, key=keys.keys[spec.name].digest, taken=keys.taken, digest=digest)
     if tag is None:
+        shutil.rmtree(scratch, ignore_errors=True)
         return wheel, []
-    digest(tag)
-    tagged = wheel.with_name(made[tag].name)
-    made[tag].replace(tagged)
+    tagged = wheel.with_name(given(tag).name)
+    given(tag).replace(tagged)
     wheel.unlink()
     shutil.rmtree(scratch, ignore_errors=True)
     said = f"{tagged.name}: build tag {tag}, as channel {keys.channel} lists this version from another build"
