@@ -44,8 +44,10 @@ GROUPS: dict[str, str] = {
     "test-gpu": "gpu",
     "key": "key",
     "verify": "verify",
+    "coverage": "coverage",
 }
-ORDER = ("build", "index", "conda", "image", "release", "doctor", "gpu", "key", "verify")  # as help lists them
+# as help lists them
+ORDER = ("build", "index", "conda", "image", "release", "coverage", "doctor", "gpu", "key", "verify")
 _TAKES_A_VALUE = ("--recipes", "--output")
 
 

@@ -51,6 +51,13 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
     "index render": (("wheelmill index render --channel cu130", "a channel's pages written again from its entries"),),
     "index sweep": (("wheelmill index sweep --grace 7", "a weekly job: what no channel has listed for a week goes"),),
     "index list": (("wheelmill index list --channel cu130", "its projects and their versions"),),
+    "wants": (
+        ("wheelmill wants --log /var/log/wheelmill/access.log", "what installers asked for and no channel served"),
+        (
+            "wheelmill wants --log s3://logs-bucket/nginx/ --channel cu130 --top 10 --json",
+            "a bucket's logs, one channel's ten most asked, as JSON",
+        ),
+    ),
     "index migrate": (
         ("WHEELMILL_INDEX_ROOT=/srv/index wheelmill index migrate", "an earlier layout's tree, as objects, once"),
     ),
@@ -86,6 +93,17 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
     ),
     "release record-gpu": (
         ("wheelmill release record-gpu --track test 2.4.0rc1 gpu-report.json", "a GPU stage's signed report"),
+    ),
+    "release record-failure": (
+        (
+            "wheelmill release record-failure --tag v2.4.0-rc1 --cell cuda130-py311",
+            "CI, after a failed build: its step, error and log's end into the rc's record",
+        ),
+    ),
+    "coverage": (
+        ("wheelmill coverage", "the test track's newest release: each recipe, variant and Python"),
+        ("wheelmill coverage --track release 2.4.0 --recipe flash-attn", "one recipe of a final release"),
+        ("wheelmill coverage --json", "the same as JSON, held to its schema (docs/coverage.md)"),
     ),
     "release show": (("wheelmill release show --track test 2.4.0rc1", "a release's record: cells, files, GPU"),),
     "release prune": (("wheelmill release prune --track nightly --keep 14", "the 14 newest nightlies stay"),),

@@ -8,6 +8,7 @@ tracks, and the nightly track's retention.
     wheelmill release record-gpu --track test 2.4.0rc1 wheels/*/gpu-report.json   the GPU stage's reports
     wheelmill release promote --from test --to release 2.4.0   the rc of HEAD's commit, once its record
                                                                has a passed GPU stage per cell and runner
+    wheelmill release record-failure --tag v2.4.0-rc1 --cell cuda130-py311   a failed cell, for coverage
     wheelmill release show --track release 2.4.0 [--json]     a release's record, read whole
     wheelmill release prune --track nightly --keep 14
 
@@ -38,6 +39,7 @@ from wheelmill.inputs.matrix import Matrix, github_matrix
 from wheelmill.inputs.variants import Family
 from wheelmill.inputs.versions import Action, Release, Track, VersionRule, for_nightly, for_tag
 from wheelmill.machine.git import read_state, recipes_problem
+from wheelmill.output.layout import CellLayout
 from wheelmill.planning.groups import channel_of, group_build
 from wheelmill.planning.spec import CellPlan, RecipeSpec
 from wheelmill.provenance.signing import TrustedKey, gpu_trusted_keys_of, signing_key_of, trusted_keys_of
@@ -45,13 +47,14 @@ from wheelmill.releases.gpu_attestation import admitted, envelope_beside
 from wheelmill.releases.promotion import Signer, promote, signer_of
 from wheelmill.releases.publish import (
     collect_built,
+    failed_build,
     one_build_lookup,
     prune,
     publish_conda_packages,
     publish_release,
     refuse_unattested,
 )
-from wheelmill.releases.records import Manifest, load_manifest, record_gpu
+from wheelmill.releases.records import Manifest, load_manifest, record_failure, record_gpu
 from wheelmill.settings import Settings, Signatures
 
 
@@ -115,6 +118,17 @@ def register(commands: Commands) -> None:
     gpu.add_argument("version", help="the release whose cells the reports tested, e.g. 2.4.0rc1")
     gpu.add_argument("reports", nargs="+", type=Path, metavar="REPORT", help="gpu-report.json files")
     gpu.set_defaults(func=cmd_record_gpu)
+
+    failure = actions.add_parser(
+        "record-failure",
+        help="record a cell's failed build in the release's record (its step, error line and log's end), "
+        "for `wheelmill coverage`",
+    )
+    _which(failure)
+    failure.add_argument(
+        "--cell", required=True, help="the cell whose build failed (its report under the output root, if it wrote one)"
+    )
+    failure.set_defaults(func=cmd_record_failure)
 
     show = actions.add_parser("show", help="a release's record: its files, GPU stages and images, read whole")
     show.add_argument("--track", required=True, choices=[t.value for t in Track], help="the release's track")
@@ -325,6 +339,19 @@ def cmd_record_gpu(args: argparse.Namespace, settings: Settings, console: Consol
         signed = f"signed by {record.signed_by}" if record.signed_by else "unsigned: no GPU runner's key is trusted"
         console.print(f"GPU stage: {record.describe()} ({signed})", highlight=False)
     console.print(f"{args.version}: {len(found)} GPU stage report(s) recorded in {path}", highlight=False)
+    return 0
+
+
+def cmd_record_failure(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    release = _release(args, settings)
+    matrix, _recipes = load_inputs(settings)
+    cell = matrix.cell(args.cell)
+    failed, log = failed_build(CellLayout(output=settings.output, cell=cell.id), release, run=settings.ci_run)
+    head = Manifest(
+        version=release.version, track=release.track, commit=release.commit, tag=release.tag, files=(), gpu_runners={}
+    )
+    where = record_failure(Index.of(settings).storage, head, failed, log)
+    console.print(f"{cell.id}: failed at {failed.step}: {failed.error}; recorded in {where}", highlight=False)
     return 0
 
 

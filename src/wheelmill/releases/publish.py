@@ -21,7 +21,15 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from wheelmill.errors import CommandFailed, IndexConflict, IndexWriteError, IntegrityError, ReleaseError, SignatureError
+from wheelmill.errors import (
+    CommandFailed,
+    IndexConflict,
+    IndexWriteError,
+    IntegrityError,
+    ReleaseError,
+    SignatureError,
+    redact,
+)
 from wheelmill.index.channels import Published, keyed_files
 from wheelmill.index.objects import Staging
 from wheelmill.index.pages import Project
@@ -42,6 +50,7 @@ from wheelmill.provenance.signing import TrustedKey, read_envelopes
 from wheelmill.provenance.statement import Statement, beside, read_statement
 from wheelmill.provenance.verification import refuse_unverified
 from wheelmill.releases.records import (
+    FailedBuild,
     Manifest,
     ReleasedFile,
     forget,
@@ -62,6 +71,7 @@ class BuiltWheel:
     key: str | None = None  # its build key, where the report names one
     filename: str = ""  # where ``path`` is None
     listed_in: str = ""  # where ``path`` is None: the channel another job published it into
+    from_group: bool = False  # its ABI group's one build, made for another cell of the group
 
     @property
     def name(self) -> str:
@@ -152,6 +162,7 @@ def _one_build(
             listed_in=listed_in,
             sha256=sha256,
             key=key,
+            from_group=True,
         )
     if found is None:
         raise ReleaseError(
@@ -160,7 +171,7 @@ def _one_build(
             fix="build the cells of its ABI group's oldest torch for this release too (where each job "
             "publishes its own cell, `release publish --wait SECONDS` waits for that job's)",
         )
-    return replace(found, cell=built.cell, channel=built.channel)
+    return replace(found, cell=built.cell, channel=built.channel, from_group=True)
 
 
 def _built_wheel(layout: CellLayout, built: BuiltCell, recipe: RecipeRecord, wheel: WheelRecord) -> BuiltWheel:
@@ -224,6 +235,56 @@ def first_statement(provenance: Path) -> Statement | None:
         return None
 
 
+LOG_END = 64 * 1024  # how much of a failed step's log its record keeps: its end, where the error is
+
+
+def failed_build(layout: CellLayout, release: Release, *, run: str | None) -> tuple[FailedBuild, bytes | None]:
+    """What the cell's report says of its failed build for ``release``: the step that stopped
+    it, its error's first line, and the end of its log (redacted, as every log is written)."""
+    try:
+        built = load_report(layout.report, cell=layout.cell)
+    except FileNotFoundError:  # the job stopped before its build wrote one (cancelled, out of time)
+        stopped = "no report: the job stopped before the build wrote one"
+        return FailedBuild(cell=layout.cell, step="(none)", recipe=None, error=stopped, exit_code=1, run=run), None
+    except (OSError, ReportError) as exc:
+        raise ReleaseError(
+            f"{layout.report}: not a report of a built cell ({exc})", fix="build the cell again"
+        ) from None
+    if built.release is None or (built.release.version, built.release.commit) != (release.version, release.commit):
+        raise ReleaseError(
+            f"{layout.root}: not built for {release.version} ({release.commit[:12]})",
+            fix=f"record the failure of a build for this release (`wheelmill release ... --cell {layout.cell}`)",
+        )
+    if built.status is Status.OK:
+        raise ReleaseError(f"{layout.cell}: its build for {release.version} passed", fix="publish it instead")
+    step = next((s for s in built.steps if s.get("status") in (Status.FAILED, Status.INTERRUPTED)), {})
+    error = str(step.get("error") or f"the build {built.status}").strip().splitlines() or [""]
+    failed = FailedBuild(
+        cell=layout.cell,
+        step=str(step.get("step", "(none)")),
+        recipe=step.get("recipe"),
+        error=redact(error[0])[:500],
+        exit_code=int(step.get("exit_code") or built.exit_code or 1),
+        run=run,
+    )
+    return failed, _log_end(step.get("log"), layout)
+
+
+def _log_end(logged: object, layout: CellLayout) -> bytes | None:
+    """The end of a step's log, found under the cell's ``logs/`` by name (reports travel between
+    machines, as CI artifacts: the path it was written to is another machine's)."""
+    if not isinstance(logged, str):
+        return None
+    path = layout.logs / Path(logged).name
+    try:
+        with path.open("rb") as log:
+            log.seek(max(0, path.stat().st_size - LOG_END))
+            data = log.read()
+    except OSError:
+        return None
+    return data[data.find(b"\n") + 1 :] if len(data) == LOG_END else data
+
+
 def publish_release(
     index: Index,
     release: Release,
@@ -263,6 +324,7 @@ def publish_release(
                     filename=wheel.name,
                     sha256=wheel.sha256,
                     rule=wheel.rule,
+                    from_group=wheel.from_group,
                 )
             )
         # Recorded before the commit point: no listed file of it is ever without its record.

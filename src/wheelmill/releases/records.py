@@ -10,6 +10,8 @@ A release's record is a set of objects, each created once and never changed, rea
                                                              GPU runners
     releases/<track>/<version>/gpu/<cell>/<runner>/<stamp>.json    a GPU stage's result
     releases/<track>/<version>/images/<cell>/<kind>/<stamp>.json   an image pushed
+    releases/<track>/<version>/failed/<cell>/<stamp>.json    a build of the cell that failed,
+                                                             and <stamp>.log: its log's end
 
 A stamp orders the objects of one thing by when they were made: the newest GPU result of a
 cell on a runner, and the newest image of a kind, are the ones that count. A record an
@@ -25,7 +27,7 @@ import os
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
@@ -48,6 +50,27 @@ class ReleasedFile:
     filename: str
     sha256: str
     rule: VersionRule
+    # True: the ABI group's one build, made by the job of another cell (the group's oldest
+    # torch) and listed in this cell's channel too; False: built by this cell's own job, or
+    # recorded before the two were told apart.
+    from_group: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class FailedBuild:
+    """A cell's build for a release that failed, as its job recorded it: the step that
+    stopped it, the first line of its error, and where its log is."""
+
+    cell: str
+    step: str  # the step's kind: lock, build, checks-after, ...
+    recipe: str | None  # the step's recipe; None for a step of the whole cell
+    error: str  # the error's first line
+    exit_code: int
+    log: str | None = None  # the log's end, kept in the index: its key beside the record
+    run: str | None = None  # the CI run that built it, by its URL
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,6 +156,9 @@ class Manifest:
     # Each GPU cell of the release and the runner labels whose GPU stage it needs, as the
     # matrix of its commit says (none: no runner covers it); None in a record made before.
     gpu_runners: Mapping[str, tuple[str, ...]] | None = None
+    # The newest failed build of each cell that recorded one (a cell built later has its
+    # files recorded too: its files count over its failure).
+    failed: tuple[FailedBuild, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -148,6 +174,7 @@ class Manifest:
             if self.gpu_runners is None
             else {cell: list(labels) for cell, labels in sorted(self.gpu_runners.items())},
             "gpu": [g.as_dict() for g in self.gpu],
+            "failed": [f.as_dict() for f in self.failed],
         }
 
 
@@ -266,6 +293,19 @@ def record_gpu(storage: Storage, track: Track, version: str, found: Sequence[Gpu
     return _where(storage, prefix)
 
 
+def record_failure(storage: Storage, head: Manifest, failed: FailedBuild, log: bytes | None) -> str:
+    """Record that a cell's build for the release ``head`` names failed, with its log's end
+    (``log``) beside it; the release's head is made where this is its first object. A newer
+    failure of the cell counts over the older, and the cell's files, once recorded, over both."""
+    record(storage, replace(head, files=(), gpu=()))  # the head, or the refusal of another commit's version
+    where = f"{record_prefix(head.track, head.version)}failed/{failed.cell}/{_stamp()}"
+    kept = replace(failed, log=f"{where}.log" if log is not None else None)
+    if log is not None:
+        storage.create(kept.log or "", log)
+    storage.create(f"{where}.json", _encoded(kept.as_dict()))
+    return _where(storage, f"{where}.json")
+
+
 def forget(storage: Storage, track: Track, version: str) -> None:
     """Every object of a release's record gone (its files are the caller's)."""
     prefix = record_prefix(track, version)
@@ -317,6 +357,7 @@ def _assembled(
     for key in _newest(keys, prefix, "images/"):
         image = ReleasedImage(**(_json(storage, key) or {}))
         images[image.cell, image.kind] = image
+    failed = [FailedBuild(**(_json(storage, k) or {})) for k in _newest(keys, prefix, "failed/")]
     return Manifest(
         version=head["version"],
         track=Track(head["track"]),
@@ -327,6 +368,7 @@ def _assembled(
         images=tuple(images.values()),
         gpu=tuple(gpu.values()),
         gpu_runners=_runners(head, legacy, parts),
+        failed=tuple(failed),
     )
 
 
@@ -360,7 +402,8 @@ def _newest(keys: Sequence[str], prefix: str, kind: str) -> list[str]:
     """Of the numbered objects under ``kind`` (``gpu/<cell>/<runner>/<number>-....json``), the
     newest of each thing (each cell and runner): the highest number, in key order."""
     newest: dict[str, str] = {}
-    for key in sorted((k for k in keys if k.startswith(prefix + kind)), key=lambda k: (_sequence(k), k)):
+    ours = (k for k in keys if k.startswith(prefix + kind) and k.endswith(".json"))  # a failure's .log is beside
+    for key in sorted(ours, key=lambda k: (_sequence(k), k)):
         newest[key.rpartition("/")[0]] = key  # in the record's order: the last is the newest
     return sorted(newest.values())
 
