@@ -129,6 +129,7 @@ def test_an_rc_is_built_to_the_test_track_and_its_final_tag_promoted_without_a_b
     assert shown.returncode == 0, shown.stderr
     rc_record = json.loads(shown.stdout)
     assert [f["filename"] for f in rc_record["files"]] == [rc_entry]
+    _a_failed_cell_is_recorded_and_the_coverage_says_so(repo, output, rc_entry)
 
     # The final tag on the rc's commit: a promotion. Nothing under the cell's output changes.
     git(repo, "tag", "v0.1.0")
@@ -173,6 +174,26 @@ def test_an_rc_is_built_to_the_test_track_and_its_final_tag_promoted_without_a_b
         zf.writestr("example_cpp_ops/extra.txt", "changed after testing")
     again = wheelmill(repo, output, "promote", "--from", "test", "--to", "release", "0.1.0rc1")
     assert again.returncode == 7 and "sha256 differs" in again.stderr
+
+
+def _a_failed_cell_is_recorded_and_the_coverage_says_so(repo: Path, output: Path, rc_entry: str) -> None:
+    """cpu-py312 has no torch in this machine's package sources: its build fails, its job
+    records the failure, and coverage tells the built cell, the failed one and the planned."""
+    failed = wheelmill(repo, output, "--tag", "v0.1.0-rc1", "--cell", "cpu-py312", "--recipe", "example-cpp-ops")
+    assert failed.returncode != 0
+    step = next(s for s in json.loads((output / "cpu-py312" / "report.json").read_text())["steps"] if s["error"])
+    recorded = wheelmill(repo, output, "record-failure", "--tag", "v0.1.0-rc1", "--cell", "cpu-py312")
+    assert recorded.returncode == 0, recorded.stderr
+    env = {**os.environ, "WHEELMILL_OUTPUT": str(output)}
+    command = [sys.executable, "-m", "wheelmill", "--recipes", str(repo / "recipes"), "coverage", "--json"]
+    shown = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, check=True)
+    spots = {(s["recipe"], s["cell"]): s for s in json.loads(shown.stdout)["spots"]}
+    built = spots["example-cpp-ops", "cpu-py311"]
+    assert built["mark"] == "built" and [f["filename"] for f in built["files"]] == [rc_entry]
+    failure = spots["example-cpp-ops", "cpu-py312"]["failure"]
+    assert spots["example-cpp-ops", "cpu-py312"]["mark"] == "failed" and failure["step"] == step["step"]
+    assert failure["error"] == step["error"].splitlines()[0][:500] and failure["exit_code"] == step["exit_code"]
+    assert spots["example-cpp-ops", "cuda118-py39"]["mark"] == "planned"
 
 
 def test_a_cell_built_alone_publishes_itself_into_a_bucket_and_its_final_is_promoted_there(

@@ -704,13 +704,20 @@ def test_nightly_runs_daily_publishes_and_prunes() -> None:
     # only main publishes: a manual run elsewhere builds and tests, in no environment
     build = every["build"]
     assert build["environment"] == "${{ github.ref == 'refs/heads/main' && 'nightly' || '' }}"
-    for index in (index_oidc_steps(build)[0], publish_step(build, "wheelmill release publish --nightly")):
-        assert steps(build)[index]["if"] == "github.ref == 'refs/heads/main'"
+    assert steps(build)[publish_step(build, "wheelmill release publish --nightly")]["if"] == (
+        "github.ref == 'refs/heads/main'"
+    )
+    # the credentials come after a failed build too, which records its failure and nothing else
+    assert (
+        steps(build)[index_oidc_steps(build)[0]]["if"] == "(success() || failure()) && github.ref == 'refs/heads/main'"
+    )
+    failure = steps(build)[publish_step(build, "wheelmill release record-failure --nightly")]
+    assert failure["if"] == "failure() && github.ref == 'refs/heads/main'"
     # one version for the run, the plan job's: a job that clones after a final tag takes it too
     assert every["plan"]["outputs"]["version"] == "${{ steps.plan.outputs.version }}"
     assert build["env"]["VERSION"] == "${{ needs.plan.outputs.version }}"
     nightly_commands = [line for line in run_lines(build) if "wheelmill release" in line]
-    assert len(nightly_commands) == 2 and all('--nightly --version "$VERSION"' in line for line in nightly_commands)
+    assert len(nightly_commands) == 3 and all('--nightly --version "$VERSION"' in line for line in nightly_commands)
     prune = every["prune"]
     assert prune["needs"] == ["plan", "build"] and prune["if"] == "github.ref == 'refs/heads/main'"
     assert env_of(prune)["WHEELMILL_INDEX_ROOT"] == BUCKET_ROOT
@@ -1198,3 +1205,13 @@ def test_apt_rule_reads_the_order() -> None:
     assert apt_problems({"jobs": {"a": {"steps": job["steps"][::-1]}}}) == [
         "a: apt-get install before apt-get update: sudo apt-get install -y -qq jq"
     ]
+
+
+def test_a_failed_cell_of_an_rc_records_its_failure_and_publishes_nothing() -> None:
+    build = jobs(load("release"))["build"]
+    oidc = steps(build)[index_oidc_steps(build)[0]]
+    assert oidc["if"] == "success() || failure()", "credentials after a failed build too, never a cancelled one"
+    failure = publish_step(build, "wheelmill release record-failure --tag")
+    publish = publish_step(build, "wheelmill release publish --tag")
+    assert steps(build)[failure]["if"] == "failure()" and "if" not in steps(build)[publish]
+    assert build_step(build) < index_oidc_steps(build)[0] < failure < publish

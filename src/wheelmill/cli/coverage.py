@@ -130,7 +130,12 @@ def _print_failures(failed: Sequence[Spot], console: Console) -> None:
         if failure is None:
             continue
         step = f"{failure.step} ({failure.recipe})" if failure.recipe else failure.step
-        console.print(f"  {spot.cell}: {step}, exit {failure.exit_code}: {failure.error}", highlight=False)
+        console.print(f"  {spot.cell}: {step}, exit {failure.exit_code}: {shortened(failure.error)}", highlight=False)
         for where in (failure.log, failure.run):
             if where:
                 console.print(f"    {where}", highlight=False, soft_wrap=True)
+
+
+def shortened(line: str, most: int = 160) -> str:
+    """A long error line cut to ``most`` characters, for the terminal (the JSON keeps it whole)."""
+    return line if len(line) <= most else line[: most - 1] + "…"

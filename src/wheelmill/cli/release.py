@@ -351,7 +351,7 @@ def cmd_record_failure(args: argparse.Namespace, settings: Settings, console: Co
         version=release.version, track=release.track, commit=release.commit, tag=release.tag, files=(), gpu_runners={}
     )
     where = record_failure(Index.of(settings).storage, head, failed, log)
-    console.print(f"{cell.id}: failed at {failed.step}: {failed.error}; recorded in {where}", highlight=False)
+    console.print(f"{cell.id}: failed at {failed.step}; recorded in {where}", highlight=False)
     return 0
 
 
