@@ -92,9 +92,10 @@ def benchmarks(session: nox.Session) -> None:
 @nox.session(python=False)
 def lint(session: nox.Session) -> None:
     """ruff (lint and format check), mypy --strict, hadolint on every container definition,
-    actionlint on every workflow, the docs site built with mkdocs --strict (a broken link,
-    anchor or nav entry fails; the site goes to a temporary directory), validation of every
-    recipe, and a check of every committed lock against its inputs."""
+    actionlint on every workflow, the docs' pictures held to their Graphviz sources, the docs
+    site built with mkdocs --strict (a broken link, anchor or nav entry fails; the site goes to
+    a temporary directory), validation of every recipe, and a check of every committed lock
+    against its inputs."""
     session.run(sys.executable, "-m", "ruff", "check", ".")
     session.run(sys.executable, "-m", "ruff", "format", "--check", ".")
     session.run(sys.executable, "-m", "mypy")
@@ -108,6 +109,7 @@ def lint(session: nox.Session) -> None:
         "-pyflakes=",
         *map(str, sorted(ROOT.glob(".github/workflows/*.yml"))),
     )
+    session.run(str(ROOT / "scripts" / "pictures"), "--check", external=True)  # each SVG its source's drawing
     with tempfile.TemporaryDirectory(prefix="wheelmill-site-") as site:
         mkdocs = str(Path(sys.executable).parent / "mkdocs")
         build = ["build", "--strict", "--quiet", "--config-file", str(ROOT / "mkdocs.yml"), "--site-dir", site]

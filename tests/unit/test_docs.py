@@ -406,3 +406,17 @@ def test_the_gpu_stages_judging_table_is_the_codes() -> None:
     coded = {row(*re.split(r"\s{2,}", line.strip())) for line in table.splitlines() if re.match(r"^ {4}\S", line)}
     assert documented == coded
     assert len(coded) == 13
+
+
+def test_every_picture_is_shown_and_every_shown_picture_is_drawn_from_a_source() -> None:
+    """docs/pictures/NAME.svg, drawn from NAME.dot (scripts/pictures; the lint session fails a
+    stale one), each shown on some page, and no page shows a picture that is not there."""
+    pictures = DOCS / "pictures"
+    drawn = {svg.name for svg in pictures.glob("*.svg")}
+    assert drawn and drawn == {dot.with_suffix(".svg").name for dot in pictures.glob("*.dot")}
+    shown: set[str] = set()
+    for page in DOCS.rglob("*.md"):
+        for target in re.findall(r"!\[[^\]]+\]\(([^)]+)\)", page.read_text()):
+            assert (page.parent / target).resolve().is_file(), f"{page}: {target} is not there"
+            shown.add(Path(target).name)
+    assert drawn <= shown, f"pictures no page shows: {sorted(drawn - shown)}"
