@@ -79,7 +79,8 @@ def test_every_argument_of_every_command_says_what_it_is() -> None:
         (command, action.option_strings or action.dest)
         for command, parser in leaves(build_parser(None)).items()
         for action in parser._actions
-        if action.help is None and not isinstance(action, argparse._HelpAction)
+        # the commands below one (matrix's upstream) say what they are in their own line of help
+        if action.help is None and not isinstance(action, (argparse._HelpAction, argparse._SubParsersAction))
     ]
     assert silent == []
 

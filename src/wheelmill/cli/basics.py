@@ -29,14 +29,16 @@ _N = TypeVar("_N", int, float)
 
 def commands(parser: argparse.ArgumentParser) -> list[tuple[str, str, argparse.ArgumentParser]]:
     """Every command a user runs below ``parser`` (``index serve``), in the parser's order:
-    its words, its line of help and its parser."""
+    its words, its line of help and its parser. One that runs on its own as well as with a
+    command below it (``matrix`` and ``matrix upstream``) is both."""
     found = []
     for action in parser._actions:  # argparse offers no other way to its subparsers
         if isinstance(action, argparse._SubParsersAction):
             helps = {choice.dest: choice.help or "" for choice in action._choices_actions}
             for name, sub in action.choices.items():
                 below = [(f"{name} {words}", said, leaf) for words, said, leaf in commands(sub)]
-                found += below or [(name, helps.get(name, ""), sub)]
+                alone = not below or sub.get_default("func") is not None
+                found += [(name, helps.get(name, ""), sub)] * alone + below
     return found
 
 

@@ -1,4 +1,4 @@
-"""The cell commands: ``matrix``, ``validate``, ``plan``, ``build``, ``mirror`` and ``lock``."""
+"""The cell commands: ``matrix`` (and ``matrix upstream``), ``validate``, ``plan``, ``build``, ``mirror``, ``lock``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from rich.table import Table
 from wheelmill.building.plan import Options, plan_cell
 from wheelmill.cli.basics import Commands, load_inputs
 from wheelmill.cli.common import add_cell_options, build_cells, mirror_cells, prepare
+from wheelmill.cli.upstream import register_upstream
 from wheelmill.conda import envspec
 from wheelmill.errors import UsageError
 from wheelmill.inputs.matrix import MATRIX_COLUMNS, Matrix, github_matrix, matrix_markdown, matrix_row
@@ -42,6 +43,7 @@ def register(commands: Commands) -> None:
         help="with --json: leave the slim cells out (their parent's cells build every arch they have)",
     )
     matrix.set_defaults(func=cmd_matrix)
+    register_upstream(matrix)
 
     validate = commands.add_parser("validate", help="load and check the matrix and every recipe")
     validate.set_defaults(func=cmd_validate)
