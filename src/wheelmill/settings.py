@@ -133,6 +133,11 @@ class Settings:
     # The index the team serves (its root URL, channels beneath): the build-keys step looks up
     # each recipe's key there, and a hit is fetched from it rather than built.
     served_index: str | None = None
+    # The root of torch's upstream index, whose torch/ page `matrix upstream` reads (PEP 691
+    # JSON or PEP 503 HTML); None: the matrix's torch index template without its {label}.
+    upstream_index: str | None = None
+    # The served index's access logs (files, directories, s3:// prefixes) `coverage` counts wants from
+    access_logs: tuple[str, ...] = ()
     # host[:port]/namespace: builder images are pulled from there before they are built, and
     # pushed there after (read-write only).
     image_registry: str | None = None
@@ -184,6 +189,8 @@ class Settings:
             shared_writes=_shared_writes(env),
             ci_run=_ci_run(env),
             served_index=(env.get("WHEELMILL_SERVED_INDEX") or "").rstrip("/") or None,
+            upstream_index=(env.get("WHEELMILL_UPSTREAM_INDEX") or "").rstrip("/") or None,
+            access_logs=_words(env, "WHEELMILL_ACCESS_LOGS") or (),
             image_registry=(env.get("WHEELMILL_IMAGE_REGISTRY") or "").rstrip("/") or None,
             install_tests=_enum(env, "WHEELMILL_INSTALL_TESTS", InstallTests),
             publish_username=env.get("WHEELMILL_PUBLISH_USERNAME") or None,

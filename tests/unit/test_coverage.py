@@ -164,3 +164,27 @@ def test_records_of_failures_count_the_newest_and_never_a_log_as_one(tmp_path: P
         record_failure(storage, head, failed, b"log")
     (manifest,) = [release_of(storage, Track.TEST, None)]
     assert [f.error for f in manifest.failed] == ["second"]
+
+
+def test_wants_from_the_access_logs_are_in_the_grid_and_the_json(
+    released: Index, cli: CliRunner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Installers that asked test/cpu for a Python it has no file for, read from the served
+    index's access log (a setting, or --wants): ranked in the JSON and under the grid."""
+    from tests.unit.test_wants import PIP, UV, agent, line  # noqa: PLC0415 - their real User-Agents
+
+    log = tmp_path / "access.log"
+    asked = [agent(PIP, "3.12.7"), agent(UV, "3.12.1"), agent(PIP, "3.12.7"), agent(PIP, "3.10.4")]
+    log.write_text("".join(line("/test/cpu/simple/example-cpp-ops/", ua) + "\n" for ua in asked))
+    monkeypatch.setenv("WHEELMILL_INDEX_ROOT", str(released.tree))
+    monkeypatch.setenv("WHEELMILL_ACCESS_LOGS", str(log))
+    shown = cli("coverage", "--json")
+    assert shown.code == 0, shown.err
+    data = json.loads(shown.out)
+    jsonschema.validate(data, json.loads(COVERAGE_SCHEMA_PATH.read_text()))
+    ranked = [(w["project"], w["python"], w["count"]) for w in data["wants"]]
+    assert ranked == [("example-cpp-ops", "3.12", 3), ("example-cpp-ops", "3.10", 1)]
+    monkeypatch.setenv("COLUMNS", "100")
+    grid = cli("coverage", "--wants", str(log)).out.splitlines()
+    assert "wanted, most asked first (2; `wheelmill wants` says more):" in grid
+    assert "      3  test/cpu/example-cpp-ops  Python 3.12 manylinux_2_36_x86_64: no compatible file" in grid

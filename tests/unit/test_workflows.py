@@ -1,4 +1,5 @@
-"""The GitHub Actions workflows as data: what triggers them, what each job may touch, that
+"""The GitHub Actions workflows as data: what triggers them, what each job may touch (a write
+to GitHub only where a job opens a pull request), that
 nothing a pull request reaches publishes, reads a secret or asks for an OIDC token, and that
 every job that writes the index writes its object store directly, with credentials it gets
 by OIDC, and no lock around it.
@@ -33,11 +34,13 @@ USES_LINE = re.compile(r"^\s*(?:-\s+)?uses:\s*(?P<ref>\S+)(?P<rest>.*)$", re.MUL
 # What writes an index or uploads anywhere: never reachable from a pull request.
 PUBLISHES = re.compile(
     r"wheelmill\s+(?:publish|yank|unyank|index\s+(?:render|sweep)|release\s+(?:publish|promote|prune|record-gpu))\b"
+    r"|wheelmill\s+coverage\b.*--page\b"
     r"|\baws\s+s3\b|\btwine\b|\buv\s+publish\b"
 )
 # What changes an index: where the job's WHEELMILL_INDEX_ROOT is the bucket, it changes the bucket.
 WRITES_INDEX = re.compile(
     r"wheelmill\s+(?:publish|yank|unyank|index\s+(?:render|repair|sweep)|release\s+(?:publish|promote|prune|record-gpu))\b"
+    r"|wheelmill\s+coverage\b.*--page\b"
 )
 PUBLISHING_ACTION = re.compile(r"pypi-publish|upload-release|release-action|s3-sync", re.IGNORECASE)
 LOCAL_BUILD = re.compile(r"wheelmill\s+build\b")  # publishes to the runner's local index unless --no-publish
@@ -55,6 +58,10 @@ READS_ONLY = re.compile(r"wheelmill\s+(?:test-gpu|verify|release\s+show)\b")
 CACHE_ROLE = "${{ vars.WHEELMILL_CACHE_ROLE }}"
 CACHE_READ_ROLE = "${{ vars.WHEELMILL_CACHE_READ_ROLE }}"
 STATIC_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "aws-access-key-id", "aws-secret-access-key")
+# The one action that writes to GitHub: it opens the pull request of `wheelmill matrix upstream`'s
+# change (docs/matrix.md#new-torch-releases-on-day-one), and needs these writes, no more.
+OPENS_A_PULL_REQUEST = "peter-evans/create-pull-request@"
+PULL_REQUEST_WRITES = {"contents": "write", "pull-requests": "write"}
 
 
 def parse(text: str) -> Workflow:
@@ -176,10 +183,15 @@ def _read_only(permissions: object) -> bool:
     return isinstance(permissions, dict) and all(level in {"read", "none"} for level in permissions.values())
 
 
+def opens_a_pull_request(job: Job) -> bool:
+    return any(str(step.get("uses", "")).startswith(OPENS_A_PULL_REQUEST) for step in steps(job))
+
+
 def permission_problems(workflow: Workflow) -> list[str]:
     """Top level grants at most read; every job says what it gets, and none gets a write to
-    GitHub. (No job here needs one: the index is an object store. `id-token: write` only
-    lets a job ask for its OIDC token; oidc_problems says which jobs may.)"""
+    GitHub but the job that opens a pull request, which gets exactly contents and
+    pull-requests (no builder job needs one: the index is an object store). `id-token:
+    write` only lets a job ask for its OIDC token; oidc_problems says which jobs may."""
     problems = []
     if "permissions" not in workflow:
         problems.append("no top-level permissions: the token gets the repository's default")
@@ -189,10 +201,31 @@ def permission_problems(workflow: Workflow) -> list[str]:
         granted = job.get("permissions")
         if "permissions" not in job:
             problems.append(f"{name}: no permissions block")
+        elif opens_a_pull_request(job):
+            problems += _pull_request_job_problems(workflow, name, job)
         elif not _read_only(
             {k: v for k, v in granted.items() if k != "id-token"} if isinstance(granted, dict) else granted
         ):
             problems.append(f"{name}: permissions grant a write: {granted!r}")
+    return problems
+
+
+def _pull_request_job_problems(workflow: Workflow, name: str, job: Job) -> list[str]:
+    """The job that opens a pull request writes to GitHub and to nothing else: exactly
+    contents and pull-requests, in no environment, with no secret, on no pull request's run,
+    and it publishes nothing."""
+    problems = []
+    if job.get("permissions") != PULL_REQUEST_WRITES:
+        problems.append(f"{name}: opens a pull request with permissions other than {PULL_REQUEST_WRITES}")
+    if "environment" in job or reads_secret(job):
+        problems.append(f"{name}: opens a pull request in an environment or with a secret")
+    if PR_EVENTS & triggers(workflow).keys():
+        problems.append(f"{name}: writes to GitHub in a workflow that pull requests run")
+    problems += [
+        f"{name}: opens a pull request and publishes: {line.strip()}"
+        for line in run_lines(job)
+        if PUBLISHES.search(line)
+    ]
     return problems
 
 
@@ -609,7 +642,7 @@ def test_no_workflow_syncs_the_index_or_locks_it(name: str) -> None:
     ("name", "expected"),
     [
         ("build", set()),
-        ("release", {"build", "render", "gpu", "record-gpu", "promote", "final-images"}),
+        ("release", {"build", "render", "coverage", "gpu", "record-gpu", "promote", "final-images"}),
         ("nightly", {"build", "prune"}),
     ],
 )
@@ -640,7 +673,7 @@ def test_release_runs_on_version_tags_and_builds_or_promotes() -> None:
     render = every["render"]
     assert render["needs"] == ["plan", "build"]
     assert env_of(render)["WHEELMILL_INDEX_ROOT"] == BUCKET_ROOT
-    lines = [line for line in run_lines(render) if "wheelmill" in line]
+    lines = [line for line in run_lines(render) if "wheelmill index" in line]  # then the coverage page
     assert re.findall(r"wheelmill index (\w+)", " ".join(lines)) == ["render", "verify"]
     assert all('"${args[@]}"' in line for line in lines)  # the run's channels, not every channel
     promote_run = " ".join(run_lines(every["promote"]))
@@ -692,6 +725,25 @@ def test_a_release_candidate_is_proven_on_gpu_runners_before_promotion() -> None
     assert "needs.render.result == 'success'" in record["if"]
     assert env_of(record)["WHEELMILL_INDEX_ROOT"] == BUCKET_ROOT
     publish_step(record, 'wheelmill release record-gpu --track test "$VERSION"')
+
+
+def test_the_coverage_page_is_written_after_every_cell_failed_or_not_and_after_the_gpu_stage_is_recorded() -> None:
+    """docs/coverage.md: the rc's coverage page is written into the bucket by a job of its own
+    after every cell's job, also where one failed (its recorded failure is what the page is
+    for), and again as the last step of record-gpu (the GPU stages recorded), with the served
+    index's URL for the finder's pip and uv lines and its access logs for the wants."""
+    every = jobs(load("release"))
+    page_job = every["coverage"]
+    assert page_job["needs"] == ["plan", "build", "render"]
+    assert page_job["if"] == "always() && needs.plan.outputs.action == 'build'"
+    for job in (page_job, every["record-gpu"]):
+        page = publish_step(job, 'wheelmill coverage --track test --page --upstream "$VERSION"')
+        assert page == len(steps(job)) - 1
+        said = env_of(steps(job)[page])
+        assert said["WHEELMILL_SERVED_INDEX"] == "${{ vars.WHEELMILL_SERVED_INDEX }}"
+        assert said["WHEELMILL_ACCESS_LOGS"] == "${{ vars.WHEELMILL_ACCESS_LOGS }}"
+        assert {**env_of(job), **said}["VERSION"] == "${{ needs.plan.outputs.version }}"
+    assert any("wheelmill release record-gpu" in str(step.get("run", "")) for step in steps(every["record-gpu"]))
 
 
 def test_nightly_runs_daily_publishes_and_prunes() -> None:
@@ -806,6 +858,27 @@ BROKEN: list[Any] = [
         permission_problems,
         "render: permissions grant a write",
         id="job-write",
+    ),
+    pytest.param(
+        "nightly",
+        lambda w: job_in(w, "upstream")["permissions"].update(issues="write"),
+        permission_problems,
+        "upstream: opens a pull request with permissions other than",
+        id="pull-request-job-writes-more",
+    ),
+    pytest.param(
+        "nightly",
+        lambda w: job_in(w, "upstream").update(environment="nightly"),
+        permission_problems,
+        "upstream: opens a pull request in an environment",
+        id="pull-request-job-in-an-environment",
+    ),
+    pytest.param(
+        "nightly",
+        lambda w: job_in(w, "prune")["permissions"].update({"pull-requests": "write"}),
+        permission_problems,
+        "prune: permissions grant a write",
+        id="pull-request-write-elsewhere",
     ),
     # pull requests
     pytest.param(
@@ -1215,3 +1288,19 @@ def test_a_failed_cell_of_an_rc_records_its_failure_and_publishes_nothing() -> N
     publish = publish_step(build, "wheelmill release publish --tag")
     assert steps(build)[failure]["if"] == "failure()" and "if" not in steps(build)[publish]
     assert build_step(build) < index_oidc_steps(build)[0] < failure < publish
+
+
+def test_the_nightly_opens_a_pull_request_with_the_change_upstream_asks_for() -> None:
+    """docs/matrix.md#new-torch-releases-on-day-one: a job of its own runs `wheelmill matrix
+    upstream --diff` on main and, where the diff is not empty, opens a pull request with the
+    matrix's change alone, on one branch, with the workflow's token and no more than it needs."""
+    nightly = load("nightly")
+    job = job_in(nightly, "upstream")
+    assert job["permissions"] == PULL_REQUEST_WRITES and "environment" not in job and not reads_secret(job)
+    assert job["if"] == "github.ref == 'refs/heads/main'"
+    assert any(re.search(r"wheelmill matrix upstream --diff\b", line) for line in run_lines(job))
+    opening = step_in(nightly, "upstream", OPENS_A_PULL_REQUEST)
+    assert opening["if"] == "steps.upstream.outputs.changed == 'true'"
+    assert opening["with"]["add-paths"] == "recipes/matrix.toml"
+    assert opening["with"]["branch"] == "wheelmill/upstream-torch"
+    assert [name for name, each in jobs(nightly).items() if opens_a_pull_request(each)] == ["upstream"]

@@ -44,10 +44,11 @@ GROUPS: dict[str, str] = {
     "test-gpu": "gpu",
     "key": "key",
     "verify": "verify",
+    "wants": "wants",
     "coverage": "coverage",
 }
 # as help lists them
-ORDER = ("build", "index", "conda", "image", "release", "coverage", "doctor", "gpu", "key", "verify")
+ORDER = ("build", "index", "wants", "conda", "image", "release", "coverage", "doctor", "gpu", "key", "verify")
 _TAKES_A_VALUE = ("--recipes", "--output")
 
 

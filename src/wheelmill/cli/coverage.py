@@ -4,6 +4,7 @@ platform, for one release of a track; and why not, where none does.
     wheelmill coverage                          the test track's newest release, as a grid
     wheelmill coverage --track release 2.4.0    a final release
     wheelmill coverage --json                   the same as JSON (docs/coverage.md#json)
+    wheelmill coverage --page                   the same as the index's coverage page, <index>/coverage/
 
 Read from the matrix, the index's release records and the GPU stages they hold alone: the
 same answer on any machine that reads the index, a tree or a bucket.
@@ -13,17 +14,22 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from wheelmill.cli.basics import Commands, load_inputs
+from wheelmill.cli.upstream import upstream_findings
 from wheelmill.errors import UsageError, did_you_mean
 from wheelmill.index.roots import Index
+from wheelmill.index.wants import log_lines
+from wheelmill.index.wants import wants as read_wants
 from wheelmill.inputs.versions import Track
 from wheelmill.releases.coverage import Coverage, Mark, Spot, by_recipe, coverage, failures, release_of
+from wheelmill.releases.coverage_page import page_data, render_page, worst_outcome, write_page
 from wheelmill.settings import Settings
 
 # How a spot reads in the grid: its mark, then its files' GPU stage where it has one.
@@ -35,6 +41,7 @@ SYMBOLS = {
     Mark.OPT_IN: ("o", "dim"),
     Mark.ABSENT: (" ", ""),
 }
+WANTS_SHOWN = 10  # the terminal's; the JSON and the page hold every one
 GPU_SYMBOLS = {"passed": "+", "failed": "x", "mismatch": "x", "import-only": "i", "not-covered": "-"}
 LEGEND = (
     "B built here  S served: its group's one build  F failed  . planned  o opt-in  (blank) not in matrix\n"
@@ -63,6 +70,24 @@ def register(commands: Commands) -> None:
         help="only this recipe (repeatable; default: every recipe)",
     )
     cover.add_argument("--json", action="store_true", help="the coverage as JSON, held to its schema")
+    cover.add_argument(
+        "--wants",
+        action="append",
+        default=None,
+        metavar="LOG",
+        help="count what installers asked for and did not find, from these access logs (a file, a directory, "
+        "or an s3:// prefix; repeatable; default: $WHEELMILL_ACCESS_LOGS)",
+    )
+    cover.add_argument(
+        "--upstream",
+        action="store_true",
+        help="also read torch's upstream index for releases and labels the matrix lacks (`wheelmill matrix upstream`)",
+    )
+    cover.add_argument(
+        "--page",
+        action="store_true",
+        help="write it as the index's coverage page, coverage/ at its root (the tables, the data, the finder)",
+    )
     cover.set_defaults(func=cmd_coverage)
 
 
@@ -74,13 +99,60 @@ def cmd_coverage(args: argparse.Namespace, settings: Settings, console: Console)
                 f"coverage: unknown recipe '{name}'{did_you_mean(name, recipes)}",
                 fix=f"use one of: {', '.join(sorted(recipes))}",
             )
-    manifest = release_of(Index.of(settings).storage, Track(args.track), args.version)
+    index = Index.of(settings)
+    manifest = release_of(index.storage, Track(args.track), args.version)
     found = coverage(matrix, recipes, manifest, only=args.recipe)
+    wanted = _wants(args.wants if args.wants is not None else settings.access_logs, index)
+    upstream = [f.as_dict() for f in upstream_findings(matrix, settings)[1]] if args.upstream else []
+    if args.page:
+        write_coverage_page(found, settings, console, wants=wanted, upstream=upstream)
+        return 0
     if args.json:
-        print(json.dumps(found.as_dict(), indent=2))
+        print(json.dumps(page_data(found.as_dict(), wants=wanted, upstream=upstream), indent=2))
         return 0
     print_coverage(found, console)
+    _print_wanted(wanted, upstream, console)
     return 0
+
+
+def _wants(logs: Sequence[str], index: Index) -> list[dict[str, Any]]:
+    """What installers asked the index's channels for and did not find, from ``logs``."""
+    lines = (line for log in logs for line in log_lines(log))
+    return [want.as_dict() for want in read_wants(lines, index).wants]
+
+
+def _print_wanted(wanted: Sequence[Mapping[str, Any]], upstream: Sequence[Mapping[str, Any]], console: Console) -> None:
+    """The most asked-for wants, and what upstream has that the matrix lacks: a line each."""
+    if wanted:
+        console.print(f"\nwanted, most asked first ({len(wanted)}; `wheelmill wants` says more):", highlight=False)
+    for want in wanted[:WANTS_SHOWN]:
+        console.print(
+            f"  {want['count']:>5}  {want['channel']}/{want['project']}  Python {want['python']} "
+            f"{want['platform']}: {want['reason']}",
+            highlight=False,
+        )
+    if upstream:
+        console.print(f"\nupstream, not in the matrix ({len(upstream)}):", highlight=False)
+    for found in upstream:
+        said = f"  torch {found['torch']}+{found['label']}: {found['kind']} ({found['variant']})"
+        console.print(said, highlight=False)
+
+
+def write_coverage_page(
+    found: Coverage,
+    settings: Settings,
+    console: Console,
+    *,
+    wants: Sequence[Mapping[str, Any]] = (),
+    upstream: Sequence[Mapping[str, Any]] = (),
+) -> str:
+    """The coverage page of ``found`` beside the index's channels, and one line saying where;
+    ``wants`` (``wheelmill wants``) and ``upstream`` (``matrix upstream``) are its wanted section."""
+    files = render_page(found.as_dict(), wants=wants, upstream=upstream, index_url=settings.served_index)
+    where = write_page(Index.of(settings).storage, files)
+    served = f", served at {settings.served_index}/coverage/" if settings.served_index else ""
+    console.print(f"coverage page of {found.track}/{found.version}: {where}{served}", highlight=False, soft_wrap=True)
+    return where
 
 
 def print_coverage(found: Coverage, console: Console) -> None:
@@ -112,13 +184,8 @@ def _cell(spot: Spot) -> Text:
 
 def _gpu(spot: Spot) -> str:
     """One character for the GPU stage of a spot's files on all their runners: the worst."""
-    outcomes = [outcome for f in spot.files for outcome in f.gpu.values()]
-    if not outcomes:
-        return ""
-    for worst in ("failed", "mismatch", "not-run", "skipped", "no-gpu", "stopped", "import-only", "not-covered"):
-        if worst in outcomes:
-            return GPU_SYMBOLS.get(worst, "?")
-    return GPU_SYMBOLS["passed"]
+    worst = worst_outcome(outcome for f in spot.files for outcome in f.gpu.values())
+    return "" if worst is None else GPU_SYMBOLS.get(worst, "?")
 
 
 def _print_failures(failed: Sequence[Spot], console: Console) -> None:

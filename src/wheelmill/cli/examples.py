@@ -17,6 +17,14 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("wheelmill matrix", "every cell: variant, torch, Python, platform, base"),
         ("wheelmill matrix --json --changed-files changed.txt", "CI: the cells the changed paths affect"),
     ),
+    "matrix upstream": (
+        ("wheelmill matrix upstream", "the torch releases and labels upstream has that no variant builds"),
+        (
+            "wheelmill matrix upstream --diff",
+            "only the change that adds them: a diff of recipes/matrix.toml for git apply",
+        ),
+        ("wheelmill matrix upstream --json --url https://mirror.example/whl", "a mirror's, as JSON"),
+    ),
     "validate": (("wheelmill validate", "the matrix and every recipe read and checked; nothing built"),),
     "plan": (("wheelmill plan --cell cuda130-py311 --recipe torchsort", "what a build would do, and why"),),
     "build": (
@@ -52,7 +60,7 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
     "index sweep": (("wheelmill index sweep --grace 7", "a weekly job: what no channel has listed for a week goes"),),
     "index list": (("wheelmill index list --channel cu130", "its projects and their versions"),),
     "wants": (
-        ("wheelmill wants --log /var/log/wheelmill/access.log", "what installers asked for and no channel served"),
+        ("wheelmill wants --log /var/log/nginx/wheelmill-wants.log", "what installers asked for that no channel had"),
         (
             "wheelmill wants --log s3://logs-bucket/nginx/ --channel cu130 --top 10 --json",
             "a bucket's logs, one channel's ten most asked, as JSON",
@@ -84,6 +92,10 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
             "one tag for both platforms",
         ),
     ),
+    "release": (
+        ("wheelmill release --tag v2.4.0-rc1 --dry-run", "an rc's cells, channels and versions; nothing run"),
+        ("wheelmill release --nightly --json", "CI: the nightly's version, track and cells' matrix"),
+    ),
     "release publish": (
         ("wheelmill release publish --tag v2.4.0-rc1", "an rc's cell into the test track, recorded"),
         ("wheelmill release publish --nightly", "HEAD's nightly into the nightly track"),
@@ -104,6 +116,7 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("wheelmill coverage", "the test track's newest release: each recipe, variant and Python"),
         ("wheelmill coverage --track release 2.4.0 --recipe flash-attn", "one recipe of a final release"),
         ("wheelmill coverage --json", "the same as JSON, held to its schema (docs/coverage.md)"),
+        ("wheelmill coverage --page", "the same as the index's coverage page, at <index>/coverage/"),
     ),
     "release show": (("wheelmill release show --track test 2.4.0rc1", "a release's record: cells, files, GPU"),),
     "release prune": (("wheelmill release prune --track nightly --keep 14", "the 14 newest nightlies stay"),),

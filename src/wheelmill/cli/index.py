@@ -61,7 +61,13 @@ def register(commands: Commands) -> None:
         "--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1: this machine alone)"
     )
     serve.add_argument("--port", type=port, default=8080, help="0 picks a free one")
-    serve.add_argument("--access-log", type=Path, help="append an access log here (with bytes sent)")
+    serve.add_argument(
+        "--access-log",
+        type=Path,
+        metavar="FILE",
+        help="append a line of JSON a request here (time, method, path, status, user agent, bytes; no client "
+        "address): what `wheelmill wants` reads",
+    )
     serve.add_argument(
         "--idle-timeout",
         type=seconds,

@@ -37,7 +37,16 @@ RECORDS_DIR = "releases"
 CONDA_DIR = "conda"  # the conda channels beside the wheel channels (wheelmill.index.conda_channels)
 BLOBS_DIR = "blobs"  # an object store's content-addressed bytes (wheelmill.index.objects)
 UNLISTED_DIR = "unlisted"  # the sweep's marks and trash (wheelmill.index.sweep)
-RESERVED = (*TRACK_DIRS, RECORDS_DIR, CONDA_DIR, BLOBS_DIR, UNLISTED_DIR)
+COVERAGE_DIR = "coverage"  # the coverage page (wheelmill.releases.coverage_page)
+RESERVED = (*TRACK_DIRS, RECORDS_DIR, CONDA_DIR, BLOBS_DIR, UNLISTED_DIR, COVERAGE_DIR)
+# The coverage page's files and their content types: what it writes, and all that is served
+# of it (``index serve``, deploy/nginx-*.conf).
+COVERAGE_FILES = {
+    "index.html": "text/html; charset=utf-8",
+    "coverage.json": "application/json",
+    "finder.js": "text/javascript; charset=utf-8",
+    "coverage.css": "text/css; charset=utf-8",
+}
 T = TypeVar("T")
 _CHANNEL = re.compile(rf"^(?:(?:{'|'.join(TRACK_DIRS)})/)?[a-z0-9][a-z0-9.+_-]*$")
 

@@ -4,12 +4,17 @@ PEP 691 content negotiation (the Accept header, ``?format=`` as a fallback, the 
 aliases), the simple API's content types, 404 for anything unknown (decided before any
 redirect, so a client never follows one to a 404), single byte ranges (resolvers read wheel
 metadata that way), and no path outside the root: every request is mapped onto the kinds of
-URL the tree has (pages, a channel's files, and the content-addressed blobs a channel written
-as objects links to, ``wheelmill.index.objects``) and nothing else.
+URL the tree has (pages, a channel's files, the content-addressed blobs a channel written
+as objects links to, ``wheelmill.index.objects``, and the coverage page with the logs' ends of
+failed builds it links to, ``wheelmill.releases.coverage_page``) and nothing else.
 
 What one client can hold is bounded: an idle connection is closed after a timeout, and a
 client with too many connections open gets 503 on the next. A request the server cannot
 make sense of gets a status, never a traceback.
+
+The access log is one JSON line a request (``wheelmill.index.access_log``: no client
+address), what ``wheelmill wants`` reads; a log that cannot be written is said once on
+stderr and never stops the serving.
 """
 
 from __future__ import annotations
@@ -18,7 +23,6 @@ import contextlib
 import re
 import sys
 import threading
-import time
 import urllib.parse
 from collections import Counter
 from collections.abc import Sequence
@@ -30,13 +34,17 @@ from typing import IO, Any, ClassVar
 
 from packaging.utils import canonicalize_name
 
-from wheelmill.index.channels import TRACK_DIRS, channel_names
+from wheelmill.index.access_log import Request, parse_request, path_of
+from wheelmill.index.channels import COVERAGE_DIR, COVERAGE_FILES, RECORDS_DIR, TRACK_DIRS, channel_names, now_rfc3339
 from wheelmill.index.pages import HTML_TYPE, JSON_TYPE
+from wheelmill.inputs.versions import Track
 
 _SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,254}$")  # a file name: 255 bytes at most
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")  # RFC 3986's scheme
+_TRACKS = frozenset(t.value for t in Track)
+LOG_TYPE = "text/plain; charset=utf-8"  # a failed build's log's end, as the coverage page links it
 CHUNK = 1 << 20
 # In the server's order of preference when the client accepts several equally.
 OFFERED = (JSON_TYPE, HTML_TYPE, "text/html")
@@ -125,6 +133,12 @@ def request_target(target: str) -> tuple[str, str] | HTTPStatus:
     return url.path or "/", url.query
 
 
+def _is_log_end(top: str, track: str, name: str) -> bool:
+    """Whether ``releases/<track>/<version>/failed/<cell>/<name>`` is a failed build's log's
+    end (``<stamp>.log``), the one kind of object of the release records that is served."""
+    return top == RECORDS_DIR and track in _TRACKS and name.endswith(".log")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Target:
     path: Path
@@ -138,6 +152,7 @@ class IndexHandler(BaseHTTPRequestHandler):
     root: ClassVar[Path]
     access_log: ClassVar[IO[str] | None] = None
     log_lock: ClassVar[threading.Lock] = threading.Lock()
+    log_failed: ClassVar[bool] = False  # said once on stderr: a full disk would say it each request
 
     def do_GET(self) -> None:
         self._answer(body=True)
@@ -178,6 +193,9 @@ class IndexHandler(BaseHTTPRequestHandler):
         self._route(segments, query_format(raw_query), body=body)
 
     def _route(self, segments: list[str], fmt: str | None, *, body: bool) -> None:
+        if segments[0] in (COVERAGE_DIR, RECORDS_DIR):  # no channel is named either (RESERVED)
+            self._coverage(segments, body=body)
+            return
         if len(segments) > 2 and segments[0] in TRACK_DIRS:  # test/cu118/simple/... is one channel
             segments = [f"{segments[0]}/{segments[1]}", *segments[2:]]
         match segments:
@@ -199,6 +217,21 @@ class IndexHandler(BaseHTTPRequestHandler):
                 self._file(self.root / channel / "files" / filename, body=body)
             case ["blobs", "sha256", digest, filename] if _SHA256.match(digest):  # a channel written as objects
                 self._file(self.root / "blobs" / "sha256" / digest / filename, body=body)
+            case _:
+                self._status(HTTPStatus.NOT_FOUND, "not found", body=body)
+
+    def _coverage(self, segments: list[str], *, body: bool) -> None:
+        """The coverage page's files, and of the release records only the logs' ends it links to."""
+        page = self.root / COVERAGE_DIR
+        match segments:
+            case [top, name] if top == COVERAGE_DIR and (name or "index.html") in COVERAGE_FILES:
+                name = name or "index.html"
+                self._send_file(Target(path=page / name, content_type=COVERAGE_FILES[name]), body=body)
+            case [top] if top == COVERAGE_DIR and (page / "index.html").is_file():
+                self._status(HTTPStatus.MOVED_PERMANENTLY, "see /coverage/", {"Location": "/coverage/"}, body=body)
+            case [top, track, version, "failed", cell, log] if _is_log_end(top, track, log):
+                path = self.root / top / track / version / "failed" / cell / log
+                self._send_file(Target(path=path, content_type=LOG_TYPE), body=body)
             case _:
                 self._status(HTTPStatus.NOT_FOUND, "not found", body=body)
 
@@ -307,17 +340,33 @@ class IndexHandler(BaseHTTPRequestHandler):
         self._log_access(int(status), len(data) if body else 0)
 
     def _log_access(self, status: int, sent: int) -> None:
-        """Common log format with the bytes really sent: what the tests measure."""
+        """The request's line, with the bytes really sent (what the tests measure); its
+        writes one at a time, whatever the threads. A write that fails (a full disk, a
+        closed file) loses the line, never the answer."""
         if self.access_log is None:
             return
-        when = time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime())
-        line = (
-            f'{self.client_address[0]} - - [{when}] "{self.requestline}" {status} {sent} '
-            f'"{self.headers.get("User-Agent", "-")}"\n'
-        )
+        line = Request(
+            time=now_rfc3339(),
+            method=self.command,
+            path=path_of(self.path),
+            status=status,
+            ua=self.headers.get("User-Agent", ""),
+            sent=sent,
+        ).as_line()
         with self.log_lock:
-            self.access_log.write(line)
-            self.access_log.flush()
+            try:
+                self.access_log.write(line)
+                self.access_log.flush()
+            except (OSError, ValueError) as exc:  # ValueError: the file was closed
+                self._log_failing(exc)
+
+    def _log_failing(self, exc: Exception) -> None:
+        if type(self).log_failed:
+            return
+        type(self).log_failed = True
+        print(
+            f"wheelmill index serve: the access log cannot be written ({exc}); serving on", file=sys.stderr, flush=True
+        )
 
     def log_message(self, format: str, *args: object) -> None:
         """Silence the default stderr log: the access log is written by ``_log_access``."""
@@ -388,10 +437,5 @@ def make_server(
 
 def parse_access_log(lines: Sequence[str]) -> list[tuple[str, int, int]]:
     """(path, status, bytes) of every request in an access log."""
-    out = []
-    pattern = re.compile(r'"[A-Z]+ (\S+) [^"]*" (\d{3}) (\d+)')
-    for line in lines:
-        match = pattern.search(line)
-        if match:
-            out.append((match.group(1), int(match.group(2)), int(match.group(3))))
-    return out
+    found = (parse_request(line) for line in lines)
+    return [(request.path, request.status, request.sent or 0) for request in found if request is not None]
