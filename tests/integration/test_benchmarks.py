@@ -38,13 +38,14 @@ own_compiles = pytest.mark.own_compiler_cache
 # in the suite: cache's reports are the compiler cache's rebuild test, fleet's the fleet's,
 # builder_registry's and rootless's the builder images' and the README's.
 measures_only = pytest.mark.benchmark
-MEASURES_ONLY = ("publish.py", "noop.py", "pythons.py", "groups.py", "overhead.py")
+MEASURES_ONLY = ("publish.py", "noop.py", "pythons.py", "groups.py", "overhead.py", "start.py")
 ROOT = Path(__file__).resolve().parent.parent.parent
 KEEP_WORK = "WHEELMILL_BENCHMARK_KEEP_WORK"  # benchmarks/runs.py's: a passing benchmark's work directory kept
 NVCC = ("/usr/local/cuda-13.0/bin", os.environ.get("CUDA_HOME", "") + "/bin")
 # Each benchmark's smallest case, as docs/benchmarks.md's table of smoke runs shows it.
 SMOKES = {
     "publish.py": ("--smoke",),
+    "start.py": ("--smoke",),
     "noop.py": ("--cell", "cpu-py311", "--recipe", "example-cpp-ops"),
     "cache.py": ("--case", "torchsort"),
     "pythons.py": ("--variant", "cuda130-sm90", "--pythons", "3.10,3.11", "--recipe", "example-cpp-ops", "--smoke"),
@@ -94,6 +95,14 @@ def kept(out: str) -> Path:
 def needs_cuda() -> None:
     if shutil.which("nvcc", path=os.pathsep.join(NVCC)) is None:
         pytest.skip("no CUDA 13.0 toolkit")
+
+
+@measures_only
+def test_start_times_a_commands_start_against_the_interpreters(tmp_path: Path) -> None:
+    out = benchmark(tmp_path, "start.py", timeout=300)
+    assert out.startswith("baseline `python -c pass`: ") and "the median of 2 rounds" in out
+    assert "  wheelmill --help " in out and "  wheelmill index serve --port 70000 " in out and "x the baseline (" in out
+    assert "the most: " in out and "(smoke: no figure)" in out
 
 
 @measures_only

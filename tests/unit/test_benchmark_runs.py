@@ -121,7 +121,7 @@ def test_the_smokes_left_to_the_benchmarks_session_are_the_ones_the_docs_name() 
     scripts = {name.split("_")[1] + ".py" for name in marked}
     assert scripts == set(MEASURES_ONLY) < set(SMOKES)
     text = " ".join((runs.ROOT / "docs" / "benchmarks.md").read_text().split())
-    said = "`publish.py`, `noop.py`, `pythons.py`, `groups.py` and `overhead.py`"
+    said = "`publish.py`, `noop.py`, `pythons.py`, `groups.py`, `overhead.py` and `start.py`"
     assert "`.venv/bin/nox -s benchmarks`" in text and said in text
     assert all(f"`{script}`" in said for script in MEASURES_ONLY)
     nox = (runs.ROOT / "noxfile.py").read_text()

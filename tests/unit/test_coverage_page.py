@@ -269,7 +269,7 @@ def test_the_docs_grid_is_what_coverage_prints(
 def test_the_docs_legend_is_the_grids_and_the_pages() -> None:
     rows = re.findall(r"^\| (`.`|\(blank\)) \| `([a-z-]+)` \| (.+) \|$", docs_section("legend"), flags=re.MULTILINE)
     assert {mark: symbol.strip("`") for symbol, mark, _said in rows} == {
-        mark.value: symbol if symbol != " " else "(blank)" for mark, (symbol, _style) in SYMBOLS.items()
+        mark: symbol if symbol != " " else "(blank)" for mark, (symbol, _style) in SYMBOLS.items()
     }
     assert [mark for _symbol, mark, _said in rows] == list(MARKS)
     text = (ROOT / "docs" / "coverage.md").read_text()

@@ -48,7 +48,7 @@ def work_spied(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return spy
 
     monkeypatch.setattr(image, "load_inputs", mark("load_inputs"))
-    monkeypatch.setattr(image, "detect", mark("detect"))
+    monkeypatch.setattr("wheelmill.machine.engine.detect", mark("detect"))  # where the command takes it from
     return reached
 
 

@@ -18,6 +18,7 @@ from wheelmill.building.steps import REGISTRY, CellStep, RecipeStep, StepDefinit
 from wheelmill.errors import SelectionError
 from wheelmill.inputs.matrix import Matrix
 from wheelmill.inputs.recipes import AbiPromise, Recipe, cell_dependencies, closure, resolve_all, select
+from wheelmill.inputs.selection import REBUILD_ALL
 from wheelmill.inputs.variants import Cell
 from wheelmill.inputs.versions import Release
 from wheelmill.machine import builder_images as images
@@ -46,9 +47,6 @@ class ContainerSetup:
     pins: Pins
     directory: Path
     base_policy: str  # auto | bootstrap | registry
-
-
-REBUILD_ALL = "*"  # a bare --rebuild
 
 
 @dataclass(frozen=True, kw_only=True)

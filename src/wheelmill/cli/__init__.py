@@ -12,11 +12,13 @@ is ``InternalError``'s. Nothing prints a traceback at a user.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import os
 import signal
 import sys
 import tempfile
+import textwrap
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -28,7 +30,6 @@ from wheelmill import __version__
 from wheelmill.cli.basics import Parser, print_error
 from wheelmill.cli.examples import add_examples
 from wheelmill.errors import InternalError, Interrupted, WheelmillError, remember_environment
-from wheelmill.machine.process import StepLog
 from wheelmill.settings import Settings
 from wheelmill.terminal import make_console
 
@@ -37,18 +38,88 @@ from wheelmill.terminal import make_console
 GROUPS: dict[str, str] = {
     **dict.fromkeys(("matrix", "validate", "plan", "build", "mirror", "lock"), "build"),
     **dict.fromkeys(("publish", "yank", "unyank", "index"), "index"),
+    "wants": "wants",
     "conda": "conda",
     "image": "image",
     "release": "release",
+    "coverage": "coverage",
     "doctor": "doctor",
     "test-gpu": "gpu",
     "key": "key",
     "verify": "verify",
-    "wants": "wants",
-    "coverage": "coverage",
 }
-# as help lists them
+# as a parser of every command lists them (the reference page's order)
 ORDER = ("build", "index", "wants", "conda", "image", "release", "coverage", "doctor", "gpu", "key", "verify")
+HELP_WIDTH = 100  # the widest line of the commands' list
+# What `wheelmill --help` lists, by what a command is for: from here, so that help, a
+# mistyped command and a missing one import no group at all (a unit test holds each line to
+# the help its group registers).
+SECTIONS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
+    (
+        "build cells",
+        (
+            ("matrix", "print the supported cells"),
+            ("validate", "load and check the matrix and every recipe"),
+            ("plan", "print the ordered steps; run nothing"),
+            ("build", "build, check, repair and install-test"),
+            (
+                "mirror",
+                "resolve a built cell's runtime closure (torch and every dependency) and mirror it into its channel",
+            ),
+            ("lock", "resolve and write locks/<cell>.txt, the committed lock of a cell's build env"),
+        ),
+    ),
+    (
+        "the index",
+        (
+            ("publish", "add wheels to a channel of the local index, or upload them to another index"),
+            ("yank", "yank every file of a version (PEP 592)"),
+            ("unyank", "unyank every file of a version (PEP 592)"),
+            ("index", "serve, check and describe the local index"),
+            ("wants", "what installers asked the served channels for that they could not serve, from access logs"),
+        ),
+    ),
+    (
+        "releases",
+        (
+            ("release", "build and publish a tag's or a nightly's cells; promote; prune"),
+            ("coverage", "which wheel exists for each torch, CUDA/ROCm, Python and platform, and why not"),
+        ),
+    ),
+    (
+        "conda and images",
+        (
+            ("conda", "conda packages and channels beside the wheel index"),
+            ("image", "container images that install from a cell's channel alone"),
+        ),
+    ),
+    (
+        "GPU machines",
+        (
+            (
+                "doctor",
+                "say whether the installed wheels' GPU code would run on this machine's GPUs (or a declared one)",
+            ),
+            (
+                "test-gpu",
+                (
+                    "the GPU stage: install a cell's wheels from its channel on a GPU machine, run doctor and the "
+                    "recipes' GPU checks, and report"
+                ),
+            ),
+        ),
+    ),
+    (
+        "provenance",
+        (
+            ("key", "the keys that sign the provenance beside published files"),
+            (
+                "verify",
+                "check published wheels against their signed provenance, their SBOMs and the team's public keys",
+            ),
+        ),
+    ),
+)
 _TAKES_A_VALUE = ("--recipes", "--output")
 
 
@@ -83,12 +154,33 @@ def build_parser(argv: Sequence[str] | None = None) -> Parser:
         "--recipes", type=Path, default=None, help="the recipes directory (default: $WHEELMILL_RECIPES or recipes)"
     )
     parser.add_argument("--output", type=Path, default=None, help="output root (default: $WHEELMILL_OUTPUT or wheels)")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    commands = parser.add_subparsers(
+        dest="command", required=True, parser_class=Parser, metavar="COMMAND", help="one of those below"
+    )
     command = None if argv is None else command_word(argv)
+    if argv is not None and command not in GROUPS:  # help, or a command mistyped or missing: the table's
+        _listed(parser, commands)
+        return parser
     for group in [GROUPS[command]] if command in GROUPS else ORDER:
         importlib.import_module(f"wheelmill.cli.{group}").register(commands)
     add_examples(parser)
     return parser
+
+
+def _listed(parser: Parser, commands: argparse._SubParsersAction[Parser]) -> None:
+    """Every command by name alone, and help that lists them by section (``SECTIONS``)."""
+    width = max(len(name) for _title, listed in SECTIONS for name, _said in listed) + 4
+    lines = []
+    for title, listed in SECTIONS:
+        lines.append(f"{title}:")
+        for name, said in listed:
+            wrapped = textwrap.wrap(said, HELP_WIDTH - width)
+            lines += [f"  {name:<{width - 2}}{wrapped[0]}", *(" " * width + more for more in wrapped[1:])]
+        lines.append("")
+        for name, _said in listed:
+            commands.add_parser(name, add_help=False)
+    lines.append("`wheelmill COMMAND --help` says what a command takes, with examples.")
+    parser.epilog, parser.formatter_class = "\n".join(lines), argparse.RawDescriptionHelpFormatter
 
 
 @contextmanager
@@ -138,6 +230,8 @@ def _crash_log(exc: Exception) -> Path:
     """Write the traceback where it can be read later: a file of its own."""
     fd, name = tempfile.mkstemp(prefix=f"wheelmill-crash-{time.strftime('%Y%m%dT%H%M%S')}-", suffix=".log")
     os.close(fd)
+    from wheelmill.machine.process import StepLog  # noqa: PLC0415 - a bug's path alone needs it
+
     with StepLog(Path(name)) as log:
         log.traceback(exc)
     return Path(name)

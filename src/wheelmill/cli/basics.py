@@ -8,12 +8,14 @@ import argparse
 import math
 import sys
 from collections.abc import Callable
-from typing import NoReturn, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, NoReturn, TypeAlias, TypeVar
 
 from wheelmill.errors import UsageError, redact
-from wheelmill.inputs.matrix import Matrix, load_matrix
-from wheelmill.inputs.recipes import Recipe, check_cells, load_recipes
 from wheelmill.settings import Settings
+
+if TYPE_CHECKING:  # the inputs load when a command reads them, not to parse its line (wheelmill.cli)
+    from wheelmill.inputs.matrix import Matrix
+    from wheelmill.inputs.recipes import Recipe
 
 
 class Parser(argparse.ArgumentParser):
@@ -101,6 +103,9 @@ def load_inputs(settings: Settings) -> tuple[Matrix, dict[str, Recipe]]:
         raise UsageError(
             f"no matrix.toml in {directory.resolve()}", fix="run from the repository root or pass --recipes DIR"
         )
+    from wheelmill.inputs.matrix import load_matrix  # noqa: PLC0415 - see the imports
+    from wheelmill.inputs.recipes import check_cells, load_recipes  # noqa: PLC0415
+
     matrix, recipes = load_matrix(directory / "matrix.toml"), load_recipes(directory)
     check_cells(recipes, matrix.cells)
     return matrix, recipes

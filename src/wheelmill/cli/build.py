@@ -6,23 +6,19 @@ import argparse
 import json
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.table import Table
+from rich.console import Console  # loaded at start already (wheelmill.terminal)
 
-from wheelmill.building.plan import Options, plan_cell
 from wheelmill.cli.basics import Commands, load_inputs
 from wheelmill.cli.common import add_cell_options, build_cells, mirror_cells, prepare
-from wheelmill.cli.upstream import register_upstream
-from wheelmill.conda import envspec
 from wheelmill.errors import UsageError
-from wheelmill.inputs.matrix import MATRIX_COLUMNS, Matrix, github_matrix, matrix_markdown, matrix_row
-from wheelmill.inputs.selection import affected_cells
-from wheelmill.machine.builder_images import baselines
-from wheelmill.machine.pins import load_pins
-from wheelmill.planning.locks import check_lock, write_lock
-from wheelmill.planning.spec import CellPlan
 from wheelmill.settings import Settings
+
+# What a command does loads when it runs, never to parse a command line or print its help.
+if TYPE_CHECKING:
+    from wheelmill.inputs.matrix import Matrix
+    from wheelmill.planning.spec import CellPlan
 
 
 def register(commands: Commands) -> None:
@@ -43,6 +39,8 @@ def register(commands: Commands) -> None:
         help="with --json: leave the slim cells out (their parent's cells build every arch they have)",
     )
     matrix.set_defaults(func=cmd_matrix)
+    from wheelmill.cli.upstream import register_upstream  # noqa: PLC0415 - its parser; what it runs loads later
+
     register_upstream(matrix)
 
     validate = commands.add_parser("validate", help="load and check the matrix and every recipe")
@@ -72,6 +70,12 @@ def register(commands: Commands) -> None:
 
 
 def cmd_matrix(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from rich.table import Table  # noqa: PLC0415
+
+    from wheelmill.inputs.matrix import MATRIX_COLUMNS, github_matrix, matrix_markdown, matrix_row  # noqa: PLC0415
+    from wheelmill.inputs.selection import affected_cells  # noqa: PLC0415
+
     matrix, recipes = load_inputs(settings)
     if (args.changed_files or not args.slim) and not args.json:
         raise UsageError("matrix: --changed-files and --no-slim go with --json", fix="add --json")
@@ -99,6 +103,10 @@ def cmd_matrix(args: argparse.Namespace, settings: Settings, console: Console) -
 def _baselines(matrix: Matrix, settings: Settings) -> dict[str, tuple[str | None, str | None]]:
     """Each variant's promise on its registry base and on its bootstrapped one: the glibc of
     the base, as the repository's containers/pins.toml makes it."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.machine.builder_images import baselines  # noqa: PLC0415
+    from wheelmill.machine.pins import load_pins  # noqa: PLC0415
+
     pins = load_pins(settings.root / "containers" / "pins.toml")
     promised = {name: baselines(pins, variant) for name, variant in matrix.variants.items()}
     return {name: (b.registry, b.bootstrap) for name, b in promised.items()}
@@ -129,6 +137,10 @@ def cmd_validate(_args: argparse.Namespace, settings: Settings, _console: Consol
     """Load everything and plan every cell with every recipe that applies to it, opt-in ones
     too: what only a cell can tell (a recipe's arch list for its toolkit, its templates, its
     switches) is checked for each one."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.building.plan import Options, plan_cell  # noqa: PLC0415
+    from wheelmill.conda import envspec  # noqa: PLC0415
+
     matrix, recipes = load_inputs(settings)
     envspec.check_spec_file(settings.recipes, matrix.variants)
     plans = [
@@ -173,6 +185,9 @@ def cmd_mirror(args: argparse.Namespace, settings: Settings, console: Console) -
 
 
 def cmd_lock(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.planning.locks import check_lock, write_lock  # noqa: PLC0415
+
     matrix, recipes = load_inputs(settings)
     locks_dir = settings.root / "locks"
     cells = matrix.select(args.cell)

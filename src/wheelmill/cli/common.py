@@ -8,24 +8,22 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-
-from wheelmill.building.plan import REBUILD_ALL, ContainerSetup, Options, plan
 from wheelmill.cli.basics import load_inputs, print_error
 from wheelmill.errors import EnvError, SignatureError, UsageError
-from wheelmill.index.roots import Index, usage
-from wheelmill.inputs.variants import Cell
-from wheelmill.inputs.versions import Release
-from wheelmill.machine import envs
-from wheelmill.machine.engine import Engine, detect
-from wheelmill.machine.pins import load_pins
-from wheelmill.machine.process import HostRunner, StepLog
-from wheelmill.machine.toolchain import NotFound, find_python
-from wheelmill.output.layout import CellLayout
-from wheelmill.planning.spec import CellPlan
-from wheelmill.provenance.signing import signing_key_of
+from wheelmill.inputs.selection import REBUILD_ALL
 from wheelmill.settings import ENGINE_CHOICES, InstallTests, Settings, Signatures
+
+# What planning, building and mirroring need loads when a command plans, builds or mirrors,
+# never to parse a command line or print its help (wheelmill.cli: a command's start).
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from wheelmill.inputs.variants import Cell
+    from wheelmill.inputs.versions import Release
+    from wheelmill.machine.engine import Engine
+    from wheelmill.planning.spec import CellPlan
 
 
 def add_cell_options(
@@ -80,6 +78,10 @@ class Prepared:
 def prepare(args: argparse.Namespace, settings: Settings, *, probe: bool, release: Release | None = None) -> Prepared:
     """Load, pick the engine (``probe``: ask it to answer; ``plan`` only looks for it),
     and plan the cells ``args`` selects."""
+    from wheelmill.building.plan import ContainerSetup, Options, plan  # noqa: PLC0415 - see the imports
+    from wheelmill.machine.engine import detect  # noqa: PLC0415
+    from wheelmill.machine.pins import load_pins  # noqa: PLC0415
+
     publishes = bool(getattr(args, "publish", False) or release is not None)
     if publishes and settings.install_tests is InstallTests.NONE:
         raise UsageError(
@@ -114,6 +116,8 @@ def prepare(args: argparse.Namespace, settings: Settings, *, probe: bool, releas
 
 def _signing(settings: Settings, *, publishes: bool) -> None:
     """A build that publishes where signatures are required has a key to sign with."""
+    from wheelmill.provenance.signing import signing_key_of  # noqa: PLC0415 - see the imports
+
     if signing_key_of(settings) is None and publishes and settings.signatures is Signatures.REQUIRED:
         raise SignatureError(
             "build: WHEELMILL_SIGNATURES is required and no signing key is set: its wheels would be published unsigned",
@@ -137,6 +141,10 @@ def mirror_cells(cells: Sequence[str], settings: Settings, console: Console) -> 
     its report under the output root (a cell built earlier, with --no-mirror, or for a
     release), then say what the index stores."""
     from wheelmill.index.closure import inputs_of_report, mirror, resolve  # noqa: PLC0415 - loads only to mirror
+    from wheelmill.index.roots import Index, usage  # noqa: PLC0415 - loads only to mirror
+    from wheelmill.machine import envs  # noqa: PLC0415 - loads only to mirror
+    from wheelmill.machine.process import HostRunner, StepLog  # noqa: PLC0415 - loads only to mirror
+    from wheelmill.output.layout import CellLayout  # noqa: PLC0415 - loads only to mirror
     from wheelmill.provenance.mirroring import mirror_signer  # noqa: PLC0415 - loads only to mirror
 
     matrix, _recipes = load_inputs(settings)
@@ -171,6 +179,9 @@ def mirror_cells(cells: Sequence[str], settings: Settings, console: Console) -> 
 def cell_python(cell: Cell, *, command: str, fix: str) -> Path:
     """The CPython of ``cell`` on this machine, or an ``EnvError`` naming where ``command``
     looked (``fix``: what else the user may give)."""
+    from wheelmill.machine.process import HostRunner  # noqa: PLC0415 - see the imports
+    from wheelmill.machine.toolchain import NotFound, find_python  # noqa: PLC0415
+
     found = find_python(cell.python, HostRunner())
     if isinstance(found, NotFound):
         raise EnvError(f"{command}: no CPython {cell.python} on this machine ({'; '.join(found.looked)})", fix=fix)

@@ -11,33 +11,21 @@ import re
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from wheelmill.cli.basics import Commands, load_inputs
 from wheelmill.cli.common import cell_python, prepare
-from wheelmill.conda import envspec
-from wheelmill.conda.envspec import read_lock
-from wheelmill.conda.package import SUBDIRS, CondaTarget, describe, package_wheel
-from wheelmill.conda.seed import fits, probe_interpreter, seed
-from wheelmill.conda.solve import check_bytes, create, find_locked, locked, picked, solve
 from wheelmill.errors import CommandFailed, ConfigError, EnvError, UsageError
-from wheelmill.files import write_atomic
-from wheelmill.index.channels import CONDA_DIR
-from wheelmill.index.closure import read as read_closure
-from wheelmill.index.conda_channels import AnyCondaChannel, channel_at, configured_channels, index_channels
-from wheelmill.index.roots import Index, file_of
-from wheelmill.inputs.variants import Cell
-from wheelmill.machine.builder_images import debian_mirror, prepare_builder
-from wheelmill.machine.engine import Mount
-from wheelmill.machine.envs import UvBackend, package_name
-from wheelmill.machine.net import download
-from wheelmill.machine.package_sources import machine_sources
-from wheelmill.machine.process import HostRunner, StepLog, base_environment
-from wheelmill.output.layout import CellLayout
-from wheelmill.planning.locks import target
 from wheelmill.settings import Settings
-from wheelmill.wheel.wheelfile import read_wheel
+
+# What a command does loads when it runs, never to parse a command line or print its help.
+if TYPE_CHECKING:
+    from wheelmill.conda import envspec
+    from wheelmill.conda.package import CondaTarget
+    from wheelmill.index.conda_channels import AnyCondaChannel
+    from wheelmill.inputs.variants import Cell
 
 
 def register(commands: Commands) -> None:
@@ -125,6 +113,9 @@ def _channels(parser: argparse.ArgumentParser) -> None:
 
 
 def _target(args: argparse.Namespace, settings: Settings) -> tuple[Cell, CondaTarget, AnyCondaChannel]:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.conda.package import CondaTarget  # noqa: PLC0415
+
     matrix, _recipes = load_inputs(settings)
     cell = matrix.cell(args.cell)
     return cell, CondaTarget.of(cell.variant, cell.python), _conda_channel(args.channel, settings, cell)
@@ -132,11 +123,18 @@ def _target(args: argparse.Namespace, settings: Settings) -> tuple[Cell, CondaTa
 
 def _env_inputs(settings: Settings, cell: Cell) -> envspec.CondaEnvInputs:
     """The cell's conda env specs, the spec file's variant names held to the matrix's."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.conda import envspec  # noqa: PLC0415
+
     return envspec.inputs(settings.recipes, cell, known=load_inputs(settings)[0].variants)
 
 
 def _conda_channel(given: str | None, settings: Settings, cell: Cell) -> AnyCondaChannel:
     """The channel given (a directory, or an s3:// location), else the cell's beside the index."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.conda_channels import channel_at  # noqa: PLC0415
+    from wheelmill.index.roots import Index  # noqa: PLC0415
+
     return channel_at(given or Index.of(settings).conda_channel(cell.variant.channel))
 
 
@@ -144,6 +142,9 @@ def _seed_wheels(args: argparse.Namespace, settings: Settings, cell: Cell, held:
     """The wheels a seed makes packages of: those in ``--wheels`` directories, else every file
     the cell's channel lists (a bucket's fetched into ``held``'s scratch, for as long as it is
     held); and where they were looked for."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.roots import Index, file_of  # noqa: PLC0415
+
     if args.wheels:
         return [w for d in args.wheels for w in sorted(d.glob("*.whl"))], ", ".join(map(str, args.wheels))
     index = Index.of(settings)
@@ -155,6 +156,9 @@ def _seed_wheels(args: argparse.Namespace, settings: Settings, cell: Cell, held:
 
 
 def cmd_seed(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.conda.seed import probe_interpreter, seed  # noqa: PLC0415
+
     cell, target, channel = _target(args, settings)
     if args.build_env:
         _env_inputs(settings, cell)  # a malformed spec file stops it before any image or interpreter
@@ -197,6 +201,15 @@ def _tool_wheels(cell: Cell, channel: AnyCondaChannel, settings: Settings, work:
     """Wheels, from the package sources, of what the cell's conda env specs name beyond its
     Python (ninja, cmake) and the channel lacks: downloaded, sha256 as resolved, to be
     repackaged like the rest."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.conda import envspec  # noqa: PLC0415
+    from wheelmill.index.closure import read as read_closure  # noqa: PLC0415
+    from wheelmill.machine.envs import UvBackend, package_name  # noqa: PLC0415
+    from wheelmill.machine.net import download  # noqa: PLC0415
+    from wheelmill.machine.package_sources import machine_sources  # noqa: PLC0415
+    from wheelmill.machine.process import HostRunner, StepLog  # noqa: PLC0415
+    from wheelmill.planning.locks import target  # noqa: PLC0415
+
     have = {package_name(Path(name)) for name in channel.package_names()}
     names = [spec.split()[0] for spec in _env_inputs(settings, cell).specs]
     missing = [name for name in names if name not in ("python", "python_abi", *have)]
@@ -227,6 +240,12 @@ def _image_python(args: argparse.Namespace, settings: Settings, work: Path, cons
     """The CPython of the cell's builder image (``/opt/python/X.Y``), copied out of it, where
     the cell builds in a container: the build env's interpreter must run on the image's
     glibc, which may be older than this machine's. None where the cell builds here."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.machine.builder_images import debian_mirror, prepare_builder  # noqa: PLC0415
+    from wheelmill.machine.engine import Mount  # noqa: PLC0415
+    from wheelmill.machine.process import HostRunner, StepLog, base_environment  # noqa: PLC0415
+    from wheelmill.output.layout import CellLayout  # noqa: PLC0415
+
     selection = argparse.Namespace(cell=[args.cell], recipe=[], publish=False, mirror=False, rebuild=[])
     prepared = prepare(selection, settings, probe=True)
     (cell_plan,) = prepared.plans
@@ -264,6 +283,9 @@ def _image_python(args: argparse.Namespace, settings: Settings, work: Path, cons
 
 
 def cmd_package(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.conda.package import describe, package_wheel  # noqa: PLC0415
+
     cell, target, channel = _target(args, settings)
     for wheel in args.wheels:  # all checked before any is made: nothing of a refused call lands
         _refuse_unfit(wheel, cell)
@@ -278,6 +300,11 @@ def cmd_package(args: argparse.Namespace, settings: Settings, console: Console) 
 def _refuse_unfit(wheel: Path, cell: Cell) -> None:
     """A conda package of a cell's channel installs into that cell's Python on its machine: a
     wheel for another Python, ABI or platform would be published under the cell's name."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.conda.package import SUBDIRS  # noqa: PLC0415
+    from wheelmill.conda.seed import fits  # noqa: PLC0415
+    from wheelmill.wheel.wheelfile import read_wheel  # noqa: PLC0415
+
     info, machine = read_wheel(wheel), cell.variant.platform
     if not fits(info, cell.python, machine):
         tags = ", ".join(sorted(str(tag) for tag in info.tags))
@@ -290,10 +317,17 @@ def _refuse_unfit(wheel: Path, cell: Cell) -> None:
 
 
 def channel_urls(args: argparse.Namespace, settings: Settings) -> list[str]:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.conda_channels import configured_channels  # noqa: PLC0415
+    from wheelmill.index.roots import Index  # noqa: PLC0415
+
     return configured_channels(args.channels or settings.conda_channels, Index.of(settings))
 
 
 def cmd_solve(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.conda.solve import picked, solve  # noqa: PLC0415
+
     records = solve(channel_urls(args, settings), args.specs, cache_dir=repodata_cache(settings), cuda=args.cuda)
     console.print(
         f"as on a machine with {f'a CUDA {args.cuda} driver (__cuda)' if args.cuda else 'no GPU (no __cuda)'}:",
@@ -312,6 +346,10 @@ def cuda_version(text: str) -> str:
 
 
 def cmd_create(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.conda.envspec import read_lock  # noqa: PLC0415
+    from wheelmill.conda.solve import check_bytes, create, find_locked, picked, solve  # noqa: PLC0415
+
     if args.prefix.exists() and not args.prefix.is_dir():
         raise UsageError(
             f"conda create: {args.prefix} is a file, not a directory", fix="give a new or empty directory for the env"
@@ -344,6 +382,12 @@ def cmd_create(args: argparse.Namespace, settings: Settings, console: Console) -
 
 
 def cmd_lock(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.conda import envspec  # noqa: PLC0415
+    from wheelmill.conda.envspec import read_lock  # noqa: PLC0415
+    from wheelmill.conda.solve import find_locked, locked, solve  # noqa: PLC0415
+    from wheelmill.files import write_atomic  # noqa: PLC0415
+
     matrix, _recipes = load_inputs(settings)
     cell = matrix.cell(args.cell)
     wanted = envspec.inputs(settings.recipes, cell, known=matrix.variants)
@@ -376,6 +420,11 @@ def _readable(path: Path) -> Path:
 
 def cmd_index(_args: argparse.Namespace, settings: Settings, console: Console) -> int:
     """Every conda channel beside the index's wheel channels, indexed again."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.channels import CONDA_DIR  # noqa: PLC0415
+    from wheelmill.index.conda_channels import index_channels  # noqa: PLC0415
+    from wheelmill.index.roots import Index  # noqa: PLC0415
+
     index = Index.of(settings)
     channels = index_channels(index)
     for channel in channels:

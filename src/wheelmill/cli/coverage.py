@@ -15,31 +15,31 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from wheelmill.cli.basics import Commands, load_inputs
-from wheelmill.cli.upstream import upstream_findings
 from wheelmill.errors import UsageError, did_you_mean
-from wheelmill.index.roots import Index
-from wheelmill.index.wants import log_lines
-from wheelmill.index.wants import wants as read_wants
 from wheelmill.inputs.versions import Track
-from wheelmill.releases.coverage import Coverage, Mark, Spot, by_recipe, coverage, failures, release_of
-from wheelmill.releases.coverage_page import page_data, render_page, worst_outcome, write_page
 from wheelmill.settings import Settings
 
+# What a command does loads when it runs, never to parse a command line or print its help.
+if TYPE_CHECKING:
+    from wheelmill.index.roots import Index
+    from wheelmill.releases.coverage import Coverage, Spot
+
+
 # How a spot reads in the grid: its mark, then its files' GPU stage where it has one.
-SYMBOLS = {
-    Mark.BUILT: ("B", "green"),
-    Mark.SERVED: ("S", "cyan"),
-    Mark.FAILED: ("F", "bold red"),
-    Mark.PLANNED: (".", "dim"),
-    Mark.OPT_IN: ("o", "dim"),
-    Mark.ABSENT: (" ", ""),
+SYMBOLS = {  # by each Mark's value (wheelmill.releases.coverage loads when the command runs)
+    "built": ("B", "green"),
+    "served": ("S", "cyan"),
+    "failed": ("F", "bold red"),
+    "planned": (".", "dim"),
+    "opt-in": ("o", "dim"),
+    "absent": (" ", ""),
 }
 WANTS_SHOWN = 10  # the terminal's; the JSON and the page hold every one
 GPU_SYMBOLS = {"passed": "+", "failed": "x", "mismatch": "x", "import-only": "i", "not-covered": "-"}
@@ -92,6 +92,12 @@ def register(commands: Commands) -> None:
 
 
 def cmd_coverage(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.cli.upstream import upstream_findings  # noqa: PLC0415
+    from wheelmill.index.roots import Index  # noqa: PLC0415
+    from wheelmill.releases.coverage import coverage, release_of  # noqa: PLC0415
+    from wheelmill.releases.coverage_page import page_data  # noqa: PLC0415
+
     matrix, recipes = load_inputs(settings)
     for name in args.recipe:
         if name not in recipes:
@@ -117,6 +123,10 @@ def cmd_coverage(args: argparse.Namespace, settings: Settings, console: Console)
 
 def _wants(logs: Sequence[str], index: Index) -> list[dict[str, Any]]:
     """What installers asked the index's channels for and did not find, from ``logs``."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.wants import log_lines  # noqa: PLC0415
+    from wheelmill.index.wants import wants as read_wants  # noqa: PLC0415
+
     lines = (line for log in logs for line in log_lines(log))
     return [want.as_dict() for want in read_wants(lines, index).wants]
 
@@ -148,6 +158,10 @@ def write_coverage_page(
 ) -> str:
     """The coverage page of ``found`` beside the index's channels, and one line saying where;
     ``wants`` (``wheelmill wants``) and ``upstream`` (``matrix upstream``) are its wanted section."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.roots import Index  # noqa: PLC0415
+    from wheelmill.releases.coverage_page import render_page, write_page  # noqa: PLC0415
+
     files = render_page(found.as_dict(), wants=wants, upstream=upstream, index_url=settings.served_index)
     where = write_page(Index.of(settings).storage, files)
     served = f", served at {settings.served_index}/coverage/" if settings.served_index else ""
@@ -157,6 +171,9 @@ def write_coverage_page(
 
 def print_coverage(found: Coverage, console: Console) -> None:
     """The grid, a recipe at a time and a line per variant, then each failed cell's why."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.releases.coverage import Mark, by_recipe, failures  # noqa: PLC0415
+
     counts = ", ".join(f"{n} {mark}" for mark, n in found.counts().items() if n)
     console.print(f"{found.track}/{found.version} at {found.commit[:12]}: {counts}", highlight=False)
     console.print(LEGEND, style="dim", highlight=False)
@@ -178,12 +195,15 @@ def print_coverage(found: Coverage, console: Console) -> None:
 
 
 def _cell(spot: Spot) -> Text:
-    symbol, style = SYMBOLS[spot.mark]
+    symbol, style = SYMBOLS[spot.mark.value]
     return Text(symbol + _gpu(spot), style=style)
 
 
 def _gpu(spot: Spot) -> str:
     """One character for the GPU stage of a spot's files on all their runners: the worst."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.releases.coverage_page import worst_outcome  # noqa: PLC0415
+
     worst = worst_outcome(outcome for f in spot.files for outcome in f.gpu.values())
     return "" if worst is None else GPU_SYMBOLS.get(worst, "?")
 

@@ -6,16 +6,23 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from wheelmill.cli.basics import Commands
 from wheelmill.errors import DoctorError, UsageError
-from wheelmill.images import doctor
 from wheelmill.settings import Settings
+
+# What a command does loads when it runs, never to parse a command line or print its help.
+if TYPE_CHECKING:
+    pass
 
 
 def register(commands: Commands) -> None:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.images import doctor  # noqa: PLC0415
+
     sub = commands.add_parser(
         "doctor", help="say whether the installed wheels' GPU code would run on this machine's GPUs (or a declared one)"
     )
@@ -25,6 +32,9 @@ def register(commands: Commands) -> None:
 
 def cmd_doctor(args: argparse.Namespace, _settings: Settings, _console: Console) -> int:
     """The report on stdout; a wheel that would fail is a ``DoctorError``."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.images import doctor  # noqa: PLC0415
+
     try:
         result = doctor.run(args, os.environ)
     except doctor.Problem as exc:

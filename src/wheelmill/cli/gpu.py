@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
@@ -30,27 +31,20 @@ from wheelmill.errors import (
     UsageError,
     WheelmillError,
 )
-from wheelmill.gpu.report import GpuReport, table
-from wheelmill.gpu.stage import GpuStage, StageInputs, channel_location
-from wheelmill.images import doctor
-from wheelmill.index.consumer import base_url
-from wheelmill.index.http_channel import HttpChannel
-from wheelmill.index.roots import Index
-from wheelmill.inputs.recipes import ResolvedRecipe, resolve_all
-from wheelmill.inputs.variants import Cell, Family
 from wheelmill.inputs.versions import Track
-from wheelmill.machine.net import IndexFile, project_files
-from wheelmill.machine.package_sources import PackageSources, default_index_url, machine_sources
-from wheelmill.machine.process import StepLog
-from wheelmill.output.layout import CellLayout
-from wheelmill.planning.gpu_stage import GpuStagePlan, plan_stage, source_of
-from wheelmill.provenance.signing import SigningKey, signing_key_of, trusted_keys
-from wheelmill.provenance.statement import beside
-from wheelmill.releases.attested import Source, local_source, served_source
-from wheelmill.releases.gpu_attestation import sign_gpu_record, write_signed
-from wheelmill.releases.records import find_manifest, manifests
-from wheelmill.retry import TransientError, with_retries
 from wheelmill.settings import Settings, Signatures
+
+# What a command does loads when it runs, never to parse a command line or print its help.
+if TYPE_CHECKING:
+    from wheelmill.gpu.report import GpuReport
+    from wheelmill.inputs.recipes import ResolvedRecipe
+    from wheelmill.inputs.variants import Cell
+    from wheelmill.machine.net import IndexFile
+    from wheelmill.machine.package_sources import PackageSources
+    from wheelmill.planning.gpu_stage import GpuStagePlan
+    from wheelmill.provenance.signing import SigningKey
+    from wheelmill.releases.attested import Source
+
 
 _NO_PYTHON = "install it (pyenv install), or give --python an interpreter that has the cell's torch"
 # The stage's exit codes, by the error that carries each.
@@ -60,6 +54,9 @@ _FAILURES: dict[int, type[WheelmillError]] = {
 
 
 def register(commands: Commands) -> None:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.consumer import base_url  # noqa: PLC0415
+
     sub = commands.add_parser(
         "test-gpu",
         help="the GPU stage: install a cell's wheels from its channel on a GPU machine, run doctor and the "
@@ -90,6 +87,16 @@ def register(commands: Commands) -> None:
 
 
 def cmd_test_gpu(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.gpu.stage import GpuStage, StageInputs, channel_location  # noqa: PLC0415
+    from wheelmill.index.roots import Index  # noqa: PLC0415
+    from wheelmill.inputs.recipes import resolve_all  # noqa: PLC0415
+    from wheelmill.inputs.variants import Family  # noqa: PLC0415
+    from wheelmill.machine.process import StepLog  # noqa: PLC0415
+    from wheelmill.output.layout import CellLayout  # noqa: PLC0415
+    from wheelmill.planning.gpu_stage import plan_stage, source_of  # noqa: PLC0415
+    from wheelmill.provenance.signing import signing_key_of, trusted_keys  # noqa: PLC0415
+
     matrix, recipes = load_inputs(settings)
     cell = matrix.cell(args.cell)
     if cell.variant.family is Family.CPU:
@@ -170,6 +177,10 @@ def _sign(report: GpuReport, written: Path, key: SigningKey | None, console: Con
     """The runner's signed statement of what the stage found, beside its report: the only
     form of it ``record-gpu`` takes where GPU runners' keys are trusted. A statement left by
     an earlier run never stays beside a new report."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.provenance.statement import beside  # noqa: PLC0415
+    from wheelmill.releases.gpu_attestation import sign_gpu_record, write_signed  # noqa: PLC0415
+
     beside(written).unlink(missing_ok=True)
     if key is None:
         console.print(
@@ -185,6 +196,11 @@ def _sign(report: GpuReport, written: Path, key: SigningKey | None, console: Con
 def _provenance_source(index_url: str | None, channel: str, settings: Settings) -> Source:
     """Where the wheels' provenance is read: the served channel the stage installs from, or
     the index root's."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.http_channel import HttpChannel  # noqa: PLC0415
+    from wheelmill.index.roots import Index  # noqa: PLC0415
+    from wheelmill.releases.attested import local_source, served_source  # noqa: PLC0415
+
     if index_url is not None:
         return served_source(HttpChannel(base=index_url, name=channel, retry=settings.retry))
     return local_source(Index.of(settings).channel(channel))
@@ -192,6 +208,9 @@ def _provenance_source(index_url: str | None, channel: str, settings: Settings) 
 
 def _listing(pages: str, name: str, settings: Settings, console: Console) -> list[IndexFile]:
     """A project's files in the channel, retried where the index does not answer."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.machine.net import project_files  # noqa: PLC0415
+    from wheelmill.retry import TransientError, with_retries  # noqa: PLC0415
 
     def said(attempt: int, exc: Exception, pause: float) -> None:
         console.print(f"{exc} (attempt {attempt}); again in {pause:.0f}s", highlight=False)
@@ -207,6 +226,9 @@ def _listing(pages: str, name: str, settings: Settings, console: Console) -> lis
 def _test_sources(pages: str, settings: Settings) -> PackageSources:
     """Where the GPU checks' own requirements come from: the channel, and this machine's
     package sources (a GPU runner's, where the channel does not mirror pytest)."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.machine.package_sources import PackageSources, default_index_url, machine_sources  # noqa: PLC0415
+
     machine = machine_sources(settings)
     default = machine.index_url or default_index_url()  # uv reads no configuration: pip's default, named
     return PackageSources(
@@ -230,6 +252,10 @@ def _test_requires(
 
 def _named(settings: Settings, track: Track, version: str, cell: Cell) -> dict[str, str]:
     """Each recipe's file that the release's record names for the cell."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.roots import Index  # noqa: PLC0415
+    from wheelmill.releases.records import find_manifest, manifests  # noqa: PLC0415
+
     records = Index.of(settings).storage
     manifest = find_manifest(records, track, version)
     if manifest is None:
@@ -266,6 +292,9 @@ def _say_plan(plan: GpuStagePlan, console: Console) -> None:
 
 
 def _summary(report: GpuReport, written: Path, console: Console) -> None:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.gpu.report import table  # noqa: PLC0415
+
     if report.wheels:
         console.print(table(report))
     torch = f"torch {report.torch} sees {', '.join(report.torch_gpus) or 'no GPU'}" if report.torch else "no env"
@@ -277,6 +306,9 @@ def _summary(report: GpuReport, written: Path, console: Console) -> None:
 
 
 def _fix(report: GpuReport, log: Path) -> str:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.images import doctor  # noqa: PLC0415
+
     if report.exit_code == NoGpuError.exit_code and not report.gpus and any(map(doctor.tool_failed, report.notes)):
         # The tool is there and the driver does not answer it: most often a driver upgraded
         # under a loaded kernel module (NVML's "Driver/library version mismatch").

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
@@ -13,29 +14,20 @@ from rich.table import Table
 from wheelmill.cli.basics import Commands, load_inputs, print_error
 from wheelmill.config import format_size
 from wheelmill.errors import UsageError
-from wheelmill.files import write_atomic
-from wheelmill.images.build import ImageJob, build_cell_images
-from wheelmill.images.editions import (
-    BuiltImage,
-    Edition,
-    built_installed,
-    read_cell_output,
-    released_files,
-)
-from wheelmill.images.manifests import members_of, plan_lists, push_list
-from wheelmill.index.closure import read as read_closure
-from wheelmill.index.roots import Index, Installable, tree_to_install_from
-from wheelmill.inputs.variants import Cell
 from wheelmill.inputs.versions import Track
-from wheelmill.machine.engine import detect
-from wheelmill.machine.process import StepLog
-from wheelmill.machine.registry import is_registry
-from wheelmill.output.layout import CLOSURE_LOCK_NAME, CellLayout
-from wheelmill.output.report import ReportError, load_report
-from wheelmill.provenance.signing import trusted_keys_of
-from wheelmill.releases.attested import local_source
-from wheelmill.releases.preinstall import verify_before_install
 from wheelmill.settings import Settings, Signatures
+
+# What a command does loads when it runs, never to parse a command line or print its help.
+if TYPE_CHECKING:
+    from wheelmill.images.editions import BuiltImage
+    from wheelmill.index.roots import Index, Installable
+    from wheelmill.inputs.variants import Cell
+    from wheelmill.output.layout import CellLayout
+
+
+# Edition's values, for --edition's choices without loading the images' machinery to parse a
+# command line (a unit test holds the two equal).
+EDITIONS = ("runtime", "devel")
 
 
 def register(commands: Commands) -> None:
@@ -48,7 +40,7 @@ def register(commands: Commands) -> None:
     build.add_argument(
         "--edition",
         required=True,
-        choices=[e.value for e in Edition],
+        choices=EDITIONS,
         help="runtime: no compiler; devel: a compiler, ninja and the toolkit",
     )
     build.add_argument(
@@ -97,6 +89,9 @@ def register(commands: Commands) -> None:
 def registry(text: str) -> str:
     """``--push``'s value, checked as the command line is read: a malformed one is refused
     before any channel is read or engine asked, not after the images are built."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.machine.registry import is_registry  # noqa: PLC0415
+
     if not is_registry(text):
         raise UsageError(
             f"--push {text!r}: not a registry (host[:port][/path], lower case, no scheme)",
@@ -106,6 +101,12 @@ def registry(text: str) -> str:
 
 
 def cmd_image_build(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.images.build import ImageJob, build_cell_images  # noqa: PLC0415
+    from wheelmill.images.editions import Edition  # noqa: PLC0415
+    from wheelmill.index.roots import Index, tree_to_install_from  # noqa: PLC0415
+    from wheelmill.output.layout import CellLayout  # noqa: PLC0415
+
     matrix, _recipes = load_inputs(settings)
     cells = matrix.select([args.cell])
     if len(cells) != 1:
@@ -145,6 +146,12 @@ def _installable(index: Index, args: argparse.Namespace, cell: Cell, layout: Cel
     """What the cell's images install: the files built here that the release's record names,
     or its build's, and the mirrored closure its build locked (every mirrored file of the
     channel where that lock is not here, as for a release built by another job)."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.images.editions import read_cell_output, released_files  # noqa: PLC0415
+    from wheelmill.index.closure import read as read_closure  # noqa: PLC0415
+    from wheelmill.index.roots import Installable  # noqa: PLC0415
+    from wheelmill.output.layout import CLOSURE_LOCK_NAME  # noqa: PLC0415
+
     lock = layout.root / CLOSURE_LOCK_NAME
     closure = tuple(w.filename for w in read_closure(lock).to_mirror) if lock.is_file() else None
     if args.release:
@@ -160,6 +167,12 @@ def _verify_provenance(
     """The files built here that the images install, held to their provenance in the index
     before anything is fetched or built, where trusted keys are configured: each failure one
     line, and the first one's exit code; 0 to go on (also where no key is: said in a line)."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.images.editions import built_installed  # noqa: PLC0415
+    from wheelmill.provenance.signing import trusted_keys_of  # noqa: PLC0415
+    from wheelmill.releases.attested import local_source  # noqa: PLC0415
+    from wheelmill.releases.preinstall import verify_before_install  # noqa: PLC0415
+
     checked = verify_before_install(
         local_source(index.channel(wanted.channel)),
         built_installed(list(wanted.built), extras=args.extras),
@@ -173,6 +186,9 @@ def _verify_provenance(
 
 def _released(args: argparse.Namespace, layout: CellLayout) -> tuple[Track, str] | None:
     """The release the images belong to: --release, or the one the cell was built for."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.output.report import ReportError, load_report  # noqa: PLC0415
+
     if args.release:
         return Track(args.track), args.release
     try:
@@ -194,6 +210,13 @@ def _summary(console: Console, built: list[BuiltImage]) -> None:
 def cmd_image_manifest(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     """One manifest list per edition the cells pushed, of their images' digests, pushed to
     the registry; recorded in ``<output>/manifests.json``."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.files import write_atomic  # noqa: PLC0415
+    from wheelmill.images.manifests import members_of, plan_lists, push_list  # noqa: PLC0415
+    from wheelmill.machine.engine import detect  # noqa: PLC0415
+    from wheelmill.machine.process import StepLog  # noqa: PLC0415
+    from wheelmill.output.layout import CellLayout  # noqa: PLC0415
+
     matrix, _recipes = load_inputs(settings)
     cells = [matrix.cell(cell_id) for cell_id in dict.fromkeys(args.cell)]
     members = [

@@ -10,27 +10,24 @@ import errno
 import sys
 from datetime import timedelta
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from rich.console import Console
 
 from wheelmill.cli.basics import Commands, days, port, positive, seconds
 from wheelmill.config import format_size
 from wheelmill.errors import ChannelError, SelectionError, UsageError, did_you_mean
-from wheelmill.index import consumer
-from wheelmill.index.channels import checked_channel, is_channel_name
-from wheelmill.index.downloads import Downloads
-from wheelmill.index.objects import render
-from wheelmill.index.pages import FileEntry
-from wheelmill.index.remote import Remote, upload
-from wheelmill.index.roots import AnyChannel, Index, migrate, problems, publish, set_yanked, tidy, usage
-from wheelmill.index.serve import IDLE_TIMEOUT, PER_CLIENT, IndexServer, make_server
-from wheelmill.index.sweep import sweep
-from wheelmill.inputs.matrix import load_matrix
+from wheelmill.index.limits import IDLE_TIMEOUT, PER_CLIENT
 from wheelmill.inputs.versions import Track
-from wheelmill.machine.process import HostRunner, StepLog
 from wheelmill.settings import Settings, Signatures
-from wheelmill.wheel.wheelfile import read_wheel
+
+# What a command does loads when it runs, never to parse a command line or print its help.
+if TYPE_CHECKING:
+    from wheelmill.index.downloads import Downloads
+    from wheelmill.index.pages import FileEntry
+    from wheelmill.index.roots import AnyChannel, Index
+    from wheelmill.index.serve import IndexServer
+
 
 SWEEP_GRACE = 7.0  # days: a week's nightlies, and a publisher long gone
 
@@ -132,6 +129,9 @@ def register(commands: Commands) -> None:
 
 
 def _channel(args: argparse.Namespace, settings: Settings) -> AnyChannel:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.roots import Index  # noqa: PLC0415
+
     index = Index.of(settings)
     channel = index.channel(args.channel)
     if not channel.exists():
@@ -146,6 +146,10 @@ def _channel(args: argparse.Namespace, settings: Settings) -> AnyChannel:
 def _defined(name: str, settings: Settings, index: Index) -> None:
     """A channel is a variant's (in some track): publishing never makes up another one. On an
     index host without the repository (no matrix), a channel the index has is one."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.channels import is_channel_name  # noqa: PLC0415
+    from wheelmill.inputs.matrix import load_matrix  # noqa: PLC0415
+
     if not (settings.recipes / "matrix.toml").is_file():
         # Its project list read, the one object that makes it a channel of the index (as
         # ``channel_names`` decides); every channel listed only to say which there are.
@@ -170,6 +174,10 @@ def _defined(name: str, settings: Settings, index: Index) -> None:
 
 
 def cmd_publish(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.roots import Index, publish  # noqa: PLC0415
+    from wheelmill.wheel.wheelfile import read_wheel  # noqa: PLC0415
+
     missing = [str(w) for w in args.wheels if not w.is_file()]
     if missing:
         raise UsageError(f"publish: no such file: {', '.join(missing)}", fix="give paths of .whl files")
@@ -199,6 +207,10 @@ def cmd_publish(args: argparse.Namespace, settings: Settings, console: Console) 
 
 
 def _publish_remote(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.remote import Remote, upload  # noqa: PLC0415
+    from wheelmill.machine.process import HostRunner, StepLog  # noqa: PLC0415
+
     remote = Remote.of(args.to, args.check_url, settings)
     log_path = settings.output / "logs" / "publish.log"
     with StepLog(log_path, secrets=remote.secrets) as log:
@@ -221,18 +233,27 @@ def _publish_remote(args: argparse.Namespace, settings: Settings, console: Conso
 
 
 def cmd_yank(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.roots import set_yanked  # noqa: PLC0415
+
     files = set_yanked(_channel(args, settings), args.project, args.version, args.reason)
     console.print(f"yanked {', '.join(files)}: {args.reason}", highlight=False)
     return 0
 
 
 def cmd_unyank(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.roots import set_yanked  # noqa: PLC0415
+
     files = set_yanked(_channel(args, settings), args.project, args.version, None)
     console.print(f"unyanked {', '.join(files)}", highlight=False)
     return 0
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.roots import Index  # noqa: PLC0415
+
     root = Index.of(settings).served_tree()
     server = _bound(args, root)
     try:
@@ -261,6 +282,9 @@ def cmd_serve(args: argparse.Namespace, settings: Settings, console: Console) ->
 
 def _bound(args: argparse.Namespace, root: Path) -> IndexServer:
     """The server, listening: an address this machine cannot listen on is the user's to fix."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.serve import make_server  # noqa: PLC0415
+
     try:
         return make_server(root, args.host, args.port, None, idle_timeout=args.idle_timeout, per_client=args.per_client)
     except OSError as exc:
@@ -285,12 +309,19 @@ def _access_log(path: Path) -> IO[str]:
 
 
 def cmd_config(args: argparse.Namespace, _settings: Settings, _console: Console) -> int:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index import consumer  # noqa: PLC0415
+    from wheelmill.index.channels import checked_channel  # noqa: PLC0415
+
     checked_channel(args.channel)
     sys.stdout.write(consumer.format_settings(consumer.base_url(args.url), args.channel, args.form))
     return 0
 
 
 def _channels(args: argparse.Namespace, settings: Settings) -> list[AnyChannel]:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.roots import Index  # noqa: PLC0415
+
     index = Index.of(settings)
     names = args.channel or index.channel_names()
     if not names:
@@ -299,6 +330,9 @@ def _channels(args: argparse.Namespace, settings: Settings) -> list[AnyChannel]:
 
 
 def cmd_verify(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.roots import problems  # noqa: PLC0415
+
     found_all = []
     for channel in _channels(args, settings):
         found = problems(channel, hashes=args.hashes)
@@ -320,11 +354,19 @@ def cmd_verify(args: argparse.Namespace, settings: Settings, console: Console) -
 
 
 def _downloads(settings: Settings) -> Downloads:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.downloads import Downloads  # noqa: PLC0415
+    from wheelmill.index.roots import Index  # noqa: PLC0415
+
     return Downloads(Index.of(settings).downloads(settings.output))
 
 
 def cmd_render(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     """Every page of the channels written again from their entries, then checked."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.objects import render  # noqa: PLC0415
+    from wheelmill.index.roots import problems  # noqa: PLC0415
+
     for channel in _channels(args, settings):
         said = render(channel)
         for done in said:
@@ -340,6 +382,9 @@ def cmd_render(args: argparse.Namespace, settings: Settings, console: Console) -
 
 
 def cmd_migrate(_args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.roots import Index, migrate  # noqa: PLC0415
+
     index = Index.of(settings)
     done = migrate(index, on_channel=lambda m: console.print(m.describe(), highlight=False))
     console.print(
@@ -350,6 +395,10 @@ def cmd_migrate(_args: argparse.Namespace, settings: Settings, console: Console)
 
 
 def cmd_sweep(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.roots import Index, tidy  # noqa: PLC0415
+    from wheelmill.index.sweep import sweep  # noqa: PLC0415
+
     index = Index.of(settings)
     console.print(f"sweeping {index.location} (grace {args.grace:g} days)", highlight=False)
     swept = sweep(index.storage, grace=timedelta(days=args.grace))
@@ -375,6 +424,9 @@ def cmd_sweep(args: argparse.Namespace, settings: Settings, console: Console) ->
 def cmd_list(args: argparse.Namespace, settings: Settings, _console: Console) -> int:
     """Each project, its versions, whether wheelmill built or mirrored it and the GPU archs
     a built wheel carries; then the bytes the channels list against the bytes stored."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.roots import Index, usage  # noqa: PLC0415
+
     channel = _channel(args, settings)
     for project in channel.projects():
         yanked = {f.version for f in project.files if f.yanked is not None}

@@ -6,17 +6,23 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from wheelmill.cli.basics import Commands
 from wheelmill.errors import UsageError
-from wheelmill.machine.git import would_be_committed
-from wheelmill.provenance.signing import ALGORITHMS, SigningKey, key_ids_in, new_signing_key
 from wheelmill.settings import Settings
+
+# What a command does loads when it runs, never to parse a command line or print its help.
+if TYPE_CHECKING:
+    from wheelmill.provenance.signing import SigningKey
 
 
 def register(commands: Commands) -> None:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.provenance.signing import ALGORITHMS  # noqa: PLC0415
+
     key = commands.add_parser("key", help="the keys that sign the provenance beside published files")
     actions = key.add_subparsers(dest="action", required=True, parser_class=type(key))
     new = actions.add_parser(
@@ -40,6 +46,9 @@ def register(commands: Commands) -> None:
 
 
 def cmd_key_new(args: argparse.Namespace, _settings: Settings, console: Console) -> int:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.provenance.signing import new_signing_key  # noqa: PLC0415
+
     private_path: Path = args.out
     public_path = private_path.with_name(private_path.name + ".pub")
     key = new_signing_key(args.algorithm, source=str(private_path))
@@ -51,6 +60,9 @@ def cmd_key_new(args: argparse.Namespace, _settings: Settings, console: Console)
 
 
 def cmd_key_id(args: argparse.Namespace, _settings: Settings, console: Console) -> int:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.provenance.signing import key_ids_in  # noqa: PLC0415
+
     for found in key_ids_in(args.file):
         _say(console, found)
     return 0
@@ -60,6 +72,9 @@ def _write_pair(key: SigningKey, private_path: Path, public_path: Path) -> None:
     """Both files or neither; an existing file is never replaced (a lost private key cannot be
     made again, and files its public half verifies may still be served); the private key never
     where a commit would take it."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.machine.git import would_be_committed  # noqa: PLC0415
+
     repository = would_be_committed(private_path)
     if repository is not None:
         raise UsageError(

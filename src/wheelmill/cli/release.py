@@ -24,7 +24,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 from time import monotonic, sleep
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from rich.console import Console
 from rich.table import Table
@@ -32,30 +32,17 @@ from rich.table import Table
 from wheelmill.cli.basics import Commands, load_inputs, positive
 from wheelmill.cli.common import add_cell_options, build_cells, mirror_cells, prepare
 from wheelmill.errors import ReleaseError, ReleasePending, SignatureError, UsageError
-from wheelmill.gpu.report import load_gpu_report
-from wheelmill.index.channels import Published
-from wheelmill.index.roots import Index
-from wheelmill.inputs.matrix import Matrix, github_matrix
-from wheelmill.inputs.variants import Family
 from wheelmill.inputs.versions import Action, Release, Track, VersionRule, for_nightly, for_tag
-from wheelmill.machine.git import read_state, recipes_problem
-from wheelmill.output.layout import CellLayout
-from wheelmill.planning.groups import channel_of, group_build
-from wheelmill.planning.spec import CellPlan, RecipeSpec
-from wheelmill.provenance.signing import TrustedKey, gpu_trusted_keys_of, signing_key_of, trusted_keys_of
-from wheelmill.releases.gpu_attestation import admitted, envelope_beside
-from wheelmill.releases.promotion import Signer, promote, signer_of
-from wheelmill.releases.publish import (
-    collect_built,
-    failed_build,
-    one_build_lookup,
-    prune,
-    publish_conda_packages,
-    publish_release,
-    refuse_unattested,
-)
-from wheelmill.releases.records import Manifest, load_manifest, record_failure, record_gpu
 from wheelmill.settings import Settings, Signatures
+
+# What a command does loads when it runs, never to parse a command line or print its help.
+if TYPE_CHECKING:
+    from wheelmill.index.channels import Published
+    from wheelmill.inputs.matrix import Matrix
+    from wheelmill.planning.spec import CellPlan, RecipeSpec
+    from wheelmill.provenance.signing import TrustedKey
+    from wheelmill.releases.promotion import Signer
+    from wheelmill.releases.records import Manifest
 
 
 def register(commands: Commands) -> None:
@@ -164,6 +151,9 @@ def _which(parser: argparse.ArgumentParser) -> None:
 
 
 def _release(args: argparse.Namespace, settings: Settings, *, preview: bool = False) -> Release:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.machine.git import read_state, recipes_problem  # noqa: PLC0415
+
     tag, nightly = getattr(args, "tag", None), getattr(args, "nightly", False)
     given = getattr(args, "version", None)
     if bool(tag) == bool(nightly):
@@ -180,6 +170,10 @@ def _release(args: argparse.Namespace, settings: Settings, *, preview: bool = Fa
 
 
 def cmd_release(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.roots import Index  # noqa: PLC0415
+    from wheelmill.releases.promotion import promote  # noqa: PLC0415
+
     release = _release(args, settings, preview=args.dry_run)
     args.cell = args.cell or ["*"]
     if args.json or args.dry_run:
@@ -222,6 +216,9 @@ def cmd_publish(args: argparse.Namespace, settings: Settings, console: Console) 
 
 def one_build_channels(matrix: Matrix, release: Release, cell: str) -> list[str]:
     """The channels of the cells that make ``cell``'s group build (its oldest torch's)."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.planning.groups import channel_of, group_build  # noqa: PLC0415
+
     builders = group_build(matrix, matrix.cell(cell), (), release).builders
     return list(dict.fromkeys(channel_of(matrix.cell(c).variant, release) for c in builders))
 
@@ -229,6 +226,18 @@ def one_build_channels(matrix: Matrix, release: Release, cell: str) -> list[str]
 def _publish(release: Release, settings: Settings, console: Console, *, mirror: bool, wait: float = 0) -> int:
     """Publish the release's wheels and record it; then each cell's runtime closure into
     its channel, so the track's channels install on their own too."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.roots import Index  # noqa: PLC0415
+    from wheelmill.inputs.variants import Family  # noqa: PLC0415
+    from wheelmill.provenance.signing import trusted_keys_of  # noqa: PLC0415
+    from wheelmill.releases.publish import (  # noqa: PLC0415
+        collect_built,
+        one_build_lookup,
+        publish_conda_packages,
+        publish_release,
+        refuse_unattested,
+    )
+
     say = _sayer(console)
     matrix, _recipes = load_inputs(settings)
     index = Index.of(settings)
@@ -254,6 +263,11 @@ PROMOTE_POLL_SECONDS = 60.0
 
 
 def cmd_promote(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.roots import Index  # noqa: PLC0415
+    from wheelmill.machine.git import read_state  # noqa: PLC0415
+    from wheelmill.releases.promotion import promote  # noqa: PLC0415
+
     target = Track(args.target)
     # Into the release track, the rc of the checked-out commit (the final tag's), and no other.
     commit = read_state(settings.root).commit if target is Track.RELEASE else None
@@ -300,6 +314,9 @@ class _Trust(TypedDict):
 def _promotion_trust(settings: Settings) -> _Trust:
     """What a promotion signs with, what it holds each built file's provenance to first, and
     the keys each GPU stage it counts must be signed with."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.provenance.signing import gpu_trusted_keys_of, trusted_keys_of  # noqa: PLC0415
+
     signer = _promotion_signer(settings)
     required = settings.signatures is Signatures.REQUIRED
     gpu_trusted = gpu_trusted_keys_of(settings)
@@ -309,6 +326,10 @@ def _promotion_trust(settings: Settings) -> _Trust:
 def _promotion_signer(settings: Settings) -> Signer | None:
     """What signs the promotion's statements: the signing key, read before anything is
     promoted; where signatures are required, a promotion without one is refused."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.provenance.signing import signing_key_of  # noqa: PLC0415
+    from wheelmill.releases.promotion import signer_of  # noqa: PLC0415
+
     key = signing_key_of(settings)
     if key is None and settings.signatures is Signatures.REQUIRED:
         raise SignatureError(
@@ -326,6 +347,13 @@ def _print_gpu(manifest: Manifest, console: Console) -> None:
 def cmd_record_gpu(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     """Each report as its runner signed it (where a GPU runner's key is trusted, or signatures
     are required), all checked before the first is recorded."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.gpu.report import load_gpu_report  # noqa: PLC0415
+    from wheelmill.index.roots import Index  # noqa: PLC0415
+    from wheelmill.provenance.signing import gpu_trusted_keys_of  # noqa: PLC0415
+    from wheelmill.releases.gpu_attestation import admitted, envelope_beside  # noqa: PLC0415
+    from wheelmill.releases.records import record_gpu  # noqa: PLC0415
+
     trusted = gpu_trusted_keys_of(settings)
     required = settings.signatures is Signatures.REQUIRED
     found = [
@@ -343,6 +371,12 @@ def cmd_record_gpu(args: argparse.Namespace, settings: Settings, console: Consol
 
 
 def cmd_record_failure(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.roots import Index  # noqa: PLC0415
+    from wheelmill.output.layout import CellLayout  # noqa: PLC0415
+    from wheelmill.releases.publish import failed_build  # noqa: PLC0415
+    from wheelmill.releases.records import Manifest, record_failure  # noqa: PLC0415
+
     release = _release(args, settings)
     matrix, _recipes = load_inputs(settings)
     cell = matrix.cell(args.cell)
@@ -356,6 +390,10 @@ def cmd_record_failure(args: argparse.Namespace, settings: Settings, console: Co
 
 
 def cmd_show(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.roots import Index  # noqa: PLC0415
+    from wheelmill.releases.records import load_manifest  # noqa: PLC0415
+
     manifest = load_manifest(Index.of(settings).storage, Track(args.track), args.version)
     if args.json:
         print(json.dumps(manifest.as_dict(), indent=2))
@@ -371,6 +409,10 @@ def cmd_show(args: argparse.Namespace, settings: Settings, console: Console) -> 
 
 
 def cmd_prune(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.roots import Index  # noqa: PLC0415
+    from wheelmill.releases.publish import prune  # noqa: PLC0415
+
     removed = prune(Index.of(settings), Track(args.track), args.keep)
     for name in removed:
         console.print(f"removed: {name}", highlight=False)
@@ -388,6 +430,9 @@ def _printer(console: Console) -> Callable[[Published], None]:
 def release_json(release: Release, plans: tuple[CellPlan, ...], matrix: Matrix) -> dict[str, Any]:
     """What CI's jobs take: the cells to build, and the GPU stage's jobs of a release
     candidate (each GPU cell a runner covers, on each of its runners)."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.inputs.matrix import github_matrix  # noqa: PLC0415
+
     building = release.action is Action.BUILD and release.track is Track.TEST
     runners = {p.cell.id: matrix.gpu_runners_of(p.cell) for p in plans} if building else {}
     gpu_jobs = [{"cell": cell, "runner": runner} for cell, labels in sorted(runners.items()) for runner in labels]

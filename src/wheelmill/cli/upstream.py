@@ -18,26 +18,22 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from wheelmill.cli.basics import load_inputs
 from wheelmill.errors import ConfigError, FetchError, UsageError
-from wheelmill.inputs.matrix import Matrix, load_matrix, torch_tag
-from wheelmill.inputs.upstream import (
-    PROJECT,
-    Finding,
-    UpstreamFile,
-    default_root,
-    matrix_diff,
-    missing,
-    patched,
-    project_page,
-    wheel_facts,
-)
-from wheelmill.machine.net import project_files, split_credentials
-from wheelmill.retry import TransientError, with_retries
 from wheelmill.settings import Settings
+
+# What a command does loads when it runs, never to parse a command line or print its help.
+if TYPE_CHECKING:
+    from wheelmill.inputs.matrix import Matrix
+    from wheelmill.inputs.upstream import (
+        Finding,
+        UpstreamFile,
+    )
+
 
 URL_FIX = "check the network, or give an index root that answers with --url or WHEELMILL_UPSTREAM_INDEX"
 PAGE_FIX = "give --url or WHEELMILL_UPSTREAM_INDEX the root of an index that serves torch's page (PEP 691 or 503)"
@@ -76,6 +72,9 @@ def register_upstream(matrix: argparse.ArgumentParser) -> None:
 
 
 def cmd_upstream(args: argparse.Namespace, settings: Settings, _console: Console) -> int:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.inputs.upstream import matrix_diff  # noqa: PLC0415
+
     _refuse_matrix_options(args)
     matrix, _ = load_inputs(settings)
     url, findings = upstream_findings(matrix, settings, url=args.url, pre=args.pre)
@@ -96,6 +95,9 @@ def upstream_findings(
 ) -> tuple[str, tuple[Finding, ...]]:
     """torch's page upstream (``url``, else the setting, else the matrix's torch index) and
     what the matrix lacks of it, each finding whose change would not load marked blocked."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.inputs.upstream import PROJECT, missing  # noqa: PLC0415
+
     page, auth = _page(url or settings.upstream_index or _default_root(matrix))
     files = _read_files(page.removesuffix(f"{PROJECT}/"), page, auth, settings)
     text = matrix.path.read_text(encoding="utf-8")
@@ -105,6 +107,10 @@ def upstream_findings(
 def _page(root: str) -> tuple[str, tuple[str, str] | None]:
     """torch's page at the root, and the credential its URL carries (sent as Basic auth, and
     never printed: the URL shown is the one without it)."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.inputs.upstream import project_page  # noqa: PLC0415
+    from wheelmill.machine.net import split_credentials  # noqa: PLC0415
+
     url, username, password = split_credentials(project_page(root))
     return url, (username or "", password or "") if username or password else None
 
@@ -128,6 +134,9 @@ def _refuse_matrix_options(args: argparse.Namespace) -> None:
 
 
 def _default_root(matrix: Matrix) -> str:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.inputs.upstream import default_root  # noqa: PLC0415
+
     root = default_root(matrix.torch_index)
     if root is None:
         raise ConfigError(
@@ -141,6 +150,10 @@ def _read_files(root: str, url: str, auth: tuple[str, str] | None, settings: Set
     """torch's files on its page at ``root``, PEP 691 JSON or PEP 503 HTML (PyTorch's own
     index serves HTML), retried where the index does not answer; yanked ones left out (PEP
     592: no release to build for). An error that says what to do where it cannot be read."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.inputs.upstream import PROJECT, wheel_facts  # noqa: PLC0415
+    from wheelmill.machine.net import project_files  # noqa: PLC0415
+    from wheelmill.retry import TransientError, with_retries  # noqa: PLC0415
 
     def said(attempt: int, exc: Exception, pause: float) -> None:
         print(f"{exc} (attempt {attempt}); again in {pause:.0f}s", file=sys.stderr, flush=True)
@@ -161,6 +174,9 @@ def _read_files(root: str, url: str, auth: tuple[str, str] | None, settings: Set
 def _loadable(findings: Sequence[Finding], matrix: Matrix, text: str) -> tuple[Finding, ...]:
     """The findings, each whose change would leave a matrix that does not load left out of
     the change (``blocked``, with what loading said): the diff never breaks the matrix."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.inputs.upstream import patched  # noqa: PLC0415
+
     kept = []
     with tempfile.TemporaryDirectory(prefix="wheelmill-upstream-") as scratch:
         for finding in findings:
@@ -171,6 +187,9 @@ def _loadable(findings: Sequence[Finding], matrix: Matrix, text: str) -> tuple[F
 
 def _load_problem(text: str, scratch: Path) -> str | None:
     """What loading the matrix ``text`` says is wrong with it, or None."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.inputs.matrix import load_matrix  # noqa: PLC0415
+
     trial = scratch / "matrix.toml"
     trial.write_text(text, encoding="utf-8")
     try:
@@ -199,6 +218,9 @@ def report(findings: Sequence[Finding], *, url: str, pre: bool = False) -> str:
 
 
 def _does(finding: Finding) -> str:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.inputs.matrix import torch_tag  # noqa: PLC0415
+
     if finding.blocked is not None:
         return f"{finding.variant}: left out of the change: {finding.blocked}"
     if finding.kind == "newer-torch":

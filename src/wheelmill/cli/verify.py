@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from wheelmill.cli.basics import Commands, print_error
 from wheelmill.errors import ConfigError, UsageError
-from wheelmill.index.http_channel import HttpChannel
-from wheelmill.index.roots import Index
 from wheelmill.inputs.versions import Track
-from wheelmill.provenance.signing import TrustedKey, trusted_keys, trusted_keys_of
-from wheelmill.provenance.statement import beside
-from wheelmill.provenance.verification import Claims, Verdict, verify_either
-from wheelmill.releases.attested import Source, local_source, served_source, verify_channel
 from wheelmill.settings import Settings
+
+# What a command does loads when it runs, never to parse a command line or print its help.
+if TYPE_CHECKING:
+    from wheelmill.provenance.signing import TrustedKey
+    from wheelmill.provenance.verification import Verdict
+    from wheelmill.releases.attested import Source
 
 
 def register(commands: Commands) -> None:
@@ -52,6 +53,9 @@ def register(commands: Commands) -> None:
 
 
 def cmd_verify(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.releases.attested import verify_channel  # noqa: PLC0415
+
     trusted = _trusted(args, settings)
     if (args.target is None) == (args.channel is None):
         raise UsageError(
@@ -73,6 +77,9 @@ def cmd_verify(args: argparse.Namespace, settings: Settings, console: Console) -
 
 
 def _trusted(args: argparse.Namespace, settings: Settings) -> tuple[TrustedKey, ...]:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.provenance.signing import trusted_keys, trusted_keys_of  # noqa: PLC0415
+
     found = trusted_keys(args.key) if args.key else trusted_keys_of(settings)
     if not found:
         raise ConfigError(
@@ -83,6 +90,10 @@ def _trusted(args: argparse.Namespace, settings: Settings) -> tuple[TrustedKey, 
 
 
 def _one_wheel(wheel: Path, provenance: Path | None, trusted: tuple[TrustedKey, ...]) -> Verdict:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.provenance.statement import beside  # noqa: PLC0415
+    from wheelmill.provenance.verification import Claims, verify_either  # noqa: PLC0415
+
     if not wheel.is_file():
         raise UsageError(f"verify: {wheel}: no such file", fix="give the path of a wheel")
     kept = provenance or beside(wheel)
@@ -98,6 +109,11 @@ def _one_wheel(wheel: Path, provenance: Path | None, trusted: tuple[TrustedKey, 
 
 def _source(args: argparse.Namespace, settings: Settings) -> tuple[Source, str | None]:
     """The channel to read, and the one project to verify (None: all)."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.http_channel import HttpChannel  # noqa: PLC0415
+    from wheelmill.index.roots import Index  # noqa: PLC0415
+    from wheelmill.releases.attested import local_source, served_source  # noqa: PLC0415
+
     if args.channel is not None:
         index = Index.of(settings)
         local = index.channel(args.channel)

@@ -9,6 +9,7 @@ import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich import box
 from rich.console import Console
@@ -16,10 +17,12 @@ from rich.table import Table
 
 from wheelmill.cli.basics import Commands, positive
 from wheelmill.errors import ChannelError, UsageError
-from wheelmill.index.channels import is_channel_name
-from wheelmill.index.roots import Index, is_bucket_location
-from wheelmill.index.wants import WantsReport, log_lines, wants
 from wheelmill.settings import Settings
+
+# What a command does loads when it runs, never to parse a command line or print its help.
+if TYPE_CHECKING:
+    from wheelmill.index.wants import WantsReport
+
 
 WIDTH = 100  # the table's columns at most, whatever the terminal's
 
@@ -56,6 +59,11 @@ def cmd_wants(args: argparse.Namespace, settings: Settings, console: Console) ->
 def _read(args: argparse.Namespace, settings: Settings) -> WantsReport:
     """The report of the logs ``--log`` names, held to the index; one error where the
     command line, the index or the logs cannot give one."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.channels import is_channel_name  # noqa: PLC0415
+    from wheelmill.index.roots import Index  # noqa: PLC0415
+    from wheelmill.index.wants import wants  # noqa: PLC0415
+
     if args.channel is not None and not is_channel_name(args.channel):
         raise UsageError(
             f"wants: --channel {args.channel}: not a channel name",
@@ -80,6 +88,9 @@ def _read(args: argparse.Namespace, settings: Settings) -> WantsReport:
 
 def _checked_log(location: str) -> str:
     """``location`` where it is a bucket's or is on this machine; a ``UsageError`` otherwise."""
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.roots import is_bucket_location  # noqa: PLC0415
+
     if is_bucket_location(location) or Path(location).exists():
         return location
     raise UsageError(
@@ -89,6 +100,9 @@ def _checked_log(location: str) -> str:
 
 
 def _every_line(locations: list[str]) -> Iterator[str]:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from wheelmill.index.wants import log_lines  # noqa: PLC0415
+
     return itertools.chain.from_iterable(log_lines(location) for location in locations)
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from packaging.utils import canonicalize_name
 
@@ -26,8 +26,11 @@ from wheelmill.index import pages
 from wheelmill.index.pages import FileEntry, Project
 from wheelmill.inputs.archs import ARCH_RECORD, ArchRecord
 from wheelmill.inputs.versions import Track
-from wheelmill.wheel.abi import read_abi
-from wheelmill.wheel.wheelfile import WheelInfo, read_wheel
+
+# Reading a wheel (its ELF files, its ABI) loads when a wheel is read, not with the channels'
+# words that the command line and the server take from here.
+if TYPE_CHECKING:
+    from wheelmill.wheel.wheelfile import WheelInfo
 
 # A variant's channel (cu118), or one in a track other than the release track (test/cu118,
 # nightly/cu118); the track names, the release records' and the conda channels' directories
@@ -165,6 +168,8 @@ class Channel:
 def agreeing(wheel: Path) -> WheelInfo:
     """The wheel, read; the index refuses one whose METADATA names another project or version,
     or carries into the pages more than a listing holds (every client downloads the pages)."""
+    from wheelmill.wheel.wheelfile import read_wheel  # noqa: PLC0415 - see the imports
+
     info = read_wheel(wheel)
     if canonicalize_name(info.metadata_name) != info.name or info.metadata_version != str(info.version):
         raise ChannelError(
@@ -199,6 +204,8 @@ def abi_of_wheel(wheel: Path) -> str | None:
     one that cannot be read: judging libraries is the post-repair checks' work, not the
     index's, which lists what it can tell)."""
     try:
+        from wheelmill.wheel.abi import read_abi  # noqa: PLC0415 - see the imports
+
         return read_abi(wheel).listed
     except CheckError:
         return None

@@ -36,6 +36,7 @@ from packaging.utils import canonicalize_name
 
 from wheelmill.index.access_log import Request, parse_request, path_of
 from wheelmill.index.channels import COVERAGE_DIR, COVERAGE_FILES, RECORDS_DIR, TRACK_DIRS, channel_names, now_rfc3339
+from wheelmill.index.limits import IDLE_TIMEOUT, PER_CLIENT
 from wheelmill.index.pages import HTML_TYPE, JSON_TYPE
 from wheelmill.inputs.versions import Track
 
@@ -50,8 +51,6 @@ CHUNK = 1 << 20
 OFFERED = (JSON_TYPE, HTML_TYPE, "text/html")
 # PEP 691: "latest" is whichever version of the API the server serves newest.
 _LATEST = {"application/vnd.pypi.simple.latest+json": JSON_TYPE, "application/vnd.pypi.simple.latest+html": HTML_TYPE}
-IDLE_TIMEOUT = 30.0  # seconds an open connection may send nothing
-PER_CLIENT = 16  # connections one client address may hold open at once
 
 
 def negotiate(accept: str | None, fmt: str | None) -> str | None:
