@@ -1,8 +1,7 @@
-"""wheelmill's sessions: one ``build-<cell>`` per supported cell of recipes/matrix.toml,
-``image-<cell>-runtime`` and ``image-<cell>-devel`` for its images, ``test-gpu-<cell>`` for
-a GPU cell's GPU stage (on a GPU machine), plus ``tests`` and ``lint``. Each session is one call into the package.
-
-Run them from the environment scripts/setup makes: ``.venv/bin/nox -l``.
+"""wheelmill's sessions: ``build-<cell>`` for each cell of recipes/matrix.toml (listed
+below), and for each cell ``image-<cell>-runtime``, ``image-<cell>-devel`` (its images) and,
+for a GPU cell, ``test-gpu-<cell>`` (its GPU stage, on a GPU machine), which ``nox -l -s
+NAME`` lists; plus ``lint``, ``tests`` and ``benchmarks``. Each is one call into the package.
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ def _build_session(cell_id: str) -> None:
     def build(session: nox.Session) -> None:
         _wheelmill(session, "build", "--cell", cell_id, *session.posargs)
 
-    build.__doc__ = f"Build, check, repair and install-test every recipe of {cell_id} (-- --recipe NAME for one)."
+    build.__doc__ = "Every recipe, built and tested (-- --recipe NAME)."
     nox.session(name=f"build-{cell_id}", python=False)(build)
 
 
@@ -61,8 +60,19 @@ def _gpu_session(cell_id: str) -> None:
     nox.session(name=f"test-gpu-{cell_id}", python=False)(test_gpu)
 
 
+def _listing_all() -> bool:
+    """Whether this is a plain ``nox -l``, which lists the build sessions and leaves out each
+    cell's image and GPU sessions (three times as many lines; the docstring names them)."""
+    words = sys.argv[1:]
+    listing = any(word in ("-l", "--list", "--list-sessions") for word in words)
+    chosen = any(word.startswith(("-s", "--session", "-e", "-k", "-t", "--tags")) for word in words)
+    return listing and not chosen
+
+
 for _cell in load_matrix(ROOT / "recipes" / "matrix.toml").cells:
     _build_session(_cell.id)
+    if _listing_all():
+        continue
     for _edition in ("runtime", "devel"):
         _image_session(_cell.id, _edition)
     if _cell.variant.family is not Family.CPU:

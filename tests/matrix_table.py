@@ -17,8 +17,9 @@ def table_block(page: Path = PAGE) -> str:
 
 
 def table_rows(page: Path = PAGE) -> dict[str, dict[str, str]]:
-    """Each variant's row, by its name, as column -> cell."""
-    head, _rule, *rows = table_block(page).splitlines()
+    """Each variant's row of the toolchains' table (the first of the two), by its name, as
+    column -> cell."""
+    head, _rule, *rows = table_block(page).split("\n\n")[0].splitlines()
     columns = [cell.strip() for cell in head.strip("|").split("|")]
     parsed = [dict(zip(columns, (cell.strip() for cell in row.strip("|").split("|")), strict=True)) for row in rows]
     return {row["variant"]: row for row in parsed}

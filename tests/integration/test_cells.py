@@ -123,6 +123,10 @@ def test_nox_lists_a_session_per_cell() -> None:
     cells = load_matrix(ROOT / "recipes" / "matrix.toml").cells
     listed = [line for line in result.stdout.splitlines() if line[:2] in ("* ", "- ") and line[2:].startswith("build-")]
     assert len(listed) == len(cells)
+    assert " image-" not in result.stdout and len(result.stdout.splitlines()) < len(cells) + 15, "nox -l is short"
+    named = [sys.executable, "-m", "nox", "-l", "-s", "image-cpu-py311-runtime", "test-gpu-cuda130-py311"]
+    shown = subprocess.run(named, cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert "* image-cpu-py311-runtime -> " in shown and "* test-gpu-cuda130-py311 -> " in shown
 
 
 SMOKE = """

@@ -17,6 +17,9 @@ from wheelmill.cli import GROUPS, HELP_WIDTH, ORDER, SECTIONS, build_parser, mai
 from wheelmill.cli.basics import Parser, commands
 from wheelmill.cli.examples import EXAMPLES
 from wheelmill.cli.reference import page
+from wheelmill.inputs.matrix import load_matrix
+
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def test_the_table_names_every_command_of_every_group_and_nothing_else() -> None:
@@ -147,3 +150,19 @@ def test_the_command_reference_page_is_what_the_parser_says() -> None:
     committed = (Path(__file__).parents[2] / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
     assert committed == page(), "run: python -m wheelmill.cli.reference > docs/reference/cli.md"
     assert all(f"## wheelmill {words}\n" in committed for words in EXAMPLES)
+
+
+@pytest.mark.parametrize("argv", [["matrix"], ["plan", "--cell", "cuda130-py311", "--engine", "none"]])
+def test_matrix_and_plan_fit_a_terminal_of_100_columns_and_break_no_name(
+    argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main(["--recipes", str(ROOT / "recipes"), *argv]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 100, max(lines, key=len)
+    words = {word for line in lines for word in line.split()}
+    matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
+    if argv[0] == "matrix":
+        assert set(matrix.variants) <= words, "every variant's name whole, on one line"
+    else:
+        assert {"1.", "pre-checks", "example-cpp-ops/build", "channel-checks"} <= words

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import textwrap
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +19,8 @@ from wheelmill.settings import Settings
 
 # What a command does loads when it runs, never to parse a command line or print its help.
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from wheelmill.inputs.matrix import Matrix
     from wheelmill.planning.spec import CellPlan
 
@@ -71,9 +75,13 @@ def register(commands: Commands) -> None:
 
 def cmd_matrix(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     # what it runs loads here, not to parse a command line (wheelmill.cli)
-    from rich.table import Table  # noqa: PLC0415
-
-    from wheelmill.inputs.matrix import MATRIX_COLUMNS, github_matrix, matrix_markdown, matrix_row  # noqa: PLC0415
+    from wheelmill.inputs.matrix import (  # noqa: PLC0415
+        PYTHON_COLUMNS,
+        github_matrix,
+        matrix_markdown,
+        python_row,
+        toolchain_row,
+    )
     from wheelmill.inputs.selection import affected_cells  # noqa: PLC0415
 
     matrix, recipes = load_inputs(settings)
@@ -91,13 +99,38 @@ def cmd_matrix(args: argparse.Namespace, settings: Settings, console: Console) -
     if args.markdown:
         print(matrix_markdown(matrix, promised))
         return 0
-    table = Table(title=f"matrix ({_count(matrix)})", title_justify="left")
-    for column in (*MATRIX_COLUMNS, *matrix.pythons):
-        table.add_column(column, overflow="fold")
+    out = Console(highlight=False, width=max(console.width, MATRIX_WIDTH))  # stdout, so it pipes whole
+    out.print(f"matrix: {_count(matrix)}")
+    toolchains = _table("toolchains (glibc: its wheels' on the registry base / the bootstrapped one)", GLIBC_HEADS)
     for v in matrix.variants.values():
-        table.add_row(*matrix_row(v, matrix.pythons, baselines=promised[v.name]))
-    Console(highlight=False, width=max(console.width, 180)).print(table)
+        name, _platform, toolkit, torch, archs, *bases = toolchain_row(v, baselines=promised[v.name])
+        toolchains.add_row(name, toolkit, torch, archs.replace(";", "; "), " / ".join(_glibc(base) for base in bases))
+    out.print(toolchains)
+    pythons = _table("Pythons", (*PYTHON_COLUMNS, *matrix.pythons))
+    for v in matrix.variants.values():
+        pythons.add_row(*python_row(v, matrix.pythons))
+    out.print(pythons)
     return 0
+
+
+MATRIX_WIDTH = 100  # `matrix` fits this, and a wider terminal
+GLIBC_HEADS = ("variant", "toolkit", "torch", "arch list", "glibc")
+
+
+def _table(title: str, columns: Sequence[str]) -> Table:
+    """A table that fits ``MATRIX_WIDTH``: its first column (a variant's name) never broken."""
+    from rich.box import SIMPLE_HEAD  # noqa: PLC0415 - see cmd_matrix
+    from rich.table import Table  # noqa: PLC0415
+
+    table = Table(title=title, title_justify="left", box=SIMPLE_HEAD, pad_edge=False)
+    for number, column in enumerate(columns):
+        table.add_column(column, no_wrap=number == 0, overflow="fold")
+    return table
+
+
+def _glibc(base: str) -> str:
+    """``manylinux_2_28`` as the glibc it names, ``2.28``; ``-`` as it is."""
+    return base.removeprefix("manylinux_").replace("_", ".")
 
 
 def _baselines(matrix: Matrix, settings: Settings) -> dict[str, tuple[str | None, str | None]]:
@@ -156,10 +189,30 @@ def cmd_validate(_args: argparse.Namespace, settings: Settings, _console: Consol
     return 0
 
 
-def cmd_plan(args: argparse.Namespace, settings: Settings, _console: Console) -> int:
+def cmd_plan(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    width = max(console.width, MATRIX_WIDTH)  # the terminal's (COLUMNS), a pipe's 200, never under 100
     for cell_plan in prepare(args, settings, probe=False).plans:
-        print(format_plan(cell_plan))
+        print(wrapped_plan(cell_plan, width))
     return 0
+
+
+def wrapped_plan(cell_plan: CellPlan, width: int) -> str:
+    """``format_plan``'s lines as a terminal of ``width`` columns shows them whole: each step's
+    number and id on a line, what it does wrapped below it."""
+    header, steps = [], []
+    for line in format_plan(cell_plan).splitlines():
+        number, dot, rest = line.strip().partition(". ")
+        if dot and number.isdigit():
+            step, _, detail = rest.partition("  ")
+            steps += [
+                f"{number:>3}. {step}",
+                *textwrap.wrap(
+                    detail.strip(), width, initial_indent=" " * 7, subsequent_indent=" " * 7, break_on_hyphens=False
+                ),
+            ]
+        else:
+            header += textwrap.wrap(line, width, subsequent_indent="  ", break_on_hyphens=False)
+    return "\n".join([*header, *steps])
 
 
 def format_plan(cell_plan: CellPlan) -> str:

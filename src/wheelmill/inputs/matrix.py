@@ -169,47 +169,54 @@ def _entry(cell: Cell, runners: Mapping[str, str]) -> dict[str, str]:
     return entry | ({"torch": v.torch, "torch-of": v.torch_of} if v.torch_of else {})
 
 
-MATRIX_COLUMNS = (
+# The matrix as two tables: each variant's toolchain, and the Pythons it builds for.
+TOOLCHAIN_COLUMNS = (
     "variant",
     "platform",
-    "slim of",
     "toolkit",
     "torch",
     "arch list",
-    "channel",
     "glibc, registry base",
     "glibc, bootstrapped base",
 )
+PYTHON_COLUMNS = ("variant", "channel")  # then a column per Python
 
 
-def matrix_row(
-    v: Variant, pythons: Sequence[str], *, baselines: tuple[str | None, str | None], code: Callable[[str], str] = str
+def toolchain_row(
+    v: Variant, *, baselines: tuple[str | None, str | None], code: Callable[[str], str] = str
 ) -> list[str]:
-    """A variant as a row under ``MATRIX_COLUMNS``, then one column per Python. ``baselines``:
-    its promise on its registry base and on its bootstrapped one (the manylinux tag its wheels
-    are held to there, as containers/pins.toml makes it; None where it never builds on one);
-    ``code`` marks up the arch list (Markdown's backticks)."""
-    head = [
+    """A variant as a row under ``TOOLCHAIN_COLUMNS``. ``baselines``: its promise on its
+    registry base and on its bootstrapped one (the manylinux tag its wheels are held to there,
+    as containers/pins.toml makes it; None where it never builds on one); ``code`` marks up
+    the arch list (Markdown's backticks)."""
+    return [
         v.name,
         v.platform,
-        v.slim_of or "-",
         v.toolkit or "-",
         f"{v.torch}+{v.label}",
         code(v.arch_list) if v.arch_list else "-",
-        v.channel,
         *(baseline or "-" for baseline in baselines),
     ]
-    return head + ["yes" if p in v.pythons else "-" for p in pythons]
+
+
+def python_row(v: Variant, pythons: Sequence[str]) -> list[str]:
+    """A variant as a row under ``PYTHON_COLUMNS``, then ``yes`` or ``-`` under each Python."""
+    return [v.name, v.channel, *("yes" if p in v.pythons else "-" for p in pythons)]
 
 
 def matrix_markdown(matrix: Matrix, baselines: Mapping[str, tuple[str | None, str | None]]) -> str:
-    """The variants and their Pythons as a Markdown table (the copy in docs/matrix.md), with
-    each variant's ``baselines`` (by name)."""
-    head = [*MATRIX_COLUMNS, *matrix.pythons]
-    rows = [
-        matrix_row(v, matrix.pythons, baselines=baselines[v.name], code=lambda text: f"`{text}`")
-        for v in matrix.variants.values()
+    """The variants as two Markdown tables (the copy in docs/matrix.md): their toolchains, with
+    each one's ``baselines`` (by name), then the Pythons each builds for and its channel."""
+    toolchains = [
+        toolchain_row(v, baselines=baselines[v.name], code=lambda text: f"`{text}`") for v in matrix.variants.values()
     ]
+    pythons = [python_row(v, matrix.pythons) for v in matrix.variants.values()]
+    return "\n\n".join(
+        (_markdown(TOOLCHAIN_COLUMNS, toolchains), _markdown((*PYTHON_COLUMNS, *matrix.pythons), pythons))
+    )
+
+
+def _markdown(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
