@@ -3,7 +3,6 @@ Its own module, light, as every command makes one before it knows which it is.""
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any, TextIO
 
@@ -15,11 +14,11 @@ from wheelmill.errors import redact
 def make_console(stream: object = None) -> Console:
     """Progress and summaries go to stdout; stderr carries nothing but the error line."""
     file = stream or sys.stdout
-    # A terminal's own width, or COLUMNS where it is set; else (a log, a pipe) 200 columns,
-    # so that a line of a CI log is not broken where a terminal would break it.
-    sized = (hasattr(file, "isatty") and file.isatty()) or os.environ.get("COLUMNS", "").isdigit()
+    # A terminal's own width; else (a log, a pipe) 200 columns, whatever COLUMNS says (pytest's
+    # workers set 80), so that a line of a CI log is not broken where a terminal would break it.
+    interactive = hasattr(file, "isatty") and file.isatty()
     # every line a command prints passes the one redaction: a URL's password never shows
-    return Console(file=RedactingStream(file), width=None if sized else 200, highlight=False, soft_wrap=False)  # type: ignore[arg-type]
+    return Console(file=RedactingStream(file), width=None if interactive else 200, highlight=False, soft_wrap=False)  # type: ignore[arg-type]
 
 
 class RedactingStream:

@@ -5,10 +5,16 @@ examples that parse)."""
 from __future__ import annotations
 
 import argparse
+import fcntl
 import importlib
+import os
+import pty
+import re
 import shlex
+import struct
 import subprocess
 import sys
+import termios
 from pathlib import Path
 
 import pytest
@@ -152,13 +158,35 @@ def test_the_command_reference_page_is_what_the_parser_says() -> None:
     assert all(f"## wheelmill {words}\n" in committed for words in EXAMPLES)
 
 
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def in_a_terminal(argv: list[str], columns: int) -> str:
+    """What ``wheelmill ARGV`` shows a terminal ``columns`` wide (a pseudo-terminal of that
+    size, as a person's), its colours taken out."""
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = {name: value for name, value in os.environ.items() if name not in ("COLUMNS", "LINES", "CI")}
+    command = [sys.executable, "-m", "wheelmill", "--recipes", str(ROOT / "recipes"), *argv]
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=follower, stderr=follower, env=env)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 1 << 16)
+        except OSError:  # the terminal closed: the command is done
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert process.wait(timeout=60) == 0
+    return ANSI.sub("", b"".join(chunks).decode()).replace("\r\n", "\n")
+
+
 @pytest.mark.parametrize("argv", [["matrix"], ["plan", "--cell", "cuda130-py311", "--engine", "none"]])
-def test_matrix_and_plan_fit_a_terminal_of_100_columns_and_break_no_name(
-    argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("COLUMNS", "100")
-    assert main(["--recipes", str(ROOT / "recipes"), *argv]) == 0
-    lines = capsys.readouterr().out.splitlines()
+def test_matrix_and_plan_fit_a_terminal_of_100_columns_and_break_no_name(argv: list[str]) -> None:
+    lines = in_a_terminal(argv, columns=100).splitlines()
     assert max(len(line) for line in lines) <= 100, max(lines, key=len)
     words = {word for line in lines for word in line.split()}
     matrix = load_matrix(ROOT / "recipes" / "matrix.toml")
