@@ -150,7 +150,9 @@ def test_cpu_cell_builds_end_to_end(tmp_path: Path) -> None:
     abi = {r["name"]: r["wheel"]["abi"] for r in data["recipes"]}
     assert abi["example-cpp-ops"] == "python limited>=3.2; torch unstable" and abi["torchsort"].endswith("unstable")
     assert "cpu-py311: ok" in result.stdout
-    assert "wheels" in result.stdout and "sha256" in result.stdout  # the summary tables
+    for recipe in built:  # the summary: a line a wheel built, never the table of every step (-v)
+        assert re.search(rf"\nwheel {recipe}: \S+\.whl \([0-9.]+ [KM]iB, sha256 [0-9a-f]{{12}}\)\n", result.stdout)
+    assert "┃ recipe" not in result.stdout
     assert "next: `wheelmill index serve` serves the index over HTTP, and `wheelmill index config --channel cpu`" in (
         result.stdout
     )

@@ -5,6 +5,7 @@ and the cell's steps real. Recipe ``b`` depends on ``a``."""
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import re
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from tests.conftest import CliResult, CliRunner
 from tests.sandbox import OTHER_PYTHON, PYTHON, Sandbox
@@ -246,9 +248,10 @@ def test_a_run_of_several_cells_ends_with_a_row_a_cell_and_a_count(
         "--no-publish",
         "--engine",
         "none",
+        "-v",
     )
     assert result.code == BuildError.exit_code, result.out + result.err
-    # The failed cell's summary says its failure first, and its skipped steps as one count.
+    # The failed cell's summary says its failure first, then (-v) its steps, the skipped ones as one count.
     summary = result.out[result.out.index("FAILED b/build: b: nvcc exited 1") :]
     assert summary.index(f"{cells[0]} (none)") > 0, "the failure, then the steps table"
     assert re.search(r"\n\d+ steps skipped \(not in the table\), from b/stamp on: b/build did not succeed", summary)
@@ -512,3 +515,37 @@ def test_a_run_of_one_cell_ends_with_its_own_summary(
     *_, summary, then = result.out.splitlines()
     assert summary.startswith(f"{sandbox.cell('cpu')}: ok in ") and " cells in " not in result.out
     assert then.startswith("next: ") and sandbox.cell("cpu") in then, then  # the command to run next
+
+
+def test_the_summary_says_what_was_built_in_a_few_lines_and_the_steps_table_is_behind_v(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, recipes: Recipes
+) -> None:
+    """By default a cell ends with what failed, warned, was slow or was built, never the
+    table of every step; ``-v`` shows it."""
+    shown = on_b(cli, monkeypatch, sandbox)
+    assert shown.code == 0, shown.out + shown.err
+    summary = shown.out[shown.out.index("wheel a: ") :].splitlines()
+    assert "┃ recipe" not in shown.out and "│ a  " not in shown.out, "no steps table by default"
+    assert summary[0].startswith("wheel a: a-1.0-") and ", sha256 " in summary[0]
+    assert summary[1].startswith("wheel b: b-1.0-")
+    assert any(line.startswith(f"{sandbox.cell('cpu')}: ok in ") and "(-v: every step)" in line for line in summary)
+    assert len(summary) <= 6, summary  # the wheels, the compiler cache, the cell's line, what to run next
+    verbose = cli("--recipes", str(sandbox.recipes), "build", "--cell", sandbox.cell("cpu"), "--recipe", "b",
+                  "--no-publish", "--engine", "none", "-v")  # fmt: skip
+    assert verbose.code == 0 and "┃ recipe" in verbose.out and "│ a  " in verbose.out
+    assert "(-v: every step)" not in verbose.out
+
+
+def test_the_progress_line_names_the_phase_not_a_compilers_underline() -> None:
+    """What the spinner and CI's heartbeat say a long step is doing: its phase in words, kept
+    over lines that say nothing of it; a line with words where none names a phase."""
+    ui = UI(Console(file=io.StringIO()))
+    for line in ("STEP 3/9: RUN apt-get update -qq", "gcc -c ./Modules/_ssl.c -o Modules/_ssl.o", "  | ^~~~~~~~"):
+        ui.line(line)
+    assert ui.doing() == "compiling CPython into the builder image (once a base)"
+    other = UI(Console(file=io.StringIO()))
+    for line in ("warning: unused variable 'x'", "  |     ^~~~"):
+        other.line(line)
+    assert other.doing() == "warning: unused variable 'x'"
+    other.line("[7/70] nvcc -c kernels.cu")
+    assert other.doing() == "compiling: 7 of 70"

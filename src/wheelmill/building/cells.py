@@ -160,9 +160,10 @@ class RunOfCells:
         engine: Engine | None,
         console: Console,
         say_error: Callable[[str], None],
+        verbose: bool = False,
     ) -> None:
         self.plans, self.settings, self.engine, self.console = plans, settings, engine, console
-        self.say_error = say_error
+        self.say_error, self.verbose = say_error, verbose
         self.stopping = threading.Event()
         self.reports: list[CellReport] = []
         self.finishing: list[FinishingCell] = []  # the cells still finishing, the earlier first
@@ -173,7 +174,7 @@ class RunOfCells:
             report = execute(
                 plan,
                 settings=self.settings,
-                ui=UI(self.console),
+                ui=UI(self.console, verbose=self.verbose),
                 engine=self.engine,
                 started=self.reports.append,
                 stopping=self.stopping,
@@ -207,11 +208,11 @@ class RunOfCells:
         build on go while the next cell starts (None for the last). The next cell starts
         beside one at most: any other is waited for first."""
         before = self.finishing[-1] if self.finishing else None
-        ui = UI(self.console)
+        ui = UI(self.console, verbose=self.verbose)
         if before is not None:  # said now: its own lines wait for that cell's summary
             beside = f"{plan.cell.id} starts beside {before.builds.cell.id}"
             self.console.print(f"[dim]{beside}; its lines follow that cell's summary[/]")
-            ui = UI(_held_until_finished(before, self.console))
+            ui = UI(_held_until_finished(before, self.console), verbose=self.verbose)
         outcome = start_cell(
             plan,
             settings=self.settings,

@@ -1,13 +1,17 @@
 """What a person sees: live progress while steps run, and a summary at the end.
 
-On a terminal a spinner shows the running step, its elapsed time and the last line of its
-output; elsewhere (CI) each step prints a start and an end line and long steps print a
-heartbeat. Full output is always in the step's log file, never lost to the screen.
+On a terminal a spinner shows the running step, its elapsed time and its phase in words
+(``phase_of``: bootstrapping the base, compiling CPython into the builder image, resolving
+the env, compiling file 12 of 70), or where no line says one, the last line of its output
+that says something; elsewhere (CI) each step prints a start and an end line and long steps
+print a heartbeat with the same. Full output is always in the step's log file, never lost to
+the screen.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections import Counter
@@ -30,6 +34,57 @@ from wheelmill.planning.spec import Step, StepKind
 from wheelmill.terminal import make_console
 
 HEARTBEAT = 60.0
+# What a line of a step's output says the step is doing, in words: (pattern, phase). The
+# first that matches wins; {0}, {1} are the pattern's groups.
+PHASES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern), phase)
+    for pattern, phase in (
+        (r"^I: (?:Retrieving|Validating|downloading)", "bootstrapping the base: fetching Debian's packages"),
+        (r"^I: (?:Extracting|extracting|Unpacking|unpacking)", "bootstrapping the base: unpacking packages"),
+        (r"^I: (?:Installing|installing|Configuring|configuring)", "bootstrapping the base: installing packages"),
+        (r"^(?:STEP|Step) (\d+)/(\d+) ?:", "building the image: step {0} of {1}"),
+        (r"^#\d+ \[[^\]]*?(\d+)/(\d+)\]", "building the image: step {0} of {1}"),
+        (
+            r"^checking (?:for|whether|if|how) ",
+            "configuring CPython to compile it into the builder image (once a base)",
+        ),
+        (
+            r"(?:^|[\s/])(?:Python|Modules|Objects|Parser)/\S+\.c\b",
+            "compiling CPython into the builder image (once a base)",
+        ),
+        (r"^(?:Get:\d+|Unpacking |Setting up |Selecting previously)", "installing the image's Debian packages"),
+        (r"^Resolved (\d+) packages?", "resolving the env: {0} packages"),
+        (r"^(?:Prepared|Installed) (\d+) packages?", "installing the env: {0} packages"),
+        (r"^\[(\d+)/(\d+)\] ", "compiling: {0} of {1}"),
+        (r"^building '([^']+)' extension", "compiling the extension {0}"),
+        (r"\bnvcc\b.* -c \S*?([^/\s]+\.cu)\b", "compiling {0} (nvcc)"),
+        (r"\b(?:gcc|g\+\+|c\+\+|clang\+*)\b.* -c \S*?([^/\s]+\.(?:c|cc|cpp|cxx))\b", "compiling {0}"),
+        (r"^(?:INFO:auditwheel|auditwheel)", "repairing the wheel (auditwheel)"),
+        (r"^collected (\d+) items?", "running {0} tests"),
+        (r"^Successfully built ", "wheel built"),
+    )
+)
+MEANINGFUL = re.compile(r"[A-Za-z]{3}")  # a line with a word in it, not a caret's underline
+
+
+def phase_of(line: str) -> str | None:
+    """What a line of a step's output says the step is doing, in words; None where it says nothing of it.
+
+    >>> phase_of("STEP 3/7: RUN apt-get update"), phase_of("[12/70] /usr/bin/nvcc -c a.cu"), phase_of("  | ^~~~")
+    ('building the image: step 3 of 7', 'compiling: 12 of 70', None)
+    >>> phase_of("gcc -pthread -c ./Modules/_ssl.c -o Modules/_ssl.o")
+    'compiling CPython into the builder image (once a base)'
+    >>> phase_of("Resolved 42 packages in 1.2s"), phase_of("I: Retrieving libc6 2.36-9")
+    ('resolving the env: 42 packages', "bootstrapping the base: fetching Debian's packages")
+    """
+    text = line.strip()
+    for pattern, phase in PHASES:
+        found = pattern.search(text)
+        if found:
+            return phase.format(*found.groups())
+    return None
+
+
 _MARK = {
     Status.OK: "[green]ok[/]",
     Status.FAILED: "[red]FAILED[/]",
@@ -87,14 +142,20 @@ def held_console(console: Console) -> tuple[Console, HeldOutput]:
     return Console(file=held, width=console.width, highlight=False, soft_wrap=False), held  # type: ignore[arg-type]
 
 
+SLOW_SHARE = 0.1  # a step that took at least this share of its cell's time, and SLOW_SECONDS, is slow
+SLOW_SECONDS = 10.0
+
+
 class UI:
-    def __init__(self, console: Console | None = None) -> None:
+    def __init__(self, console: Console | None = None, *, verbose: bool = False) -> None:
         self.console = console or make_console()
+        self.verbose = verbose  # the summary's whole tables (every step, every wheel's sha256)
         self._spinner: Spinner | None = None
         self._step: Step | None = None
         self._label = ""
         self._started = 0.0
         self._last_line = ""
+        self._phase: str | None = None
         self._last_draw = 0.0
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
@@ -109,7 +170,7 @@ class UI:
         self.console.print(f"[bold]wheelmill[/] build [bold]{cell}[/]: {escape(detail)}")
 
     def step_started(self, step: Step, index: int, total: int) -> None:
-        self._step, self._started, self._last_line = step, time.monotonic(), ""
+        self._step, self._started, self._last_line, self._phase = step, time.monotonic(), "", None
         self._label = step_label(step, index, total)
         if self.live:
             self._spinner = self.console.status(escape(self._label))
@@ -121,17 +182,23 @@ class UI:
             self._beat.start()
 
     def line(self, text: str) -> None:
-        self._last_line = text.strip()
+        self._phase = phase_of(text) or self._phase
+        if MEANINGFUL.search(text):
+            self._last_line = text.strip()
         now = time.monotonic()
         if self._spinner and now - self._last_draw > 0.1:
             self._last_draw = now
             elapsed = format_duration(now - self._started)
-            self._spinner.update(f"{escape(self._label)} {elapsed}  [dim]{escape(self._last_line[:120])}[/]")
+            self._spinner.update(f"{escape(self._label)} {elapsed}  [dim]{escape(self.doing()[:120])}[/]")
+
+    def doing(self) -> str:
+        """What the running step is doing: its phase in words, else its last line that says something."""
+        return self._phase or self._last_line
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(HEARTBEAT):
             elapsed = format_duration(time.monotonic() - self._started)
-            self.console.print(f"  ... {escape(self._label)} running {elapsed}: {escape(self._last_line[:120])}")
+            self.console.print(f"  ... {escape(self._label)} running {elapsed}: {escape(self.doing()[:120])}")
 
     def retrying(self, attempt: int, error: Exception, pause: float) -> None:
         self.console.print(f"  [yellow]attempt {attempt} failed[/]: {escape(str(error))}; retrying in {pause:.1f}s")
@@ -183,12 +250,39 @@ class UI:
             self.console.print(f"{_MARK[status]} {escape(step.recipe or '(cell)')}: {escape(reason)}")
 
     def summary(self, report: CellReport) -> None:
+        """What failed, warned, was slow or was built, and what was not built and why: a few
+        lines (a run with nothing to build, three); with ``verbose`` the steps' and wheels'
+        tables too."""
         failed = report.failed
         if failed is not None:  # the line that matters, before the table
             self.console.print(
                 f"{_MARK[failed.status]} {escape(failed.step.id)}: {escape(failed.error or failed.status)}"
             )
-        self.console.print(self._steps_table(report))
+        if self.verbose:
+            self.console.print(self._steps_table(report))
+            self._skipped(report)
+        else:
+            self._slow(report)
+        if report.wheels:
+            self.console.print(self._wheels_table(report) if self.verbose else self._built(report))
+        self._not_built(report)
+        caches = report.compiler_cache
+        if caches:
+            self.console.print(_cache_table(caches) if self.verbose else _cache_line(caches))
+        for record, check in ((r, c) for r in report.steps for c in r.checks if c.verdict is Verdict.WARN):
+            fix = f"; fix: {check.fix}" if check.fix else ""
+            self.console.print(
+                f"[yellow]warn[/] {escape(record.step.id)}: {escape(check.name)}: {escape(check.detail + fix)}"
+            )
+        self._untested(report)
+        status = _MARK[report.status]
+        more = "" if self.verbose else " (-v: every step)"
+        self.console.print(
+            f"{report.plan.cell.id}: {status} in {format_duration(report.seconds)} ({escape(_where(report))}); "
+            f"report {escape(str(report.path))}{more}"
+        )
+
+    def _skipped(self, report: CellReport) -> None:
         skipped = [r for r in report.steps if r.status is Status.SKIPPED]
         if skipped:
             why = Counter(r.error or "not run" for r in skipped).most_common(1)[0][0]
@@ -196,8 +290,27 @@ class UI:
                 f"[dim]{len(skipped)} steps skipped (not in the table), from {escape(skipped[0].step.id)} on: "
                 f"{escape(why)}[/]"
             )
-        if report.wheels:
-            self.console.print(self._wheels_table(report))
+
+    def _slow(self, report: CellReport) -> None:
+        """The steps that took most of the cell's time, slowest first (three at most)."""
+        total = max(report.seconds, 1e-9)
+        slow = sorted(
+            (r for r in report.steps if r.seconds >= SLOW_SECONDS and r.seconds / total >= SLOW_SHARE),
+            key=lambda r: -r.seconds,
+        )[:3]
+        if slow:
+            said = ", ".join(f"{escape(r.step.id)} {format_duration(r.seconds)}" for r in slow)
+            self.console.print(f"slowest: {said}")
+
+    def _built(self, report: CellReport) -> str:
+        """A line a wheel delivered: its recipe, file, size and sha256's start."""
+        lines = [
+            f"wheel {escape(recipe)}: {escape(wheel.name)} ({format_size(wheel.size)}, sha256 {wheel.sha256[:12]})"
+            for recipe, wheel in report.wheels.items()
+        ]
+        return "\n".join(lines)
+
+    def _not_built(self, report: CellReport) -> None:
         published = report.recipes_with(Status.PUBLISHED)
         if published:
             names = ", ".join(published)
@@ -218,19 +331,6 @@ class UI:
                 f"{', '.join(grouped)} (checked, tested in a corner or where this torch's channel lacked it, "
                 f"and published in {report.plan.channel})"
             )
-        caches = report.compiler_cache
-        if caches:
-            self.console.print(_cache_table(caches))
-        for record, check in ((r, c) for r in report.steps for c in r.checks if c.verdict is Verdict.WARN):
-            fix = f"; fix: {check.fix}" if check.fix else ""
-            self.console.print(
-                f"[yellow]warn[/] {escape(record.step.id)}: {escape(check.name)}: {escape(check.detail + fix)}"
-            )
-        self._untested(report)
-        status = _MARK[report.status]
-        self.console.print(
-            f"{report.plan.cell.id}: {status} in {format_duration(report.seconds)}; report {escape(str(report.path))}"
-        )
 
     def _untested(self, report: CellReport) -> None:
         """Smoke commands that skipped tests: counted apart from passes, with where they run."""
@@ -332,6 +432,11 @@ def _cache_summary(stats: Sequence[Mapping[str, Any]]) -> str:
     by_tier = f" ({_tier_list(tiers)})" if tiers else ""
     read_only = ", read-only" if any(one.get("read_only") for one in stats) else ""
     return f"{sum(s['hits'] for s in stats)} hits{by_tier}, {sum(s['misses'] for s in stats)} misses{read_only}"
+
+
+def _cache_line(caches: Mapping[str, Mapping[str, Any]]) -> str:
+    """The builds' compiler cache in a line: ``compiler cache: 12 hits (disk 3, s3 9), 0 misses``."""
+    return f"compiler cache: {_cache_summary(list(caches.values()))}"
 
 
 def _tier_list(tiers: Mapping[str, int]) -> str:

@@ -58,6 +58,13 @@ def add_cell_options(
         ),
     )
     parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="end each cell with the table of every step and every wheel's sha256 (default: what failed, warned, "
+        "was slow or was built)",
+    )
+    parser.add_argument(
         "--engine",
         choices=ENGINE_CHOICES,
         default=None,
@@ -73,6 +80,7 @@ class Prepared:
     plans: tuple[CellPlan, ...]
     settings: Settings
     engine: Engine | None
+    verbose: bool = False
 
 
 def prepare(args: argparse.Namespace, settings: Settings, *, probe: bool, release: Release | None = None) -> Prepared:
@@ -110,7 +118,10 @@ def prepare(args: argparse.Namespace, settings: Settings, *, probe: bool, releas
         rebuild=tuple(args.rebuild),
     )
     return Prepared(
-        plans=plan(matrix, recipes, cells, args.recipe, settings, options), settings=settings, engine=engine
+        plans=plan(matrix, recipes, cells, args.recipe, settings, options),
+        settings=settings,
+        engine=engine,
+        verbose=getattr(args, "verbose", False),
     )
 
 
@@ -131,7 +142,12 @@ def build_cells(prepared: Prepared, console: Console) -> int:
     from wheelmill.building.cells import RunOfCells  # noqa: PLC0415 - the build machinery loads only to build
 
     run = RunOfCells(
-        prepared.plans, settings=prepared.settings, engine=prepared.engine, console=console, say_error=print_error
+        prepared.plans,
+        settings=prepared.settings,
+        engine=prepared.engine,
+        console=console,
+        say_error=print_error,
+        verbose=prepared.verbose,
     )
     return run.run()
 
