@@ -94,7 +94,7 @@ def test_a_served_wheel_that_does_not_verify_is_built_here_and_a_verified_one_is
     sandbox.output = tmp_path / "runner-c"
     with serving_nginx(team_index, tmp_path / "nginx") as url:
         _taken(cli, monkeypatch, sandbox, url)
-    _read_once(tmp_path / "nginx" / "logs" / "access.log", sandbox, team_index, built)
+    _read_once(tmp_path / "nginx" / "wheelmill-wants.log", sandbox, team_index, built)  # its JSON lines
 
 
 def _taken(cli: CliRunner, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox, url: str) -> None:
