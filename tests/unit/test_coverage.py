@@ -188,3 +188,24 @@ def test_wants_from_the_access_logs_are_in_the_grid_and_the_json(
     grid = cli("coverage", "--wants", str(log)).out.splitlines()
     assert "wanted, most asked first (2; `wheelmill wants` says more):" in grid
     assert "      3  test/cpu/example-cpp-ops  Python 3.12 manylinux_2_36_x86_64: no compatible file" in grid
+
+
+def test_release_list_counts_each_releases_cells_failures_and_gpu_gate(
+    released: Index, cli: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WHEELMILL_INDEX_ROOT", str(released.tree))
+    listed = cli("release", "list", "--json")
+    assert listed.code == 0, listed.err
+    (one,) = json.loads(listed.out)
+    assert {k: one[k] for k in ("track", "version", "cells", "files", "failed", "gpu_cells", "gpu_passed")} == {
+        "track": "test", "version": "2.4.0rc1", "cells": 3, "files": 4, "failed": 1, "gpu_cells": 2, "gpu_passed": 0,
+    }, "import-only is no pass of the GPU gate"  # fmt: skip
+    manifest = release_of(released.storage, Track.TEST, None)
+    tested = {f.sha256: GpuOutcome.PASSED for f in manifest.files if f.cell == "cuda130-py311"}
+    stage = GpuRecord(cell="cuda130-py311", status=GpuOutcome.PASSED, runner=H100, gpus=("H100",), tested=tested)
+    record_gpu(released.storage, Track.TEST, "2.4.0rc1", [stage])
+    (again,) = json.loads(cli("release", "list", "--track", "test", "--json").out)
+    assert again["gpu_passed"] == 1
+    shown = cli("release", "list")
+    assert "test  " in shown.out and "2.4.0rc1" in shown.out and "1 of 2" in shown.out
+    assert json.loads(cli("release", "list", "--track", "release", "--json").out) == []

@@ -118,6 +118,10 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("wheelmill coverage --json", "the same as JSON, held to its schema (docs/coverage.md)"),
         ("wheelmill coverage --page", "the same as the index's coverage page, at <index>/coverage/"),
     ),
+    "release list": (
+        ("wheelmill release list", "every release recorded, newest first: cells, failures, GPU stages"),
+        ("wheelmill release list --track test --json", "the release candidates, for a script"),
+    ),
     "release show": (("wheelmill release show --track test 2.4.0rc1", "a release's record: cells, files, GPU"),),
     "release prune": (("wheelmill release prune --track nightly --keep 14", "the 14 newest nightlies stay"),),
     "doctor": (

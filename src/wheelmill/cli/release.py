@@ -9,6 +9,7 @@ tracks, and the nightly track's retention.
     wheelmill release promote --from test --to release 2.4.0   the rc of HEAD's commit, once its record
                                                                has a passed GPU stage per cell and runner
     wheelmill release record-failure --tag v2.4.0-rc1 --cell cuda130-py311   a failed cell, for coverage
+    wheelmill release list [--track test] [--json]             the releases recorded, newest first
     wheelmill release show --track release 2.4.0 [--json]     a release's record, read whole
     wheelmill release prune --track nightly --keep 14
 
@@ -116,6 +117,13 @@ def register(commands: Commands) -> None:
         "--cell", required=True, help="the cell whose build failed (its report under the output root, if it wrote one)"
     )
     failure.set_defaults(func=cmd_record_failure)
+
+    listing = actions.add_parser(
+        "list", help="the releases the index records, newest first: cells, files, failures, GPU stages, images"
+    )
+    listing.add_argument("--track", choices=[t.value for t in Track], help="only this track's (default: every track's)")
+    listing.add_argument("--json", action="store_true", help="the same as JSON, a release an object")
+    listing.set_defaults(func=cmd_list)
 
     show = actions.add_parser("show", help="a release's record: its files, GPU stages and images, read whole")
     show.add_argument("--track", required=True, choices=[t.value for t in Track], help="the release's track")
@@ -387,6 +395,64 @@ def cmd_record_failure(args: argparse.Namespace, settings: Settings, console: Co
     where = record_failure(Index.of(settings).storage, head, failed, log)
     console.print(f"{cell.id}: failed at {failed.step}; recorded in {where}", highlight=False)
     return 0
+
+
+def cmd_list(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    # what it runs loads here, not to parse a command line (wheelmill.cli)
+    from rich.table import Table  # noqa: PLC0415
+
+    from wheelmill.index.roots import Index  # noqa: PLC0415
+    from wheelmill.releases.records import manifests  # noqa: PLC0415
+
+    storage = Index.of(settings).storage
+    tracks = [Track(args.track)] if args.track else list(Track)
+    found = [release_summary(m) for track in tracks for m in manifests(storage, track)]
+    if args.json:
+        print(json.dumps(found, indent=2))
+        return 0
+    if not found:
+        console.print(f"no release recorded in {storage.location}", highlight=False)
+        return 0
+    table = Table(title=f"releases in {storage.location}", title_justify="left")
+    for column in ("track", "version", "from", "commit", "cells", "files", "failed", "GPU passed", "images"):
+        table.add_column(column, no_wrap=column in ("version", "commit"))
+    for one in found:
+        gpu = f"{one['gpu_passed']} of {one['gpu_cells']}" if one["gpu_cells"] else "-"
+        origin = one["promoted_from"] or one["tag"] or "-"
+        counts = (one["cells"], one["files"], one["failed"] or "-", gpu, one["images"] or "-")
+        table.add_row(one["track"], one["version"], origin, one["commit"][:12], *map(str, counts))
+    console.print(table)
+    return 0
+
+
+def release_summary(manifest: Manifest) -> dict[str, Any]:
+    """A release in a few counts: its cells with files, its files, its cells whose latest
+    build failed (and has no files), how many of its GPU cells passed on every runner the
+    record names with every file tested, and its images."""
+    cells = {f.cell for f in manifest.files}
+    named = {cell: labels for cell, labels in (manifest.gpu_runners or {}).items() if labels and cell in cells}
+    passed = sum(1 for cell, labels in named.items() if all(_passed_on(manifest, cell, r) for r in labels))
+    return {
+        "track": manifest.track.value,
+        "version": manifest.version,
+        "tag": manifest.tag,
+        "promoted_from": manifest.promoted_from,
+        "commit": manifest.commit,
+        "cells": len(cells),
+        "files": len(manifest.files),
+        "failed": len({f.cell for f in manifest.failed} - cells),
+        "gpu_cells": len(named),
+        "gpu_passed": passed,
+        "images": len(manifest.images),
+    }
+
+
+def _passed_on(manifest: Manifest, cell: str, runner: str) -> bool:
+    """Whether the cell's newest GPU stage on ``runner`` passed every file the record names for it."""
+    files = {f.sha256 for f in manifest.files if f.cell == cell}
+    stage = next((g for g in manifest.gpu if g.cell == cell and g.runner == runner), None)
+    return stage is not None and stage.passed and all(stage.tested.get(sha) is not None and stage.tested[sha].passed
+                                                      for sha in files)  # fmt: skip
 
 
 def cmd_show(args: argparse.Namespace, settings: Settings, console: Console) -> int:
