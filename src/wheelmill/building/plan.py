@@ -16,9 +16,9 @@ from pathlib import Path
 from wheelmill.building.cache_tiers import Tiers
 from wheelmill.building.steps import REGISTRY, CellStep, RecipeStep, StepDefinition
 from wheelmill.errors import SelectionError
+from wheelmill.inputs import REBUILD_ALL
 from wheelmill.inputs.matrix import Matrix
 from wheelmill.inputs.recipes import AbiPromise, Recipe, cell_dependencies, closure, resolve_all, select
-from wheelmill.inputs.selection import REBUILD_ALL
 from wheelmill.inputs.variants import Cell
 from wheelmill.inputs.versions import Release
 from wheelmill.machine import builder_images as images

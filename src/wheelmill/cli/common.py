@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from wheelmill.cli.basics import load_inputs, print_error
 from wheelmill.errors import EnvError, SignatureError, UsageError
-from wheelmill.inputs.selection import REBUILD_ALL
+from wheelmill.inputs import REBUILD_ALL
 from wheelmill.settings import ENGINE_CHOICES, InstallTests, Settings, Signatures
 
 # What planning, building and mirroring need loads when a command plans, builds or mirrors,

@@ -7,3 +7,7 @@ recipes directory: a team keeping its recipes in a repository of its own needs n
 from pathlib import Path
 
 SCHEMAS = Path(__file__).resolve().parent / "schema"
+
+# A bare --rebuild: every recipe of the cell, built again though published. Here, where the
+# command line takes it without loading the matrix (wheelmill.cli: a command's start).
+REBUILD_ALL = "*"

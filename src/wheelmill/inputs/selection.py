@@ -29,8 +29,6 @@ from wheelmill.inputs.variants import Cell, Family
 _DEFINITIONS = {"builder": tuple(Family), "manylinux": (Family.CPU, Family.CUDA), "rocm": (Family.ROCM,)}
 
 
-REBUILD_ALL = "*"  # a bare --rebuild: every recipe of the cell, built again though published
-
 
 def affected_cells(
     matrix: Matrix, recipes: Mapping[str, Recipe], changed: Sequence[str], *, root: Path
