@@ -207,6 +207,7 @@ def test_wants_ranks_what_pip_and_uv_on_pythons_the_channel_cannot_serve_asked(a
     assert (report["requests"], report["served"], report["skipped"]) == (7, 1, 0)
     assert "127.0.0.1" not in asked.log.read_text(), "no client address"
     table = wheelmill_wants(asked.root, "--log", str(asked.log), "--channel", CHANNEL)
+    print(f"\nwheelmill wants --log access.log --channel {CHANNEL}:\n{table}")  # what the run shows (-s)
     lines = table.splitlines()
     assert all(len(line) <= 100 for line in lines), table
     said = f"3 wants: 6 of 7 installers' requests of project pages found no file; {report['lines']} lines read"

@@ -263,8 +263,9 @@ class UI:
             self._skipped(report)
         else:
             self._slow(report)
-        if report.wheels:
-            self.console.print(self._wheels_table(report) if self.verbose else self._built(report))
+        built = self._built(report)
+        if report.wheels and (self.verbose or built):
+            self.console.print(self._wheels_table(report) if self.verbose else built)
         self._not_built(report)
         caches = report.compiler_cache
         if caches:
@@ -303,10 +304,12 @@ class UI:
             self.console.print(f"slowest: {said}")
 
     def _built(self, report: CellReport) -> str:
-        """A line a wheel delivered: its recipe, file, size and sha256's start."""
+        """A line a wheel built here: its recipe, file, size and sha256's start (one published,
+        reused or taken from its group says so below, by name)."""
         lines = [
             f"wheel {escape(recipe)}: {escape(wheel.name)} ({format_size(wheel.size)}, sha256 {wheel.sha256[:12]})"
             for recipe, wheel in report.wheels.items()
+            if report.recipe_status(recipe) is Status.OK
         ]
         return "\n".join(lines)
 
