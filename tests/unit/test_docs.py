@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import nox
@@ -421,3 +422,116 @@ def test_every_picture_is_shown_and_every_shown_picture_is_drawn_from_a_source()
             assert (page.parent / target).resolve().is_file(), f"{page}: {target} is not there"
             shown.add(Path(target).name)
     assert drawn <= shown, f"pictures no page shows: {sorted(drawn - shown)}"
+
+
+# --- the site: code that fits the page, and a button that copies it -------------------------
+
+CODE_WIDTH = 80  # the columns a code block of the site shows without scrolling
+FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
+OUTPUT = "<!-- output -->"  # on the line right above a fence: the block is a program's output
+
+
+@dataclass(frozen=True)
+class CodeBlock:
+    start: int  # the line number of its opening fence
+    output: bool  # right under OUTPUT
+    lines: tuple[str, ...]  # its text, the fence's indent taken off
+
+
+def code_blocks(text: str) -> list[CodeBlock]:
+    """The fenced code blocks of the Markdown ``text``, a fence inside a longer one as text."""
+    blocks: list[CodeBlock] = []
+    lines = text.splitlines()
+    opened: re.Match[str] | None = None
+    start = 0
+    body: list[str] = []
+    for number, line in enumerate(lines, start=1):
+        fence = FENCE.match(line)
+        if opened is None:
+            if fence is not None:
+                opened, start, body = fence, number, []
+            continue
+        if fence is not None and fence["fence"].startswith(opened["fence"]) and not fence["info"].strip():
+            output = start > 1 and lines[start - 2].strip() == OUTPUT
+            blocks.append(CodeBlock(start=start, output=output, lines=tuple(body)))
+            opened = None
+            continue
+        indent = opened["indent"]
+        body.append(line[len(indent) :] if line.startswith(indent) else line.lstrip())
+    assert opened is None, f"the code block of line {start} is never closed"
+    return blocks
+
+
+def long_code_lines(text: str) -> list[tuple[int, int]]:
+    """The line number and width of each line of a fenced code block of the Markdown ``text``
+    wider than CODE_WIDTH. A block whose opening fence is right under the line
+    ``<!-- output -->`` is exempt: what a program prints, shown as it prints it (a test
+    compares most of them with the program's output)."""
+    return [
+        (block.start + offset, len(line))
+        for block in code_blocks(text)
+        if not block.output
+        for offset, line in enumerate(block.lines, start=1)
+        if len(line) > CODE_WIDTH
+    ]
+
+
+def test_every_line_of_every_code_block_fits_80_columns() -> None:
+    """Commands are broken with ``\\`` and their comments put on a line above; a program's
+    output is shown as printed, under ``<!-- output -->`` (and nothing else is under one)."""
+    wide = []
+    for page in sorted(DOCS.rglob("*.md")):
+        text = page.read_text()
+        wide += [f"{page.relative_to(DOCS)}:{n}: {width} columns" for n, width in long_code_lines(text)]
+        lines = text.splitlines()
+        marked = [n for n, line in enumerate(lines) if line.strip() == OUTPUT]
+        assert all(FENCE.match(lines[n + 1]) for n in marked), f"{page}: {OUTPUT} not right above a code block"
+    assert not wide, f"code lines wider than {CODE_WIDTH} columns: {wide}"
+
+
+def test_the_width_rule_finds_a_long_line_and_spares_only_marked_output() -> None:
+    long = "x" * (CODE_WIDTH + 1)
+    text = "\n".join(
+        [
+            "```",  # 1
+            "x" * CODE_WIDTH,
+            "```",
+            "- an item:",
+            "",
+            "    ```sh",  # 6: indented in a list, the indent is not the line's
+            f"    {'y' * CODE_WIDTH}",
+            f"    {long}",  # 8
+            "    ```",
+            OUTPUT,
+            "~~~~",
+            long,  # 12: output, shown as printed
+            "~~~~",
+            "````",
+            "```",
+            long,  # 16: a fence inside a longer one is the block's text
+            "````",
+        ]
+    )
+    assert long_code_lines(text) == [(8, CODE_WIDTH + 1), (16, CODE_WIDTH + 1)]
+    assert long_code_lines(text.replace(OUTPUT, "<!-- other -->")) == [(8, 81), (12, 81), (16, 81)]
+
+
+def test_every_code_block_of_every_page_is_fenced() -> None:
+    """Markdown's other code block, indented four spaces, escapes the width rule: each
+    ``<pre>`` of a page, rendered with the site's extensions, is one of its fenced blocks."""
+    import markdown  # type: ignore[import-untyped]  # noqa: PLC0415 - mkdocs' own, only here
+
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    named = [next(iter(e)) if isinstance(e, dict) else e for e in config["markdown_extensions"]]
+    options = {name: value for e in config["markdown_extensions"] if isinstance(e, dict) for name, value in e.items()}
+    for page in sorted(DOCS.rglob("*.md")):
+        text = page.read_text()
+        rendered = markdown.markdown(text, extensions=named, extension_configs=options)
+        assert rendered.count("<pre") == len(code_blocks(text)), f"{page.relative_to(DOCS)}: a code block not fenced"
+
+
+def test_every_code_block_of_the_site_has_a_copy_button() -> None:
+    """Material's own button (its bundled script, nothing fetched from elsewhere)."""
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    assert "content.code.copy" in config["theme"]["features"]
+    assert config["theme"]["font"] is False, "no web fonts fetched"

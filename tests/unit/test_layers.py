@@ -110,6 +110,7 @@ THEMED = {
     "data",
     "docs",
     "ecosystem",
+    "getting_started",
     "gpu_checks",
     "index_input",
     "layers",

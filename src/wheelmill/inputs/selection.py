@@ -29,7 +29,6 @@ from wheelmill.inputs.variants import Cell, Family
 _DEFINITIONS = {"builder": tuple(Family), "manylinux": (Family.CPU, Family.CUDA), "rocm": (Family.ROCM,)}
 
 
-
 def affected_cells(
     matrix: Matrix, recipes: Mapping[str, Recipe], changed: Sequence[str], *, root: Path
 ) -> tuple[Cell, ...]:
