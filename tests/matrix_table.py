@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "matrix.md"
-REGISTRY, BOOTSTRAP = "glibc, registry base", "glibc, bootstrapped base"
+REGISTRY, BOOTSTRAP = "glibc, registry base", "glibc, bootstrapped"
 
 
 def table_block(page: Path = PAGE) -> str:

@@ -103,7 +103,7 @@ def cmd_matrix(args: argparse.Namespace, settings: Settings, console: Console) -
     out.print(f"matrix: {_count(matrix)}")
     toolchains = _table("toolchains (glibc: its wheels' on the registry base / the bootstrapped one)", GLIBC_HEADS)
     for v in matrix.variants.values():
-        name, _platform, toolkit, torch, archs, *bases = toolchain_row(v, baselines=promised[v.name])
+        name, toolkit, torch, archs, *bases = toolchain_row(v, baselines=promised[v.name])
         toolchains.add_row(name, toolkit, torch, archs.replace(";", "; "), " / ".join(_glibc(base) for base in bases))
     out.print(toolchains)
     pythons = _table("Pythons", (*PYTHON_COLUMNS, *matrix.pythons))

@@ -171,13 +171,12 @@ def _entry(cell: Cell, runners: Mapping[str, str]) -> dict[str, str]:
 
 # The matrix as two tables: each variant's toolchain, and the Pythons it builds for.
 TOOLCHAIN_COLUMNS = (
-    "variant",
-    "platform",
+    "variant",  # its name says its platform where it is not x86_64 (cpu-aarch64)
     "toolkit",
     "torch",
     "arch list",
     "glibc, registry base",
-    "glibc, bootstrapped base",
+    "glibc, bootstrapped",
 )
 PYTHON_COLUMNS = ("variant", "channel")  # then a column per Python
 
@@ -191,7 +190,6 @@ def toolchain_row(
     the arch list (Markdown's backticks)."""
     return [
         v.name,
-        v.platform,
         v.toolkit or "-",
         f"{v.torch}+{v.label}",
         code(v.arch_list) if v.arch_list else "-",
@@ -207,13 +205,16 @@ def python_row(v: Variant, pythons: Sequence[str]) -> list[str]:
 def matrix_markdown(matrix: Matrix, baselines: Mapping[str, tuple[str | None, str | None]]) -> str:
     """The variants as two Markdown tables (the copy in docs/matrix.md): their toolchains, with
     each one's ``baselines`` (by name), then the Pythons each builds for and its channel."""
-    toolchains = [
-        toolchain_row(v, baselines=baselines[v.name], code=lambda text: f"`{text}`") for v in matrix.variants.values()
-    ]
+    toolchains = [toolchain_row(v, baselines=baselines[v.name], code=_arch_code) for v in matrix.variants.values()]
     pythons = [python_row(v, matrix.pythons) for v in matrix.variants.values()]
     return "\n\n".join(
         (_markdown(TOOLCHAIN_COLUMNS, toolchains), _markdown((*PYTHON_COLUMNS, *matrix.pythons), pythons))
     )
+
+
+def _arch_code(arch_list: str) -> str:
+    """An arch list as Markdown code that a narrow column wraps between archs, never in one."""
+    return "`" + "; ".join(arch_list.split(";")) + "`"
 
 
 def _markdown(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
