@@ -406,4 +406,5 @@ def test_the_publish_step_passes_provenance_only_where_one_was_signed(tmp_path: 
     assert (signed.verdict, signed.detail) == (Verdict.PASS, "ext-1.0-py3-none-any.whl.intoto.jsonl beside it")
     unsigned = provenance_check(wheel, None)
     assert unsigned.verdict is Verdict.SKIP and unsigned.detail.startswith("not signed: no signing key"), unsigned
+    assert "wheelmill key new --out signing.pem, then WHEELMILL_SIGNING_KEY_FILE=signing.pem" in unsigned.detail
     assert "wheelmill verify refuses" in unsigned.detail

@@ -276,6 +276,7 @@ class UI:
                 f"[yellow]warn[/] {escape(record.step.id)}: {escape(check.name)}: {escape(check.detail + fix)}"
             )
         self._untested(report)
+        self._unsigned(report)
         status = _MARK[report.status]
         more = "" if self.verbose else " (-v: every step)"
         self.console.print(
@@ -334,6 +335,13 @@ class UI:
                 f"{', '.join(grouped)} (checked, tested in a corner or where this torch's channel lacked it, "
                 f"and published in {report.plan.channel})"
             )
+
+    def _unsigned(self, report: CellReport) -> None:
+        """Wheels delivered without signed provenance: said once, with the line that signs here
+        (a pass would promise what ``wheelmill verify`` refuses)."""
+        unsigned = [c for r in report.steps for c in r.checks if c.name == "provenance" and c.verdict is Verdict.SKIP]
+        if unsigned:
+            self.console.print(f"[dim]unsigned[/] {len(unsigned)} wheel(s): {escape(unsigned[0].detail)}")
 
     def _untested(self, report: CellReport) -> None:
         """Smoke commands that skipped tests: counted apart from passes, with where they run."""

@@ -41,8 +41,9 @@ def provenance_check(wheel: Path, provenance: bytes | None) -> CheckResult:
     run next, refuses)."""
     if provenance is not None:
         return CheckResult.passed("provenance", f"{beside(wheel).name} beside it")
-    unsigned = "not signed: no signing key (set WHEELMILL_SIGNING_KEY or WHEELMILL_SIGNING_KEY_FILE)"
-    return CheckResult.skipped("provenance", f"{unsigned}; wheelmill verify refuses a wheel without provenance")
+    unsigned = "not signed: no signing key; wheelmill verify refuses a wheel without provenance"
+    sign = "to sign here: wheelmill key new --out signing.pem, then WHEELMILL_SIGNING_KEY_FILE=signing.pem"
+    return CheckResult.skipped("provenance", f"{unsigned} ({sign})")
 
 
 def conda_package(ctx: StepContext, wheel: Path) -> str:
