@@ -126,6 +126,7 @@ def leaves(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser
 def test_every_command_has_examples_and_each_parses_as_the_command_it_shows() -> None:
     commands = leaves(build_parser(None))
     assert set(EXAMPLES) == set(commands)
+    assert [c for c, examples in EXAMPLES.items() if len(examples) < 2] == [], "two or three examples each"
     for command, examples in EXAMPLES.items():
         assert f"examples:\n  {examples[0][0]}\n" in commands[command].format_help(), command
         for line, does in examples:
