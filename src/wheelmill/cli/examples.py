@@ -27,7 +27,7 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
     ),
     "validate": (
         ("wheelmill validate", "the matrix and every recipe read and checked; nothing built"),
-        ("WHEELMILL_RECIPES=../team-recipes wheelmill validate", "a team's own recipes directory, its matrix.toml in it"),
+        ("WHEELMILL_RECIPES=../team-recipes wheelmill validate", "a team's own recipes and matrix"),
     ),
     "plan": (
         ("wheelmill plan --cell cuda130-py311 --recipe torchsort", "what a build would do, and why"),
