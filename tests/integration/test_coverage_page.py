@@ -13,7 +13,6 @@ with deploy/nginx-index.conf serves the same files as `index serve`, with the sa
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from tests.browser import WIDTH, headless_chromium
 from tests.integration.test_bucket_serving import bucket_of_its_own, public_read, running_nginx
 from tests.integration.test_index import isolated_env, pip, serving_nginx, venv
 from tests.objectstore import ObjectStore
@@ -44,7 +44,6 @@ from wheelmill.releases.coverage_page import render_page, write_page
 
 pytestmark = pytest.mark.integration
 released = test_coverage.released  # the fixture: an rc with cells built, served, failed and planned
-WIDTH, HEIGHT = 1280, 900
 CPU = "2.13.0"  # the cpu variant's torch
 CUDA = "2.14.1"  # cuda130's
 BUILT = {"recipe": "example-cpp-ops", "torch": CPU, "accelerator": "cpu", "python": "3.11", "platform": "x86_64"}
@@ -110,38 +109,9 @@ def get(url: str) -> tuple[int, str, bytes]:
 
 @pytest.fixture
 def browser(tmp_path: Path) -> Iterator[Any]:
-    """Headless Chromium at 1280x900 (its viewport), with a profile under tmp_path; quit
-    afterwards. Skips where chromium, its driver or selenium is not installed."""
-    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    if chromium is None or driver is None:
-        pytest.skip("chromium and chromium-driver are not installed (scripts/setup --system installs them)")
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (scripts/setup)")
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for argument in (
-        "--headless=new",
-        "--no-sandbox",  # the tests run as root in CI; Chromium's sandbox refuses root
-        "--disable-dev-shm-usage",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",  # asks nothing of any server but the test's
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={tmp_path / 'chromium-profile'}",
-        f"--window-size={WIDTH},{HEIGHT}",
-    ):
-        options.add_argument(argument)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    service = webdriver.ChromeService(executable_path=driver, log_output=str(tmp_path / "chromedriver.log"))
-    chrome = webdriver.Chrome(options=options, service=service)
-    try:
-        chrome.execute_cdp_cmd(
-            "Emulation.setDeviceMetricsOverride",
-            {"width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False},
-        )
+    """Headless Chromium at WIDTH x HEIGHT (tests/browser.py)."""
+    with headless_chromium(tmp_path) as chrome:
         yield chrome
-    finally:
-        chrome.quit()
 
 
 def finder_answer(chrome: Any, site: Site, picks: dict[str, str]) -> Any:

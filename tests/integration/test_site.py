@@ -22,7 +22,6 @@ import functools
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -35,10 +34,11 @@ from typing import Any
 
 import pytest
 
+from tests.browser import WIDTH, headless_chromium
+
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
-WIDTH, HEIGHT = 1280, 900
 CODE_WIDTH = 80  # tests/unit/test_docs.py's
 
 # Every element that ends past the window's right edge, but for those inside a box that
@@ -120,39 +120,9 @@ def site(tmp_path: Path) -> Iterator[tuple[Path, Served]]:
 
 @pytest.fixture
 def browser(tmp_path: Path) -> Iterator[Any]:
-    """Headless Chromium with a 1280x900 viewport, logging the console and the network, with
-    a profile under tmp_path; quit afterwards. Skips where chromium, its driver or selenium
-    is not installed (as tests/integration/test_coverage_page.py's)."""
-    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    if chromium is None or driver is None:
-        pytest.skip("chromium and chromium-driver are not installed (scripts/setup --system installs them)")
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (scripts/setup)")
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for argument in (
-        "--headless=new",
-        "--no-sandbox",  # the tests run as root in CI; Chromium's sandbox refuses root
-        "--disable-dev-shm-usage",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",  # asks nothing of any server but the test's
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={tmp_path / 'chromium-profile'}",
-        f"--window-size={WIDTH},{HEIGHT}",
-    ):
-        options.add_argument(argument)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    service = webdriver.ChromeService(executable_path=driver, log_output=str(tmp_path / "chromedriver.log"))
-    chrome = webdriver.Chrome(options=options, service=service)
-    try:
-        chrome.execute_cdp_cmd(
-            "Emulation.setDeviceMetricsOverride",
-            {"width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False},
-        )
+    """Headless Chromium at WIDTH x HEIGHT, logging the network too (tests/browser.py)."""
+    with headless_chromium(tmp_path, network_log=True) as chrome:
         yield chrome
-    finally:
-        chrome.quit()
 
 
 def pages_of(built: Path) -> list[str]:
